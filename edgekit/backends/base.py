@@ -1,0 +1,76 @@
+"""Device-side runtimes: one module per runtime library, one small interface.
+
+A Backend is created once per artifact (interpreter/session built and tensors allocated at
+load), then ``run`` is called many times. Callers pass and receive float32 arrays; the
+backend quantizes inputs and dequantizes outputs with the artifact's own parameters, unless
+``raw=True`` asks for the artifact's native IO dtype.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    name: str
+    shape: tuple[int, ...]  # -1 where the dimension is dynamic
+    dtype: np.dtype
+    scale: float = 0.0  # 0 means not quantized
+    zero_point: int = 0
+
+    @property
+    def quantized(self) -> bool:
+        return self.scale != 0.0 and self.dtype.kind in "iu"
+
+
+class Backend(ABC):
+    name: ClassVar[str]
+    suffixes: ClassVar[tuple[str, ...]]  # artifact file suffixes this backend runs
+
+    @classmethod
+    @abstractmethod
+    def available(cls) -> str | None:
+        """The runtime library's name and version if importable here, else None."""
+
+    @abstractmethod
+    def __init__(self, path: str, threads: int | None = None) -> None: ...
+
+    @property
+    @abstractmethod
+    def inputs(self) -> list[TensorInfo]: ...
+
+    @property
+    @abstractmethod
+    def outputs(self) -> list[TensorInfo]: ...
+
+    @abstractmethod
+    def run(self, x: np.ndarray, raw: bool = False) -> list[np.ndarray]:
+        """One batch through the model: float32 in/out (or native dtype with ``raw``)."""
+
+    def close(self) -> None:
+        """Release the runtime's resources."""
+
+    def __enter__(self) -> Backend:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def quantize(x: np.ndarray, info: TensorInfo) -> np.ndarray:
+    if not info.quantized:
+        return x.astype(info.dtype, copy=False)
+    limits = np.iinfo(info.dtype)
+    q = np.round(x / np.float32(info.scale)) + info.zero_point
+    return np.clip(q, limits.min, limits.max).astype(info.dtype)
+
+
+def dequantize(q: np.ndarray, info: TensorInfo) -> np.ndarray:
+    if not info.quantized:
+        return q.astype(np.float32, copy=False)
+    return (q.astype(np.float32) - np.float32(info.zero_point)) * np.float32(info.scale)

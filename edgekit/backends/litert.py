@@ -1,0 +1,125 @@
+"""LiteRT (TFLite) backend: ``ai_edge_litert``, else ``tflite_runtime``, else ``tensorflow.lite``.
+
+The interpreter is built and its tensors allocated once. A batch whose size differs from the
+allocated one resizes the input only when the model's batch dimension is dynamic (and only
+on a change of size); otherwise samples run one at a time through the same interpreter.
+XNNPACK is LiteRT's default CPU delegate.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+import numpy as np
+
+from ..errors import BackendUnavailableError, PackageError
+from .base import Backend, TensorInfo, dequantize, quantize
+
+_MODULES = ("ai_edge_litert.interpreter", "tflite_runtime.interpreter", "tensorflow.lite")
+
+
+def _interpreter_module() -> tuple[Any, str]:
+    for name in _MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ImportError:
+            continue
+        root = importlib.import_module(name.split(".")[0])
+        return module, f"{name.split('.')[0]} {getattr(root, '__version__', '?')}"
+    raise BackendUnavailableError(
+        "no TFLite runtime is installed (tried ai_edge_litert, tflite_runtime, tensorflow.lite)",
+        hint="pip install 'edgekit[tflite]'  (installs ai-edge-litert)",
+    )
+
+
+def open_interpreter(path: str, threads: int | None = None, with_delegates: bool = True) -> Any:
+    """A LiteRT interpreter for ``path`` with tensors allocated; clear errors for bad models."""
+    module, _ = _interpreter_module()
+    kwargs: dict[str, Any] = {"model_path": path, "num_threads": threads}
+    if not with_delegates:
+        kwargs["experimental_op_resolver_type"] = module.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES
+    try:
+        interpreter = module.Interpreter(**kwargs)
+        interpreter.allocate_tensors()
+    except (ValueError, RuntimeError) as exc:
+        text = str(exc)
+        if "custom op" in text:
+            op = text.split("custom op:", 1)[-1].split(".")[0].strip() if "custom op:" in text else "?"
+            raise PackageError(
+                f"{path} uses the custom op {op}, which this LiteRT build does not have",
+                hint="rebuild the model without custom ops, or register the op's kernel",
+            ) from None
+        raise PackageError(f"LiteRT cannot load {path}: {text.strip().splitlines()[0]}") from None
+    return interpreter
+
+
+def _info(detail: dict[str, Any]) -> TensorInfo:
+    scale, zero_point = detail.get("quantization", (0.0, 0))
+    signature = detail.get("shape_signature", detail["shape"])
+    return TensorInfo(
+        name=detail["name"],
+        shape=tuple(int(d) for d in signature),
+        dtype=np.dtype(detail["dtype"]),
+        scale=float(scale),
+        zero_point=int(zero_point),
+    )
+
+
+class LiteRTBackend(Backend):
+    name = "litert"
+    suffixes = (".tflite",)
+
+    @classmethod
+    def available(cls) -> str | None:
+        try:
+            return _interpreter_module()[1]
+        except BackendUnavailableError:
+            return None
+
+    def __init__(self, path: str, threads: int | None = None) -> None:
+        self.path = path
+        self.library = _interpreter_module()[1]
+        self._interpreter = open_interpreter(path, threads)
+        input_details = self._interpreter.get_input_details()
+        if len(input_details) != 1:
+            raise PackageError(f"{path} has {len(input_details)} inputs; edgekit runs single-input models")
+        self._input_index = input_details[0]["index"]
+        self._inputs = [_info(d) for d in input_details]
+        self._output_indices = [d["index"] for d in self._interpreter.get_output_details()]
+        self._outputs = [_info(d) for d in self._interpreter.get_output_details()]
+        self._allocated_batch = int(input_details[0]["shape"][0])
+        self._dynamic_batch = self._inputs[0].shape[0] == -1
+
+    @property
+    def inputs(self) -> list[TensorInfo]:
+        return self._inputs
+
+    @property
+    def outputs(self) -> list[TensorInfo]:
+        return self._outputs
+
+    def run(self, x: np.ndarray, raw: bool = False) -> list[np.ndarray]:
+        batch = int(x.shape[0])
+        if batch != self._allocated_batch and self._dynamic_batch:
+            self._interpreter.resize_tensor_input(self._input_index, [batch, *x.shape[1:]])
+            self._interpreter.allocate_tensors()
+            self._allocated_batch = batch
+        if batch == self._allocated_batch:
+            return self._invoke(x, raw)
+        per_sample = [self._invoke(x[i : i + 1], raw) for i in range(batch)]
+        return [np.concatenate([outs[k] for outs in per_sample]) for k in range(len(self._outputs))]
+
+    def _invoke(self, x: np.ndarray, raw: bool) -> list[np.ndarray]:
+        info = self._inputs[0]
+        feed = x.astype(info.dtype, copy=False) if raw else quantize(x, info)
+        self._interpreter.set_tensor(self._input_index, feed)
+        self._interpreter.invoke()
+        results = []
+        for index, out in zip(self._output_indices, self._outputs):
+            value = self._interpreter.get_tensor(index)
+            results.append(value.copy() if raw else dequantize(value, out))
+        return results
+
+    def close(self) -> None:
+        self._interpreter = None

@@ -1,0 +1,120 @@
+"""The ``edgekit`` command line: ``package`` (build side) and ``run`` (device side)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from . import __version__
+from .clitools import float_list, invoke
+from .run import run_command
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, prog_name="edgekit")
+@click.option("--debug", is_flag=True, help="Show full tracebacks (also EDGEKIT_DEBUG=1).")
+def cli(debug: bool) -> None:
+    """Package trained models as calibrated INT8 artifacts and run them on edge devices.
+
+    \b
+    edgekit package model.keras --target tflite --calibration data/ -o dist/
+    edgekit run dist/model.edgekit --input cat.jpg
+    """
+
+
+def _target_names() -> list[str]:
+    from .targets import TARGETS
+
+    return sorted(TARGETS) + ["all"]
+
+
+def _resize(text: str | None) -> list[int] | None:
+    if text is None:
+        return None
+    try:
+        height, width = (int(v) for v in text.lower().split("x"))
+    except ValueError:
+        raise click.BadParameter(f"expected HEIGHTxWIDTH such as 224x224, got {text!r}") from None
+    return [height, width]
+
+
+@cli.command("package")
+@click.argument("model", type=click.Path(path_type=Path))
+@click.option("--target", "-t", "targets", multiple=True, default=("tflite",), show_default=True,
+              type=click.Choice(_target_names()), help="Artifact format; repeat for several, or 'all'.")
+@click.option("--calibration", "-c", required=True, metavar="DATA",
+              help="Representative data: image folder (class sub-folders give labels), .npy/.npz (x, y), "
+                   "or module:function / file.py:function returning arrays.")
+@click.option("--eval", "eval_data", metavar="DATA", default=None,
+              help="Held-out data to validate on (same forms). Default: hold out 20% of --calibration.")
+@click.option("--samples", type=int, default=300, show_default=True, help="Calibration samples to use (seeded choice).")
+@click.option("--eval-samples", type=click.IntRange(min=1), default=None, help="Validate on at most this many samples.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed for sample selection.")
+@click.option("--max-accuracy-drop", type=click.FloatRange(min=0), default=1.0, show_default=True, metavar="PP",
+              help="Largest INT8 accuracy drop (percentage points) before packaging fails.")
+@click.option("--allow-accuracy-drop", is_flag=True, help="Keep the package even if the drop exceeds the limit.")
+@click.option("--allow-float-ops", is_flag=True,
+              help="Keep ops that cannot be INT8 in float (recorded in the manifest) instead of failing.")
+@click.option("--name", default=None, help="Package name. Default: the model file's name.")
+@click.option("--output", "-o", "output_dir", required=True, type=click.Path(path_type=Path),
+              help="Directory that receives NAME.edgekit/ (and NAME.ekpkg with --archive).")
+@click.option("--force", is_flag=True, help="Replace an existing package of the same name.")
+@click.option("--archive", is_flag=True, help="Also write the package as one NAME.ekpkg zip.")
+@click.option("--labels", "labels_file", type=click.Path(path_type=Path), default=None,
+              help="Text file with one class label per line (model output order).")
+@click.option("--scale", type=float, default=None, help="Preprocessing: multiply raw values (e.g. 0.00392157 = 1/255).")
+@click.option("--mean", default=None, metavar="M[,M,M]", help="Preprocessing: subtract after scaling, per channel.")
+@click.option("--std", default=None, metavar="S[,S,S]", help="Preprocessing: divide after subtracting, per channel.")
+@click.option("--color-order", type=click.Choice(["RGB", "BGR", "L"], case_sensitive=False), default=None,
+              help="Preprocessing: channel order images are fed in.")
+@click.option("--resize", default=None, metavar="HxW", help="Preprocessing: resize images (default: the model's input).")
+@click.option("--timeout", type=click.FloatRange(min=1), default=None, help="Seconds allowed per conversion.")
+def package_command(model: Path, targets: tuple[str, ...], calibration: str, eval_data: str | None, samples: int,
+                    eval_samples: int | None, seed: int, max_accuracy_drop: float, allow_accuracy_drop: bool,
+                    allow_float_ops: bool, name: str | None, output_dir: Path, force: bool, archive: bool,
+                    labels_file: Path | None, scale: float | None, mean: str | None, std: str | None,
+                    color_order: str | None, resize: str | None, timeout: float | None) -> None:
+    """Convert MODEL (.keras, .h5 or a SavedModel directory) into a validated INT8 package.
+
+    Every artifact is calibrated on --calibration, then checked against the float model on
+    held-out data; the measured accuracy, top-1 agreement, cosine similarity and SQNR are
+    printed and recorded in the package's manifest.json.
+    """
+    from .packager import PackageOptions, package
+    from .progress import Progress
+    from .targets import TARGETS
+    from .validation_table import render
+
+    chosen = sorted(TARGETS) if "all" in targets else list(dict.fromkeys(targets))
+    options = PackageOptions(
+        model=str(model), calibration=calibration, output_dir=str(output_dir), targets=chosen, eval=eval_data,
+        name=name, samples=samples, eval_samples=eval_samples, seed=seed, max_accuracy_drop=max_accuracy_drop,
+        allow_accuracy_drop=allow_accuracy_drop, allow_float_ops=allow_float_ops, force=force, archive=archive,
+        labels_file=str(labels_file) if labels_file else None, timeout_s=timeout,
+        preprocessing={"scale": scale, "mean": float_list(mean), "std": float_list(std),
+                       "color_order": color_order.upper() if color_order else None, "resize": _resize(resize)},
+    )
+    result = package(options, Progress())
+    render(result.manifest)
+    for artifact in result.manifest.artifacts:
+        if artifact.float_ops:
+            ops = ", ".join(sorted({f"{op['op']} ({op['layer']})" for op in artifact.float_ops}))
+            click.echo(f"note: {artifact.target} keeps these ops in float: {ops}")
+    click.echo(f"package: {result.path}")
+    if result.archive:
+        click.echo(f"archive: {result.archive}")
+    if not result.manifest.validation.get("passed", True):
+        click.echo("warning: accuracy drop exceeds the limit; kept because of --allow-accuracy-drop", err=True)
+
+
+cli.add_command(run_command)
+
+
+def main() -> None:
+    sys.exit(invoke(cli))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,173 @@
+"""Preprocessing shared by the packager and the runtime, so both compute the same model input.
+
+Only numpy and Pillow: this module is on the device path.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from PIL import Image, UnidentifiedImageError
+
+from ..errors import DataError, InputError
+from ..manifest import Preprocessing
+
+_RESAMPLE = {
+    "nearest": Image.Resampling.NEAREST,
+    "bilinear": Image.Resampling.BILINEAR,
+    "bicubic": Image.Resampling.BICUBIC,
+    "lanczos": Image.Resampling.LANCZOS,
+}
+
+
+def decode_image(
+    source: str | os.PathLike[str] | Image.Image,
+    size: tuple[int, int] | None,
+    color_order: str,
+    method: str = "bilinear",
+) -> np.ndarray:
+    """Decode (and resize to ``size`` = (height, width)) an image into a uint8 HWC array."""
+    try:
+        image = source if isinstance(source, Image.Image) else Image.open(source)
+        image.load()
+    except (UnidentifiedImageError, OSError, ValueError) as exc:
+        raise DataError(
+            f"cannot read image {source}: {exc}", hint="remove or replace the unreadable file"
+        ) from None
+    image = image.convert("L" if color_order == "L" else "RGB")
+    if size is not None and (image.height, image.width) != tuple(size):
+        image = image.resize((size[1], size[0]), _RESAMPLE.get(method, Image.Resampling.BILINEAR))
+    array = np.asarray(image, dtype=np.uint8)
+    if color_order == "L":
+        return array[..., None]
+    if color_order == "BGR":
+        return np.ascontiguousarray(array[..., ::-1])
+    return array
+
+
+def normalize(raw: np.ndarray, spec: Preprocessing) -> np.ndarray:
+    """``(raw * scale - mean) / std`` in float32, channel-wise on the last axis."""
+    x = raw.astype(np.float32, copy=False) * np.float32(spec.scale)
+    mean = np.asarray(spec.mean, dtype=np.float32)
+    std = np.asarray(spec.std, dtype=np.float32)
+    if mean.size > 1 or std.size > 1:
+        channels = x.shape[-1]
+        if (mean.size not in (1, channels)) or (std.size not in (1, channels)):
+            raise InputError(
+                f"preprocessing has {mean.size} mean / {std.size} std values for {channels} channels",
+                hint="give one value, or one per channel",
+            )
+    if mean.any():
+        x = x - mean
+    if (std != 1).any():
+        x = x / std
+    return x
+
+
+def conform(x: np.ndarray, sample_shape: tuple[int | None, ...], what: str) -> np.ndarray:
+    """Check a batch against the model's per-sample shape, adding a missing channel axis of 1.
+
+    ``None`` in ``sample_shape`` accepts any size there.
+    """
+    if x.ndim == len(sample_shape) and _matches(x.shape, sample_shape):
+        x = x[None]  # a single sample
+    if x.ndim == len(sample_shape) and sample_shape[-1] == 1 and _matches(x.shape[1:], sample_shape[:-1]):
+        x = x[..., None]
+    if x.ndim == len(sample_shape) + 2 and x.shape[1] == 1 and _matches(x.shape[2:], sample_shape):
+        x = x[:, 0]  # samples stored as (N, 1, ...) batches of one
+    if x.ndim != len(sample_shape) + 1 or not _matches(x.shape[1:], sample_shape):
+        expected = "(N, " + ", ".join("?" if d is None else str(d) for d in sample_shape) + ")"
+        raise DataError(
+            f"{what} has shape {tuple(x.shape)}; the model expects {expected}",
+            hint="reshape or resize the data to the model's input (images: pass an image folder)",
+        )
+    return x
+
+
+def check_finite(x: np.ndarray, what: str) -> None:
+    if x.dtype.kind == "f":
+        bad = ~np.isfinite(x)
+        if bad.any():
+            where = np.argwhere(bad.reshape(x.shape[0], -1).any(axis=1)).ravel()
+            raise DataError(
+                f"{what} contains {int(bad.sum())} NaN/Inf values (first in sample {int(where[0])}, "
+                f"{len(where)} samples affected)",
+                hint="drop or repair those samples before calibrating",
+            )
+
+
+def infer_preprocessing(
+    input_shape: list[int],
+    data_dtype: np.dtype,
+    model_rescales: bool,
+    overrides: dict[str, Any],
+) -> Preprocessing:
+    """Preprocessing from the model's input and the data, with user overrides on top.
+
+    Rules: images (rank-4 NHWC with 1 or 3 channels) are resized to the model's height and
+    width; a model that starts with a Rescaling/Normalization layer gets raw pixel values;
+    otherwise integer (uint8) data is scaled to [0, 1], and float data is passed unchanged.
+    """
+    image_like = len(input_shape) == 4 and input_shape[-1] in (1, 3)
+    resize = None
+    if image_like and input_shape[1] > 0 and input_shape[2] > 0:
+        resize = [int(input_shape[1]), int(input_shape[2])]
+    color_order = "L" if image_like and input_shape[-1] == 1 else "RGB"
+    if model_rescales:
+        scale, reason = 1.0, "model starts with a Rescaling/Normalization layer: raw values in"
+    elif data_dtype.kind in "iu":
+        scale, reason = 1.0 / 255.0, f"{data_dtype} data and no Rescaling layer in the model: scaled to [0, 1]"
+    else:
+        scale, reason = 1.0, "float data passed to the model unchanged"
+    spec = Preprocessing(resize=resize, scale=scale, color_order=color_order, inferred_from=reason)
+    given = {k: v for k, v in overrides.items() if v is not None}
+    if given:
+        spec.inferred_from += "; set by options: " + ", ".join(sorted(given))
+    if "scale" in given:
+        spec.scale = float(given["scale"])
+    if "mean" in given:
+        spec.mean = [float(v) for v in given["mean"]]
+    if "std" in given:
+        if any(float(v) == 0 for v in given["std"]):
+            raise DataError("--std must not contain 0")
+        spec.std = [float(v) for v in given["std"]]
+    if "color_order" in given:
+        spec.color_order = str(given["color_order"]).upper()
+    if "resize" in given:
+        spec.resize = [int(v) for v in given["resize"]]
+    return spec
+
+
+def load_input(item: Any, spec: Preprocessing | None, sample_shape: tuple[int | None, ...]) -> np.ndarray:
+    """One runtime input (image path, PIL image, .npy path or array) as a float32 batch."""
+    if isinstance(item, Image.Image) or (
+        isinstance(item, (str, os.PathLike)) and Path(item).suffix.lower() not in (".npy", ".json")
+    ):
+        if spec is None:
+            raise InputError("this model has no image preprocessing in its manifest", hint="pass a .npy array")
+        size = tuple(spec.resize) if spec.resize else None
+        raw = decode_image(item, size, spec.color_order, spec.resize_method)  # type: ignore[arg-type]
+        return conform(normalize(raw, spec), sample_shape, f"image {item}")
+    if isinstance(item, (str, os.PathLike)):
+        path = Path(item)
+        if path.suffix.lower() == ".json":
+            import json
+
+            array = np.asarray(json.loads(path.read_text()))
+        else:
+            array = np.load(path, allow_pickle=False)
+    else:
+        array = np.asarray(item)
+    if array.dtype.kind not in "uif":
+        raise InputError(f"input has dtype {array.dtype}; expected numbers", hint="pass uint8 or float arrays")
+    check_finite(array if array.ndim > 1 else array[None], "input")
+    if array.dtype.kind in "iu" and spec is not None:
+        array = normalize(array, spec)  # raw pixels: apply the manifest's preprocessing
+    return conform(array.astype(np.float32, copy=False), sample_shape, "input")
+
+
+def _matches(shape: tuple[int, ...], expected: tuple[int | None, ...]) -> bool:
+    return len(shape) == len(expected) and all(e is None or e == s for s, e in zip(shape, expected))

@@ -1,0 +1,250 @@
+"""Calibration and evaluation data: an image folder, ``.npy``/``.npz`` arrays, or ``module:function``.
+
+Opening a source is cheap and validates what can be checked without the model (exists, not
+empty, readable format). ``load`` then decodes only the selected samples, so a large image
+folder costs what ``--samples`` asks for, not its full size.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import DataError
+from .preprocessing import decode_image
+
+IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff", ".ppm", ".pgm"})
+MAX_GENERATED_SAMPLES = 100_000
+
+
+@dataclass
+class RawBatch:
+    """Selected samples before preprocessing: images already decoded and resized."""
+
+    x: np.ndarray
+    y: np.ndarray | None
+    sha256: str
+
+
+@dataclass
+class DataSource:
+    description: str
+    kind: str  # "images" or "arrays"
+    count: int
+    labels: list[str] | None = None
+    _files: list[Path] = field(default_factory=list, repr=False)
+    _x: np.ndarray | None = field(default=None, repr=False)
+    _y: np.ndarray | None = field(default=None, repr=False)
+
+    @property
+    def has_targets(self) -> bool:
+        return self._y is not None or (self.kind == "images" and self.labels is not None)
+
+    @property
+    def dtype(self) -> np.dtype:
+        return np.dtype(np.uint8) if self.kind == "images" else self._x.dtype  # type: ignore[union-attr]
+
+    @property
+    def sample_shape(self) -> tuple[int, ...] | None:
+        return None if self._x is None else tuple(self._x.shape[1:])
+
+    def select(self, n: int | None, seed: int, exclude: Sequence[int] = ()) -> np.ndarray:
+        """Deterministic (seeded) choice of up to ``n`` sample indices, skipping ``exclude``."""
+        order = np.random.default_rng(seed).permutation(self.count)
+        if len(exclude):
+            order = order[~np.isin(order, np.asarray(exclude))]
+        return np.sort(order if n is None else order[:n])
+
+    def load(self, indices: np.ndarray, image_size: tuple[int, int] | None, color_order: str) -> RawBatch:
+        digest = hashlib.sha256()
+        if self.kind == "images":
+            images = []
+            targets = []
+            for i in indices:
+                path = self._files[int(i)]
+                images.append(decode_image(path, image_size, color_order, "bilinear"))
+                digest.update(path.read_bytes())
+                if self.labels is not None:
+                    targets.append(self.labels.index(path.parent.name))
+            x = np.stack(images)
+            y = np.asarray(targets, dtype=np.int64) if self.labels is not None else None
+        else:
+            assert self._x is not None
+            x = np.ascontiguousarray(self._x[indices])
+            y = None if self._y is None else np.asarray(self._y[indices])
+            digest.update(str(x.dtype).encode() + str(x.shape).encode())
+            digest.update(x.tobytes())
+        if y is not None:
+            digest.update(np.ascontiguousarray(y).tobytes())
+        return RawBatch(x=x, y=y, sha256=digest.hexdigest())
+
+
+def open_data(spec: str, role: str = "calibration") -> DataSource:
+    """Open DATA given on the command line; ``role`` only names it in error messages."""
+    path = Path(spec)
+    if path.is_dir():
+        return _open_image_folder(path, role)
+    if path.is_file():
+        if path.suffix == ".npy":
+            return _open_arrays(_load_npy(path, role), None, None, f"{path}", role)
+        if path.suffix == ".npz":
+            return _open_npz(path, role)
+        if path.suffix.lower() in IMAGE_SUFFIXES:
+            raise DataError(
+                f"{role} data {spec} is a single image",
+                hint="pass a folder of images (class sub-folders give labels), or a .npy/.npz array file",
+            )
+        raise DataError(
+            f"{role} data {spec}: unsupported file type {path.suffix!r}",
+            hint="use an image folder, a .npy/.npz file (arrays 'x' and optional 'y'), or module:function",
+        )
+    if ":" in spec and not path.exists():
+        return _open_callable(spec, role)
+    raise DataError(
+        f"{role} data {spec} does not exist",
+        hint="pass an image folder, a .npy/.npz file, or module:function returning arrays",
+    )
+
+
+def _open_image_folder(root: Path, role: str) -> DataSource:
+    files = sorted(p for p in root.rglob("*") if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
+    if not files:
+        raise DataError(
+            f"{role} folder {root} contains no images ({', '.join(sorted(IMAGE_SUFFIXES))})",
+            hint="point --" + ("calibration" if role == "calibration" else "eval") + " at a folder with images",
+        )
+    parents = {p.parent for p in files}
+    labels = None
+    if all(p.parent.parent == root for p in files) and len(parents) >= 2:
+        labels = sorted(p.name for p in parents)
+    return DataSource(description=str(root), kind="images", count=len(files), labels=labels, _files=files)
+
+
+def _load_npy(path: Path, role: str) -> np.ndarray:
+    try:
+        return np.load(path, mmap_mode="r", allow_pickle=False)
+    except (ValueError, OSError) as exc:
+        raise DataError(f"{role} file {path} is not a readable .npy array ({exc})") from None
+
+
+def _open_npz(path: Path, role: str) -> DataSource:
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            arrays = {k: archive[k] for k in archive.files}
+    except (ValueError, OSError, EOFError) as exc:
+        raise DataError(f"{role} file {path} is not a readable .npz archive ({exc})") from None
+    if "x" not in arrays:
+        raise DataError(
+            f"{role} file {path} has no array named 'x' (it has: {', '.join(arrays) or 'nothing'})",
+            hint="save inputs as x (and integer class targets as y): np.savez(path, x=x, y=y)",
+        )
+    labels = None
+    if "labels" in arrays:
+        labels = [str(v) for v in arrays["labels"].tolist()]
+    return _open_arrays(arrays["x"], arrays.get("y"), labels, str(path), role)
+
+
+def _open_arrays(
+    x: np.ndarray, y: np.ndarray | None, labels: list[str] | None, description: str, role: str
+) -> DataSource:
+    if x.dtype.kind not in "uif":
+        raise DataError(
+            f"{role} data {description} has dtype {x.dtype}; expected numbers (uint8 images or float arrays)",
+            hint="convert it with x.astype(np.float32) or x.astype(np.uint8)",
+        )
+    if x.ndim < 2:
+        raise DataError(
+            f"{role} data {description} has shape {tuple(x.shape)}; expected a batch (N, ...) of samples",
+            hint="stack samples along a first batch axis",
+        )
+    if x.shape[0] == 0:
+        raise DataError(f"{role} data {description} is empty (0 samples)", hint="provide at least 100 samples")
+    if y is not None:
+        y = np.asarray(y)
+        if y.ndim != 1 or y.shape[0] != x.shape[0]:
+            raise DataError(
+                f"{role} data {description}: y has shape {tuple(y.shape)} but x has {x.shape[0]} samples",
+                hint="y must be one integer class index per sample",
+            )
+        if y.dtype.kind not in "iu":
+            raise DataError(f"{role} data {description}: y must hold integer class indices, got {y.dtype}")
+    return DataSource(description=description, kind="arrays", count=int(x.shape[0]), labels=labels, _x=x, _y=y)
+
+
+def _open_callable(spec: str, role: str) -> DataSource:
+    module_name, _, func_name = spec.rpartition(":")
+    function = _resolve_callable(module_name, func_name, spec, role)
+    try:
+        produced = function()
+    except Exception as exc:  # the user's code: report what it raised
+        raise DataError(f"{role} data {spec} raised {type(exc).__name__}: {exc}") from exc
+    xs, ys = _materialize(produced, spec, role)
+    if not xs:
+        raise DataError(f"{role} data {spec} produced no samples", hint="make it return or yield arrays")
+    try:
+        x = np.stack([np.asarray(v) for v in xs])
+    except ValueError:
+        shapes = sorted({tuple(np.shape(v)) for v in xs})[:4]
+        raise DataError(f"{role} data {spec} yielded samples of different shapes: {shapes}") from None
+    y = np.asarray(ys) if ys else None
+    return _open_arrays(x, y, None, spec, role)
+
+
+def _resolve_callable(module_name: str, func_name: str, spec: str, role: str) -> Any:
+    try:
+        if module_name.endswith(".py"):
+            file = Path(module_name)
+            if not file.is_file():
+                raise DataError(f"{role} data {spec}: {file} does not exist")
+            loaded = importlib.util.spec_from_file_location(f"edgekit_data_{file.stem}", file)
+            assert loaded is not None and loaded.loader is not None
+            module = importlib.util.module_from_spec(loaded)
+            loaded.loader.exec_module(module)
+        else:
+            if "" not in sys.path and str(Path.cwd()) not in sys.path:
+                sys.path.insert(0, str(Path.cwd()))
+            module = importlib.import_module(module_name)
+    except DataError:
+        raise
+    except Exception as exc:
+        raise DataError(
+            f"{role} data {spec}: cannot import {module_name} ({type(exc).__name__}: {exc})",
+            hint="use module:function for an importable module, or path/to/file.py:function",
+        ) from exc
+    function = getattr(module, func_name, None)
+    if not callable(function):
+        raise DataError(f"{role} data {spec}: {module_name} has no function {func_name!r}")
+    return function
+
+
+def _materialize(produced: Any, spec: str, role: str) -> tuple[list[Any], list[int]]:
+    """Accept ``(x, y)`` arrays, an array of samples, or an iterable of samples or ``(x, y)`` pairs."""
+    if isinstance(produced, tuple) and len(produced) == 2 and all(isinstance(v, np.ndarray) for v in produced):
+        x, y = produced
+        if x.ndim >= 2 and y.ndim == 1:
+            return list(x), [int(v) for v in y]
+    if isinstance(produced, np.ndarray):
+        return list(produced), []
+    if not isinstance(produced, Iterable):
+        raise DataError(f"{role} data {spec} returned {type(produced).__name__}, not arrays or an iterable of arrays")
+    xs: list[Any] = []
+    ys: list[int] = []
+    for item in produced:
+        if len(xs) >= MAX_GENERATED_SAMPLES:
+            break
+        if isinstance(item, tuple) and len(item) == 2:
+            xs.append(item[0])
+            ys.append(int(item[1]))
+        else:
+            xs.append(item)
+    if ys and len(ys) != len(xs):
+        raise DataError(f"{role} data {spec} mixes (x, y) pairs with bare samples")
+    return xs, ys

@@ -1,0 +1,89 @@
+"""Every user-facing failure of edgekit, each with a hint that says how to fix it.
+
+The CLI prints ``error: MESSAGE`` and ``  fix: HINT`` and exits with ``exit_code``; a traceback
+appears only with ``--debug``. Errors raised inside a conversion subprocess travel back to the
+parent by class name (see ``edgekit.worker``), so every class here must be constructible as
+``cls(message, hint=...)``.
+"""
+
+from __future__ import annotations
+
+
+class EdgekitError(Exception):
+    """Base class: a problem the user can act on."""
+
+    exit_code = 1
+    default_hint = ""
+
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint if hint is not None else self.default_hint
+
+    def __str__(self) -> str:
+        return self.message
+
+    def render(self) -> str:
+        text = f"error: {self.message}"
+        if self.hint:
+            text += f"\n  fix: {self.hint}"
+        return text
+
+
+class ModelSourceError(EdgekitError):
+    """The model to package is missing, unreadable or not a model edgekit can read."""
+
+
+class DataError(EdgekitError):
+    """Calibration or evaluation data is missing, empty, malformed or inconsistent."""
+
+
+class OutputExistsError(EdgekitError):
+    default_hint = "choose another -o/--name, or pass --force to replace it"
+
+
+class ConversionError(EdgekitError):
+    """A converter failed (or crashed) while building an artifact."""
+
+
+class UnsupportedOpError(ConversionError):
+    default_hint = (
+        "pass --allow-float-ops to keep these ops in float (recorded in the manifest), "
+        "or replace the layer with an INT8-capable one"
+    )
+
+
+class AccuracyDropError(EdgekitError):
+    default_hint = (
+        "calibrate with more representative data (--calibration, --samples), "
+        "raise --max-accuracy-drop, or keep the package anyway with --allow-accuracy-drop"
+    )
+
+
+class PackageError(EdgekitError):
+    """A package is missing, corrupt, tampered with, or from an unsupported schema version."""
+
+
+class BackendUnavailableError(EdgekitError):
+    """No installed runtime library can run the package's artifacts."""
+
+
+class InputError(EdgekitError):
+    """An input given to a loaded model has the wrong shape, dtype or values."""
+
+
+ERROR_CLASSES: dict[str, type[EdgekitError]] = {
+    cls.__name__: cls
+    for cls in (
+        EdgekitError,
+        ModelSourceError,
+        DataError,
+        OutputExistsError,
+        ConversionError,
+        UnsupportedOpError,
+        AccuracyDropError,
+        PackageError,
+        BackendUnavailableError,
+        InputError,
+    )
+}

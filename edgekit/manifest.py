@@ -1,0 +1,315 @@
+"""The package format: ``manifest.json`` as dataclasses, with a schema version.
+
+A package is a directory ``NAME.edgekit/`` (or the same tree zipped as ``NAME.ekpkg``) holding
+``manifest.json`` and one artifact per target. The manifest binds every artifact by sha256,
+records the preprocessing the runtime must repeat, the IO quantization of each artifact, the
+calibration that produced it and the validation measured against the float model.
+
+Reading is strict about what the runtime depends on (types, shapes, paths, hashes) and
+tolerant of extra keys, so a newer writer's additions never break an older reader. A manifest
+with a newer ``schema_version`` than this reader knows is refused with a clear message.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import PurePosixPath
+from typing import Any
+
+from .errors import PackageError
+
+SCHEMA_VERSION = 1
+MANIFEST_NAME = "manifest.json"
+
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+
+
+@dataclass
+class Preprocessing:
+    """How a raw input (decoded image or array) becomes the model's float input.
+
+    ``model_input = (raw * scale - mean) / std``, per channel, after resizing images to
+    ``resize`` (height, width) and ordering channels as ``color_order``.
+    """
+
+    resize: list[int] | None = None
+    scale: float = 1.0
+    mean: list[float] = field(default_factory=lambda: [0.0])
+    std: list[float] = field(default_factory=lambda: [1.0])
+    color_order: str = "RGB"  # RGB, BGR or L (grayscale)
+    resize_method: str = "bilinear"
+    inferred_from: str = ""
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Preprocessing:
+        _require_type(data, dict, "preprocessing")
+        resize = data.get("resize")
+        if resize is not None and (
+            not isinstance(resize, list) or len(resize) != 2 or not all(_is_pos_int(v) for v in resize)
+        ):
+            raise PackageError(f"manifest: preprocessing.resize must be [height, width], got {resize!r}")
+        scale = data.get("scale", 1.0)
+        mean = data.get("mean", [0.0])
+        std = data.get("std", [1.0])
+        if not _is_number(scale):
+            raise PackageError(f"manifest: preprocessing.scale must be a number, got {scale!r}")
+        for key, value in (("mean", mean), ("std", std)):
+            if not isinstance(value, list) or not value or not all(_is_number(v) for v in value):
+                raise PackageError(f"manifest: preprocessing.{key} must be a list of numbers, got {value!r}")
+        if any(v == 0 for v in std):
+            raise PackageError("manifest: preprocessing.std must not contain 0")
+        color_order = data.get("color_order", "RGB")
+        if color_order not in ("RGB", "BGR", "L"):
+            raise PackageError(f"manifest: preprocessing.color_order must be RGB, BGR or L, got {color_order!r}")
+        return cls(
+            resize=list(resize) if resize else None,
+            scale=float(scale),
+            mean=[float(v) for v in mean],
+            std=[float(v) for v in std],
+            color_order=color_order,
+            resize_method=str(data.get("resize_method", "bilinear")),
+            inferred_from=str(data.get("inferred_from", "")),
+        )
+
+
+@dataclass
+class TensorSpec:
+    name: str
+    shape: list[int]  # -1 for a dynamic dimension (the batch)
+    dtype: str = "float32"
+    layout: str | None = None  # "NHWC" for images
+    preprocessing: Preprocessing | None = None
+    labels: list[str] | None = None
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], where: str) -> TensorSpec:
+        _require_type(data, dict, where)
+        name = data.get("name")
+        shape = data.get("shape")
+        if not isinstance(name, str) or not name:
+            raise PackageError(f"manifest: {where}.name must be a non-empty string")
+        if not isinstance(shape, list) or not all(isinstance(v, int) and v >= -1 and v != 0 for v in shape):
+            raise PackageError(f"manifest: {where}.shape must be a list of positive ints or -1, got {shape!r}")
+        labels = data.get("labels")
+        if labels is not None and (not isinstance(labels, list) or not all(isinstance(v, str) for v in labels)):
+            raise PackageError(f"manifest: {where}.labels must be a list of strings")
+        pre = data.get("preprocessing")
+        return cls(
+            name=name,
+            shape=list(shape),
+            dtype=str(data.get("dtype", "float32")),
+            layout=data.get("layout"),
+            preprocessing=Preprocessing.from_dict(pre) if pre is not None else None,
+            labels=list(labels) if labels is not None else None,
+        )
+
+
+@dataclass
+class QuantParams:
+    """How an artifact's IO tensor maps to float: ``real = (q - zero_point) * scale``."""
+
+    name: str
+    dtype: str
+    scale: float = 0.0
+    zero_point: int = 0
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], where: str) -> QuantParams:
+        _require_type(data, dict, where)
+        try:
+            return cls(
+                name=str(data["name"]),
+                dtype=str(data["dtype"]),
+                scale=float(data.get("scale", 0.0)),
+                zero_point=int(data.get("zero_point", 0)),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise PackageError(f"manifest: {where} is malformed ({exc})") from None
+
+
+@dataclass
+class Artifact:
+    target: str
+    path: str
+    sha256: str
+    bytes: int
+    precision: str = "int8"
+    inputs: list[QuantParams] = field(default_factory=list)
+    outputs: list[QuantParams] = field(default_factory=list)
+    float_ops: list[dict[str, str]] = field(default_factory=list)
+    converter: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], where: str) -> Artifact:
+        _require_type(data, dict, where)
+        target, path, digest, size = data.get("target"), data.get("path"), data.get("sha256"), data.get("bytes")
+        if not isinstance(target, str) or not target:
+            raise PackageError(f"manifest: {where}.target must be a non-empty string")
+        if not isinstance(path, str) or not _is_safe_relative(path):
+            raise PackageError(f"manifest: {where}.path must be a relative path inside the package, got {path!r}")
+        if not isinstance(digest, str) or not _SHA256.match(digest):
+            raise PackageError(f"manifest: {where}.sha256 must be 64 lowercase hex digits")
+        if not isinstance(size, int) or size < 0:
+            raise PackageError(f"manifest: {where}.bytes must be a non-negative int")
+        io = data.get("io", {})
+        _require_type(io, dict, f"{where}.io")
+        return cls(
+            target=target,
+            path=path,
+            sha256=digest,
+            bytes=size,
+            precision=str(data.get("precision", "int8")),
+            inputs=[QuantParams.from_dict(q, f"{where}.io.inputs[{i}]") for i, q in enumerate(io.get("inputs", []))],
+            outputs=[QuantParams.from_dict(q, f"{where}.io.outputs[{i}]") for i, q in enumerate(io.get("outputs", []))],
+            float_ops=list(data.get("float_ops", [])),
+            converter=dict(data.get("converter", {})),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "target": self.target,
+            "path": self.path,
+            "sha256": self.sha256,
+            "bytes": self.bytes,
+            "precision": self.precision,
+            "io": {"inputs": [asdict(q) for q in self.inputs], "outputs": [asdict(q) for q in self.outputs]},
+            "float_ops": self.float_ops,
+            "converter": self.converter,
+        }
+
+
+@dataclass
+class Manifest:
+    name: str
+    edgekit_version: str
+    created: str
+    source: dict[str, Any]
+    inputs: list[TensorSpec]
+    outputs: list[TensorSpec]
+    artifacts: list[Artifact]
+    calibration: dict[str, Any] = field(default_factory=dict)
+    validation: dict[str, Any] = field(default_factory=dict)
+    versions: dict[str, str] = field(default_factory=dict)
+    schema_version: int = SCHEMA_VERSION
+
+    def artifact(self, target: str) -> Artifact:
+        for artifact in self.artifacts:
+            if artifact.target == target:
+                return artifact
+        available = ", ".join(a.target for a in self.artifacts) or "none"
+        raise PackageError(
+            f"package {self.name!r} has no {target} artifact (it has: {available})",
+            hint="repackage with --target " + target,
+        )
+
+    @property
+    def labels(self) -> list[str] | None:
+        return self.outputs[0].labels if self.outputs else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema_version": self.schema_version,
+            "name": self.name,
+            "edgekit_version": self.edgekit_version,
+            "created": self.created,
+            "source": self.source,
+            "inputs": [_spec_to_dict(s) for s in self.inputs],
+            "outputs": [_spec_to_dict(s) for s in self.outputs],
+            "artifacts": [a.to_dict() for a in self.artifacts],
+            "calibration": self.calibration,
+            "validation": self.validation,
+            "versions": self.versions,
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(_finite(self.to_dict()), indent=2, allow_nan=False) + "\n"
+
+    @classmethod
+    def from_dict(cls, data: Any) -> Manifest:
+        _require_type(data, dict, "manifest")
+        version = data.get("schema_version")
+        if not isinstance(version, int) or isinstance(version, bool):
+            raise PackageError("manifest: schema_version is missing or not an integer")
+        if version > SCHEMA_VERSION:
+            raise PackageError(
+                f"manifest schema_version {version} is newer than this edgekit understands ({SCHEMA_VERSION})",
+                hint="upgrade edgekit on this device (pip install -U edgekit)",
+            )
+        if version < 1:
+            raise PackageError(f"manifest: unknown schema_version {version}")
+        name = data.get("name")
+        if not isinstance(name, str) or not name:
+            raise PackageError("manifest: name must be a non-empty string")
+        for key in ("inputs", "outputs", "artifacts"):
+            if not isinstance(data.get(key), list) or not data[key]:
+                raise PackageError(f"manifest: {key} must be a non-empty list")
+        for key in ("source", "calibration", "validation", "versions"):
+            _require_type(data.get(key, {}), dict, f"manifest.{key}")
+        return cls(
+            schema_version=version,
+            name=name,
+            edgekit_version=str(data.get("edgekit_version", "")),
+            created=str(data.get("created", "")),
+            source=dict(data.get("source", {})),
+            inputs=[TensorSpec.from_dict(s, f"inputs[{i}]") for i, s in enumerate(data["inputs"])],
+            outputs=[TensorSpec.from_dict(s, f"outputs[{i}]") for i, s in enumerate(data["outputs"])],
+            artifacts=[Artifact.from_dict(a, f"artifacts[{i}]") for i, a in enumerate(data["artifacts"])],
+            calibration=dict(data.get("calibration", {})),
+            validation=dict(data.get("validation", {})),
+            versions={str(k): str(v) for k, v in dict(data.get("versions", {})).items()},
+        )
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> Manifest:
+        try:
+            data = json.loads(text)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise PackageError(
+                f"manifest.json is not valid JSON ({exc})", hint="the package is corrupt: copy or rebuild it"
+            ) from None
+        return cls.from_dict(data)
+
+
+def _spec_to_dict(spec: TensorSpec) -> dict[str, Any]:
+    data: dict[str, Any] = {"name": spec.name, "shape": spec.shape, "dtype": spec.dtype}
+    if spec.layout:
+        data["layout"] = spec.layout
+    if spec.preprocessing is not None:
+        data["preprocessing"] = asdict(spec.preprocessing)
+    if spec.labels is not None:
+        data["labels"] = spec.labels
+    return data
+
+
+def _finite(value: Any) -> Any:
+    """Strict JSON has no NaN/Infinity: such measurements are written as null."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
+def _require_type(value: Any, kind: type, where: str) -> None:
+    if not isinstance(value, kind):
+        raise PackageError(f"manifest: {where} must be a {kind.__name__}, got {type(value).__name__}")
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
+
+
+def _is_pos_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def _is_safe_relative(path: str) -> bool:
+    if not path or "\\" in path or "\0" in path:
+        return False
+    pure = PurePosixPath(path)
+    return not pure.is_absolute() and ".." not in pure.parts and pure.parts[0] not in ("", ".")

@@ -1,0 +1,101 @@
+"""Opening and archiving packages: a ``NAME.edgekit/`` directory or a ``NAME.ekpkg`` zip.
+
+An archive is unpacked once into the cache (keyed by its sha256) and read from there.
+Every artifact is checked against the manifest's sha256 before a runtime loads it.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import zipfile
+from pathlib import Path, PurePosixPath
+
+from .cache import entry_path
+from .errors import PackageError
+from .fsutil import publish, sha256_file, sha256_tree, staging_dir
+from .manifest import MANIFEST_NAME, Artifact, Manifest
+
+MAX_UNPACKED_BYTES = 4 << 30
+MAX_ENTRIES = 10_000
+
+
+def open_package(source: str | os.PathLike[str]) -> tuple[Path, Manifest]:
+    """The package's root directory and its parsed manifest."""
+    path = Path(source)
+    if not path.exists():
+        raise PackageError(f"package {path} does not exist", hint="pass a NAME.edgekit directory or a NAME.ekpkg file")
+    root = _unpack(path) if path.is_file() else path
+    manifest_file = root / MANIFEST_NAME
+    if not manifest_file.is_file():
+        raise PackageError(
+            f"{path} is not an edgekit package (no {MANIFEST_NAME})", hint="build one with `edgekit package`"
+        )
+    return root, Manifest.from_json(manifest_file.read_bytes())
+
+
+def verified_artifact_path(root: Path, artifact: Artifact) -> Path:
+    """The artifact's path after checking that its bytes are the ones the manifest names."""
+    path = root / artifact.path
+    if not path.exists():
+        raise PackageError(f"package is incomplete: {artifact.path} is missing", hint="copy or rebuild the package")
+    actual = sha256_tree(path)
+    if actual != artifact.sha256:
+        raise PackageError(
+            f"{artifact.path} does not match the manifest (sha256 {actual[:12]}..., expected "
+            f"{artifact.sha256[:12]}...): the package is corrupt or was modified",
+            hint="copy the package again from its source, or rebuild it",
+        )
+    return path
+
+
+def write_archive(package_dir: Path, archive: Path, replace: bool = False) -> None:
+    """Zip a package directory into ``archive`` (written under a temp name, then renamed)."""
+    with staging_dir(archive) as tmp:
+        staged = tmp / archive.name
+        with zipfile.ZipFile(staged, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+            for file in sorted(p for p in package_dir.rglob("*") if p.is_file()):
+                zf.write(file, file.relative_to(package_dir).as_posix())
+        publish(staged, archive, replace=replace)
+
+
+def _unpack(archive: Path) -> Path:
+    if not zipfile.is_zipfile(archive):
+        raise PackageError(f"{archive} is not an edgekit package (not a directory or a .ekpkg zip)")
+    target = entry_path("packages", sha256_file(archive))
+    if (target / MANIFEST_NAME).is_file():
+        return target
+    try:
+        with zipfile.ZipFile(archive) as zf, staging_dir(target) as tmp:
+            members = zf.infolist()
+            _check_members(members, archive)
+            for member in members:
+                zf.extract(member, tmp)
+            try:
+                publish(tmp, target)
+            except (FileExistsError, OSError):
+                if not (target / MANIFEST_NAME).is_file():  # another process won the race
+                    raise
+    except zipfile.BadZipFile as exc:
+        raise PackageError(f"{archive} is a corrupt archive ({exc})", hint="copy or rebuild the package") from None
+    return target
+
+
+def _check_members(members: list[zipfile.ZipInfo], archive: Path) -> None:
+    if len(members) > MAX_ENTRIES:
+        raise PackageError(f"{archive} has {len(members)} entries (limit {MAX_ENTRIES})")
+    total = 0
+    seen: set[str] = set()
+    for member in members:
+        name = PurePosixPath(member.filename)
+        if name.is_absolute() or ".." in name.parts or "\\" in member.filename:
+            raise PackageError(f"{archive} contains an unsafe path {member.filename!r}: refusing to unpack")
+        mode = member.external_attr >> 16
+        if mode and not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+            raise PackageError(f"{archive} contains a link or special file {member.filename!r}: refusing to unpack")
+        if member.filename in seen:
+            raise PackageError(f"{archive} contains {member.filename!r} twice: refusing to unpack")
+        seen.add(member.filename)
+        total += member.file_size
+        if total > MAX_UNPACKED_BYTES:
+            raise PackageError(f"{archive} unpacks to more than {MAX_UNPACKED_BYTES >> 20} MiB: refusing to unpack")

@@ -1,0 +1,363 @@
+"""``edgekit package``: source model + calibration data -> validated INT8 package.
+
+Steps: open the data (cheap checks first, before TensorFlow starts), export the model to a
+SavedModel and read its signature (child process), infer the preprocessing, select samples
+deterministically, compute float reference outputs (child process), build each target's
+artifact into a staging directory, validate every artifact against the float outputs with
+the device runtime, then publish the package by rename. A failure at any step leaves nothing
+in the output directory.
+"""
+
+from __future__ import annotations
+
+import platform
+import re
+import tempfile
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from . import __version__, worker
+from .backends import get_backend
+from .data.preprocessing import check_finite, conform, infer_preprocessing, normalize
+from .data.sources import DataSource, RawBatch, open_data
+from .errors import AccuracyDropError, DataError, EdgekitError, ModelSourceError, OutputExistsError
+from .fsutil import publish, sha256_tree, staging_dir, write_text_atomic
+from .manifest import Manifest, Preprocessing, TensorSpec
+from .package_io import write_archive
+from .progress import Progress
+from .quantize.metrics import OutputComparison, compare_outputs
+from .targets import BuildContext, get_target
+from .targets.source import detect_format
+
+MIN_RECOMMENDED_SAMPLES = 100
+HOLDOUT_FRACTION = 0.2
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+
+
+@dataclass
+class PackageOptions:
+    model: str
+    calibration: str
+    output_dir: str
+    targets: list[str] = field(default_factory=lambda: ["tflite"])
+    eval: str | None = None
+    name: str | None = None
+    samples: int = 300
+    eval_samples: int | None = None
+    seed: int = 0
+    max_accuracy_drop: float = 1.0
+    allow_accuracy_drop: bool = False
+    allow_float_ops: bool = False
+    force: bool = False
+    archive: bool = False
+    labels_file: str | None = None
+    preprocessing: dict[str, Any] = field(default_factory=dict)  # scale, mean, std, color_order, resize
+    timeout_s: float | None = None
+
+
+@dataclass
+class PackageResult:
+    path: Path
+    manifest: Manifest
+    archive: Path | None
+    comparisons: dict[str, OutputComparison]
+    warnings: list[str]
+
+
+def package(options: PackageOptions, progress: Progress | None = None) -> PackageResult:
+    progress = progress or Progress()
+    fmt = detect_format(options.model)
+    name = options.name or _default_name(Path(options.model))
+    if not _NAME.match(name):
+        raise EdgekitError(
+            f"package name {name!r} is not usable as a file name",
+            hint="use --name with letters, digits, '.', '_' or '-'",
+        )
+    out = Path(options.output_dir)
+    if out.exists() and not out.is_dir():
+        raise OutputExistsError(f"output {out} exists and is not a directory", hint="choose another -o")
+    destination = out / f"{name}.edgekit"
+    archive = out / f"{name}.ekpkg" if options.archive else None
+    for path in (destination, archive):
+        if path is not None and path.exists() and not options.force:
+            raise OutputExistsError(f"{path} already exists")
+    if options.samples < 1:
+        raise DataError(f"--samples must be at least 1, got {options.samples}")
+    targets = [get_target(t) for t in options.targets]
+
+    calibration = open_data(options.calibration, "calibration")
+    evaluation = open_data(options.eval, "evaluation") if options.eval else None
+    _check_compatible(calibration, evaluation)
+
+    with tempfile.TemporaryDirectory(prefix="edgekit-package-") as tmp:
+        work = Path(tmp)
+        with progress.step(f"Loading {fmt} model {options.model}"):
+            source = worker.call(
+                "edgekit.targets.source:prepare",
+                what="loading the model",
+                model_path=str(Path(options.model).resolve()),
+                fmt=fmt,
+                export_dir=str(work / "saved_model"),
+            )
+        model_input, model_output = _single_io(source)
+        if model_input["dtype"] not in ("float32", "float16"):
+            raise ModelSourceError(
+                f"model input {model_input['name']!r} is {model_input['dtype']}; edgekit quantizes float-input models"
+            )
+        spec = infer_preprocessing(model_input["shape"], calibration.dtype, source["rescales"], options.preprocessing)
+        sample_shape = tuple(None if d == -1 else d for d in model_input["shape"][1:])
+
+        calib_idx, eval_idx, held_out = _split(calibration, evaluation, options, progress)
+        calib_raw = _load(calibration, calib_idx, spec, "calibration data")
+        calib_x = conform(normalize(calib_raw.x, spec), sample_shape, f"calibration data {calibration.description}")
+        eval_source = evaluation or calibration
+        eval_raw = _load(eval_source, eval_idx, spec, "evaluation data")
+        eval_x = conform(normalize(eval_raw.x, spec), sample_shape, f"evaluation data {eval_source.description}")
+        labels = _labels(options, calibration, evaluation, model_output)
+        targets_y = eval_raw.y
+        _check_targets(targets_y, model_output)
+
+        calib_npy, eval_npy, ref_npy = work / "calibration.npy", work / "eval.npy", work / "reference.npy"
+        np.save(calib_npy, calib_x.astype(np.float32))
+        np.save(eval_npy, eval_x.astype(np.float32))
+        with progress.step(f"Float reference outputs on {len(eval_x)} samples"):
+            worker.call(
+                "edgekit.targets.source:float_reference",
+                what="running the float model",
+                saved_model=source["saved_model"],
+                inputs_npy=str(eval_npy),
+                output_npy=str(ref_npy),
+            )
+        reference = np.load(ref_npy)
+
+        with staging_dir(destination) as staged:
+            artifacts = []
+            comparisons: dict[str, OutputComparison] = {}
+            for target in targets:
+                context = BuildContext(
+                    saved_model=source["saved_model"],
+                    calibration_npy=str(calib_npy),
+                    package_dir=staged,
+                    allow_float_ops=options.allow_float_ops,
+                    layer_names=source["layers"],
+                    timeout_s=options.timeout_s,
+                )
+                with progress.step(f"Calibrating and converting {target.name} on {len(calib_x)} samples"):
+                    artifact = target.build(context)
+                with progress.step(f"Validating {target.name} against the float model"):
+                    comparisons[target.name] = _validate(staged / artifact.path, target.backend, eval_x, reference, targets_y)
+                artifacts.append(artifact)
+
+            validation = _validation_record(comparisons, options, eval_source, eval_raw, held_out, evaluation is None)
+            manifest = Manifest(
+                name=name,
+                edgekit_version=__version__,
+                created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                source={
+                    "format": fmt,
+                    "file": Path(options.model).name,
+                    "sha256": sha256_tree(options.model),
+                },
+                inputs=[
+                    TensorSpec(
+                        name=model_input["name"],
+                        shape=model_input["shape"],
+                        dtype="float32",
+                        layout="NHWC" if spec.resize else None,
+                        preprocessing=spec,
+                    )
+                ],
+                outputs=[
+                    TensorSpec(name=model_output["name"], shape=model_output["shape"], dtype="float32", labels=labels)
+                ],
+                artifacts=artifacts,
+                calibration={
+                    "samples": int(len(calib_x)),
+                    "method": "minmax",
+                    "seed": options.seed,
+                    "source": calibration.description,
+                    "data_sha256": calib_raw.sha256,
+                },
+                validation=validation,
+                versions=_versions(source),
+            )
+            write_text_atomic(staged / "manifest.json", manifest.to_json())
+            if labels:
+                write_text_atomic(staged / "labels.txt", "\n".join(labels) + "\n")
+            failures = {t: c.accuracy_drop_pp for t, c in comparisons.items() if _too_large(c, options)}
+            if failures and not options.allow_accuracy_drop:
+                worst = ", ".join(f"{t}: -{d:.2f} pp" for t, d in failures.items())
+                raise AccuracyDropError(
+                    f"INT8 accuracy dropped more than --max-accuracy-drop {options.max_accuracy_drop} pp ({worst}); "
+                    "no package was written"
+                )
+            out.mkdir(parents=True, exist_ok=True)
+            publish(staged, destination, replace=options.force)
+    if archive is not None:
+        write_archive(destination, archive, replace=options.force)
+    return PackageResult(destination, manifest, archive, comparisons, progress.warnings)
+
+
+def _default_name(model: Path) -> str:
+    stem = model.name if model.is_dir() else model.stem
+    cleaned = re.sub(r"[^A-Za-z0-9._-]+", "-", stem).strip("-.") or "model"
+    return cleaned
+
+
+def _check_compatible(calibration: DataSource, evaluation: DataSource | None) -> None:
+    if evaluation is None:
+        return
+    kinds = {calibration.dtype.kind in "iu", evaluation.dtype.kind in "iu"}
+    if len(kinds) == 2:
+        raise DataError(
+            f"calibration data is {calibration.dtype} but evaluation data is {evaluation.dtype}: "
+            "one preprocessing cannot serve both",
+            hint="give both as raw images/uint8 or both as preprocessed float arrays",
+        )
+    if calibration.sample_shape and evaluation.sample_shape and calibration.sample_shape != evaluation.sample_shape:
+        raise DataError(
+            f"calibration samples have shape {calibration.sample_shape} but evaluation samples "
+            f"{evaluation.sample_shape}",
+            hint="both must match the model's input",
+        )
+    if calibration.labels and evaluation.labels and calibration.labels != evaluation.labels:
+        raise DataError(
+            f"calibration classes {calibration.labels[:6]} differ from evaluation classes {evaluation.labels[:6]}",
+            hint="use the same class sub-folders in both",
+        )
+
+
+def _single_io(source: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    inputs, outputs = source["inputs"], source["outputs"]
+    if len(inputs) != 1 or len(outputs) != 1:
+        raise ModelSourceError(
+            f"the model has {len(inputs)} inputs and {len(outputs)} outputs; edgekit packages "
+            "single-input, single-output models for now",
+            hint="wrap the model so it takes one input tensor and returns one output tensor",
+        )
+    return inputs[0], outputs[0]
+
+
+def _split(
+    calibration: DataSource, evaluation: DataSource | None, options: PackageOptions, progress: Progress
+) -> tuple[np.ndarray, np.ndarray, bool]:
+    """Calibration and validation indices, seeded; held-out validation when there is no --eval."""
+    if evaluation is not None:
+        calib = calibration.select(options.samples, options.seed)
+        evals = evaluation.select(options.eval_samples, options.seed)
+        held_out = True
+    elif calibration.count >= 10:
+        n_hold = max(1, int(round(calibration.count * HOLDOUT_FRACTION)))
+        if options.eval_samples:
+            n_hold = min(n_hold, options.eval_samples)
+        evals = calibration.select(n_hold, options.seed + 1)
+        calib = calibration.select(options.samples, options.seed, exclude=evals)
+        held_out = True
+    else:
+        calib = calibration.select(options.samples, options.seed)
+        evals = calib
+        held_out = False
+        progress.warn(
+            f"only {calibration.count} samples and no --eval: validating on the calibration samples "
+            "themselves (not held out)"
+        )
+    if len(calib) < MIN_RECOMMENDED_SAMPLES:
+        progress.warn(
+            f"calibrating on {len(calib)} samples; {MIN_RECOMMENDED_SAMPLES}+ representative samples are "
+            "recommended for stable INT8 ranges"
+        )
+    return calib, evals, held_out
+
+
+def _load(source: DataSource, indices: np.ndarray, spec: Preprocessing, what: str) -> RawBatch:
+    size = tuple(spec.resize) if spec.resize else None
+    batch = source.load(indices, size, spec.color_order)  # type: ignore[arg-type]
+    check_finite(batch.x, f"{what} {source.description}")
+    return batch
+
+
+def _labels(
+    options: PackageOptions, calibration: DataSource, evaluation: DataSource | None, output: dict[str, Any]
+) -> list[str] | None:
+    labels = None
+    if options.labels_file:
+        path = Path(options.labels_file)
+        if not path.is_file():
+            raise DataError(f"labels file {path} does not exist")
+        labels = [line.strip() for line in path.read_text().splitlines() if line.strip()]
+    labels = labels or calibration.labels or (evaluation.labels if evaluation else None)
+    classes = output["shape"][-1] if len(output["shape"]) == 2 else None
+    if labels is not None and classes not in (None, -1) and len(labels) != classes:
+        raise DataError(
+            f"{len(labels)} class labels but the model outputs {classes} classes",
+            hint="give one label per model output class (--labels FILE, or class sub-folders)",
+        )
+    return labels
+
+
+def _check_targets(y: np.ndarray | None, output: dict[str, Any]) -> None:
+    if y is None or len(output["shape"]) != 2 or output["shape"][-1] in (-1, 1):
+        return
+    classes = output["shape"][-1]
+    if y.size and (int(y.min()) < 0 or int(y.max()) >= classes):
+        raise DataError(
+            f"class targets range {int(y.min())}..{int(y.max())} but the model outputs {classes} classes",
+            hint="y must hold class indices 0..classes-1 in the model's output order",
+        )
+
+
+def _validate(
+    artifact: Path, backend_name: str, x: np.ndarray, reference: np.ndarray, y: np.ndarray | None, batch: int = 32
+) -> OutputComparison:
+    backend = get_backend(backend_name)(str(artifact))
+    try:
+        outputs = [backend.run(x[i : i + batch])[0] for i in range(0, len(x), batch)]
+    finally:
+        backend.close()
+    return compare_outputs(reference, np.concatenate(outputs), y)
+
+
+def _too_large(comparison: OutputComparison, options: PackageOptions) -> bool:
+    drop = comparison.accuracy_drop_pp
+    return drop is not None and drop > options.max_accuracy_drop
+
+
+def _validation_record(
+    comparisons: dict[str, OutputComparison],
+    options: PackageOptions,
+    source: DataSource,
+    raw: RawBatch,
+    held_out: bool,
+    from_calibration: bool,
+) -> dict[str, Any]:
+    first = next(iter(comparisons.values()))
+    return {
+        "data": {
+            "source": source.description,
+            "split": ("held-out calibration samples" if held_out else "calibration samples")
+            if from_calibration
+            else "evaluation data",
+            "samples": first.samples,
+            "sha256": raw.sha256,
+            "labeled": first.accuracy is not None,
+        },
+        "float": {"accuracy": first.float_accuracy},
+        "max_accuracy_drop_pp": options.max_accuracy_drop,
+        "passed": not any(_too_large(c, options) for c in comparisons.values()),
+        "artifacts": {target: c.to_dict() for target, c in comparisons.items()},
+    }
+
+
+def _versions(source: dict[str, Any]) -> dict[str, str]:
+    versions = {"edgekit": __version__, "python": platform.python_version(), "numpy": np.__version__}
+    for key in ("tensorflow", "keras"):
+        if key in source:
+            versions[key] = source[key]
+    litert = get_backend("litert").available()
+    if litert:
+        versions["litert"] = litert
+    return versions

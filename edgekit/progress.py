@@ -1,0 +1,39 @@
+"""Progress for long steps: a live spinner with elapsed time on a terminal, silence elsewhere.
+
+Warnings are always printed (to stderr): they matter in CI logs too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import time
+from collections.abc import Iterator
+
+from rich.console import Console
+
+
+def interactive() -> bool:
+    return sys.stderr.isatty() and not os.environ.get("CI")
+
+
+class Progress:
+    def __init__(self, enabled: bool | None = None) -> None:
+        self.enabled = interactive() if enabled is None else enabled
+        self.console = Console(stderr=True)
+        self.warnings: list[str] = []
+
+    @contextlib.contextmanager
+    def step(self, text: str) -> Iterator[None]:
+        if not self.enabled:
+            yield
+            return
+        started = time.perf_counter()
+        with self.console.status(f"{text}..."):
+            yield
+        self.console.print(f"[green]✓[/green] {text} ({time.perf_counter() - started:.1f} s)")
+
+    def warn(self, text: str) -> None:
+        self.warnings.append(text)
+        print(f"warning: {text}", file=sys.stderr)

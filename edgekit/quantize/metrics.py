@@ -1,0 +1,74 @@
+"""How close an INT8 artifact's outputs are to the float model's.
+
+Top-1 agreement says whether the quantized model decides the same; cosine similarity and
+SQNR (signal-to-quantization-noise ratio, dB) say how far its raw outputs moved. With class
+targets, accuracy of both and the drop in percentage points.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+
+@dataclass
+class OutputComparison:
+    samples: int
+    top1_agreement: float
+    cosine: float
+    sqnr_db: float
+    max_abs_error: float
+    float_accuracy: float | None = None
+    accuracy: float | None = None
+
+    @property
+    def accuracy_drop_pp(self) -> float | None:
+        if self.float_accuracy is None or self.accuracy is None:
+            return None
+        return round(100.0 * (self.float_accuracy - self.accuracy), 4)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["accuracy_drop_pp"] = self.accuracy_drop_pp
+        return data
+
+
+def compare_outputs(reference: np.ndarray, candidate: np.ndarray, targets: np.ndarray | None = None) -> OutputComparison:
+    """Compare a candidate's outputs with the float reference, sample by sample (axis 0)."""
+    if reference.shape != candidate.shape:
+        raise ValueError(f"output shapes differ: {reference.shape} vs {candidate.shape}")
+    ref = reference.reshape(reference.shape[0], -1).astype(np.float64)
+    out = candidate.reshape(candidate.shape[0], -1).astype(np.float64)
+    agreement = float(np.mean(ref.argmax(axis=1) == out.argmax(axis=1))) if ref.shape[1] > 1 else float("nan")
+    noise = out - ref
+    signal_power = float(np.sum(ref**2))
+    noise_power = float(np.sum(noise**2))
+    if noise_power == 0:
+        sqnr = float("inf")
+    elif signal_power == 0:
+        sqnr = float("-inf")
+    else:
+        sqnr = 10.0 * np.log10(signal_power / noise_power)
+    float_accuracy = accuracy = None
+    if targets is not None:
+        float_accuracy = float(np.mean(ref.argmax(axis=1) == targets))
+        accuracy = float(np.mean(out.argmax(axis=1) == targets))
+    return OutputComparison(
+        samples=int(ref.shape[0]),
+        top1_agreement=agreement,
+        cosine=_mean_cosine(ref, out),
+        sqnr_db=float(sqnr),
+        max_abs_error=float(np.max(np.abs(noise))) if noise.size else 0.0,
+        float_accuracy=float_accuracy,
+        accuracy=accuracy,
+    )
+
+
+def _mean_cosine(a: np.ndarray, b: np.ndarray) -> float:
+    norms = np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1)
+    dots = np.sum(a * b, axis=1)
+    both_zero = norms == 0
+    cos = np.where(both_zero, 1.0, dots / np.where(both_zero, 1.0, norms))
+    return float(np.mean(cos))

@@ -1,0 +1,52 @@
+"""The validation table printed after packaging: one row per artifact, measured vs the float model."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from .manifest import Manifest
+
+
+def _pct(value: float | None) -> str:
+    return "n/a" if value is None else f"{100 * value:.2f}%"
+
+
+def _num(value: Any, fmt: str) -> str:
+    return "n/a" if value is None else format(value, fmt)
+
+
+def render(manifest: Manifest, console: Console | None = None) -> None:
+    console = console or Console(width=None if Console().is_terminal else 120)
+    validation = manifest.validation
+    data = validation.get("data", {})
+    table = Table(
+        title=f"{manifest.name}: INT8 vs float on {data.get('samples', '?')} {data.get('split', 'samples')}",
+        title_justify="left",
+    )
+    columns = ("target", "precision", "size", "float acc", "int8 acc", "change", "top-1 agree", "cosine", "SQNR")
+    for column in columns:
+        table.add_column(column, justify="left" if column in ("target", "precision") else "right")
+    float_acc = validation.get("float", {}).get("accuracy")
+    for artifact in manifest.artifacts:
+        metrics = validation.get("artifacts", {}).get(artifact.target, {})
+        drop = metrics.get("accuracy_drop_pp")
+        sqnr = metrics.get("sqnr_db")
+        table.add_row(
+            artifact.target,
+            artifact.precision,
+            f"{artifact.bytes / 1024:.1f} KiB",
+            _pct(float_acc),
+            _pct(metrics.get("accuracy")),
+            "n/a" if drop is None else f"{0.0 - drop:+.2f} pp",
+            _pct(metrics.get("top1_agreement")),
+            _num(metrics.get("cosine"), ".5f"),
+            "inf dB" if sqnr is None and metrics else _num(sqnr, ".1f") + " dB",
+        )
+    console.print(table)
+    limit = validation.get("max_accuracy_drop_pp")
+    if validation.get("data", {}).get("labeled"):
+        verdict = "within" if validation.get("passed") else "EXCEEDS"
+        console.print(f"accuracy drop {verdict} the {limit} pp limit")
