@@ -33,9 +33,13 @@ class EdgekitError(Exception):
 class ModelSourceError(EdgekitError):
     """The model to package is missing, unreadable or not a model edgekit can read."""
 
+    default_hint = "pass a Keras .keras or .h5 file or a TF SavedModel directory"
+
 
 class DataError(EdgekitError):
     """Calibration or evaluation data is missing, empty, malformed or inconsistent."""
+
+    default_hint = "pass an image folder, a .npy/.npz file (x, optional y) or module:function, shaped like the model input"
 
 
 class OutputExistsError(EdgekitError):
@@ -44,6 +48,8 @@ class OutputExistsError(EdgekitError):
 
 class ConversionError(EdgekitError):
     """A converter failed (or crashed) while building an artifact."""
+
+    default_hint = "rerun with --debug to see the converter's log"
 
 
 class UnsupportedOpError(ConversionError):
@@ -63,13 +69,19 @@ class AccuracyDropError(EdgekitError):
 class PackageError(EdgekitError):
     """A package is missing, corrupt, tampered with, or from an unsupported schema version."""
 
+    default_hint = "copy the package again from its source, or rebuild it with `edgekit package`"
+
 
 class BackendUnavailableError(EdgekitError):
     """No installed runtime library can run the package's artifacts."""
 
+    default_hint = "pip install 'edgekit[tflite]' (LiteRT) on this device"
+
 
 class InputError(EdgekitError):
     """An input given to a loaded model has the wrong shape, dtype or values."""
+
+    default_hint = "pass images, or arrays shaped like the model input (see inputs in manifest.json)"
 
 
 ERROR_CLASSES: dict[str, type[EdgekitError]] = {

@@ -312,4 +312,5 @@ def _is_safe_relative(path: str) -> bool:
     if not path or "\\" in path or "\0" in path:
         return False
     pure = PurePosixPath(path)
-    return not pure.is_absolute() and ".." not in pure.parts and pure.parts[0] not in ("", ".")
+    canonical = str(pure) == path  # no "./", "//" or trailing "/" spellings of the same file
+    return canonical and not pure.is_absolute() and ".." not in pure.parts

@@ -86,7 +86,7 @@ def package(options: PackageOptions, progress: Progress | None = None) -> Packag
         if path is not None and path.exists() and not options.force:
             raise OutputExistsError(f"{path} already exists")
     if options.samples < 1:
-        raise DataError(f"--samples must be at least 1, got {options.samples}")
+        raise DataError(f"--samples must be at least 1, got {options.samples}", hint="use --samples 100 or more")
     targets = [get_target(t) for t in options.targets]
 
     calibration = open_data(options.calibration, "calibration")

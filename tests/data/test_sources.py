@@ -1,0 +1,92 @@
+import numpy as np
+import pytest
+
+from edgekit.data.sources import open_data
+from edgekit.errors import DataError
+from tests.conftest import CALIBRATION, load_npz, write_digit_images
+
+
+def test_npz_with_labels_and_seeded_selection():
+    source = open_data(str(CALIBRATION))
+    assert source.kind == "arrays" and source.count == 359 and source.has_targets
+    assert source.labels == [str(i) for i in range(10)]
+    first = source.select(50, seed=3)
+    assert np.array_equal(first, source.select(50, seed=3))
+    assert not np.array_equal(first, source.select(50, seed=4))
+    held = source.select(20, seed=1)
+    rest = source.select(None, seed=0, exclude=held)
+    assert not set(held) & set(rest) and len(rest) == 339
+
+
+def test_image_folder_gives_labels_from_class_folders(tmp_path):
+    x, y = load_npz(CALIBRATION)
+    write_digit_images(tmp_path, x[:30], y[:30])
+    source = open_data(str(tmp_path))
+    assert source.kind == "images" and source.count == 30
+    batch = source.load(np.arange(30), (8, 8), "L")
+    assert batch.x.shape == (30, 8, 8, 1) and batch.x.dtype == np.uint8
+    original = [int(path.stem) for path in source._files]  # files are named by their index in x
+    assert [source.labels[i] for i in batch.y] == [str(y[i]) for i in original]
+    assert np.array_equal(batch.x, x[original])  # PNG round trip is lossless
+
+
+def test_callable_source(tmp_path):
+    (tmp_path / "gen.py").write_text(
+        "import numpy as np\n"
+        "def samples():\n"
+        "    for i in range(12):\n"
+        "        yield np.full((8, 8, 1), i, np.float32)\n"
+    )
+    source = open_data(f"{tmp_path / 'gen.py'}:samples")
+    assert source.count == 12 and source.sample_shape == (8, 8, 1)
+
+
+def test_empty_folder_is_refused(tmp_path):
+    with pytest.raises(DataError, match="contains no images"):
+        open_data(str(tmp_path))
+
+
+def test_unreadable_image_names_the_file(tmp_path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    bad = tmp_path / "a" / "broken.png"
+    bad.write_bytes(b"not a png")
+    (tmp_path / "b" / "ok.png").write_bytes(b"")
+    source = open_data(str(tmp_path))
+    with pytest.raises(DataError, match="broken.png"):
+        source.load(np.arange(2), (8, 8), "L")
+
+
+@pytest.mark.parametrize(
+    "array, message",
+    [
+        (np.array(["a", "b"]), "expected numbers"),
+        (np.zeros((3,), np.float32), "expected a batch"),
+        (np.zeros((0, 8, 8, 1), np.float32), "empty"),
+        (np.zeros((2, 2), np.complex64), "expected numbers"),
+    ],
+)
+def test_bad_arrays_are_refused(tmp_path, array, message):
+    path = tmp_path / "data.npy"
+    np.save(path, array)
+    with pytest.raises(DataError, match=message):
+        open_data(str(path))
+
+
+def test_npz_without_x_and_mismatched_y(tmp_path):
+    np.savez(tmp_path / "no_x.npz", images=np.zeros((4, 8, 8, 1)))
+    with pytest.raises(DataError, match="no array named 'x'"):
+        open_data(str(tmp_path / "no_x.npz"))
+    np.savez(tmp_path / "bad_y.npz", x=np.zeros((4, 8, 8, 1)), y=np.zeros(3, np.int64))
+    with pytest.raises(DataError, match="y has shape"):
+        open_data(str(tmp_path / "bad_y.npz"))
+
+
+def test_missing_and_unsupported_sources(tmp_path):
+    with pytest.raises(DataError, match="does not exist"):
+        open_data(str(tmp_path / "nope.npz"))
+    (tmp_path / "data.csv").write_text("1,2\n")
+    with pytest.raises(DataError, match="unsupported file type"):
+        open_data(str(tmp_path / "data.csv"))
+    with pytest.raises(DataError, match="cannot import"):
+        open_data("no_such_module_xyz:fn")

@@ -1,0 +1,34 @@
+import numpy as np
+import pytest
+
+from edgekit.quantize.metrics import compare_outputs
+
+
+def test_identical_outputs_are_perfect():
+    ref = np.random.default_rng(0).random((20, 5)).astype(np.float32)
+    result = compare_outputs(ref, ref.copy())
+    assert result.top1_agreement == 1.0
+    assert result.cosine == pytest.approx(1.0)
+    assert result.sqnr_db == float("inf")
+    assert result.max_abs_error == 0.0
+
+
+def test_sqnr_matches_its_definition():
+    ref = np.ones((4, 2))
+    noisy = ref + 0.1  # noise power 0.01 per element vs signal power 1 -> 20 dB
+    assert compare_outputs(ref, noisy).sqnr_db == pytest.approx(20.0)
+
+
+def test_accuracy_and_drop_in_percentage_points():
+    ref = np.eye(4)
+    cand = np.eye(4)[[0, 1, 2, 0]]  # last sample now predicts class 0
+    result = compare_outputs(ref, cand, targets=np.array([0, 1, 2, 3]))
+    assert result.float_accuracy == 1.0
+    assert result.accuracy == 0.75
+    assert result.accuracy_drop_pp == pytest.approx(25.0)
+    assert result.top1_agreement == 0.75
+
+
+def test_shape_mismatch_is_refused():
+    with pytest.raises(ValueError):
+        compare_outputs(np.zeros((2, 3)), np.zeros((2, 4)))

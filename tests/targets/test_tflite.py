@@ -1,0 +1,120 @@
+"""The TFLite target on real models: full-integer output, float-op detection, sources."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from edgekit.backends.litert import open_interpreter
+from edgekit.manifest import Manifest
+from edgekit.targets.tflite import layer_of
+from tests.conftest import CALIBRATION, DIGITS_MODEL, EVAL, run_cli, run_tf
+
+pytestmark = pytest.mark.slow
+
+_WEIGHTED_OPS = {"CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED"}
+_PARAMETER_INPUTS = {"MEAN": 1, "RESHAPE": 1, "PAD": 1}  # op -> index of its int32 parameter input
+
+
+def test_digits_model_is_full_integer(digits_package):
+    interpreter = open_interpreter(str(digits_package / "tflite" / "model.int8.tflite"), with_delegates=False)
+    details = {d["index"]: d for d in interpreter.get_tensor_details()}
+    ops = interpreter._get_ops_details()
+    assert {op["op_name"] for op in ops} & {"QUANTIZE", "DEQUANTIZE"} == set()
+
+    biases = {int(op["inputs"][2]) for op in ops if op["op_name"] in _WEIGHTED_OPS and len(op["inputs"]) > 2}
+    parameters = {int(op["inputs"][_PARAMETER_INPUTS[op["op_name"]]]) for op in ops if op["op_name"] in _PARAMETER_INPUTS}
+    used = {int(i) for op in ops for i in list(op["inputs"]) + list(op["outputs"]) if i >= 0}
+    for index in used:
+        dtype = np.dtype(details[index]["dtype"])
+        if index in biases or index in parameters:
+            assert dtype == np.int32, details[index]["name"]
+        else:
+            assert dtype == np.int8, f"{details[index]['name']} is {dtype}"
+    assert biases, "expected int32 biases in conv/dense ops"
+    (model_input,) = interpreter.get_input_details()
+    (model_output,) = interpreter.get_output_details()
+    assert np.dtype(model_input["dtype"]) == np.int8 and np.dtype(model_output["dtype"]) == np.int8
+
+
+def test_digits_accuracy_within_one_point_and_agreement_at_least_98_percent(digits_package):
+    manifest = Manifest.from_json((digits_package / "manifest.json").read_bytes())
+    metrics = manifest.validation["artifacts"]["tflite"]
+    float_accuracy = manifest.validation["float"]["accuracy"]
+    assert manifest.validation["data"]["samples"] == 360
+    assert float_accuracy > 0.95
+    assert metrics["accuracy"] >= float_accuracy - 0.01
+    assert metrics["top1_agreement"] >= 0.98
+    assert metrics["cosine"] > 0.999 and metrics["sqnr_db"] > 20
+    artifact = manifest.artifact("tflite")
+    assert artifact.inputs[0].dtype == "int8" and artifact.inputs[0].scale > 0
+    assert manifest.calibration["samples"] == 300 and len(manifest.calibration["data_sha256"]) == 64
+    assert manifest.inputs[0].preprocessing.scale == pytest.approx(1 / 255)
+
+
+@pytest.fixture(scope="module")
+def sin_saved_model(tmp_path_factory):
+    """A model with an op TFLite cannot run in INT8 (sin), exported as a SavedModel."""
+    path = tmp_path_factory.mktemp("sin") / "sin_model"
+    run_tf(f"""
+        import keras, tensorflow as tf
+        keras.utils.set_random_seed(0)
+        inputs = keras.Input((8, 8, 1))
+        x = keras.layers.Conv2D(4, 3, padding="same", name="conv")(inputs)
+        x = keras.layers.Lambda(lambda t: tf.math.sin(t), name="wave")(x)
+        x = keras.layers.GlobalAveragePooling2D()(x)
+        outputs = keras.layers.Dense(10, activation="softmax", name="head")(x)
+        keras.Model(inputs, outputs).export({str(path)!r}, verbose=False)
+    """)
+    return path
+
+
+def test_op_that_cannot_be_int8_is_named_with_its_layer(sin_saved_model, tmp_path, capsys):
+    out = tmp_path / "out"
+    code, _, err = run_cli(capsys, "package", sin_saved_model, "--calibration", CALIBRATION, "-o", out,
+                           "--allow-accuracy-drop")
+    assert code == 1
+    assert "TFLite cannot run these ops in INT8: SIN (layer wave" in err
+    assert "--allow-float-ops" in err
+    assert "Traceback" not in err
+    assert not out.exists() or not any(out.iterdir())
+
+
+def test_allow_float_ops_keeps_them_and_records_them(sin_saved_model, tmp_path, capsys):
+    code, out, err = run_cli(capsys, "package", sin_saved_model, "--calibration", CALIBRATION, "-o", tmp_path,
+                             "--allow-float-ops", "--allow-accuracy-drop")
+    assert code == 0, err
+    manifest = json.loads((tmp_path / "sin_model.edgekit" / "manifest.json").read_text())
+    artifact = manifest["artifacts"][0]
+    assert artifact["precision"] == "int8+float"
+    assert {op["op"] for op in artifact["float_ops"]} == {"SIN"}
+    assert "keeps these ops in float: SIN" in out
+
+
+@pytest.mark.parametrize("kind", ["h5", "saved_model"])
+def test_h5_and_saved_model_sources_package_like_keras(kind, tmp_path, capsys):
+    source = tmp_path / ("digits.h5" if kind == "h5" else "digits_sm")
+    save = f"model.save({str(source)!r})" if kind == "h5" else f"model.export({str(source)!r}, verbose=False)"
+    run_tf(f"""
+        import keras
+        model = keras.models.load_model({str(DIGITS_MODEL)!r}, compile=False)
+        {save}
+    """)
+    code, out, err = run_cli(capsys, "package", source, "--calibration", CALIBRATION, "--eval", EVAL,
+                             "-o", tmp_path / "out", "--name", "digits")
+    assert code == 0, err
+    manifest = Manifest.from_json((tmp_path / "out" / "digits.edgekit" / "manifest.json").read_bytes())
+    assert manifest.source["format"] == kind
+    metrics = manifest.validation["artifacts"]["tflite"]
+    assert metrics["accuracy"] >= manifest.validation["float"]["accuracy"] - 0.01
+    assert metrics["top1_agreement"] >= 0.98
+    if kind == "saved_model":  # no Keras layers to inspect: uint8 data still scaled to [0, 1]
+        assert manifest.inputs[0].preprocessing.scale == pytest.approx(1 / 255)
+
+
+def test_layer_names_are_recovered_from_tensor_names():
+    assert layer_of("functional_1/wave_1/Sin", ["conv", "wave"]) == "wave"
+    assert layer_of("model/block_2_1/Relu;model/x", ["block_2"]) == "block_2"
+    assert layer_of("model/unknown_1/Sin", []) == "unknown_1"
