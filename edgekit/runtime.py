@@ -52,15 +52,17 @@ class Model:
         return self.predict_tensor(batch, raw=raw)
 
     def predict_tensor(self, x: np.ndarray, raw: bool = False) -> np.ndarray:
-        """Outputs for an already preprocessed float32 batch shaped like the model input."""
-        if not isinstance(x, np.ndarray) or x.dtype.kind != "f":
+        """Outputs for a preprocessed float32 batch shaped like the model input, or for a batch
+        already quantized to the artifact's input dtype (fed unchanged)."""
+        native = self.backend.inputs[0].dtype
+        if not isinstance(x, np.ndarray) or (x.dtype.kind != "f" and x.dtype != native):
             raise InputError(
-                f"expected a float32 array, got {getattr(x, 'dtype', type(x).__name__)}",
-                hint="use predict() for images and raw arrays",
+                f"expected a float32 (or {native}) array, got {getattr(x, 'dtype', type(x).__name__)}",
+                hint="use predict() for images and raw pixel arrays",
             )
         check_finite(x, "input")
         x = conform(x, self._sample_shape, "input")
-        return self.backend.run(x.astype(np.float32, copy=False), raw=raw)[0]
+        return self.backend.run(x if x.dtype == native else x.astype(np.float32, copy=False), raw=raw)[0]
 
     def close(self) -> None:
         self.backend.close()

@@ -2,8 +2,9 @@
 
 A Backend is created once per artifact (interpreter/session built and tensors allocated at
 load), then ``run`` is called many times. Callers pass and receive float32 arrays; the
-backend quantizes inputs and dequantizes outputs with the artifact's own parameters, unless
-``raw=True`` asks for the artifact's native IO dtype.
+backend quantizes inputs and dequantizes outputs with the artifact's own parameters;
+``raw=True`` returns outputs in the artifact's native dtype, and input already in that dtype
+is fed unchanged.
 """
 
 from __future__ import annotations
@@ -50,7 +51,12 @@ class Backend(ABC):
 
     @abstractmethod
     def run(self, x: np.ndarray, raw: bool = False) -> list[np.ndarray]:
-        """One batch through the model: float32 in/out (or native dtype with ``raw``)."""
+        """One batch through the model.
+
+        Float input is quantized with the artifact's parameters; input already in the
+        artifact's dtype (e.g. int8) is fed as is. Outputs are float32, or the artifact's
+        native dtype with ``raw``.
+        """
 
     def close(self) -> None:
         """Release the runtime's resources."""

@@ -112,7 +112,7 @@ class LiteRTBackend(Backend):
 
     def _invoke(self, x: np.ndarray, raw: bool) -> list[np.ndarray]:
         info = self._inputs[0]
-        feed = x.astype(info.dtype, copy=False) if raw else quantize(x, info)
+        feed = x if x.dtype == info.dtype else quantize(x, info)
         self._interpreter.set_tensor(self._input_index, feed)
         self._interpreter.invoke()
         results = []
