@@ -67,8 +67,11 @@ def compare_outputs(reference: np.ndarray, candidate: np.ndarray, targets: np.nd
 
 
 def _mean_cosine(a: np.ndarray, b: np.ndarray) -> float:
-    norms = np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1)
+    """Mean per-sample cosine; two zero vectors agree (1), one zero vector does not (0)."""
+    norm_a = np.linalg.norm(a, axis=1)
+    norm_b = np.linalg.norm(b, axis=1)
+    norms = norm_a * norm_b
     dots = np.sum(a * b, axis=1)
-    both_zero = norms == 0
-    cos = np.where(both_zero, 1.0, dots / np.where(both_zero, 1.0, norms))
+    cos = np.where(norms > 0, dots / np.where(norms > 0, norms, 1.0), 0.0)
+    cos = np.where((norm_a == 0) & (norm_b == 0), 1.0, cos)
     return float(np.mean(cos))

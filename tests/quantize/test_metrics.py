@@ -32,3 +32,12 @@ def test_accuracy_and_drop_in_percentage_points():
 def test_shape_mismatch_is_refused():
     with pytest.raises(ValueError):
         compare_outputs(np.zeros((2, 3)), np.zeros((2, 4)))
+
+
+def test_an_all_zero_output_against_a_nonzero_reference_has_cosine_zero():
+    # a collapsed INT8 output (every value quantized to zero) must not look perfect
+    ref = np.full((3, 4), 0.001)
+    result = compare_outputs(ref, np.zeros((3, 4)))
+    assert result.cosine == 0.0
+    assert result.sqnr_db == pytest.approx(0.0)
+    assert compare_outputs(np.zeros((2, 3)), np.zeros((2, 3))).cosine == 1.0
