@@ -138,15 +138,16 @@ def package(options: PackageOptions, progress: Progress | None = None) -> Packag
             artifacts = []
             comparisons: dict[str, OutputComparison] = {}
             for target in targets:
-                context = BuildContext(
-                    saved_model=source["saved_model"],
-                    calibration_npy=str(calib_npy),
-                    package_dir=staged,
-                    allow_float_ops=options.allow_float_ops,
-                    layer_names=source["layers"],
-                    timeout_s=options.timeout_s,
-                )
-                with progress.step(f"Calibrating and converting {target.name} on {len(calib_x)} samples"):
+                with progress.step(f"Calibrating and converting {target.name} on {len(calib_x)} samples") as update:
+                    context = BuildContext(
+                        saved_model=source["saved_model"],
+                        calibration_npy=str(calib_npy),
+                        package_dir=staged,
+                        allow_float_ops=options.allow_float_ops,
+                        layer_names=source["layers"],
+                        timeout_s=options.timeout_s,
+                        on_progress=update,
+                    )
                     artifact = target.build(context)
                 with progress.step(f"Validating {target.name} against the float model"):
                     comparisons[target.name] = _validate(staged / artifact.path, target.backend, eval_x, reference, targets_y)

@@ -9,7 +9,7 @@ import contextlib
 import os
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from rich.console import Console
 
@@ -25,13 +25,18 @@ class Progress:
         self.warnings: list[str] = []
 
     @contextlib.contextmanager
-    def step(self, text: str) -> Iterator[None]:
+    def step(self, text: str) -> Iterator[Callable[[int, int], None]]:
+        """A long step; the yielded ``update(done, total)`` shows how far it is."""
         if not self.enabled:
-            yield
+            yield lambda done, total: None
             return
         started = time.perf_counter()
-        with self.console.status(f"{text}..."):
-            yield
+        with self.console.status(f"{text}...") as status:
+
+            def update(done: int, total: int) -> None:
+                status.update(f"{text}... {done}/{total}")
+
+            yield update
         self.console.print(f"[green]✓[/green] {text} ({time.perf_counter() - started:.1f} s)")
 
     def warn(self, text: str) -> None:

@@ -17,7 +17,9 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,27 +29,37 @@ from .errors import ERROR_CLASSES, ConversionError, EdgekitError
 _QUIET_ENV = {"TF_CPP_MIN_LOG_LEVEL": "3", "TF_ENABLE_ONEDNN_OPTS": "0", "ABSL_MIN_LOG_LEVEL": "3"}
 
 
-def call(target: str, what: str, timeout: float | None = None, **kwargs: Any) -> Any:
+_PROGRESS_ENV = "EDGEKIT_WORKER_PROGRESS"
+
+
+def call(
+    target: str,
+    what: str,
+    timeout: float | None = None,
+    on_progress: Callable[[int, int], None] | None = None,
+    **kwargs: Any,
+) -> Any:
     """Run ``target`` ("module:function") with ``kwargs`` in a child and return its result.
 
-    ``what`` names the step in error messages ("TFLite conversion").
+    ``what`` names the step in error messages ("TFLite conversion"); ``on_progress(done,
+    total)`` receives what the child reports with ``report_progress``.
     """
     with tempfile.TemporaryDirectory(prefix="edgekit-worker-") as tmp:
         request = Path(tmp) / "request.json"
         response = Path(tmp) / "response.json"
+        progress = Path(tmp) / "progress"
         request.write_text(json.dumps(kwargs))
-        env = {**os.environ, **_QUIET_ENV}
-        try:
-            proc = subprocess.run(
+        env = {**os.environ, **_QUIET_ENV, _PROGRESS_ENV: str(progress)}
+        with open(Path(tmp) / "stderr", "w+b") as stderr:
+            proc = subprocess.Popen(
                 [sys.executable, "-m", "edgekit.worker", target, str(request), str(response)],
                 env=env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                timeout=timeout,
-                check=False,
+                stdout=subprocess.DEVNULL,
+                stderr=stderr,
             )
-        except subprocess.TimeoutExpired:
-            raise ConversionError(f"{what} did not finish within {timeout:.0f} s") from None
+            _wait(proc, timeout, what, progress, on_progress)
+            stderr.seek(0)
+            child_stderr = stderr.read().decode(errors="replace")
         if response.exists():
             result = json.loads(response.read_text())
             if "error" in result:
@@ -57,12 +69,60 @@ def call(target: str, what: str, timeout: float | None = None, **kwargs: Any) ->
                 raised.child_traceback = err.get("traceback", "")  # type: ignore[attr-defined]
                 raise raised
             return result.get("result")
-        tail = _tail(proc.stderr.decode(errors="replace"))
+        tail = _tail(child_stderr)
         how = f"was killed by signal {-proc.returncode}" if proc.returncode < 0 else f"exited with {proc.returncode}"
         raise ConversionError(
             f"{what} crashed: the converter process {how}" + (f"\n{tail}" if tail else ""),
             hint="rerun with --debug for the full log; if it is out of memory, lower --samples",
         )
+
+
+def _wait(
+    proc: subprocess.Popen[bytes],
+    timeout: float | None,
+    what: str,
+    progress: Path,
+    on_progress: Callable[[int, int], None] | None,
+) -> None:
+    deadline = None if timeout is None else time.monotonic() + timeout
+    last = ""
+    try:
+        while True:
+            try:
+                proc.wait(timeout=0.25)
+                return
+            except subprocess.TimeoutExpired:
+                pass
+            if deadline is not None and time.monotonic() > deadline:
+                proc.kill()
+                proc.wait()
+                raise ConversionError(
+                    f"{what} did not finish within {timeout:.0f} s", hint="raise --timeout or lower --samples"
+                )
+            if on_progress is not None:
+                try:
+                    text = progress.read_text()
+                except OSError:
+                    continue
+                if text and text != last and " " in text:
+                    last = text
+                    done, total = text.split()
+                    on_progress(int(done), int(total))
+    except BaseException:
+        if proc.poll() is None:  # interrupted: never leave a converter running behind
+            proc.kill()
+            proc.wait()
+        raise
+
+
+def report_progress(done: int, total: int) -> None:
+    """Child side: tell the parent how far a long step is (cheap; throttle in the caller)."""
+    path = os.environ.get(_PROGRESS_ENV)
+    if path:
+        tmp = f"{path}.tmp"
+        with open(tmp, "w") as handle:
+            handle.write(f"{done} {total}")
+        os.replace(tmp, path)
 
 
 def _tail(text: str, lines: int = 15) -> str:

@@ -8,6 +8,7 @@ so the packager can validate it against the float model.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
@@ -23,6 +24,7 @@ class BuildContext:
     allow_float_ops: bool = False
     layer_names: list[str] = field(default_factory=list)  # to name layers in op errors
     timeout_s: float | None = None
+    on_progress: Callable[[int, int], None] | None = None  # calibration samples done, total
 
 
 class Target(ABC):

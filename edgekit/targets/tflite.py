@@ -39,6 +39,7 @@ class TFLiteTarget(Target):
             "edgekit.targets.tflite:convert",
             what="TFLite conversion",
             timeout=context.timeout_s,
+            on_progress=context.on_progress,
             saved_model=context.saved_model,
             calibration_npy=context.calibration_npy,
             output=str(output),
@@ -126,8 +127,12 @@ def convert(
         samples = np.load(calibration_npy, mmap_mode="r")
 
         def representative_dataset():  # one sample per step, as the converter expects
-            for i in range(len(samples)):
+            total = len(samples)
+            for i in range(total):
+                if i % 10 == 0:
+                    worker.report_progress(i, total)
                 yield [np.asarray(samples[i : i + 1], dtype=np.float32)]
+            worker.report_progress(total, total)
 
         converter.optimizations = [tf.lite.Optimize.DEFAULT]
         converter.representative_dataset = representative_dataset
