@@ -71,12 +71,26 @@ def _resize(text: str | None) -> list[int] | None:
               help="Preprocessing: channel order images are fed in.")
 @click.option("--resize", default=None, metavar="HxW", help="Preprocessing: resize images (default: the model's input).")
 @click.option("--timeout", type=click.FloatRange(min=1), default=None, help="Seconds allowed per conversion.")
+@click.option("--allow-partial", is_flag=True,
+              help="With several targets: exit 0 even if some fail (the package records what failed and why).")
+@click.option("--calibration-method", type=click.Choice(["minmax", "entropy", "percentile"]), default="minmax",
+              show_default=True, help="ONNX activation calibration (TFLite always uses min/max).")
+@click.option("--onnx-activations", type=click.Choice(["s8", "u8"]), default="s8", show_default=True,
+              help="ONNX activation type: s8 (S8S8, ONNX Runtime's first choice) or u8 (U8S8).")
+@click.option("--reduce-range", is_flag=True, help="ONNX: 7-bit weights (can help U8S8 accuracy on CPUs without VNNI).")
+@click.option("--calibration-batch", "max_intermediate_outputs", type=click.IntRange(min=1), default=None,
+              metavar="N", help="ONNX: merge calibration ranges every N samples to bound memory on large models.")
+@click.option("--keep-float", "keep_float", multiple=True, metavar="LAYER",
+              help="Keep this layer in float (repeatable; recorded in the manifest). See --explain for candidates.")
+@click.option("--explain", is_flag=True, help="Report per-layer quantization error (worst layers by SQNR).")
 def package_command(model: Path, targets: tuple[str, ...], calibration: str, eval_data: str | None, samples: int,
                     eval_samples: int | None, seed: int, max_accuracy_drop: float, allow_accuracy_drop: bool,
                     allow_float_ops: bool, name: str | None, output_dir: Path, force: bool, archive: bool,
                     labels_file: Path | None, scale: float | None, mean: str | None, std: str | None,
-                    color_order: str | None, resize: str | None, timeout: float | None) -> None:
-    """Convert MODEL (.keras, .h5 or a SavedModel directory) into a validated INT8 package.
+                    color_order: str | None, resize: str | None, timeout: float | None, allow_partial: bool,
+                    calibration_method: str, onnx_activations: str, reduce_range: bool,
+                    max_intermediate_outputs: int | None, keep_float: tuple[str, ...], explain: bool) -> None:
+    """Convert MODEL (.keras, .h5, a SavedModel directory, or .onnx for --target onnx) into a validated INT8 package.
 
     Every artifact is calibrated on --calibration, then checked against the float model on
     held-out data; the measured accuracy, top-1 agreement, cosine similarity and SQNR are
@@ -87,16 +101,24 @@ def package_command(model: Path, targets: tuple[str, ...], calibration: str, eva
     from .targets import TARGETS
     from .validation_table import render
 
-    chosen = sorted(TARGETS) if "all" in targets else list(dict.fromkeys(targets))
+    chosen = list(TARGETS) if "all" in targets else list(dict.fromkeys(targets))
     options = PackageOptions(
         model=str(model), calibration=calibration, output_dir=str(output_dir), targets=chosen, eval=eval_data,
         name=name, samples=samples, eval_samples=eval_samples, seed=seed, max_accuracy_drop=max_accuracy_drop,
         allow_accuracy_drop=allow_accuracy_drop, allow_float_ops=allow_float_ops, force=force, archive=archive,
-        labels_file=str(labels_file) if labels_file else None, timeout_s=timeout,
+        labels_file=str(labels_file) if labels_file else None, timeout_s=timeout, allow_partial=allow_partial,
+        calibration_method=calibration_method, onnx_activations=onnx_activations, reduce_range=reduce_range,
+        max_intermediate_outputs=max_intermediate_outputs, keep_float=list(keep_float), explain=explain,
         preprocessing={"scale": scale, "mean": float_list(mean), "std": float_list(std),
                        "color_order": color_order.upper() if color_order else None, "resize": _resize(resize)},
     )
-    result = package(options, Progress())
+    from .errors import PartialPackageError
+
+    try:
+        result = package(options, Progress())
+    except PartialPackageError as exc:
+        render(exc.result.manifest)  # type: ignore[attr-defined]
+        raise
     render(result.manifest)
     for artifact in result.manifest.artifacts:
         if artifact.float_ops:

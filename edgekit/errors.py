@@ -66,6 +66,14 @@ class AccuracyDropError(EdgekitError):
     )
 
 
+class PartialPackageError(EdgekitError):
+    """Some targets of a multi-target package failed; the package holds the others."""
+
+    def __init__(self, message: str, hint: str | None = None, result: object = None) -> None:
+        super().__init__(message, hint)
+        self.result = result
+
+
 class PackageError(EdgekitError):
     """A package is missing, corrupt, tampered with, or from an unsupported schema version."""
 
@@ -91,6 +99,7 @@ ERROR_CLASSES: dict[str, type[EdgekitError]] = {
         ModelSourceError,
         DataError,
         OutputExistsError,
+        PartialPackageError,
         ConversionError,
         UnsupportedOpError,
         AccuracyDropError,

@@ -41,6 +41,7 @@ class Preprocessing:
     std: list[float] = field(default_factory=lambda: [1.0])
     color_order: str = "RGB"  # RGB, BGR or L (grayscale)
     resize_method: str = "bilinear"
+    layout: str = "NHWC"  # where channels go: NHWC (TensorFlow) or NCHW (typical ONNX)
     inferred_from: str = ""
 
     @classmethod
@@ -64,7 +65,11 @@ class Preprocessing:
         color_order = data.get("color_order", "RGB")
         if color_order not in ("RGB", "BGR", "L"):
             raise PackageError(f"manifest: preprocessing.color_order must be RGB, BGR or L, got {color_order!r}")
+        layout = data.get("layout", "NHWC")
+        if layout not in ("NHWC", "NCHW"):
+            raise PackageError(f"manifest: preprocessing.layout must be NHWC or NCHW, got {layout!r}")
         return cls(
+            layout=layout,
             resize=list(resize) if resize else None,
             scale=float(scale),
             mean=[float(v) for v in mean],
@@ -141,6 +146,8 @@ class Artifact:
     outputs: list[QuantParams] = field(default_factory=list)
     float_ops: list[dict[str, str]] = field(default_factory=list)
     converter: dict[str, Any] = field(default_factory=dict)
+    companions: list[dict[str, Any]] = field(default_factory=list)  # extra files: path, sha256, bytes, role
+    details: dict[str, Any] = field(default_factory=dict)  # target-specific records
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], where: str) -> Artifact:
@@ -156,6 +163,14 @@ class Artifact:
             raise PackageError(f"manifest: {where}.bytes must be a non-negative int")
         io = data.get("io", {})
         _require_type(io, dict, f"{where}.io")
+        companions = data.get("companions", [])
+        _require_type(companions, list, f"{where}.companions")
+        for i, companion in enumerate(companions):
+            _require_type(companion, dict, f"{where}.companions[{i}]")
+            if not isinstance(companion.get("path"), str) or not _is_safe_relative(companion["path"]):
+                raise PackageError(f"manifest: {where}.companions[{i}].path must be a relative path inside the package")
+            if not isinstance(companion.get("sha256"), str) or not _SHA256.match(companion["sha256"]):
+                raise PackageError(f"manifest: {where}.companions[{i}].sha256 must be 64 lowercase hex digits")
         return cls(
             target=target,
             path=path,
@@ -166,6 +181,8 @@ class Artifact:
             outputs=[QuantParams.from_dict(q, f"{where}.io.outputs[{i}]") for i, q in enumerate(io.get("outputs", []))],
             float_ops=list(data.get("float_ops", [])),
             converter=dict(data.get("converter", {})),
+            companions=list(companions),
+            details=dict(data.get("details", {})),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -178,6 +195,8 @@ class Artifact:
             "io": {"inputs": [asdict(q) for q in self.inputs], "outputs": [asdict(q) for q in self.outputs]},
             "float_ops": self.float_ops,
             "converter": self.converter,
+            "companions": self.companions,
+            "details": self.details,
         }
 
 
@@ -193,6 +212,7 @@ class Manifest:
     calibration: dict[str, Any] = field(default_factory=dict)
     validation: dict[str, Any] = field(default_factory=dict)
     versions: dict[str, str] = field(default_factory=dict)
+    failed: list[dict[str, str]] = field(default_factory=list)  # targets that did not build: target, error, hint
     schema_version: int = SCHEMA_VERSION
 
     def artifact(self, target: str) -> Artifact:
@@ -222,6 +242,7 @@ class Manifest:
             "calibration": self.calibration,
             "validation": self.validation,
             "versions": self.versions,
+            "failed": self.failed,
         }
 
     def to_json(self) -> str:
@@ -260,6 +281,7 @@ class Manifest:
             calibration=dict(data.get("calibration", {})),
             validation=dict(data.get("validation", {})),
             versions={str(k): str(v) for k, v in dict(data.get("versions", {})).items()},
+            failed=[dict(f) for f in data.get("failed", []) if isinstance(f, dict)],
         )
 
     @classmethod

@@ -22,9 +22,16 @@ import numpy as np
 
 from . import __version__, worker
 from .backends import get_backend
-from .data.preprocessing import check_finite, conform, infer_preprocessing, normalize
+from .data.preprocessing import check_finite, conform, infer_preprocessing, normalize, to_layout
 from .data.sources import DataSource, RawBatch, open_data
-from .errors import AccuracyDropError, DataError, EdgekitError, ModelSourceError, OutputExistsError
+from .errors import (
+    AccuracyDropError,
+    DataError,
+    EdgekitError,
+    ModelSourceError,
+    OutputExistsError,
+    PartialPackageError,
+)
 from .fsutil import publish, sha256_tree, staging_dir, write_text_atomic
 from .manifest import Manifest, Preprocessing, TensorSpec
 from .package_io import write_archive
@@ -34,6 +41,7 @@ from .targets import BuildContext, get_target
 from .targets.source import detect_format
 
 MIN_RECOMMENDED_SAMPLES = 100
+_NOT_MEASURABLE = {"coreml": "CoreML prediction runs only on macOS"}
 HOLDOUT_FRACTION = 0.2
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 
@@ -57,6 +65,13 @@ class PackageOptions:
     labels_file: str | None = None
     preprocessing: dict[str, Any] = field(default_factory=dict)  # scale, mean, std, color_order, resize
     timeout_s: float | None = None
+    allow_partial: bool = False  # with several targets: keep the package if some of them fail
+    calibration_method: str = "minmax"  # ONNX: minmax | entropy | percentile
+    onnx_activations: str = "s8"  # ONNX: s8 (S8S8) | u8 (U8S8)
+    reduce_range: bool = False  # ONNX: 7-bit weights for CPUs without VNNI
+    max_intermediate_outputs: int | None = None  # ONNX: bound calibration memory
+    keep_float: list[str] = field(default_factory=list)  # layers to keep in float
+    explain: bool = False  # per-layer quantization error report
 
 
 @dataclass
@@ -64,8 +79,9 @@ class PackageResult:
     path: Path
     manifest: Manifest
     archive: Path | None
-    comparisons: dict[str, OutputComparison]
+    comparisons: dict[str, OutputComparison | None]
     warnings: list[str]
+    explanations: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
 
 def package(options: PackageOptions, progress: Progress | None = None) -> PackageResult:
@@ -129,6 +145,7 @@ def package(options: PackageOptions, progress: Progress | None = None) -> Packag
                 "edgekit.targets.source:float_reference",
                 what="running the float model",
                 saved_model=source["saved_model"],
+                onnx_model=source.get("onnx_model"),
                 inputs_npy=str(eval_npy),
                 output_npy=str(ref_npy),
             )
@@ -136,24 +153,46 @@ def package(options: PackageOptions, progress: Progress | None = None) -> Packag
 
         with staging_dir(destination) as staged:
             artifacts = []
-            comparisons: dict[str, OutputComparison] = {}
+            comparisons: dict[str, OutputComparison | None] = {}
+            failed: list[dict[str, str]] = []
+            context = BuildContext(
+                saved_model=source["saved_model"],
+                calibration_npy=str(calib_npy),
+                package_dir=staged,
+                workdir=work,
+                source_path=str(Path(options.model).resolve()),
+                source_format=fmt,
+                allow_float_ops=options.allow_float_ops,
+                layer_names=source["layers"],
+                keep_float=list(options.keep_float),
+                calibration_method=options.calibration_method,
+                onnx_activations=options.onnx_activations,
+                reduce_range=options.reduce_range,
+                max_intermediate_outputs=options.max_intermediate_outputs,
+                timeout_s=options.timeout_s,
+                float_onnx=source.get("onnx_model"),
+            )
             for target in targets:
-                with progress.step(f"Calibrating and converting {target.name} on {len(calib_x)} samples") as update:
-                    context = BuildContext(
-                        saved_model=source["saved_model"],
-                        calibration_npy=str(calib_npy),
-                        package_dir=staged,
-                        allow_float_ops=options.allow_float_ops,
-                        layer_names=source["layers"],
-                        timeout_s=options.timeout_s,
-                        on_progress=update,
-                    )
-                    artifact = target.build(context)
+                try:
+                    with progress.step(f"Calibrating and converting {target.name} on {len(calib_x)} samples") as update:
+                        context.on_progress = update
+                        artifact = target.build(context)
+                except EdgekitError as exc:
+                    if len(targets) == 1:
+                        raise
+                    failed.append({"target": target.name, "error": exc.message, "hint": exc.hint})
+                    progress.warn(f"{target.name} failed: {exc.message}")
+                    continue
                 with progress.step(f"Validating {target.name} against the float model"):
                     comparisons[target.name] = _validate(staged / artifact.path, target.backend, eval_x, reference, targets_y)
                 artifacts.append(artifact)
+            if not artifacts:
+                details = "; ".join(f"{f['target']}: {f['error']}" for f in failed)
+                raise EdgekitError(f"no target could be built ({details})", hint=failed[0]["hint"] if failed else "")
 
-            validation = _validation_record(comparisons, options, eval_source, eval_raw, held_out, evaluation is None)
+            validation = _validation_record(
+                comparisons, options, eval_source, eval_raw, held_out, evaluation is None, reference, targets_y
+            )
             manifest = Manifest(
                 name=name,
                 edgekit_version=__version__,
@@ -168,7 +207,7 @@ def package(options: PackageOptions, progress: Progress | None = None) -> Packag
                         name=model_input["name"],
                         shape=model_input["shape"],
                         dtype="float32",
-                        layout="NHWC" if spec.resize else None,
+                        layout=spec.layout if spec.resize else None,
                         preprocessing=spec,
                     )
                 ],
@@ -185,6 +224,7 @@ def package(options: PackageOptions, progress: Progress | None = None) -> Packag
                 },
                 validation=validation,
                 versions=_versions(source),
+                failed=failed,
             )
             write_text_atomic(staged / "manifest.json", manifest.to_json())
             if labels:
@@ -200,7 +240,15 @@ def package(options: PackageOptions, progress: Progress | None = None) -> Packag
             publish(staged, destination, replace=options.force)
     if archive is not None:
         write_archive(destination, archive, replace=options.force)
-    return PackageResult(destination, manifest, archive, comparisons, progress.warnings)
+    result = PackageResult(destination, manifest, archive, comparisons, progress.warnings)
+    if failed and not options.allow_partial:
+        listed = "; ".join(f"{f['target']}: {f['error']}" for f in failed)
+        raise PartialPackageError(
+            f"package written to {destination} without {', '.join(f['target'] for f in failed)} ({listed})",
+            hint="fix the model for those targets, drop them from --target, or pass --allow-partial",
+            result=result,
+        )
+    return result
 
 
 def _default_name(model: Path) -> str:
@@ -277,6 +325,8 @@ def _split(
 def _load(source: DataSource, indices: np.ndarray, spec: Preprocessing, what: str) -> RawBatch:
     size = tuple(spec.resize) if spec.resize else None
     batch = source.load(indices, size, spec.color_order)  # type: ignore[arg-type]
+    if source.kind == "images":
+        batch.x = to_layout(batch.x, spec)
     check_finite(batch.x, f"{what} {source.description}")
     return batch
 
@@ -313,8 +363,12 @@ def _check_targets(y: np.ndarray | None, output: dict[str, Any]) -> None:
 
 def _validate(
     artifact: Path, backend_name: str, x: np.ndarray, reference: np.ndarray, y: np.ndarray | None, batch: int = 32
-) -> OutputComparison:
-    backend = get_backend(backend_name)(str(artifact))
+) -> OutputComparison | None:
+    """Outputs of the artifact vs the float reference; None when no runtime for it exists here."""
+    backend_cls = get_backend(backend_name)
+    if backend_cls.available() is None:
+        return None
+    backend = backend_cls(str(artifact))
     try:
         outputs = [backend.run(x[i : i + batch])[0] for i in range(0, len(x), batch)]
     finally:
@@ -322,34 +376,46 @@ def _validate(
     return compare_outputs(reference, np.concatenate(outputs), y)
 
 
-def _too_large(comparison: OutputComparison, options: PackageOptions) -> bool:
+def _too_large(comparison: OutputComparison | None, options: PackageOptions) -> bool:
+    if comparison is None:
+        return False
     drop = comparison.accuracy_drop_pp
     return drop is not None and drop > options.max_accuracy_drop
 
 
 def _validation_record(
-    comparisons: dict[str, OutputComparison],
+    comparisons: dict[str, OutputComparison | None],
     options: PackageOptions,
     source: DataSource,
     raw: RawBatch,
     held_out: bool,
     from_calibration: bool,
+    reference: np.ndarray,
+    targets_y: np.ndarray | None,
 ) -> dict[str, Any]:
-    first = next(iter(comparisons.values()))
+    float_accuracy = float(np.mean(reference.reshape(len(reference), -1).argmax(axis=1) == targets_y)) if (
+        targets_y is not None
+    ) else None
+    artifacts: dict[str, Any] = {}
+    for target, comparison in comparisons.items():
+        if comparison is None:
+            artifacts[target] = {"measured": False, "reason": f"not measurable here: {_NOT_MEASURABLE.get(target, 'no runtime for it on this machine')}"}
+        else:
+            artifacts[target] = {"measured": True, **comparison.to_dict()}
     return {
         "data": {
             "source": source.description,
             "split": ("held-out calibration samples" if held_out else "calibration samples")
             if from_calibration
             else "evaluation data",
-            "samples": first.samples,
+            "samples": int(len(reference)),
             "sha256": raw.sha256,
-            "labeled": first.accuracy is not None,
+            "labeled": targets_y is not None,
         },
-        "float": {"accuracy": first.float_accuracy},
+        "float": {"accuracy": float_accuracy},
         "max_accuracy_drop_pp": options.max_accuracy_drop,
         "passed": not any(_too_large(c, options) for c in comparisons.values()),
-        "artifacts": {target: c.to_dict() for target, c in comparisons.items()},
+        "artifacts": artifacts,
     }
 
 

@@ -14,6 +14,10 @@ def _pct(value: float | None) -> str:
     return "n/a" if value is None else f"{100 * value:.2f}%"
 
 
+def _size(size: int) -> str:
+    return f"{size / 1024:.1f} KiB" if size < 1 << 20 else f"{size / (1 << 20):.2f} MiB"
+
+
 def _num(value: Any, fmt: str) -> str:
     return "n/a" if value is None else format(value, fmt)
 
@@ -30,14 +34,20 @@ def render(manifest: Manifest, console: Console | None = None) -> None:
     for column in columns:
         table.add_column(column, justify="left" if column in ("target", "precision") else "right")
     float_acc = validation.get("float", {}).get("accuracy")
+    notes = []
     for artifact in manifest.artifacts:
         metrics = validation.get("artifacts", {}).get(artifact.target, {})
+        if metrics.get("measured") is False:
+            table.add_row(artifact.target, artifact.precision, _size(artifact.bytes), _pct(float_acc),
+                          "not measurable here", "", "", "", "")
+            notes.append(f"{artifact.target}: {metrics.get('reason', 'not measured')}")
+            continue
         drop = metrics.get("accuracy_drop_pp")
         sqnr = metrics.get("sqnr_db")
         table.add_row(
             artifact.target,
             artifact.precision,
-            f"{artifact.bytes / 1024:.1f} KiB",
+            _size(artifact.bytes),
             _pct(float_acc),
             _pct(metrics.get("accuracy")),
             "n/a" if drop is None else f"{0.0 - drop:+.2f} pp",
@@ -45,7 +55,12 @@ def render(manifest: Manifest, console: Console | None = None) -> None:
             _num(metrics.get("cosine"), ".5f"),
             "inf dB" if sqnr is None and metrics else _num(sqnr, ".1f") + " dB",
         )
+    for failure in manifest.failed:
+        table.add_row(failure["target"], "failed", "", "", "", "", "", "", "")
+        notes.append(f"{failure['target']} failed: {failure['error']}")
     console.print(table)
+    for note in notes:
+        console.print(note, highlight=False)
     limit = validation.get("max_accuracy_drop_pp")
     if validation.get("data", {}).get("labeled"):
         verdict = "within" if validation.get("passed") else "EXCEEDS"

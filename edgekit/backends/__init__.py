@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from ..errors import BackendUnavailableError
 from .base import Backend, TensorInfo
+from .coreml import CoreMLBackend
 from .litert import LiteRTBackend
+from .onnxruntime import OnnxRuntimeBackend
 
 BACKENDS: dict[str, type[Backend]] = {}
 
 # Which backend runs each build-side target's artifact, in order of preference.
-TARGET_BACKENDS: dict[str, tuple[str, ...]] = {"tflite": ("litert",)}
+TARGET_BACKENDS: dict[str, tuple[str, ...]] = {"tflite": ("litert",), "onnx": ("onnxruntime",), "coreml": ("coreml",)}
 
 
 def register(backend: type[Backend]) -> None:
@@ -28,5 +30,7 @@ def get_backend(name: str) -> type[Backend]:
 
 
 register(LiteRTBackend)
+register(OnnxRuntimeBackend)
+register(CoreMLBackend)
 
 __all__ = ["BACKENDS", "TARGET_BACKENDS", "Backend", "TensorInfo", "get_backend", "register"]

@@ -48,18 +48,26 @@ def decode_image(
     return array
 
 
+def to_layout(images: np.ndarray, spec: Preprocessing) -> np.ndarray:
+    """Decoded NHWC images in the model's layout (NCHW models get channels first)."""
+    return np.ascontiguousarray(images.transpose(0, 3, 1, 2)) if spec.layout == "NCHW" else images
+
+
 def normalize(raw: np.ndarray, spec: Preprocessing) -> np.ndarray:
-    """``(raw * scale - mean) / std`` in float32, channel-wise on the last axis."""
+    """``(raw * scale - mean) / std`` in float32, per channel (last axis, or axis 1 for NCHW)."""
     x = raw.astype(np.float32, copy=False) * np.float32(spec.scale)
     mean = np.asarray(spec.mean, dtype=np.float32)
     std = np.asarray(spec.std, dtype=np.float32)
     if mean.size > 1 or std.size > 1:
-        channels = x.shape[-1]
+        channel_axis = 1 if spec.layout == "NCHW" and x.ndim == 4 else -1
+        channels = x.shape[channel_axis]
         if (mean.size not in (1, channels)) or (std.size not in (1, channels)):
             raise InputError(
                 f"preprocessing has {mean.size} mean / {std.size} std values for {channels} channels",
                 hint="give one value, or one per channel",
             )
+        if channel_axis == 1:
+            mean, std = mean.reshape(-1, 1, 1), std.reshape(-1, 1, 1)
     if mean.any():
         x = x - mean
     if (std != 1).any():
@@ -107,22 +115,32 @@ def infer_preprocessing(
 ) -> Preprocessing:
     """Preprocessing from the model's input and the data, with user overrides on top.
 
-    Rules: images (rank-4 NHWC with 1 or 3 channels) are resized to the model's height and
+    Rules: images (rank-4 NHWC, or NCHW as ONNX models often are; 1 or 3 channels) are resized to the model's height and
     width; a model that starts with a Rescaling/Normalization layer gets raw pixel values;
     otherwise integer (uint8) data is scaled to [0, 1], and float data is passed unchanged.
     """
-    image_like = len(input_shape) == 4 and input_shape[-1] in (1, 3)
+    channels_first = len(input_shape) == 4 and input_shape[1] in (1, 3) and input_shape[-1] not in (1, 3)
+    image_like = len(input_shape) == 4 and (channels_first or input_shape[-1] in (1, 3))
     resize = None
-    if image_like and input_shape[1] > 0 and input_shape[2] > 0:
-        resize = [int(input_shape[1]), int(input_shape[2])]
-    color_order = "L" if image_like and input_shape[-1] == 1 else "RGB"
+    color_order = "RGB"
+    if image_like:
+        if channels_first:
+            height, width, channels = input_shape[2], input_shape[3], input_shape[1]
+        else:
+            height, width, channels = input_shape[1], input_shape[2], input_shape[3]
+        if height > 0 and width > 0:
+            resize = [int(height), int(width)]
+        color_order = "L" if channels == 1 else "RGB"
     if model_rescales:
         scale, reason = 1.0, "model starts with a Rescaling/Normalization layer: raw values in"
     elif data_dtype.kind in "iu":
         scale, reason = 1.0 / 255.0, f"{data_dtype} data and no Rescaling layer in the model: scaled to [0, 1]"
     else:
         scale, reason = 1.0, "float data passed to the model unchanged"
-    spec = Preprocessing(resize=resize, scale=scale, color_order=color_order, inferred_from=reason)
+    spec = Preprocessing(
+        resize=resize, scale=scale, color_order=color_order, layout="NCHW" if channels_first else "NHWC",
+        inferred_from=reason,
+    )
     given = {k: v for k, v in overrides.items() if v is not None}
     if given:
         spec.inferred_from += "; set by options: " + ", ".join(sorted(given))
@@ -150,7 +168,7 @@ def load_input(item: Any, spec: Preprocessing | None, sample_shape: tuple[int | 
             raise InputError("this model has no image preprocessing in its manifest", hint="pass a .npy array")
         size = tuple(spec.resize) if spec.resize else None
         raw = decode_image(item, size, spec.color_order, spec.resize_method)  # type: ignore[arg-type]
-        return conform(normalize(raw, spec), sample_shape, f"image {item}")
+        return conform(normalize(to_layout(raw[None], spec), spec), sample_shape, f"image {item}")
     if isinstance(item, (str, os.PathLike)):
         path = Path(item)
         if path.suffix.lower() == ".json":

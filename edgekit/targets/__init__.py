@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from ..errors import EdgekitError
 from .base import BuildContext, Target
+from .coreml import CoreMLTarget
+from .onnx import ONNXTarget
 from .tflite import TFLiteTarget
 
 TARGETS: dict[str, type[Target]] = {}
@@ -29,5 +31,7 @@ def get_target(name: str) -> Target:
 
 
 register(TFLiteTarget)
+register(ONNXTarget)
+register(CoreMLTarget)
 
 __all__ = ["TARGETS", "BuildContext", "Target", "get_target", "register"]

@@ -18,13 +18,25 @@ from ..manifest import Artifact
 
 @dataclass
 class BuildContext:
-    saved_model: str  # float SavedModel exported from the source
+    """Everything a target needs; shared by all targets of one packaging run."""
+
+    saved_model: str | None  # float SavedModel exported from the source (None for an ONNX source)
     calibration_npy: str  # preprocessed float32 calibration inputs, shape (N, ...)
     package_dir: Path  # the package being staged; artifacts go below it
+    workdir: Path  # scratch space for intermediates (float ONNX, ...), removed afterwards
+    source_path: str = ""
+    source_format: str = ""  # keras, h5, saved_model, onnx
     allow_float_ops: bool = False
     layer_names: list[str] = field(default_factory=list)  # to name layers in op errors
+    keep_float: list[str] = field(default_factory=list)  # layers to leave in float
+    calibration_method: str = "minmax"  # minmax | entropy | percentile (ONNX)
+    onnx_activations: str = "s8"  # s8 (S8S8) | u8 (U8S8)
+    reduce_range: bool = False
+    max_intermediate_outputs: int | None = None  # bounds ONNX calibration memory
     timeout_s: float | None = None
     on_progress: Callable[[int, int], None] | None = None  # calibration samples done, total
+    float_onnx: str | None = None  # set once exported (or the ONNX source itself)
+    tf2onnx_version: str = ""
 
 
 class Target(ABC):

@@ -1,9 +1,11 @@
-"""The trained model being packaged (build side): Keras ``.keras``/``.h5`` or a TF SavedModel.
+"""The trained model being packaged (build side): Keras ``.keras``/``.h5``, a TF SavedModel or ONNX.
 
 ``detect_format`` runs in the parent and only looks at files. ``prepare`` and
 ``float_reference`` run in a child process (``edgekit.worker``) because they import
 TensorFlow: every target converts from the one SavedModel that ``prepare`` exports, and the
-float reference outputs come from that same SavedModel.
+float reference outputs come from that same SavedModel. An ONNX source is described with the
+``onnx`` package and its float reference comes from ONNX Runtime; only the ONNX target can
+build from it for now.
 """
 
 from __future__ import annotations
@@ -16,11 +18,11 @@ from typing import Any
 from ..errors import ModelSourceError
 
 _HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
-_LATER = {".onnx": "ONNX", ".tflite": "TFLite", ".pt": "PyTorch", ".pth": "PyTorch", ".mlpackage": "CoreML"}
+_LATER = {".tflite": "TFLite", ".pt": "PyTorch", ".pth": "PyTorch", ".mlpackage": "CoreML"}
 
 
 def detect_format(path: str | os.PathLike[str]) -> str:
-    """``keras``, ``h5`` or ``saved_model``; a clear error for anything else."""
+    """``keras``, ``h5``, ``saved_model`` or ``onnx``; a clear error for anything else."""
     model = Path(path)
     if not model.exists():
         raise ModelSourceError(
@@ -46,6 +48,8 @@ def detect_format(path: str | os.PathLike[str]) -> str:
     except OSError as exc:
         raise ModelSourceError(f"model {model} cannot be read ({exc.strerror})") from None
     suffix = model.suffix.lower()
+    if suffix == ".onnx":
+        return "onnx"
     if suffix == ".keras":
         if not zipfile.is_zipfile(model):
             raise ModelSourceError(
@@ -70,6 +74,8 @@ def detect_format(path: str | os.PathLike[str]) -> str:
 
 def prepare(model_path: str, fmt: str, export_dir: str) -> dict[str, Any]:
     """Load the model, export a SavedModel (Keras sources) and describe its signature."""
+    if fmt == "onnx":
+        return describe_onnx(model_path)
     import tensorflow as tf
 
     info: dict[str, Any] = {"layers": [], "rescales": False, "tensorflow": tf.__version__}
@@ -109,9 +115,47 @@ def prepare(model_path: str, fmt: str, export_dir: str) -> dict[str, Any]:
     return info
 
 
-def float_reference(saved_model: str, inputs_npy: str, output_npy: str, batch_size: int = 64) -> None:
+def describe_onnx(model_path: str) -> dict[str, Any]:
+    import onnx
+
+    try:
+        model = onnx.load(model_path)
+        onnx.checker.check_model(model)
+    except Exception as exc:
+        raise ModelSourceError(f"{model_path} is not a valid ONNX model: {_first_line(exc)}") from None
+    initializers = {i.name for i in model.graph.initializer}
+    elem = {1: "float32", 10: "float16", 2: "uint8", 3: "int8", 6: "int32", 7: "int64"}
+
+    def describe(value: Any) -> dict[str, Any]:
+        tensor = value.type.tensor_type
+        shape = [d.dim_value if d.HasField("dim_value") else -1 for d in tensor.shape.dim]
+        return {"name": value.name, "shape": shape, "dtype": elem.get(tensor.elem_type, str(tensor.elem_type))}
+
+    return {
+        "saved_model": None,
+        "onnx_model": model_path,
+        "layers": [n.name for n in model.graph.node],
+        "rescales": False,
+        "onnx_opset": next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0),
+        "inputs": [describe(v) for v in model.graph.input if v.name not in initializers],
+        "outputs": [describe(v) for v in model.graph.output],
+    }
+
+
+def float_reference(
+    saved_model: str | None, inputs_npy: str, output_npy: str, batch_size: int = 64, onnx_model: str | None = None
+) -> None:
     """Outputs of the float model on ``inputs_npy``, saved to ``output_npy`` (first output)."""
     import numpy as np
+
+    if onnx_model is not None:
+        from ..backends.onnxruntime import OnnxRuntimeBackend
+
+        backend = OnnxRuntimeBackend(onnx_model)
+        x = np.load(inputs_npy)
+        outputs = [backend.run(x[i : i + batch_size])[0] for i in range(0, len(x), batch_size)]
+        np.save(output_npy, np.concatenate(outputs).astype(np.float32))
+        return
     import tensorflow as tf
 
     signature = tf.saved_model.load(saved_model).signatures["serving_default"]

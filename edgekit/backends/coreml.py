@@ -1,0 +1,74 @@
+"""CoreML backend (macOS only): ``coremltools.models.MLModel`` loaded once, ``predict`` per batch.
+
+CoreML prediction exists only on macOS; elsewhere ``available()`` says no without importing
+coremltools (2 s and 0.5 GB), so Linux devices never pay for it. The ML programs edgekit
+writes have batch size 1: a batch runs sample by sample through the same loaded model.
+"""
+
+from __future__ import annotations
+
+import platform
+import sys
+from typing import Any
+
+import numpy as np
+
+from ..errors import BackendUnavailableError, PackageError
+from .base import Backend, TensorInfo
+
+
+class CoreMLBackend(Backend):
+    name = "coreml"
+    suffixes = (".mlpackage", ".mlmodel")
+
+    @classmethod
+    def available(cls) -> str | None:
+        if sys.platform != "darwin":
+            return None
+        try:
+            import coremltools
+        except ImportError:
+            return None
+        return f"coremltools {coremltools.__version__} (macOS {platform.mac_ver()[0]})"
+
+    def __init__(self, path: str, threads: int | None = None) -> None:
+        if sys.platform != "darwin":
+            raise BackendUnavailableError(
+                "CoreML models run only on macOS/iOS",
+                hint="use the package's tflite or onnx artifact on this device (--target tflite|onnx)",
+            )
+        try:
+            import coremltools as ct
+        except ImportError:
+            raise BackendUnavailableError("coremltools is not installed", hint="pip install coremltools") from None
+        try:
+            self._model: Any = ct.models.MLModel(path, compute_units=ct.ComputeUnit.ALL)
+        except Exception as exc:
+            raise PackageError(f"CoreML cannot load {path}: {exc}") from None
+        spec = self._model.get_spec()
+        self._input = spec.description.input[0]
+        self._inputs = [
+            TensorInfo(self._input.name, tuple(int(d) for d in self._input.type.multiArrayType.shape), np.dtype(np.float32))
+        ]
+        self._outputs = [
+            TensorInfo(o.name, tuple(int(d) for d in o.type.multiArrayType.shape), np.dtype(np.float32))
+            for o in spec.description.output
+        ]
+
+    @property
+    def inputs(self) -> list[TensorInfo]:
+        return self._inputs
+
+    @property
+    def outputs(self) -> list[TensorInfo]:
+        return self._outputs
+
+    def run(self, x: np.ndarray, raw: bool = False) -> list[np.ndarray]:
+        per_sample = [self._model.predict({self._input.name: x[i : i + 1].astype(np.float32)}) for i in range(len(x))]
+        return [
+            np.concatenate([np.asarray(result[out.name], dtype=np.float32) for result in per_sample])
+            for out in self._outputs
+        ]
+
+    def close(self) -> None:
+        self._model = None

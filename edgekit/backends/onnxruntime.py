@@ -1,0 +1,113 @@
+"""ONNX Runtime backend: one ``InferenceSession`` per artifact, created once.
+
+Providers are taken in the order given (e.g. TensorRT -> CUDA -> CPU) but only those that
+``onnxruntime.get_available_providers()`` lists, so a GPU build and a CPU build run the same
+package. QDQ artifacts keep float32 IO (quantization is inside the graph); an artifact with
+integer IO is quantized/dequantized here like the LiteRT backend does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ..errors import BackendUnavailableError, PackageError
+from .base import Backend, TensorInfo, dequantize, quantize
+
+DEFAULT_PROVIDERS = ("CPUExecutionProvider",)
+_ONNX_DTYPES = {
+    "tensor(float)": np.float32,
+    "tensor(float16)": np.float16,
+    "tensor(int8)": np.int8,
+    "tensor(uint8)": np.uint8,
+    "tensor(int32)": np.int32,
+    "tensor(int64)": np.int64,
+}
+
+
+def _ort() -> Any:
+    try:
+        import onnxruntime
+    except ImportError:
+        raise BackendUnavailableError(
+            "ONNX Runtime is not installed", hint="pip install 'edgekit[onnx]'  (installs onnxruntime)"
+        ) from None
+    return onnxruntime
+
+
+def choose_providers(preferred: Sequence[str | tuple[str, dict[str, Any]]], available: Sequence[str]) -> list[Any]:
+    """``preferred`` filtered to what this onnxruntime build has; CPU always last as the fallback."""
+    chosen: list[Any] = []
+    for entry in preferred:
+        name = entry[0] if isinstance(entry, tuple) else entry
+        if name in available and name not in [c[0] if isinstance(c, tuple) else c for c in chosen]:
+            chosen.append(entry)
+    if "CPUExecutionProvider" not in [c[0] if isinstance(c, tuple) else c for c in chosen]:
+        chosen.append("CPUExecutionProvider")
+    return chosen
+
+
+class OnnxRuntimeBackend(Backend):
+    name = "onnxruntime"
+    suffixes = (".onnx", ".ort")
+
+    @classmethod
+    def available(cls) -> str | None:
+        try:
+            return f"onnxruntime {_ort().__version__}"
+        except BackendUnavailableError:
+            return None
+
+    def __init__(
+        self,
+        path: str,
+        threads: int | None = None,
+        providers: Sequence[str | tuple[str, dict[str, Any]]] = DEFAULT_PROVIDERS,
+    ) -> None:
+        ort = _ort()
+        self.path = path
+        options = ort.SessionOptions()
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        options.log_severity_level = 3
+        if threads:
+            options.intra_op_num_threads = threads
+        self.providers = choose_providers(providers, ort.get_available_providers())
+        try:
+            self._session = ort.InferenceSession(path, sess_options=options, providers=self.providers)
+        except Exception as exc:  # onnxruntime raises its own exception types for bad models
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise PackageError(f"ONNX Runtime cannot load {path}: {first}") from None
+        inputs = self._session.get_inputs()
+        if len(inputs) != 1:
+            raise PackageError(f"{path} has {len(inputs)} inputs; edgekit runs single-input models")
+        self._inputs = [self._info(t) for t in inputs]
+        self._outputs = [self._info(t) for t in self._session.get_outputs()]
+        self._input_name = inputs[0].name
+        self._output_names = [t.name for t in self._session.get_outputs()]
+        self.active_providers = self._session.get_providers()
+
+    @staticmethod
+    def _info(tensor: Any) -> TensorInfo:
+        shape = tuple(d if isinstance(d, int) else -1 for d in tensor.shape)
+        return TensorInfo(name=tensor.name, shape=shape, dtype=np.dtype(_ONNX_DTYPES.get(tensor.type, np.float32)))
+
+    @property
+    def inputs(self) -> list[TensorInfo]:
+        return self._inputs
+
+    @property
+    def outputs(self) -> list[TensorInfo]:
+        return self._outputs
+
+    def run(self, x: np.ndarray, raw: bool = False) -> list[np.ndarray]:
+        info = self._inputs[0]
+        feed = x if x.dtype == info.dtype else quantize(x, info)
+        results = self._session.run(self._output_names, {self._input_name: feed})
+        if raw:
+            return list(results)
+        return [dequantize(np.asarray(r), out) for r, out in zip(results, self._outputs)]
+
+    def close(self) -> None:
+        self._session = None

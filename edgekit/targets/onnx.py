@@ -1,0 +1,305 @@
+"""ONNX target: QDQ INT8 ``onnx/model.int8.onnx`` plus ``onnx/model.int8.ort`` for minimal builds.
+
+Float ONNX comes from the exported SavedModel via tf2onnx (opset 17, its own process), or is
+the user's ``.onnx`` source. Quantization is ONNX Runtime's static QDQ flow:
+``quant_pre_process`` then ``quantize_static`` with per-channel symmetric int8 weights.
+
+Activations default to int8 (S8S8), which ONNX Runtime recommends as the first choice for QDQ
+on CPUs; ``u8`` (U8S8) is the alternative for accelerators that want unsigned activations.
+``reduce_range`` quantizes weights to 7 bits: on x86 CPUs without VNNI the U8S8 kernels
+multiply pairs of 8-bit values into a saturating 16-bit sum, and 7-bit weights avoid that
+saturation at the cost of one bit of weight precision; it is off by default (edgekit's default
+S8S8 does not hit it) and recorded when set.
+
+The ``.ort`` file is converted with optimization style "Fixed" for the ARM platform (phones
+and boards are ARM), with the ``required_operators.config`` that a minimal ONNX Runtime build
+takes via ``--include_ops_by_config``. What NNAPI and the CoreML execution providers would
+take of the graph (``check_onnx_model_mobile_usability``'s analysis) is recorded.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .. import worker
+from ..errors import ConversionError, EdgekitError, UnsupportedOpError
+from ..fsutil import sha256_file
+from ..manifest import Artifact, QuantParams
+from .base import BuildContext, Target
+
+ARTIFACT_PATH = "onnx/model.int8.onnx"
+ORT_PATH = "onnx/model.int8.ort"
+OPS_CONFIG_PATH = "onnx/required_operators.config"
+OPSET = 17
+CALIBRATION_METHODS = ("minmax", "entropy", "percentile")
+
+
+class ONNXTarget(Target):
+    name = "onnx"
+    description = "ONNX QDQ INT8 (+ .ort): ONNX Runtime on phones, Jetson, servers"
+    backend = "onnxruntime"
+
+    def build(self, context: BuildContext) -> Artifact:
+        float_onnx = context.float_onnx or export_float_onnx(context)
+        output = context.package_dir / ARTIFACT_PATH
+        output.parent.mkdir(parents=True, exist_ok=True)
+        settings = {
+            "calibration_method": context.calibration_method,
+            "activation_type": context.onnx_activations,
+            "weight_type": "s8",
+            "per_channel": True,
+            "reduce_range": context.reduce_range,
+        }
+        info = worker.call(
+            "edgekit.targets.onnx:quantize",
+            what="ONNX quantization",
+            timeout=context.timeout_s,
+            on_progress=context.on_progress,
+            float_onnx=float_onnx,
+            calibration_npy=context.calibration_npy,
+            output=str(output),
+            calibration_method=context.calibration_method,
+            activation_type=context.onnx_activations,
+            reduce_range=context.reduce_range,
+            keep_float=context.keep_float,
+            max_intermediate_outputs=context.max_intermediate_outputs,
+            workdir=str(context.workdir),
+        )
+        _convert_to_ort(output, context)
+        mobile = worker.call(
+            "edgekit.targets.onnx:mobile_usability", what="ONNX mobile usability check", model=str(output)
+        )
+        companions = [
+            {"path": rel, "sha256": sha256_file(context.package_dir / rel),
+             "bytes": (context.package_dir / rel).stat().st_size, "role": role}
+            for rel, role in ((ORT_PATH, "ort-format model (minimal builds)"),
+                              (OPS_CONFIG_PATH, "required operators for --include_ops_by_config"))
+        ]
+        return Artifact(
+            target=self.name,
+            path=ARTIFACT_PATH,
+            sha256=sha256_file(output),
+            bytes=output.stat().st_size,
+            precision="int8" if not info["excluded_nodes"] else "int8+float",
+            inputs=[QuantParams(name=n, dtype="float32") for n in info["inputs"]],
+            outputs=[QuantParams(name=n, dtype="float32") for n in info["outputs"]],
+            float_ops=[{"op": op, "layer": layer, "tensor": node} for node, op, layer in info["excluded_nodes"]],
+            converter={
+                "tool": "tf2onnx + onnxruntime.quantization.quantize_static (QDQ)",
+                "opset": info["opset"],
+                "onnxruntime": info["onnxruntime"],
+                "tf2onnx": context.tf2onnx_version,
+                **settings,
+                "seconds": info["seconds"],
+            },
+            companions=companions,
+            details={"mobile_usability": mobile, "keep_float": list(context.keep_float)},
+        )
+
+
+def export_float_onnx(context: BuildContext) -> str:
+    """SavedModel -> float ONNX with tf2onnx in its own process; the path is cached on the context."""
+    if context.saved_model is None:
+        raise ConversionError("no SavedModel to export to ONNX")
+    output = Path(context.workdir) / "model.float.onnx"
+    if output.exists():
+        context.float_onnx = str(output)
+        return str(output)
+    command = [
+        sys.executable, "-m", "tf2onnx.convert", "--saved-model", context.saved_model, "--tag", "serve",
+        "--signature_def", "serving_default", "--opset", str(OPSET), "--output", str(output),
+    ]
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    try:
+        proc = subprocess.run(command, capture_output=True, text=True, env=env, timeout=context.timeout_s)
+    except subprocess.TimeoutExpired:
+        raise ConversionError(f"tf2onnx did not finish within {context.timeout_s:.0f} s") from None
+    if proc.returncode != 0 or not output.exists():
+        raise explain_tf2onnx_failure(proc.stderr)
+    match = re.search(r"tf2onnx=([\w.]+)", proc.stderr)
+    context.tf2onnx_version = match.group(1) if match else ""
+    context.float_onnx = str(output)
+    return str(output)
+
+
+def explain_tf2onnx_failure(log: str) -> EdgekitError:
+    if "No module named tf2onnx" in log:
+        return ConversionError("tf2onnx is not installed", hint="pip install 'edgekit[package]'")
+    ops = re.findall(r"Tensorflow op \[([^\]]+)\] is not supported", log)
+    counted = re.search(r"Unsupported ops: Counter\(\{(.*?)\}\)", log)
+    if ops or counted:
+        names = sorted({op.split(": ")[-1] for op in ops} | set(re.findall(r"'(\w+)'", counted.group(1) if counted else "")))
+        layers = sorted({op.split(": ")[0].split("/")[1] for op in ops if "/" in op})
+        where = f" (in {', '.join(layers[:5])})" if layers else ""
+        return UnsupportedOpError(
+            f"tf2onnx cannot convert op(s) {', '.join(names)}{where} to ONNX opset {OPSET}",
+            hint="replace the layer with ONNX-convertible ops; other targets are not affected",
+        )
+    lines = [line for line in log.splitlines() if "ERROR" in line or "Error" in line]
+    detail = lines[-1].strip() if lines else (log.strip().splitlines() or ["no output"])[-1]
+    return ConversionError(f"tf2onnx failed: {detail}")
+
+
+def _convert_to_ort(model: Path, context: BuildContext) -> None:
+    staging = Path(context.workdir) / "ort"
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    shutil.copy(model, staging / model.name)
+    command = [
+        sys.executable, "-m", "onnxruntime.tools.convert_onnx_models_to_ort", str(staging / model.name),
+        "--output_dir", str(staging / "out"), "--optimization_style", "Fixed", "--target_platform", "arm",
+    ]
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=context.timeout_s)
+    ort_files = list((staging / "out").glob("*.ort"))
+    configs = list((staging / "out").glob("*.config"))
+    if proc.returncode != 0 or len(ort_files) != 1 or len(configs) != 1:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
+        raise ConversionError(f"ONNX -> ORT format conversion failed: {tail[0]}")
+    shutil.move(ort_files[0], context.package_dir / ORT_PATH)
+    config = configs[0].read_text()
+    config = "\n".join(line for line in config.splitlines() if not line.startswith("# -"))  # drop temp paths
+    (context.package_dir / OPS_CONFIG_PATH).write_text(config + "\n")
+
+
+# --- child-process side -------------------------------------------------------------------
+
+
+def _layer_nodes(model: Any, layers: list[str]) -> tuple[list[tuple[str, str, str]], list[str]]:
+    """Nodes that belong to the named layers (tf2onnx keeps TF scope names: model/LAYER_1/op)."""
+    found: list[tuple[str, str, str]] = []
+    missing = []
+    for layer in layers:
+        pattern = re.compile(rf"(^|/){re.escape(layer)}(_\d+)?(/|$)")
+        nodes = [(n.name, n.op_type, layer) for n in model.graph.node if n.name == layer or pattern.search(n.name)]
+        if not nodes:
+            missing.append(layer)
+        found.extend(nodes)
+    return found, missing
+
+
+def quantize(
+    float_onnx: str,
+    calibration_npy: str,
+    output: str,
+    calibration_method: str = "minmax",
+    activation_type: str = "s8",
+    reduce_range: bool = False,
+    keep_float: list[str] | None = None,
+    max_intermediate_outputs: int | None = None,
+    workdir: str = "",
+) -> dict[str, Any]:
+    import onnx
+    import onnxruntime
+    from onnxruntime.quantization import CalibrationDataReader, CalibrationMethod, QuantFormat, QuantType
+    from onnxruntime.quantization import quant_pre_process, quantize_static
+
+    prepared = str(Path(workdir or Path(output).parent) / "model.prep.onnx")
+    try:
+        quant_pre_process(float_onnx, prepared, skip_symbolic_shape=False)
+    except Exception as exc:
+        raise ConversionError(f"ONNX Runtime's quant_pre_process failed: {type(exc).__name__}: {exc}") from None
+    model = onnx.load(prepared)
+    excluded, missing = _layer_nodes(model, list(keep_float or []))
+    if missing:
+        raise EdgekitError(
+            f"--keep-float: no ONNX nodes belong to layer(s) {', '.join(missing)}",
+            hint="use layer names as the model defines them (see --explain's report)",
+        )
+    input_name = model.graph.input[0].name
+    samples = np.load(calibration_npy, mmap_mode="r")
+
+    class Reader(CalibrationDataReader):
+        def __init__(self) -> None:
+            self.i = 0
+
+        def get_next(self) -> dict[str, np.ndarray] | None:
+            if self.i >= len(samples):
+                worker.report_progress(len(samples), len(samples))
+                return None
+            if self.i % 10 == 0:
+                worker.report_progress(self.i, len(samples))
+            sample = np.asarray(samples[self.i : self.i + 1], dtype=np.float32)
+            self.i += 1
+            return {input_name: sample}
+
+    method = {
+        "minmax": CalibrationMethod.MinMax,
+        "entropy": CalibrationMethod.Entropy,
+        "percentile": CalibrationMethod.Percentile,
+    }[calibration_method]
+    extra: dict[str, Any] = {}
+    if max_intermediate_outputs:
+        extra["CalibMaxIntermediateOutputs"] = int(max_intermediate_outputs)
+    started = time.perf_counter()
+    try:
+        quantize_static(
+            prepared,
+            output,
+            Reader(),
+            quant_format=QuantFormat.QDQ,
+            per_channel=True,
+            reduce_range=reduce_range,
+            activation_type=QuantType.QInt8 if activation_type == "s8" else QuantType.QUInt8,
+            weight_type=QuantType.QInt8,
+            calibrate_method=method,
+            nodes_to_exclude=[name for name, _, _ in excluded],
+            extra_options=extra,
+        )
+    except EdgekitError:
+        raise
+    except Exception as exc:
+        raise ConversionError(f"ONNX Runtime quantize_static failed: {type(exc).__name__}: {exc}") from None
+    quantized = onnx.load(output)
+    return {
+        "seconds": round(time.perf_counter() - started, 3),
+        "onnxruntime": onnxruntime.__version__,
+        "opset": next((o.version for o in quantized.opset_import if o.domain in ("", "ai.onnx")), OPSET),
+        "inputs": [i.name for i in quantized.graph.input],
+        "outputs": [o.name for o in quantized.graph.output],
+        "excluded_nodes": excluded,
+    }
+
+
+def mobile_usability(model: str) -> dict[str, Any]:
+    """How much of the graph NNAPI and the CoreML EPs would take, as-is and with fixed shapes."""
+    import logging
+    import tempfile
+
+    from onnxruntime.tools.mobile_helpers import usability_checker as uc
+    from onnxruntime.tools.onnx_model_utils import ModelProtoWithShapeInfo, optimize_model
+
+    logging.getLogger().setLevel(logging.ERROR)
+    checks = {
+        "nnapi": lambda m, fixed: uc.check_nnapi_partitions(m, fixed),
+        "coreml_neuralnetwork": lambda m, fixed: uc.check_coreml_partitions(
+            m, fixed, "coreml_supported_neuralnetwork_ops.md"
+        ),
+        "coreml_mlprogram": lambda m, fixed: uc.check_coreml_partitions(m, fixed, "coreml_supported_mlprogram_ops.md"),
+    }
+    report: dict[str, Any] = {"tool": "onnxruntime.tools.mobile_helpers.usability_checker"}
+    with tempfile.TemporaryDirectory() as tmp:
+        optimized = Path(tmp) / "model.onnx"
+        optimize_model(Path(model), optimized, use_external_initializers=True)
+        with_shapes = ModelProtoWithShapeInfo(optimized).model_with_shape_info
+        for ep, check in checks.items():
+            entry = {}
+            for label, fixed in (("as_is", True), ("fixed_shapes", False)):
+                info = check(with_shapes, fixed)
+                entry[label] = {
+                    "supported_nodes": info.num_supported_nodes,
+                    "nodes": info.num_nodes,
+                    "partitions": info.num_partitions,
+                    "suitability": info.suitability().name,
+                    "unsupported_ops": sorted(info.unsupported_ops),
+                }
+            report[ep] = entry
+    return report
