@@ -99,7 +99,7 @@ def package_command(model: Path, targets: tuple[str, ...], calibration: str, eva
     from .packager import PackageOptions, package
     from .progress import Progress
     from .targets import TARGETS
-    from .validation_table import render
+    from .validation_table import render, render_explanations
 
     chosen = list(TARGETS) if "all" in targets else list(dict.fromkeys(targets))
     options = PackageOptions(
@@ -120,6 +120,8 @@ def package_command(model: Path, targets: tuple[str, ...], calibration: str, eva
         render(exc.result.manifest)  # type: ignore[attr-defined]
         raise
     render(result.manifest)
+    if explain:
+        render_explanations(result.manifest)
     for artifact in result.manifest.artifacts:
         if artifact.float_ops:
             ops = ", ".join(sorted({f"{op['op']} ({op['layer']})" for op in artifact.float_ops}))

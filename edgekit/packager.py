@@ -43,6 +43,7 @@ from .targets.source import detect_format
 MIN_RECOMMENDED_SAMPLES = 100
 _NOT_MEASURABLE = {"coreml": "CoreML prediction runs only on macOS"}
 HOLDOUT_FRACTION = 0.2
+EXPLAIN_SAMPLES = 32
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 
 
@@ -150,6 +151,10 @@ def package(options: PackageOptions, progress: Progress | None = None) -> Packag
                 output_npy=str(ref_npy),
             )
         reference = np.load(ref_npy)
+        explain_npy = None
+        if options.explain:
+            explain_npy = work / "explain.npy"
+            np.save(explain_npy, eval_x[:EXPLAIN_SAMPLES].astype(np.float32))
 
         with staging_dir(destination) as staged:
             artifacts = []
@@ -171,6 +176,7 @@ def package(options: PackageOptions, progress: Progress | None = None) -> Packag
                 max_intermediate_outputs=options.max_intermediate_outputs,
                 timeout_s=options.timeout_s,
                 float_onnx=source.get("onnx_model"),
+                explain_npy=str(explain_npy) if explain_npy else None,
             )
             for target in targets:
                 try:

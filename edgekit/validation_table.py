@@ -65,3 +65,21 @@ def render(manifest: Manifest, console: Console | None = None) -> None:
     if validation.get("data", {}).get("labeled"):
         verdict = "within" if validation.get("passed") else "EXCEEDS"
         console.print(f"accuracy drop {verdict} the {limit} pp limit")
+
+
+def render_explanations(manifest: Manifest, console: Console | None = None, limit: int = 10) -> None:
+    """The worst layers by SQNR for each artifact that has an --explain report."""
+    console = console or Console(width=None if Console().is_terminal else 120)
+    for artifact in manifest.artifacts:
+        rows = artifact.details.get("explain")
+        if not rows:
+            continue
+        table = Table(title=f"{artifact.target}: worst layers by SQNR (INT8 vs float activations)", title_justify="left")
+        for column in ("layer", "op", "SQNR", "tensor"):
+            table.add_column(column, justify="right" if column == "SQNR" else "left", overflow="ellipsis",
+                             max_width=60 if column == "tensor" else None)
+        for row in rows[:limit]:
+            sqnr = row.get("sqnr_db")
+            table.add_row(row["layer"], row["op"], "exact" if sqnr is None else f"{sqnr:.1f} dB", row["tensor"])
+        console.print(table)
+    console.print("keep a layer in float with --keep-float LAYER", highlight=False)

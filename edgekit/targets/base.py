@@ -7,6 +7,7 @@ so the packager can validate it against the float model.
 
 from __future__ import annotations
 
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -37,6 +38,20 @@ class BuildContext:
     on_progress: Callable[[int, int], None] | None = None  # calibration samples done, total
     float_onnx: str | None = None  # set once exported (or the ONNX source itself)
     tf2onnx_version: str = ""
+    explain_npy: str | None = None  # samples for the per-layer error report (--explain); None = no report
+
+
+def in_layer(node_name: str, layer: str) -> bool:
+    """Whether a converted node (``model/LAYER_1/op``, fused names joined by ';') comes from ``layer``."""
+    pattern = re.compile(rf"(^|/){re.escape(layer)}(_\d+)?(/|$)")
+    return node_name == layer or any(pattern.search(part) for part in node_name.split(";"))
+
+
+def worst_layers(rows: list[dict], limit: int = 20) -> list[dict]:
+    """Per-layer error rows sorted worst first (lowest SQNR), non-finite SQNR (exact) last."""
+    finite = [r for r in rows if r.get("sqnr_db") is not None and r["sqnr_db"] == r["sqnr_db"] and abs(r["sqnr_db"]) != float("inf")]
+    exact = [r for r in rows if r not in finite]
+    return (sorted(finite, key=lambda r: r["sqnr_db"]) + exact)[:limit]
 
 
 class Target(ABC):

@@ -34,7 +34,7 @@ from .. import worker
 from ..errors import ConversionError, EdgekitError, UnsupportedOpError
 from ..fsutil import sha256_file
 from ..manifest import Artifact, QuantParams
-from .base import BuildContext, Target
+from .base import BuildContext, Target, in_layer, worst_layers
 
 ARTIFACT_PATH = "onnx/model.int8.onnx"
 ORT_PATH = "onnx/model.int8.ort"
@@ -75,6 +75,13 @@ class ONNXTarget(Target):
             workdir=str(context.workdir),
         )
         _convert_to_ort(output, context)
+        explained = None
+        if context.explain_npy:
+            explained = worker.call(
+                "edgekit.targets.onnx:explain", what="ONNX per-layer error report",
+                float_onnx=info["prepared"], qdq_onnx=str(output), samples_npy=context.explain_npy,
+                layer_names=context.layer_names, workdir=str(context.workdir),
+            )
         mobile = worker.call(
             "edgekit.targets.onnx:mobile_usability", what="ONNX mobile usability check", model=str(output)
         )
@@ -102,7 +109,11 @@ class ONNXTarget(Target):
                 "seconds": info["seconds"],
             },
             companions=companions,
-            details={"mobile_usability": mobile, "keep_float": list(context.keep_float)},
+            details={
+                "mobile_usability": mobile,
+                "keep_float": list(context.keep_float),
+                **({"explain": explained} if explained is not None else {}),
+            },
         )
 
 
@@ -178,8 +189,7 @@ def _layer_nodes(model: Any, layers: list[str]) -> tuple[list[tuple[str, str, st
     found: list[tuple[str, str, str]] = []
     missing = []
     for layer in layers:
-        pattern = re.compile(rf"(^|/){re.escape(layer)}(_\d+)?(/|$)")
-        nodes = [(n.name, n.op_type, layer) for n in model.graph.node if n.name == layer or pattern.search(n.name)]
+        nodes = [(n.name, n.op_type, layer) for n in model.graph.node if in_layer(n.name, layer)]
         if not nodes:
             missing.append(layer)
         found.extend(nodes)
@@ -266,7 +276,53 @@ def quantize(
         "inputs": [i.name for i in quantized.graph.input],
         "outputs": [o.name for o in quantized.graph.output],
         "excluded_nodes": excluded,
+        "prepared": prepared,
     }
+
+
+def explain(
+    float_onnx: str, qdq_onnx: str, samples_npy: str, layer_names: list[str], workdir: str
+) -> list[dict[str, Any]]:
+    """Per-tensor SQNR of the QDQ model's activations against the float model's (qdq_loss_debug)."""
+    import onnx
+    from onnxruntime.quantization import CalibrationDataReader
+    from onnxruntime.quantization.qdq_loss_debug import (
+        collect_activations,
+        compute_activation_error,
+        create_activation_matching,
+        modify_model_output_intermediate_tensors,
+    )
+
+    samples = np.load(samples_npy)
+    input_name = onnx.load(float_onnx).graph.input[0].name
+
+    class Reader(CalibrationDataReader):
+        def __init__(self) -> None:
+            self.i = 0
+
+        def get_next(self) -> dict[str, np.ndarray] | None:
+            if self.i >= len(samples):
+                return None
+            self.i += 1
+            return {input_name: samples[self.i - 1 : self.i].astype(np.float32)}
+
+    float_aug = str(Path(workdir) / "explain.float.onnx")
+    qdq_aug = str(Path(workdir) / "explain.qdq.onnx")
+    modify_model_output_intermediate_tensors(float_onnx, float_aug)
+    modify_model_output_intermediate_tensors(qdq_onnx, qdq_aug)
+    matching = create_activation_matching(collect_activations(qdq_aug, Reader()), collect_activations(float_aug, Reader()))
+    errors = compute_activation_error(matching)
+    producers = {out: node for node in onnx.load(float_onnx).graph.node for out in node.output}
+    rows = []
+    for tensor, error in errors.items():
+        node = producers.get(tensor)
+        sqnr = float(error["xmodel_err"])
+        layer = next((name for name in layer_names if in_layer(tensor, name)), tensor.split("/")[1] if "/" in tensor else tensor)
+        rows.append({
+            "layer": layer, "op": node.op_type if node is not None else "", "tensor": tensor,
+            "sqnr_db": sqnr if np.isfinite(sqnr) else None,
+        })
+    return worst_layers(rows)
 
 
 def mobile_usability(model: str) -> dict[str, Any]:

@@ -17,10 +17,10 @@ from typing import Any
 import numpy as np
 
 from .. import worker
-from ..errors import UnsupportedOpError
+from ..errors import EdgekitError, UnsupportedOpError
 from ..fsutil import sha256_file
 from ..manifest import Artifact, QuantParams
-from .base import BuildContext, Target
+from .base import BuildContext, Target, in_layer, worst_layers
 
 ARTIFACT_PATH = "tflite/model.int8.tflite"
 _NOT_FLOAT_OPS = {"QUANTIZE", "DEQUANTIZE", "DELEGATE"}
@@ -45,11 +45,16 @@ class TFLiteTarget(Target):
             output=str(output),
             quantize=True,
             allow_float_ops=context.allow_float_ops,
+            keep_float=context.keep_float,
+            explain_npy=context.explain_npy,
+            layer_names=context.layer_names,
         )
         float_ops = find_float_ops(str(output), context.layer_names)
-        if float_ops and not context.allow_float_ops:
-            listed = ", ".join(f"{op['op']} (layer {op['layer']})" for op in float_ops[:8])
-            more = f" and {len(float_ops) - 8} more" if len(float_ops) > 8 else ""
+        kept = {layer for layer in context.keep_float}
+        unexpected = [op for op in float_ops if not any(in_layer(op["tensor"], layer) for layer in kept)]
+        if unexpected and not context.allow_float_ops:
+            listed = ", ".join(f"{op['op']} (layer {op['layer']})" for op in unexpected[:8])
+            more = f" and {len(unexpected) - 8} more" if len(unexpected) > 8 else ""
             raise UnsupportedOpError(f"TFLite cannot run these ops in INT8: {listed}{more}")
         inputs, outputs = io_quantization(str(output))
         return Artifact(
@@ -67,6 +72,10 @@ class TFLiteTarget(Target):
                 "ops": info["ops"],
                 "calibration_method": "minmax",
                 "seconds": info["seconds"],
+            },
+            details={
+                "keep_float": list(context.keep_float),
+                **({"explain": info["explain"]} if info.get("explain") is not None else {}),
             },
         )
 
@@ -115,45 +124,137 @@ def layer_of(tensor_name: str, layer_names: list[str]) -> str:
 # --- child-process side -------------------------------------------------------------------
 
 
-def convert(
-    saved_model: str, calibration_npy: str, output: str, quantize: bool = True, allow_float_ops: bool = False
-) -> dict[str, Any]:
-    """Run TFLiteConverter (float, or full-integer INT8 calibrated on ``calibration_npy``)."""
+def _converter(saved_model: str, samples: np.ndarray | None, allow_float_ops: bool) -> Any:
     import tensorflow as tf
 
     converter = tf.lite.TFLiteConverter.from_saved_model(saved_model)
-    ops = "TFLITE_BUILTINS"
-    if quantize:
-        samples = np.load(calibration_npy, mmap_mode="r")
+    if samples is None:
+        return converter
 
-        def representative_dataset():  # one sample per step, as the converter expects
-            total = len(samples)
-            for i in range(total):
-                if i % 10 == 0:
-                    worker.report_progress(i, total)
-                yield [np.asarray(samples[i : i + 1], dtype=np.float32)]
-            worker.report_progress(total, total)
+    def representative_dataset():  # one sample per step, as the converter expects
+        total = len(samples)
+        for i in range(total):
+            if i % 10 == 0:
+                worker.report_progress(i, total)
+            yield [np.asarray(samples[i : i + 1], dtype=np.float32)]
+        worker.report_progress(total, total)
 
-        converter.optimizations = [tf.lite.Optimize.DEFAULT]
-        converter.representative_dataset = representative_dataset
-        supported = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
-        if allow_float_ops:
-            supported.append(tf.lite.OpsSet.TFLITE_BUILTINS)
-        converter.target_spec.supported_ops = supported
-        converter.inference_input_type = tf.int8
-        converter.inference_output_type = tf.int8
-        ops = "+".join(s.name for s in supported)
+    converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    converter.representative_dataset = representative_dataset
+    supported = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+    if allow_float_ops:
+        supported.append(tf.lite.OpsSet.TFLITE_BUILTINS)
+    converter.target_spec.supported_ops = supported
+    converter.inference_input_type = tf.int8
+    converter.inference_output_type = tf.int8
+    return converter
+
+
+def convert(
+    saved_model: str,
+    calibration_npy: str,
+    output: str,
+    quantize: bool = True,
+    allow_float_ops: bool = False,
+    keep_float: list[str] | None = None,
+    explain_npy: str | None = None,
+    layer_names: list[str] | None = None,
+) -> dict[str, Any]:
+    """Run TFLiteConverter (float, or full-integer INT8 calibrated on ``calibration_npy``).
+
+    ``keep_float`` layers are excluded with the quantization debugger's node denylist (the
+    model then has float IO); ``explain_npy`` adds a per-layer SQNR report.
+    """
+    import tensorflow as tf
+
+    samples = np.load(calibration_npy, mmap_mode="r") if quantize else None
+    converter = _converter(saved_model, samples, allow_float_ops or bool(keep_float))
+    ops = "+".join(s.name for s in converter.target_spec.supported_ops) if quantize else "TFLITE_BUILTINS"
     started = time.perf_counter()
     try:
         model = converter.convert()
+        if keep_float:
+            model = _with_float_layers(model, saved_model, samples, keep_float)
+    except EdgekitError:
+        raise
     except Exception as exc:
-        raise _explain(exc) from None
+        raise _converter_error(exc) from None
     seconds = time.perf_counter() - started
     Path(output).write_bytes(model)
-    return {"tensorflow": tf.__version__, "ops": ops, "seconds": round(seconds, 3)}
+    explained = _explain_layers(saved_model, np.load(explain_npy), layer_names or []) if explain_npy else None
+    return {"tensorflow": tf.__version__, "ops": ops, "seconds": round(seconds, 3), "explain": explained}
 
 
-def _explain(exc: Exception) -> Exception:
+def _tensor_names(model: bytes) -> list[str]:
+    from ..backends.litert import _interpreter_module
+
+    module, _ = _interpreter_module()
+    interpreter = module.Interpreter(model_content=model)
+    return [d["name"] for d in interpreter.get_tensor_details() if d["name"]]
+
+
+def _with_float_layers(model: bytes, saved_model: str, samples: np.ndarray, layers: list[str]) -> bytes:
+    import tensorflow as tf
+
+    names = _tensor_names(model)
+    denylist = [n for n in names if any(in_layer(n, layer) for layer in layers)]
+    missing = [layer for layer in layers if not any(in_layer(n, layer) for n in names)]
+    if missing:
+        raise EdgekitError(
+            f"--keep-float: no TFLite nodes belong to layer(s) {', '.join(missing)}",
+            hint="use layer names as the model defines them (see --explain's report)",
+        )
+    debugger = tf.lite.experimental.QuantizationDebugger(
+        converter=_converter(saved_model, samples, allow_float_ops=True),
+        debug_dataset=_dataset(samples),
+        debug_options=tf.lite.experimental.QuantizationDebugOptions(denylisted_nodes=denylist),
+    )
+    return debugger.get_nondebug_quantized_model()
+
+
+def _dataset(samples: np.ndarray) -> Any:
+    def generate():
+        for i in range(len(samples)):
+            yield [np.asarray(samples[i : i + 1], dtype=np.float32)]
+
+    return generate
+
+
+def _explain_layers(saved_model: str, samples: np.ndarray, layer_names: list[str]) -> list[dict[str, Any]]:
+    """Per-layer SQNR of the INT8 model's activations vs float (TFLite quantization debugger)."""
+    import csv
+    import io
+
+    import tensorflow as tf
+
+    def sqnr(float_values, quant_values, scale, zero_point) -> float:
+        reference = np.concatenate([np.ravel(v) for v in float_values]).astype(np.float64)
+        dequantized = (np.concatenate([np.ravel(v) for v in quant_values]).astype(np.float64) - zero_point) * scale
+        noise = float(np.sum((reference - dequantized) ** 2))
+        return float("inf") if noise == 0 else float(10 * np.log10(max(float(np.sum(reference**2)), 1e-30) / noise))
+
+    debugger = tf.lite.experimental.QuantizationDebugger(
+        converter=_converter(saved_model, samples, allow_float_ops=True),
+        debug_dataset=_dataset(samples),
+        debug_options=tf.lite.experimental.QuantizationDebugOptions(layer_direct_compare_metrics={"sqnr": sqnr}),
+    )
+    debugger.run()
+    buffer = io.StringIO()
+    debugger.layer_statistics_dump(buffer)
+    rows = []
+    for row in csv.DictReader(io.StringIO(buffer.getvalue())):
+        value = float(row["sqnr"])
+        rows.append({
+            "layer": layer_of(row["tensor_name"], layer_names),
+            "op": row["op_name"],
+            "tensor": row["tensor_name"],
+            "sqnr_db": value if np.isfinite(value) else None,
+            "max_abs_error": float(row["max_abs_error"]),
+        })
+    return worst_layers(rows)
+
+
+def _converter_error(exc: Exception) -> Exception:
     """Turn the converter's MLIR dump into one line naming the ops (and layers) it refused."""
     text = str(exc)
     ops = sorted(set(re.findall(r"'(tf\.\w+)' op is neither a custom op nor a flex op", text)))
