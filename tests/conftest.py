@@ -69,3 +69,40 @@ def write_digit_images(root: Path, x: np.ndarray, y: np.ndarray) -> None:
         folder = root / str(int(label))
         folder.mkdir(parents=True, exist_ok=True)
         Image.fromarray(image[..., 0], mode="L").save(folder / f"{i:04d}.png")
+
+
+@pytest.fixture(scope="session")
+def digits_all_package(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The digits model packaged for every target (tflite, onnx, coreml) from one calibration."""
+    import edgekit
+    from edgekit.targets import TARGETS
+
+    out = tmp_path_factory.mktemp("digits_all")
+    result = edgekit.package(str(DIGITS_MODEL), str(CALIBRATION), str(out), eval=str(EVAL), targets=list(TARGETS))
+    return result.path
+
+
+def run_python(code: str) -> str:
+    """Run Python in a child process (for heavy imports such as coremltools); its stdout."""
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=env,
+                          cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc.stdout
+
+
+@pytest.fixture(scope="session")
+def sin_saved_model(tmp_path_factory):
+    """A model with an op TFLite cannot run in INT8 (sin), exported as a SavedModel."""
+    path = tmp_path_factory.mktemp("sin") / "sin_model"
+    run_tf(f"""
+        import keras, tensorflow as tf
+        keras.utils.set_random_seed(0)
+        inputs = keras.Input((8, 8, 1))
+        x = keras.layers.Conv2D(4, 3, padding="same", name="conv")(inputs)
+        x = keras.layers.Lambda(lambda t: tf.math.sin(t), name="wave")(x)
+        x = keras.layers.GlobalAveragePooling2D()(x)
+        outputs = keras.layers.Dense(10, activation="softmax", name="head")(x)
+        keras.Model(inputs, outputs).export({str(path)!r}, verbose=False)
+    """)
+    return path

@@ -102,8 +102,11 @@ def convert(
         model: Any = keras.models.load_model(source_path, compile=False)
         source: dict[str, Any] = {}
         input_name = model.inputs[0].name
-    else:
-        model, source, input_name = saved_model or source_path, {"source": "tensorflow"}, None
+    else:  # a SavedModel has several concrete functions; coremltools takes the serving one
+        import tensorflow as tf
+
+        loaded = tf.saved_model.load(saved_model or source_path)
+        model, source, input_name = [loaded.signatures["serving_default"]], {"source": "tensorflow"}, None
     shape = (1, *samples.shape[1:])
     inputs = [ct.TensorType(name=input_name, shape=shape, dtype=np.float32)] if input_name else [
         ct.TensorType(shape=shape, dtype=np.float32)

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from .. import worker
-from ..errors import EdgekitError, UnsupportedOpError
+from ..errors import EdgekitError, ModelSourceError, UnsupportedOpError
 from ..fsutil import sha256_file
 from ..manifest import Artifact, QuantParams
 from .base import BuildContext, Target, in_layer, worst_layers
@@ -33,6 +33,11 @@ class TFLiteTarget(Target):
     backend = "litert"
 
     def build(self, context: BuildContext) -> Artifact:
+        if context.saved_model is None:
+            raise ModelSourceError(
+                "TFLite from an ONNX source is not supported yet",
+                hint="package the Keras/SavedModel source for TFLite, or use --target onnx",
+            )
         output = context.package_dir / ARTIFACT_PATH
         output.parent.mkdir(parents=True, exist_ok=True)
         info = worker.call(

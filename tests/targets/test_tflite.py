@@ -54,23 +54,6 @@ def test_digits_accuracy_within_one_point_and_agreement_at_least_98_percent(digi
     assert manifest.inputs[0].preprocessing.scale == pytest.approx(1 / 255)
 
 
-@pytest.fixture(scope="module")
-def sin_saved_model(tmp_path_factory):
-    """A model with an op TFLite cannot run in INT8 (sin), exported as a SavedModel."""
-    path = tmp_path_factory.mktemp("sin") / "sin_model"
-    run_tf(f"""
-        import keras, tensorflow as tf
-        keras.utils.set_random_seed(0)
-        inputs = keras.Input((8, 8, 1))
-        x = keras.layers.Conv2D(4, 3, padding="same", name="conv")(inputs)
-        x = keras.layers.Lambda(lambda t: tf.math.sin(t), name="wave")(x)
-        x = keras.layers.GlobalAveragePooling2D()(x)
-        outputs = keras.layers.Dense(10, activation="softmax", name="head")(x)
-        keras.Model(inputs, outputs).export({str(path)!r}, verbose=False)
-    """)
-    return path
-
-
 def test_op_that_cannot_be_int8_is_named_with_its_layer(sin_saved_model, tmp_path, capsys):
     out = tmp_path / "out"
     code, _, err = run_cli(capsys, "package", sin_saved_model, "--calibration", CALIBRATION, "-o", out,

@@ -1,0 +1,60 @@
+"""The CoreML target on Linux: ML program with int8 weights, checked structurally; numerics unmeasured."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import edgekit
+from edgekit.errors import BackendUnavailableError
+from edgekit.manifest import Manifest
+from tests.conftest import run_python
+
+pytestmark = pytest.mark.slow
+
+
+def test_coreml_package_has_int8_weights_and_records_float16_activations(digits_all_package):
+    manifest = Manifest.from_json((digits_all_package / "manifest.json").read_bytes())
+    artifact = manifest.artifact("coreml")
+    assert artifact.path == "coreml/model.int8.mlpackage"
+    assert artifact.converter["minimum_deployment_target"] == "iOS17"
+    assert artifact.details["activations"] == "float16"
+    assert "only on macOS" in artifact.details["activations_reason"]
+    structure = artifact.details["structure"]
+    assert structure["weight_ops"] == structure["int8_weight_ops"] == 8  # 7 conv + 1 dense
+    assert structure["input"] == {"name": "image", "shape": [1, 8, 8, 1]}
+    metrics = manifest.validation["artifacts"]["coreml"]
+    assert metrics["measured"] is False and "not measurable here" in metrics["reason"]
+
+
+def test_coreml_spec_read_back_independently(digits_all_package):
+    """Re-read the saved .mlpackage with coremltools: inputs match the manifest, weights are int8."""
+    path = digits_all_package / "coreml" / "model.int8.mlpackage"
+    out = run_python(f"""
+        import json, coremltools as ct
+        from coremltools.proto import MIL_pb2
+        spec = ct.models.MLModel({str(path)!r}, skip_model_load=True).get_spec()
+        fn = spec.mlProgram.functions["main"]
+        ops = fn.block_specializations[fn.opset].operations
+        dequant = [op for op in ops if op.type == "constexpr_affine_dequantize"]
+        int8 = [op for op in dequant if op.attributes["quantized_data"].type.tensorType.dataType == MIL_pb2.INT8]
+        float_weights = [op for op in ops if op.type == "const" and op.attributes["val"].type.tensorType.dimensions
+                         and len(op.attributes["val"].type.tensorType.dimensions) >= 2]
+        inp = spec.description.input[0]
+        print(json.dumps({{"input": inp.name, "shape": list(inp.type.multiArrayType.shape),
+                          "dequant": len(dequant), "int8": len(int8), "float_weights": len(float_weights)}}))
+    """)
+    report = json.loads(out.strip().splitlines()[-1])
+    manifest = json.loads((digits_all_package / "manifest.json").read_text())
+    assert report["input"] == manifest["inputs"][0]["name"]
+    assert report["shape"][1:] == manifest["inputs"][0]["shape"][1:]
+    assert report["dequant"] == report["int8"] == 8
+    assert report["float_weights"] == 0
+
+
+def test_loading_the_coreml_artifact_on_linux_is_a_clear_error(digits_all_package):
+    with pytest.raises(BackendUnavailableError, match="coreml needs coreml"):
+        edgekit.load(digits_all_package, target="coreml")
+    with edgekit.load(digits_all_package) as model:  # auto: first artifact this device can run
+        assert model.artifact.target == "tflite"

@@ -1,0 +1,110 @@
+"""The ONNX target on real models: QDQ INT8 accuracy, .ort output, ONNX sources, options."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import numpy_helper
+
+import edgekit
+from edgekit.fsutil import sha256_file
+from edgekit.manifest import Manifest
+from tests.conftest import CALIBRATION, EVAL, load_npz, run_cli
+
+pytestmark = pytest.mark.slow
+
+
+def test_digits_onnx_accuracy_within_one_point_and_agreement_at_least_98_percent(digits_all_package):
+    manifest = Manifest.from_json((digits_all_package / "manifest.json").read_bytes())
+    metrics = manifest.validation["artifacts"]["onnx"]
+    assert metrics["measured"] is True
+    assert metrics["accuracy"] >= manifest.validation["float"]["accuracy"] - 0.01
+    assert metrics["top1_agreement"] >= 0.98
+    converter = manifest.artifact("onnx").converter
+    assert converter["opset"] >= 17 and converter["per_channel"] is True and converter["activation_type"] == "s8"
+
+
+def test_onnx_model_is_qdq_with_per_channel_int8_weights(digits_all_package):
+    model = onnx.load(str(digits_all_package / "onnx" / "model.int8.onnx"))
+    ops = [node.op_type for node in model.graph.node]
+    assert "QuantizeLinear" in ops and "DequantizeLinear" in ops
+    initializers = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+    conv_weights = [node.input[1] for node in model.graph.node if node.op_type == "Conv"]
+    producers = {out: node for node in model.graph.node for out in node.output}
+    per_channel = 0
+    for weight in conv_weights:
+        dequantize = producers[weight]
+        assert dequantize.op_type == "DequantizeLinear"
+        assert initializers[dequantize.input[0]].dtype == np.int8
+        scale = initializers[dequantize.input[1]]
+        zero_point = initializers[dequantize.input[2]]
+        assert not zero_point.any(), "weights must be symmetric"
+        per_channel += scale.size > 1
+    assert conv_weights and per_channel == len(conv_weights)
+
+
+def test_ort_format_model_and_operator_config_are_recorded_and_run(digits_all_package):
+    manifest = Manifest.from_json((digits_all_package / "manifest.json").read_bytes())
+    artifact = manifest.artifact("onnx")
+    companions = {c["path"]: c for c in artifact.companions}
+    assert set(companions) == {"onnx/model.int8.ort", "onnx/required_operators.config"}
+    for path, entry in companions.items():
+        assert sha256_file(digits_all_package / path) == entry["sha256"]
+    config = (digits_all_package / "onnx" / "required_operators.config").read_text()
+    assert "ai.onnx;" in config and "/tmp" not in config
+    x, _ = load_npz(EVAL)
+    session = ort.InferenceSession(str(digits_all_package / "onnx" / "model.int8.ort"), providers=["CPUExecutionProvider"])
+    (out,) = session.run(None, {session.get_inputs()[0].name: x[:4].astype(np.float32) / 255})
+    assert out.shape == (4, 10)
+    usability = artifact.details["mobile_usability"]
+    for ep in ("nnapi", "coreml_neuralnetwork", "coreml_mlprogram"):
+        assert usability[ep]["fixed_shapes"]["nodes"] > 0
+        assert usability[ep]["as_is"]["suitability"] in ("YES", "MAYBE", "NO")
+
+
+def test_runtime_runs_the_onnx_artifact_with_onnxruntime(digits_all_package):
+    x, y = load_npz(EVAL)
+    with edgekit.load(digits_all_package, target="onnx") as model:
+        assert model.artifact.target == "onnx"
+        assert type(model.backend).__name__ == "OnnxRuntimeBackend"
+        probabilities = model.predict(x)
+    assert np.mean(probabilities.argmax(axis=1) == y) >= 0.97
+
+
+@pytest.fixture(scope="module")
+def digits_onnx(digits_all_package, tmp_path_factory):
+    """A float ONNX export of digits (what a user would bring as an ONNX source)."""
+    from tests.conftest import DIGITS_MODEL, run_tf
+
+    out = tmp_path_factory.mktemp("onnx_source")
+    saved = out / "saved"
+    run_tf(f"import keras; keras.models.load_model({str(DIGITS_MODEL)!r}).export({str(saved)!r}, verbose=False)")
+    import subprocess
+    import sys
+
+    subprocess.run([sys.executable, "-m", "tf2onnx.convert", "--saved-model", str(saved), "--opset", "17",
+                    "--output", str(out / "digits.onnx")], check=True, capture_output=True)
+    return out / "digits.onnx"
+
+
+def test_onnx_source_is_quantized_directly(digits_onnx, tmp_path, capsys):
+    code, out, err = run_cli(capsys, "package", digits_onnx, "--target", "onnx", "--calibration", CALIBRATION,
+                             "--eval", EVAL, "-o", tmp_path, "--calibration-method", "percentile")
+    assert code == 0, err
+    manifest = json.loads((tmp_path / "digits.edgekit" / "manifest.json").read_text())
+    assert manifest["source"]["format"] == "onnx"
+    assert manifest["artifacts"][0]["converter"]["calibration_method"] == "percentile"
+    metrics = manifest["validation"]["artifacts"]["onnx"]
+    assert metrics["accuracy"] >= manifest["validation"]["float"]["accuracy"] - 0.01
+
+
+def test_tflite_from_an_onnx_source_says_not_supported_yet(digits_onnx, tmp_path, capsys):
+    code, _, err = run_cli(capsys, "package", digits_onnx, "--target", "tflite", "--calibration", CALIBRATION,
+                           "-o", tmp_path / "out")
+    assert code == 1
+    assert "TFLite from an ONNX source is not supported yet" in err and "Traceback" not in err
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())

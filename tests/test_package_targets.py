@@ -1,0 +1,74 @@
+"""`--target all`: one calibration, one table; partial failures; --explain and --keep-float."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from edgekit.manifest import Manifest
+from edgekit.targets import TARGETS
+from tests.conftest import CALIBRATION, DIGITS_MODEL, EVAL, run_cli
+
+pytestmark = pytest.mark.slow
+
+
+def test_all_targets_share_one_calibration_and_preprocessing(digits_all_package):
+    manifest = Manifest.from_json((digits_all_package / "manifest.json").read_bytes())
+    assert [a.target for a in manifest.artifacts] == list(TARGETS) == ["tflite", "onnx", "coreml"]
+    assert manifest.failed == []
+    assert manifest.calibration["samples"] == 300
+    assert set(manifest.validation["artifacts"]) == {"tflite", "onnx", "coreml"}
+    for target in ("tflite", "onnx"):
+        assert manifest.validation["artifacts"][target]["top1_agreement"] >= 0.98
+
+
+def test_validation_table_has_a_row_per_artifact(digits_all_package, capsys):
+    from edgekit.validation_table import render
+
+    render(Manifest.from_json((digits_all_package / "manifest.json").read_bytes()))
+    out = capsys.readouterr().out
+    for target in ("tflite", "onnx", "coreml"):
+        assert f"│ {target}" in out
+    assert "not measurable here" in out and "CoreML prediction runs only on macOS" in out
+
+
+def test_a_target_that_fails_is_recorded_and_the_others_still_build(sin_saved_model, tmp_path, capsys):
+    code, out, err = run_cli(capsys, "package", sin_saved_model, "--target", "all", "--calibration", CALIBRATION,
+                             "-o", tmp_path, "--allow-accuracy-drop")
+    assert code == 1
+    assert "without tflite" in err and "SIN" in err and "--allow-partial" in err
+    manifest = json.loads((tmp_path / "sin_model.edgekit" / "manifest.json").read_text())
+    assert [f["target"] for f in manifest["failed"]] == ["tflite"]
+    assert {a["target"] for a in manifest["artifacts"]} == {"onnx", "coreml"}
+    assert "tflite" in out and "failed" in out
+
+    code, _, err = run_cli(capsys, "package", sin_saved_model, "--target", "all", "--calibration", CALIBRATION,
+                           "-o", tmp_path, "--allow-accuracy-drop", "--allow-partial", "--force")
+    assert code == 0, err
+
+
+def test_explain_reports_worst_layers_and_keep_float_excludes_them(tmp_path, capsys):
+    code, out, err = run_cli(capsys, "package", DIGITS_MODEL, "--target", "tflite", "--target", "onnx",
+                             "--calibration", CALIBRATION, "--eval", EVAL, "-o", tmp_path, "--explain",
+                             "--keep-float", "block1_dw")
+    assert code == 0, err
+    assert "worst layers by SQNR" in out
+    manifest = Manifest.from_json((tmp_path / "digits.edgekit" / "manifest.json").read_bytes())
+    for target in ("tflite", "onnx"):
+        artifact = manifest.artifact(target)
+        rows = artifact.details["explain"]
+        finite = [r["sqnr_db"] for r in rows if r["sqnr_db"] is not None]
+        assert len(rows) >= 5 and finite == sorted(finite)
+        assert artifact.details["keep_float"] == ["block1_dw"]
+        assert artifact.precision == "int8+float"
+        assert artifact.float_ops and all("block1_dw" in op["tensor"] for op in artifact.float_ops)
+        metrics = manifest.validation["artifacts"][target]
+        assert metrics["accuracy"] >= manifest.validation["float"]["accuracy"] - 0.01
+
+
+def test_keep_float_with_an_unknown_layer_names_it(tmp_path, capsys):
+    code, _, err = run_cli(capsys, "package", DIGITS_MODEL, "--target", "onnx", "--calibration", CALIBRATION,
+                           "-o", tmp_path / "out", "--keep-float", "no_such_layer")
+    assert code == 1 and "no ONNX nodes belong to layer(s) no_such_layer" in err
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
