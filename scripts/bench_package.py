@@ -1,12 +1,13 @@
 #!/usr/bin/env python
-"""Benchmark packaging MobileNetV2 224: conversion time, float vs INT8 size and LiteRT latency.
+"""Benchmark packaging MobileNetV2 224 for every target: conversion time, sizes, float vs INT8 latency.
 
     .venv/bin/python scripts/bench_package.py [--threads 2] [--rounds 30] [--output out/bench/bench_package.json]
 
-Builds the model from models/mobilenet_v2/build.py, packages it with `edgekit.package`
-(INT8, 100 synthetic calibration images), converts the same SavedModel to float TFLite, and
-times both with the LiteRT interpreter in one run, interleaving rounds so machine drift
-affects both alike. Prints and saves JSON; compare the ratios, not the absolute times.
+Builds the model from models/mobilenet_v2/build.py, packages it with `edgekit.package
+--target all` (100 synthetic calibration images), converts the same SavedModel to float
+TFLite and float ONNX, and times float vs INT8 with the LiteRT interpreter and with ONNX
+Runtime (CPU) in one run, interleaving rounds so machine drift affects every model alike.
+Prints and saves JSON; compare the ratios, not the absolute times.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ sys.path.insert(0, str(ROOT))
 import edgekit  # noqa: E402
 from edgekit import worker  # noqa: E402
 from edgekit.backends.litert import LiteRTBackend, open_interpreter  # noqa: E402
+from edgekit.backends.onnxruntime import OnnxRuntimeBackend  # noqa: E402
+from edgekit.targets import TARGETS  # noqa: E402
 
 
 def cpu_description() -> dict[str, object]:
@@ -49,20 +52,20 @@ def cpu_description() -> dict[str, object]:
     return info
 
 
-def median_invoke_ms(interpreters: dict[str, object], rounds: int, per_round: int) -> dict[str, dict[str, float]]:
+def median_invoke_ms(runners: dict[str, object], rounds: int, per_round: int) -> dict[str, dict[str, float]]:
     """Interleaved timing: each round times every model ``per_round`` times, in rotating order."""
-    samples: dict[str, list[float]] = {name: [] for name in interpreters}
-    names = list(interpreters)
-    for name, interpreter in interpreters.items():  # warm-up
+    samples: dict[str, list[float]] = {name: [] for name in runners}
+    names = list(runners)
+    for run in runners.values():  # warm-up
         for _ in range(10):
-            interpreter.invoke()
+            run()
     for r in range(rounds):
         order = names[r % len(names):] + names[: r % len(names)]
         for name in order:
-            interpreter = interpreters[name]
+            run = runners[name]
             for _ in range(per_round):
                 start = time.perf_counter_ns()
-                interpreter.invoke()
+                run()
                 samples[name].append((time.perf_counter_ns() - start) / 1e6)
     return {
         name: {
@@ -95,50 +98,73 @@ def main() -> None:
         started = time.perf_counter()
         result = edgekit.package(
             str(work / "mobilenet_v2.keras"), str(work / "calibration.npz"), str(work / "out"),
-            samples=args.samples, eval_samples=25,
+            targets=list(TARGETS), samples=args.samples, eval_samples=25,
             preprocessing={"scale": 1 / 255, "mean": [0.5], "std": [0.5]},
         )
         package_s = time.perf_counter() - started
-        artifact = result.manifest.artifact("tflite")
-        int8_path = result.path / artifact.path
+        manifest = result.manifest
 
         source = worker.call("edgekit.targets.source:prepare", what="export",
                              model_path=str(work / "mobilenet_v2.keras"), fmt="keras",
                              export_dir=str(work / "saved_model"))
-        float_path = work / "model.float32.tflite"
+        float_tflite = work / "model.float32.tflite"
         float_info = worker.call("edgekit.targets.tflite:convert", what="float conversion",
-                                 saved_model=source["saved_model"], calibration_npy="", output=str(float_path),
+                                 saved_model=source["saved_model"], calibration_npy="", output=str(float_tflite),
                                  quantize=False)
+        float_onnx = work / "model.float32.onnx"
+        started = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "tf2onnx.convert", "--saved-model", source["saved_model"],
+                        "--signature_def", "serving_default", "--opset", "17", "--output", str(float_onnx)],
+                       check=True, env=env, capture_output=True)
+        float_onnx_s = time.perf_counter() - started
 
-        interpreters = {}
-        for name, path in (("float32", float_path), ("int8", int8_path)):
-            interpreter = open_interpreter(str(path), threads=args.threads)
-            detail = interpreter.get_input_details()[0]
-            interpreter.set_tensor(detail["index"], np.zeros(detail["shape"], detail["dtype"]))
-            interpreters[name] = interpreter
-        latency = median_invoke_ms(interpreters, args.rounds, args.per_round)
-        float_bytes = float_path.stat().st_size
+        runners = {}
+        models = {
+            "tflite_float32": float_tflite, "tflite_int8": result.path / manifest.artifact("tflite").path,
+            "onnx_float32": float_onnx, "onnx_int8": result.path / manifest.artifact("onnx").path,
+        }
+        for name, path in models.items():
+            if name.startswith("tflite"):
+                interpreter = open_interpreter(str(path), threads=args.threads)
+                detail = interpreter.get_input_details()[0]
+                interpreter.set_tensor(detail["index"], np.zeros(detail["shape"], detail["dtype"]))
+                runners[name] = interpreter.invoke
+            else:
+                backend = OnnxRuntimeBackend(str(path), threads=args.threads)
+                x = np.zeros((1, 224, 224, 3), np.float32)
+                runners[name] = lambda backend=backend, x=x: backend.run(x)
+        latency = median_invoke_ms(runners, args.rounds, args.per_round)
+        sizes = {name: path.stat().st_size for name, path in models.items()}
+        sizes["coreml_int8_weights"] = manifest.artifact("coreml").bytes
+
+    def ratio(a: str, b: str) -> float:
+        return round(latency[a]["median_ms"] / latency[b]["median_ms"], 3)
 
     report = {
         "benchmark": "bench_package",
         "model": "Keras MobileNetV2 224x224x3, weights=None",
         "machine": {"platform": platform.platform(), **cpu_description()},
-        "versions": {**result.manifest.versions, "litert_backend": LiteRTBackend.available()},
+        "versions": {**manifest.versions, "litert_backend": LiteRTBackend.available(),
+                     "onnxruntime_backend": OnnxRuntimeBackend.available()},
         "settings": {"threads": args.threads, "rounds": args.rounds, "per_round": args.per_round,
                      "calibration_samples": args.samples},
         "seconds": {
             "build_model": round(build_s, 2),
-            "edgekit_package_total": round(package_s, 2),
-            "int8_converter_call": artifact.converter["seconds"],
-            "float_converter_call": float_info["seconds"],
+            "edgekit_package_all_targets": round(package_s, 2),
+            "converter_calls": {a.target: a.converter.get("seconds") for a in manifest.artifacts},
+            "float_tflite_conversion": float_info["seconds"],
+            "float_onnx_tf2onnx": round(float_onnx_s, 2),
         },
-        "size_bytes": {"float32": float_bytes, "int8": artifact.bytes},
+        "size_bytes": sizes,
         "ratios": {
-            "int8_size_of_float": round(artifact.bytes / float_bytes, 4),
-            "int8_speedup_median": round(latency["float32"]["median_ms"] / latency["int8"]["median_ms"], 3),
+            "tflite_int8_size_of_float": round(sizes["tflite_int8"] / sizes["tflite_float32"], 4),
+            "onnx_int8_size_of_float": round(sizes["onnx_int8"] / sizes["onnx_float32"], 4),
+            "tflite_int8_speedup_median": ratio("tflite_float32", "tflite_int8"),
+            "onnx_int8_speedup_median": ratio("onnx_float32", "onnx_int8"),
         },
         "latency": latency,
-        "validation_int8_vs_float": result.manifest.validation["artifacts"]["tflite"],
+        "validation_int8_vs_float": manifest.validation["artifacts"],
+        "failed_targets": manifest.failed,
     }
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(report, indent=2) + "\n")

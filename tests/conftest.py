@@ -106,3 +106,20 @@ def sin_saved_model(tmp_path_factory):
         keras.Model(inputs, outputs).export({str(path)!r}, verbose=False)
     """)
     return path
+
+
+@pytest.fixture(scope="session")
+def lgamma_saved_model(tmp_path_factory):
+    """A model using lgamma: TFLite, tf2onnx and coremltools all have no conversion for it."""
+    path = tmp_path_factory.mktemp("lgamma") / "lgamma_model"
+    run_tf(f"""
+        import keras, tensorflow as tf
+        keras.utils.set_random_seed(0)
+        inputs = keras.Input((8, 8, 1))
+        x = keras.layers.Conv2D(4, 3, padding="same", name="conv")(inputs)
+        x = keras.layers.Lambda(lambda t: tf.math.lgamma(tf.nn.relu(t) + 1.0), name="gamma")(x)
+        x = keras.layers.GlobalAveragePooling2D()(x)
+        outputs = keras.layers.Dense(10, activation="softmax", name="head")(x)
+        keras.Model(inputs, outputs).export({str(path)!r}, verbose=False)
+    """)
+    return path

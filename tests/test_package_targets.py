@@ -72,3 +72,15 @@ def test_keep_float_with_an_unknown_layer_names_it(tmp_path, capsys):
                            "-o", tmp_path / "out", "--keep-float", "no_such_layer")
     assert code == 1 and "no ONNX nodes belong to layer(s) no_such_layer" in err
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+def test_op_no_converter_supports_names_it_for_every_target(lgamma_saved_model, tmp_path, capsys):
+    code, _, err = run_cli(capsys, "package", lgamma_saved_model, "--target", "all", "--calibration", CALIBRATION,
+                           "-o", tmp_path / "out")
+    assert code == 1
+    assert "error: no target could be built" in err
+    assert "tflite: TFLite cannot run these ops in INT8" in err and "(layer gamma" in err
+    assert "onnx: tf2onnx cannot convert op(s) Lgamma (in gamma" in err
+    assert "coreml: coremltools cannot convert this model" in err and "Lgamma" in err
+    assert "Traceback" not in err
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())

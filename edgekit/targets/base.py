@@ -41,6 +41,19 @@ class BuildContext:
     explain_npy: str | None = None  # samples for the per-layer error report (--explain); None = no report
 
 
+def layer_of(tensor_name: str, layer_names: list[str]) -> str:
+    """The Keras layer a converted tensor came from (TF adds ``_1`` suffixes to layer scopes)."""
+    known = set(layer_names)
+    parts = tensor_name.split(";")[0].split("/")
+    for part in parts[1:] + parts[:1]:
+        if part in known:
+            return part
+        base = re.sub(r"_\d+$", "", part)
+        if base in known:
+            return base
+    return parts[1] if len(parts) > 2 else tensor_name
+
+
 def in_layer(node_name: str, layer: str) -> bool:
     """Whether a converted node (``model/LAYER_1/op``, fused names joined by ';') comes from ``layer``."""
     pattern = re.compile(rf"(^|/){re.escape(layer)}(_\d+)?(/|$)")

@@ -34,7 +34,7 @@ from .. import worker
 from ..errors import ConversionError, EdgekitError, UnsupportedOpError
 from ..fsutil import sha256_file
 from ..manifest import Artifact, QuantParams
-from .base import BuildContext, Target, in_layer, worst_layers
+from .base import BuildContext, Target, in_layer, layer_of, worst_layers
 
 ARTIFACT_PATH = "onnx/model.int8.onnx"
 ORT_PATH = "onnx/model.int8.ort"
@@ -134,22 +134,24 @@ def export_float_onnx(context: BuildContext) -> str:
         proc = subprocess.run(command, capture_output=True, text=True, env=env, timeout=context.timeout_s)
     except subprocess.TimeoutExpired:
         raise ConversionError(f"tf2onnx did not finish within {context.timeout_s:.0f} s") from None
-    if proc.returncode != 0 or not output.exists():
-        raise explain_tf2onnx_failure(proc.stderr)
+    # tf2onnx exits 0 even when it leaves ops it cannot convert in the graph: read its log too
+    if proc.returncode != 0 or not output.exists() or "Unsupported ops:" in proc.stderr:
+        raise explain_tf2onnx_failure(proc.stderr, context.layer_names)
     match = re.search(r"tf2onnx=([\w.]+)", proc.stderr)
     context.tf2onnx_version = match.group(1) if match else ""
     context.float_onnx = str(output)
     return str(output)
 
 
-def explain_tf2onnx_failure(log: str) -> EdgekitError:
+def explain_tf2onnx_failure(log: str, layer_names: list[str] | None = None) -> EdgekitError:
     if "No module named tf2onnx" in log:
         return ConversionError("tf2onnx is not installed", hint="pip install 'edgekit[package]'")
     ops = re.findall(r"Tensorflow op \[([^\]]+)\] is not supported", log)
     counted = re.search(r"Unsupported ops: Counter\(\{(.*?)\}\)", log)
     if ops or counted:
         names = sorted({op.split(": ")[-1] for op in ops} | set(re.findall(r"'(\w+)'", counted.group(1) if counted else "")))
-        layers = sorted({op.split(": ")[0].split("/")[1] for op in ops if "/" in op})
+        paths = [op.split(": ")[0] for op in ops]
+        layers = sorted({layer_of("/".join(p.split("/")[1:]), layer_names or []) for p in paths if "/" in p})
         where = f" (in {', '.join(layers[:5])})" if layers else ""
         return UnsupportedOpError(
             f"tf2onnx cannot convert op(s) {', '.join(names)}{where} to ONNX opset {OPSET}",

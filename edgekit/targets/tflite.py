@@ -20,7 +20,7 @@ from .. import worker
 from ..errors import EdgekitError, ModelSourceError, UnsupportedOpError
 from ..fsutil import sha256_file
 from ..manifest import Artifact, QuantParams
-from .base import BuildContext, Target, in_layer, worst_layers
+from .base import BuildContext, Target, in_layer, layer_of, worst_layers
 
 ARTIFACT_PATH = "tflite/model.int8.tflite"
 _NOT_FLOAT_OPS = {"QUANTIZE", "DEQUANTIZE", "DELEGATE"}
@@ -58,9 +58,16 @@ class TFLiteTarget(Target):
         kept = {layer for layer in context.keep_float}
         unexpected = [op for op in float_ops if not any(in_layer(op["tensor"], layer) for layer in kept)]
         if unexpected and not context.allow_float_ops:
-            listed = ", ".join(f"{op['op']} (layer {op['layer']})" for op in unexpected[:8])
-            more = f" and {len(unexpected) - 8} more" if len(unexpected) > 8 else ""
-            raise UnsupportedOpError(f"TFLite cannot run these ops in INT8: {listed}{more}")
+            by_layer: dict[str, list[str]] = {}
+            for op in unexpected:
+                ops = by_layer.setdefault(op["layer"], [])
+                if op["op"] not in ops:
+                    ops.append(op["op"])
+            listed = "; ".join(
+                f"{', '.join(ops[:6])}{' and more' if len(ops) > 6 else ''} (layer {layer})"
+                for layer, ops in list(by_layer.items())[:5]
+            )
+            raise UnsupportedOpError(f"TFLite cannot run these ops in INT8: {listed}")
         inputs, outputs = io_quantization(str(output))
         return Artifact(
             target=self.name,
@@ -111,19 +118,6 @@ def find_float_ops(path: str, layer_names: list[str]) -> list[dict[str, str]]:
             tensor = names.get(int(op["outputs"][0]), "") if len(op["outputs"]) else ""
             found.append({"op": op["op_name"], "layer": layer_of(tensor, layer_names), "tensor": tensor})
     return found
-
-
-def layer_of(tensor_name: str, layer_names: list[str]) -> str:
-    """The Keras layer a converted tensor came from (TF adds ``_1`` suffixes to layer scopes)."""
-    known = set(layer_names)
-    parts = tensor_name.split(";")[0].split("/")
-    for part in parts[1:] + parts[:1]:
-        if part in known:
-            return part
-        base = re.sub(r"_\d+$", "", part)
-        if base in known:
-            return base
-    return parts[1] if len(parts) > 2 else tensor_name
 
 
 # --- child-process side -------------------------------------------------------------------
