@@ -11,11 +11,22 @@ from typing import Any
 __version__ = "0.1.0"
 
 
-def load(source: Any, target: str | None = None, backend: str | None = None, threads: int | None = None) -> Any:
-    """Load a package for prediction: ``edgekit.load("digits.edgekit").predict(image)``."""
+def load(
+    source: Any,
+    artifact: str | None = None,
+    backend: str | None = None,
+    threads: int | None = None,
+    profile: Any = "auto",
+    **options: Any,
+) -> Any:
+    """Load a package for prediction: ``edgekit.load("digits.edgekit").predict(image)``.
+
+    ``source``: package directory, ``.ekpkg``, ``http(s)://``/``file://`` URL, ``.tflite`` or
+    ``.onnx``. ``artifact``/``backend`` narrow the choice; ``profile``: device profile or "auto".
+    """
     from .runtime import load as _load
 
-    return _load(source, target=target, backend=backend, threads=threads)
+    return _load(source, artifact=artifact, backend=backend, threads=threads, profile=profile, **options)
 
 
 def package(model: str, calibration: str, output_dir: str, **options: Any) -> Any:

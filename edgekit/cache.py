@@ -1,14 +1,44 @@
-"""Content-addressed local cache (unpacked ``.ekpkg`` packages for now).
+"""The local cache: fetched packages, unpacked packages, compiled engines, predictions.
 
-Entries are keyed by the sha256 of what they were made from and published by rename, so a
-reader never sees a half-written entry, and two writers of one entry both end with a
-complete copy. ``EDGEKIT_CACHE_DIR`` overrides the platform's user cache directory.
+Layout below ``cache_root()`` (``EDGEKIT_CACHE_DIR``, else the platform's user cache dir)::
+
+    blobs/SHA256.ekpkg       fetched archives, named by their content hash
+    urls/SHA256(URL).json    which blob a URL gave (fetched once)
+    packages/SHA256/         an archive unpacked once
+    compiled/KEY/            per artifact x device x runtime version: ONNX Runtime optimized
+                             model, TensorRT engine cache
+    locks/                   one lock file per entry
+    predictions.sqlite       opt-in persisted prediction cache
+
+Every entry is built under a temporary name and renamed into place while holding the
+entry's file lock, so two processes filling the same entry wait for each other and a
+reader never sees half an entry. Each use touches the entry's ``.last_used`` stamp; when the
+cache grows past its size cap (``EDGEKIT_CACHE_MAX_BYTES``, default 2 GiB) the least
+recently used entries are evicted.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import hashlib
+import json
 import os
+import shutil
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
+
+from .errors import PackageError
+from .fsutil import publish, sha256_file, staging_dir, tree_bytes
+
+DEFAULT_MAX_BYTES = 2 << 30
+KINDS = ("blobs", "packages", "compiled")
+STAMP = ".last_used"
+FETCH_TIMEOUT_S = 30.0
 
 
 def cache_root() -> Path:
@@ -20,5 +50,171 @@ def cache_root() -> Path:
     return Path(user_cache_dir("edgekit", appauthor=False))
 
 
+def max_bytes() -> int:
+    value = os.environ.get("EDGEKIT_CACHE_MAX_BYTES")
+    return int(value) if value else DEFAULT_MAX_BYTES
+
+
 def entry_path(kind: str, key: str) -> Path:
     return cache_root() / kind / key
+
+
+@contextlib.contextmanager
+def locked(name: str) -> Iterator[None]:
+    """An exclusive inter-process lock (flock) for one cache entry."""
+    lock_dir = cache_root() / "locks"
+    lock_dir.mkdir(parents=True, exist_ok=True)
+    with open(lock_dir / f"{name}.lock", "a+") as handle:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+
+def touch(entry: Path) -> None:
+    """Record a use of ``entry`` for least-recently-used eviction."""
+    stamp = entry / STAMP if entry.is_dir() else entry.with_name(entry.name + STAMP)
+    with contextlib.suppress(OSError):
+        stamp.touch()
+
+
+def last_used(entry: Path) -> float:
+    stamp = entry / STAMP if entry.is_dir() else entry.with_name(entry.name + STAMP)
+    for path in (stamp, entry):
+        with contextlib.suppress(OSError):
+            return path.stat().st_mtime
+    return 0.0
+
+
+def ensure_entry(kind: str, key: str, build: Callable[[Path], None], valid: Callable[[Path], bool]) -> Path:
+    """The entry ``kind/key``, built by ``build(tmp_path)`` unless a valid one exists.
+
+    An existing entry that fails ``valid`` (corrupted on disk) is removed and rebuilt.
+    """
+    target = entry_path(kind, key)
+    if target.exists() and valid(target):
+        touch(target)
+        return target
+    with locked(f"{kind}-{key}"):
+        if target.exists():
+            if valid(target):
+                touch(target)
+                return target
+            remove(target)
+        with staging_dir(target) as tmp:
+            work = tmp / "entry"
+            build(work)
+            publish(work, target)
+    touch(target)
+    evict(keep={target})
+    return target
+
+
+def remove(entry: Path) -> None:
+    if entry.is_dir() and not entry.is_symlink():
+        shutil.rmtree(entry, ignore_errors=True)
+    else:
+        entry.unlink(missing_ok=True)
+    entry.with_name(entry.name + STAMP).unlink(missing_ok=True)
+
+
+@dataclass
+class Entry:
+    kind: str
+    key: str
+    path: Path
+    bytes: int
+    last_used: float
+
+
+def entries() -> list[Entry]:
+    found = []
+    for kind in KINDS:
+        directory = cache_root() / kind
+        if not directory.is_dir():
+            continue
+        for path in directory.iterdir():
+            if path.name.startswith(".") or path.name.endswith(STAMP):
+                continue  # staging directories and stamps
+            found.append(Entry(kind, path.name, path, tree_bytes(path), last_used(path)))
+    return found
+
+
+def evict(keep: set[Path] | None = None, limit: int | None = None) -> list[Entry]:
+    """Remove least-recently-used entries until the cache fits ``limit`` bytes."""
+    limit = max_bytes() if limit is None else limit
+    current = sorted(entries(), key=lambda e: e.last_used)
+    total = sum(e.bytes for e in current)
+    removed = []
+    for entry in current:
+        if total <= limit:
+            break
+        if keep and entry.path in keep:
+            continue
+        with locked(f"{entry.kind}-{entry.key}"):
+            remove(entry.path)
+        total -= entry.bytes
+        removed.append(entry)
+    return removed
+
+
+def clear() -> int:
+    removed = 0
+    for entry in entries():
+        with locked(f"{entry.kind}-{entry.key}"):
+            remove(entry.path)
+        removed += 1
+    with contextlib.suppress(FileNotFoundError):
+        (cache_root() / "predictions.sqlite").unlink()
+    return removed
+
+
+# --- fetching ------------------------------------------------------------------------------
+
+
+def fetch(url: str, refresh: bool = False) -> Path:
+    """An ``http(s)://`` or ``file://`` ``.ekpkg`` in the cache, downloaded once.
+
+    The download goes to a temporary file and is renamed to ``blobs/SHA256.ekpkg`` only when
+    complete; a failed fetch leaves the cache as it was.
+    """
+    record = entry_path("urls", hashlib.sha256(url.encode()).hexdigest() + ".json")
+    if not refresh and record.is_file():
+        with contextlib.suppress(ValueError, OSError, KeyError):
+            digest = json.loads(record.read_text())["sha256"]
+            blob = entry_path("blobs", f"{digest}.ekpkg")
+            if blob.is_file() and sha256_file(blob) == digest:
+                touch(blob)
+                return blob
+    blobs = cache_root() / "blobs"
+    blobs.mkdir(parents=True, exist_ok=True)
+    with staging_dir(blobs / "download") as tmp:
+        part = tmp / "download.part"
+        digest = _download(url, part)
+        blob = entry_path("blobs", f"{digest}.ekpkg")
+        with locked(f"blobs-{digest}"):
+            if not blob.is_file() or sha256_file(blob) != digest:
+                os.replace(part, blob)
+    record.parent.mkdir(parents=True, exist_ok=True)
+    from .fsutil import write_text_atomic
+
+    write_text_atomic(record, json.dumps({"url": url, "sha256": digest, "fetched": time.time()}))
+    touch(blob)
+    evict(keep={blob})
+    return blob
+
+
+def _download(url: str, destination: Path) -> str:
+    digest = hashlib.sha256()
+    try:
+        with urllib.request.urlopen(url, timeout=FETCH_TIMEOUT_S) as response, open(destination, "wb") as out:
+            for chunk in iter(lambda: response.read(1 << 20), b""):
+                digest.update(chunk)
+                out.write(chunk)
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise PackageError(
+            f"cannot fetch {url}: {reason}", hint="check the URL and the network; the cache was not changed"
+        ) from None
+    return digest.hexdigest()

@@ -136,6 +136,70 @@ def package_command(model: Path, targets: tuple[str, ...], calibration: str, eva
 cli.add_command(run_command)
 
 
+@cli.command("targets")
+@click.option("--root", default=None, help="Read device facts below this directory instead of / (for testing).")
+def targets_command(root: str | None) -> None:
+    """List device profiles, which one matches this machine, and why."""
+    from .devices import DeviceFacts, detect, load_profiles, profile_dirs
+
+    facts = DeviceFacts.read(root)
+    profiles = load_profiles()
+    chosen = detect(facts, profiles)
+    click.echo(f"this machine: {facts.os}/{facts.arch}, {facts.cpu_count} cores, "
+               f"device-tree model {facts.device_tree_model or '(none)'}, "
+               f"Jetson {'yes' if facts.nv_tegra_release else 'no'}, NVIDIA driver {'yes' if facts.cuda else 'no'}")
+    for profile in sorted(profiles.values(), key=lambda p: (-p.priority, p.name)):
+        matched, reasons = profile.match(facts)
+        mark = "*" if profile.name == chosen.name else ("+" if matched else " ")
+        prefer = ", ".join(f"{a}/{b}" for a, b in profile.prefer)
+        click.echo(f"{mark} {profile.name:<18} priority {profile.priority:<3} {profile.description}")
+        click.echo(f"    prefers {prefer}; threads {profile.threads or 'all'}; {profile.path}")
+        for reason in reasons:
+            click.echo(f"    {reason}")
+    click.echo(f"selected: {chosen.name}" + ("" if chosen.name in profiles else f" ({chosen.description})"))
+    click.echo("profiles are read from: " + ", ".join(str(d) for d in profile_dirs()))
+
+
+@cli.group("cache")
+def cache_group() -> None:
+    """Inspect and manage the local cache (EDGEKIT_CACHE_DIR)."""
+
+
+@cache_group.command("ls")
+def cache_ls() -> None:
+    """List cache entries, least recently used first."""
+    import time
+
+    from . import cache
+
+    found = sorted(cache.entries(), key=lambda e: e.last_used)
+    for entry in found:
+        age = time.time() - entry.last_used
+        click.echo(f"{entry.kind:<9} {entry.key[:40]:<40} {entry.bytes / 1024:>10.1f} KiB  used {age / 60:.0f} min ago")
+    total = sum(e.bytes for e in found)
+    click.echo(f"{len(found)} entries, {total / (1 << 20):.1f} MiB of {cache.max_bytes() / (1 << 20):.0f} MiB "
+               f"in {cache.cache_root()}")
+
+
+@cache_group.command("verify")
+def cache_verify() -> None:
+    """Check every entry's checksums; remove the ones that fail (they are rebuilt on next use)."""
+    from .cache_verify import verify_all
+
+    bad = verify_all()
+    for entry, problem in bad:
+        click.echo(f"removed {entry.kind}/{entry.key}: {problem}")
+    click.echo(f"{len(bad)} bad entries removed" if bad else "all entries verified")
+
+
+@cache_group.command("clear")
+def cache_clear() -> None:
+    """Remove every cache entry."""
+    from . import cache
+
+    click.echo(f"removed {cache.clear()} entries from {cache.cache_root()}")
+
+
 def main() -> None:
     sys.exit(invoke(cli))
 

@@ -11,7 +11,7 @@ import stat
 import zipfile
 from pathlib import Path, PurePosixPath
 
-from .cache import entry_path
+from .cache import ensure_entry
 from .errors import PackageError
 from .fsutil import publish, sha256_file, sha256_tree, staging_dir
 from .manifest import MANIFEST_NAME, Artifact, Manifest
@@ -59,26 +59,29 @@ def write_archive(package_dir: Path, archive: Path, replace: bool = False) -> No
         publish(staged, archive, replace=replace)
 
 
-def _unpack(archive: Path) -> Path:
+def unpacked_entry(archive: Path) -> Path:
+    """The archive unpacked in the cache (once; keyed by the archive's sha256)."""
     if not zipfile.is_zipfile(archive):
         raise PackageError(f"{archive} is not an edgekit package (not a directory or a .ekpkg zip)")
-    target = entry_path("packages", sha256_file(archive))
-    if (target / MANIFEST_NAME).is_file():
-        return target
-    try:
-        with zipfile.ZipFile(archive) as zf, staging_dir(target) as tmp:
-            members = zf.infolist()
-            _check_members(members, archive)
-            for member in members:
-                zf.extract(member, tmp)
-            try:
-                publish(tmp, target)
-            except (FileExistsError, OSError):
-                if not (target / MANIFEST_NAME).is_file():  # another process won the race
-                    raise
-    except zipfile.BadZipFile as exc:
-        raise PackageError(f"{archive} is a corrupt archive ({exc})", hint="copy or rebuild the package") from None
-    return target
+
+    def extract(work: Path) -> None:
+        try:
+            with zipfile.ZipFile(archive) as zf:
+                members = zf.infolist()
+                _check_members(members, archive)
+                work.mkdir(parents=True)
+                for member in members:
+                    zf.extract(member, work)
+        except zipfile.BadZipFile as exc:
+            raise PackageError(f"{archive} is a corrupt archive ({exc})", hint="copy or rebuild the package") from None
+        if not (work / MANIFEST_NAME).is_file():
+            raise PackageError(f"{archive} is not an edgekit package (no {MANIFEST_NAME} inside)")
+
+    return ensure_entry("packages", sha256_file(archive), extract, lambda entry: (entry / MANIFEST_NAME).is_file())
+
+
+def _unpack(archive: Path) -> Path:
+    return unpacked_entry(archive)
 
 
 def _check_members(members: list[zipfile.ZipInfo], archive: Path) -> None:

@@ -1,34 +1,57 @@
-"""``edgekit.load(package).predict(x)``: the device-side entry point.
+"""``edgekit.load(source).predict(x)``: the device-side entry point.
 
-Device path: imports numpy, Pillow and one runtime library, never TensorFlow. The model is
-loaded once (artifact verified, interpreter built, tensors allocated); ``predict`` applies the
-manifest's preprocessing and returns float outputs.
+Device path: imports numpy, Pillow and one runtime library, never TensorFlow. ``load`` resolves
+the source (package directory, ``.ekpkg``, URL, or a bare ``.tflite``/``.onnx``), picks the
+device profile (detected, or named), chooses the first artifact/backend pair the profile
+prefers that this device can run, verifies the artifact's sha256, builds the interpreter or
+session once, warms it up, and returns a ``Model``. ``predict`` applies the manifest's
+preprocessing and returns float outputs.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from . import __version__, cache
 from .backends import BACKENDS, TARGET_BACKENDS, Backend, get_backend
 from .data.preprocessing import check_finite, conform, load_input
-from .errors import BackendUnavailableError, InputError
-from .manifest import Artifact, Manifest
+from .devices import DeviceFacts, Profile, detect, get_profile
+from .errors import BackendUnavailableError, InputError, PackageError
+from .fsutil import sha256_file
+from .manifest import Artifact, Manifest, TensorSpec
 from .package_io import open_package, verified_artifact_path
+from .prediction_cache import PredictionCache
+
+_URL = re.compile(r"^(https?|file)://", re.IGNORECASE)
+_BARE = {".tflite": "tflite", ".onnx": "onnx"}
+_EXTRAS = {"litert": "edgekit[tflite]", "onnxruntime": "edgekit[onnx]", "coreml": "coremltools (macOS)"}
 
 
 class Model:
     """A loaded package artifact, ready to predict."""
 
-    def __init__(self, root: Path, manifest: Manifest, artifact: Artifact, backend: Backend) -> None:
+    def __init__(
+        self,
+        root: Path,
+        manifest: Manifest,
+        artifact: Artifact,
+        backend: Backend,
+        profile: Profile,
+        prediction_cache: PredictionCache | None = None,
+    ) -> None:
         self.root = root
         self.manifest = manifest
         self.artifact = artifact
         self.backend = backend
+        self.profile = profile
+        self.prediction_cache = prediction_cache
         spec = manifest.inputs[0]
         self._sample_shape = tuple(None if d == -1 else d for d in spec.shape[1:])
         self._preprocessing = spec.preprocessing
@@ -43,13 +66,15 @@ class Model:
         Images and integer arrays get the manifest's preprocessing; float arrays are taken as
         already preprocessed model inputs. Returns float32 outputs with a batch axis.
         """
+        return self.predict_tensor(self.preprocess(inputs), raw=raw)
+
+    def preprocess(self, inputs: Any) -> np.ndarray:
+        """The model-ready float32 batch for ``inputs`` (what ``predict`` feeds the runtime)."""
         if isinstance(inputs, (list, tuple)):
             if not inputs:
                 raise InputError("no inputs given", hint="pass at least one image or array")
-            batch = np.concatenate([load_input(item, self._preprocessing, self._sample_shape) for item in inputs])
-        else:
-            batch = load_input(inputs, self._preprocessing, self._sample_shape)
-        return self.predict_tensor(batch, raw=raw)
+            return np.concatenate([load_input(item, self._preprocessing, self._sample_shape) for item in inputs])
+        return load_input(inputs, self._preprocessing, self._sample_shape)
 
     def predict_tensor(self, x: np.ndarray, raw: bool = False) -> np.ndarray:
         """Outputs for a preprocessed float32 batch shaped like the model input, or for a batch
@@ -62,10 +87,21 @@ class Model:
             )
         check_finite(x, "input")
         x = conform(x, self._sample_shape, "input")
-        return self.backend.run(x if x.dtype == native else x.astype(np.float32, copy=False), raw=raw)[0]
+        if x.dtype != native:
+            x = x.astype(np.float32, copy=False)
+        if self.prediction_cache is None:
+            return self.backend.run(x, raw=raw)[0]
+        key = PredictionCache.key(f"{self.artifact.sha256}:{raw}", x)
+        found = self.prediction_cache.get(key)
+        if found is None:
+            found = self.backend.run(x, raw=raw)[0]
+            self.prediction_cache.put(key, found)
+        return found
 
     def close(self) -> None:
         self.backend.close()
+        if self.prediction_cache is not None:
+            self.prediction_cache.close()
 
     def __enter__(self) -> Model:
         return self
@@ -76,35 +112,129 @@ class Model:
 
 def load(
     source: str | os.PathLike[str],
-    target: str | None = None,
+    artifact: str | None = None,
     backend: str | None = None,
     threads: int | None = None,
+    profile: str | Profile | None = "auto",
+    prediction_cache: PredictionCache | None = None,
+    warmup: bool = True,
 ) -> Model:
-    """Load a package (directory or ``.ekpkg``) with the best artifact this device can run.
+    """Load a package with the best artifact this device can run.
 
-    ``target`` picks the artifact (``tflite``); ``backend`` the runtime (``litert``).
+    ``artifact`` (tflite, onnx, coreml) and ``backend`` (litert, onnxruntime, coreml) narrow
+    the choice; ``profile`` is a device profile name, a Profile, or "auto" to detect one.
     """
-    root, manifest = open_package(source)
-    artifact, backend_cls = _choose(manifest, target, backend)
-    path = verified_artifact_path(root, artifact)
-    return Model(root, manifest, artifact, backend_cls(str(path), threads=threads))
+    facts = DeviceFacts.read()
+    chosen_profile = _profile(profile, facts)
+    text = os.fspath(source)
+    path = cache.fetch(text) if _URL.match(text) else Path(text)
+    if path.is_file() and path.suffix.lower() in _BARE:
+        return _load_bare(path, _BARE[path.suffix.lower()], backend, threads, chosen_profile, facts, prediction_cache)
+    root, manifest = open_package(path)
+    entry, backend_cls = choose(manifest, chosen_profile, artifact, backend)
+    try:
+        artifact_path = verified_artifact_path(root, entry)
+    except PackageError:
+        if not path.is_file():
+            raise
+        cache.remove(root)  # a cached unpacked copy went bad: unpack the archive again
+        root, manifest = open_package(path)
+        artifact_path = verified_artifact_path(root, entry)
+    runtime = _create(backend_cls, artifact_path, entry.sha256, chosen_profile, facts, threads)
+    if warmup:
+        runtime.warmup()
+    return Model(root, manifest, entry, runtime, chosen_profile, prediction_cache)
 
 
-def _choose(manifest: Manifest, target: str | None, backend: str | None) -> tuple[Artifact, type[Backend]]:
-    candidates: Sequence[Artifact] = [manifest.artifact(target)] if target else manifest.artifacts
+def choose(
+    manifest: Manifest, profile: Profile, artifact: str | None = None, backend: str | None = None
+) -> tuple[Artifact, type[Backend]]:
+    """The first (artifact, backend) pair, in the profile's order, that this device can run."""
+    if artifact is not None:
+        manifest.artifact(artifact)  # a clear error if the package lacks it
+    if backend is not None:
+        get_backend(backend)
+    present = {a.target: a for a in manifest.artifacts}
+    order = [pair for pair in profile.prefer if pair[0] in present]
+    order += [(t, b) for t in present for b in TARGET_BACKENDS.get(t, ()) if (t, b) not in order]
     missing: list[str] = []
-    for artifact in candidates:
-        names = TARGET_BACKENDS.get(artifact.target, ())
-        if backend is not None:
-            names = tuple(n for n in names if n == backend)
-            get_backend(backend)
-        for name in names:
-            cls = BACKENDS[name]
-            if cls.available():
-                return artifact, cls
-            missing.append(f"{artifact.target} needs {name}")
-    detail = "; ".join(missing) or "no backend for " + ", ".join(a.target for a in candidates)
+    for target, name in order:
+        if (artifact and target != artifact) or (backend and name != backend) or name not in BACKENDS:
+            continue
+        if BACKENDS[name].available():
+            return present[target], BACKENDS[name]
+        missing.append(f"{target} needs {name} ({_EXTRAS.get(name, name)})")
+    wanted = " ".join(x for x in (artifact, backend) if x)
+    detail = "; ".join(missing) or f"no {wanted + ' ' if wanted else ''}artifact among: {', '.join(present)}"
+    runnable = [t for t in TARGET_BACKENDS if any(BACKENDS[b].available() for b in TARGET_BACKENDS[t] if b in BACKENDS)]
     raise BackendUnavailableError(
         f"no installed runtime can run package {manifest.name!r} ({detail})",
-        hint="pip install 'edgekit[tflite]' on this device",
+        hint=(
+            f"install {' or '.join(sorted({_EXTRAS[n] for _, n in order if n in _EXTRAS}))} on this device"
+            if order
+            else "package it for a target this device runs: --target " + (" or ".join(runnable) or "tflite")
+        ),
     )
+
+
+def _profile(profile: str | Profile | None, facts: DeviceFacts) -> Profile:
+    if isinstance(profile, Profile):
+        return profile
+    if profile in (None, "auto"):
+        return detect(facts)
+    return get_profile(profile)
+
+
+def _create(
+    backend_cls: type[Backend], path: Path, sha256: str, profile: Profile, facts: DeviceFacts, threads: int | None
+) -> Backend:
+    options: dict[str, Any] = {}
+    if backend_cls.name == "litert" and profile.litert.get("delegate"):
+        options["delegate"] = profile.litert["delegate"]
+        options["delegate_options"] = profile.litert.get("delegate_options", {})
+    if backend_cls.name == "onnxruntime":
+        providers = profile.providers()
+        options["providers"] = providers
+        options["compiled_dir"] = str(_compiled_dir(sha256, backend_cls, providers, facts))
+    return backend_cls(str(path), threads=threads or profile.resolved_threads(facts), **options)
+
+
+def _compiled_dir(sha256: str, backend_cls: type[Backend], providers: Sequence[Any], facts: DeviceFacts) -> Path:
+    """Compiled artifacts are valid for one artifact x device x runtime version x providers."""
+    names = [p[0] if isinstance(p, tuple) else p for p in providers]
+    key = hashlib.sha256(
+        f"{sha256}|{backend_cls.available()}|{facts.arch}|{facts.device_tree_model}|{names}|{__version__}".encode()
+    ).hexdigest()[:32]
+    directory = cache.entry_path("compiled", key)
+    directory.mkdir(parents=True, exist_ok=True)
+    cache.touch(directory)
+    return directory
+
+
+def _load_bare(
+    path: Path,
+    target: str,
+    backend: str | None,
+    threads: int | None,
+    profile: Profile,
+    facts: DeviceFacts,
+    prediction_cache: PredictionCache | None,
+) -> Model:
+    """A plain .tflite/.onnx file: no manifest, so no preprocessing and no labels (inputs as arrays)."""
+    digest = sha256_file(path)
+    names = [b for b in TARGET_BACKENDS[target] if backend in (None, b)]
+    available = [BACKENDS[n] for n in names if BACKENDS[n].available()]
+    if not available:
+        raise BackendUnavailableError(
+            f"no installed runtime can run {path.name}",
+            hint=f"pip install '{_EXTRAS[TARGET_BACKENDS[target][0]]}'",
+        )
+    runtime = _create(available[0], path, digest, profile, facts, threads)
+    runtime.warmup()
+    describe = lambda infos: [TensorSpec(name=t.name, shape=list(t.shape), dtype="float32") for t in infos]  # noqa: E731
+    entry = Artifact(target=target, path=path.name, sha256=digest, bytes=path.stat().st_size, precision="unknown")
+    manifest = Manifest(
+        name=path.stem, edgekit_version="", created="", source={"format": target, "file": path.name},
+        inputs=describe(runtime.inputs), outputs=describe(runtime.outputs), artifacts=[entry],
+    )
+    return Model(path.parent, manifest, entry, runtime, profile, prediction_cache)

@@ -39,7 +39,8 @@ class Backend(ABC):
         """The runtime library's name and version if importable here, else None."""
 
     @abstractmethod
-    def __init__(self, path: str, threads: int | None = None) -> None: ...
+    def __init__(self, path: str, threads: int | None = None, **options: object) -> None:
+        """Load once. ``options`` come from the device profile (delegates, providers, caches)."""
 
     @property
     @abstractmethod
@@ -57,6 +58,20 @@ class Backend(ABC):
         artifact's dtype (e.g. int8) is fed as is. Outputs are float32, or the artifact's
         native dtype with ``raw``.
         """
+
+    def warmup(self, runs: int = 1) -> None:
+        """Run a zero batch of one so lazy allocation and kernel selection happen at load time."""
+        info = self.inputs[0]
+        if any(d == -1 for d in info.shape[1:]):
+            return  # dynamic spatial size: nothing representative to run
+        shape = (1, *info.shape[1:])
+        x = np.zeros(shape, np.float32)
+        for _ in range(runs):
+            self.run(x)
+
+    def describe(self) -> dict[str, object]:
+        """What actually runs: library version, delegate/providers, threads."""
+        return {"backend": self.name, "library": self.available()}
 
     def close(self) -> None:
         """Release the runtime's resources."""

@@ -31,7 +31,7 @@ class CoreMLBackend(Backend):
             return None
         return f"coremltools {coremltools.__version__} (macOS {platform.mac_ver()[0]})"
 
-    def __init__(self, path: str, threads: int | None = None) -> None:
+    def __init__(self, path: str, threads: int | None = None, **_: object) -> None:
         if sys.platform != "darwin":
             raise BackendUnavailableError(
                 "CoreML models run only on macOS/iOS",

@@ -33,10 +33,26 @@ def _interpreter_module() -> tuple[Any, str]:
     )
 
 
-def open_interpreter(path: str, threads: int | None = None, with_delegates: bool = True) -> Any:
+def load_delegate(library: str, options: dict[str, Any] | None = None) -> Any:
+    """An external delegate (e.g. ``libedgetpu.so.1`` for a Coral Edge TPU), or None if it does not load."""
+    module, _ = _interpreter_module()
+    loader = getattr(module, "load_delegate", None)
+    if loader is None:
+        return None
+    try:
+        return loader(library, {k: str(v) for k, v in (options or {}).items()})
+    except (ValueError, OSError, RuntimeError):
+        return None
+
+
+def open_interpreter(
+    path: str, threads: int | None = None, with_delegates: bool = True, delegates: list[Any] | None = None
+) -> Any:
     """A LiteRT interpreter for ``path`` with tensors allocated; clear errors for bad models."""
     module, _ = _interpreter_module()
     kwargs: dict[str, Any] = {"model_path": path, "num_threads": threads}
+    if delegates:
+        kwargs["experimental_delegates"] = delegates
     if not with_delegates:
         kwargs["experimental_op_resolver_type"] = module.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES
     try:
@@ -77,10 +93,25 @@ class LiteRTBackend(Backend):
         except BackendUnavailableError:
             return None
 
-    def __init__(self, path: str, threads: int | None = None) -> None:
+    def __init__(
+        self,
+        path: str,
+        threads: int | None = None,
+        delegate: str | None = None,
+        delegate_options: dict[str, Any] | None = None,
+        **_: object,
+    ) -> None:
         self.path = path
         self.library = _interpreter_module()[1]
-        self._interpreter = open_interpreter(path, threads)
+        self.threads = threads
+        self.delegate = None
+        delegates = []
+        if delegate:
+            loaded = load_delegate(delegate, delegate_options)
+            if loaded is not None:
+                delegates.append(loaded)
+                self.delegate = delegate
+        self._interpreter = open_interpreter(path, threads, delegates=delegates)
         input_details = self._interpreter.get_input_details()
         if len(input_details) != 1:
             raise PackageError(f"{path} has {len(input_details)} inputs; edgekit runs single-input models")
@@ -120,6 +151,14 @@ class LiteRTBackend(Backend):
             value = self._interpreter.get_tensor(index)
             results.append(value.copy() if raw else dequantize(value, out))
         return results
+
+    def describe(self) -> dict[str, object]:
+        return {
+            "backend": self.name,
+            "library": self.library,
+            "threads": self.threads,
+            "delegate": self.delegate or "XNNPACK (default CPU delegate)",
+        }
 
     def close(self) -> None:
         self._interpreter = None

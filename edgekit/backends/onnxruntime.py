@@ -8,7 +8,9 @@ integer IO is quantized/dequantized here like the LiteRT backend does.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -35,6 +37,22 @@ def _ort() -> Any:
             "ONNX Runtime is not installed", hint="pip install 'edgekit[onnx]'  (installs onnxruntime)"
         ) from None
     return onnxruntime
+
+
+def _with_engine_cache(provider: Any, compiled_dir: Path) -> Any:
+    """TensorRT builds engines once per device: point its engine and timing caches at the cache."""
+    name, options = (provider if isinstance(provider, tuple) else (provider, {}))
+    if name != "TensorrtExecutionProvider":
+        return provider
+    trt_dir = compiled_dir / "tensorrt"
+    trt_dir.mkdir(parents=True, exist_ok=True)
+    return (name, {
+        "trt_engine_cache_enable": True,
+        "trt_engine_cache_path": str(trt_dir),
+        "trt_timing_cache_enable": True,
+        "trt_timing_cache_path": str(trt_dir),
+        **options,
+    })
 
 
 def choose_providers(preferred: Sequence[str | tuple[str, dict[str, Any]]], available: Sequence[str]) -> list[Any]:
@@ -65,20 +83,33 @@ class OnnxRuntimeBackend(Backend):
         path: str,
         threads: int | None = None,
         providers: Sequence[str | tuple[str, dict[str, Any]]] = DEFAULT_PROVIDERS,
+        compiled_dir: str | None = None,
+        **_: object,
     ) -> None:
+        """``compiled_dir``: where this device keeps the optimized model and TensorRT engines."""
         ort = _ort()
         self.path = path
-        options = ort.SessionOptions()
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        options.log_severity_level = 3
-        if threads:
-            options.intra_op_num_threads = threads
+        self.threads = threads
         self.providers = choose_providers(providers, ort.get_available_providers())
+        if compiled_dir is not None:
+            self.providers = [_with_engine_cache(p, Path(compiled_dir)) for p in self.providers]
+        self.optimized_from_cache = False
+        model = path
+        optimized = Path(compiled_dir) / "model.optimized.onnx" if compiled_dir else None
+        if optimized is not None and optimized.is_file():
+            model, self.optimized_from_cache = str(optimized), True
+        options = self._options(ort, threads, already_optimized=self.optimized_from_cache)
+        if optimized is not None and not self.optimized_from_cache:
+            optimized.parent.mkdir(parents=True, exist_ok=True)
+            partial = optimized.with_name(f".{optimized.name}.{os.getpid()}.partial")
+            options.optimized_model_filepath = str(partial)
         try:
-            self._session = ort.InferenceSession(path, sess_options=options, providers=self.providers)
+            self._session = ort.InferenceSession(model, sess_options=options, providers=self.providers)
         except Exception as exc:  # onnxruntime raises its own exception types for bad models
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise PackageError(f"ONNX Runtime cannot load {path}: {first}") from None
+        if optimized is not None and not self.optimized_from_cache and partial.exists():
+            os.replace(partial, optimized)  # published whole, for the next load on this device
         inputs = self._session.get_inputs()
         if len(inputs) != 1:
             raise PackageError(f"{path} has {len(inputs)} inputs; edgekit runs single-input models")
@@ -87,6 +118,26 @@ class OnnxRuntimeBackend(Backend):
         self._input_name = inputs[0].name
         self._output_names = [t.name for t in self._session.get_outputs()]
         self.active_providers = self._session.get_providers()
+
+    @staticmethod
+    def _options(ort: Any, threads: int | None, already_optimized: bool) -> Any:
+        options = ort.SessionOptions()
+        options.graph_optimization_level = (
+            ort.GraphOptimizationLevel.ORT_DISABLE_ALL if already_optimized else ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        )
+        options.log_severity_level = 3
+        if threads:
+            options.intra_op_num_threads = threads
+        return options
+
+    def describe(self) -> dict[str, object]:
+        return {
+            "backend": self.name,
+            "library": self.available(),
+            "threads": self.threads,
+            "providers": self.active_providers,
+            "optimized_model_from_cache": self.optimized_from_cache,
+        }
 
     @staticmethod
     def _info(tensor: Any) -> TensorInfo:

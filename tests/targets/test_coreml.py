@@ -55,6 +55,6 @@ def test_coreml_spec_read_back_independently(digits_all_package):
 
 def test_loading_the_coreml_artifact_on_linux_is_a_clear_error(digits_all_package):
     with pytest.raises(BackendUnavailableError, match="coreml needs coreml"):
-        edgekit.load(digits_all_package, target="coreml")
+        edgekit.load(digits_all_package, artifact="coreml")
     with edgekit.load(digits_all_package) as model:  # auto: first artifact this device can run
         assert model.artifact.target == "tflite"

@@ -68,7 +68,7 @@ def test_ort_format_model_and_operator_config_are_recorded_and_run(digits_all_pa
 
 def test_runtime_runs_the_onnx_artifact_with_onnxruntime(digits_all_package):
     x, y = load_npz(EVAL)
-    with edgekit.load(digits_all_package, target="onnx") as model:
+    with edgekit.load(digits_all_package, artifact="onnx") as model:
         assert model.artifact.target == "onnx"
         assert type(model.backend).__name__ == "OnnxRuntimeBackend"
         probabilities = model.predict(x)

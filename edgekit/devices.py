@@ -1,0 +1,197 @@
+"""Device detection and device profiles (the TOML files in the repository's top-level ``targets/``).
+
+A profile says how to recognise a device and how to run on it: artifact/backend preference,
+threads, LiteRT delegate, ONNX Runtime providers and their options. Detection reads plain
+files (``/proc/device-tree/model``, ``/etc/nv_tegra_release``, ``/proc/driver/nvidia/version``)
+below a root directory, so tests can point it at a fake root.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import EdgekitError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10 (Jetson JetPack 6)
+    import tomli as tomllib
+
+PROFILE_DIRS_ENV = "EDGEKIT_PROFILES"
+SYSROOT_ENV = "EDGEKIT_SYSROOT"
+
+
+@dataclass(frozen=True)
+class DeviceFacts:
+    """What edgekit knows about the machine it runs on."""
+
+    os: str
+    arch: str
+    device_tree_model: str = ""
+    nv_tegra_release: str = ""
+    cuda: bool = False
+    cpu_count: int = 1
+
+    @classmethod
+    def read(cls, root: str | os.PathLike[str] | None = None) -> DeviceFacts:
+        base = Path(root or os.environ.get(SYSROOT_ENV) or "/")
+        model = _read(base / "proc/device-tree/model").replace("\x00", "").strip()
+        tegra = _read(base / "etc/nv_tegra_release").strip()
+        cuda = (base / "proc/driver/nvidia/version").exists() or (base / "dev/nvidia0").exists() or bool(tegra)
+        try:
+            cpus = len(os.sched_getaffinity(0))
+        except AttributeError:  # macOS
+            cpus = os.cpu_count() or 1
+        return cls(
+            os=platform.system().lower(),
+            arch=platform.machine(),
+            device_tree_model=model,
+            nv_tegra_release=tegra.splitlines()[0] if tegra else "",
+            cuda=cuda,
+            cpu_count=cpus,
+        )
+
+
+@dataclass
+class Profile:
+    name: str
+    description: str = ""
+    priority: int = 0
+    detect: dict[str, Any] = field(default_factory=dict)
+    prefer: list[tuple[str, str]] = field(default_factory=list)  # (artifact target, backend)
+    threads: int = 0  # 0: all available cores
+    litert: dict[str, Any] = field(default_factory=dict)
+    onnxruntime: dict[str, Any] = field(default_factory=dict)
+    path: str = ""
+
+    @classmethod
+    def from_file(cls, path: Path) -> Profile:
+        try:
+            data = tomllib.loads(path.read_text())
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+            raise EdgekitError(f"device profile {path} is not valid TOML: {exc}", hint="fix or remove the file") from None
+        name = data.get("name") or path.stem
+        runtime = data.get("runtime", {})
+        prefer = []
+        for entry in runtime.get("prefer", []):
+            if not isinstance(entry, dict) or "artifact" not in entry or "backend" not in entry:
+                raise EdgekitError(
+                    f"device profile {path}: each runtime.prefer entry needs artifact and backend",
+                    hint='write prefer = [{ artifact = "tflite", backend = "litert" }]',
+                )
+            prefer.append((str(entry["artifact"]), str(entry["backend"])))
+        threads = runtime.get("threads", 0)
+        if not isinstance(threads, int) or threads < 0:
+            raise EdgekitError(f"device profile {path}: runtime.threads must be an integer >= 0")
+        return cls(
+            name=str(name),
+            description=str(data.get("description", "")),
+            priority=int(data.get("priority", 0)),
+            detect=dict(data.get("detect", {})),
+            prefer=prefer,
+            threads=threads,
+            litert=dict(runtime.get("litert", {})),
+            onnxruntime=dict(runtime.get("onnxruntime", {})),
+            path=str(path),
+        )
+
+    def resolved_threads(self, facts: DeviceFacts) -> int:
+        return self.threads or facts.cpu_count
+
+    def providers(self) -> list[str | tuple[str, dict[str, Any]]]:
+        """ONNX Runtime providers in order, with options where the profile gives them."""
+        names = self.onnxruntime.get("providers", ["CPUExecutionProvider"])
+        options = self.onnxruntime.get("provider_options", {})
+        return [(name, dict(options[name])) if name in options else name for name in names]
+
+    def match(self, facts: DeviceFacts) -> tuple[bool, list[str]]:
+        """Whether every detection rule holds, with one line per rule saying why."""
+        if not self.detect:
+            return False, ["no detection rules: selected only with --target " + self.name]
+        reasons = []
+        ok = True
+        for key, expected in self.detect.items():
+            hit, why = _rule(key, expected, facts)
+            ok = ok and hit
+            reasons.append(("yes: " if hit else "no: ") + why)
+        return ok, reasons
+
+
+def _rule(key: str, expected: Any, facts: DeviceFacts) -> tuple[bool, str]:
+    values = expected if isinstance(expected, list) else [expected]
+    if key == "os":
+        return facts.os in [str(v).lower() for v in values], f"os {facts.os} in {values}"
+    if key == "arch":
+        return facts.arch in values, f"arch {facts.arch} in {values}"
+    if key == "device_tree_model":
+        model = facts.device_tree_model or "(none)"
+        return any(str(v) in facts.device_tree_model for v in values), f"device-tree model {model!r} contains one of {values}"
+    if key == "nv_tegra_release":
+        present = bool(facts.nv_tegra_release)
+        return present == bool(expected), f"/etc/nv_tegra_release {'present' if present else 'absent'}"
+    if key == "cuda":
+        return facts.cuda == bool(expected), f"NVIDIA driver {'present' if facts.cuda else 'absent'}"
+    return False, f"unknown detection rule {key!r}"
+
+
+def profile_dirs() -> list[Path]:
+    """Where profiles are read from, later directories overriding earlier ones by name."""
+    dirs = [
+        Path(__file__).resolve().parents[1] / "targets",  # source checkout / editable install
+        Path(sys.prefix) / "share" / "edgekit" / "targets",  # wheel install (data files)
+    ]
+    try:
+        from platformdirs import user_config_dir
+
+        dirs.append(Path(user_config_dir("edgekit", appauthor=False)) / "targets")
+    except ImportError:  # platformdirs is a dependency; keep detection working without it
+        pass
+    extra = os.environ.get(PROFILE_DIRS_ENV, "")
+    dirs.extend(Path(p) for p in extra.split(os.pathsep) if p)
+    return dirs
+
+
+def load_profiles(dirs: list[Path] | None = None) -> dict[str, Profile]:
+    profiles: dict[str, Profile] = {}
+    for directory in profile_dirs() if dirs is None else dirs:
+        if directory.is_dir():
+            for file in sorted(directory.glob("*.toml")):
+                profile = Profile.from_file(file)
+                profiles[profile.name] = profile
+    return profiles
+
+
+def detect(facts: DeviceFacts | None = None, profiles: dict[str, Profile] | None = None) -> Profile:
+    """The matching profile with the highest priority (a generic CPU profile if none matches)."""
+    facts = facts or DeviceFacts.read()
+    profiles = load_profiles() if profiles is None else profiles
+    matches = [p for p in profiles.values() if p.match(facts)[0]]
+    if matches:
+        return max(matches, key=lambda p: (p.priority, p.name))
+    return Profile(
+        name="generic",
+        description=f"no profile matched {facts.os}/{facts.arch}: defaults",
+        prefer=[("tflite", "litert"), ("onnx", "onnxruntime"), ("coreml", "coreml")],
+    )
+
+
+def get_profile(name: str, profiles: dict[str, Profile] | None = None) -> Profile:
+    profiles = load_profiles() if profiles is None else profiles
+    if name not in profiles:
+        raise EdgekitError(
+            f"unknown device profile {name!r}",
+            hint="choose one of: auto, " + ", ".join(sorted(profiles)) + " (see `edgekit targets`)",
+        )
+    return profiles[name]
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_bytes().decode(errors="replace")
+    except OSError:
+        return ""
