@@ -1,0 +1,129 @@
+"""The local cache: concurrent fetches, corruption detected and repaired, LRU eviction, URLs."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+import edgekit
+from edgekit import cache
+from edgekit.cache_verify import verify_all
+from edgekit.errors import PackageError
+from edgekit.prediction_cache import PredictionCache
+from tests.conftest import EVAL, ROOT, load_npz, run_cli
+
+
+@pytest.fixture
+def fresh_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("EDGEKIT_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+_FETCH = """
+import sys
+from edgekit import cache
+from edgekit.package_io import open_package
+blob = cache.fetch(sys.argv[1])
+root, manifest = open_package(blob)
+print(blob, root, manifest.name)
+"""
+
+
+@pytest.mark.slow
+def test_two_processes_fetching_the_same_package(digits_package, fresh_cache):
+    url = digits_package.with_suffix(".ekpkg").resolve().as_uri()
+    env = {**os.environ, "EDGEKIT_CACHE_DIR": str(fresh_cache)}
+    procs = [subprocess.Popen([sys.executable, "-c", _FETCH, url], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, env=env, cwd=ROOT) for _ in range(4)]
+    results = [p.communicate(timeout=120) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [r[1] for r in results]
+    assert len({r[0] for r in results}) == 1  # same blob, same unpacked entry, same manifest
+    blobs = [p for p in (fresh_cache / "blobs").iterdir() if p.suffix == ".ekpkg"]
+    packages = [p for p in (fresh_cache / "packages").iterdir() if not p.name.startswith(".")]
+    assert len(blobs) == 1 and len(packages) == 1
+    assert not [p for p in (fresh_cache / "blobs").iterdir() if p.name.startswith(".")]  # no partial downloads
+
+
+@pytest.mark.slow
+def test_corrupted_cache_entry_is_detected_and_replaced(digits_package, fresh_cache):
+    archive = digits_package.with_suffix(".ekpkg")
+    x, _ = load_npz(EVAL)
+    with edgekit.load(archive) as model:
+        expected = model.predict(x[:3])
+        cached = model.root
+    artifact = cached / "tflite" / "model.int8.tflite"
+    artifact.write_bytes(artifact.read_bytes()[:-10] + b"corrupted!")
+    with edgekit.load(archive) as model:  # verification fails, the entry is unpacked again
+        assert np.array_equal(model.predict(x[:3]), expected)
+    assert verify_all() == []
+
+    (cached / "tflite" / "model.int8.tflite").write_bytes(b"rot")
+    bad = verify_all()
+    assert [(e.kind, problem) for e, problem in bad] == [("packages", "tflite/model.int8.tflite does not match the manifest")]
+    assert not cached.exists()
+
+
+def test_eviction_removes_least_recently_used_first(fresh_cache, monkeypatch):
+    def build(size: int):
+        return lambda work: (work.mkdir(), (work / "data").write_bytes(b"x" * size))
+
+    entries = [cache.ensure_entry("compiled", f"entry{i}", build(1000), lambda p: True) for i in range(4)]
+    now = time.time()
+    for age, entry in zip((400, 100, 300, 200), entries):  # entry0 oldest, then entry2, entry3, entry1
+        os.utime(entry / cache.STAMP, (now - age, now - age))
+    removed = cache.evict(limit=2100)
+    assert [e.key for e in removed] == ["entry0", "entry2"]
+    assert sorted(e.key for e in cache.entries()) == ["entry1", "entry3"]
+    monkeypatch.setenv("EDGEKIT_CACHE_MAX_BYTES", "1500")
+    cache.ensure_entry("compiled", "entry4", build(1000), lambda p: True)  # adding evicts down to the cap
+    assert [e.key for e in cache.entries()] == ["entry4"]
+
+
+def test_unreachable_url_is_a_clear_error_and_leaves_the_cache_alone(fresh_cache, tmp_path):
+    with pytest.raises(PackageError, match="cannot fetch file://"):
+        cache.fetch((tmp_path / "missing.ekpkg").as_uri())
+    with pytest.raises(PackageError, match="cannot fetch http://127.0.0.1:9/"):
+        cache.fetch("http://127.0.0.1:9/model.ekpkg")
+    assert cache.entries() == []
+    leftovers = list((fresh_cache / "blobs").iterdir()) if (fresh_cache / "blobs").exists() else []
+    assert leftovers == []
+
+
+def test_prediction_cache_lru_ttl_and_sqlite(tmp_path):
+    memory = PredictionCache(max_entries=2, ttl_s=None)
+    a, b, c = (np.full((1, 2), v, np.float32) for v in (1, 2, 3))
+    for x in (a, b, c):
+        memory.put(PredictionCache.key("m", x), x * 10)
+    assert memory.get(PredictionCache.key("m", a)) is None  # evicted (LRU, 2 entries)
+    assert np.array_equal(memory.get(PredictionCache.key("m", c)), c * 10)
+    assert memory.get(PredictionCache.key("other-model", c)) is None
+    assert memory.stats() == {"hits": 1, "misses": 2, "entries": 2}
+
+    expiring = PredictionCache(ttl_s=0.0)
+    expiring.put("k", a)
+    time.sleep(0.01)
+    assert expiring.get("k") is None
+
+    db = tmp_path / "p.sqlite"
+    first = PredictionCache(sqlite_path=db)
+    first.put("k", a)
+    first.close()
+    second = PredictionCache(sqlite_path=db)  # another process, later
+    assert np.array_equal(second.get("k"), a) and second.hits == 1
+
+
+@pytest.mark.slow
+def test_cache_commands(digits_package, fresh_cache, capsys):
+    edgekit.load(digits_package.with_suffix(".ekpkg")).close()
+    code, out, _ = run_cli(capsys, "cache", "ls")
+    assert code == 0 and "packages" in out and "1 entries" in out
+    code, out, _ = run_cli(capsys, "cache", "verify")
+    assert code == 0 and "all entries verified" in out
+    code, out, _ = run_cli(capsys, "cache", "clear")
+    assert code == 0 and "removed 1 entries" in out
+    assert cache.entries() == []
