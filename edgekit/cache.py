@@ -24,10 +24,7 @@ import fcntl
 import hashlib
 import json
 import os
-import shutil
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -112,6 +109,8 @@ def ensure_entry(kind: str, key: str, build: Callable[[Path], None], valid: Call
 
 
 def remove(entry: Path) -> None:
+    import shutil
+
     if entry.is_dir() and not entry.is_symlink():
         shutil.rmtree(entry, ignore_errors=True)
     else:
@@ -206,6 +205,9 @@ def fetch(url: str, refresh: bool = False) -> Path:
 
 
 def _download(url: str, destination: Path) -> str:
+    import urllib.error  # imported here: urllib costs 20 ms of every cold start otherwise
+    import urllib.request
+
     digest = hashlib.sha256()
     try:
         with urllib.request.urlopen(url, timeout=FETCH_TIMEOUT_S) as response, open(destination, "wb") as out:

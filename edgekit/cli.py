@@ -9,7 +9,6 @@ import click
 
 from . import __version__
 from .clitools import float_list, invoke
-from .run import run_command
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -133,7 +132,14 @@ def package_command(model: Path, targets: tuple[str, ...], calibration: str, eva
         click.echo("warning: accuracy drop exceeds the limit; kept because of --allow-accuracy-drop", err=True)
 
 
-cli.add_command(run_command)
+@cli.command("run", add_help_option=False,
+             context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def run_command(args: tuple[str, ...]) -> int:
+    """Predict on this device: same as `python -m edgekit.run` (see `edgekit run --help`)."""
+    from .run import main as run_main
+
+    return run_main(list(args), prog="edgekit run")
 
 
 @cli.command("targets")

@@ -9,7 +9,6 @@ below a root directory, so tests can point it at a fake root.
 from __future__ import annotations
 
 import os
-import platform
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,9 +46,10 @@ class DeviceFacts:
             cpus = len(os.sched_getaffinity(0))
         except AttributeError:  # macOS
             cpus = os.cpu_count() or 1
+        system = os.uname()  # platform.system()/machine() without importing platform
         return cls(
-            os=platform.system().lower(),
-            arch=platform.machine(),
+            os=system.sysname.lower(),
+            arch=system.machine,
             device_tree_model=model,
             nv_tegra_release=tegra.splitlines()[0] if tegra else "",
             cuda=cuda,

@@ -9,9 +9,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-import shutil
-import tempfile
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -61,6 +58,8 @@ def _fsync_dir(path: Path) -> None:
 
 
 def write_bytes_atomic(path: str | os.PathLike[str], data: bytes) -> None:
+    import tempfile  # writers only: the device read path stays lean
+
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
@@ -85,6 +84,9 @@ def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
 @contextlib.contextmanager
 def staging_dir(destination: str | os.PathLike[str]) -> Iterator[Path]:
     """A temporary directory beside ``destination``, removed unless published."""
+    import shutil
+    import tempfile
+
     target = Path(destination)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".partial", dir=target.parent))
@@ -102,6 +104,9 @@ def publish(staged: Path, destination: str | os.PathLike[str], replace: bool = F
     With ``replace`` an existing destination is first moved aside and removed only after the
     new one is in place, so a reader sees either the old tree or the new one.
     """
+    import shutil
+    import uuid
+
     target = Path(destination)
     aside: Path | None = None
     if target.exists() or target.is_symlink():

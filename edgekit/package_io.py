@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import os
 import stat
-import zipfile
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 from .cache import ensure_entry
 from .errors import PackageError
@@ -51,6 +51,8 @@ def verified_artifact_path(root: Path, artifact: Artifact) -> Path:
 
 def write_archive(package_dir: Path, archive: Path, replace: bool = False) -> None:
     """Zip a package directory into ``archive`` (written under a temp name, then renamed)."""
+    import zipfile
+
     with staging_dir(archive) as tmp:
         staged = tmp / archive.name
         with zipfile.ZipFile(staged, "w", compression=zipfile.ZIP_DEFLATED) as zf:
@@ -61,6 +63,8 @@ def write_archive(package_dir: Path, archive: Path, replace: bool = False) -> No
 
 def unpacked_entry(archive: Path) -> Path:
     """The archive unpacked in the cache (once; keyed by the archive's sha256)."""
+    import zipfile
+
     if not zipfile.is_zipfile(archive):
         raise PackageError(f"{archive} is not an edgekit package (not a directory or a .ekpkg zip)")
 
@@ -84,7 +88,7 @@ def _unpack(archive: Path) -> Path:
     return unpacked_entry(archive)
 
 
-def _check_members(members: list[zipfile.ZipInfo], archive: Path) -> None:
+def _check_members(members: list[Any], archive: Path) -> None:
     if len(members) > MAX_ENTRIES:
         raise PackageError(f"{archive} has {len(members)} entries (limit {MAX_ENTRIES})")
     total = 0

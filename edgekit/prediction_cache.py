@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import hashlib
 import io
-import sqlite3
 import threading
 import time
 from collections import OrderedDict
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -27,8 +27,10 @@ class PredictionCache:
         self.misses = 0
         self._memory: OrderedDict[str, tuple[float, np.ndarray]] = OrderedDict()
         self._lock = threading.Lock()
-        self._db: sqlite3.Connection | None = None
+        self._db: Any = None
         if sqlite_path is not None:
+            import sqlite3  # only when persistence is asked for
+
             Path(sqlite_path).parent.mkdir(parents=True, exist_ok=True)
             self._db = sqlite3.connect(str(sqlite_path), timeout=10, check_same_thread=False)
             self._db.execute("PRAGMA journal_mode=WAL")

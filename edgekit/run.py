@@ -1,87 +1,106 @@
 """``python -m edgekit.run SOURCE --input FILE ...``: predict on this device.
 
-Device path: numpy, Pillow and one runtime library; never TensorFlow.
+Device path: numpy and one runtime library (Pillow only for images); never TensorFlow. The
+command line uses argparse rather than click so a cold start costs little more than the
+runtime library's own import. ``edgekit run`` forwards here.
 """
 
 from __future__ import annotations
 
+import argparse
 import io
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
-import click
-import numpy as np
+from .clitools import guarded, split_debug
 
-from .clitools import invoke
+PROG = "python -m edgekit.run"
 
 
-@click.command("run")
-@click.argument("source")
-@click.option("--input", "-i", "inputs", multiple=True, required=True, type=click.Path(path_type=Path),
-              help="Image, .npy or .json array; repeat for a batch.")
-@click.option("--target", "profile", default="auto", show_default=True,
-              help="Device profile (see `edgekit targets`), or auto to detect this device.")
-@click.option("--artifact", type=click.Choice(["tflite", "onnx", "coreml"]), default=None,
-              help="Artifact to run. Default: the profile's first choice this device can run.")
-@click.option("--backend", type=click.Choice(["litert", "onnxruntime", "coreml"]), default=None,
-              help="Runtime to use. Default: the profile's first choice that is installed.")
-@click.option("--threads", type=click.IntRange(min=1), default=None, help="Runtime threads (default: the profile's).")
-@click.option("--top-k", type=click.IntRange(min=1), default=5, show_default=True,
-              help="Labels to print per input when the package has labels.")
-@click.option("--raw", is_flag=True, help="Return the artifact's native (int8) outputs, not dequantized floats.")
-@click.option("--output", "-o", type=click.Path(path_type=Path), default=None,
-              help="Write outputs to a .npy or .json file instead of printing them.")
-@click.option("--cache-predictions", is_flag=True,
-              help="Reuse outputs for inputs seen before (SQLite in the cache dir); prints hits/misses.")
-@click.option("--refresh", is_flag=True, help="Fetch a URL source again even if it is cached.")
-@click.option("--verbose", "-v", is_flag=True, help="Say which profile, artifact and runtime were chosen.")
-def run_command(source: str, inputs: tuple[Path, ...], profile: str, artifact: str | None, backend: str | None,
-                threads: int | None, top_k: int, raw: bool, output: Path | None, cache_predictions: bool,
-                refresh: bool, verbose: bool) -> None:
-    """Load SOURCE and predict on each --input.
+def parser(prog: str = PROG) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog=prog,
+        description="Load SOURCE and predict on each --input. SOURCE: a NAME.edgekit directory, a NAME.ekpkg, "
+        "an http(s):// or file:// URL to an .ekpkg (fetched once into the cache), or a plain .tflite/.onnx "
+        "file (inputs as .npy/.json arrays).",
+    )
+    p.add_argument("source", help="package directory, .ekpkg, URL, .tflite or .onnx")
+    p.add_argument("--input", "-i", dest="inputs", action="append", required=True, type=Path, metavar="FILE",
+                   help="image, .npy or .json array; repeat for a batch")
+    p.add_argument("--target", dest="profile", default="auto",
+                   help="device profile (see `edgekit targets`), or auto to detect this device (default)")
+    p.add_argument("--artifact", choices=["tflite", "onnx", "coreml"], default=None,
+                   help="artifact to run (default: the profile's first choice this device can run)")
+    p.add_argument("--backend", choices=["litert", "onnxruntime", "coreml"], default=None,
+                   help="runtime to use (default: the profile's first choice that is installed)")
+    p.add_argument("--threads", type=_positive, default=None, help="runtime threads (default: the profile's)")
+    p.add_argument("--top-k", type=_positive, default=5, help="labels to print per input (default 5)")
+    p.add_argument("--raw", action="store_true", help="return the artifact's native (int8) outputs")
+    p.add_argument("--output", "-o", type=Path, default=None, help="write outputs to a .npy or .json file")
+    p.add_argument("--cache-predictions", action="store_true",
+                   help="reuse outputs for inputs seen before (SQLite in the cache dir); prints hits/misses")
+    p.add_argument("--refresh", action="store_true", help="fetch a URL source again even if it is cached")
+    p.add_argument("--verbose", "-v", action="store_true", help="say which profile, artifact and runtime were chosen")
+    p.add_argument("--debug", action="store_true", help="show full tracebacks")
+    return p
 
-    SOURCE: a NAME.edgekit directory, a NAME.ekpkg, an http(s):// or file:// URL to an .ekpkg
-    (fetched once into the cache), or a plain .tflite/.onnx file (inputs as .npy/.json arrays).
-    """
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
+
+def execute(args: argparse.Namespace) -> int:
+    import numpy as np
+
     from . import cache
     from .fsutil import write_bytes_atomic, write_text_atomic
     from .prediction_cache import PredictionCache
     from .runtime import load
 
-    if refresh and "://" in source:
-        cache.fetch(source, refresh=True)
-    predictions = PredictionCache(sqlite_path=cache.cache_root() / "predictions.sqlite") if cache_predictions else None
-    with load(source, artifact=artifact, backend=backend, threads=threads, profile=profile,
-              prediction_cache=predictions) as model:
-        if verbose:
+    if args.refresh and "://" in args.source:
+        cache.fetch(args.source, refresh=True)
+    predictions = None
+    if args.cache_predictions:
+        predictions = PredictionCache(sqlite_path=cache.cache_root() / "predictions.sqlite")
+    with load(args.source, artifact=args.artifact, backend=args.backend, threads=args.threads,
+              profile=args.profile, prediction_cache=predictions) as model:
+        if args.verbose:
             chosen = {"profile": model.profile.name, "artifact": model.artifact.target, **model.backend.describe()}
-            click.echo("using " + ", ".join(f"{k}={v}" for k, v in chosen.items()), err=True)
-        outputs = model.predict(list(inputs), raw=raw)
+            print("using " + ", ".join(f"{k}={v}" for k, v in chosen.items()), file=sys.stderr)
+        outputs = model.predict(list(args.inputs), raw=args.raw)
         labels = model.labels
         stats = predictions.stats() if predictions else None
     if stats:
-        click.echo(f"prediction cache: {stats['hits']} hits, {stats['misses']} misses", err=True)
-    if output is not None:
-        if output.suffix == ".npy":
+        print(f"prediction cache: {stats['hits']} hits, {stats['misses']} misses", file=sys.stderr)
+    if args.output is not None:
+        if args.output.suffix == ".npy":
             buffer = io.BytesIO()
             np.save(buffer, outputs)
-            write_bytes_atomic(output, buffer.getvalue())
+            write_bytes_atomic(args.output, buffer.getvalue())
         else:
-            write_text_atomic(output, json.dumps(outputs.tolist()) + "\n")
-        return
-    for item, row in zip(inputs, outputs):
-        if labels and row.ndim == 1 and not raw:
-            best = np.argsort(row)[::-1][:top_k]
-            ranked = ", ".join(f"{labels[i]} {row[i]:.3f}" for i in best)
-            click.echo(f"{item}: {ranked}")
+            write_text_atomic(args.output, json.dumps(outputs.tolist()) + "\n")
+        return 0
+    lines = []
+    for item, row in zip(args.inputs, outputs):
+        if labels and row.ndim == 1 and not args.raw:
+            best = np.argsort(row)[::-1][: args.top_k]
+            lines.append(f"{item}: " + ", ".join(f"{labels[i]} {row[i]:.3f}" for i in best))
         else:
-            click.echo(f"{item}: {np.array2string(row, precision=4, max_line_width=120)}")
+            lines.append(f"{item}: {np.array2string(row, precision=4, max_line_width=120)}")
+    print("\n".join(lines))
+    return 0
 
 
-def main() -> None:
-    sys.exit(invoke(run_command, prog_name="python -m edgekit.run"))
+def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
+    args_list, debug = split_debug(argv)
+    args = parser(prog).parse_args(args_list)
+    return guarded(lambda: execute(args), debug)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

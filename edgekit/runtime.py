@@ -15,7 +15,7 @@ import os
 import re
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -27,7 +27,9 @@ from .errors import BackendUnavailableError, InputError, PackageError
 from .fsutil import sha256_file
 from .manifest import Artifact, Manifest, TensorSpec
 from .package_io import open_package, verified_artifact_path
-from .prediction_cache import PredictionCache
+
+if TYPE_CHECKING:
+    from .prediction_cache import PredictionCache
 
 _URL = re.compile(r"^(https?|file)://", re.IGNORECASE)
 _BARE = {".tflite": "tflite", ".onnx": "onnx"}
@@ -91,7 +93,7 @@ class Model:
             x = x.astype(np.float32, copy=False)
         if self.prediction_cache is None:
             return self.backend.run(x, raw=raw)[0]
-        key = PredictionCache.key(f"{self.artifact.sha256}:{raw}", x)
+        key = self.prediction_cache.key(f"{self.artifact.sha256}:{raw}", x)
         found = self.prediction_cache.get(key)
         if found is None:
             found = self.backend.run(x, raw=raw)[0]

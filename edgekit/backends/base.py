@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from functools import cached_property
 from typing import ClassVar
 
 import numpy as np
@@ -27,6 +28,13 @@ class TensorInfo:
     @property
     def quantized(self) -> bool:
         return self.scale != 0.0 and self.dtype.kind in "iu"
+
+    @cached_property
+    def _constants(self) -> tuple[np.float32, np.float32, np.float32, np.float32, np.float32]:
+        """1/scale, zero point, dtype limits and scale as float32 scalars, computed once per tensor."""
+        limits = np.iinfo(self.dtype)
+        return (np.float32(1.0 / self.scale), np.float32(self.zero_point), np.float32(limits.min),
+                np.float32(limits.max), np.float32(self.scale))
 
 
 class Backend(ABC):
@@ -84,14 +92,24 @@ class Backend(ABC):
 
 
 def quantize(x: np.ndarray, info: TensorInfo) -> np.ndarray:
+    """``clip(round(x / scale) + zero_point)`` in the tensor's integer dtype (hot path: in place)."""
     if not info.quantized:
         return x.astype(info.dtype, copy=False)
-    limits = np.iinfo(info.dtype)
-    q = np.round(x / np.float32(info.scale)) + info.zero_point
-    return np.clip(q, limits.min, limits.max).astype(info.dtype)
+    inverse, zero_point, low, high, _ = info._constants
+    q = np.multiply(x, inverse, dtype=np.float32)
+    np.rint(q, out=q)
+    q += zero_point
+    np.minimum(q, high, out=q)
+    np.maximum(q, low, out=q)
+    return q.astype(info.dtype)
 
 
 def dequantize(q: np.ndarray, info: TensorInfo) -> np.ndarray:
+    """``(q - zero_point) * scale`` as float32."""
     if not info.quantized:
         return q.astype(np.float32, copy=False)
-    return (q.astype(np.float32) - np.float32(info.zero_point)) * np.float32(info.scale)
+    _, zero_point, _, _, scale = info._constants
+    x = q.astype(np.float32)
+    x -= zero_point
+    x *= scale
+    return x

@@ -1,16 +1,5 @@
-"""Calibration/evaluation data sources and the preprocessing shared with the runtime."""
+"""Calibration/evaluation data sources and the preprocessing shared with the runtime.
 
-from .preprocessing import check_finite, conform, decode_image, infer_preprocessing, load_input, normalize
-from .sources import DataSource, RawBatch, open_data
-
-__all__ = [
-    "DataSource",
-    "RawBatch",
-    "check_finite",
-    "conform",
-    "decode_image",
-    "infer_preprocessing",
-    "load_input",
-    "normalize",
-    "open_data",
-]
+Submodules are imported where used (``edgekit.data.sources``, ``edgekit.data.preprocessing``)
+so the device path does not pay for the packaging-side data loaders.
+"""

@@ -7,20 +7,22 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from PIL import Image, UnidentifiedImageError
 
 from ..errors import DataError, InputError
 from ..manifest import Preprocessing
 
-_RESAMPLE = {
-    "nearest": Image.Resampling.NEAREST,
-    "bilinear": Image.Resampling.BILINEAR,
-    "bicubic": Image.Resampling.BICUBIC,
-    "lanczos": Image.Resampling.LANCZOS,
-}
+if TYPE_CHECKING:
+    from PIL import Image
+
+_RESAMPLE = ("nearest", "bilinear", "bicubic", "lanczos")
+
+
+def _is_pil_image(item: Any) -> bool:
+    """Without importing Pillow (its import is paid only when images are used)."""
+    return any(cls.__module__.startswith("PIL.") and cls.__name__ == "Image" for cls in type(item).__mro__)
 
 
 def decode_image(
@@ -30,6 +32,8 @@ def decode_image(
     method: str = "bilinear",
 ) -> np.ndarray:
     """Decode (and resize to ``size`` = (height, width)) an image into a uint8 HWC array."""
+    from PIL import Image, UnidentifiedImageError
+
     try:
         image = source if isinstance(source, Image.Image) else Image.open(source)
         image.load()
@@ -39,7 +43,8 @@ def decode_image(
         ) from None
     image = image.convert("L" if color_order == "L" else "RGB")
     if size is not None and (image.height, image.width) != tuple(size):
-        image = image.resize((size[1], size[0]), _RESAMPLE.get(method, Image.Resampling.BILINEAR))
+        resample = Image.Resampling[method.upper()] if method in _RESAMPLE else Image.Resampling.BILINEAR
+        image = image.resize((size[1], size[0]), resample)
     array = np.asarray(image, dtype=np.uint8)
     if color_order == "L":
         return array[..., None]
@@ -80,6 +85,8 @@ def conform(x: np.ndarray, sample_shape: tuple[int | None, ...], what: str) -> n
 
     ``None`` in ``sample_shape`` accepts any size there.
     """
+    if x.ndim == len(sample_shape) + 1 and _matches(x.shape[1:], sample_shape):
+        return x  # the common case, first
     if x.ndim == len(sample_shape) and _matches(x.shape, sample_shape):
         x = x[None]  # a single sample
     if x.ndim == len(sample_shape) and sample_shape[-1] == 1 and _matches(x.shape[1:], sample_shape[:-1]):
@@ -96,7 +103,7 @@ def conform(x: np.ndarray, sample_shape: tuple[int | None, ...], what: str) -> n
 
 
 def check_finite(x: np.ndarray, what: str) -> None:
-    if x.dtype.kind == "f":
+    if x.dtype.kind == "f" and not np.isfinite(x).all():
         bad = ~np.isfinite(x)
         if bad.any():
             where = np.argwhere(bad.reshape(x.shape[0], -1).any(axis=1)).ravel()
@@ -161,7 +168,7 @@ def infer_preprocessing(
 
 def load_input(item: Any, spec: Preprocessing | None, sample_shape: tuple[int | None, ...]) -> np.ndarray:
     """One runtime input (image path, PIL image, .npy path or array) as a float32 batch."""
-    if isinstance(item, Image.Image) or (
+    if _is_pil_image(item) or (
         isinstance(item, (str, os.PathLike)) and Path(item).suffix.lower() not in (".npy", ".json")
     ):
         if spec is None:

@@ -1,0 +1,220 @@
+#!/usr/bin/env python
+"""What the edgekit runtime adds on top of the raw runtimes: per-call overhead, cold start, memory.
+
+    .venv/bin/python scripts/bench_runtime.py [--rounds 40] [--output out/bench/bench_runtime.json]
+
+Packages digits and MobileNetV2 224 (INT8 TFLite + ONNX), then, in one run:
+* per call: ``model.predict_tensor(x)`` (float in/out, quantization inside) and
+  ``predict_tensor(x_int8, raw=True)`` vs a raw LiteRT ``set_tensor/invoke/get_tensor`` and a raw
+  ONNX Runtime ``session.run`` on the same artifact, interleaved round by round;
+* cold start: ``python -m edgekit.run PKG --input x.npy`` vs a minimal raw-LiteRT script, wall
+  time to first output and peak RSS of the process (os.wait4), alternating runs.
+Prints and saves JSON; compare ratios within one run (the machine is shared and noisy).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import edgekit  # noqa: E402
+from edgekit.backends.litert import open_interpreter  # noqa: E402
+
+RAW_LITERT = textwrap.dedent("""
+    import sys
+    import numpy as np
+    from ai_edge_litert.interpreter import Interpreter
+    interpreter = Interpreter(model_path=sys.argv[1], num_threads=int(sys.argv[3]))
+    interpreter.allocate_tensors()
+    inp = interpreter.get_input_details()[0]
+    out = interpreter.get_output_details()[0]
+    x = np.load(sys.argv[2]).astype(np.float32)[None] / 255.0
+    scale, zero = inp["quantization"]
+    interpreter.set_tensor(inp["index"], np.clip(np.round(x / scale) + zero, -128, 127).astype(np.int8))
+    interpreter.invoke()
+    q = interpreter.get_tensor(out["index"]).astype(np.float32)
+    print(((q - out["quantization"][1]) * out["quantization"][0]).argmax())
+""")
+
+
+def percentile_us(values: list[float], q: float) -> float:
+    return float(np.percentile(values, q)) * 1e6
+
+
+def per_call(package: Path, x_float: np.ndarray, rounds: int, per_round: int, threads: int) -> dict:
+    """Interleaved per-call timings: edgekit vs raw runtime, for each artifact in the package."""
+    results = {}
+    for artifact in ("tflite", "onnx"):
+        model = edgekit.load(package, artifact=artifact, threads=threads)
+        path = str(package / model.artifact.path)
+        info = model.backend.inputs[0]
+        if artifact == "tflite":
+            interpreter = open_interpreter(path, threads=threads)
+            detail_in = interpreter.get_input_details()[0]
+            detail_out = interpreter.get_output_details()[0]
+            scale, zero = detail_in["quantization"]
+            x_native = np.clip(np.round(x_float / scale) + zero, -128, 127).astype(np.int8)
+
+            def raw_call(x=x_native):
+                interpreter.set_tensor(detail_in["index"], x)
+                interpreter.invoke()
+                return interpreter.get_tensor(detail_out["index"])
+        else:
+            import onnxruntime as ort
+
+            options = ort.SessionOptions()
+            options.intra_op_num_threads = threads
+            session = ort.InferenceSession(path, sess_options=options, providers=["CPUExecutionProvider"])
+            input_name = session.get_inputs()[0].name
+            x_native = x_float
+
+            def raw_call(x=x_native):
+                return session.run(None, {input_name: x})
+
+        calls = {
+            "raw": raw_call,
+            "edgekit_float_io": lambda: model.predict_tensor(x_float),
+            "edgekit_native_io": lambda: model.predict_tensor(x_native, raw=True),
+        }
+        samples: dict[str, list[float]] = {k: [] for k in calls}
+        for call in calls.values():
+            for _ in range(20):
+                call()
+        names = list(calls)
+        for r in range(rounds):
+            for name in names[r % 3:] + names[: r % 3]:
+                call = calls[name]
+                for _ in range(per_round):
+                    start = time.perf_counter()
+                    call()
+                    samples[name].append(time.perf_counter() - start)
+        raw_p50 = percentile_us(samples["raw"], 50)
+        results[artifact] = {
+            "input_dtype": str(info.dtype),
+            **{f"{k}_p50_us": round(percentile_us(v, 50), 2) for k, v in samples.items()},
+            **{f"{k}_p90_us": round(percentile_us(v, 90), 2) for k, v in samples.items()},
+            "overhead_float_io_us": round(percentile_us(samples["edgekit_float_io"], 50) - raw_p50, 2),
+            "overhead_native_io_us": round(percentile_us(samples["edgekit_native_io"], 50) - raw_p50, 2),
+            "overhead_float_io_pct": round(100 * (percentile_us(samples["edgekit_float_io"], 50) / raw_p50 - 1), 2),
+            "overhead_native_io_pct": round(100 * (percentile_us(samples["edgekit_native_io"], 50) / raw_p50 - 1), 2),
+            "calls_each": len(samples["raw"]),
+        }
+        model.close()
+    return results
+
+
+def run_child(command: list[str], env: dict[str, str]) -> tuple[float, int, str]:
+    """Wall seconds, peak RSS (KiB) and stdout of one child process."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, text=True)
+    out = proc.stdout.read() if proc.stdout else ""
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    elapsed = time.perf_counter() - start
+    if proc.returncode != 0:
+        raise RuntimeError(f"{command} failed with {proc.returncode}")
+    return elapsed, usage.ru_maxrss, out
+
+
+def cold_start(package: Path, sample: Path, runs: int, threads: int, work: Path) -> dict:
+    # pip compiles installed packages to bytecode; a source checkout run with
+    # PYTHONDONTWRITEBYTECODE would recompile edgekit on every start. Compare like with like.
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "edgekit")], check=True)
+    raw_script = work / "raw_litert.py"
+    raw_script.write_text(RAW_LITERT)
+    env = {**os.environ, "EDGEKIT_CACHE_DIR": str(work / "cache")}
+    tflite = package / "tflite" / "model.int8.tflite"
+    commands = {
+        "raw_litert_script": [sys.executable, str(raw_script), str(tflite), str(sample), str(threads)],
+        "edgekit_run": [sys.executable, "-m", "edgekit.run", str(package), "--input", str(sample),
+                        "--artifact", "tflite", "--threads", str(threads), "--top-k", "1"],
+    }
+    timings: dict[str, list[float]] = {k: [] for k in commands}
+    rss: dict[str, list[int]] = {k: [] for k in commands}
+    for name, command in commands.items():  # one unmeasured run each: file cache warm for both
+        run_child(command, env)
+    for i in range(runs):
+        for name in (list(commands) if i % 2 == 0 else list(commands)[::-1]):
+            seconds, peak, _ = run_child(commands[name], env)
+            timings[name].append(seconds)
+            rss[name].append(peak)
+    raw_s = statistics.median(timings["raw_litert_script"])
+    ours_s = statistics.median(timings["edgekit_run"])
+    raw_rss = statistics.median(rss["raw_litert_script"]) / 1024
+    ours_rss = statistics.median(rss["edgekit_run"]) / 1024
+    return {
+        "runs_each": runs,
+        "raw_script_median_s": round(raw_s, 3),
+        "edgekit_run_median_s": round(ours_s, 3),
+        "wall_ratio": round(ours_s / raw_s, 3),
+        "raw_script_peak_rss_mib_runs": [round(v / 1024, 1) for v in rss["raw_litert_script"]],
+        "edgekit_run_peak_rss_mib_runs": [round(v / 1024, 1) for v in rss["edgekit_run"]],
+        "raw_script_peak_rss_mib": round(raw_rss, 1),
+        "edgekit_run_peak_rss_mib": round(ours_rss, 1),
+        "rss_delta_mib": round(ours_rss - raw_rss, 1),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=40)
+    parser.add_argument("--per-round", type=int, default=25)
+    parser.add_argument("--cold-runs", type=int, default=7)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--skip-mobilenet", action="store_true")
+    parser.add_argument("--output", type=Path, default=ROOT / "out" / "bench" / "bench_runtime.json")
+    args = parser.parse_args()
+
+    report: dict = {
+        "benchmark": "bench_runtime",
+        "machine": {"platform": platform.platform(), "machine": platform.machine(), "cpus": os.cpu_count()},
+        "settings": vars(args) | {"output": str(args.output)},
+    }
+    with tempfile.TemporaryDirectory(prefix="edgekit-bench-runtime-") as tmp:
+        work = Path(tmp)
+        os.environ["EDGEKIT_CACHE_DIR"] = str(work / "cache")
+        with np.load(ROOT / "models/digits/data/eval.npz") as data:
+            digit = data["x"][0]
+        np.save(work / "digit.npy", digit)
+        digits = edgekit.package(
+            str(ROOT / "models/digits/digits.keras"), str(ROOT / "models/digits/data/calibration.npz"),
+            str(work / "digits"), eval=str(ROOT / "models/digits/data/eval.npz"), targets=["tflite", "onnx"],
+        ).path
+        report["digits"] = {
+            "per_call": per_call(digits, digit[None].astype(np.float32) / 255, args.rounds, args.per_round * 4,
+                                 args.threads),
+            "cold_start": cold_start(digits, work / "digit.npy", args.cold_runs, args.threads, work),
+        }
+        if not args.skip_mobilenet:
+            subprocess.run([sys.executable, str(ROOT / "models/mobilenet_v2/build.py"), "--output", str(work),
+                            "--samples", "60"], check=True, stdout=subprocess.DEVNULL,
+                           env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+            mobilenet = edgekit.package(
+                str(work / "mobilenet_v2.keras"), str(work / "calibration.npz"), str(work / "mobilenet"),
+                targets=["tflite", "onnx"], samples=50, eval_samples=10,
+                preprocessing={"scale": 1 / 255, "mean": [0.5], "std": [0.5]},
+            ).path
+            x = np.random.default_rng(0).uniform(-1, 1, (1, 224, 224, 3)).astype(np.float32)
+            report["mobilenet_v2"] = {"per_call": per_call(mobilenet, x, args.rounds // 2, args.per_round, args.threads)}
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(json.dumps(report, indent=2) + "\n")
+    print(json.dumps(report, indent=2))
+    print(f"saved {args.output}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
