@@ -4,9 +4,10 @@
     .venv/bin/python scripts/bench_runtime.py [--rounds 40] [--output out/bench/bench_runtime.json]
 
 Packages digits and MobileNetV2 224 (INT8 TFLite + ONNX), then, in one run:
-* per call: ``model.predict_tensor(x)`` (float in/out, quantization inside) and
-  ``predict_tensor(x_int8, raw=True)`` vs a raw LiteRT ``set_tensor/invoke/get_tensor`` and a raw
-  ONNX Runtime ``session.run`` on the same artifact, interleaved round by round;
+* per call: ``model.predict_tensor(x)`` (float in/out, quantization inside) vs a raw script that
+  quantizes/dequantizes with numpy itself, and ``predict_tensor(x_int8, raw=True)`` vs a raw
+  LiteRT ``set_tensor/invoke/get_tensor``; for ONNX (float IO QDQ models) both vs a raw
+  ``session.run``; same artifact, interleaved round by round;
 * cold start: ``python -m edgekit.run PKG --input x.npy`` vs a minimal raw-LiteRT script, wall
   time to first output and peak RSS of the process (os.wait4), alternating runs.
 Prints and saves JSON; compare ratios within one run (the machine is shared and noisy).
@@ -69,10 +70,18 @@ def per_call(package: Path, x_float: np.ndarray, rounds: int, per_round: int, th
             scale, zero = detail_in["quantization"]
             x_native = np.clip(np.round(x_float / scale) + zero, -128, 127).astype(np.int8)
 
+            out_scale, out_zero = detail_out["quantization"]
+
             def raw_call(x=x_native):
                 interpreter.set_tensor(detail_in["index"], x)
                 interpreter.invoke()
                 return interpreter.get_tensor(detail_out["index"])
+
+            def raw_float_call():  # what a hand-written float-in/float-out LiteRT script does
+                q = np.clip(np.round(x_float / scale) + zero, -128, 127).astype(np.int8)
+                interpreter.set_tensor(detail_in["index"], q)
+                interpreter.invoke()
+                return (interpreter.get_tensor(detail_out["index"]).astype(np.float32) - out_zero) * out_scale
         else:
             import onnxruntime as ort
 
@@ -85,8 +94,11 @@ def per_call(package: Path, x_float: np.ndarray, rounds: int, per_round: int, th
             def raw_call(x=x_native):
                 return session.run(None, {input_name: x})
 
+            raw_float_call = raw_call  # QDQ models take and return float32 themselves
+
         calls = {
             "raw": raw_call,
+            "raw_float_io": raw_float_call,
             "edgekit_float_io": lambda: model.predict_tensor(x_float),
             "edgekit_native_io": lambda: model.predict_tensor(x_native, raw=True),
         }
@@ -96,7 +108,7 @@ def per_call(package: Path, x_float: np.ndarray, rounds: int, per_round: int, th
                 call()
         names = list(calls)
         for r in range(rounds):
-            for name in names[r % 3:] + names[: r % 3]:
+            for name in names[r % len(names):] + names[: r % len(names)]:
                 call = calls[name]
                 for _ in range(per_round):
                     start = time.perf_counter()
@@ -107,9 +119,11 @@ def per_call(package: Path, x_float: np.ndarray, rounds: int, per_round: int, th
             "input_dtype": str(info.dtype),
             **{f"{k}_p50_us": round(percentile_us(v, 50), 2) for k, v in samples.items()},
             **{f"{k}_p90_us": round(percentile_us(v, 90), 2) for k, v in samples.items()},
-            "overhead_float_io_us": round(percentile_us(samples["edgekit_float_io"], 50) - raw_p50, 2),
+            "overhead_float_io_us": round(
+                percentile_us(samples["edgekit_float_io"], 50) - percentile_us(samples["raw_float_io"], 50), 2),
             "overhead_native_io_us": round(percentile_us(samples["edgekit_native_io"], 50) - raw_p50, 2),
-            "overhead_float_io_pct": round(100 * (percentile_us(samples["edgekit_float_io"], 50) / raw_p50 - 1), 2),
+            "overhead_float_io_pct": round(
+                100 * (percentile_us(samples["edgekit_float_io"], 50) / percentile_us(samples["raw_float_io"], 50) - 1), 2),
             "overhead_native_io_pct": round(100 * (percentile_us(samples["edgekit_native_io"], 50) / raw_p50 - 1), 2),
             "calls_each": len(samples["raw"]),
         }
