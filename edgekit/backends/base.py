@@ -50,13 +50,16 @@ class Backend(ABC):
     def __init__(self, path: str, threads: int | None = None, **options: object) -> None:
         """Load once. ``options`` come from the device profile (delegates, providers, caches)."""
 
-    @property
-    @abstractmethod
-    def inputs(self) -> list[TensorInfo]: ...
+    _inputs: list[TensorInfo]  # set by each backend's __init__
+    _outputs: list[TensorInfo]
 
     @property
-    @abstractmethod
-    def outputs(self) -> list[TensorInfo]: ...
+    def inputs(self) -> list[TensorInfo]:
+        return self._inputs
+
+    @property
+    def outputs(self) -> list[TensorInfo]:
+        return self._outputs
 
     @abstractmethod
     def run(self, x: np.ndarray, raw: bool = False) -> list[np.ndarray]:

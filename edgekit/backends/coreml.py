@@ -55,14 +55,6 @@ class CoreMLBackend(Backend):
             for o in spec.description.output
         ]
 
-    @property
-    def inputs(self) -> list[TensorInfo]:
-        return self._inputs
-
-    @property
-    def outputs(self) -> list[TensorInfo]:
-        return self._outputs
-
     def run(self, x: np.ndarray, raw: bool = False) -> list[np.ndarray]:
         per_sample = [self._model.predict({self._input.name: x[i : i + 1].astype(np.float32)}) for i in range(len(x))]
         return [

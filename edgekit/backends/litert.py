@@ -122,14 +122,6 @@ class LiteRTBackend(Backend):
         self._allocated_batch = int(input_details[0]["shape"][0])
         self._dynamic_batch = self._inputs[0].shape[0] == -1
 
-    @property
-    def inputs(self) -> list[TensorInfo]:
-        return self._inputs
-
-    @property
-    def outputs(self) -> list[TensorInfo]:
-        return self._outputs
-
     def run(self, x: np.ndarray, raw: bool = False) -> list[np.ndarray]:
         batch = int(x.shape[0])
         if batch != self._allocated_batch and self._dynamic_batch:

@@ -144,14 +144,6 @@ class OnnxRuntimeBackend(Backend):
         shape = tuple(d if isinstance(d, int) else -1 for d in tensor.shape)
         return TensorInfo(name=tensor.name, shape=shape, dtype=np.dtype(_ONNX_DTYPES.get(tensor.type, np.float32)))
 
-    @property
-    def inputs(self) -> list[TensorInfo]:
-        return self._inputs
-
-    @property
-    def outputs(self) -> list[TensorInfo]:
-        return self._outputs
-
     def run(self, x: np.ndarray, raw: bool = False) -> list[np.ndarray]:
         info = self._inputs[0]
         feed = x if x.dtype == info.dtype else quantize(x, info)
