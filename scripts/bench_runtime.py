@@ -9,7 +9,7 @@ Packages digits and MobileNetV2 224 (INT8 TFLite + ONNX), then, in one run:
   LiteRT ``set_tensor/invoke/get_tensor``; for ONNX (float IO QDQ models) both vs a raw
   ``session.run``; same artifact, interleaved round by round;
 * cold start: ``python -m edgekit.run PKG --input x.npy`` vs a minimal raw-LiteRT script, wall
-  time to first output and peak RSS of the process (os.wait4), alternating runs.
+  time to first output and peak RSS of the process (wait4 in a small launcher), alternating runs.
 Prints and saves JSON; compare ratios within one run (the machine is shared and noisy).
 """
 
@@ -131,17 +131,29 @@ def per_call(package: Path, x_float: np.ndarray, rounds: int, per_round: int, th
     return results
 
 
-def run_child(command: list[str], env: dict[str, str]) -> tuple[float, int, str]:
-    """Wall seconds, peak RSS (KiB) and stdout of one child process."""
+LAUNCHER = textwrap.dedent("""
+    import json, os, subprocess, sys, time
     start = time.perf_counter()
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, text=True)
-    out = proc.stdout.read() if proc.stdout else ""
-    _, status, usage = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    elapsed = time.perf_counter() - start
-    if proc.returncode != 0:
-        raise RuntimeError(f"{command} failed with {proc.returncode}")
-    return elapsed, usage.ru_maxrss, out
+    child = subprocess.Popen(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _, status, usage = os.wait4(child.pid, 0)
+    print(json.dumps({"seconds": time.perf_counter() - start, "maxrss_kib": usage.ru_maxrss,
+                      "code": os.waitstatus_to_exitcode(status)}))
+""")
+
+
+def run_child(command: list[str], env: dict[str, str]) -> tuple[float, int]:
+    """Wall seconds and peak RSS (KiB) of one process.
+
+    Measured by a small launcher process: Linux carries a process's pre-exec peak RSS across
+    exec, so a child forked straight from this (large) benchmark process would report this
+    process's peak, not its own.
+    """
+    result = subprocess.run([sys.executable, "-c", LAUNCHER, *command], capture_output=True, text=True, env=env,
+                            check=True)
+    report = json.loads(result.stdout)
+    if report["code"] != 0:
+        raise RuntimeError(f"{command} failed with {report['code']}")
+    return report["seconds"], report["maxrss_kib"]
 
 
 def cold_start(package: Path, sample: Path, runs: int, threads: int, work: Path) -> dict:
@@ -163,7 +175,7 @@ def cold_start(package: Path, sample: Path, runs: int, threads: int, work: Path)
         run_child(command, env)
     for i in range(runs):
         for name in (list(commands) if i % 2 == 0 else list(commands)[::-1]):
-            seconds, peak, _ = run_child(commands[name], env)
+            seconds, peak = run_child(commands[name], env)
             timings[name].append(seconds)
             rss[name].append(peak)
     raw_s = statistics.median(timings["raw_litert_script"])
