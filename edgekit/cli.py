@@ -142,6 +142,74 @@ def run_command(args: tuple[str, ...]) -> int:
     return run_main(list(args), prog="edgekit run")
 
 
+@cli.command("bench", add_help_option=False,
+             context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def bench_command(args: tuple[str, ...]) -> int:
+    """Benchmark on this device: same as `python -m edgekit.run SOURCE --bench` (see `edgekit bench --help`)."""
+    from .run import main as run_main
+
+    return run_main([*args, "--bench"], prog="edgekit bench")
+
+
+@cli.command("compare")
+@click.argument("reports", nargs=-1, required=True)
+@click.option("--baseline", default=None, help="Report file name (without .json) or device name to compare against. "
+              "Default: the first report.")
+@click.option("--html", "html_path", type=click.Path(path_type=Path), default=None,
+              help="Write a self-contained HTML report with charts.")
+@click.option("--markdown", is_flag=True, help="Print the table as Markdown.")
+@click.option("--csv", "csv_path", type=click.Path(path_type=Path), default=None, help="Write the summary as CSV.")
+@click.option("--fail-on-regression", type=click.FloatRange(min=0), default=None, metavar="PCT",
+              help="Exit 1 if any configuration is slower than the baseline by more than PCT percent "
+                   "(bootstrap 95% CI of the ratio of medians, from the raw samples).")
+@click.option("--strict", is_flag=True, help="Fail on files that are not readable reports instead of skipping them.")
+@click.option("--allow-different-models", is_flag=True, help="Compare reports of different models.")
+def compare_command(reports: tuple[str, ...], baseline: str | None, html_path: Path | None, markdown: bool,
+                    csv_path: Path | None, fail_on_regression: float | None, strict: bool,
+                    allow_different_models: bool) -> int:
+    """Compare benchmark REPORTS (files or folders of them) across devices, formats and precisions."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from .bench.compare import HEADERS, compare, table_rows
+    from .bench.compare import markdown as to_markdown
+    from .fsutil import write_text_atomic
+
+    comparison = compare(list(reports), baseline, fail_on_regression, strict, allow_different_models)
+    for skipped in comparison.skipped:
+        click.echo(f"warning: skipped {skipped}", err=True)
+    if markdown:
+        click.echo(to_markdown(comparison), nl=False)
+    else:
+        console = Console(width=None if Console().is_terminal else 160)
+        table = Table(title=f"baseline: {comparison.baseline}", title_justify="left")
+        for header in HEADERS:
+            table.add_column(header, justify="left" if header in ("device", "artifact", "backend", "precision") else "right")
+        for cells in table_rows(comparison):
+            table.add_row(*cells)
+        console.print(table)
+    if csv_path:
+        from .bench.report import read_report, to_csv
+        from .bench.compare import gather
+
+        found, _ = gather(list(reports), strict)
+        write_text_atomic(csv_path, to_csv([r for _, r in found]))
+        click.echo(f"csv: {csv_path}")
+    if html_path:
+        from .bench.html import render as render_html
+
+        write_text_atomic(html_path, render_html(comparison))
+        click.echo(f"html: {html_path}")
+    if fail_on_regression is not None and comparison.regressions:
+        for row in comparison.regressions:
+            v = row.verdict
+            click.echo(f"REGRESSION: {row.label} is {100 * (v['ratio'] - 1):.1f}% slower than {v['baseline']} "
+                       f"(95% CI {100 * (v['ci_low'] - 1):.1f}% to {100 * (v['ci_high'] - 1):.1f}%)", err=True)
+        return 1
+    return 0
+
+
 @cli.command("targets")
 @click.option("--root", default=None, help="Read device facts below this directory instead of / (for testing).")
 def targets_command(root: str | None) -> None:

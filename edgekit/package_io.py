@@ -84,6 +84,16 @@ def unpacked_entry(archive: Path) -> Path:
     return ensure_entry("packages", sha256_file(archive), extract, lambda entry: (entry / MANIFEST_NAME).is_file())
 
 
+def unpacked_exists(archive: Path) -> bool:
+    """Whether the archive is already unpacked in the cache (a cache hit for the next open)."""
+    from .cache import entry_path
+
+    try:
+        return (entry_path("packages", sha256_file(archive)) / MANIFEST_NAME).is_file()
+    except OSError:
+        return False
+
+
 def _unpack(archive: Path) -> Path:
     return unpacked_entry(archive)
 

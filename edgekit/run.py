@@ -27,8 +27,8 @@ def parser(prog: str = PROG) -> argparse.ArgumentParser:
         "file (inputs as .npy/.json arrays).",
     )
     p.add_argument("source", help="package directory, .ekpkg, URL, .tflite or .onnx")
-    p.add_argument("--input", "-i", dest="inputs", action="append", required=True, type=Path, metavar="FILE",
-                   help="image, .npy or .json array; repeat for a batch")
+    p.add_argument("--input", "-i", dest="inputs", action="append", type=Path, metavar="FILE",
+                   help="image, .npy or .json array; repeat for a batch (with --bench: the end-to-end input)")
     p.add_argument("--target", dest="profile", default="auto",
                    help="device profile (see `edgekit targets`), or auto to detect this device (default)")
     p.add_argument("--artifact", choices=["tflite", "onnx", "coreml"], default=None,
@@ -44,6 +44,25 @@ def parser(prog: str = PROG) -> argparse.ArgumentParser:
     p.add_argument("--refresh", action="store_true", help="fetch a URL source again even if it is cached")
     p.add_argument("--verbose", "-v", action="store_true", help="say which profile, artifact and runtime were chosen")
     p.add_argument("--debug", action="store_true", help="show full tracebacks")
+    bench = p.add_argument_group("benchmark (--bench)")
+    bench.add_argument("--bench", action="store_true", help="benchmark instead of predicting; writes a JSON report")
+    bench.add_argument("--runs", type=_positive, default=100, help="steady-state samples at least (default 100)")
+    bench.add_argument("--warmup", type=_non_negative, default=10, help="warm-up runs (default 10)")
+    bench.add_argument("--min-seconds", type=_non_negative_float, default=2.0,
+                       help="keep measuring until this much time has passed too (default 2)")
+    bench.add_argument("--batch", type=_positive, default=1, help="batch size for throughput (default 1)")
+    bench.add_argument("--sweep", action="store_true",
+                       help="every artifact this device runs x --sweep-threads x --sweep-batch, interleaved")
+    bench.add_argument("--sweep-threads", type=_int_list, default=None, metavar="1,2,4",
+                       help="thread counts for --sweep (default: the profile's)")
+    bench.add_argument("--sweep-batch", type=_int_list, default=None, metavar="1,8", help="batch sizes for --sweep")
+    bench.add_argument("--eval", default=None, metavar="DATA", help="measure accuracy on the device on this data")
+    bench.add_argument("--report", type=Path, default=None, help="report path (default NAME.HOST.bench.json)")
+    bench.add_argument("--csv", type=Path, default=None, help="also write the summary as CSV")
+    bench.add_argument("--device-name", default=None, help="name for this device in reports (default: hostname)")
+    bench.add_argument("--push", default=None, metavar="URL", help="POST the report to an edgekit server")
+    bench.add_argument("--cv-warn", type=_non_negative_float, default=0.10,
+                       help="warn when the coefficient of variation exceeds this (default 0.10)")
     return p
 
 
@@ -52,6 +71,30 @@ def _positive(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError("must be at least 1")
     return value
+
+
+def _non_negative(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError("must not be negative")
+    return value
+
+
+def _non_negative_float(text: str) -> float:
+    value = float(text)
+    if value < 0 or value != value:
+        raise argparse.ArgumentTypeError("must not be negative")
+    return value
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    if not values or any(v < 1 for v in values):
+        raise argparse.ArgumentTypeError("values must be at least 1")
+    return values
 
 
 def execute(args: argparse.Namespace) -> int:
@@ -98,8 +141,19 @@ def execute(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     args_list, debug = split_debug(argv)
-    args = parser(prog).parse_args(args_list)
-    return guarded(lambda: execute(args), debug)
+    cli = parser(prog)
+    args = cli.parse_args(args_list)
+    if not args.bench and not args.inputs:
+        cli.error("the following arguments are required: --input/-i (or pass --bench)")
+    if args.bench and args.inputs and len(args.inputs) > 1:
+        cli.error("--bench takes at most one --input (the end-to-end sample)")
+    return guarded(lambda: run_bench(args) if args.bench else execute(args), debug)
+
+
+def run_bench(args: argparse.Namespace) -> int:
+    from .bench.cli import run_bench as bench_main
+
+    return bench_main(args)
 
 
 if __name__ == "__main__":

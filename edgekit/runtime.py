@@ -26,7 +26,7 @@ from .devices import DeviceFacts, Profile, detect, get_profile
 from .errors import BackendUnavailableError, InputError, PackageError
 from .fsutil import sha256_file
 from .manifest import Artifact, Manifest, TensorSpec
-from .package_io import open_package, verified_artifact_path
+from .package_io import open_package, unpacked_exists, verified_artifact_path
 
 if TYPE_CHECKING:
     from .prediction_cache import PredictionCache
@@ -120,20 +120,27 @@ def load(
     profile: str | Profile | None = "auto",
     prediction_cache: PredictionCache | None = None,
     warmup: bool = True,
+    timings: dict[str, Any] | None = None,
 ) -> Model:
     """Load a package with the best artifact this device can run.
 
     ``artifact`` (tflite, onnx, coreml) and ``backend`` (litert, onnxruntime, coreml) narrow
     the choice; ``profile`` is a device profile name, a Profile, or "auto" to detect one.
+    ``timings`` (a dict) receives the load phases in seconds and whether the cache was hit.
     """
+    clock = _Phases(timings)
     facts = DeviceFacts.read()
     chosen_profile = _profile(profile, facts)
+    clock.lap("profile_s")
     text = os.fspath(source)
     path = cache.fetch(text) if _URL.match(text) else Path(text)
     if path.is_file() and path.suffix.lower() in _BARE:
         return _load_bare(path, _BARE[path.suffix.lower()], backend, threads, chosen_profile, facts, prediction_cache)
+    if path.is_file() and timings is not None:  # hashing the archive twice only when asked to report it
+        clock.note("cache_hit", unpacked_exists(path))
     root, manifest = open_package(path)
     entry, backend_cls = choose(manifest, chosen_profile, artifact, backend)
+    clock.lap("open_package_s")
     try:
         artifact_path = verified_artifact_path(root, entry)
     except PackageError:
@@ -142,10 +149,34 @@ def load(
         cache.remove(root)  # a cached unpacked copy went bad: unpack the archive again
         root, manifest = open_package(path)
         artifact_path = verified_artifact_path(root, entry)
+    clock.lap("verify_s")
     runtime = _create(backend_cls, artifact_path, entry.sha256, chosen_profile, facts, threads)
+    clock.lap("create_runtime_s")
     if warmup:
         runtime.warmup()
+        clock.lap("warmup_s")
     return Model(root, manifest, entry, runtime, chosen_profile, prediction_cache)
+
+
+class _Phases:
+    """Records elapsed time per load phase into a caller's dict (or does nothing)."""
+
+    def __init__(self, sink: dict[str, Any] | None) -> None:
+        import time
+
+        self.sink = sink
+        self._time = time.perf_counter
+        self._last = self._time()
+
+    def lap(self, name: str) -> None:
+        now = self._time()
+        if self.sink is not None:
+            self.sink[name] = now - self._last
+        self._last = now
+
+    def note(self, name: str, value: Any) -> None:
+        if self.sink is not None:
+            self.sink[name] = value
 
 
 def choose(

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Create/reuse .venv, install edgekit, package the bundled digits model for every target,
-# run each artifact this machine can run.
+# run each artifact this machine can run, benchmark them and print the comparison.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/_venv.sh package,tflite,onnx
@@ -25,7 +25,17 @@ with np.load("models/digits/data/eval.npz") as data:
 PY
 for target in tflite onnx; do
   echo "-- $target"
-  python -m edgekit.run "$out/digits.ekpkg" --target "$target" --top-k 3 \
+  python -m edgekit.run "$out/digits.ekpkg" --artifact "$target" --top-k 3 \
     --input "$out"/digit0_label*.npy --input "$out"/digit1_label*.npy --input "$out"/digit2_label*.npy
 done
 echo "-- coreml: runs on macOS only (built and checked structurally here)"
+
+echo
+echo "== benchmark every artifact this machine runs (interleaved sweep, raw samples kept)"
+python -m edgekit.run "$out/digits.edgekit" --bench --sweep --runs 200 --min-seconds 1 \
+  --input "$out"/digit0_label*.npy --eval models/digits/data/eval.npz --report "$out/digits.bench.json"
+
+echo
+echo "== edgekit compare (speedups against the first configuration)"
+edgekit compare "$out/digits.bench.json" --html "$out/digits.bench.html"
+echo "HTML report with charts: $out/digits.bench.html"

@@ -1,0 +1,1 @@
+"""On-device latency benchmarks: harness, statistics, device fingerprint, reports, comparison."""

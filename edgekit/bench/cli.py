@@ -1,0 +1,78 @@
+"""``python -m edgekit.run SOURCE --bench``: run the harness, print a summary, write the report."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from .harness import BenchOptions, bench, default_report_path
+from .report import push, summary_rows, to_csv, write_report
+
+
+def runnable_artifacts(source: str, profile: str) -> list[str]:
+    """Every artifact of the package this device has a runtime for, in the profile's order."""
+    from ..backends import BACKENDS, TARGET_BACKENDS
+    from ..devices import detect, get_profile
+    from ..package_io import open_package
+
+    _, manifest = open_package(source)
+    chosen = detect() if profile == "auto" else get_profile(profile)
+    order = [a for a, _ in chosen.prefer] + [a.target for a in manifest.artifacts]
+    present = {a.target for a in manifest.artifacts}
+    runnable = []
+    for target in dict.fromkeys(order):
+        if target in present and any(BACKENDS[b].available() for b in TARGET_BACKENDS.get(target, ())):
+            runnable.append(target)
+    return runnable
+
+
+def run_bench(args: argparse.Namespace) -> int:
+    options = BenchOptions(
+        runs=args.runs, warmup=args.warmup, min_seconds=args.min_seconds, threads=args.threads, batch=args.batch,
+        artifact=args.artifact, backend=args.backend, profile=args.profile,
+        input=str(args.inputs[0]) if args.inputs else None, eval=args.eval, cv_warn=args.cv_warn,
+        sweep_threads=args.sweep_threads or [], sweep_batches=args.sweep_batch or [], device_name=args.device_name,
+    )
+    artifacts = None
+    if args.sweep and not args.artifact:
+        artifacts = runnable_artifacts(args.source, args.profile)
+    report = bench(args.source, options, artifacts)
+    path = write_report(report, args.report or default_report_path(args.source))
+    if args.csv:
+        from ..fsutil import write_text_atomic
+
+        write_text_atomic(args.csv, to_csv([report]))
+    print_summary(report)
+    for warning in report["warnings"]:
+        print(f"WARNING: {warning}", file=sys.stderr)
+    print(f"report: {path}")
+    if args.push:
+        status = push(report, args.push)
+        print(f"pushed to {args.push} (HTTP {status})")
+    return 0
+
+
+def print_summary(report: dict[str, Any]) -> None:
+    device = report["device"]
+    print(f"{report['model']['name']} on {device['name']} ({device['arch']}, {device['cpu']['model']}, "
+          f"{device['cores']} cores, profile {device.get('profile')})")
+    header = f"{'artifact':<8} {'backend':<12} {'thr':>3} {'batch':>5} {'p50 ms':>9} {'p90 ms':>9} {'p99 ms':>9} " \
+             f"{'p50 95% CI':>19} {'cv':>6} {'per s':>9} {'RSS MiB':>8}"
+    print(header)
+    for row, result in zip(summary_rows(report), report["results"]):
+        ci = result["latency"].get("p50_ci95")
+        ci_text = f"{ci[0]:.3f}-{ci[1]:.3f}" if ci else "n/a"
+        print(f"{row['artifact']:<8} {row['backend']:<12} {row['threads']!s:>3} {row['batch']:>5} {row['p50_ms']:>9.3f} "
+              f"{row['p90_ms']:>9.3f} {row['p99_ms']:>9.3f} {ci_text:>19} {row['cv']:>6.1%} "
+              f"{row['throughput_per_s']:>9.1f} {row['peak_rss_mib']:>8.1f}")
+        e2e = result.get("end_to_end")
+        if e2e:
+            print(f"{'':<8} end to end p50: preprocess {e2e['preprocess']['p50_ms']:.3f} + invoke "
+                  f"{e2e['invoke']['p50_ms']:.3f} + postprocess {e2e['postprocess']['p50_ms']:.3f} = "
+                  f"{e2e['total']['p50_ms']:.3f} ms (model only {row['p50_ms']:.3f} ms)")
+        acc = (result.get("accuracy") or {}).get("accuracy")
+        if acc is not None:
+            print(f"{'':<8} accuracy on device: {100 * acc:.2f}% ({result['accuracy']['samples']} samples)")
+    if report["thermal"]["throttled"]:
+        print("THROTTLED during this run: " + "; ".join(report["thermal"]["reasons"]))

@@ -1,0 +1,159 @@
+"""``edgekit compare``: many reports (devices, formats, precisions) in one table.
+
+Reports are gathered from files and folders (a fleet's reports copied into one folder is the
+cross-device comparison). Each result row gets a speedup against the matching row of the
+baseline report (same artifact, threads, batch; else the baseline's first row) and, from the
+raw samples, a bootstrap verdict: "regression" only when the whole confidence interval of the
+slowdown is above the threshold, so noise is not called a regression.
+"""
+
+from __future__ import annotations
+
+import warnings as _warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import EdgekitError
+from .report import ReportError, read_report
+from .stats import regression_verdict
+
+
+@dataclass
+class Row:
+    report: str  # file stem: what --baseline names
+    device: str
+    model: str
+    config: dict[str, Any]
+    result: dict[str, Any]
+    throttled: bool
+    samples: np.ndarray
+    speedup: float | None = None
+    verdict: dict[str, Any] | None = None
+
+    @property
+    def key(self) -> tuple[Any, ...]:
+        return (self.config.get("artifact"), self.config.get("threads"), self.config.get("batch"))
+
+    @property
+    def label(self) -> str:
+        c = self.config
+        return f"{self.device} {c.get('artifact')}/{c.get('backend')} t{c.get('threads')} b{c.get('batch')}"
+
+
+@dataclass
+class Comparison:
+    rows: list[Row]
+    baseline: str | None
+    skipped: list[str] = field(default_factory=list)
+    threshold_pct: float | None = None
+
+    @property
+    def regressions(self) -> list[Row]:
+        return [r for r in self.rows if r.verdict and r.verdict["verdict"] == "regression"]
+
+
+def gather(paths: list[str], strict: bool = False) -> tuple[list[tuple[str, dict[str, Any]]], list[str]]:
+    """(name, report) for every readable report under ``paths``; unreadable ones skipped with a reason."""
+    files: list[Path] = []
+    for item in paths:
+        path = Path(item)
+        if path.is_dir():
+            files.extend(sorted(p for p in path.rglob("*.json") if p.is_file()))
+        elif path.exists():
+            files.append(path)
+        else:
+            raise EdgekitError(f"{path} does not exist", hint="pass report files or folders of them")
+    reports, skipped = [], []
+    for file in files:
+        try:
+            reports.append((file.stem.removesuffix(".bench"), read_report(file)))
+        except ReportError as exc:
+            if strict:
+                raise
+            skipped.append(exc.message)
+    if not reports:
+        raise EdgekitError("no edgekit benchmark reports found" + (f" ({'; '.join(skipped)})" if skipped else ""),
+                           hint="create one with: python -m edgekit.run PACKAGE --bench --report FILE")
+    return reports, skipped
+
+
+def compare(
+    paths: list[str],
+    baseline: str | None = None,
+    threshold_pct: float | None = None,
+    strict: bool = False,
+    allow_different_models: bool = False,
+) -> Comparison:
+    reports, skipped = gather(paths, strict)
+    models = sorted({r["model"].get("name", "?") for _, r in reports})
+    if len(models) > 1 and not allow_different_models:
+        raise EdgekitError(
+            f"the reports are for different models ({', '.join(models)})",
+            hint="compare reports of one model, or pass --allow-different-models",
+        )
+    rows = [
+        Row(report=name, device=r["device"].get("name", "?"), model=r["model"].get("name", "?"),
+            config=res["config"], result=res, throttled=bool((r.get("thermal") or {}).get("throttled")),
+            samples=np.asarray(res["latency"]["samples_ms"], dtype=np.float64))
+        for name, r in reports for res in r["results"]
+    ]
+    names = [name for name, _ in reports]
+    base_name = baseline if baseline is not None else names[0]
+    base_rows = [r for r in rows if r.report == base_name or r.device == base_name]
+    if baseline is not None and not base_rows:
+        raise EdgekitError(f"--baseline {baseline!r} matches no report", hint="use a report file name or device name: "
+                           + ", ".join(sorted(set(names) | {r.device for r in rows})))
+    for row in rows:
+        same = next((b for b in base_rows if b.key == row.key and b is not row), None)
+        if row in base_rows:  # within the baseline report: speedups against its first configuration
+            same = None
+            match = base_rows[0]
+        else:
+            match = same or (base_rows[0] if base_rows else None)
+        if match is None or match is row:
+            continue
+        row.speedup = float(np.median(match.samples) / np.median(row.samples))
+        if same is not None:  # verdicts (and regression gating) only between like configurations
+            row.verdict = regression_verdict(match.samples, row.samples, threshold_pct or 0.0)
+            row.verdict["baseline"] = match.label
+    with _warnings.catch_warnings():
+        _warnings.simplefilter("ignore")
+        return Comparison(rows=rows, baseline=base_name, skipped=skipped, threshold_pct=threshold_pct)
+
+
+def table_rows(comparison: Comparison) -> list[list[str]]:
+    out = []
+    for row in comparison.rows:
+        latency, result = row.result["latency"], row.result
+        accuracy = (result.get("accuracy") or {}).get("accuracy")
+        verdict = row.verdict["verdict"] if row.verdict else ("baseline" if row.speedup is None else "")
+        out.append([
+            row.device + (" (throttled)" if row.throttled else ""),
+            str(row.config.get("artifact")),
+            str(row.config.get("backend")),
+            str(row.config.get("precision", "")),
+            str(row.config.get("threads")),
+            str(row.config.get("batch")),
+            f"{result.get('size_bytes', 0) / 1024:.0f} KiB",
+            f"{latency['p50']:.3f}",
+            f"{latency['p90']:.3f}",
+            f"{(result.get('throughput') or {}).get('per_s', 0):.0f}/s",
+            f"{result.get('peak_rss_mib', 0):.0f} MiB",
+            "" if accuracy is None else f"{100 * accuracy:.2f}%",
+            "" if row.speedup is None else f"{row.speedup:.2f}x",
+            verdict,
+        ])
+    return out
+
+
+HEADERS = ["device", "artifact", "backend", "precision", "threads", "batch", "size", "p50 ms", "p90 ms",
+           "throughput", "RSS", "accuracy", "speedup", "vs baseline"]
+
+
+def markdown(comparison: Comparison) -> str:
+    lines = ["| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
+    lines += ["| " + " | ".join(cells) + " |" for cells in table_rows(comparison)]
+    return "\n".join(lines) + "\n"

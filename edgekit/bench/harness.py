@@ -1,0 +1,250 @@
+"""The benchmark harness: measure one loaded model the way a careful engineer would.
+
+Load time (split into profile/package/verify/runtime phases, cache hit or miss), first
+inference, warm-up, then steady state until both ``runs`` and ``min_seconds`` are met, every
+sample kept. Model-only latency (the runtime call with native-dtype IO) is reported next to
+the end-to-end path an application pays: decode/resize/normalize, quantize + invoke +
+dequantize, and top-k postprocessing. Throughput at batch 1 and at ``batch``; peak RSS;
+accuracy when evaluation data is given; thermal state before and after.
+"""
+
+from __future__ import annotations
+
+import random
+import resource
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .. import __version__
+from ..runtime import Model, load
+from .fingerprint import fingerprint, thermal_state, throttled_during
+from .stats import CV_WARN, summarize
+
+
+@dataclass
+class BenchOptions:
+    runs: int = 100
+    warmup: int = 10
+    min_seconds: float = 2.0
+    threads: int | None = None
+    batch: int = 1
+    artifact: str | None = None
+    backend: str | None = None
+    profile: str = "auto"
+    input: str | None = None  # an input file for the end-to-end measurement (else synthetic)
+    eval: str | None = None  # evaluation data for on-device accuracy
+    cv_warn: float = CV_WARN
+    sweep_threads: list[int] = field(default_factory=list)
+    sweep_batches: list[int] = field(default_factory=list)
+    device_name: str | None = None
+    seed: int = 0
+
+
+def peak_rss_mib() -> float:
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return round(peak / (1024 * 1024) if sys.platform == "darwin" else peak / 1024, 1)
+
+
+def _timed(call: Callable[[], Any]) -> float:
+    start = time.perf_counter()
+    call()
+    return time.perf_counter() - start
+
+
+def _sample_input(model: Model, options: BenchOptions, batch: int) -> np.ndarray:
+    if options.input:
+        x = model.preprocess([options.input])
+    else:
+        shape = [d if d and d > 0 else 1 for d in model.manifest.inputs[0].shape[1:]]
+        x = np.random.default_rng(options.seed).uniform(0, 1, (1, *shape)).astype(np.float32)
+    return np.repeat(x, batch, axis=0) if batch > 1 else x
+
+
+def _native(model: Model, x: np.ndarray) -> np.ndarray:
+    from ..backends.base import quantize
+
+    info = model.backend.inputs[0]
+    return quantize(x, info) if info.quantized else x.astype(info.dtype, copy=False)
+
+
+def load_model(source: str, options: BenchOptions, artifact: str | None, threads: int | None) -> tuple[Model, dict]:
+    timings: dict[str, Any] = {}
+    start = time.perf_counter()
+    model = load(source, artifact=artifact, backend=options.backend, threads=threads, profile=options.profile,
+                 warmup=False, timings=timings)
+    timings["total_s"] = time.perf_counter() - start
+    return model, {k: (round(v * 1e3, 3) if k.endswith("_s") else v) for k, v in timings.items()}
+
+
+def _ms(seconds: list[float]) -> list[float]:
+    return [round(s * 1e3, 6) for s in seconds]
+
+
+def end_to_end(model: Model, options: BenchOptions, runs: int) -> dict[str, Any] | None:
+    """Preprocess + predict + top-k, phase by phase, from an input file (None without one)."""
+    if not options.input:
+        return None
+    phases: dict[str, list[float]] = {"preprocess": [], "invoke": [], "postprocess": [], "total": []}
+    labels = model.labels
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        x = model.preprocess([options.input])
+        t1 = time.perf_counter()
+        y = model.predict_tensor(x)
+        t2 = time.perf_counter()
+        order = np.argsort(y[0].reshape(-1))[::-1][:5]
+        _ = [(labels[i] if labels else int(i), float(y[0].reshape(-1)[i])) for i in order]
+        t3 = time.perf_counter()
+        for name, value in (("preprocess", t1 - t0), ("invoke", t2 - t1), ("postprocess", t3 - t2), ("total", t3 - t0)):
+            phases[name].append(value)
+    return {name: {"p50_ms": float(np.median(v) * 1e3), "mean_ms": float(np.mean(v) * 1e3)} for name, v in phases.items()} | {
+        "runs": runs, "input": str(options.input)}
+
+
+def accuracy(model: Model, data: str) -> dict[str, Any] | None:
+    from ..data.preprocessing import normalize, to_layout
+    from ..data.sources import open_data
+
+    source = open_data(data, "evaluation")
+    spec = model.manifest.inputs[0].preprocessing
+    batch = source.load(np.arange(source.count), tuple(spec.resize) if spec and spec.resize else None,
+                        spec.color_order if spec else "RGB")
+    if batch.y is None:
+        return {"samples": int(source.count), "accuracy": None, "reason": "evaluation data has no class targets"}
+    x = batch.x
+    if spec is not None:
+        if source.kind == "images":
+            x = to_layout(x, spec)
+        x = normalize(x, spec) if x.dtype.kind in "iu" else x.astype(np.float32)
+    predictions = np.concatenate([model.predict_tensor(x[i : i + 32]) for i in range(0, len(x), 32)])
+    return {"samples": int(len(x)), "accuracy": float(np.mean(predictions.argmax(axis=1) == batch.y)),
+            "data": data, "data_sha256": batch.sha256}
+
+
+@dataclass
+class _Config:
+    artifact: str
+    threads: int | None
+    batch: int
+    model: Model | None = None
+    load: dict = field(default_factory=dict)
+    x: np.ndarray | None = None
+    call: Callable[[], Any] | None = None
+    samples: list[float] = field(default_factory=list)
+    first_ms: float = 0.0
+    warmup_ms: float = 0.0
+
+
+def _prepare(source: str, options: BenchOptions, config: _Config) -> None:
+    config.model, config.load = load_model(source, options, config.artifact, config.threads)
+    x = _native(config.model, _sample_input(config.model, options, config.batch))
+    backend = config.model.backend
+    config.x = x
+    config.call = lambda: backend.run(x, raw=True)  # model only: native IO, no host-side conversion
+    config.first_ms = _timed(config.call) * 1e3
+    config.warmup_ms = sum(_timed(config.call) for _ in range(options.warmup)) * 1e3
+
+
+def _measure(configs: list[_Config], options: BenchOptions) -> None:
+    """Round-robin in shuffled order until every config has ``runs`` samples and ``min_seconds``."""
+    rng = random.Random(options.seed)
+    chunk = 5 if len(configs) > 1 else max(options.runs, 1)
+    started = time.perf_counter()
+    while True:
+        pending = [c for c in configs if len(c.samples) < options.runs]
+        if not pending and time.perf_counter() - started >= options.min_seconds:
+            return
+        order = list(configs)
+        rng.shuffle(order)
+        for config in order:
+            for _ in range(chunk):
+                config.samples.append(_timed(config.call))
+
+
+def bench(source: str, options: BenchOptions, artifacts: list[str] | None = None) -> dict[str, Any]:
+    """Benchmark one artifact (or, with ``artifacts``/sweep options, several configurations)."""
+    before = thermal_state()
+    targets = artifacts or [options.artifact]
+    threads_list = options.sweep_threads or [options.threads]
+    batches = options.sweep_batches or [options.batch]
+    configs = [_Config(artifact=a, threads=t, batch=b) for a in targets for t in threads_list for b in batches]
+    for config in configs:
+        _prepare(source, options, config)
+    _measure(configs, options)
+    after = thermal_state()
+    reasons = throttled_during(before, after)
+    results = []
+    for config in configs:
+        model = config.model
+        assert model is not None
+        summary = summarize(config.samples, options.cv_warn)
+        warnings = []
+        if summary["noisy"]:
+            warnings.append(
+                f"coefficient of variation {summary['cv']:.1%} is above {options.cv_warn:.0%}: "
+                "the machine is noisy or throttling; do not trust small differences"
+            )
+        throughput = {"batch": config.batch, "per_s": round(config.batch * 1e3 / summary["mean"], 2)}
+        result = {
+            "config": {
+                "artifact": model.artifact.target,
+                "precision": model.artifact.precision,
+                "threads": config.threads or model.profile.resolved_threads(_facts()),
+                "batch": config.batch,
+                **model.backend.describe(),
+            },
+            "size_bytes": model.artifact.bytes,
+            "load_ms": config.load,
+            "first_inference_ms": round(config.first_ms, 3),
+            "warmup": {"runs": options.warmup, "total_ms": round(config.warmup_ms, 3)},
+            "latency": summary | {"samples_ms": _ms(config.samples)},
+            "throughput": throughput,
+            "end_to_end": end_to_end(model, options, max(20, options.runs // 5)) if config.batch == 1 else None,
+            "accuracy": accuracy(model, options.eval) if options.eval else None,
+            "peak_rss_mib": peak_rss_mib(),
+            "warnings": warnings,
+        }
+        results.append(result)
+    first = configs[0].model
+    assert first is not None
+    report = {
+        "schema": "edgekit.bench.report",
+        "schema_version": 1,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "edgekit_version": __version__,
+        "model": {"name": first.manifest.name, "source": str(source), "artifacts": [a.target for a in first.manifest.artifacts]},
+        "device": fingerprint(profile=first.profile.name) | {"name": options.device_name or _hostname()},
+        "settings": {"runs": options.runs, "warmup": options.warmup, "min_seconds": options.min_seconds,
+                     "batch": options.batch, "sweep_threads": options.sweep_threads,
+                     "sweep_batches": options.sweep_batches, "seed": options.seed, "cv_warn": options.cv_warn},
+        "thermal": {"before": before, "after": after, "throttled": bool(reasons), "reasons": reasons},
+        "results": results,
+        "warnings": ([f"THROTTLED: {r}" for r in reasons]) + [w for r in results for w in r["warnings"]],
+    }
+    for config in configs:
+        if config.model is not None:
+            config.model.close()
+    return report
+
+
+def _facts() -> Any:
+    from ..devices import DeviceFacts
+
+    return DeviceFacts.read()
+
+
+def _hostname() -> str:
+    import socket
+
+    return socket.gethostname()
+
+
+def default_report_path(source: str) -> Path:
+    name = Path(source.rstrip("/")).name.split(".")[0] or "model"
+    return Path(f"{name}.{_hostname()}.bench.json")

@@ -1,0 +1,127 @@
+"""Benchmark report files: versioned JSON (schema in ``report.schema.json``), CSV summaries, push.
+
+``read_report`` accepts every schema version this edgekit knows (upgrading older ones in
+memory), refuses a newer version by name, and turns anything that is not a report into a
+``ReportError`` naming the file and the problem.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+from ..errors import EdgekitError
+from ..fsutil import write_text_atomic
+
+SCHEMA = "edgekit.bench.report"
+SCHEMA_VERSION = 1
+SCHEMA_FILE = Path(__file__).with_name("report.schema.json")
+CSV_COLUMNS = ("device", "model", "artifact", "backend", "precision", "threads", "batch", "size_bytes",
+               "p50_ms", "p90_ms", "p99_ms", "mean_ms", "cv", "throughput_per_s", "peak_rss_mib", "accuracy",
+               "throttled")
+
+
+class ReportError(EdgekitError):
+    default_hint = "pass report files written by `python -m edgekit.run ... --bench --report FILE`"
+
+
+def _upgrade(data: dict[str, Any]) -> dict[str, Any]:
+    """Bring an older schema version up to the current one (none yet: version 1 is the first)."""
+    return data
+
+
+def read_report(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ReportError(f"{path}: cannot read ({exc})") from None
+    except ValueError as exc:
+        raise ReportError(f"{path}: not JSON or truncated ({exc})") from None
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+        raise ReportError(f"{path}: not an edgekit benchmark report")
+    version = data.get("schema_version")
+    if not isinstance(version, int) or version < 1:
+        raise ReportError(f"{path}: schema_version is missing or invalid")
+    if version > SCHEMA_VERSION:
+        raise ReportError(
+            f"{path}: report schema_version {version} is newer than this edgekit reads ({SCHEMA_VERSION})",
+            hint="upgrade edgekit where you compare reports",
+        )
+    data = _upgrade(data)
+    results = data.get("results")
+    if not isinstance(results, list) or not results:
+        raise ReportError(f"{path}: has no results")
+    for i, result in enumerate(results):
+        latency = result.get("latency") if isinstance(result, dict) else None
+        if not isinstance(latency, dict) or not isinstance(latency.get("samples_ms"), list) or not latency["samples_ms"]:
+            raise ReportError(f"{path}: results[{i}] has no latency samples")
+        if not isinstance(result.get("config"), dict):
+            raise ReportError(f"{path}: results[{i}] has no config")
+    if not isinstance(data.get("model"), dict) or not isinstance(data.get("device"), dict):
+        raise ReportError(f"{path}: model or device section missing")
+    return data
+
+
+def write_report(report: dict[str, Any], path: str | Path) -> Path:
+    path = Path(path)
+    write_text_atomic(path, json.dumps(report, indent=1, allow_nan=False) + "\n")
+    return path
+
+
+def summary_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
+    rows = []
+    for result in report["results"]:
+        config, latency = result["config"], result["latency"]
+        accuracy = (result.get("accuracy") or {}).get("accuracy")
+        rows.append({
+            "device": report["device"].get("name", "?"),
+            "model": report["model"].get("name", "?"),
+            "artifact": config.get("artifact"),
+            "backend": config.get("backend"),
+            "precision": config.get("precision"),
+            "threads": config.get("threads"),
+            "batch": config.get("batch"),
+            "size_bytes": result.get("size_bytes"),
+            "p50_ms": latency.get("p50"),
+            "p90_ms": latency.get("p90"),
+            "p99_ms": latency.get("p99"),
+            "mean_ms": latency.get("mean"),
+            "cv": latency.get("cv"),
+            "throughput_per_s": (result.get("throughput") or {}).get("per_s"),
+            "peak_rss_mib": result.get("peak_rss_mib"),
+            "accuracy": accuracy,
+            "throttled": (report.get("thermal") or {}).get("throttled", False),
+        })
+    return rows
+
+
+def to_csv(reports: list[dict[str, Any]]) -> str:
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=CSV_COLUMNS)
+    writer.writeheader()
+    for report in reports:
+        writer.writerows(summary_rows(report))
+    return buffer.getvalue()
+
+
+def push(report: dict[str, Any], url: str, timeout: float = 10.0) -> int:
+    """POST the report as JSON (an edgekit server stores it); the HTTP status on success."""
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(
+        url, data=json.dumps(report).encode(), method="POST", headers={"Content-Type": "application/json"}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as exc:
+        raise ReportError(f"pushing the report to {url} failed: HTTP {exc.code} {exc.reason}",
+                          hint="check the server URL; the report file was still written") from None
+    except (urllib.error.URLError, OSError) as exc:
+        raise ReportError(f"pushing the report to {url} failed: {getattr(exc, 'reason', exc)}",
+                          hint="check the server URL and network; the report file was still written") from None

@@ -1,0 +1,130 @@
+"""Latency statistics that hold up on noisy machines.
+
+* Percentiles with distribution-free confidence intervals from order statistics (the number
+  of samples below the true q-quantile is Binomial(n, q)).
+* The MLPerf-style early-stopping estimate: a one-sided upper confidence bound on the true
+  p90 — the latency the device stays under with 99% confidence given only n samples.
+* Coefficient of variation, warned about above a threshold (noise or throttling).
+* Regression verdicts from the raw samples: a seeded bootstrap confidence interval of the ratio
+  of medians (candidate / baseline), so two noisy runs of the same thing are not called a
+  regression because their medians differ.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+CV_WARN = 0.10
+Z95 = 1.959963984540054
+
+
+def binomial_cdf(n: int, p: float) -> np.ndarray:
+    """``cdf[k] = P(Binomial(n, p) <= k)`` for k = 0..n, exact (log-space pmf, vectorized)."""
+    k = np.arange(n + 1)
+    log_factorial = np.concatenate(([0.0], np.cumsum(np.log(np.arange(1, n + 1)))))
+    log_pmf = log_factorial[n] - log_factorial[k] - log_factorial[n - k] + k * math.log(p) + (n - k) * math.log1p(-p)
+    return np.minimum(np.cumsum(np.exp(log_pmf)), 1.0)
+
+
+def quantile_ci(sorted_samples: np.ndarray, q: float, confidence: float = 0.95) -> tuple[float, float] | None:
+    """Distribution-free confidence interval for the q-quantile (None if too few samples).
+
+    With B ~ Binomial(n, q) samples below the true quantile, the order statistics
+    x_(l) <= quantile <= x_(u) hold when l <= B <= u - 1: pick the largest l with
+    P(B <= l - 1) <= alpha and the smallest u with P(B <= u - 1) >= 1 - alpha.
+    """
+    n = len(sorted_samples)
+    if n < 2:
+        return None
+    alpha = (1 - confidence) / 2
+    cdf = binomial_cdf(n, q)
+    lower = int(np.searchsorted(cdf, alpha, side="right"))  # first k with cdf[k] > alpha: P(B <= k-1) <= alpha
+    upper = int(np.searchsorted(cdf, 1 - alpha, side="left")) + 1  # smallest u with cdf[u-1] >= 1-alpha
+    if lower < 1 or upper > n:
+        return None
+    return float(sorted_samples[lower - 1]), float(sorted_samples[upper - 1])
+
+
+def early_stopping_upper_bound(sorted_samples: np.ndarray, q: float = 0.90, confidence: float = 0.99) -> dict[str, Any]:
+    """One-sided upper confidence bound on the true q-quantile (MLPerf early stopping).
+
+    The k-th smallest sample is at or above the true q-quantile unless k or more samples fell
+    below it; choose the smallest k with P(Binomial(n, q) <= k - 1) >= confidence.
+    """
+    n = len(sorted_samples)
+    cdf = binomial_cdf(n, q) if n else np.array([1.0])
+    k = int(np.searchsorted(cdf, confidence, side="left")) + 1
+    if n and k <= n:
+        return {"value": float(sorted_samples[k - 1]), "order_statistic": k, "samples": n,
+                "quantile": q, "confidence": confidence}
+    needed = max(n, 1)
+    while binomial_cdf(needed, q)[needed - 1] < confidence:
+        needed += 1
+    return {"value": None, "samples": n, "quantile": q, "confidence": confidence,
+            "reason": f"needs at least {needed} samples"}
+
+
+def summarize(samples_s: list[float] | np.ndarray, cv_warn: float = CV_WARN) -> dict[str, Any]:
+    """Summary of latency samples (seconds in, milliseconds out)."""
+    x = np.sort(np.asarray(samples_s, dtype=np.float64)) * 1e3
+    if x.size == 0:
+        raise ValueError("no samples")
+    mean = float(x.mean())
+    std = float(x.std(ddof=1)) if x.size > 1 else 0.0
+    cv = std / mean if mean > 0 else 0.0
+    percentiles = {f"p{p}": float(np.percentile(x, p)) for p in (50, 90, 95, 99)}
+    ci50, ci90 = quantile_ci(x, 0.50), quantile_ci(x, 0.90)
+    return {
+        "unit": "ms",
+        "count": int(x.size),
+        **percentiles,
+        "mean": mean,
+        "std": std,
+        "min": float(x[0]),
+        "max": float(x[-1]),
+        "cv": cv,
+        "p50_ci95": list(ci50) if ci50 else None,
+        "p90_ci95": list(ci90) if ci90 else None,
+        "p90_early_stopping": early_stopping_upper_bound(x, 0.90, 0.99),
+        "noisy": cv > cv_warn,
+        "cv_warn_threshold": cv_warn,
+    }
+
+
+def bootstrap_ratio(
+    baseline_s: np.ndarray, candidate_s: np.ndarray, resamples: int = 2000, confidence: float = 0.95, seed: int = 0
+) -> dict[str, float]:
+    """Ratio of medians candidate/baseline with a percentile-bootstrap confidence interval."""
+    base = np.asarray(baseline_s, dtype=np.float64)
+    cand = np.asarray(candidate_s, dtype=np.float64)
+    rng = np.random.default_rng(seed)
+    base_medians = np.median(base[rng.integers(0, base.size, size=(resamples, base.size))], axis=1)
+    cand_medians = np.median(cand[rng.integers(0, cand.size, size=(resamples, cand.size))], axis=1)
+    ratios = cand_medians / base_medians
+    alpha = (1 - confidence) / 2
+    return {
+        "ratio": float(np.median(cand) / np.median(base)),
+        "ci_low": float(np.quantile(ratios, alpha)),
+        "ci_high": float(np.quantile(ratios, 1 - alpha)),
+        "confidence": confidence,
+        "resamples": resamples,
+    }
+
+
+def regression_verdict(
+    baseline_s: np.ndarray, candidate_s: np.ndarray, threshold_pct: float = 0.0, seed: int = 0
+) -> dict[str, Any]:
+    """"regression" only when the whole CI of the slowdown lies above ``threshold_pct``;
+    "improvement" when it lies below -threshold; otherwise "no significant change"."""
+    result = bootstrap_ratio(baseline_s, candidate_s, seed=seed)
+    limit = 1 + threshold_pct / 100
+    if result["ci_low"] > limit:
+        verdict = "regression"
+    elif result["ci_high"] < 1 / limit:
+        verdict = "improvement"
+    else:
+        verdict = "no significant change"
+    return {**result, "threshold_pct": threshold_pct, "verdict": verdict}

@@ -1,0 +1,191 @@
+"""Report files, `edgekit compare` (tables, baselines, regression gating, HTML) and pushing reports."""
+
+from __future__ import annotations
+
+import copy
+import http.server
+import json
+import os
+import re
+import shutil
+import subprocess
+import threading
+
+import numpy as np
+import pytest
+
+from edgekit.bench.compare import compare
+from edgekit.bench.report import SCHEMA_FILE, ReportError, push, read_report, to_csv, write_report
+from edgekit.errors import EdgekitError
+from tests.conftest import run_cli
+
+
+def make_report(device="pi5", model="digits", scale=1.0, seed=0, artifacts=("tflite", "onnx"), accuracy=0.985):
+    rng = np.random.default_rng(seed)
+    results = []
+    for i, artifact in enumerate(artifacts):
+        samples = (scale * (1 + 0.5 * i) * rng.lognormal(0, 0.08, 300)).round(6).tolist()
+        x = np.asarray(samples)
+        results.append({
+            "config": {"artifact": artifact, "backend": "litert" if artifact == "tflite" else "onnxruntime",
+                       "precision": "int8", "threads": 4, "batch": 1},
+            "size_bytes": 24000, "load_ms": {"total_s": 12.0}, "first_inference_ms": 2.0,
+            "warmup": {"runs": 10, "total_ms": 1.0},
+            "latency": {"unit": "ms", "count": 300, "p50": float(np.median(x)), "p90": float(np.percentile(x, 90)),
+                        "p95": float(np.percentile(x, 95)), "p99": float(np.percentile(x, 99)), "mean": float(x.mean()),
+                        "std": float(x.std()), "min": float(x.min()), "max": float(x.max()), "cv": 0.08,
+                        "samples_ms": samples},
+            "throughput": {"batch": 1, "per_s": 1000 / float(x.mean())}, "end_to_end": None,
+            "accuracy": {"samples": 360, "accuracy": accuracy}, "peak_rss_mib": 45.0, "warnings": [],
+        })
+    return {"schema": "edgekit.bench.report", "schema_version": 1, "created": "2026-11-21T00:00:00Z",
+            "edgekit_version": "0.1.0", "model": {"name": model},
+            "device": {"name": device, "arch": "aarch64", "cpu": {"model": "x"}, "cores": 4, "os": "Linux",
+                       "python": "3.11", "libraries": {}},
+            "settings": {}, "thermal": {"before": {}, "after": {}, "throttled": False, "reasons": []},
+            "results": results, "warnings": []}
+
+
+@pytest.fixture
+def fleet(tmp_path):
+    folder = tmp_path / "fleet"
+    folder.mkdir()
+    write_report(make_report("pi5", scale=2.0, seed=1), folder / "pi5.bench.json")
+    write_report(make_report("orin", scale=0.5, seed=2), folder / "orin.bench.json")
+    write_report(make_report("server", scale=0.25, seed=3), folder / "server.bench.json")
+    return folder
+
+
+def test_bad_report_files_are_named(tmp_path):
+    cases = {
+        "plain.json": json.dumps({"hello": 1}),
+        "truncated.json": json.dumps(make_report())[:500],
+        "future.json": json.dumps(make_report() | {"schema_version": 99}),
+        "empty.json": json.dumps(make_report() | {"results": []}),
+    }
+    expected = {"plain.json": "not an edgekit benchmark report", "truncated.json": "not JSON or truncated",
+                "future.json": "newer than this edgekit reads", "empty.json": "has no results"}
+    for name, text in cases.items():
+        (tmp_path / name).write_text(text)
+        with pytest.raises(ReportError, match=expected[name]) as info:
+            read_report(tmp_path / name)
+        assert name in info.value.message
+
+
+def test_compare_a_fleet_folder_with_baseline_and_csv(fleet, tmp_path, capsys):
+    (fleet / "notes.json").write_text("{}")  # not a report: skipped with a warning
+    code, out, err = run_cli(capsys, "compare", fleet, "--baseline", "pi5", "--csv", tmp_path / "s.csv")
+    assert code == 0, err
+    assert "warning: skipped" in err and "notes.json" in err
+    assert "orin" in out and "server" in out
+    comparison = compare([str(fleet)], baseline="pi5")
+    speedups = {r.device: round(r.speedup, 1) for r in comparison.rows if r.config["artifact"] == "tflite" and r.speedup}
+    assert speedups == {"orin": pytest.approx(4.0, rel=0.1), "server": pytest.approx(8.0, rel=0.1)}
+    assert {r.verdict["verdict"] for r in comparison.rows if r.device != "pi5"} == {"improvement"}
+    rows = (tmp_path / "s.csv").read_text().splitlines()
+    assert rows[0].startswith("device,model,artifact") and len(rows) == 1 + 6
+    code, _, err = run_cli(capsys, "compare", fleet, "--strict")
+    assert code == 1 and "notes.json: not an edgekit benchmark report" in err
+
+
+def test_regression_gate_uses_the_raw_samples(tmp_path, capsys):
+    write_report(make_report("ci", seed=1), tmp_path / "before.json")
+    write_report(make_report("ci", seed=2), tmp_path / "noise.json")
+    write_report(make_report("ci", seed=3, scale=1.3), tmp_path / "slower.json")
+    code, _, err = run_cli(capsys, "compare", tmp_path / "before.json", tmp_path / "noise.json",
+                           "--baseline", "before", "--fail-on-regression", "5")
+    assert code == 0, err
+    code, _, err = run_cli(capsys, "compare", tmp_path / "before.json", tmp_path / "slower.json",
+                           "--baseline", "before", "--fail-on-regression", "5")
+    assert code == 1 and "REGRESSION:" in err and "% slower than" in err
+
+
+def test_different_models_are_refused_unless_allowed(tmp_path, capsys):
+    write_report(make_report(model="digits"), tmp_path / "a.json")
+    write_report(make_report(model="mobilenet_v2"), tmp_path / "b.json")
+    code, _, err = run_cli(capsys, "compare", tmp_path / "a.json", tmp_path / "b.json")
+    assert code == 1 and "different models (digits, mobilenet_v2)" in err and "--allow-different-models" in err
+    code, _, _ = run_cli(capsys, "compare", tmp_path / "a.json", tmp_path / "b.json", "--allow-different-models")
+    assert code == 0
+    with pytest.raises(EdgekitError, match="matches no report"):
+        compare([str(tmp_path / "a.json")], baseline="nope")
+
+
+def test_markdown_output_and_csv_export(fleet, capsys):
+    code, out, _ = run_cli(capsys, "compare", fleet, "--markdown")
+    assert code == 0 and out.startswith("| device | artifact |") and out.count("\n") == 2 + 6
+    assert to_csv([make_report()]).count("\n") == 3
+
+
+def _chromium() -> str | None:
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        found = shutil.which(name)
+        if found:
+            return found
+    return None
+
+
+def test_html_report_renders_its_charts_in_headless_chromium(fleet, tmp_path, capsys):
+    html_path = tmp_path / "fleet.html"
+    code, out, _ = run_cli(capsys, "compare", fleet, "--html", html_path)
+    assert code == 0 and f"html: {html_path}" in out
+    text = html_path.read_text()
+    assert "<script src" not in text and "http" not in text.split("<body", 1)[1]  # self-contained
+    for chart in ("latency-distribution", "p50-p90-bars", "accuracy-vs-latency"):
+        assert f'data-chart="{chart}"' in text
+    browser = _chromium()
+    if browser is None:
+        if os.environ.get("EDGEKIT_REQUIRE_CHROMIUM") == "1":
+            pytest.fail("chromium is required here (EDGEKIT_REQUIRE_CHROMIUM=1) but not installed")
+        pytest.skip("chromium not installed (Debian package chromium); CI installs it")
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync",
+             f"--user-data-dir={tmp_path / 'profile'}"]
+    dom = subprocess.run([browser, *flags, "--dump-dom", html_path.as_uri()], capture_output=True, text=True,
+                         timeout=120)
+    match = re.search(r'data-charts-rendered="(\d+)"', dom.stdout)
+    assert match, dom.stderr[-2000:]
+    assert int(match.group(1)) == 3
+    assert dom.stdout.count('class="box"') == 6 and dom.stdout.count('class="point"') == 6
+    shot = tmp_path / "shot.png"
+    subprocess.run([browser, *flags, "--window-size=1000,1400", f"--screenshot={shot}", html_path.as_uri()],
+                   capture_output=True, timeout=120)
+    assert shot.exists() and shot.stat().st_size > 20_000
+
+
+class _Collector(http.server.BaseHTTPRequestHandler):
+    received: list[dict] = []
+
+    def do_POST(self):  # noqa: N802
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        _Collector.received.append({"path": self.path, "type": self.headers["Content-Type"], "body": json.loads(body)})
+        self.send_response(201)
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+def test_push_sends_the_report_to_a_server():
+    server = http.server.HTTPServer(("127.0.0.1", 0), _Collector)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        report = make_report()
+        status = push(report, f"http://127.0.0.1:{server.server_port}/v2/reports")
+        assert status == 201
+        (received,) = _Collector.received
+        assert received["path"] == "/v2/reports" and received["type"] == "application/json"
+        assert received["body"] == json.loads(json.dumps(report))
+    finally:
+        server.shutdown()
+    with pytest.raises(ReportError, match="pushing the report to http://127.0.0.1:9/v2/reports failed"):
+        push(report, "http://127.0.0.1:9/v2/reports", timeout=2)
+
+
+def test_schema_file_requires_what_reports_carry():
+    schema = json.loads(SCHEMA_FILE.read_text())
+    report = make_report()
+    assert set(schema["required"]) <= set(report)
+    assert set(schema["$defs"]["result"]["required"]) <= set(report["results"][0])
+    copy.deepcopy(report)
