@@ -82,13 +82,16 @@ def _resize(text: str | None) -> list[int] | None:
 @click.option("--keep-float", "keep_float", multiple=True, metavar="LAYER",
               help="Keep this layer in float (repeatable; recorded in the manifest). See --explain for candidates.")
 @click.option("--explain", is_flag=True, help="Report per-layer quantization error (worst layers by SQNR).")
+@click.option("--coreml-activations", type=click.Choice(["int8", "float16"]), default="int8", show_default=True,
+              help="CoreML activations: int8 (W8A8, calibrated; on Linux with edgekit's MIL evaluator) or float16.")
 def package_command(model: Path, targets: tuple[str, ...], calibration: str, eval_data: str | None, samples: int,
                     eval_samples: int | None, seed: int, max_accuracy_drop: float, allow_accuracy_drop: bool,
                     allow_float_ops: bool, name: str | None, output_dir: Path, force: bool, archive: bool,
                     labels_file: Path | None, scale: float | None, mean: str | None, std: str | None,
                     color_order: str | None, resize: str | None, timeout: float | None, allow_partial: bool,
                     calibration_method: str, onnx_activations: str, reduce_range: bool,
-                    max_intermediate_outputs: int | None, keep_float: tuple[str, ...], explain: bool) -> None:
+                    max_intermediate_outputs: int | None, keep_float: tuple[str, ...], explain: bool,
+                    coreml_activations: str) -> None:
     """Convert MODEL (.keras, .h5, a SavedModel directory, or .onnx for --target onnx) into a validated INT8 package.
 
     Every artifact is calibrated on --calibration, then checked against the float model on
@@ -108,6 +111,7 @@ def package_command(model: Path, targets: tuple[str, ...], calibration: str, eva
         labels_file=str(labels_file) if labels_file else None, timeout_s=timeout, allow_partial=allow_partial,
         calibration_method=calibration_method, onnx_activations=onnx_activations, reduce_range=reduce_range,
         max_intermediate_outputs=max_intermediate_outputs, keep_float=list(keep_float), explain=explain,
+        coreml_activations=coreml_activations,
         preprocessing={"scale": scale, "mean": float_list(mean), "std": float_list(std),
                        "color_order": color_order.upper() if color_order else None, "resize": _resize(resize)},
     )

@@ -39,6 +39,9 @@ class BuildContext:
     float_onnx: str | None = None  # set once exported (or the ONNX source itself)
     tf2onnx_version: str = ""
     explain_npy: str | None = None  # samples for the per-layer error report (--explain); None = no report
+    eval_npy: str | None = None  # validation inputs (for targets that validate without a runtime)
+    coreml_activations: str = "int8"  # int8 (W8A8) | float16 (weights-only INT8)
+    evaluated_outputs: dict[str, str] = field(default_factory=dict)  # target -> .npy of outputs on eval_npy
 
 
 def layer_of(tensor_name: str, layer_names: list[str]) -> str:

@@ -1,4 +1,4 @@
-"""CoreML target: an ML program ``coreml/model.int8.mlpackage`` with int8 weights.
+"""CoreML target: an ML program ``coreml/model.int8.mlpackage``, W8A8 (int8 weights and activations).
 
 ``coremltools.convert`` turns the Keras model (in memory; a SavedModel source goes through
 ``source="tensorflow"``) into an ML program for iOS 17 / macOS 14 (the first targets that run
@@ -6,10 +6,12 @@ int8 weight dequantization and activation quantization ops). Weights are quantiz
 ``linear_quantize_weights``: per-channel, symmetric int8, every weight (no size threshold).
 
 Activation calibration needs CoreML prediction, which only macOS has. On macOS the
-activations are calibrated with ``linear_quantize_activations`` on the shared calibration
-samples (W8A8); elsewhere the package gets the weight-only INT8 model and the manifest says
-``activations: float16`` and why. Either way the saved package is checked structurally:
-it loads, its input/output match the manifest, and every conv/linear weight is int8.
+activations are calibrated with coremltools' ``linear_quantize_activations``; on Linux the
+activation ranges come from edgekit's NumPy MIL evaluator (``coreml_eval``) and feed the same
+coremltools compression passes. ``--coreml-activations float16`` keeps float16 activations
+(weights-only INT8). The saved package is checked structurally (it loads, input/output match
+the manifest, every conv/linear weight is int8, activation quantize ops counted) and, on Linux,
+numerically with the evaluator against the float model.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ class CoreMLTarget(Target):
             )
         output = context.package_dir / ARTIFACT_PATH
         output.parent.mkdir(parents=True, exist_ok=True)
+        evaluated = str(Path(context.workdir) / "coreml.eval_outputs.npy") if context.eval_npy else None
         info = worker.call(
             "edgekit.targets.coreml:convert",
             what="CoreML conversion",
@@ -60,13 +63,18 @@ class CoreMLTarget(Target):
             saved_model=context.saved_model,
             output=str(output),
             calibration_npy=context.calibration_npy,
+            activations_mode=context.coreml_activations,
+            eval_npy=context.eval_npy,
+            eval_output_npy=evaluated,
         )
+        if info["evaluated_by"] and evaluated:
+            context.evaluated_outputs[self.name] = evaluated
         return Artifact(
             target=self.name,
             path=ARTIFACT_PATH,
             sha256=sha256_tree(output),
             bytes=tree_bytes(output),
-            precision="int8 weights" if info["activations"] != "int8" else "int8",
+            precision="int8" if info["activations"] == "int8" else "int8 weights",
             inputs=[QuantParams(name=n, dtype="float32") for n in info["inputs"]],
             outputs=[QuantParams(name=n, dtype="float32") for n in info["outputs"]],
             converter={
@@ -79,6 +87,8 @@ class CoreMLTarget(Target):
             details={
                 "activations": info["activations"],
                 "activations_reason": info["activations_reason"],
+                "activation_calibration": info["activation_calibration"],
+                "evaluated_by": info["evaluated_by"],
                 "batch": 1,
                 "structure": info["structure"],
             },
@@ -89,7 +99,8 @@ class CoreMLTarget(Target):
 
 
 def convert(
-    source_path: str, source_format: str, saved_model: str | None, output: str, calibration_npy: str
+    source_path: str, source_format: str, saved_model: str | None, output: str, calibration_npy: str,
+    activations_mode: str = "int8", eval_npy: str | None = None, eval_output_npy: str | None = None,
 ) -> dict[str, Any]:
     import coremltools as ct
     import coremltools.optimize.coreml as cto
@@ -123,15 +134,28 @@ def convert(
     except Exception as exc:
         raise _explain(exc) from None
 
-    activations, reason = "float16", LINUX_ACTIVATIONS_REASON
-    if sys.platform == "darwin":  # CoreML prediction exists: calibrate activations too (W8A8)
-        name = mlmodel.get_spec().description.input[0].name
-        data = [{name: np.asarray(samples[i : i + 1], dtype=np.float32)} for i in range(len(samples))]
-        config = cto.OptimizationConfig(
-            global_config=cto.experimental.OpActivationLinearQuantizerConfig(mode="linear_symmetric")
-        )
+    name = mlmodel.get_spec().description.input[0].name
+    data = [{name: np.asarray(samples[i : i + 1], dtype=np.float32)} for i in range(len(samples))]
+    config = cto.OptimizationConfig(
+        global_config=cto.experimental.OpActivationLinearQuantizerConfig(mode="linear_symmetric")
+    )
+    calibration: dict[str, Any] = {}
+    if activations_mode == "float16":
+        activations, reason = "float16", "--coreml-activations float16: weights int8, activations float16"
+    elif sys.platform == "darwin":  # CoreML prediction exists: coremltools' own calibration (W8A8)
         mlmodel = cto.experimental.linear_quantize_activations(mlmodel, config, data)
         activations, reason = "int8", "calibrated with coremltools linear_quantize_activations on macOS"
+        calibration = {"method": "minmax (coremltools linear_quantize_activations, CoreML prediction)",
+                       "samples": len(data)}
+    else:  # Linux: the same graph passes, fed statistics from edgekit's NumPy MIL evaluator
+        mlmodel, stats = calibrate_activations_on_linux(mlmodel, data, config)
+        activations, reason = "int8", (
+            "calibrated on Linux: activation ranges from edgekit's NumPy MIL evaluator, quantize/dequantize "
+            "pairs inserted by coremltools' own linear_quantize_activations passes"
+        )
+        calibration = {"method": "minmax (edgekit MIL evaluator) + coremltools compression passes",
+                       "samples": len(data), "tensors": len(stats),
+                       "ranges": {k: [round(v["rmin"], 6), round(v["rmax"], 6)] for k, v in stats.items()}}
     weights = cto.OptimizationConfig(
         global_config=cto.OpLinearQuantizerConfig(
             mode="linear_symmetric", dtype="int8", granularity="per_channel", weight_threshold=0
@@ -142,7 +166,20 @@ def convert(
     worker.report_progress(len(samples), len(samples))
     structure = check_structure(output, shape)
     spec = mlmodel.get_spec()
+    evaluated = None
+    if eval_npy and eval_output_npy:  # numeric validation without CoreML: the evaluator on the final package
+        from .coreml_eval import Evaluator, EvaluatorError, load_program
+
+        try:
+            outputs = Evaluator(load_program(output)).predict(np.load(eval_npy))
+            np.save(eval_output_npy, outputs)
+            evaluated = "edgekit NumPy MIL evaluator (float32 arithmetic)"
+        except EvaluatorError as exc:
+            evaluated = None
+            reason += f"; not evaluated: {exc.message}"
     return {
+        "evaluated_by": evaluated,
+        "activation_calibration": calibration,
         "coremltools": ct.__version__,
         "seconds": round(time.perf_counter() - started, 3),
         "activations": activations,
@@ -151,6 +188,57 @@ def convert(
         "inputs": [i.name for i in spec.description.input],
         "outputs": [o.name for o in spec.description.output],
     }
+
+
+def calibrate_activations_on_linux(mlmodel: Any, data: list[dict[str, np.ndarray]], config: Any) -> tuple[Any, dict]:
+    """``linear_quantize_activations`` without CoreML prediction.
+
+    coremltools gathers per-tensor min/max by running the model with CoreML (macOS only), then
+    applies its compression passes. Here the same statistics come from edgekit's NumPy MIL
+    evaluator and feed the very same passes, so the result is what macOS would produce from
+    the same ranges.
+    """
+    from collections import defaultdict
+
+    from coremltools import _SPECIFICATION_VERSION_IOS_17
+    from coremltools.converters.mil.frontend.milproto import load as milproto_load
+    from coremltools.converters.mil.mil.passes.graph_pass import PassOption
+    from coremltools.converters.mil.mil.passes.pass_registry import PASS_REGISTRY
+    from coremltools.models import utils as model_utils
+    from coremltools.optimize.coreml.experimental._model_debugger import ModelDebugger
+    from coremltools.optimize.coreml.experimental._post_training_quantization import (
+        _adjust_concat_surrounding_activation_stats,
+        _update_tensor_range,
+    )
+
+    from .coreml_eval import Evaluator, load_program_from_model
+
+    debugger = ModelDebugger(mlmodel)
+    outputs = {o.name for o in mlmodel.get_spec().description.output}
+    wanted = set(debugger.get_intermediate_output_names(lambda op: op.spec.type != "const")) - outputs
+    stats: dict[str, dict[str, float]] = defaultdict(dict)
+    evaluator = Evaluator(load_program_from_model(mlmodel))
+    observe = lambda name, value: _update_tensor_range(name, value, stats) if name in wanted else None  # noqa: E731
+    for i, sample in enumerate(data):
+        for name, value in sample.items():
+            _update_tensor_range(name, value, stats)
+        evaluator.run(sample, observe=observe)
+        if i % 10 == 0:
+            worker.report_progress(i, len(data))
+    _adjust_concat_surrounding_activation_stats(debugger._get_concat_op_info(), stats)
+    stats = {k: {"rmin": float(v["rmin"]), "rmax": float(v["rmax"])} for k, v in stats.items()}
+    passes = []
+    for name in ("compression::insert_prefix_quantize_dequantize_pair", "compression::insert_suffix_quantize_dequantize_pair"):
+        graph_pass = PASS_REGISTRY[name]
+        graph_pass.set_options([PassOption("config", config)])
+        graph_pass.set_options([PassOption("activation_stats", stats)])
+        passes.append(graph_pass)
+    passes.append(PASS_REGISTRY["common::dequantize_quantize_pair_elimination"])
+    quantized = model_utils._apply_graph_pass(
+        mlmodel, passes, spec_version=_SPECIFICATION_VERSION_IOS_17, pymil_load_func=milproto_load.load,
+        skip_model_load=True,
+    )
+    return quantized, stats
 
 
 def check_structure(path: str, input_shape: tuple[int, ...]) -> dict[str, Any]:
@@ -185,7 +273,12 @@ def check_structure(path: str, input_shape: tuple[int, ...]) -> dict[str, Any]:
         float_weights.append(op.outputs[0].name)
     if float_weights:
         raise ConversionError(f"CoreML weights left in float for: {', '.join(float_weights[:5])}")
+    int8_activations = sum(
+        1 for op in operations if op.type == "quantize"
+        and _string_attr(op, produced_by, "output_dtype") in ("int8", "uint8")
+    )
     return {
+        "int8_activation_quantize_ops": int8_activations,
         "loads": True,
         "spec_version": spec.specificationVersion,
         "input": {"name": feature.name, "shape": list(shape)},
@@ -194,6 +287,18 @@ def check_structure(path: str, input_shape: tuple[int, ...]) -> dict[str, Any]:
         "int8_weight_ops": int8_weights,
         "ops": sorted({op.type for op in operations}),
     }
+
+
+def _string_attr(op: Any, produced_by: dict[str, Any], name: str) -> str:
+    """A string parameter of an op, given inline or by a const op."""
+    if name not in op.inputs:
+        return ""
+    source = produced_by.get(op.inputs[name].arguments[0].name)
+    value = source.attributes.get("val") if source is not None else None
+    if value is None:
+        return ""
+    strings = value.immediateValue.tensor.strings.values
+    return strings[0] if strings else ""
 
 
 def _explain(exc: Exception) -> Exception:
