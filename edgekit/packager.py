@@ -41,7 +41,7 @@ from .targets import BuildContext, get_target
 from .targets.source import detect_format
 
 MIN_RECOMMENDED_SAMPLES = 100
-_NOT_MEASURABLE = {"coreml": "CoreML prediction runs only on macOS"}
+_NOT_MEASURABLE = {"coreml": "CoreML prediction runs only on macOS and the MIL evaluator does not cover this model"}
 HOLDOUT_FRACTION = 0.2
 EXPLAIN_SAMPLES = 32
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")

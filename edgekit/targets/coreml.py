@@ -148,14 +148,22 @@ def convert(
         calibration = {"method": "minmax (coremltools linear_quantize_activations, CoreML prediction)",
                        "samples": len(data)}
     else:  # Linux: the same graph passes, fed statistics from edgekit's NumPy MIL evaluator
-        mlmodel, stats = calibrate_activations_on_linux(mlmodel, data, config)
-        activations, reason = "int8", (
-            "calibrated on Linux: activation ranges from edgekit's NumPy MIL evaluator, quantize/dequantize "
-            "pairs inserted by coremltools' own linear_quantize_activations passes"
-        )
-        calibration = {"method": "minmax (edgekit MIL evaluator) + coremltools compression passes",
-                       "samples": len(data), "tensors": len(stats),
-                       "ranges": {k: [round(v["rmin"], 6), round(v["rmax"], 6)] for k, v in stats.items()}}
+        from .coreml_eval import EvaluatorError
+
+        try:
+            mlmodel, stats = calibrate_activations_on_linux(mlmodel, data, config)
+        except EvaluatorError as exc:  # an op outside the evaluator: weights-only INT8, said plainly
+            activations, reason = "float16", (
+                f"activations not calibrated on Linux ({exc.message}); weights are int8, activations float16"
+            )
+        else:
+            activations, reason = "int8", (
+                "calibrated on Linux: activation ranges from edgekit's NumPy MIL evaluator, quantize/dequantize "
+                "pairs inserted by coremltools' own linear_quantize_activations passes"
+            )
+            calibration = {"method": "minmax (edgekit MIL evaluator) + coremltools compression passes",
+                           "samples": len(data), "tensors": len(stats),
+                           "ranges": {k: [round(v["rmin"], 6), round(v["rmax"], 6)] for k, v in stats.items()}}
     weights = cto.OptimizationConfig(
         global_config=cto.OpLinearQuantizerConfig(
             mode="linear_symmetric", dtype="int8", granularity="per_channel", weight_threshold=0

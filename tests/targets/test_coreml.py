@@ -14,18 +14,28 @@ from tests.conftest import run_python
 pytestmark = pytest.mark.slow
 
 
-def test_coreml_package_has_int8_weights_and_records_float16_activations(digits_all_package):
+def test_coreml_package_structure(digits_all_package):
     manifest = Manifest.from_json((digits_all_package / "manifest.json").read_bytes())
     artifact = manifest.artifact("coreml")
     assert artifact.path == "coreml/model.int8.mlpackage"
     assert artifact.converter["minimum_deployment_target"] == "iOS17"
-    assert artifact.details["activations"] == "float16"
-    assert "only on macOS" in artifact.details["activations_reason"]
+    assert "calibrated on Linux" in artifact.details["activations_reason"]
     structure = artifact.details["structure"]
     assert structure["weight_ops"] == structure["int8_weight_ops"] == 8  # 7 conv + 1 dense
     assert structure["input"] == {"name": "image", "shape": [1, 8, 8, 1]}
-    metrics = manifest.validation["artifacts"]["coreml"]
-    assert metrics["measured"] is False and "not measurable here" in metrics["reason"]
+
+
+def test_float16_activations_option_keeps_weights_only_int8(tmp_path, capsys):
+    from tests.conftest import CALIBRATION, DIGITS_MODEL, EVAL, run_cli
+
+    code, out, err = run_cli(capsys, "package", DIGITS_MODEL, "--target", "coreml", "--calibration", CALIBRATION,
+                             "--eval", EVAL, "-o", tmp_path, "--coreml-activations", "float16")
+    assert code == 0, err
+    manifest = Manifest.from_json((tmp_path / "digits.edgekit" / "manifest.json").read_bytes())
+    artifact = manifest.artifact("coreml")
+    assert artifact.precision == "int8 weights" and artifact.details["activations"] == "float16"
+    assert artifact.details["structure"]["int8_activation_quantize_ops"] == 0
+    assert manifest.validation["artifacts"]["coreml"]["top1_agreement"] >= 0.98
 
 
 def test_coreml_spec_read_back_independently(digits_all_package):
@@ -38,12 +48,14 @@ def test_coreml_spec_read_back_independently(digits_all_package):
         fn = spec.mlProgram.functions["main"]
         ops = fn.block_specializations[fn.opset].operations
         dequant = [op for op in ops if op.type == "constexpr_affine_dequantize"]
+        activations = [op for op in ops if op.type == "quantize"]
         int8 = [op for op in dequant if op.attributes["quantized_data"].type.tensorType.dataType == MIL_pb2.INT8]
         float_weights = [op for op in ops if op.type == "const" and op.attributes["val"].type.tensorType.dimensions
                          and len(op.attributes["val"].type.tensorType.dimensions) >= 2]
         inp = spec.description.input[0]
         print(json.dumps({{"input": inp.name, "shape": list(inp.type.multiArrayType.shape),
-                          "dequant": len(dequant), "int8": len(int8), "float_weights": len(float_weights)}}))
+                          "dequant": len(dequant), "int8": len(int8), "float_weights": len(float_weights),
+                          "activation_quantize": len(activations)}}))
     """)
     report = json.loads(out.strip().splitlines()[-1])
     manifest = json.loads((digits_all_package / "manifest.json").read_text())
@@ -51,6 +63,7 @@ def test_coreml_spec_read_back_independently(digits_all_package):
     assert report["shape"][1:] == manifest["inputs"][0]["shape"][1:]
     assert report["dequant"] == report["int8"] == 8
     assert report["float_weights"] == 0
+    assert report["activation_quantize"] >= 8  # W8A8
 
 
 def test_loading_the_coreml_artifact_on_linux_is_a_clear_error(digits_all_package):
