@@ -104,6 +104,9 @@ def test_linear_matmul_batch_norm():
     ("add", lambda a, b: mb.add(x=a, y=b), np.add),
     ("sub", lambda a, b: mb.sub(x=a, y=b), np.subtract),
     ("mul", lambda a, b: mb.mul(x=a, y=b), np.multiply),
+    ("real_div", lambda a, b: mb.real_div(x=a, y=b), np.divide),
+    ("maximum", lambda a, b: mb.maximum(x=a, y=b), np.maximum),
+    ("minimum", lambda a, b: mb.minimum(x=a, y=b), np.minimum),
 ])
 def test_elementwise_binary(name, build, reference):
     a, b = rng.standard_normal((2, 3, 4)).astype(np.float32), rng.standard_normal((1, 3, 4)).astype(np.float32)
@@ -118,6 +121,8 @@ def test_elementwise_binary(name, build, reference):
     ("tanh", lambda v: mb.tanh(x=v), np.tanh),
     ("softmax", lambda v: mb.softmax(x=v, axis=-1), lambda x: np.exp(x) / np.exp(x).sum(-1, keepdims=True)),
     ("reduce_mean", lambda v: mb.reduce_mean(x=v, axes=[2, 3], keep_dims=False), lambda x: x.mean(axis=(2, 3))),
+    ("reduce_max", lambda v: mb.reduce_max(x=v, axes=[1], keep_dims=True), lambda x: x.max(axis=1, keepdims=True)),
+    ("reduce_sum", lambda v: mb.reduce_sum(x=v, axes=[-1], keep_dims=False), lambda x: x.sum(axis=-1)),
     ("reshape", lambda v: mb.reshape(x=v, shape=[2, 48]), lambda x: x.reshape(2, 48)),
     ("transpose", lambda v: mb.transpose(x=v, perm=[0, 2, 3, 1]), lambda x: x.transpose(0, 2, 3, 1)),
     ("squeeze", lambda v: mb.squeeze(x=mb.reduce_mean(x=v, axes=[3], keep_dims=True), axes=[3]),
@@ -145,6 +150,15 @@ def test_quantize_dequantize_and_int8_weights():
     got_w = OPS["constexpr_affine_dequantize"](quantized_data=data, zero_point=np.zeros(4, np.int8),
                                                scale=weight_scale, axis=0)
     np.testing.assert_allclose(got_w, expected_w, rtol=RTOL, atol=ATOL)
+
+
+def test_blockwise_shift_scale_weights():
+    data = rng.integers(-128, 127, (4, 6), dtype=np.int8)
+    scale = rng.uniform(0.01, 0.1, (4, 2)).astype(np.float32)  # one scale per block of 3 columns
+    offset = rng.integers(-3, 3, (4, 2)).astype(np.int8)
+    got = OPS["constexpr_blockwise_shift_scale"](data=data, scale=scale, offset=offset)
+    expected = (data.astype(np.float32) - np.repeat(offset, 3, axis=1)) * np.repeat(scale, 3, axis=1)
+    np.testing.assert_allclose(got, expected, rtol=RTOL, atol=ATOL)
 
 
 def test_unknown_ops_are_refused_by_name():

@@ -63,3 +63,21 @@ def test_digits_coreml_w8a8_on_linux(digits_all_package):
     assert metrics["measured"] is True and "MIL evaluator" in metrics["measured_by"]
     assert metrics["accuracy"] >= manifest.validation["float"]["accuracy"] - 0.01
     assert metrics["top1_agreement"] >= 0.98
+
+
+@pytest.mark.skipif(__import__("sys").platform != "darwin",
+                    reason="CoreML prediction exists only on macOS: the evaluator-vs-CoreML comparison runs there")
+def test_evaluator_agrees_with_coreml_prediction_on_macos(digits_all_package):
+    import numpy as np
+
+    from edgekit.backends.coreml import CoreMLBackend
+    from edgekit.targets.coreml_eval import Evaluator, load_program
+    from tests.conftest import EVAL, load_npz
+
+    path = str(digits_all_package / "coreml" / "model.int8.mlpackage")
+    x, _ = load_npz(EVAL)
+    x = x[:64].astype(np.float32) / 255
+    ours = Evaluator(load_program(path)).predict(x)
+    coreml = CoreMLBackend(path).run(x)[0]
+    assert np.mean(ours.argmax(1) == coreml.argmax(1)) >= 0.98
+    assert np.abs(ours - coreml).max() < 0.05
