@@ -156,6 +156,16 @@ def bench_command(args: tuple[str, ...]) -> int:
     return run_main([*args, "--bench"], prog="edgekit bench")
 
 
+@cli.command("serve", add_help_option=False,
+             context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def serve_command(args: tuple[str, ...]) -> int:
+    """Serve packages over KServe v2 with dynamic batching (see `edgekit serve --help`)."""
+    from .server.cli import main as serve_main
+
+    return serve_main(list(args))
+
+
 @cli.command("compare")
 @click.argument("reports", nargs=-1, required=True)
 @click.option("--baseline", default=None, help="Report file name (without .json) or device name to compare against. "
@@ -212,6 +222,32 @@ def compare_command(reports: tuple[str, ...], baseline: str | None, html_path: P
                        f"(95% CI {100 * (v['ci_low'] - 1):.1f}% to {100 * (v['ci_high'] - 1):.1f}%)", err=True)
         return 1
     return 0
+
+
+@cli.group("export")
+def export_group() -> None:
+    """Hand a package to other serving systems."""
+
+
+@export_group.command("triton")
+@click.argument("package")
+@click.option("--output", "-o", required=True, type=click.Path(path_type=Path), help="Triton model repository directory.")
+@click.option("--max-batch-size", type=click.IntRange(min=1), default=8, show_default=True)
+@click.option("--max-queue-delay-us", type=click.IntRange(min=0), default=500, show_default=True)
+@click.option("--instances", type=click.IntRange(min=1), default=1, show_default=True, help="Model instances.")
+@click.option("--gpu", is_flag=True, help="KIND_GPU instances with the TensorRT accelerator (INT8).")
+@click.option("--kserve", "kserve_uri", default=None, metavar="STORAGE_URI",
+              help="Also write a KServe InferenceService manifest serving the repository from STORAGE_URI.")
+@click.option("--force", is_flag=True, help="Replace an existing model directory.")
+def export_triton_command(package: str, output: Path, max_batch_size: int, max_queue_delay_us: int, instances: int,
+                          gpu: bool, kserve_uri: str | None, force: bool) -> None:
+    """Write PACKAGE's ONNX artifact as a Triton model repository entry (config.pbtxt + 1/model.onnx)."""
+    from .export.triton import export_triton
+
+    path = export_triton(package, str(output), max_batch_size, gpu, instances, max_queue_delay_us, kserve_uri, force)
+    click.echo(f"triton model: {path}")
+    if kserve_uri:
+        click.echo(f"kserve: {output / (path.name + '.inferenceservice.yaml')}")
 
 
 @cli.command("targets")

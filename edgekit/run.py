@@ -44,6 +44,10 @@ def parser(prog: str = PROG) -> argparse.ArgumentParser:
     p.add_argument("--refresh", action="store_true", help="fetch a URL source again even if it is cached")
     p.add_argument("--verbose", "-v", action="store_true", help="say which profile, artifact and runtime were chosen")
     p.add_argument("--debug", action="store_true", help="show full tracebacks")
+    p.add_argument("--serve", action="store_true", help="serve SOURCE over KServe v2 instead of predicting")
+    from .server.cli import add_server_options
+
+    add_server_options(p)
     bench = p.add_argument_group("benchmark (--bench)")
     bench.add_argument("--bench", action="store_true", help="benchmark instead of predicting; writes a JSON report")
     bench.add_argument("--runs", type=_positive, default=100, help="steady-state samples at least (default 100)")
@@ -143,11 +147,22 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     args_list, debug = split_debug(argv)
     cli = parser(prog)
     args = cli.parse_args(args_list)
+    if args.serve:
+        return guarded(lambda: _serve(args), debug)
     if not args.bench and not args.inputs:
-        cli.error("the following arguments are required: --input/-i (or pass --bench)")
+        cli.error("the following arguments are required: --input/-i (or pass --bench or --serve)")
     if args.bench and args.inputs and len(args.inputs) > 1:
         cli.error("--bench takes at most one --input (the end-to-end sample)")
     return guarded(lambda: run_bench(args) if args.bench else execute(args), debug)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from .server.app import serve
+    from .server.cli import options_from
+
+    serve([args.source], args.host, args.port, options_from(args), args.artifact, args.backend, args.threads,
+          args.profile)
+    return 0
 
 
 def run_bench(args: argparse.Namespace) -> int:

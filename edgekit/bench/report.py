@@ -41,6 +41,11 @@ def read_report(path: str | Path) -> dict[str, Any]:
         raise ReportError(f"{path}: cannot read ({exc})") from None
     except ValueError as exc:
         raise ReportError(f"{path}: not JSON or truncated ({exc})") from None
+    return validate_report(data, str(path))
+
+
+def validate_report(data: Any, path: str) -> dict[str, Any]:
+    """A report document checked (and upgraded) in memory; ``path`` names it in errors."""
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         raise ReportError(f"{path}: not an edgekit benchmark report")
     version = data.get("schema_version")

@@ -1,0 +1,1 @@
+"""Hand a package to other serving systems (Triton model repository, KServe InferenceService)."""

@@ -1,0 +1,124 @@
+"""``edgekit export triton``: a Triton model repository (and optionally a KServe InferenceService).
+
+The ONNX artifact goes to ``REPO/NAME/1/model.onnx`` with a ``config.pbtxt`` for Triton's
+onnxruntime backend: dims without the batch dimension, ``max_batch_size``, dynamic batching,
+an instance group, and with ``--gpu`` the TensorRT execution accelerator (INT8 for the QDQ
+model, FP16 fallback). ``--kserve`` adds an InferenceService manifest that serves the
+repository with Triton over the v2 protocol.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from ..errors import EdgekitError, OutputExistsError
+from ..fsutil import publish, staging_dir, write_text_atomic
+from ..manifest import Manifest
+from ..package_io import open_package, verified_artifact_path
+
+
+def _dims(shape: list[int]) -> str:
+    return "[ " + ", ".join(str(d) for d in shape[1:]) + " ]"
+
+
+def config_pbtxt(manifest: Manifest, max_batch_size: int, gpu: bool, instances: int, queue_delay_us: int) -> str:
+    spec_in, spec_out = manifest.inputs[0], manifest.outputs[0]
+    lines = [
+        f'name: "{manifest.name}"',
+        'backend: "onnxruntime"',
+        f"max_batch_size: {max_batch_size}",
+        "input [",
+        "  {",
+        f'    name: "{spec_in.name}"',
+        "    data_type: TYPE_FP32",
+        f"    dims: {_dims(spec_in.shape)}",
+        "  }",
+        "]",
+        "output [",
+        "  {",
+        f'    name: "{spec_out.name}"',
+        "    data_type: TYPE_FP32",
+        f"    dims: {_dims(spec_out.shape)}",
+    ]
+    if spec_out.labels:
+        lines.append('    label_filename: "labels.txt"')
+    lines += [
+        "  }",
+        "]",
+        "dynamic_batching {",
+        f"  preferred_batch_size: [ {', '.join(str(b) for b in sorted({max(1, max_batch_size // 2), max_batch_size}))} ]",
+        f"  max_queue_delay_microseconds: {queue_delay_us}",
+        "}",
+        "instance_group [",
+        "  {",
+        f"    count: {instances}",
+        f"    kind: {'KIND_GPU' if gpu else 'KIND_CPU'}",
+        "  }",
+        "]",
+    ]
+    if gpu:
+        lines += [
+            "optimization {",
+            "  execution_accelerators {",
+            "    gpu_execution_accelerator : [ {",
+            '      name : "tensorrt"',
+            '      parameters { key: "precision_mode" value: "INT8" }',
+            '      parameters { key: "max_workspace_size_bytes" value: "1073741824" }',
+            '      parameters { key: "trt_engine_cache_enable" value: "1" }',
+            "    } ]",
+            "  }",
+            "}",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def inference_service_yaml(name: str, storage_uri: str, gpu: bool) -> str:
+    resources = '          nvidia.com/gpu: "1"\n' if gpu else '          cpu: "2"\n          memory: 2Gi\n'
+    return f"""apiVersion: serving.kserve.io/v1beta1
+kind: InferenceService
+metadata:
+  name: {name.lower().replace('_', '-')}
+spec:
+  predictor:
+    model:
+      modelFormat:
+        name: triton
+      protocolVersion: v2
+      runtime: kserve-tritonserver
+      storageUri: {storage_uri}
+      resources:
+        limits:
+{resources}"""
+
+
+def export_triton(
+    package: str, output: str, max_batch_size: int = 8, gpu: bool = False, instances: int = 1,
+    queue_delay_us: int = 500, kserve_storage_uri: str | None = None, force: bool = False,
+) -> Path:
+    root, manifest = open_package(package)
+    if not any(a.target == "onnx" for a in manifest.artifacts):
+        raise EdgekitError(
+            f"package {manifest.name!r} has no ONNX artifact; Triton export serves the ONNX model",
+            hint="repackage with --target onnx (or --target all)",
+        )
+    artifact = manifest.artifact("onnx")
+    model_file = verified_artifact_path(root, artifact)
+    repo = Path(output)
+    destination = repo / manifest.name
+    if destination.exists() and not force:
+        raise OutputExistsError(f"{destination} already exists")
+    if max_batch_size < 1:
+        raise EdgekitError("--max-batch-size must be at least 1")
+    with staging_dir(destination) as staged:
+        (staged / "1").mkdir(parents=True)
+        shutil.copyfile(model_file, staged / "1" / "model.onnx")
+        (staged / "config.pbtxt").write_text(config_pbtxt(manifest, max_batch_size, gpu, instances, queue_delay_us))
+        if manifest.labels:
+            (staged / "labels.txt").write_text("\n".join(manifest.labels) + "\n")
+        repo.mkdir(parents=True, exist_ok=True)
+        publish(staged, destination, replace=force)
+    if kserve_storage_uri is not None:
+        write_text_atomic(repo / f"{manifest.name}.inferenceservice.yaml",
+                          inference_service_yaml(manifest.name, kserve_storage_uri, gpu))
+    return destination

@@ -1,0 +1,127 @@
+"""Dynamic batching: requests wait on one shrinking time budget, run as one batch, get their slice.
+
+One worker thread per model runs the batches (LiteRT interpreters are not thread-safe), off
+the event loop. The queue is bounded: a full queue refuses new work (the server answers 503)
+instead of growing without limit. An exception while running a batch reaches every request
+in it; the loop keeps serving the next batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import numpy as np
+
+
+class Overloaded(Exception):
+    """The model's queue is full."""
+
+
+@dataclass
+class _Item:
+    x: np.ndarray
+    future: asyncio.Future
+    enqueued: float
+
+
+BatchObserver = Callable[[int, int, float, float], None]  # requests, batch size, queue s, compute s
+
+
+class DynamicBatcher:
+    def __init__(
+        self,
+        run: Callable[[np.ndarray], np.ndarray],
+        max_batch_size: int = 8,
+        max_queue_delay_us: int = 500,
+        max_queue_size: int = 256,
+        observer: BatchObserver | None = None,
+        name: str = "model",
+    ) -> None:
+        self.run = run
+        self.max_batch_size = max(1, max_batch_size)
+        self.max_delay = max(0, max_queue_delay_us) / 1e6
+        self.queue: asyncio.Queue[_Item] = asyncio.Queue(maxsize=max_queue_size)
+        self.observer = observer
+        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"edgekit-{name}")
+        self.in_flight = 0
+        self._task: asyncio.Task | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._loop())
+
+    async def submit(self, x: np.ndarray) -> np.ndarray:
+        future: asyncio.Future = asyncio.get_running_loop().create_future()
+        try:
+            self.queue.put_nowait(_Item(x, future, time.perf_counter()))
+        except asyncio.QueueFull:
+            raise Overloaded(f"queue full ({self.queue.maxsize} requests waiting)") from None
+        self.in_flight += 1
+        try:
+            return await future
+        finally:
+            self.in_flight -= 1
+
+    async def _loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            first = await self.queue.get()
+            items = [first]
+            size = len(first.x)
+            deadline = time.perf_counter() + self.max_delay
+            while size < self.max_batch_size:
+                remaining = deadline - time.perf_counter()
+                try:
+                    item = self.queue.get_nowait() if remaining <= 0 else await asyncio.wait_for(self.queue.get(), remaining)
+                except (asyncio.TimeoutError, asyncio.QueueEmpty):
+                    break
+                if size + len(item.x) > self.max_batch_size:
+                    await self._execute(loop, items)  # the newcomer starts the next batch
+                    items, size = [item], len(item.x)
+                    deadline = time.perf_counter() + self.max_delay
+                    continue
+                items.append(item)
+                size += len(item.x)
+            await self._execute(loop, items)
+
+    async def _execute(self, loop: asyncio.AbstractEventLoop, items: list[_Item]) -> None:
+        items = [i for i in items if not i.future.cancelled()]
+        if not items:
+            return
+        started = time.perf_counter()
+        queued = started - min(i.enqueued for i in items)
+        try:
+            batch = items[0].x if len(items) == 1 else np.concatenate([i.x for i in items])
+            outputs = await loop.run_in_executor(self.executor, self.run, batch)
+        except Exception as exc:  # every request of the batch gets the error; the loop goes on
+            for item in items:
+                if not item.future.done():
+                    item.future.set_exception(exc)
+            return
+        finally:
+            if self.observer is not None:
+                self.observer(len(items), sum(len(i.x) for i in items), queued, time.perf_counter() - started)
+        offset = 0
+        for item in items:
+            n = len(item.x)
+            if not item.future.done():
+                item.future.set_result(outputs[offset : offset + n])
+            offset += n
+
+    async def drain(self, timeout: float = 30.0) -> None:
+        """Wait until queued and running requests are answered (graceful shutdown)."""
+        deadline = time.perf_counter() + timeout
+        while (self.in_flight or not self.queue.empty()) and time.perf_counter() < deadline:
+            await asyncio.sleep(0.01)
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+        self.executor.shutdown(wait=True)
