@@ -1,0 +1,52 @@
+"""Triton model repository export, parsed with Triton's own model-config protobuf."""
+
+from __future__ import annotations
+
+import pytest
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2
+
+from edgekit.fsutil import sha256_file
+from edgekit.manifest import Manifest
+from tests.conftest import run_cli
+
+pytestmark = pytest.mark.slow
+
+
+def parse(path):
+    return text_format.Parse(path.read_text(), model_config_pb2.ModelConfig())
+
+
+def test_cpu_repository_is_valid_triton_config(digits_all_package, tmp_path, capsys):
+    code, out, err = run_cli(capsys, "export", "triton", digits_all_package, "-o", tmp_path / "repo",
+                             "--max-batch-size", "16")
+    assert code == 0, err
+    model_dir = tmp_path / "repo" / "digits"
+    config = parse(model_dir / "config.pbtxt")
+    assert config.name == "digits" and config.backend == "onnxruntime" and config.max_batch_size == 16
+    assert list(config.input[0].dims) == [8, 8, 1] and config.input[0].data_type == model_config_pb2.TYPE_FP32
+    assert list(config.output[0].dims) == [10] and config.output[0].label_filename == "labels.txt"
+    assert config.dynamic_batching.max_queue_delay_microseconds == 500
+    assert config.instance_group[0].kind == model_config_pb2.ModelInstanceGroup.KIND_CPU
+    manifest = Manifest.from_json((digits_all_package / "manifest.json").read_bytes())
+    assert sha256_file(model_dir / "1" / "model.onnx") == manifest.artifact("onnx").sha256
+    assert (model_dir / "labels.txt").read_text().split() == [str(i) for i in range(10)]
+
+
+def test_gpu_repository_uses_tensorrt_int8_and_kserve_manifest(digits_all_package, tmp_path, capsys):
+    code, _, err = run_cli(capsys, "export", "triton", digits_all_package, "-o", tmp_path / "repo", "--gpu",
+                           "--kserve", "s3://bucket/repo")
+    assert code == 0, err
+    config = parse(tmp_path / "repo" / "digits" / "config.pbtxt")
+    assert config.instance_group[0].kind == model_config_pb2.ModelInstanceGroup.KIND_GPU
+    accelerator = config.optimization.execution_accelerators.gpu_execution_accelerator[0]
+    assert accelerator.name == "tensorrt" and accelerator.parameters["precision_mode"] == "INT8"
+    yaml = (tmp_path / "repo" / "digits.inferenceservice.yaml").read_text()
+    assert "kind: InferenceService" in yaml and "storageUri: s3://bucket/repo" in yaml and "protocolVersion: v2" in yaml
+    code, _, err = run_cli(capsys, "export", "triton", digits_all_package, "-o", tmp_path / "repo")
+    assert code == 1 and "already exists" in err
+
+
+def test_package_without_onnx_is_refused(digits_package, tmp_path, capsys):
+    code, _, err = run_cli(capsys, "export", "triton", digits_package, "-o", tmp_path / "repo")
+    assert code == 1 and "has no ONNX artifact" in err and "--target onnx" in err
