@@ -1,0 +1,264 @@
+#!/usr/bin/env python
+"""Serving throughput: edgekit serve vs a naive server vs the runtime's offline batched ceiling.
+
+    .venv/bin/python scripts/bench_server.py [--seconds 6] [--concurrency 1,8,32,64] [--output out/bench/bench_server.json]
+
+Packages MobileNetV2 224 (INT8 ONNX), then on loopback, in one run:
+* edgekit: ``python -m edgekit.run PKG --serve`` (dynamic batching; the client sends the binary
+  tensor extension, as tritonclient does);
+* naive: one request at a time, JSON in and out, no batching (the common Flask pattern), on
+  a raw ONNX Runtime session;
+* offline ceiling: the same session running batches of ``--max-batch-size`` back to back.
+A closed-loop client (N workers, each sending its next request when the last one returns;
+request bodies pre-encoded) runs for ``--seconds`` per concurrency level, bounded in time and
+count. Prints and saves JSON; compare ratios within the run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import socket
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+NAIVE_SERVER = textwrap.dedent("""
+    import json, sys
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+    import numpy as np, onnxruntime as ort
+    options = ort.SessionOptions(); options.intra_op_num_threads = int(sys.argv[3])
+    session = ort.InferenceSession(sys.argv[1], options, providers=["CPUExecutionProvider"])
+    name = session.get_inputs()[0].name
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self):
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            x = np.asarray(body["data"], dtype=np.float32).reshape(body["shape"])
+            y = session.run(None, {name: x})[0]
+            out = json.dumps({"data": y.reshape(-1).tolist()}).encode()
+            self.send_response(200); self.send_header("Content-Length", str(len(out))); self.end_headers()
+            self.wfile.write(out)
+        def log_message(self, *args):
+            pass
+    HTTPServer(("127.0.0.1", int(sys.argv[2])), Handler).serve_forever()
+""")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_ready(url: str, need_ok: bool = True, timeout: float = 120) -> None:
+    """Until ``url`` answers (200 when ``need_ok``; any HTTP answer otherwise)."""
+    import httpx
+
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            if httpx.get(url, timeout=1).status_code == 200 or not need_ok:
+                return
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    raise RuntimeError(f"{url} did not come up")
+
+
+class _Connection:
+    """A minimal keep-alive HTTP/1.1 client on asyncio streams: the load generator shares the
+    machine with the servers, so it must spend as little CPU per request as possible."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.host, self.port = host, port
+        self.reader: asyncio.StreamReader | None = None
+        self.writer: asyncio.StreamWriter | None = None
+
+    async def post(self, request: bytes) -> int:
+        if self.writer is None:
+            self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
+        assert self.reader is not None
+        self.writer.write(request)
+        status_line = await self.reader.readline()
+        if not status_line:
+            raise ConnectionError("connection closed")
+        length, close = 0, status_line.startswith(b"HTTP/1.0")  # HTTP/1.0 servers close after each response
+        while True:
+            line = await self.reader.readline()
+            if line in (b"\r\n", b""):
+                break
+            key, _, value = line.decode("latin-1").partition(":")
+            if key.lower() == "content-length":
+                length = int(value)
+            elif key.lower() == "connection" and value.strip().lower() == "close":
+                close = True
+        await self.reader.readexactly(length)
+        if close:
+            self.writer.close()
+            self.writer = None
+        return int(status_line.split()[1])
+
+
+async def closed_loop(url: str, body: bytes, headers: dict[str, str], concurrency: int, seconds: float,
+                      max_requests: int) -> dict:
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    head = f"POST {parts.path} HTTP/1.1\r\nHost: {parts.hostname}\r\nContent-Length: {len(body)}\r\n"
+    head += "".join(f"{k}: {v}\r\n" for k, v in headers.items()) + "\r\n"
+    request = head.encode() + body
+    latencies: list[float] = []
+    errors = 0
+    stop = time.perf_counter() + seconds
+
+    async def worker() -> None:
+        nonlocal errors
+        connection = _Connection(parts.hostname or "127.0.0.1", parts.port or 80)
+        while time.perf_counter() < stop and len(latencies) + errors < max_requests:
+            start = time.perf_counter()
+            try:
+                ok = await asyncio.wait_for(connection.post(request), 60) == 200
+            except (OSError, ConnectionError, asyncio.TimeoutError, asyncio.IncompleteReadError, ValueError):
+                ok = False
+                connection = _Connection(parts.hostname or "127.0.0.1", parts.port or 80)
+            if ok:
+                latencies.append(time.perf_counter() - start)
+            else:
+                errors += 1
+
+    started = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    elapsed = time.perf_counter() - started
+    ms = np.asarray(latencies) * 1e3
+    return {
+        "concurrency": concurrency, "requests": len(latencies), "errors": errors, "seconds": round(elapsed, 3),
+        "throughput_per_s": round(len(latencies) / elapsed, 2),
+        "p50_ms": round(float(np.percentile(ms, 50)), 3) if len(ms) else None,
+        "p99_ms": round(float(np.percentile(ms, 99)), 3) if len(ms) else None,
+    }
+
+
+def offline_ceiling(model_path: Path, batch: int, threads: int, seconds: float) -> dict:
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    session = ort.InferenceSession(str(model_path), options, providers=["CPUExecutionProvider"])
+    name = session.get_inputs()[0].name
+    x = np.random.default_rng(0).uniform(-1, 1, (batch, 224, 224, 3)).astype(np.float32)
+    for _ in range(3):
+        session.run(None, {name: x})
+    count, started = 0, time.perf_counter()
+    while time.perf_counter() - started < seconds:
+        session.run(None, {name: x})
+        count += batch
+    return {"batch": batch, "throughput_per_s": round(count / (time.perf_counter() - started), 2)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=6.0, help="per concurrency level and server")
+    parser.add_argument("--max-requests", type=int, default=5000, help="per level and server (a bound)")
+    parser.add_argument("--concurrency", default="1,8,32,64")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--max-batch-size", type=int, default=8)
+    parser.add_argument("--max-queue-delay-us", type=int, default=2000)
+    parser.add_argument("--output", type=Path, default=ROOT / "out" / "bench" / "bench_server.json")
+    args = parser.parse_args()
+    levels = [int(v) for v in args.concurrency.split(",")]
+
+    import edgekit
+    from edgekit.server.protocol import HEADER_LENGTH
+
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    with tempfile.TemporaryDirectory(prefix="edgekit-bench-server-") as tmp:
+        work = Path(tmp)
+        env["EDGEKIT_CACHE_DIR"] = str(work / "cache")
+        subprocess.run([sys.executable, str(ROOT / "models/mobilenet_v2/build.py"), "--output", str(work),
+                        "--samples", "60"], check=True, stdout=subprocess.DEVNULL, env=env)
+        package = edgekit.package(str(work / "mobilenet_v2.keras"), str(work / "calibration.npz"), str(work / "pkg"),
+                                  targets=["onnx"], samples=50, eval_samples=10,
+                                  preprocessing={"scale": 1 / 255, "mean": [0.5], "std": [0.5]}).path
+        onnx_path = package / "onnx" / "model.int8.onnx"
+        x = np.random.default_rng(1).uniform(-1, 1, (1, 224, 224, 3)).astype(np.float32)
+
+        header = json.dumps({"inputs": [{"name": "keras_tensor", "shape": [1, 224, 224, 3], "datatype": "FP32",
+                                         "parameters": {"binary_data_size": x.nbytes}}],
+                             "outputs": [{"name": "output_0", "parameters": {"binary_data": True}}]}).encode()
+        with edgekit.load(package, artifact="onnx") as model:
+            input_name = model.manifest.inputs[0].name
+            output_name = model.manifest.outputs[0].name
+        header = header.replace(b"keras_tensor", input_name.encode()).replace(b"output_0", output_name.encode())
+        edgekit_body = header + x.tobytes()
+        edgekit_headers = {HEADER_LENGTH: str(len(header)), "content-type": "application/octet-stream"}
+        naive_body = json.dumps({"shape": [1, 224, 224, 3], "data": x.reshape(-1).tolist()}).encode()
+
+        ports = {"edgekit": free_port(), "naive": free_port()}
+        servers = {
+            "edgekit": subprocess.Popen(
+                [sys.executable, "-m", "edgekit.run", str(package), "--serve", "--artifact", "onnx", "--port",
+                 str(ports["edgekit"]), "--threads", str(args.threads), "--max-batch-size", str(args.max_batch_size),
+                 "--max-queue-delay-us", str(args.max_queue_delay_us), "--max-queue-size", "1024"],
+                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT),
+            "naive": subprocess.Popen(
+                [sys.executable, "-c", NAIVE_SERVER, str(onnx_path), str(ports["naive"]), str(args.threads)],
+                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL),
+        }
+        try:
+            wait_ready(f"http://127.0.0.1:{ports['edgekit']}/v2/health/ready")
+            wait_ready(f"http://127.0.0.1:{ports['naive']}/", need_ok=False)
+            targets = {
+                "edgekit": (f"http://127.0.0.1:{ports['edgekit']}/v2/models/{package.name.split('.')[0]}/infer",
+                            edgekit_body, edgekit_headers),
+                "naive": (f"http://127.0.0.1:{ports['naive']}/infer", naive_body, {"content-type": "application/json"}),
+            }
+            results: dict[str, list[dict]] = {name: [] for name in targets}
+            for level in levels:
+                for name in (targets if level % 2 == 0 else list(targets)[::-1]):  # alternate the order
+                    url, body, headers = targets[name]
+                    results[name].append(asyncio.run(closed_loop(url, body, headers, level, args.seconds,
+                                                                 args.max_requests)))
+        finally:
+            for proc in servers.values():
+                proc.terminate()
+                proc.wait(timeout=30)
+        ceiling = offline_ceiling(onnx_path, args.max_batch_size, args.threads, args.seconds)
+        single = offline_ceiling(onnx_path, 1, args.threads, args.seconds)
+
+    comparison = []
+    for ours, naive in zip(results["edgekit"], results["naive"]):
+        comparison.append({
+            "concurrency": ours["concurrency"],
+            "edgekit_vs_naive_throughput": round(ours["throughput_per_s"] / max(naive["throughput_per_s"], 1e-9), 2),
+            "edgekit_p99_vs_naive_p99": round(ours["p99_ms"] / naive["p99_ms"], 2) if ours["p99_ms"] and naive["p99_ms"] else None,
+            "edgekit_share_of_offline_ceiling": round(ours["throughput_per_s"] / ceiling["throughput_per_s"], 3),
+        })
+    report = {
+        "benchmark": "bench_server",
+        "model": "MobileNetV2 224 INT8 (ONNX QDQ), onnxruntime CPU",
+        "machine": {"platform": platform.platform(), "cpus": os.cpu_count()},
+        "settings": vars(args) | {"output": str(args.output)},
+        "offline_ceiling": ceiling,
+        "offline_batch1": single,
+        "edgekit": results["edgekit"],
+        "naive": results["naive"],
+        "comparison": comparison,
+    }
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(json.dumps(report, indent=2) + "\n")
+    print(json.dumps(report, indent=2))
+    print(f"saved {args.output}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
