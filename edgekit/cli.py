@@ -82,6 +82,8 @@ def _resize(text: str | None) -> list[int] | None:
 @click.option("--keep-float", "keep_float", multiple=True, metavar="LAYER",
               help="Keep this layer in float (repeatable; recorded in the manifest). See --explain for candidates.")
 @click.option("--explain", is_flag=True, help="Report per-layer quantization error (worst layers by SQNR).")
+@click.option("--sign", "sign_key", type=click.Path(path_type=Path), default=None, metavar="KEY",
+              help="Sign manifest.json with this Ed25519 key (edgekit keys generate).")
 @click.option("--coreml-activations", type=click.Choice(["int8", "float16"]), default="int8", show_default=True,
               help="CoreML activations: int8 (W8A8, calibrated; on Linux with edgekit's MIL evaluator) or float16.")
 def package_command(model: Path, targets: tuple[str, ...], calibration: str, eval_data: str | None, samples: int,
@@ -91,7 +93,7 @@ def package_command(model: Path, targets: tuple[str, ...], calibration: str, eva
                     color_order: str | None, resize: str | None, timeout: float | None, allow_partial: bool,
                     calibration_method: str, onnx_activations: str, reduce_range: bool,
                     max_intermediate_outputs: int | None, keep_float: tuple[str, ...], explain: bool,
-                    coreml_activations: str) -> None:
+                    coreml_activations: str, sign_key: Path | None) -> None:
     """Convert MODEL (.keras, .h5, a SavedModel directory, or .onnx for --target onnx) into a validated INT8 package.
 
     Every artifact is calibrated on --calibration, then checked against the float model on
@@ -111,7 +113,7 @@ def package_command(model: Path, targets: tuple[str, ...], calibration: str, eva
         labels_file=str(labels_file) if labels_file else None, timeout_s=timeout, allow_partial=allow_partial,
         calibration_method=calibration_method, onnx_activations=onnx_activations, reduce_range=reduce_range,
         max_intermediate_outputs=max_intermediate_outputs, keep_float=list(keep_float), explain=explain,
-        coreml_activations=coreml_activations,
+        coreml_activations=coreml_activations, sign_key=str(sign_key) if sign_key else None,
         preprocessing={"scale": scale, "mean": float_list(mean), "std": float_list(std),
                        "color_order": color_order.upper() if color_order else None, "resize": _resize(resize)},
     )
@@ -222,6 +224,45 @@ def compare_command(reports: tuple[str, ...], baseline: str | None, html_path: P
                        f"(95% CI {100 * (v['ci_low'] - 1):.1f}% to {100 * (v['ci_high'] - 1):.1f}%)", err=True)
         return 1
     return 0
+
+
+@cli.group("keys")
+def keys_group() -> None:
+    """Signing keys for packages (Ed25519)."""
+
+
+@keys_group.command("generate")
+@click.argument("key", type=click.Path(path_type=Path))
+@click.option("--force", is_flag=True, help="Overwrite an existing key.")
+def keys_generate(key: Path, force: bool) -> None:
+    """Write a private KEY (mode 0600) and its public KEY.pub (give KEY.pub to devices)."""
+    from .signing import generate_keys
+
+    private, public, kid = generate_keys(key, force)
+    click.echo(f"private key: {private}\npublic key:  {public}\nkey id: {kid}")
+
+
+@cli.command("sign")
+@click.argument("package", type=click.Path(path_type=Path))
+@click.option("--key", required=True, type=click.Path(path_type=Path), help="Ed25519 private key.")
+def sign_command(package: Path, key: Path) -> None:
+    """Sign PACKAGE (a NAME.edgekit directory or NAME.ekpkg) with KEY."""
+    from .package_io import sign_package
+
+    click.echo(f"signed {package} with key {sign_package(package, key)}")
+
+
+@cli.command("verify")
+@click.argument("package")
+@click.option("--trusted-keys", type=click.Path(path_type=Path), default=None,
+              help="Folder of trusted KEY.pub files (default: accept any valid signature).")
+@click.option("--allow-unsigned", is_flag=True, help="Check the artifacts of an unsigned package.")
+def verify_command(package: str, trusted_keys: Path | None, allow_unsigned: bool) -> None:
+    """Check PACKAGE's signature and every artifact's sha256 against its manifest."""
+    from .package_io import verify_package
+
+    for line in verify_package(package, str(trusted_keys) if trusted_keys else None, allow_unsigned):
+        click.echo(line)
 
 
 @cli.group("export")

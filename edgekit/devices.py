@@ -67,6 +67,8 @@ class Profile:
     threads: int = 0  # 0: all available cores
     litert: dict[str, Any] = field(default_factory=dict)
     onnxruntime: dict[str, Any] = field(default_factory=dict)
+    require_signature: bool = False  # refuse packages not signed by a key in trusted_keys
+    trusted_keys: str | None = None  # folder of KEY.pub files
     path: str = ""
 
     @classmethod
@@ -97,6 +99,8 @@ class Profile:
             threads=threads,
             litert=dict(runtime.get("litert", {})),
             onnxruntime=dict(runtime.get("onnxruntime", {})),
+            require_signature=bool(runtime.get("require_signature", False)),
+            trusted_keys=runtime.get("trusted_keys"),
             path=str(path),
         )
 

@@ -116,3 +116,45 @@ def _check_members(members: list[Any], archive: Path) -> None:
         total += member.file_size
         if total > MAX_UNPACKED_BYTES:
             raise PackageError(f"{archive} unpacks to more than {MAX_UNPACKED_BYTES >> 20} MiB: refusing to unpack")
+
+
+def sign_package(package: str | os.PathLike[str], key: str | os.PathLike[str]) -> str:
+    """Sign a package directory in place, or rewrite an ``.ekpkg`` with the signature added."""
+    import shutil
+    import tempfile
+
+    from .signing import sign_directory
+
+    path = Path(package)
+    if path.is_dir():
+        if not (path / MANIFEST_NAME).is_file():
+            raise PackageError(f"{path} is not an edgekit package (no {MANIFEST_NAME})")
+        return sign_directory(path, key)
+    root, _ = open_package(path)
+    with tempfile.TemporaryDirectory(prefix="edgekit-sign-") as tmp:
+        copy = Path(tmp) / "package"
+        shutil.copytree(root, copy, ignore=shutil.ignore_patterns(".last_used"))
+        key_id = sign_directory(copy, key)
+        write_archive(copy, path, replace=True)
+    return key_id
+
+
+def verify_package(package: str | os.PathLike[str], trusted: str | None, allow_unsigned: bool = False) -> list[str]:
+    """Signature (trusted keys or any) and every artifact and companion file; report lines."""
+    from .signing import SIGNATURE_NAME, trusted_keys, verify_signature
+
+    root, manifest = open_package(package)
+    lines = []
+    if (root / SIGNATURE_NAME).is_file() or not allow_unsigned:
+        signer = verify_signature(root, trusted_keys(trusted) if trusted else None)
+        lines.append(f"signature: ok (key {signer}{', trusted' if trusted else ', not checked against trusted keys'})")
+    else:
+        lines.append("signature: none (unsigned package)")
+    for artifact in manifest.artifacts:
+        verified_artifact_path(root, artifact)
+        for companion in artifact.companions:
+            file = root / companion["path"]
+            if not file.is_file() or sha256_file(file) != companion["sha256"]:
+                raise PackageError(f"{companion['path']} does not match the manifest: the package is corrupt or modified")
+        lines.append(f"{artifact.target}: {artifact.path} ok")
+    return lines

@@ -74,6 +74,7 @@ class PackageOptions:
     keep_float: list[str] = field(default_factory=list)  # layers to keep in float
     coreml_activations: str = "int8"  # int8 (W8A8) | float16
     explain: bool = False  # per-layer quantization error report
+    sign_key: str | None = None  # Ed25519 private key: sign manifest.json
 
 
 @dataclass
@@ -255,6 +256,10 @@ def package(options: PackageOptions, progress: Progress | None = None) -> Packag
                     f"INT8 accuracy dropped more than --max-accuracy-drop {options.max_accuracy_drop} pp ({worst}); "
                     "no package was written"
                 )
+            if options.sign_key:
+                from .signing import sign_directory
+
+                sign_directory(staged, options.sign_key)
             out.mkdir(parents=True, exist_ok=True)
             publish(staged, destination, replace=options.force)
     if archive is not None:

@@ -43,6 +43,9 @@ def parser(prog: str = PROG) -> argparse.ArgumentParser:
                    help="reuse outputs for inputs seen before (SQLite in the cache dir); prints hits/misses")
     p.add_argument("--refresh", action="store_true", help="fetch a URL source again even if it is cached")
     p.add_argument("--verbose", "-v", action="store_true", help="say which profile, artifact and runtime were chosen")
+    p.add_argument("--require-signature", action="store_true", default=None,
+                   help="refuse packages not signed by a key in --trusted-keys")
+    p.add_argument("--trusted-keys", default=None, metavar="DIR", help="folder of trusted KEY.pub files")
     p.add_argument("--debug", action="store_true", help="show full tracebacks")
     p.add_argument("--serve", action="store_true", help="serve SOURCE over KServe v2 instead of predicting")
     from .server.cli import add_server_options
@@ -115,7 +118,8 @@ def execute(args: argparse.Namespace) -> int:
     if args.cache_predictions:
         predictions = PredictionCache(sqlite_path=cache.cache_root() / "predictions.sqlite")
     with load(args.source, artifact=args.artifact, backend=args.backend, threads=args.threads,
-              profile=args.profile, prediction_cache=predictions) as model:
+              profile=args.profile, prediction_cache=predictions, require_signature=args.require_signature,
+              trusted_keys=args.trusted_keys) as model:
         if args.verbose:
             chosen = {"profile": model.profile.name, "artifact": model.artifact.target, **model.backend.describe()}
             print("using " + ", ".join(f"{k}={v}" for k, v in chosen.items()), file=sys.stderr)
@@ -161,7 +165,7 @@ def _serve(args: argparse.Namespace) -> int:
     from .server.cli import options_from
 
     serve([args.source], args.host, args.port, options_from(args), args.artifact, args.backend, args.threads,
-          args.profile)
+          args.profile, args.require_signature, args.trusted_keys)
     return 0
 
 

@@ -121,12 +121,16 @@ def load(
     prediction_cache: PredictionCache | None = None,
     warmup: bool = True,
     timings: dict[str, Any] | None = None,
+    require_signature: bool | None = None,
+    trusted_keys: str | os.PathLike[str] | None = None,
 ) -> Model:
     """Load a package with the best artifact this device can run.
 
     ``artifact`` (tflite, onnx, coreml) and ``backend`` (litert, onnxruntime, coreml) narrow
     the choice; ``profile`` is a device profile name, a Profile, or "auto" to detect one.
     ``timings`` (a dict) receives the load phases in seconds and whether the cache was hit.
+    ``require_signature`` (or the profile's ``require_signature``) refuses packages not signed
+    by one of the keys in ``trusted_keys`` (a folder of ``*.pub`` files).
     """
     clock = _Phases(timings)
     facts = DeviceFacts.read()
@@ -139,6 +143,7 @@ def load(
     if path.is_file() and timings is not None:  # hashing the archive twice only when asked to report it
         clock.note("cache_hit", unpacked_exists(path))
     root, manifest = open_package(path)
+    _check_signature(root, chosen_profile, require_signature, trusted_keys)
     entry, backend_cls = choose(manifest, chosen_profile, artifact, backend)
     clock.lap("open_package_s")
     try:
@@ -156,6 +161,21 @@ def load(
         runtime.warmup()
         clock.lap("warmup_s")
     return Model(root, manifest, entry, runtime, chosen_profile, prediction_cache)
+
+
+def _check_signature(root: Path, profile: Profile, require: bool | None, trusted: Any) -> None:
+    required = profile.require_signature if require is None else require
+    trusted = trusted or profile.trusted_keys or None
+    if not required and trusted is None:
+        return
+    from .signing import trusted_keys, verify_signature
+
+    if trusted is None:
+        from .errors import EdgekitError
+
+        raise EdgekitError("--require-signature needs --trusted-keys DIR (the public keys you trust)",
+                           hint="pass --trusted-keys DIR, or set trusted_keys in the device profile")
+    verify_signature(root, trusted_keys(trusted))
 
 
 class _Phases:

@@ -33,6 +33,7 @@ def run_bench(args: argparse.Namespace) -> int:
         artifact=args.artifact, backend=args.backend, profile=args.profile,
         input=str(args.inputs[0]) if args.inputs else None, eval=args.eval, cv_warn=args.cv_warn,
         sweep_threads=args.sweep_threads or [], sweep_batches=args.sweep_batch or [], device_name=args.device_name,
+        require_signature=args.require_signature, trusted_keys=args.trusted_keys,
     )
     artifacts = None
     if args.sweep and not args.artifact:

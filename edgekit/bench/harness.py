@@ -44,6 +44,8 @@ class BenchOptions:
     sweep_batches: list[int] = field(default_factory=list)
     device_name: str | None = None
     seed: int = 0
+    require_signature: bool | None = None
+    trusted_keys: str | None = None
 
 
 def peak_rss_mib() -> float:
@@ -77,7 +79,8 @@ def load_model(source: str, options: BenchOptions, artifact: str | None, threads
     timings: dict[str, Any] = {}
     start = time.perf_counter()
     model = load(source, artifact=artifact, backend=options.backend, threads=threads, profile=options.profile,
-                 warmup=False, timings=timings)
+                 warmup=False, timings=timings, require_signature=options.require_signature,
+                 trusted_keys=options.trusted_keys)
     timings["total_s"] = time.perf_counter() - start
     return model, {k: (round(v * 1e3, 3) if k.endswith("_s") else v) for k, v in timings.items()}
 

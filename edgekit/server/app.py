@@ -301,13 +301,14 @@ def create_app(models: Sequence[Model], options: ServerOptions | None = None) ->
 
 def serve(sources: Sequence[str], host: str = "127.0.0.1", port: int = 8000, options: ServerOptions | None = None,
           artifact: str | None = None, backend: str | None = None, threads: int | None = None,
-          profile: str = "auto") -> None:
+          profile: str = "auto", require_signature: bool | None = None, trusted_keys: str | None = None) -> None:
     """Load every package, then serve them until interrupted (graceful shutdown drains the queues)."""
     import uvicorn
 
     from ..runtime import load
 
-    models = [load(source, artifact=artifact, backend=backend, threads=threads, profile=profile) for source in sources]
+    models = [load(source, artifact=artifact, backend=backend, threads=threads, profile=profile,
+                   require_signature=require_signature, trusted_keys=trusted_keys) for source in sources]
     app = create_app(models, options)
     names = ", ".join(app.state.served)
     print(f"serving {names} on http://{host}:{port}/v2 (KServe v2; metrics at /metrics)", flush=True)

@@ -45,6 +45,9 @@ def main(argv: Sequence[str] | None = None, prog: str = "edgekit serve") -> int:
     parser.add_argument("--backend", choices=["litert", "onnxruntime", "coreml"], default=None)
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--cache-predictions", action="store_true", help="answer repeated inputs from a cache")
+    parser.add_argument("--require-signature", action="store_true", default=None,
+                        help="refuse packages not signed by a key in --trusted-keys")
+    parser.add_argument("--trusted-keys", default=None, metavar="DIR", help="folder of trusted KEY.pub files")
     parser.add_argument("--debug", action="store_true")
     add_server_options(parser)
     args = parser.parse_args(args_list)
@@ -53,7 +56,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "edgekit serve") -> int:
         from .app import serve
 
         serve(args.sources, args.host, args.port, options_from(args), args.artifact, args.backend, args.threads,
-              args.profile)
+              args.profile, args.require_signature, args.trusted_keys)
         return 0
 
     return guarded(body, debug)
