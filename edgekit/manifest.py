@@ -250,6 +250,16 @@ class Manifest:
 
     @classmethod
     def from_dict(cls, data: Any) -> Manifest:
+        """Parse untrusted data: the only possible failure is a PackageError naming the problem."""
+        try:
+            return cls._from_dict(data)
+        except PackageError:
+            raise
+        except (TypeError, ValueError, AttributeError, KeyError, IndexError, OverflowError) as exc:
+            raise PackageError(f"manifest is malformed ({type(exc).__name__}: {exc})") from None
+
+    @classmethod
+    def _from_dict(cls, data: Any) -> Manifest:
         _require_type(data, dict, "manifest")
         version = data.get("schema_version")
         if not isinstance(version, int) or isinstance(version, bool):

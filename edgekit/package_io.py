@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 import stat
+import struct
+import zlib
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -65,7 +67,11 @@ def unpacked_entry(archive: Path) -> Path:
     """The archive unpacked in the cache (once; keyed by the archive's sha256)."""
     import zipfile
 
-    if not zipfile.is_zipfile(archive):
+    try:
+        is_zip = zipfile.is_zipfile(archive)
+    except OSError as exc:
+        raise PackageError(f"cannot read {archive} ({exc.strerror})") from None
+    if not is_zip:
         raise PackageError(f"{archive} is not an edgekit package (not a directory or a .ekpkg zip)")
 
     def extract(work: Path) -> None:
@@ -76,8 +82,12 @@ def unpacked_entry(archive: Path) -> Path:
                 work.mkdir(parents=True)
                 for member in members:
                     zf.extract(member, work)
-        except zipfile.BadZipFile as exc:
-            raise PackageError(f"{archive} is a corrupt archive ({exc})", hint="copy or rebuild the package") from None
+        except PackageError:
+            raise
+        except (zipfile.BadZipFile, zlib.error, EOFError, OSError, NotImplementedError, ValueError,
+                struct.error, UnicodeDecodeError, RuntimeError, IndexError) as exc:
+            raise PackageError(f"{archive} is a corrupt archive ({type(exc).__name__}: {exc})",
+                               hint="copy or rebuild the package") from None
         if not (work / MANIFEST_NAME).is_file():
             raise PackageError(f"{archive} is not an edgekit package (no {MANIFEST_NAME} inside)")
 
@@ -104,6 +114,8 @@ def _check_members(members: list[Any], archive: Path) -> None:
     total = 0
     seen: set[str] = set()
     for member in members:
+        if not member.filename or member.filename in (".", "/") or "\0" in member.filename:
+            raise PackageError(f"{archive} contains an entry with an empty or invalid name: refusing to unpack")
         name = PurePosixPath(member.filename)
         if name.is_absolute() or ".." in name.parts or "\\" in member.filename:
             raise PackageError(f"{archive} contains an unsafe path {member.filename!r}: refusing to unpack")

@@ -46,6 +46,15 @@ def read_report(path: str | Path) -> dict[str, Any]:
 
 def validate_report(data: Any, path: str) -> dict[str, Any]:
     """A report document checked (and upgraded) in memory; ``path`` names it in errors."""
+    try:
+        return _validate_report(data, path)
+    except ReportError:
+        raise
+    except (TypeError, ValueError, AttributeError, KeyError, IndexError) as exc:
+        raise ReportError(f"{path}: malformed report ({type(exc).__name__}: {exc})") from None
+
+
+def _validate_report(data: Any, path: str) -> dict[str, Any]:
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         raise ReportError(f"{path}: not an edgekit benchmark report")
     version = data.get("schema_version")

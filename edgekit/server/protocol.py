@@ -43,6 +43,16 @@ def datatype_of(dtype: np.dtype) -> str:
 
 
 def parse_request(body: bytes, header_length: str | None) -> InferRequest:
+    """Decode untrusted bytes: the only possible failure is a 4xx ProtocolError."""
+    try:
+        return _parse_request(body, header_length)
+    except ProtocolError:
+        raise
+    except (TypeError, ValueError, AttributeError, KeyError, IndexError, OverflowError, MemoryError) as exc:
+        raise ProtocolError(400, f"malformed request ({type(exc).__name__}: {exc})") from None
+
+
+def _parse_request(body: bytes, header_length: str | None) -> InferRequest:
     if header_length is not None:
         try:
             json_length = int(header_length)
