@@ -119,8 +119,8 @@ def _check_members(members: list[Any], archive: Path) -> None:
         name = PurePosixPath(member.filename)
         if name.is_absolute() or ".." in name.parts or "\\" in member.filename:
             raise PackageError(f"{archive} contains an unsafe path {member.filename!r}: refusing to unpack")
-        mode = member.external_attr >> 16
-        if mode and not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+        kind = stat.S_IFMT(member.external_attr >> 16)  # 0: no type recorded (many zip tools)
+        if kind and kind not in (stat.S_IFREG, stat.S_IFDIR):
             raise PackageError(f"{archive} contains a link or special file {member.filename!r}: refusing to unpack")
         if member.filename in seen:
             raise PackageError(f"{archive} contains {member.filename!r} twice: refusing to unpack")

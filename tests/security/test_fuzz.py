@@ -101,7 +101,8 @@ def test_report_reader_on_mutated_reports(where, value):
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
-@given(st.lists(st.tuples(st.text(min_size=1, max_size=12), st.binary(max_size=64)), max_size=5),
+@given(st.lists(st.tuples(st.text(st.characters(blacklist_characters="\x00/", blacklist_categories=("Cs",)), min_size=1, max_size=12),
+                          st.binary(max_size=64)), max_size=5),
        st.integers(0, 400), st.binary(max_size=8))
 def test_ekpkg_reader_on_random_and_damaged_archives(tmp_path_factory, members, cut, noise):
     from edgekit.package_io import open_package
