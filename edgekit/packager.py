@@ -137,6 +137,9 @@ def package(options: PackageOptions, progress: Progress | None = None) -> Packag
         eval_raw = _load(eval_source, eval_idx, spec, "evaluation data")
         eval_x = conform(normalize(eval_raw.x, spec), sample_shape, f"evaluation data {eval_source.description}")
         labels = _labels(options, calibration, evaluation, model_output)
+        data_warnings = data_guards(calib_raw, calib_x, spec, model_output)
+        for warning in data_warnings:
+            progress.warn(warning)
         targets_y = eval_raw.y
         _check_targets(targets_y, model_output)
 
@@ -241,6 +244,7 @@ def package(options: PackageOptions, progress: Progress | None = None) -> Packag
                     "seed": options.seed,
                     "source": calibration.description,
                     "data_sha256": calib_raw.sha256,
+                    "warnings": data_warnings,
                 },
                 validation=validation,
                 versions=_versions(source),
@@ -344,6 +348,32 @@ def _split(
             "recommended for stable INT8 ranges"
         )
     return calib, evals, held_out
+
+
+def data_guards(raw: RawBatch, x: np.ndarray, spec: Preprocessing, output: dict[str, Any]) -> list[str]:
+    """Calibration data that would give bad INT8 ranges: said with numbers, recorded in the manifest."""
+    found = []
+    values = raw.x
+    low, high = float(values.min()), float(values.max())
+    if values.dtype.kind == "f" and spec.scale == 1.0 and not spec.mean[0] and low >= 0 and high > 2.0:
+        found.append(
+            f"calibration values range {low:g}..{high:g} but the preprocessing passes floats unchanged; if the model "
+            "expects 0..1 inputs, pass --scale 0.00392157 (or give uint8 images)"
+        )
+    if values.dtype.kind in "iu" and spec.scale == 1.0 and high > 1 and "Rescaling" not in spec.inferred_from:
+        found.append(f"integer calibration values range {low:g}..{high:g} with scale 1: the model sees raw pixel values")
+    distinct = len(np.unique(x.reshape(len(x), -1), axis=0))
+    if distinct == 1 and len(x) > 1:
+        found.append(f"all {len(x)} calibration samples are the same sample: INT8 ranges will not cover real inputs")
+    elif distinct < 0.5 * len(x):
+        found.append(f"only {distinct} of {len(x)} calibration samples are distinct")
+    classes = output["shape"][-1] if len(output["shape"]) == 2 else -1
+    if raw.y is not None and classes > 1:
+        missing = sorted(set(range(classes)) - {int(v) for v in raw.y})
+        if missing:
+            shown = ", ".join(str(m) for m in missing[:10]) + (" ..." if len(missing) > 10 else "")
+            found.append(f"{len(missing)} of {classes} classes have no calibration sample (classes {shown})")
+    return found
 
 
 def _load(source: DataSource, indices: np.ndarray, spec: Preprocessing, what: str) -> RawBatch:

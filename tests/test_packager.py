@@ -160,3 +160,21 @@ def test_few_bad_samples_warn_then_accuracy_drop_fails_unless_allowed(tmp_path, 
     manifest = json.loads((out / "digits.edgekit" / "manifest.json").read_text())
     assert manifest["validation"]["passed"] is False
     assert manifest["validation"]["artifacts"]["tflite"]["accuracy_drop_pp"] > 1.0
+
+
+@pytest.mark.slow
+def test_data_guards_warn_with_numbers_and_are_recorded(tmp_path, capsys):
+    x, y = load_npz(CALIBRATION)
+    keep = y < 8  # classes 8 and 9 missing
+    raw = np.repeat(x[keep][:1].astype(np.float32), 150, axis=0)  # one sample, float 0..255
+    np.savez(tmp_path / "bad.npz", x=raw, y=y[keep][:1].repeat(150))
+    ex, ey = load_npz(EVAL)
+    np.savez(tmp_path / "eval.npz", x=ex.astype(np.float32), y=ey)
+    code, _, err = package(capsys, tmp_path / "out", "--allow-accuracy-drop", "--eval", tmp_path / "eval.npz",
+                           calibration=tmp_path / "bad.npz")
+    assert code == 0, err
+    assert "calibration values range 0..255 but the preprocessing passes floats unchanged" in err
+    assert "all 150 calibration samples are the same sample" in err
+    assert "9 of 10 classes have no calibration sample" in err
+    manifest = json.loads((tmp_path / "out" / "digits.edgekit" / "manifest.json").read_text())
+    assert len(manifest["calibration"]["warnings"]) == 3
