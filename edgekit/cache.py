@@ -99,6 +99,7 @@ def ensure_entry(kind: str, key: str, build: Callable[[Path], None], valid: Call
                 touch(target)
                 return target
             remove(target)
+        remove_stale_partials(target.parent)
         with staging_dir(target) as tmp:
             work = tmp / "entry"
             build(work)
@@ -106,6 +107,31 @@ def ensure_entry(kind: str, key: str, build: Callable[[Path], None], valid: Call
     touch(target)
     evict(keep={target})
     return target
+
+
+def remove_stale_partials(directory: Path) -> int:
+    """Delete staging leftovers of writers that died (power loss, SIGKILL); live writers' are kept."""
+    import shutil
+
+    removed = 0
+    for partial in directory.glob(".*.partial") if directory.is_dir() else []:
+        fields = partial.name.split(".")
+        pid = next((int(f) for f in reversed(fields[:-2]) if f.isdigit()), None)
+        if pid is not None and _alive(pid):
+            continue
+        shutil.rmtree(partial, ignore_errors=True)
+        removed += 1
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def remove(entry: Path) -> None:

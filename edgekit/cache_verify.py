@@ -30,6 +30,8 @@ def problem(entry: cache.Entry) -> str | None:
 
 
 def verify_all() -> list[tuple[cache.Entry, str]]:
+    for kind in cache.KINDS:
+        cache.remove_stale_partials(cache.cache_root() / kind)
     bad = []
     for entry in cache.entries():
         with cache.locked(f"{entry.kind}-{entry.key}"):

@@ -89,7 +89,8 @@ def staging_dir(destination: str | os.PathLike[str]) -> Iterator[Path]:
 
     target = Path(destination)
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".partial", dir=target.parent))
+    # the pid in the name lets a later process tell a crashed writer's leftovers from live work
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.{os.getpid()}.", suffix=".partial", dir=target.parent))
     os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes 0700; the published tree gets normal permissions
     try:
         yield tmp
