@@ -13,7 +13,6 @@ Prints and saves JSON; compare the ratios, not the absolute times.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
@@ -27,6 +26,9 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from benchio import print_and_save  # noqa: E402
 
 import edgekit  # noqa: E402
 from edgekit import worker  # noqa: E402
@@ -166,10 +168,7 @@ def main() -> None:
         "validation_int8_vs_float": manifest.validation["artifacts"],
         "failed_targets": manifest.failed,
     }
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(report, indent=2) + "\n")
-    print(json.dumps(report, indent=2))
-    print(f"saved {args.output}", file=sys.stderr)
+    print_and_save(report, args.output)
 
 
 if __name__ == "__main__":

@@ -31,6 +31,9 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from benchio import print_and_save  # noqa: E402
 
 import edgekit  # noqa: E402
 from edgekit.backends.litert import open_interpreter  # noqa: E402
@@ -236,10 +239,7 @@ def main() -> None:
             ).path
             x = np.random.default_rng(0).uniform(-1, 1, (1, 224, 224, 3)).astype(np.float32)
             report["mobilenet_v2"] = {"per_call": per_call(mobilenet, x, args.rounds // 2, args.per_round, args.threads)}
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(report, indent=2) + "\n")
-    print(json.dumps(report, indent=2))
-    print(f"saved {args.output}", file=sys.stderr)
+    print_and_save(report, args.output)
 
 
 if __name__ == "__main__":

@@ -33,6 +33,9 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from benchio import print_and_save  # noqa: E402
 
 NAIVE_SERVER = textwrap.dedent("""
     import json, sys
@@ -254,10 +257,7 @@ def main() -> None:
         "naive": results["naive"],
         "comparison": comparison,
     }
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(report, indent=2) + "\n")
-    print(json.dumps(report, indent=2))
-    print(f"saved {args.output}", file=sys.stderr)
+    print_and_save(report, args.output)
 
 
 if __name__ == "__main__":

@@ -26,6 +26,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from benchio import save_json  # noqa: E402
 
 from edgekit.bench.report import ReportError, validate_report  # noqa: E402
 from edgekit.errors import EdgekitError  # noqa: E402
@@ -195,8 +198,7 @@ def main() -> None:
             print(f"{name}: {counts}", flush=True)
     total = {k: sum(r[k] for r in results.values()) for k in ("cases", "failures", "hangs")}
     report = {"fuzz": "edgekit parsers", "seed": args.seed, "total": total, "targets": results, "failures": failures[:50]}
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(report, indent=2) + "\n")
+    save_json(report, args.output)
     print(json.dumps(total))
     for failure in failures[:10]:
         print(f"FAILURE {failure['target']} #{failure['case']}: {failure['error']}\n{failure['traceback']}")

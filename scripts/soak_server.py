@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import subprocess
 import sys
 import time
@@ -24,6 +23,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
+
+from benchio import save_json  # noqa: E402
 
 from bench_server import closed_loop, free_port, wait_ready  # noqa: E402
 
@@ -77,8 +78,7 @@ def main() -> None:
               "rss_first_mib": rss[0] if rss else None, "rss_last_mib": rss[-1] if rss else None,
               "rss_growth_after_warmup_mib": round(after_warmup[-1] - after_warmup[0], 1) if after_warmup else None,
               "samples": samples}
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(report, indent=2) + "\n")
+    save_json(report, args.output)
     print(json.dumps({k: v for k, v in report.items() if k != "samples"}, indent=2))
 
 
