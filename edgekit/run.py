@@ -112,6 +112,11 @@ def execute(args: argparse.Namespace) -> int:
     from .prediction_cache import PredictionCache
     from .runtime import load
 
+    missing = [str(p) for p in args.inputs if not p.exists()]
+    if missing:  # before loading the model: a typo should not cost a model load
+        from .errors import InputError
+
+        raise InputError(f"input file(s) not found: {', '.join(missing)}", hint="check the --input paths")
     if args.refresh and "://" in args.source:
         cache.fetch(args.source, refresh=True)
     predictions = None

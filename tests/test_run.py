@@ -55,6 +55,7 @@ def test_run_writes_json_output(digits_package, tmp_path):
 
 
 def test_run_errors_are_one_line_without_traceback(tmp_path):
+    np.save(tmp_path / "a.npy", np.zeros((8, 8, 1), np.uint8))  # a real input: the package is what is missing
     result = run_device(tmp_path / "missing.edgekit", "--input", tmp_path / "a.npy")
     assert result.returncode == 1
     assert "error: package" in result.stderr and "does not exist" in result.stderr
@@ -117,3 +118,10 @@ def test_device_errors_name_the_fix(digits_all_package, tmp_path):
     assert image.returncode == 1 and "cannot read image" in image.stderr
     for result in (coreml, profile, shape, image):
         assert "Traceback" not in result.stderr
+
+
+def test_missing_input_file_is_named_before_the_model_loads(digits_package, tmp_path):
+    result = run_device(digits_package, "--input", tmp_path / "cat.jpg")
+    assert result.returncode == 1
+    assert "input file(s) not found: " in result.stderr and "cat.jpg" in result.stderr
+    assert "check the --input paths" in result.stderr and "Traceback" not in result.stderr

@@ -37,6 +37,8 @@ def decode_image(
     try:
         image = source if isinstance(source, Image.Image) else Image.open(source)
         image.load()
+    except FileNotFoundError:
+        raise DataError(f"image {source} does not exist", hint="check the path") from None
     except (UnidentifiedImageError, OSError, ValueError) as exc:
         raise DataError(
             f"cannot read image {source}: {exc}", hint="remove or replace the unreadable file"
