@@ -29,8 +29,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import PackageError
-from .fsutil import publish, sha256_file, staging_dir, tree_bytes
+from .errors import PackageError, StorageError, storage_error
+from .fsutil import publish, remove_stale, sha256_file, staging_dir, tree_bytes
 
 DEFAULT_MAX_BYTES = 2 << 30
 KINDS = ("blobs", "packages", "compiled")
@@ -45,6 +45,20 @@ def cache_root() -> Path:
     from platformdirs import user_cache_dir
 
     return Path(user_cache_dir("edgekit", appauthor=False))
+
+
+def describe_space(path: Path) -> str:
+    """Free space on the disk holding ``path`` (its nearest existing parent), for error messages."""
+    import shutil
+
+    probe = path
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    try:
+        free = shutil.disk_usage(probe).free
+    except OSError:
+        return "free space unknown"
+    return f"{free / (1 << 20):.1f} MiB free"
 
 
 def max_bytes() -> int:
@@ -111,27 +125,7 @@ def ensure_entry(kind: str, key: str, build: Callable[[Path], None], valid: Call
 
 def remove_stale_partials(directory: Path) -> int:
     """Delete staging leftovers of writers that died (power loss, SIGKILL); live writers' are kept."""
-    import shutil
-
-    removed = 0
-    for partial in directory.glob(".*.partial") if directory.is_dir() else []:
-        fields = partial.name.split(".")
-        pid = next((int(f) for f in reversed(fields[:-2]) if f.isdigit()), None)
-        if pid is not None and _alive(pid):
-            continue
-        shutil.rmtree(partial, ignore_errors=True)
-        removed += 1
-    return removed
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return remove_stale(directory, ".*.partial")
 
 
 def remove(entry: Path) -> None:
@@ -213,7 +207,11 @@ def fetch(url: str, refresh: bool = False) -> Path:
                 touch(blob)
                 return blob
     blobs = cache_root() / "blobs"
-    blobs.mkdir(parents=True, exist_ok=True)
+    try:
+        blobs.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise _cache_storage_error(exc, url) from None
+    remove_stale_partials(blobs)  # a killed download's partial file
     with staging_dir(blobs / "download") as tmp:
         part = tmp / "download.part"
         digest = _download(url, part)
@@ -230,6 +228,16 @@ def fetch(url: str, refresh: bool = False) -> Path:
     return blob
 
 
+def _cache_storage_error(exc: OSError, url: str) -> StorageError:
+    found = storage_error(exc)
+    reason = found.message if found else str(exc)
+    return StorageError(
+        f"cannot store {url} in the cache at {cache_root()} ({reason}; {describe_space(cache_root())})",
+        hint="free space there, or set EDGEKIT_CACHE_DIR to a writable disk, or copy the .ekpkg to the device "
+             "and pass its path",
+    )
+
+
 def _download(url: str, destination: Path) -> str:
     import urllib.error  # imported here: urllib costs 20 ms of every cold start otherwise
     import urllib.request
@@ -240,7 +248,14 @@ def _download(url: str, destination: Path) -> str:
             for chunk in iter(lambda: response.read(1 << 20), b""):
                 digest.update(chunk)
                 out.write(chunk)
-    except (urllib.error.URLError, OSError, ValueError) as exc:
+    except OSError as exc:
+        if not isinstance(exc, urllib.error.URLError) and storage_error(exc) is not None:
+            raise _cache_storage_error(exc, url) from None
+        reason = getattr(exc, "reason", exc)
+        raise PackageError(
+            f"cannot fetch {url}: {reason}", hint="check the URL and the network; the cache was not changed"
+        ) from None
+    except ValueError as exc:
         reason = getattr(exc, "reason", exc)
         raise PackageError(
             f"cannot fetch {url}: {reason}", hint="check the URL and the network; the cache was not changed"

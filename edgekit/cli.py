@@ -102,10 +102,10 @@ def package_command(model: Path, targets: tuple[str, ...], calibration: str, eva
     """
     from .packager import PackageOptions, package
     from .progress import Progress
-    from .targets import TARGETS
+    from .targets import expand_targets
     from .validation_table import render, render_explanations
 
-    chosen = list(TARGETS) if "all" in targets else list(dict.fromkeys(targets))
+    chosen = expand_targets(list(targets))
     options = PackageOptions(
         model=str(model), calibration=calibration, output_dir=str(output_dir), targets=chosen, eval=eval_data,
         name=name, samples=samples, eval_samples=eval_samples, seed=seed, max_accuracy_drop=max_accuracy_drop,
@@ -188,10 +188,15 @@ def compare_command(reports: tuple[str, ...], baseline: str | None, html_path: P
     from rich.console import Console
     from rich.table import Table
 
-    from .bench.compare import HEADERS, compare, table_rows
+    from .bench.compare import HEADERS, compare, matrix, matrix_cell, table_rows
     from .bench.compare import markdown as to_markdown
     from .fsutil import write_text_atomic
 
+    from .fsutil import ensure_writable
+
+    for path, what in ((html_path, "HTML report"), (csv_path, "CSV")):
+        if path is not None:
+            ensure_writable(path, what)
     comparison = compare(list(reports), baseline, fail_on_regression, strict, allow_different_models)
     for skipped in comparison.skipped:
         click.echo(f"warning: skipped {skipped}", err=True)
@@ -205,6 +210,15 @@ def compare_command(reports: tuple[str, ...], baseline: str | None, html_path: P
         for cells in table_rows(comparison):
             table.add_row(*cells)
         console.print(table)
+        grid = matrix(comparison)
+        if len(grid.devices) > 1:
+            across = Table(title="p50 per configuration and device (speedup vs baseline)", title_justify="left")
+            across.add_column("configuration")
+            for device in grid.devices:
+                across.add_column(device, justify="right")
+            for config in grid.configs:
+                across.add_row(config, *(matrix_cell(comparison, grid.cells.get((config, d))) for d in grid.devices))
+            console.print(across)
     if csv_path:
         from .bench.report import read_report, to_csv
         from .bench.compare import gather

@@ -18,42 +18,83 @@ EXIT_INTERRUPTED = 130
 
 
 def split_debug(argv: Sequence[str] | None) -> tuple[list[str], bool]:
-    """``--debug`` may appear anywhere on a command line (or EDGEKIT_DEBUG=1)."""
+    """``--debug`` may appear anywhere on a command line (or EDGEKIT_DEBUG=1).
+
+    Seen once, it is kept in the environment so nested commands (``edgekit run`` forwarding to
+    ``python -m edgekit.run``) and converter children show tracebacks too.
+    """
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args or os.environ.get("EDGEKIT_DEBUG") == "1"
+    if debug:
+        os.environ["EDGEKIT_DEBUG"] = "1"
     return [a for a in args if a != "--debug"], debug
 
 
 def guarded(body: Callable[[], Any], debug: bool) -> int:
-    """Run ``body``; map failures to messages and exit codes."""
+    """Run ``body``; map failures to messages and exit codes, and edgekit warnings to ``warning:`` lines."""
+    import warnings
+
+    previous = warnings.showwarning
+    warnings.showwarning = _show_warning
     try:
         result = body()
         return result if isinstance(result, int) else 0
     except EdgekitError as exc:
-        if debug:
-            child = getattr(exc, "child_traceback", "")
-            if child:
-                print(child, file=sys.stderr)
-            traceback.print_exc()
-        print(exc.render(), file=sys.stderr)
-        return exc.exit_code
+        return _report(exc, debug)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except OSError as exc:
+        from .errors import storage_error
+
+        found = storage_error(exc)
+        if found is not None:  # a full or read-only disk is the machine's state, not an edgekit bug
+            return _report(found, debug)
+        return _internal(exc, debug)
     except Exception as exc:
         if type(exc).__module__.startswith("click"):
-            return _click_failure(exc)
-        if debug:  # a bug in edgekit: say so plainly
-            traceback.print_exc()
-        print(f"error: internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
-        print("  fix: rerun with --debug and report the traceback", file=sys.stderr)
-        return EXIT_INTERNAL
+            return _click_failure(exc, debug)
+        return _internal(exc, debug)
+    finally:
+        warnings.showwarning = previous
 
 
-def _click_failure(exc: Exception) -> int:
+def _show_warning(message: Any, category: type[Warning], filename: str, lineno: int, file: Any = None,
+                  line: str | None = None) -> None:
+    """edgekit's own warnings as one ``warning:`` line; others as Python prints them."""
+    if category.__module__.startswith("edgekit"):
+        print(f"warning: {message}", file=sys.stderr)
+        return
+    import warnings
+
+    print(warnings.formatwarning(message, category, filename, lineno, line), file=file or sys.stderr, end="")
+
+
+def _report(exc: EdgekitError, debug: bool) -> int:
+    if debug:
+        child = getattr(exc, "child_traceback", "")
+        if child:
+            print(child, file=sys.stderr)
+        traceback.print_exc()
+    print(exc.render(), file=sys.stderr)
+    return exc.exit_code
+
+
+def _internal(exc: BaseException, debug: bool) -> int:
+    if debug:  # a bug in edgekit: say so plainly
+        traceback.print_exc()
+    print(f"error: internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
+    print("  fix: rerun with --debug and report the traceback", file=sys.stderr)
+    return EXIT_INTERNAL
+
+
+def _click_failure(exc: Exception, debug: bool) -> int:
     import click
 
     if isinstance(exc, click.exceptions.Abort):
+        cause = exc.__context__
+        if isinstance(cause, EOFError):  # click turns any EOFError into Abort: it was not an interrupt
+            return _internal(cause, debug)
         print("aborted", file=sys.stderr)
         return EXIT_INTERRUPTED
     if isinstance(exc, click.ClickException):

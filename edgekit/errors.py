@@ -86,10 +86,24 @@ class BackendUnavailableError(EdgekitError):
     default_hint = "pip install 'edgekit[tflite]' (LiteRT) on this device"
 
 
-class InputError(EdgekitError):
-    """An input given to a loaded model has the wrong shape, dtype or values."""
+class InputError(DataError):
+    """An input given to a loaded model has the wrong shape, dtype or values (data, at predict time)."""
 
     default_hint = "pass images, or arrays shaped like the model input (see inputs in manifest.json)"
+
+
+class StorageError(EdgekitError):
+    """A file could not be written or read because of the disk: full, read-only, or no permission."""
+
+    default_hint = "free space on that disk or choose a writable location"
+
+
+class CacheWarning(UserWarning):
+    """The local cache cannot be used (full, read-only): edgekit runs without it and says so."""
+
+
+class InputRangeWarning(UserWarning):
+    """Input values lie far outside the range the model was calibrated on (INT8 inputs saturate there)."""
 
 
 ERROR_CLASSES: dict[str, type[EdgekitError]] = {
@@ -106,5 +120,28 @@ ERROR_CLASSES: dict[str, type[EdgekitError]] = {
         PackageError,
         BackendUnavailableError,
         InputError,
+        StorageError,
     )
 }
+
+_STORAGE_ERRNOS = {
+    28: "no space left on the device",  # ENOSPC
+    122: "disk quota exceeded",  # EDQUOT
+    30: "the file system is read-only",  # EROFS
+    13: "permission denied",  # EACCES
+    1: "operation not permitted",  # EPERM
+}
+
+
+def storage_error(exc: OSError, action: str = "write") -> StorageError | None:
+    """A ``StorageError`` naming the path and the cause, when ``exc`` is a disk/permission failure."""
+    reason = _STORAGE_ERRNOS.get(exc.errno or 0)
+    if reason is None:
+        return None
+    where = exc.filename or "a file"
+    if exc.errno in (28, 122):
+        hint = f"free space on the disk holding {where}, or write somewhere else"
+    else:
+        hint = f"choose a location you can {action}, or fix the permissions of {where}"
+    return StorageError(f"cannot {action} {where}: {reason}", hint=hint)
+

@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 _CHUNK = 1 << 20
@@ -97,6 +97,106 @@ def staging_dir(destination: str | os.PathLike[str]) -> Iterator[Path]:
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def ensure_writable(path: str | os.PathLike[str], what: str, is_dir: bool = False) -> None:
+    """Prove that ``path`` (a file to write, or a directory with ``is_dir``) can be written, before
+    long work starts: a read-only or full disk is then reported in a second, not after minutes.
+
+    Nothing is created at ``path``: a probe file goes into the nearest existing directory.
+    """
+    import tempfile
+
+    from .errors import StorageError, storage_error
+
+    target = Path(path)
+    directory = target if is_dir else target.parent
+    probe_dir = directory
+    while not probe_dir.exists() and probe_dir != probe_dir.parent:
+        probe_dir = probe_dir.parent
+    if probe_dir.exists() and not probe_dir.is_dir():
+        raise StorageError(f"cannot write {what} {path}: {probe_dir} is a file, not a directory",
+                           hint=f"choose another {what} path")
+    if target.is_dir() and not is_dir:
+        raise StorageError(f"cannot write {what} {path}: it is a directory", hint=f"give a file path for the {what}")
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".edgekit-write-probe.", dir=probe_dir)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        found = storage_error(exc)
+        if found is None:
+            raise
+        raise StorageError(f"cannot write {what} {path}: {found.message.split(': ', 1)[-1]}",
+                           hint=f"choose a writable location for the {what}" + (
+                               " or free space on that disk" if exc.errno in (28, 122) else "")) from None
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    except OverflowError:
+        return False
+    return True
+
+
+def staging_pid(name: str) -> int | None:
+    """The writer's pid in a staging leftover's name: ``.NAME.<pid>.<random>.partial``."""
+    fields = name.split(".")
+    return int(fields[-3]) if len(fields) >= 4 and fields[-3].isdigit() else None
+
+
+def remove_stale(
+    directory: str | os.PathLike[str], pattern: str, pid_from: Callable[[str], int | None] = staging_pid
+) -> int:
+    """Delete leftovers matching ``pattern`` in ``directory`` whose writer process is gone
+    (SIGKILL, power loss); a live writer's are kept."""
+    import shutil
+
+    folder = Path(directory)
+    removed = 0
+    if not folder.is_dir():
+        return 0
+    for leftover in folder.glob(pattern):
+        pid = pid_from(leftover.name)
+        if pid is not None and pid_alive(pid):
+            continue
+        if leftover.is_dir() and not leftover.is_symlink():
+            shutil.rmtree(leftover, ignore_errors=True)
+        else:
+            with contextlib.suppress(OSError):
+                leftover.unlink()
+        removed += 1
+    return removed
+
+
+@contextlib.contextmanager
+def temp_dir(prefix: str) -> Iterator[Path]:
+    """A temporary directory named with this process's pid, so a later run can remove it if
+    this process is killed before its own cleanup (see ``remove_stale_temp``)."""
+    import shutil
+    import tempfile
+
+    path = Path(tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def remove_stale_temp(prefix: str) -> int:
+    """Remove ``$TMPDIR/PREFIX<pid>-*`` directories of processes that no longer exist."""
+    import tempfile
+
+    def pid_from(name: str) -> int | None:
+        head = name[len(prefix):].split("-", 1)[0]
+        return int(head) if head.isdigit() else os.getpid()  # not ours to judge: treated as live
+
+    return remove_stale(tempfile.gettempdir(), f"{prefix}*", pid_from)
 
 
 def publish(staged: Path, destination: str | os.PathLike[str], replace: bool = False) -> None:

@@ -88,6 +88,9 @@ class TensorSpec:
     layout: str | None = None  # "NHWC" for images
     preprocessing: Preprocessing | None = None
     labels: list[str] | None = None
+    # [min, max] of the calibration data as the model sees it (after preprocessing): the runtime
+    # warns when inputs fall far outside it. Absent in packages from before it was recorded.
+    range: list[float] | None = None
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], where: str) -> TensorSpec:
@@ -102,7 +105,15 @@ class TensorSpec:
         if labels is not None and (not isinstance(labels, list) or not all(isinstance(v, str) for v in labels)):
             raise PackageError(f"manifest: {where}.labels must be a list of strings")
         pre = data.get("preprocessing")
+        value_range = data.get("range")
+        if value_range is not None and (
+            not isinstance(value_range, list) or len(value_range) != 2 or not all(_is_number(v) for v in value_range)
+            or not math.isfinite(float(value_range[0])) or not math.isfinite(float(value_range[1]))
+            or float(value_range[0]) > float(value_range[1])
+        ):
+            raise PackageError(f"manifest: {where}.range must be [min, max] numbers, got {value_range!r}")
         return cls(
+            range=[float(v) for v in value_range] if value_range is not None else None,
             name=name,
             shape=list(shape),
             dtype=str(data.get("dtype", "float32")),
@@ -313,6 +324,8 @@ def _spec_to_dict(spec: TensorSpec) -> dict[str, Any]:
         data["preprocessing"] = asdict(spec.preprocessing)
     if spec.labels is not None:
         data["labels"] = spec.labels
+    if spec.range is not None:
+        data["range"] = spec.range
     return data
 
 

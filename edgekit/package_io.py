@@ -14,7 +14,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from .cache import ensure_entry
-from .errors import PackageError
+from .errors import CacheWarning, PackageError, StorageError, storage_error
 from .fsutil import publish, sha256_file, sha256_tree, staging_dir
 from .manifest import MANIFEST_NAME, Artifact, Manifest
 
@@ -74,24 +74,39 @@ def unpacked_entry(archive: Path) -> Path:
     if not is_zip:
         raise PackageError(f"{archive} is not an edgekit package (not a directory or a .ekpkg zip)")
 
-    def extract(work: Path) -> None:
-        try:
-            with zipfile.ZipFile(archive) as zf:
-                members = zf.infolist()
-                _check_members(members, archive)
-                work.mkdir(parents=True)
-                for member in members:
-                    zf.extract(member, work)
-        except PackageError:
-            raise
-        except (zipfile.BadZipFile, zlib.error, EOFError, OSError, NotImplementedError, ValueError,
-                struct.error, UnicodeDecodeError, RuntimeError, IndexError) as exc:
-            raise PackageError(f"{archive} is a corrupt archive ({type(exc).__name__}: {exc})",
-                               hint="copy or rebuild the package") from None
-        if not (work / MANIFEST_NAME).is_file():
-            raise PackageError(f"{archive} is not an edgekit package (no {MANIFEST_NAME} inside)")
+    return ensure_entry("packages", sha256_file(archive), lambda work: extract_archive(archive, work),
+                        lambda entry: (entry / MANIFEST_NAME).is_file())
 
-    return ensure_entry("packages", sha256_file(archive), extract, lambda entry: (entry / MANIFEST_NAME).is_file())
+
+def extract_archive(archive: Path, work: Path) -> None:
+    """Unpack ``archive`` into ``work`` after checking every member name and the manifest.
+
+    A manifest that fails its checks is refused before anything is written. Disk failures
+    (full, read-only) propagate as ``OSError`` so the caller can unpack elsewhere.
+    """
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(archive) as zf:
+            members = zf.infolist()
+            _check_members(members, archive)
+            if MANIFEST_NAME not in zf.namelist():
+                raise PackageError(f"{archive} is not an edgekit package (no {MANIFEST_NAME} inside)")
+            Manifest.from_json(zf.read(MANIFEST_NAME))  # refused here, before unpacking
+            work.mkdir(parents=True)
+            for member in members:
+                zf.extract(member, work)
+    except PackageError:
+        raise
+    except OSError as exc:
+        if storage_error(exc) is not None:
+            raise
+        raise PackageError(f"{archive} is a corrupt archive ({type(exc).__name__}: {exc})",
+                           hint="copy or rebuild the package") from None
+    except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError, ValueError,
+            struct.error, UnicodeDecodeError, RuntimeError, IndexError) as exc:
+        raise PackageError(f"{archive} is a corrupt archive ({type(exc).__name__}: {exc})",
+                           hint="copy or rebuild the package") from None
 
 
 def unpacked_exists(archive: Path) -> bool:
@@ -105,7 +120,47 @@ def unpacked_exists(archive: Path) -> bool:
 
 
 def _unpack(archive: Path) -> Path:
-    return unpacked_entry(archive)
+    """The archive unpacked in the cache, or in a temporary directory when the cache cannot be
+    written (full SD card, read-only mount): the package itself is fine, so the device runs it."""
+    try:
+        return unpacked_entry(archive)
+    except OSError as exc:
+        problem = storage_error(exc)
+        if problem is None:
+            raise
+        import warnings
+
+        from .cache import cache_root, describe_space
+
+        warnings.warn(CacheWarning(
+            f"the cache at {cache_root()} cannot be used ({problem.message}; {describe_space(cache_root())}): "
+            f"unpacking {archive.name} to a temporary directory for this run"
+        ), stacklevel=3)
+        return _unpack_to_temp(archive)
+
+
+def _unpack_to_temp(archive: Path) -> Path:
+    import atexit
+    import shutil
+    import tempfile
+
+    try:
+        root = Path(tempfile.mkdtemp(prefix="edgekit-unpacked-"))
+    except OSError as exc:
+        raise (storage_error(exc) or exc) from None
+    atexit.register(shutil.rmtree, root, True)  # runtimes hold the artifact open/mapped, not the path
+    try:
+        extract_archive(archive, root / "package")
+    except OSError as exc:
+        shutil.rmtree(root, ignore_errors=True)
+        found = storage_error(exc)
+        if found is None:
+            raise
+        raise StorageError(f"cannot unpack {archive.name}: both the cache and the temporary directory fail "
+                           f"({found.message})",
+                           hint="free space on the device, set EDGEKIT_CACHE_DIR to a writable disk, or copy the "
+                                "package as a NAME.edgekit directory (it needs no unpacking)") from None
+    return root / "package"
 
 
 def _check_members(members: list[Any], archive: Path) -> None:
@@ -158,7 +213,11 @@ def verify_package(package: str | os.PathLike[str], trusted: str | None, allow_u
     root, manifest = open_package(package)
     lines = []
     if (root / SIGNATURE_NAME).is_file() or not allow_unsigned:
-        signer = verify_signature(root, trusted_keys(trusted) if trusted else None)
+        signer = verify_signature(
+            root, trusted_keys(trusted) if trusted else None,
+            unsigned_hint="sign it with `edgekit sign PACKAGE --key KEY`, or pass --allow-unsigned to check only "
+                          "its artifacts",
+        )
         lines.append(f"signature: ok (key {signer}{', trusted' if trusted else ', not checked against trusted keys'})")
     else:
         lines.append("signature: none (unsigned package)")

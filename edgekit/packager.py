@@ -10,9 +10,9 @@ in the output directory.
 
 from __future__ import annotations
 
+import errno
 import platform
 import re
-import tempfile
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -32,18 +32,28 @@ from .errors import (
     OutputExistsError,
     PartialPackageError,
 )
-from .fsutil import publish, sha256_tree, staging_dir, write_text_atomic
+from .fsutil import (
+    ensure_writable,
+    publish,
+    remove_stale,
+    remove_stale_temp,
+    sha256_tree,
+    staging_dir,
+    temp_dir,
+    write_text_atomic,
+)
 from .manifest import Manifest, Preprocessing, TensorSpec
 from .package_io import write_archive
 from .progress import Progress
 from .quantize.metrics import OutputComparison, compare_outputs
-from .targets import BuildContext, get_target
+from .targets import BuildContext, expand_targets, get_target
 from .targets.source import detect_format
 
 MIN_RECOMMENDED_SAMPLES = 100
 _NOT_MEASURABLE = {"coreml": "CoreML prediction runs only on macOS and the MIL evaluator does not cover this model"}
 HOLDOUT_FRACTION = 0.2
 EXPLAIN_SAMPLES = 32
+TEMP_PREFIX = "edgekit-package-"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 
 
@@ -106,14 +116,27 @@ def package(options: PackageOptions, progress: Progress | None = None) -> Packag
             raise OutputExistsError(f"{path} already exists")
     if options.samples < 1:
         raise DataError(f"--samples must be at least 1, got {options.samples}", hint="use --samples 100 or more")
-    targets = [get_target(t) for t in options.targets]
+    targets = [get_target(t) for t in expand_targets(options.targets)]
+    _check_preprocessing_options(options.preprocessing)
+    ensure_writable(out, "output directory", is_dir=True)
+    remove_stale(out, ".*.partial")  # staging trees of earlier runs that were killed
+    remove_stale_temp(TEMP_PREFIX)
+    remove_stale_temp(worker.TEMP_PREFIX)
+    if options.sign_key:
+        from .signing import check_private_key
+
+        check_private_key(options.sign_key)
 
     calibration = open_data(options.calibration, "calibration")
     evaluation = open_data(options.eval, "evaluation") if options.eval else None
     _check_compatible(calibration, evaluation)
+    calib_idx, eval_idx, held_out = _split(calibration, evaluation, options, progress)
+    for source_data, indices in ((calibration, calib_idx), (evaluation or calibration, eval_idx)):
+        source_data.check_readable(indices)  # a corrupt image is found now, not after the model loads
+    labels_given = _read_labels(options.labels_file)
+    _check_label_count(labels_given, calibration, evaluation)
 
-    with tempfile.TemporaryDirectory(prefix="edgekit-package-") as tmp:
-        work = Path(tmp)
+    with temp_dir(TEMP_PREFIX) as work:
         with progress.step(f"Loading {fmt} model {options.model}"):
             source = worker.call(
                 "edgekit.targets.source:prepare",
@@ -129,14 +152,14 @@ def package(options: PackageOptions, progress: Progress | None = None) -> Packag
             )
         spec = infer_preprocessing(model_input["shape"], calibration.dtype, source["rescales"], options.preprocessing)
         sample_shape = tuple(None if d == -1 else d for d in model_input["shape"][1:])
+        _check_image_size_known(spec, calibration, model_input)
 
-        calib_idx, eval_idx, held_out = _split(calibration, evaluation, options, progress)
         calib_raw = _load(calibration, calib_idx, spec, "calibration data")
         calib_x = conform(normalize(calib_raw.x, spec), sample_shape, f"calibration data {calibration.description}")
         eval_source = evaluation or calibration
         eval_raw = _load(eval_source, eval_idx, spec, "evaluation data")
         eval_x = conform(normalize(eval_raw.x, spec), sample_shape, f"evaluation data {eval_source.description}")
-        labels = _labels(options, calibration, evaluation, model_output)
+        labels = _labels(labels_given, calibration, evaluation, model_output)
         data_warnings = data_guards(calib_raw, calib_x, spec, model_output)
         for warning in data_warnings:
             progress.warn(warning)
@@ -232,6 +255,7 @@ def package(options: PackageOptions, progress: Progress | None = None) -> Packag
                         dtype="float32",
                         layout=spec.layout if spec.resize else None,
                         preprocessing=spec,
+                        range=[float(calib_x.min()), float(calib_x.max())],
                     )
                 ],
                 outputs=[
@@ -240,7 +264,8 @@ def package(options: PackageOptions, progress: Progress | None = None) -> Packag
                 artifacts=artifacts,
                 calibration={
                     "samples": int(len(calib_x)),
-                    "method": "minmax",
+                    "method": _method_summary(_calibration_methods(targets, options)),
+                    "methods": _calibration_methods(targets, options),
                     "seed": options.seed,
                     "source": calibration.description,
                     "data_sha256": calib_raw.sha256,
@@ -253,19 +278,32 @@ def package(options: PackageOptions, progress: Progress | None = None) -> Packag
             write_text_atomic(staged / "manifest.json", manifest.to_json())
             if labels:
                 write_text_atomic(staged / "labels.txt", "\n".join(labels) + "\n")
-            failures = {t: c.accuracy_drop_pp for t, c in comparisons.items() if _too_large(c, options)}
+            failures = {t: c for t, c in comparisons.items() if c is not None and _too_large(c, options)}
             if failures and not options.allow_accuracy_drop:
-                worst = ", ".join(f"{t}: -{d:.2f} pp" for t, d in failures.items())
-                raise AccuracyDropError(
-                    f"INT8 accuracy dropped more than --max-accuracy-drop {options.max_accuracy_drop} pp ({worst}); "
-                    "no package was written"
-                )
+                raise AccuracyDropError(_gate_message(failures, options))
+            for target_name, comparison in failures.items():
+                progress.warn(f"{target_name} failed validation (kept because of --allow-accuracy-drop): "
+                              + _gate_message({target_name: comparison}, options))
             if options.sign_key:
                 from .signing import sign_directory
 
                 sign_directory(staged, options.sign_key)
             out.mkdir(parents=True, exist_ok=True)
-            publish(staged, destination, replace=options.force)
+            try:
+                publish(staged, destination, replace=options.force)
+            except (FileExistsError, IsADirectoryError, NotADirectoryError) as exc:
+                raise OutputExistsError(
+                    f"{destination} appeared while this package was being built (another `edgekit package` run "
+                    "wrote it first); this run's package was not written",
+                    hint="use a different -o or --name for each concurrent run, or pass --force to replace it",
+                ) from exc
+            except OSError as exc:
+                if exc.errno != errno.ENOTEMPTY:
+                    raise
+                raise OutputExistsError(
+                    f"{destination} appeared while this package was being built (another run wrote it first)",
+                    hint="use a different -o or --name for each concurrent run",
+                ) from exc
     if archive is not None:
         write_archive(destination, archive, replace=options.force)
     result = PackageResult(destination, manifest, archive, comparisons, progress.warnings)
@@ -277,6 +315,16 @@ def package(options: PackageOptions, progress: Progress | None = None) -> Packag
             result=result,
         )
     return result
+
+
+def _calibration_methods(targets: list[Any], options: PackageOptions) -> dict[str, str]:
+    """What chose each format's activation ranges: --calibration-method drives ONNX only."""
+    return {t.name: (options.calibration_method if t.name == "onnx" else "minmax") for t in targets}
+
+
+def _method_summary(methods: dict[str, str]) -> str:
+    distinct = set(methods.values())
+    return distinct.pop() if len(distinct) == 1 else "; ".join(f"{t}: {m}" for t, m in methods.items())
 
 
 def _default_name(model: Path) -> str:
@@ -381,19 +429,71 @@ def _load(source: DataSource, indices: np.ndarray, spec: Preprocessing, what: st
     batch = source.load(indices, size, spec.color_order)  # type: ignore[arg-type]
     if source.kind == "images":
         batch.x = to_layout(batch.x, spec)
-    check_finite(batch.x, f"{what} {source.description}")
+    check_finite(batch.x, f"{what} {source.description}", names=batch.names)
     return batch
 
 
+def _read_labels(labels_file: str | None) -> list[str] | None:
+    """The --labels file's lines; a missing, unreadable or empty file is an error, never ignored."""
+    if not labels_file:
+        return None
+    path = Path(labels_file)
+    if path.is_dir():
+        raise DataError(f"labels file {path} is a directory", hint="pass a text file with one class label per line")
+    if not path.exists():
+        raise DataError(f"labels file {path} does not exist", hint="check the --labels path")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise DataError(f"labels file {path} is not UTF-8 text", hint="save it as UTF-8, one label per line") from None
+    labels = [line.strip() for line in text.splitlines() if line.strip()]
+    if not labels:
+        raise DataError(f"labels file {path} is empty", hint="write one class label per line, in model output order")
+    return labels
+
+
+def _check_label_count(labels: list[str] | None, calibration: DataSource, evaluation: DataSource | None) -> None:
+    """--labels against the class folders of the data, before the model loads."""
+    folders = calibration.labels or (evaluation.labels if evaluation else None)
+    if labels is not None and folders is not None and len(labels) != len(folders):
+        raise DataError(
+            f"--labels has {len(labels)} labels but the data has {len(folders)} class folders",
+            hint="give one label per class (in model output order), or drop --labels to use the folder names",
+        )
+
+
+def _check_preprocessing_options(given: dict[str, Any]) -> None:
+    """--mean/--std/--scale/--resize values that can never be right, refused before the model loads."""
+    mean, std = given.get("mean"), given.get("std")
+    if std is not None and any(float(v) == 0 for v in std):
+        raise DataError(f"--std {','.join(str(v) for v in std)} contains 0: preprocessing divides by std",
+                        hint="give the standard deviation of each channel (e.g. --std 0.229,0.224,0.225), or omit --std")
+    for flag, values in (("--mean", mean), ("--std", std)):
+        if values is not None and not values:
+            raise DataError(f"{flag} has no values", hint=f"give {flag} one number, or one per channel")
+    if mean is not None and std is not None and len(mean) != len(std) and 1 not in (len(mean), len(std)):
+        raise DataError(f"--mean has {len(mean)} values but --std has {len(std)}",
+                        hint="give one value for every channel to both, or a single value")
+    scale = given.get("scale")
+    if scale is not None and (scale == 0 or scale != scale):
+        raise DataError(f"--scale {scale} would erase the input", hint="use e.g. --scale 0.00392157 (1/255), or omit it")
+    resize = given.get("resize")
+    if resize is not None and any(int(v) < 1 for v in resize):
+        raise DataError(f"--resize {resize[0]}x{resize[1]} is not a size", hint="use HEIGHTxWIDTH such as 224x224")
+
+
+def _check_image_size_known(spec: Preprocessing, calibration: DataSource, model_input: dict[str, Any]) -> None:
+    if calibration.kind == "images" and spec.resize is None:
+        raise DataError(
+            f"model input {model_input['name']!r} has dynamic height/width {model_input['shape']} and the "
+            "calibration data is an image folder: edgekit cannot tell what size to resize images to",
+            hint="pass --resize HxW (e.g. --resize 320x320) with the size the model should run at",
+        )
+
+
 def _labels(
-    options: PackageOptions, calibration: DataSource, evaluation: DataSource | None, output: dict[str, Any]
+    labels: list[str] | None, calibration: DataSource, evaluation: DataSource | None, output: dict[str, Any]
 ) -> list[str] | None:
-    labels = None
-    if options.labels_file:
-        path = Path(options.labels_file)
-        if not path.is_file():
-            raise DataError(f"labels file {path} does not exist")
-        labels = [line.strip() for line in path.read_text().splitlines() if line.strip()]
     labels = labels or calibration.labels or (evaluation.labels if evaluation else None)
     classes = output["shape"][-1] if len(output["shape"]) == 2 else None
     if labels is not None and classes not in (None, -1) and len(labels) != classes:
@@ -433,8 +533,25 @@ def _validate(
 def _too_large(comparison: OutputComparison | None, options: PackageOptions) -> bool:
     if comparison is None:
         return False
+    if comparison.degenerate:
+        return True
     drop = comparison.accuracy_drop_pp
     return drop is not None and drop > options.max_accuracy_drop
+
+
+def _gate_message(failures: dict[str, OutputComparison], options: PackageOptions) -> str:
+    """Every reason a gate failed, per format: an accuracy drop over the limit, outputs without signal."""
+    drops = [f"{t}: -{c.accuracy_drop_pp:.2f} pp" for t, c in failures.items()
+             if c.accuracy_drop_pp is not None and c.accuracy_drop_pp > options.max_accuracy_drop]
+    constant = [f"{t}: {c.degenerate} (SQNR {c.sqnr_db:.1f} dB, {c.distinct_values} distinct values)"
+                for t, c in failures.items() if c.degenerate]
+    reasons = []
+    if drops:
+        reasons.append(f"INT8 accuracy dropped more than --max-accuracy-drop {options.max_accuracy_drop} pp "
+                       f"({', '.join(drops)})")
+    if constant:
+        reasons.append(f"INT8 validation failed, the outputs carry no signal ({'; '.join(constant)})")
+    return "; ".join(reasons) + "; no package was written"
 
 
 def _validation_record(

@@ -28,16 +28,20 @@ class PredictionCache:
         self._memory: OrderedDict[str, tuple[float, np.ndarray]] = OrderedDict()
         self._lock = threading.Lock()
         self._db: Any = None
+        self._path = sqlite_path
         if sqlite_path is not None:
             import sqlite3  # only when persistence is asked for
 
-            Path(sqlite_path).parent.mkdir(parents=True, exist_ok=True)
-            self._db = sqlite3.connect(str(sqlite_path), timeout=10, check_same_thread=False)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute(
-                "CREATE TABLE IF NOT EXISTS predictions (key TEXT PRIMARY KEY, created REAL, value BLOB)"
-            )
-            self._db.commit()
+            try:
+                Path(sqlite_path).parent.mkdir(parents=True, exist_ok=True)
+                self._db = sqlite3.connect(str(sqlite_path), timeout=10, check_same_thread=False)
+                self._db.execute("PRAGMA journal_mode=WAL")
+                self._db.execute(
+                    "CREATE TABLE IF NOT EXISTS predictions (key TEXT PRIMARY KEY, created REAL, value BLOB)"
+                )
+                self._db.commit()
+            except (OSError, sqlite3.Error) as exc:
+                self._give_up_persistence(exc)
 
     @staticmethod
     def key(model_sha256: str, x: np.ndarray) -> str:
@@ -56,8 +60,14 @@ class PredictionCache:
                 return found[1].copy()
             if found is not None:
                 del self._memory[key]
+            row = None
             if self._db is not None:
-                row = self._db.execute("SELECT created, value FROM predictions WHERE key = ?", (key,)).fetchone()
+                import sqlite3
+
+                try:
+                    row = self._db.execute("SELECT created, value FROM predictions WHERE key = ?", (key,)).fetchone()
+                except sqlite3.Error as exc:  # a damaged database file: predict again instead
+                    self._give_up_persistence(exc)
                 if row is not None and not self._expired(row[0], now):
                     value = np.load(io.BytesIO(row[1]), allow_pickle=False)
                     self._remember(key, row[0], value)
@@ -71,15 +81,35 @@ class PredictionCache:
         with self._lock:
             self._remember(key, now, value.copy())
             if self._db is not None:
+                import sqlite3
+
                 buffer = io.BytesIO()
                 np.save(buffer, value, allow_pickle=False)
-                self._db.execute(
-                    "INSERT OR REPLACE INTO predictions (key, created, value) VALUES (?, ?, ?)",
-                    (key, now, buffer.getvalue()),
-                )
-                if self.ttl_s is not None:
-                    self._db.execute("DELETE FROM predictions WHERE created < ?", (now - self.ttl_s,))
-                self._db.commit()
+                try:
+                    self._db.execute(
+                        "INSERT OR REPLACE INTO predictions (key, created, value) VALUES (?, ?, ?)",
+                        (key, now, buffer.getvalue()),
+                    )
+                    if self.ttl_s is not None:
+                        self._db.execute("DELETE FROM predictions WHERE created < ?", (now - self.ttl_s,))
+                    self._db.commit()
+                except (OSError, sqlite3.Error) as exc:  # disk filled up: keep predicting, from memory
+                    self._give_up_persistence(exc)
+
+    def _give_up_persistence(self, exc: BaseException) -> None:
+        import warnings
+
+        from .errors import CacheWarning
+
+        if self._db is not None:
+            try:
+                self._db.close()
+            except Exception:  # noqa: BLE001 - closing a broken connection: nothing more to learn
+                pass
+        self._db = None
+        warnings.warn(CacheWarning(
+            f"the prediction cache {self._path} cannot be written ({exc}): keeping predictions in memory only"
+        ), stacklevel=3)
 
     def stats(self) -> dict[str, int]:
         return {"hits": self.hits, "misses": self.misses, "entries": len(self._memory)}

@@ -64,12 +64,13 @@ def parser(prog: str = PROG) -> argparse.ArgumentParser:
                        help="thread counts for --sweep (default: the profile's)")
     bench.add_argument("--sweep-batch", type=_int_list, default=None, metavar="1,8", help="batch sizes for --sweep")
     bench.add_argument("--eval", default=None, metavar="DATA", help="measure accuracy on the device on this data")
-    bench.add_argument("--report", type=Path, default=None, help="report path (default NAME.HOST.bench.json)")
+    bench.add_argument("--report", type=Path, default=None,
+                       help="report path (default: NAME.HOST.bench.json in the current directory; the path is printed)")
     bench.add_argument("--csv", type=Path, default=None, help="also write the summary as CSV")
     bench.add_argument("--device-name", default=None, help="name for this device in reports (default: hostname)")
     bench.add_argument("--push", default=None, metavar="URL", help="POST the report to an edgekit server")
     bench.add_argument("--cv-warn", type=_non_negative_float, default=0.10,
-                       help="warn when the coefficient of variation exceeds this (default 0.10)")
+                       help="warn when the latency spread, IQR / median, exceeds this (default 0.10)")
     return p
 
 
@@ -112,6 +113,10 @@ def execute(args: argparse.Namespace) -> int:
     from .prediction_cache import PredictionCache
     from .runtime import load
 
+    if args.output is not None:
+        from .fsutil import ensure_writable
+
+        ensure_writable(args.output, "--output file")
     missing = [str(p) for p in args.inputs if not p.exists()]
     if missing:  # before loading the model: a typo should not cost a model load
         from .errors import InputError
@@ -128,21 +133,33 @@ def execute(args: argparse.Namespace) -> int:
         if args.verbose:
             chosen = {"profile": model.profile.name, "artifact": model.artifact.target, **model.backend.describe()}
             print("using " + ", ".join(f"{k}={v}" for k, v in chosen.items()), file=sys.stderr)
-        outputs = model.predict(list(args.inputs), raw=args.raw)
+        names, rows = [], []
+        for item in args.inputs:  # one input at a time: a .npy may hold many samples, images may differ in size
+            result = model.predict_tensor(model.preprocess(item), raw=args.raw)
+            names += [str(item)] if len(result) == 1 else [f"{item}[{i}]" for i in range(len(result))]
+            rows.extend(result)
         labels = model.labels
         stats = predictions.stats() if predictions else None
     if stats:
         print(f"prediction cache: {stats['hits']} hits, {stats['misses']} misses", file=sys.stderr)
     if args.output is not None:
+        same_shape = len({row.shape for row in rows}) == 1
         if args.output.suffix == ".npy":
+            if not same_shape:
+                from .errors import InputError
+
+                raise InputError("outputs differ in shape between inputs and cannot be stacked into one .npy",
+                                 hint="write --output FILE.json instead")
             buffer = io.BytesIO()
-            np.save(buffer, outputs)
+            np.save(buffer, np.stack(rows))
             write_bytes_atomic(args.output, buffer.getvalue())
         else:
-            write_text_atomic(args.output, json.dumps(outputs.tolist()) + "\n")
+            write_text_atomic(args.output, json.dumps([row.tolist() for row in rows]) + "\n")
+        print(f"wrote {len(rows)} output rows ({', '.join(names[:3])}{', ...' if len(names) > 3 else ''}) to "
+              f"{args.output}", file=sys.stderr)
         return 0
     lines = []
-    for item, row in zip(args.inputs, outputs):
+    for item, row in zip(names, rows):
         if labels and row.ndim == 1 and not args.raw:
             best = np.argsort(row)[::-1][: args.top_k]
             lines.append(f"{item}: " + ", ".join(f"{labels[i]} {row[i]:.3f}" for i in best))
@@ -156,6 +173,10 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     args_list, debug = split_debug(argv)
     cli = parser(prog)
     args = cli.parse_args(args_list)
+    if args.verbose:
+        import os
+
+        os.environ["EDGEKIT_VERBOSE"] = "1"  # runtimes' own load messages too
     if args.serve:
         return guarded(lambda: _serve(args), debug)
     if not args.bench and not args.inputs:
@@ -166,10 +187,12 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from .server.app import serve
     from .server.cli import options_from
 
-    serve([args.source], args.host, args.port, options_from(args), args.artifact, args.backend, args.threads,
+    options = options_from(args)  # names the server extra if it is missing
+    from .server.app import serve
+
+    serve([args.source], args.host, args.port, options, args.artifact, args.backend, args.threads,
           args.profile, args.require_signature, args.trusted_keys)
     return 0
 

@@ -11,6 +11,7 @@ preprocessing and returns float outputs.
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import re
 from collections.abc import Sequence
@@ -23,7 +24,7 @@ from . import __version__, cache
 from .backends import BACKENDS, TARGET_BACKENDS, Backend, get_backend
 from .data.preprocessing import check_finite, conform, load_input
 from .devices import DeviceFacts, Profile, detect, get_profile
-from .errors import BackendUnavailableError, InputError, PackageError
+from .errors import BackendUnavailableError, EdgekitError, InputError, InputRangeWarning, PackageError
 from .fsutil import sha256_file
 from .manifest import Artifact, Manifest, TensorSpec
 from .package_io import open_package, unpacked_exists, verified_artifact_path
@@ -57,6 +58,9 @@ class Model:
         spec = manifest.inputs[0]
         self._sample_shape = tuple(None if d == -1 else d for d in spec.shape[1:])
         self._preprocessing = spec.preprocessing
+        self._expected = expected_range(spec, backend)
+        self._closed = False
+        self.out_of_range_calls = 0  # predictions whose inputs lay far outside the expected range
 
     @property
     def labels(self) -> list[str] | None:
@@ -75,20 +79,27 @@ class Model:
         if isinstance(inputs, (list, tuple)):
             if not inputs:
                 raise InputError("no inputs given", hint="pass at least one image or array")
-            return np.concatenate([load_input(item, self._preprocessing, self._sample_shape) for item in inputs])
-        return load_input(inputs, self._preprocessing, self._sample_shape)
+            return np.concatenate([self._load(item) for item in inputs])
+        return self._load(inputs)
+
+    def _load(self, item: Any) -> np.ndarray:
+        native = self.backend.inputs[0].dtype if self._preprocessing is None else None
+        return load_input(item, self._preprocessing, self._sample_shape, native=native)
 
     def predict_tensor(self, x: np.ndarray, raw: bool = False) -> np.ndarray:
         """Outputs for a preprocessed float32 batch shaped like the model input, or for a batch
         already quantized to the artifact's input dtype (fed unchanged)."""
+        if self._closed:
+            raise EdgekitError(f"model {self.manifest.name!r} was closed", hint="load it again with edgekit.load()")
         native = self.backend.inputs[0].dtype
         if not isinstance(x, np.ndarray) or (x.dtype.kind != "f" and x.dtype != native):
             raise InputError(
                 f"expected a float32 (or {native}) array, got {getattr(x, 'dtype', type(x).__name__)}",
                 hint="use predict() for images and raw pixel arrays",
             )
-        check_finite(x, "input")
         x = conform(x, self._sample_shape, "input")
+        if x.dtype != native or x.dtype.kind == "f":
+            self._check_values(x)
         if x.dtype != native:
             x = x.astype(np.float32, copy=False)
         if self.prediction_cache is None:
@@ -100,7 +111,33 @@ class Model:
             self.prediction_cache.put(key, found)
         return found
 
+    def _check_values(self, x: np.ndarray) -> None:
+        """NaN/Inf are refused; values far outside the expected range are said out loud (one pass each)."""
+        if not x.size:
+            raise InputError("input is empty", hint="pass at least one sample")
+        low, high = float(x.min()), float(x.max())
+        if not (math.isfinite(low) and math.isfinite(high)):
+            check_finite(x, "input", error=InputError,
+                         hint="replace the NaN/Inf values: they have no INT8 value and the outputs would be meaningless")
+        if self._expected is None:
+            return
+        lo, hi, origin = self._expected
+        margin = RANGE_MARGIN * max(hi - lo, 1e-6)
+        if low >= lo - margin and high <= hi + margin:
+            return
+        self.out_of_range_calls += 1
+        if self.out_of_range_calls > 1:
+            return  # said once per loaded model; out_of_range_calls keeps counting
+        import warnings
+
+        warnings.warn(InputRangeWarning(
+            f"input values range {low:.4g}..{high:.4g} but {self.manifest.name!r} expects about {lo:.4g}..{hi:.4g} "
+            f"({origin}); outputs for inputs this far outside are unreliable. "
+            + _range_advice(self._preprocessing, low, high, lo, hi)
+        ), stacklevel=3)
+
     def close(self) -> None:
+        self._closed = True
         self.backend.close()
         if self.prediction_cache is not None:
             self.prediction_cache.close()
@@ -110,6 +147,35 @@ class Model:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+RANGE_MARGIN = 0.25  # beyond the expected range by more than this fraction of its width: "far outside"
+
+
+def expected_range(spec: TensorSpec, backend: Backend) -> tuple[float, float, str] | None:
+    """The input range the model was calibrated on: the manifest's record, else what an INT8
+    input tensor can represent (bare .tflite files), else unknown."""
+    if spec.range is not None:
+        return float(spec.range[0]), float(spec.range[1]), "the range of its calibration data"
+    info = backend.inputs[0]
+    if info.quantized:
+        limits = np.iinfo(info.dtype)
+        low, high = (limits.min - info.zero_point) * info.scale, (limits.max - info.zero_point) * info.scale
+        return float(low), float(high), f"what its {info.dtype} input quantization represents"
+    return None
+
+
+def _range_advice(pre: Any, low: float, high: float, lo: float, hi: float) -> str:
+    if pre is None:
+        if high > 2 * max(abs(hi), 1.0) and high <= 255 and low >= 0:
+            return "Raw 0..255 pixels? Normalize them as the model was trained (e.g. x / 255), or package the model."
+        return "Preprocess the input as the model was trained."
+    return (f"The package's preprocessing is {describe_preprocessing(pre)}; pass images or raw uint8 arrays and "
+            "edgekit applies it, or pass float arrays already preprocessed that way.")
+
+
+def describe_preprocessing(pre: Any) -> str:
+    return f"x * {pre.scale:.6g}, minus mean {pre.mean}, divided by std {pre.std}"
 
 
 def load(
@@ -248,18 +314,38 @@ def _create(
     if backend_cls.name == "onnxruntime":
         providers = profile.providers()
         options["providers"] = providers
-        options["compiled_dir"] = str(_compiled_dir(sha256, backend_cls, providers, facts))
+        compiled = _compiled_dir(sha256, backend_cls, providers, facts)
+        options["compiled_dir"] = str(compiled) if compiled is not None else None
     return backend_cls(str(path), threads=threads or profile.resolved_threads(facts), **options)
 
 
-def _compiled_dir(sha256: str, backend_cls: type[Backend], providers: Sequence[Any], facts: DeviceFacts) -> Path:
-    """Compiled artifacts are valid for one artifact x device x runtime version x providers."""
+def _compiled_dir(
+    sha256: str, backend_cls: type[Backend], providers: Sequence[Any], facts: DeviceFacts
+) -> Path | None:
+    """Compiled artifacts are valid for one artifact x device x runtime version x providers.
+
+    None when the cache cannot be written: the model then runs without a compiled copy.
+    """
     names = [p[0] if isinstance(p, tuple) else p for p in providers]
     key = hashlib.sha256(
         f"{sha256}|{backend_cls.available()}|{facts.arch}|{facts.device_tree_model}|{names}|{__version__}".encode()
     ).hexdigest()[:32]
     directory = cache.entry_path("compiled", key)
-    directory.mkdir(parents=True, exist_ok=True)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        if not os.access(directory, os.W_OK):
+            raise PermissionError(13, "Permission denied", str(directory))
+    except OSError as exc:
+        import warnings
+
+        from .errors import CacheWarning, storage_error
+
+        found = storage_error(exc)
+        warnings.warn(CacheWarning(
+            f"the cache at {cache.cache_root()} cannot be used ({found.message if found else exc}; "
+            f"{cache.describe_space(cache.cache_root())}): running without a compiled-model cache"
+        ), stacklevel=2)
+        return None
     cache.touch(directory)
     return directory
 

@@ -47,6 +47,9 @@ def generate_keys(path: str | os.PathLike[str], force: bool = False) -> tuple[Pa
     public_path = private_path.with_name(private_path.name + ".pub")
     if (private_path.exists() or public_path.exists()) and not force:
         raise EdgekitError(f"{private_path} already exists", hint="choose another path or pass --force")
+    from .fsutil import ensure_writable
+
+    ensure_writable(private_path, "key")  # never one half of a pair
     private = ed25519.Ed25519PrivateKey.generate()
     pem = private.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                                 serialization.NoEncryption())
@@ -69,6 +72,14 @@ def _load_private(path: str | os.PathLike[str]) -> Any:
     if not isinstance(key, ed25519.Ed25519PrivateKey):
         raise EdgekitError(f"{path} is not an Ed25519 private key", hint="create one with `edgekit keys generate KEY`")
     return key
+
+
+def check_private_key(path: str | os.PathLike[str]) -> None:
+    """Fail now, not after converting, when --sign names a key that cannot be used."""
+    if not Path(path).is_file():
+        raise EdgekitError(f"signing key {path} does not exist",
+                           hint="create one with `edgekit keys generate KEY`, or check the --sign path")
+    _load_private(path)
 
 
 def sign_directory(root: str | os.PathLike[str], key_path: str | os.PathLike[str]) -> str:
@@ -109,8 +120,15 @@ def trusted_keys(directory: str | os.PathLike[str]) -> dict[str, bytes]:
     return keys
 
 
-def verify_signature(root: str | os.PathLike[str], trusted: dict[str, bytes] | None) -> str:
-    """Check ``manifest.json.sig``; the key id that signed. ``trusted=None`` accepts any key."""
+def verify_signature(
+    root: str | os.PathLike[str],
+    trusted: dict[str, bytes] | None,
+    unsigned_hint: str = "sign it with `edgekit sign PACKAGE --key KEY`, or run without --require-signature",
+) -> str:
+    """Check ``manifest.json.sig``; the key id that signed. ``trusted=None`` accepts any key.
+
+    ``unsigned_hint`` is the fix printed for an unsigned package: each command names its own flag.
+    """
     _, ed25519 = _crypto()
     from cryptography.exceptions import InvalidSignature
 
@@ -118,7 +136,7 @@ def verify_signature(root: str | os.PathLike[str], trusted: dict[str, bytes] | N
     signature_file = root / SIGNATURE_NAME
     if not signature_file.is_file():
         raise SignatureError(f"package {root.name} is not signed (no {SIGNATURE_NAME})",
-                             hint="sign it with `edgekit sign PACKAGE --key KEY`, or run without --require-signature")
+                             hint=unsigned_hint)
     try:
         document = json.loads(signature_file.read_text())
         public_raw = base64.b64decode(document["public_key"], validate=True)

@@ -16,7 +16,6 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 import traceback
 from collections.abc import Callable
@@ -24,12 +23,56 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ERROR_CLASSES, ConversionError, EdgekitError
+from .fsutil import temp_dir
 
 # Keep TensorFlow's C++ logging and oneDNN notices out of users' terminals.
 _QUIET_ENV = {"TF_CPP_MIN_LOG_LEVEL": "3", "TF_ENABLE_ONEDNN_OPTS": "0", "ABSL_MIN_LOG_LEVEL": "3"}
 
 
 _PROGRESS_ENV = "EDGEKIT_WORKER_PROGRESS"
+_PARENT_ENV = "EDGEKIT_WORKER_PARENT"
+TEMP_PREFIX = "edgekit-worker-"
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent(parent: int) -> Callable[[], None] | None:
+    """A function for the child to run between fork and exec: the kernel then kills it when the
+    parent dies (Linux). Everything it needs is resolved here, in the parent: importing in a
+    forked child of a threaded process can deadlock."""
+    if not sys.platform.startswith("linux"):
+        return None  # the child's watchdog thread notices the parent's death instead
+    try:
+        import ctypes
+        import signal
+
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+        kill = int(signal.SIGKILL)
+    except (OSError, AttributeError):
+        return None
+
+    def setup() -> None:
+        prctl(_PR_SET_PDEATHSIG, kill)
+        if os.getppid() != parent:  # the parent died before prctl took effect
+            os._exit(1)
+
+    return setup
+
+
+def _watch_parent() -> None:
+    """Child side, every platform: exit as soon as the parent process is gone (it was SIGKILLed)."""
+    import threading
+
+    expected = int(os.environ.get(_PARENT_ENV, "0") or 0)
+    if not expected:
+        return
+
+    def watch() -> None:
+        while True:
+            time.sleep(0.5)
+            if os.getppid() != expected:
+                os._exit(1)
+
+    threading.Thread(target=watch, name="edgekit-parent-watchdog", daemon=True).start()
 
 
 def call(
@@ -44,18 +87,19 @@ def call(
     ``what`` names the step in error messages ("TFLite conversion"); ``on_progress(done,
     total)`` receives what the child reports with ``report_progress``.
     """
-    with tempfile.TemporaryDirectory(prefix="edgekit-worker-") as tmp:
+    with temp_dir(TEMP_PREFIX) as tmp:
         request = Path(tmp) / "request.json"
         response = Path(tmp) / "response.json"
         progress = Path(tmp) / "progress"
         request.write_text(json.dumps(kwargs))
-        env = {**os.environ, **_QUIET_ENV, _PROGRESS_ENV: str(progress)}
+        env = {**os.environ, **_QUIET_ENV, _PROGRESS_ENV: str(progress), _PARENT_ENV: str(os.getpid())}
         with open(Path(tmp) / "stderr", "w+b") as stderr:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "edgekit.worker", target, str(request), str(response)],
                 env=env,
                 stdout=subprocess.DEVNULL,
                 stderr=stderr,
+                preexec_fn=_die_with_parent(os.getpid()),
             )
             _wait(proc, timeout, what, progress, on_progress)
             stderr.seek(0)
@@ -75,6 +119,23 @@ def call(
             f"{what} crashed: the converter process {how}" + (f"\n{tail}" if tail else ""),
             hint="rerun with --debug for the full log; if it is out of memory, lower --samples",
         )
+
+
+def run_tool(
+    argv: list[str], what: str, timeout: float | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run a converter's command line (tf2onnx, ORT tools) as a child that dies with edgekit.
+
+    Output is captured for the caller to explain failures; a deadline gives a clear error.
+    """
+    try:
+        return subprocess.run(
+            argv, capture_output=True, text=True, timeout=timeout, env={**(env or os.environ), **_QUIET_ENV},
+            preexec_fn=_die_with_parent(os.getpid()),
+        )
+    except subprocess.TimeoutExpired:
+        raise ConversionError(f"{what} did not finish within {timeout:.0f} s",
+                              hint="raise --timeout or lower --samples") from None
 
 
 def _wait(
@@ -131,6 +192,7 @@ def _tail(text: str, lines: int = 15) -> str:
 
 
 def _main(argv: list[str]) -> int:
+    _watch_parent()
     target, request_path, response_path = argv
     kwargs = json.loads(Path(request_path).read_text())
     module_name, _, function_name = target.partition(":")
@@ -144,6 +206,19 @@ def _main(argv: list[str]) -> int:
                 "type": type(exc).__name__,
                 "message": exc.message,
                 "hint": exc.hint,
+                "traceback": traceback.format_exc(),
+            }
+        }
+        code = 1
+    except OSError as exc:
+        from .errors import storage_error
+
+        found = storage_error(exc)
+        payload = {
+            "error": {
+                "type": type(found).__name__ if found else "ConversionError",
+                "message": found.message if found else f"{type(exc).__name__}: {exc}",
+                "hint": found.hint if found else "rerun with --debug for the converter's traceback",
                 "traceback": traceback.format_exc(),
             }
         }

@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from benchio import print_and_save  # noqa: E402
+from benchio import print_and_save, require_signal  # noqa: E402
 
 import edgekit  # noqa: E402
 from edgekit.backends.litert import open_interpreter  # noqa: E402
@@ -236,7 +236,9 @@ def main() -> None:
                 str(work / "mobilenet_v2.keras"), str(work / "calibration.npz"), str(work / "mobilenet"),
                 targets=["tflite", "onnx"], samples=50, eval_samples=10,
                 preprocessing={"scale": 1 / 255, "mean": [0.5], "std": [0.5]},
-            ).path
+            )
+            report["mobilenet_v2_int8_top1_agreement"] = require_signal(mobilenet.manifest)
+            mobilenet = mobilenet.path
             x = np.random.default_rng(0).uniform(-1, 1, (1, 224, 224, 3)).astype(np.float32)
             report["mobilenet_v2"] = {"per_call": per_call(mobilenet, x, args.rounds // 2, args.per_round, args.threads)}
     print_and_save(report, args.output)

@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from benchio import print_and_save  # noqa: E402
+from benchio import print_and_save, require_signal  # noqa: E402
 
 NAIVE_SERVER = textwrap.dedent("""
     import json, sys
@@ -189,9 +189,11 @@ def main() -> None:
         env["EDGEKIT_CACHE_DIR"] = str(work / "cache")
         subprocess.run([sys.executable, str(ROOT / "models/mobilenet_v2/build.py"), "--output", str(work),
                         "--samples", "60"], check=True, stdout=subprocess.DEVNULL, env=env)
-        package = edgekit.package(str(work / "mobilenet_v2.keras"), str(work / "calibration.npz"), str(work / "pkg"),
-                                  targets=["onnx"], samples=50, eval_samples=10,
-                                  preprocessing={"scale": 1 / 255, "mean": [0.5], "std": [0.5]}).path
+        built = edgekit.package(str(work / "mobilenet_v2.keras"), str(work / "calibration.npz"), str(work / "pkg"),
+                                targets=["onnx"], samples=50, eval_samples=10,
+                                preprocessing={"scale": 1 / 255, "mean": [0.5], "std": [0.5]})
+        require_signal(built.manifest)
+        package = built.path
         onnx_path = package / "onnx" / "model.int8.onnx"
         x = np.random.default_rng(1).uniform(-1, 1, (1, 224, 224, 3)).astype(np.float32)
 

@@ -123,3 +123,73 @@ def lgamma_saved_model(tmp_path_factory):
         keras.Model(inputs, outputs).export({str(path)!r}, verbose=False)
     """)
     return path
+
+
+def _mount(*args: str) -> bool:
+    return subprocess.run(["mount", *args], capture_output=True).returncode == 0
+
+
+def _unmount(path: Path) -> None:
+    subprocess.run(["umount", "-l", str(path)], capture_output=True)
+
+
+@pytest.fixture
+def readonly_dir(tmp_path: Path):
+    """A directory on a real read-only file system (a read-only bind mount): root's permission bypass
+    does not apply, so writes fail with EROFS as on a read-only SD card."""
+    path = tmp_path / "readonly"
+    path.mkdir()
+    (path / "existing.txt").write_text("kept\n")
+    if not _mount("--bind", str(path), str(path)) or not _mount("-o", "remount,bind,ro", str(path)):
+        _unmount(path)
+        pytest.skip("mounting is not permitted here (read-only file system tests need root)")
+    yield path
+    _unmount(path)
+
+
+@pytest.fixture
+def full_dir(tmp_path: Path):
+    """A directory on a 256 KiB tmpfs that is then filled up: writes fail with ENOSPC."""
+    path = tmp_path / "full"
+    path.mkdir()
+    if not _mount("-t", "tmpfs", "-o", "size=256k", "tmpfs", str(path)):
+        pytest.skip("mounting is not permitted here (full-disk tests need root)")
+    filler = path / ".filler"
+    try:
+        with open(filler, "wb") as handle:
+            while True:
+                handle.write(b"\0" * 4096)
+                handle.flush()
+    except OSError:
+        pass
+    yield path
+    _unmount(path)
+
+
+def digits_tflite(package: Path) -> Path:
+    return package / "tflite" / "model.int8.tflite"
+
+
+def edgekit_cli(*args: object, env: dict[str, str] | None = None, cwd: Path | None = None,
+                timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """The installed `edgekit` command in a child process, as a user runs it."""
+    return subprocess.run([sys.executable, "-m", "edgekit.cli", *map(str, args)], capture_output=True, text=True,
+                          env={**os.environ, **(env or {})}, cwd=cwd or ROOT, timeout=timeout)
+
+
+def device_cli(*args: object, env: dict[str, str] | None = None, cwd: Path | None = None,
+               timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """`python -m edgekit.run` in a child process."""
+    return subprocess.run([sys.executable, "-m", "edgekit.run", *map(str, args)], capture_output=True, text=True,
+                          env={**os.environ, **(env or {})}, cwd=cwd or ROOT, timeout=timeout)
+
+
+def assert_user_error(result: subprocess.CompletedProcess[str], *needles: str) -> None:
+    """One `error:` line naming the problem, a `fix:` line, exit 1, no traceback, not an internal error."""
+    assert result.returncode == 1, (result.returncode, result.stdout[-2000:], result.stderr[-3000:])
+    assert "internal error" not in result.stderr and "Traceback" not in result.stderr, result.stderr[-3000:]
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1, result.stderr
+    assert any(line.strip().startswith("fix: ") for line in result.stderr.splitlines()), result.stderr
+    for needle in needles:
+        assert needle in result.stderr, (needle, result.stderr)

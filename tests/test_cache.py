@@ -127,3 +127,79 @@ def test_cache_commands(digits_package, fresh_cache, capsys):
     code, out, _ = run_cli(capsys, "cache", "clear")
     assert code == 0 and "removed 1 entries" in out
     assert cache.entries() == []
+
+
+def _dead_pid() -> int:
+    pid = 4_000_000
+    while True:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return pid
+        except PermissionError:
+            pass
+        pid += 1
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cache_kind", ["readonly_dir", "full_dir"])
+def test_an_unusable_cache_does_not_stop_the_device(digits_all_package, digits_package, tmp_path, request,
+                                                    cache_kind):
+    """A read-only or full cache: the archive is unpacked to a temporary directory, ONNX runs without a
+    compiled copy, predictions are kept in memory; each is said once, and the answers are right."""
+    from tests.conftest import device_cli
+
+    unusable = request.getfixturevalue(cache_kind) / "cache"
+    x, y = load_npz(EVAL)
+    np.save(tmp_path / "three.npy", x[:3])
+    env = {"EDGEKIT_CACHE_DIR": str(unusable)}
+    archive = device_cli(digits_package.with_suffix(".ekpkg"), "-i", tmp_path / "three.npy", "--top-k", "1",
+                         "--cache-predictions", env=env)
+    assert archive.returncode == 0, archive.stderr
+    assert "cannot be used" in archive.stderr and "temporary directory" in archive.stderr
+    assert "internal error" not in archive.stderr and "corrupt" not in archive.stderr
+    assert [line.split(": ")[1].split()[0] for line in archive.stdout.strip().splitlines()] == [str(v) for v in y[:3]]
+    onnx = device_cli(digits_all_package, "--artifact", "onnx", "-i", tmp_path / "three.npy", "--top-k", "1", env=env)
+    assert onnx.returncode == 0, onnx.stderr
+    assert "running without a compiled-model cache" in onnx.stderr
+    assert [line.split(": ")[1].split()[0] for line in onnx.stdout.strip().splitlines()] == [str(v) for v in y[:3]]
+
+
+def test_a_truncated_compiled_onnx_copy_is_rebuilt(digits_all_package, fresh_cache):
+    x, _ = load_npz(EVAL)
+    with edgekit.load(digits_all_package, artifact="onnx") as model:
+        expected = model.predict(x[:2])
+    optimized = next(fresh_cache.glob("compiled/*/model.optimized.onnx"))
+    optimized.write_bytes(optimized.read_bytes()[:100])  # the disk filled while it was written
+    with edgekit.load(digits_all_package, artifact="onnx") as model:
+        np.testing.assert_array_equal(model.predict(x[:2]), expected)
+        assert not model.backend.optimized_from_cache
+    assert optimized.stat().st_size > 100  # written again whole
+
+
+def test_a_killed_downloads_partial_file_is_removed_by_the_next_fetch(digits_package, fresh_cache):
+    blobs = fresh_cache / "blobs"
+    blobs.mkdir(parents=True)
+    stale = blobs / f".download.{_dead_pid()}.k2j4h6.partial"
+    stale.mkdir()
+    (stale / "download.part").write_bytes(b"half")
+    live = blobs / f".download.{os.getpid()}.a1b2c3.partial"
+    live.mkdir()
+    cache.fetch(digits_package.with_suffix(".ekpkg").resolve().as_uri())
+    assert not stale.exists() and live.exists()
+
+
+def test_a_manifest_that_fails_its_checks_is_not_unpacked(tmp_path, fresh_cache):
+    import json
+    import zipfile
+
+    from edgekit.package_io import open_package
+
+    archive = tmp_path / "bad.ekpkg"
+    with zipfile.ZipFile(archive, "w") as zf:
+        zf.writestr("manifest.json", json.dumps({"schema_version": 1, "name": "bad", "inputs": "nope"}))
+        zf.writestr("tflite/model.int8.tflite", b"x" * 1000)
+    with pytest.raises(PackageError, match="manifest"):
+        open_package(archive)
+    assert not list((fresh_cache / "packages").glob("*")) if (fresh_cache / "packages").exists() else True
+    assert not any(p.name.endswith(".tflite") for p in fresh_cache.rglob("*")) if fresh_cache.exists() else True

@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 
-from tests.conftest import EVAL, ROOT, load_npz
+from tests.conftest import EVAL, ROOT, assert_user_error, device_cli, edgekit_cli, load_npz
 
 pytestmark = pytest.mark.slow
 
@@ -125,3 +125,130 @@ def test_missing_input_file_is_named_before_the_model_loads(digits_package, tmp_
     assert result.returncode == 1
     assert "input file(s) not found: " in result.stderr and "cat.jpg" in result.stderr
     assert "check the --input paths" in result.stderr and "Traceback" not in result.stderr
+
+
+def _digit_png(path, image):
+    from PIL import Image
+
+    Image.fromarray(image[..., 0], mode="L").save(path)
+    return path
+
+
+def test_every_sample_of_every_input_is_printed_under_its_own_name(digits_package, tmp_path):
+    """A .npy of 6 samples then an image: 7 lines, FILE[i] in order, each with its own prediction."""
+    import edgekit
+
+    x, _ = load_npz(EVAL)
+    np.save(tmp_path / "batch_of_6.npy", x[:6])
+    image = _digit_png(tmp_path / "digit8.png", x[8])
+    result = device_cli(digits_package, "-i", tmp_path / "batch_of_6.npy", "-i", image, "--top-k", "1")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.strip().splitlines()
+    assert [line.split(": ")[0] for line in lines] == [f"{tmp_path / 'batch_of_6.npy'}[{i}]" for i in range(6)] + [
+        str(image)]
+    with edgekit.load(digits_package) as model:
+        expected = [model.labels[int(np.argmax(model.predict(x[i])[0]))] for i in range(6)]
+        expected.append(model.labels[int(np.argmax(model.predict(str(image))[0]))])
+    assert [line.split(": ")[1].split()[0] for line in lines] == expected
+
+
+def test_output_file_holds_one_row_per_sample(digits_package, tmp_path):
+    x, _ = load_npz(EVAL)
+    np.save(tmp_path / "three.npy", x[:3])
+    np.save(tmp_path / "one.npy", x[3])
+    result = device_cli(digits_package, "-i", tmp_path / "three.npy", "-i", tmp_path / "one.npy",
+                        "--output", tmp_path / "out.npy")
+    assert result.returncode == 0, result.stderr
+    assert np.load(tmp_path / "out.npy").shape == (4, 10)
+    assert "wrote 4 output rows" in result.stderr
+
+
+def test_raw_pixels_to_a_bare_int8_tflite_are_said_out_loud(digits_package, tmp_path):
+    """The bare artifact knows its int8 input range (about 0..1): 0..255 values are far outside it."""
+    x, _ = load_npz(EVAL)
+    np.save(tmp_path / "pixels.npy", (np.asarray(x[:2], np.float32) * (255.0 / float(x.max()))).astype(np.uint8))
+    result = device_cli(digits_package / "tflite" / "model.int8.tflite", "-i", tmp_path / "pixels.npy")
+    assert result.returncode == 0, result.stderr
+    assert "warning: input values range 0..255" in result.stderr
+    assert "Normalize" in result.stderr or "normalize" in result.stderr
+
+
+def test_int64_values_far_outside_the_calibration_range_are_said_out_loud(digits_package, tmp_path):
+    x, _ = load_npz(EVAL)
+    np.save(tmp_path / "wide.npy", (np.asarray(x[:1], np.int64) * 257))
+    result = device_cli(digits_package, "-i", tmp_path / "wide.npy")
+    assert result.returncode == 0, result.stderr
+    assert "warning: input values range" in result.stderr and "expects about" in result.stderr
+    assert "calibration data" in result.stderr
+
+
+def test_in_range_inputs_get_no_warning(digits_package, tmp_path):
+    x, _ = load_npz(EVAL)
+    np.save(tmp_path / "ok.npy", x[:4])
+    result = device_cli(digits_package, "-i", tmp_path / "ok.npy")
+    assert result.returncode == 0 and "warning" not in result.stderr, result.stderr
+
+
+def test_sixteen_bit_png_predicts_like_its_eight_bit_original(digits_package, tmp_path):
+    from PIL import Image
+
+    import edgekit
+
+    x, _ = load_npz(EVAL)
+    eight = _digit_png(tmp_path / "eight.png", x[5])
+    sixteen = tmp_path / "sixteen.png"
+    Image.fromarray(np.asarray(x[5][..., 0], np.uint16) * 257).save(sixteen)
+    assert Image.open(sixteen).mode.startswith("I")
+    with edgekit.load(digits_package) as model:
+        np.testing.assert_array_equal(model.predict(str(sixteen)), model.predict(str(eight)))
+    result = device_cli(digits_package, "-i", sixteen)
+    assert result.returncode == 0 and "warning" not in result.stderr, result.stderr
+
+
+def test_litert_load_message_is_silent_unless_verbose(digits_package, tmp_path):
+    x, _ = load_npz(EVAL)
+    np.save(tmp_path / "a.npy", x[0])
+    quiet = device_cli(digits_package, "-i", tmp_path / "a.npy", "--artifact", "tflite")
+    assert quiet.returncode == 0 and "XNNPACK" not in quiet.stderr, quiet.stderr
+    loud = device_cli(digits_package, "-i", tmp_path / "a.npy", "--artifact", "tflite", "-v")
+    assert loud.returncode == 0 and "XNNPACK" in loud.stderr and "using profile=" in loud.stderr
+
+
+def test_debug_shows_the_traceback_through_edgekit_run(digits_package, tmp_path):
+    (tmp_path / "bad.json").write_text("[[1, 2], [3]]")
+    plain = edgekit_cli("run", digits_package, "-i", tmp_path / "bad.json")
+    assert_user_error(plain, "not a rectangular array")
+    for args in (("--debug", "run", digits_package, "-i", tmp_path / "bad.json"),
+                 ("run", digits_package, "-i", tmp_path / "bad.json", "--debug")):
+        debug = edgekit_cli(*args)
+        assert debug.returncode == 1 and "Traceback" in debug.stderr and "not a rectangular array" in debug.stderr
+
+
+def test_bench_without_report_prints_where_it_wrote(digits_package, tmp_path):
+    result = device_cli(digits_package, "--bench", "--runs", "5", "--warmup", "1", "--min-seconds", "0",
+                        cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    written = [line.split("report: ", 1)[1] for line in result.stdout.splitlines() if line.startswith("report: ")]
+    assert len(written) == 1 and os.path.isabs(written[0]) and os.path.exists(written[0])
+    assert os.path.dirname(written[0]) == str(tmp_path)
+
+
+def test_predict_after_close_is_a_clear_error(digits_package):
+    import edgekit
+    from edgekit.errors import EdgekitError
+
+    x, _ = load_npz(EVAL)
+    model = edgekit.load(digits_package)
+    model.close()
+    with pytest.raises(EdgekitError, match="was closed"):
+        model.predict(x[0])
+
+
+def test_nan_at_inference_names_the_input_not_calibration(digits_package, tmp_path):
+    x, _ = load_npz(EVAL)
+    bad = np.asarray(x[:3], np.float32)
+    bad[2, 0, 0, 0] = np.nan
+    np.save(tmp_path / "nan.npy", bad)
+    result = device_cli(digits_package, "-i", tmp_path / "nan.npy")
+    assert_user_error(result, "nan.npy", "NaN/Inf", "first in sample 2")
+    assert "calibrat" not in result.stderr

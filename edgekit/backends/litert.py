@@ -8,7 +8,11 @@ XNNPACK is LiteRT's default CPU delegate.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import os
+import sys
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -56,8 +60,9 @@ def open_interpreter(
     if not with_delegates:
         kwargs["experimental_op_resolver_type"] = module.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES
     try:
-        interpreter = module.Interpreter(**kwargs)
-        interpreter.allocate_tensors()
+        with _quiet_native_stderr():
+            interpreter = module.Interpreter(**kwargs)
+            interpreter.allocate_tensors()
     except (ValueError, RuntimeError) as exc:
         text = str(exc)
         if "custom op" in text:
@@ -68,6 +73,30 @@ def open_interpreter(
             ) from None
         raise PackageError(f"LiteRT cannot load {path}: {text.strip().splitlines()[0]}") from None
     return interpreter
+
+
+@contextlib.contextmanager
+def _quiet_native_stderr() -> Iterator[None]:
+    """LiteRT's C++ prints "INFO: Created TensorFlow Lite XNNPACK delegate for CPU." on every load;
+    keep it out of users' output unless they asked for detail (-v sets EDGEKIT_VERBOSE=1). Errors
+    still reach the caller: the interpreter raises them as Python exceptions."""
+    if os.environ.get("EDGEKIT_VERBOSE") == "1" or os.environ.get("EDGEKIT_DEBUG") == "1":
+        yield
+        return
+    try:
+        fd = sys.stderr.fileno()
+    except (AttributeError, OSError, ValueError):  # no real stderr (captured, closed): nothing to hide
+        yield
+        return
+    sys.stderr.flush()
+    saved = os.dup(fd)
+    try:
+        with open(os.devnull, "wb") as null:
+            os.dup2(null.fileno(), fd)
+        yield
+    finally:
+        os.dup2(saved, fd)
+        os.close(saved)
 
 
 def _info(detail: dict[str, Any]) -> TensorInfo:

@@ -67,6 +67,22 @@ def choose_providers(preferred: Sequence[str | tuple[str, dict[str, Any]]], avai
     return chosen
 
 
+def _cache_unusable(directory: Path, reason: str) -> None:
+    import shutil
+    import warnings
+
+    from ..errors import CacheWarning
+
+    try:
+        free = f"{shutil.disk_usage(directory).free / (1 << 20):.1f} MiB free"
+    except OSError:
+        free = "free space unknown"
+    warnings.warn(CacheWarning(
+        f"the compiled-model cache at {directory} cannot be written ({reason}; {free}): running without a "
+        "compiled-model cache"
+    ), stacklevel=4)
+
+
 class OnnxRuntimeBackend(Backend):
     name = "onnxruntime"
     suffixes = (".onnx", ".ort")
@@ -94,22 +110,16 @@ class OnnxRuntimeBackend(Backend):
         if compiled_dir is not None:
             self.providers = [_with_engine_cache(p, Path(compiled_dir)) for p in self.providers]
         self.optimized_from_cache = False
-        model = path
         optimized = Path(compiled_dir) / "model.optimized.onnx" if compiled_dir else None
+        self._session = None
         if optimized is not None and optimized.is_file():
-            model, self.optimized_from_cache = str(optimized), True
-        options = self._options(ort, threads, already_optimized=self.optimized_from_cache)
-        if optimized is not None and not self.optimized_from_cache:
-            optimized.parent.mkdir(parents=True, exist_ok=True)
-            partial = optimized.with_name(f".{optimized.name}.{os.getpid()}.partial")
-            options.optimized_model_filepath = str(partial)
-        try:
-            self._session = ort.InferenceSession(model, sess_options=options, providers=self.providers)
-        except Exception as exc:  # onnxruntime raises its own exception types for bad models
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise PackageError(f"ONNX Runtime cannot load {path}: {first}") from None
-        if optimized is not None and not self.optimized_from_cache and partial.exists():
-            os.replace(partial, optimized)  # published whole, for the next load on this device
+            try:
+                self._session = self._open(ort, str(optimized), threads, already_optimized=True)
+                self.optimized_from_cache = True
+            except PackageError:  # a cached copy went bad (truncated on a full disk): rebuild it from the artifact
+                optimized.unlink(missing_ok=True)
+        if self._session is None:
+            self._session = self._open_and_save(ort, path, threads, optimized)
         inputs = self._session.get_inputs()
         if len(inputs) != 1:
             raise PackageError(f"{path} has {len(inputs)} inputs; edgekit runs single-input models")
@@ -118,6 +128,45 @@ class OnnxRuntimeBackend(Backend):
         self._input_name = inputs[0].name
         self._output_names = [t.name for t in self._session.get_outputs()]
         self.active_providers = self._session.get_providers()
+
+    def _open(self, ort: Any, model: str, threads: int | None, already_optimized: bool,
+              save_to: Path | None = None) -> Any:
+        options = self._options(ort, threads, already_optimized=already_optimized)
+        if save_to is not None:
+            options.optimized_model_filepath = str(save_to)
+        try:
+            return ort.InferenceSession(model, sess_options=options, providers=self.providers)
+        except Exception as exc:  # onnxruntime raises its own exception types for bad models
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise PackageError(f"ONNX Runtime cannot load {model}: {first}") from None
+
+    def _open_and_save(self, ort: Any, path: str, threads: int | None, optimized: Path | None) -> Any:
+        """A session on the artifact; its optimized graph is saved for the next load when the cache
+        can take it. A cache that cannot (full, read-only) costs the saved copy, never the model."""
+        if optimized is None:
+            return self._open(ort, path, threads, already_optimized=False)
+        partial = optimized.with_name(f".{optimized.name}.{os.getpid()}.partial")
+        try:
+            optimized.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            _cache_unusable(optimized.parent, exc.strerror or str(exc))
+            return self._open(ort, path, threads, already_optimized=False)
+        try:
+            session = self._open(ort, path, threads, already_optimized=False, save_to=partial)
+        except PackageError as exc:
+            partial.unlink(missing_ok=True)
+            session = self._open(ort, path, threads, already_optimized=False)  # the artifact itself is bad: raises
+            _cache_unusable(optimized.parent, exc.message.split(": ", 1)[-1])
+            return session  # the artifact loads: only saving the optimized copy failed
+        try:
+            if not partial.exists() or partial.stat().st_size == 0:
+                raise OSError("ONNX Runtime wrote no optimized model")
+            os.replace(partial, optimized)  # published whole, for the next load on this device
+        except OSError as exc:
+            _cache_unusable(optimized.parent, exc.strerror or str(exc))
+        finally:
+            partial.unlink(missing_ok=True)
+        return session
 
     @staticmethod
     def _options(ort: Any, threads: int | None, already_optimized: bool) -> Any:

@@ -35,11 +35,17 @@ def run_bench(args: argparse.Namespace) -> int:
         sweep_threads=args.sweep_threads or [], sweep_batches=args.sweep_batch or [], device_name=args.device_name,
         require_signature=args.require_signature, trusted_keys=args.trusted_keys,
     )
+    from ..fsutil import ensure_writable
+
+    report_path = args.report or default_report_path(args.source)
+    for path, what in ((report_path, "report"), (args.csv, "CSV")):
+        if path is not None:
+            ensure_writable(path, what)  # before measuring for minutes
     artifacts = None
     if args.sweep and not args.artifact:
         artifacts = runnable_artifacts(args.source, args.profile)
     report = bench(args.source, options, artifacts)
-    path = write_report(report, args.report or default_report_path(args.source))
+    path = write_report(report, report_path).resolve()
     if args.csv:
         from ..fsutil import write_text_atomic
 
@@ -59,13 +65,13 @@ def print_summary(report: dict[str, Any]) -> None:
     print(f"{report['model']['name']} on {device['name']} ({device['arch']}, {device['cpu']['model']}, "
           f"{device['cores']} cores, profile {device.get('profile')})")
     header = f"{'artifact':<8} {'backend':<12} {'thr':>3} {'batch':>5} {'p50 ms':>9} {'p90 ms':>9} {'p99 ms':>9} " \
-             f"{'p50 95% CI':>19} {'cv':>6} {'per s':>9} {'RSS MiB':>8}"
+             f"{'p50 95% CI':>19} {'spread':>6} {'per s':>9} {'RSS MiB':>8}"
     print(header)
     for row, result in zip(summary_rows(report), report["results"]):
         ci = result["latency"].get("p50_ci95")
         ci_text = f"{ci[0]:.3f}-{ci[1]:.3f}" if ci else "n/a"
         print(f"{row['artifact']:<8} {row['backend']:<12} {row['threads']!s:>3} {row['batch']:>5} {row['p50_ms']:>9.3f} "
-              f"{row['p90_ms']:>9.3f} {row['p99_ms']:>9.3f} {ci_text:>19} {row['cv']:>6.1%} "
+              f"{row['p90_ms']:>9.3f} {row['p99_ms']:>9.3f} {ci_text:>19} {row['spread']:>6.1%} "
               f"{row['throughput_per_s']:>9.1f} {row['peak_rss_mib']:>8.1f}")
         e2e = result.get("end_to_end")
         if e2e:

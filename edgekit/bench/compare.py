@@ -1,10 +1,12 @@
 """``edgekit compare``: many reports (devices, formats, precisions) in one table.
 
 Reports are gathered from files and folders (a fleet's reports copied into one folder is the
-cross-device comparison). Each result row gets a speedup against the matching row of the
-baseline report (same artifact, threads, batch; else the baseline's first row) and, from the
-raw samples, a bootstrap verdict: "regression" only when the whole confidence interval of the
-slowdown is above the threshold, so noise is not called a regression.
+cross-device comparison). Each result row gets a speedup against the row of the baseline
+report with the same configuration (artifact, backend, threads, batch) and, from the raw
+samples, a bootstrap verdict: "regression" only when the whole confidence interval of the
+slowdown is above the threshold, so noise is not called a regression. A row whose
+configuration the baseline did not measure gets no speedup: comparing unlike configurations
+(batch 8 against batch 1) would print a number that means nothing.
 """
 
 from __future__ import annotations
@@ -35,7 +37,13 @@ class Row:
 
     @property
     def key(self) -> tuple[Any, ...]:
-        return (self.config.get("artifact"), self.config.get("threads"), self.config.get("batch"))
+        c = self.config
+        return (c.get("artifact"), c.get("backend"), c.get("threads"), c.get("batch"))
+
+    @property
+    def config_label(self) -> str:
+        c = self.config
+        return f"{c.get('artifact')}/{c.get('backend')} t{c.get('threads')} b{c.get('batch')}"
 
     @property
     def label(self) -> str:
@@ -53,6 +61,40 @@ class Comparison:
     @property
     def regressions(self) -> list[Row]:
         return [r for r in self.rows if r.verdict and r.verdict["verdict"] == "regression"]
+
+    def is_baseline(self, row: Row) -> bool:
+        return row.report == self.baseline or row.device == self.baseline
+
+
+@dataclass
+class Matrix:
+    """What a fleet engineer reads first: one row per configuration, one column per device."""
+
+    devices: list[str]
+    configs: list[str]
+    cells: dict[tuple[str, str], Row]  # (config, device) -> row
+
+
+def matrix(comparison: Comparison) -> Matrix:
+    ordered = sorted(comparison.rows, key=lambda r: not comparison.is_baseline(r))  # the baseline's column first
+    devices = list(dict.fromkeys(r.device for r in ordered))
+    configs = list(dict.fromkeys(r.config_label for r in comparison.rows))
+    cells = {}
+    for row in comparison.rows:
+        cells.setdefault((row.config_label, row.device), row)
+    return Matrix(devices=devices, configs=configs, cells=cells)
+
+
+def matrix_cell(comparison: Comparison, row: Row | None) -> str:
+    """"p50 ms (speedup)" for one device and configuration."""
+    if row is None:
+        return "not measured"
+    text = f"{row.result['latency']['p50']:.3f} ms"
+    if comparison.is_baseline(row):
+        return text + " (baseline)"
+    if row.speedup is None:
+        return text + " (no baseline)"
+    return text + f" ({row.speedup:.2f}x)"
 
 
 def gather(paths: list[str], strict: bool = False) -> tuple[list[tuple[str, dict[str, Any]]], list[str]]:
@@ -106,19 +148,16 @@ def compare(
     if baseline is not None and not base_rows:
         raise EdgekitError(f"--baseline {baseline!r} matches no report", hint="use a report file name or device name: "
                            + ", ".join(sorted(set(names) | {r.device for r in rows})))
+    base_ids = {id(b) for b in base_rows}
     for row in rows:
-        same = next((b for b in base_rows if b.key == row.key and b is not row), None)
-        if row in base_rows:  # within the baseline report: speedups against its first configuration
-            same = None
-            match = base_rows[0]
-        else:
-            match = same or (base_rows[0] if base_rows else None)
-        if match is None or match is row:
-            continue
+        if id(row) in base_ids:
+            continue  # the baseline itself
+        match = next((b for b in base_rows if b.key == row.key), None)
+        if match is None:
+            continue  # the baseline did not measure this configuration: no speedup to state
         row.speedup = float(np.median(match.samples) / np.median(row.samples))
-        if same is not None:  # verdicts (and regression gating) only between like configurations
-            row.verdict = regression_verdict(match.samples, row.samples, threshold_pct or 0.0)
-            row.verdict["baseline"] = match.label
+        row.verdict = regression_verdict(match.samples, row.samples, threshold_pct or 0.0)
+        row.verdict["baseline"] = match.label
     with _warnings.catch_warnings():
         _warnings.simplefilter("ignore")
         return Comparison(rows=rows, baseline=base_name, skipped=skipped, threshold_pct=threshold_pct)
@@ -129,7 +168,10 @@ def table_rows(comparison: Comparison) -> list[list[str]]:
     for row in comparison.rows:
         latency, result = row.result["latency"], row.result
         accuracy = (result.get("accuracy") or {}).get("accuracy")
-        verdict = row.verdict["verdict"] if row.verdict else ("baseline" if row.speedup is None else "")
+        if comparison.is_baseline(row):
+            verdict = "baseline"
+        else:
+            verdict = row.verdict["verdict"] if row.verdict else "no matching baseline configuration"
         out.append([
             row.device + (" (throttled)" if row.throttled else ""),
             str(row.config.get("artifact")),
@@ -156,4 +198,9 @@ HEADERS = ["device", "artifact", "backend", "precision", "threads", "batch", "si
 def markdown(comparison: Comparison) -> str:
     lines = ["| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
     lines += ["| " + " | ".join(cells) + " |" for cells in table_rows(comparison)]
+    grid = matrix(comparison)
+    if len(grid.devices) > 1:
+        lines += ["", "| configuration | " + " | ".join(grid.devices) + " |", "|" + "---|" * (len(grid.devices) + 1)]
+        lines += ["| " + config + " | " + " | ".join(matrix_cell(comparison, grid.cells.get((config, d)))
+                                                   for d in grid.devices) + " |" for config in grid.configs]
     return "\n".join(lines) + "\n"

@@ -190,10 +190,12 @@ def bench(source: str, options: BenchOptions, artifacts: list[str] | None = None
         warnings = []
         if summary["noisy"]:
             warnings.append(
-                f"coefficient of variation {summary['cv']:.1%} is above {options.cv_warn:.0%}: "
+                f"latency spread (IQR / median) {summary['spread']:.1%} is above {options.cv_warn:.0%}: "
                 "the machine is noisy or throttling; do not trust small differences"
             )
-        throughput = {"batch": config.batch, "per_s": round(config.batch * 1e3 / summary["mean"], 2)}
+        # from the median: a mean moves 3x between identical runs when a few samples stall
+        throughput = {"batch": config.batch, "per_s": round(config.batch * 1e3 / summary["p50"], 2),
+                      "from": "median latency"}
         result = {
             "config": {
                 "artifact": model.artifact.target,

@@ -1,81 +1,177 @@
 """One self-contained HTML file with charts for ``edgekit compare --html``.
 
 No external scripts, fonts or styles: inline SVG drawn here, so the file opens anywhere (an
-air-gapped lab, a CI artifact). Charts: latency distribution per configuration (box plots of
-the raw samples with p50/p90 marks), p50/p90 bars per device and configuration, and accuracy
-vs latency when the reports carry accuracy. A small inline script counts the rendered charts
-into ``data-charts-rendered`` on <body> (what the browser test checks).
+air-gapped lab, a CI artifact). What a fleet engineer reads first comes first: a matrix with
+one row per configuration and one column per device (p50 and speedup vs the baseline). Then
+the latency distribution per configuration on a logarithmic axis (devices differ by 10-100x,
+and one slow whisker must not squash every box into the first pixels), p50/p90 bars with a
+labelled scale, and accuracy vs latency when the reports carry accuracy. SVGs scale to the
+window (viewBox + max-width), labels are sized from their text and never clipped. A small
+inline script counts the rendered charts into ``data-charts-rendered`` on <body> (what the
+browser test checks).
 """
 
 from __future__ import annotations
 
 import html
+import math
 from typing import Any
 
 import numpy as np
 
-from .compare import HEADERS, Comparison, table_rows
+from .compare import HEADERS, Comparison, matrix, matrix_cell, table_rows
 
 PALETTE = ["#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c", "#0891b2", "#4d7c0f", "#be185d"]
-WIDTH = 860
+WIDTH = 960
+CHAR_PX = 6.6  # average width of a 12px system-ui character, for sizing label columns
+MAX_LABEL_CHARS = 60
 
 
 def _esc(text: Any) -> str:
     return html.escape(str(text))
 
 
-def _scale(value: float, low: float, high: float, start: float, end: float) -> float:
-    return start + (value - low) / (high - low or 1.0) * (end - start)
+def _short(label: str) -> str:
+    return label if len(label) <= MAX_LABEL_CHARS else label[: MAX_LABEL_CHARS - 1] + "…"
+
+
+def _label_width(labels: list[str]) -> float:
+    return min(MAX_LABEL_CHARS, max((len(lbl) for lbl in labels), default=10)) * CHAR_PX + 16
+
+
+def _svg_open(name: str, width: float, height: float, label: str) -> str:
+    return (f'<svg class="chart" data-chart="{name}" viewBox="0 0 {width:.0f} {height:.0f}" width="{width:.0f}" '
+            f'height="{height:.0f}" preserveAspectRatio="xMinYMin meet" role="img" aria-label="{_esc(label)}">')
+
+
+def log_ticks(low: float, high: float) -> list[float]:
+    """1-2-5 ticks per decade between ``low`` and ``high`` (both > 0), at most ~12."""
+    ticks: list[float] = []
+    for exponent in range(math.floor(math.log10(low)) - 1, math.ceil(math.log10(high)) + 1):
+        for mantissa in (1, 2, 5):
+            value = mantissa * 10.0**exponent
+            if low <= value <= high:
+                ticks.append(value)
+    if len(ticks) > 12:
+        ticks = [t for t in ticks if str(t).lstrip("0.").startswith("1")]
+    return ticks or [low, high]
+
+
+def linear_ticks(high: float, count: int = 5) -> list[float]:
+    """Round ticks from 0 to at least ``high``."""
+    if high <= 0:
+        return [0.0, 1.0]
+    raw = high / count
+    magnitude = 10 ** math.floor(math.log10(raw))
+    step = next(m * magnitude for m in (1, 2, 2.5, 5, 10) if m * magnitude >= raw)
+    return [i * step for i in range(int(math.ceil(high / step)) + 1)]
+
+
+def _fmt_ms(value: float) -> str:
+    if value >= 100:
+        return f"{value:.0f}"
+    if value >= 1:
+        return f"{value:.3g}"
+    return f"{value:.2g}"
+
+
+def matrix_table(comparison: Comparison) -> str:
+    grid = matrix(comparison)
+    head = "".join(f"<th>{_esc(d)}</th>" for d in grid.devices)
+    body = []
+    for config in grid.configs:
+        cells = []
+        for device in grid.devices:
+            row = grid.cells.get((config, device))
+            text = matrix_cell(comparison, row)
+            css = ""
+            if row is not None and row.speedup is not None:
+                css = ' class="faster"' if row.speedup > 1.05 else (' class="slower"' if row.speedup < 0.95 else "")
+            cells.append(f"<td{css}>{_esc(text)}</td>")
+        body.append(f"<tr><td>{_esc(config)}</td>{''.join(cells)}</tr>")
+    return (f'<table class="matrix"><thead><tr><th>configuration</th>{head}</tr></thead>'
+            f"<tbody>{''.join(body)}</tbody></table>")
 
 
 def distribution_chart(comparison: Comparison) -> str:
+    """Box plots on a log axis: box p25-p75, thick line p50, dashed p90, whiskers p1-p99."""
     rows = comparison.rows
-    row_h, left, right = 34, 300, WIDTH - 30
-    height = 50 + row_h * len(rows)
-    high = max(float(np.percentile(r.samples, 99)) for r in rows) * 1.05
-    parts = [f'<svg class="chart" data-chart="latency-distribution" viewBox="0 0 {WIDTH} {height}" '
-             f'width="{WIDTH}" height="{height}" role="img" aria-label="latency distribution per configuration">']
-    for tick in np.linspace(0, high, 6):
-        x = _scale(tick, 0, high, left, right)
-        parts.append(f'<line x1="{x:.1f}" y1="20" x2="{x:.1f}" y2="{height - 25}" stroke="#e5e7eb"/>'
-                     f'<text x="{x:.1f}" y="{height - 8}" font-size="11" text-anchor="middle">{tick:.2f} ms</text>')
-    for i, row in enumerate(rows):
-        y = 30 + i * row_h
-        p1, p25, p50, p75, p90, p99 = np.percentile(row.samples, [1, 25, 50, 75, 90, 99])
+    labels = [_short(r.label) for r in rows]
+    left = _label_width(labels)
+    right = WIDTH - 30
+    row_h = 30
+    height = 74 + row_h * len(rows)
+    stats = [np.percentile(r.samples, [1, 25, 50, 75, 90, 99]) for r in rows]
+    low = max(min(float(s[0]) for s in stats), 1e-6) / 1.25
+    high = max(float(s[5]) for s in stats) * 1.25
+    if high / low < 10:  # at least a decade, centred on the data
+        middle = math.sqrt(low * high)
+        low, high = middle / math.sqrt(10), middle * math.sqrt(10)
+
+    def sx(value: float) -> float:
+        value = min(max(value, low), high)
+        return left + (math.log10(value) - math.log10(low)) / (math.log10(high) - math.log10(low)) * (right - left)
+
+    parts = [_svg_open("latency-distribution", WIDTH, height, "latency distribution per configuration")]
+    for tick in log_ticks(low, high):
+        x = sx(tick)
+        parts.append(f'<line x1="{x:.1f}" y1="18" x2="{x:.1f}" y2="{height - 44}" stroke="#e5e7eb"/>'
+                     f'<text x="{x:.1f}" y="{height - 28}" font-size="11" text-anchor="middle">{_fmt_ms(tick)}</text>')
+    parts.append(f'<text x="{(left + right) / 2:.1f}" y="{height - 8}" font-size="11" text-anchor="middle">'
+                 "latency, ms (logarithmic)</text>")
+    for i, (row, label, (p1, p25, p50, p75, p90, p99)) in enumerate(zip(rows, labels, stats)):
+        y = 24 + i * row_h
         color = PALETTE[i % len(PALETTE)]
-        sx = lambda v: _scale(min(v, high), 0, high, left, right)  # noqa: E731
-        parts.append(f'<text x="{left - 8}" y="{y + 14}" font-size="12" text-anchor="end">{_esc(row.label)}</text>')
+        parts.append(f'<text x="{left - 8:.1f}" y="{y + 14}" font-size="12" text-anchor="end">{_esc(label)}'
+                     f"<title>{_esc(row.label)}</title></text>")
         parts.append(f'<line x1="{sx(p1):.1f}" y1="{y + 10}" x2="{sx(p99):.1f}" y2="{y + 10}" stroke="{color}"/>')
-        parts.append(f'<rect class="box" x="{sx(p25):.1f}" y="{y}" width="{max(sx(p75) - sx(p25), 1):.1f}" height="20" '
+        parts.append(f'<rect class="box" x="{sx(p25):.1f}" y="{y}" width="{max(sx(p75) - sx(p25), 1.5):.1f}" height="20" '
                      f'fill="{color}" fill-opacity="0.25" stroke="{color}"><title>{_esc(row.label)}: '
-                     f'p25 {p25:.3f} / p50 {p50:.3f} / p75 {p75:.3f} / p90 {p90:.3f} / p99 {p99:.3f} ms</title></rect>')
-        parts.append(f'<line x1="{sx(p50):.1f}" y1="{y - 2}" x2="{sx(p50):.1f}" y2="{y + 22}" stroke="{color}" stroke-width="3"/>')
-        parts.append(f'<line x1="{sx(p90):.1f}" y1="{y + 2}" x2="{sx(p90):.1f}" y2="{y + 18}" stroke="{color}" stroke-dasharray="3 2"/>')
+                     f'p1 {p1:.3f} / p25 {p25:.3f} / p50 {p50:.3f} / p75 {p75:.3f} / p90 {p90:.3f} / p99 {p99:.3f} ms'
+                     f'</title></rect>')
+        parts.append(f'<line x1="{sx(p50):.1f}" y1="{y - 2}" x2="{sx(p50):.1f}" y2="{y + 22}" stroke="{color}" '
+                     'stroke-width="3"/>')
+        parts.append(f'<line x1="{sx(p90):.1f}" y1="{y + 2}" x2="{sx(p90):.1f}" y2="{y + 18}" stroke="{color}" '
+                     'stroke-dasharray="3 2"/>')
     parts.append("</svg>")
     return "".join(parts)
 
 
 def bars_chart(comparison: Comparison) -> str:
+    """Horizontal p50 (solid) and p90 (light) bars per configuration, with a labelled ms axis."""
     rows = comparison.rows
-    bar_w, gap, top, bottom = 22, 26, 20, 120
-    width = max(WIDTH, 60 + len(rows) * (2 * bar_w + gap))
-    height = 340
-    high = max(r.result["latency"]["p90"] for r in rows) * 1.1
-    parts = [f'<svg class="chart" data-chart="p50-p90-bars" viewBox="0 0 {width} {height}" width="{width}" '
-             f'height="{height}" role="img" aria-label="p50 and p90 per device and configuration">']
-    base = height - bottom
-    for i, row in enumerate(rows):
-        x = 50 + i * (2 * bar_w + gap)
-        for j, (key, opacity) in enumerate((("p50", "0.9"), ("p90", "0.45"))):
+    labels = [_short(r.label) for r in rows]
+    left = _label_width(labels)
+    right = WIDTH - 70
+    bar_h, row_h = 11, 30
+    height = 64 + row_h * len(rows)
+    ticks = linear_ticks(max(r.result["latency"]["p90"] for r in rows))
+    high = ticks[-1]
+
+    def sx(value: float) -> float:
+        return left + value / high * (right - left)
+
+    parts = [_svg_open("p50-p90-bars", WIDTH, height, "p50 and p90 per device and configuration")]
+    for tick in ticks:
+        x = sx(tick)
+        parts.append(f'<line x1="{x:.1f}" y1="14" x2="{x:.1f}" y2="{height - 44}" stroke="#e5e7eb"/>'
+                     f'<text x="{x:.1f}" y="{height - 28}" font-size="11" text-anchor="middle">{tick:g}</text>')
+    parts.append(f'<text x="{(left + right) / 2:.1f}" y="{height - 8}" font-size="11" text-anchor="middle">'
+                 "latency, ms (solid: p50, light: p90)</text>")
+    for i, (row, label) in enumerate(zip(rows, labels)):
+        y = 18 + i * row_h
+        color = PALETTE[i % len(PALETTE)]
+        parts.append(f'<text x="{left - 8:.1f}" y="{y + 15}" font-size="12" text-anchor="end">{_esc(label)}'
+                     f"<title>{_esc(row.label)}</title></text>")
+        for j, (key, opacity) in enumerate((("p50", "0.9"), ("p90", "0.4"))):
             value = row.result["latency"][key]
-            h = _scale(value, 0, high, 0, base - top)
-            parts.append(f'<rect class="bar" x="{x + j * bar_w}" y="{base - h:.1f}" width="{bar_w - 2}" height="{h:.1f}" '
-                         f'fill="{PALETTE[i % len(PALETTE)]}" fill-opacity="{opacity}"><title>{_esc(row.label)} {key} '
-                         f'{value:.3f} ms</title></rect>')
-        parts.append(f'<text x="{x + bar_w}" y="{base + 12}" font-size="10" text-anchor="end" '
-                     f'transform="rotate(-40 {x + bar_w} {base + 12})">{_esc(row.label)}</text>')
-    parts.append(f'<line x1="40" y1="{base}" x2="{width - 10}" y2="{base}" stroke="#9ca3af"/>')
-    parts.append(f'<text x="40" y="14" font-size="11">ms (solid: p50, light: p90); top = {high:.2f} ms</text></svg>')
+            parts.append(f'<rect class="bar" x="{left:.1f}" y="{y + j * bar_h}" width="{max(sx(value) - left, 1):.1f}" '
+                         f'height="{bar_h - 1}" fill="{color}" fill-opacity="{opacity}"><title>{_esc(row.label)} '
+                         f'{key} {value:.3f} ms</title></rect>')
+        p50 = row.result["latency"]["p50"]
+        parts.append(f'<text x="{sx(row.result["latency"]["p90"]) + 4:.1f}" y="{y + 15}" font-size="11">'
+                     f"{p50:.3g} ms</text>")
+    parts.append("</svg>")
     return "".join(parts)
 
 
@@ -84,36 +180,47 @@ def scatter_chart(comparison: Comparison) -> str | None:
     points = [(r, a) for r, a in points if a is not None]
     if not points:
         return None
-    height, left, right, top, bottom = 320, 70, WIDTH - 30, 20, 270
+    height, left, right, top, bottom = 340, 70, WIDTH - 220, 20, 290
     lat = [r.result["latency"]["p50"] for r, _ in points]
     acc = [a for _, a in points]
-    lat_hi = max(lat) * 1.1
-    acc_lo, acc_hi = min(acc) - 0.01, min(1.0, max(acc) + 0.01)
-    parts = [f'<svg class="chart" data-chart="accuracy-vs-latency" viewBox="0 0 {WIDTH} {height}" width="{WIDTH}" '
-             f'height="{height}" role="img" aria-label="accuracy vs latency">',
+    lat_ticks = linear_ticks(max(lat) * 1.15)
+    lat_hi = lat_ticks[-1]
+    spread = max(max(acc) - min(acc), 0.02)  # one point, or equal accuracies: a readable 2-point window
+    acc_lo = max(0.0, min(acc) - spread / 2)
+    acc_hi = min(1.0, max(acc) + spread / 2)
+    if acc_hi - acc_lo < 0.02:
+        acc_lo = max(0.0, acc_hi - 0.02)
+
+    def sx(value: float) -> float:
+        return left + value / lat_hi * (right - left)
+
+    def sy(value: float) -> float:
+        return bottom - (value - acc_lo) / (acc_hi - acc_lo) * (bottom - top)
+
+    parts = [_svg_open("accuracy-vs-latency", WIDTH, height, "accuracy vs latency"),
              f'<line x1="{left}" y1="{bottom}" x2="{right}" y2="{bottom}" stroke="#9ca3af"/>',
              f'<line x1="{left}" y1="{top}" x2="{left}" y2="{bottom}" stroke="#9ca3af"/>',
              f'<text x="{(left + right) / 2}" y="{height - 8}" font-size="11" text-anchor="middle">p50 latency (ms)</text>',
-             f'<text x="14" y="{(top + bottom) / 2}" font-size="11" transform="rotate(-90 14 {(top + bottom) / 2})">accuracy</text>']
-    for tick in np.linspace(0, lat_hi, 5):
-        x = _scale(tick, 0, lat_hi, left, right)
-        parts.append(f'<text x="{x:.1f}" y="{bottom + 14}" font-size="10" text-anchor="middle">{tick:.2f}</text>')
+             f'<text x="14" y="{(top + bottom) / 2}" font-size="11" text-anchor="middle" '
+             f'transform="rotate(-90 14 {(top + bottom) / 2})">accuracy</text>']
+    for tick in lat_ticks:
+        parts.append(f'<text x="{sx(tick):.1f}" y="{bottom + 16}" font-size="10" text-anchor="middle">{tick:g}</text>')
     for tick in np.linspace(acc_lo, acc_hi, 5):
-        y = _scale(tick, acc_lo, acc_hi, bottom, top)
-        parts.append(f'<text x="{left - 6}" y="{y + 3:.1f}" font-size="10" text-anchor="end">{100 * tick:.1f}%</text>')
+        parts.append(f'<line x1="{left}" y1="{sy(tick):.1f}" x2="{right}" y2="{sy(tick):.1f}" stroke="#f3f4f6"/>'
+                     f'<text x="{left - 6}" y="{sy(tick) + 3:.1f}" font-size="10" text-anchor="end">{100 * tick:.1f}%</text>')
     for i, (row, a) in enumerate(points):
-        x = _scale(row.result["latency"]["p50"], 0, lat_hi, left, right)
-        y = _scale(a, acc_lo, acc_hi, bottom, top)
+        x, y = sx(row.result["latency"]["p50"]), sy(a)
         parts.append(f'<circle class="point" cx="{x:.1f}" cy="{y:.1f}" r="6" fill="{PALETTE[i % len(PALETTE)]}">'
                      f'<title>{_esc(row.label)}: {100 * a:.2f}% at {row.result["latency"]["p50"]:.3f} ms</title></circle>'
-                     f'<text x="{x + 8:.1f}" y="{y - 8 - 11 * (i % 2):.1f}" font-size="10">{_esc(row.label)}</text>')
+                     f'<text x="{x + 9:.1f}" y="{y + 4 - 12 * (i % 3 - 1):.1f}" font-size="10">{_esc(_short(row.label))}'
+                     "</text>")
     parts.append("</svg>")
     return "".join(parts)
 
 
 def render(comparison: Comparison, title: str = "edgekit benchmark comparison") -> str:
     table = "".join("<tr>" + "".join(f"<td>{_esc(c)}</td>" for c in cells) + "</tr>" for cells in table_rows(comparison))
-    charts = [("Latency distribution (box: p25–p75, thick: p50, dashed: p90, whiskers: p1–p99)",
+    charts = [("Latency distribution (box: p25–p75, thick: p50, dashed: p90, whiskers: p1–p99; log axis)",
                distribution_chart(comparison)),
               ("p50 and p90 per device and configuration", bars_chart(comparison))]
     scatter = scatter_chart(comparison)
@@ -121,20 +228,30 @@ def render(comparison: Comparison, title: str = "edgekit benchmark comparison") 
         charts.append(("Accuracy vs latency", scatter))
     notes = "".join(f"<li>{_esc(s)}</li>" for s in comparison.skipped)
     sections = "".join(f"<section><h2>{_esc(name)}</h2>{svg}</section>" for name, svg in charts)
+    threshold = "" if comparison.threshold_pct is None else f" (regression threshold {comparison.threshold_pct}%)"
     return f"""<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>{_esc(title)}</title>
+<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{_esc(title)}</title>
 <style>
-body {{ font-family: system-ui, sans-serif; margin: 24px; color: #111827; }}
+body {{ font-family: system-ui, sans-serif; margin: 24px; color: #111827; max-width: 1200px; }}
 table {{ border-collapse: collapse; font-size: 13px; }}
+.scroll {{ overflow-x: auto; }}
 td, th {{ border-bottom: 1px solid #e5e7eb; padding: 4px 8px; text-align: right; white-space: nowrap; }}
 td:first-child, th:first-child {{ text-align: left; }}
+td.faster {{ color: #166534; }} td.slower {{ color: #991b1b; }}
 section {{ margin-top: 28px; }} h2 {{ font-size: 15px; }}
+svg.chart {{ max-width: 100%; height: auto; }}
 </style></head>
 <body data-charts-rendered="0">
 <h1>{_esc(title)}</h1>
-<p>Baseline: {_esc(comparison.baseline)}. Speedup = baseline p50 / p50. Verdicts from a bootstrap 95% CI of the
-ratio of medians over the raw samples{'' if comparison.threshold_pct is None else f' (regression threshold {comparison.threshold_pct}%)'}.</p>
-<table><thead><tr>{''.join(f'<th>{_esc(h)}</th>' for h in HEADERS)}</tr></thead><tbody>{table}</tbody></table>
+<p>Baseline: {_esc(comparison.baseline)}. Speedup = baseline p50 / p50, only between identical configurations
+(artifact, backend, threads, batch). Verdicts from a bootstrap 95% CI of the ratio of medians over the raw
+samples{threshold}.</p>
+<section><h2>p50 per configuration and device (speedup vs baseline)</h2>
+<div class="scroll">{matrix_table(comparison)}</div></section>
+<section><h2>Every measured configuration</h2>
+<div class="scroll"><table><thead><tr>{''.join(f'<th>{_esc(h)}</th>' for h in HEADERS)}</tr></thead>
+<tbody>{table}</tbody></table></div></section>
 {f'<p>Skipped files:</p><ul>{notes}</ul>' if notes else ''}
 {sections}
 <script>

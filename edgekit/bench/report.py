@@ -20,7 +20,7 @@ SCHEMA = "edgekit.bench.report"
 SCHEMA_VERSION = 1
 SCHEMA_FILE = Path(__file__).with_name("report.schema.json")
 CSV_COLUMNS = ("device", "model", "artifact", "backend", "precision", "threads", "batch", "size_bytes",
-               "p50_ms", "p90_ms", "p99_ms", "mean_ms", "cv", "throughput_per_s", "peak_rss_mib", "accuracy",
+               "p50_ms", "p90_ms", "p99_ms", "mean_ms", "cv", "spread", "throughput_per_s", "peak_rss_mib", "accuracy",
                "throttled")
 
 
@@ -39,6 +39,8 @@ def read_report(path: str | Path) -> dict[str, Any]:
         data = json.loads(path.read_text())
     except (OSError, UnicodeDecodeError) as exc:
         raise ReportError(f"{path}: cannot read ({exc})") from None
+    except RecursionError:
+        raise ReportError(f"{path}: nested too deeply to be a report") from None
     except ValueError as exc:
         raise ReportError(f"{path}: not JSON or truncated ({exc})") from None
     return validate_report(data, str(path))
@@ -75,15 +77,38 @@ def _validate_report(data: Any, path: str) -> dict[str, Any]:
             raise ReportError(f"{path}: results[{i}] has no latency samples")
         if not isinstance(result.get("config"), dict):
             raise ReportError(f"{path}: results[{i}] has no config")
+        samples = latency["samples_ms"]
+        if not all(_is_sample(v) for v in samples):
+            bad = next(v for v in samples if not _is_sample(v))
+            raise ReportError(f"{path}: results[{i}].latency.samples_ms holds {bad!r}; expected non-negative "
+                              "numbers of milliseconds")
+        for key in ("p50", "p90", "p99"):
+            if key in latency and not _is_sample(latency[key]):
+                raise ReportError(f"{path}: results[{i}].latency.{key} is {latency[key]!r}, not a number")
     if not isinstance(data.get("model"), dict) or not isinstance(data.get("device"), dict):
         raise ReportError(f"{path}: model or device section missing")
     return data
+
+
+def _is_sample(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0 and value == value \
+        and value != float("inf")
 
 
 def write_report(report: dict[str, Any], path: str | Path) -> Path:
     path = Path(path)
     write_text_atomic(path, json.dumps(report, indent=1, allow_nan=False) + "\n")
     return path
+
+
+def _spread(samples_ms: list[float]) -> float | None:
+    """IQR / median for reports written before "spread" was recorded."""
+    if not samples_ms:
+        return None
+    import numpy as np
+
+    q25, q50, q75 = np.percentile(np.asarray(samples_ms, dtype=np.float64), [25, 50, 75])
+    return float((q75 - q25) / q50) if q50 > 0 else 0.0
 
 
 def summary_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
@@ -105,6 +130,7 @@ def summary_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
             "p99_ms": latency.get("p99"),
             "mean_ms": latency.get("mean"),
             "cv": latency.get("cv"),
+            "spread": latency["spread"] if "spread" in latency else _spread(latency.get("samples_ms") or []),
             "throughput_per_s": (result.get("throughput") or {}).get("per_s"),
             "peak_rss_mib": result.get("peak_rss_mib"),
             "accuracy": accuracy,

@@ -6,18 +6,27 @@ Only numpy and Pillow: this module is on the device path.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..errors import DataError, InputError
+from ..errors import DataError, EdgekitError, InputError
 from ..manifest import Preprocessing
 
 if TYPE_CHECKING:
     from PIL import Image
 
 _RESAMPLE = ("nearest", "bilinear", "bicubic", "lanczos")
+# Largest image edgekit decodes (pixels). Decoding allocates width x height x channels bytes before
+# any resize: a 530 KB PNG of 13000x13000 pixels needs 500 MB. EDGEKIT_MAX_IMAGE_PIXELS overrides it.
+DEFAULT_MAX_IMAGE_PIXELS = 50_000_000
+
+
+def max_image_pixels() -> int:
+    value = os.environ.get("EDGEKIT_MAX_IMAGE_PIXELS", "")
+    return int(value) if value.isdigit() and int(value) > 0 else DEFAULT_MAX_IMAGE_PIXELS
 
 
 def _is_pil_image(item: Any) -> bool:
@@ -31,18 +40,28 @@ def decode_image(
     color_order: str,
     method: str = "bilinear",
 ) -> np.ndarray:
-    """Decode (and resize to ``size`` = (height, width)) an image into a uint8 HWC array."""
+    """Decode (and resize to ``size`` = (height, width)) an image into a uint8 HWC array.
+
+    Images larger than ``max_image_pixels()`` are refused before their pixels are decoded;
+    16-bit images are scaled to 8 bits over their full range (not clipped at 255).
+    """
     from PIL import Image, UnidentifiedImageError
 
     try:
-        image = source if isinstance(source, Image.Image) else Image.open(source)
+        image = source if isinstance(source, Image.Image) else open_image(source)
         image.load()
     except FileNotFoundError:
         raise DataError(f"image {source} does not exist", hint="check the path") from None
-    except (UnidentifiedImageError, OSError, ValueError) as exc:
+    except IsADirectoryError:
+        raise DataError(f"image {source} is a directory", hint="pass image files") from None
+    except Image.DecompressionBombError as exc:
+        raise DataError(f"image {source} is too large to decode ({exc})",
+                        hint="downscale the image, or raise EDGEKIT_MAX_IMAGE_PIXELS") from None
+    except (UnidentifiedImageError, OSError, ValueError, SyntaxError, EOFError) as exc:
         raise DataError(
             f"cannot read image {source}: {exc}", hint="remove or replace the unreadable file"
         ) from None
+    image = _to_8bit(image, source)
     image = image.convert("L" if color_order == "L" else "RGB")
     if size is not None and (image.height, image.width) != tuple(size):
         resample = Image.Resampling[method.upper()] if method in _RESAMPLE else Image.Resampling.BILINEAR
@@ -53,6 +72,49 @@ def decode_image(
     if color_order == "BGR":
         return np.ascontiguousarray(array[..., ::-1])
     return array
+
+
+def open_image(source: Any, limit: int | None = None, name: Any = None) -> Image.Image:
+    """Open an image lazily (header only) and refuse it, by its declared size, before any pixel
+    is decoded. Pillow's own decompression-bomb limit is set to the same number for ``load``."""
+    from PIL import Image
+
+    limit = limit or max_image_pixels()
+    Image.MAX_IMAGE_PIXELS = None  # reading the header allocates nothing; edgekit's check below names the size
+    try:
+        image = Image.open(source)
+    finally:
+        Image.MAX_IMAGE_PIXELS = limit
+    check_image_size(image, name if name is not None else source, limit)
+    return image
+
+
+def check_image_size(image: Image.Image, source: Any, limit: int | None = None) -> None:
+    """Refuse an image whose decoded pixels would exceed the limit (read from its header only)."""
+    limit = limit or max_image_pixels()
+    width, height = image.size
+    if width * height > limit:
+        raise DataError(
+            f"image {source} is {width}x{height} ({width * height / 1e6:.0f} megapixels), more than the "
+            f"{limit / 1e6:.0f}-megapixel limit",
+            hint="downscale the image before passing it, or raise EDGEKIT_MAX_IMAGE_PIXELS",
+        )
+
+
+def _to_8bit(image: Image.Image, source: Any) -> Image.Image:
+    """16-bit and 32-bit integer images scaled to 0..255 (Pillow's convert would clip them at 255)."""
+    from PIL import Image
+
+    if image.mode.startswith("I;16") or image.mode == "I":
+        values = np.asarray(image, dtype=np.float64)
+        if values.size and (values.min() < 0 or values.max() > 65535):
+            raise DataError(f"image {source} holds {image.mode} values outside 0..65535",
+                            hint="save it as an 8- or 16-bit image, or pass the array as .npy")
+        return Image.fromarray(np.rint(values * (255.0 / 65535.0)).astype(np.uint8), mode="L")
+    if image.mode == "F":
+        raise DataError(f"image {source} holds floating-point pixels: edgekit cannot tell their range",
+                        hint="save it as an 8- or 16-bit image, or pass the preprocessed array as .npy")
+    return image
 
 
 def to_layout(images: np.ndarray, spec: Preprocessing) -> np.ndarray:
@@ -104,15 +166,23 @@ def conform(x: np.ndarray, sample_shape: tuple[int | None, ...], what: str) -> n
     return x
 
 
-def check_finite(x: np.ndarray, what: str) -> None:
+def check_finite(
+    x: np.ndarray,
+    what: str,
+    names: Sequence[str] | None = None,
+    hint: str = "drop or repair those samples before calibrating",
+    error: type[EdgekitError] = DataError,
+) -> None:
+    """Refuse NaN/Inf. ``names[i]`` says where sample ``i`` came from (a file row, an image path)."""
     if x.dtype.kind == "f" and not np.isfinite(x).all():
         bad = ~np.isfinite(x)
         if bad.any():
             where = np.argwhere(bad.reshape(x.shape[0], -1).any(axis=1)).ravel()
-            raise DataError(
-                f"{what} contains {int(bad.sum())} NaN/Inf values (first in sample {int(where[0])}, "
-                f"{len(where)} samples affected)",
-                hint="drop or repair those samples before calibrating",
+            first = names[int(where[0])] if names is not None else f"sample {int(where[0])}"
+            raise error(
+                f"{what} contains {int(bad.sum())} NaN/Inf values (first in {first}, "
+                f"{len(where)} sample{'s' if len(where) != 1 else ''} affected)",
+                hint=hint,
             )
 
 
@@ -168,8 +238,14 @@ def infer_preprocessing(
     return spec
 
 
-def load_input(item: Any, spec: Preprocessing | None, sample_shape: tuple[int | None, ...]) -> np.ndarray:
-    """One runtime input (image path, PIL image, .npy path or array) as a float32 batch."""
+def load_input(
+    item: Any, spec: Preprocessing | None, sample_shape: tuple[int | None, ...], native: np.dtype | None = None
+) -> np.ndarray:
+    """One runtime input (image path, PIL image, .npy path or array) as a float32 batch.
+
+    ``native``: a bare model's integer input dtype; arrays already in it are its quantized
+    values and are fed unchanged (a uint8-input .tflite takes raw pixels that way).
+    """
     if _is_pil_image(item) or (
         isinstance(item, (str, os.PathLike)) and Path(item).suffix.lower() not in (".npy", ".json")
     ):
@@ -179,21 +255,59 @@ def load_input(item: Any, spec: Preprocessing | None, sample_shape: tuple[int | 
         raw = decode_image(item, size, spec.color_order, spec.resize_method)  # type: ignore[arg-type]
         return conform(normalize(to_layout(raw[None], spec), spec), sample_shape, f"image {item}")
     if isinstance(item, (str, os.PathLike)):
-        path = Path(item)
+        array = read_array_file(Path(item))
+        what = f"input {item}"
+    else:
+        try:
+            array = np.asarray(item)
+        except ValueError as exc:  # ragged nested lists
+            raise InputError(f"input is not a rectangular array ({exc})",
+                             hint="every sample must have the same shape") from None
+        what = "input"
+    if array.dtype.kind not in "uif":
+        raise InputError(f"{what} has dtype {array.dtype}; expected numbers", hint="pass uint8 or float arrays")
+    if array.size == 0:
+        raise InputError(f"{what} is empty (shape {tuple(array.shape)})", hint="pass at least one sample")
+    check_finite(array if array.ndim > 1 else array[None], what, error=InputError,
+                 hint="replace the NaN/Inf values: they have no INT8 value and the outputs would be meaningless")
+    if array.dtype.kind in "iu" and spec is not None:
+        array = normalize(array, spec)  # raw pixels: apply the manifest's preprocessing
+    elif native is not None and native.kind in "iu" and array.dtype == native:
+        return conform(array, sample_shape, what)
+    return conform(array.astype(np.float32, copy=False), sample_shape, what)
+
+
+def read_array_file(path: Path) -> np.ndarray:
+    """A ``.npy`` or ``.json`` array file, with one clear error for every way it can be bad."""
+    try:
         if path.suffix.lower() == ".json":
             import json
 
-            array = np.asarray(json.loads(path.read_text()))
-        else:
-            array = np.load(path, allow_pickle=False)
-    else:
-        array = np.asarray(item)
-    if array.dtype.kind not in "uif":
-        raise InputError(f"input has dtype {array.dtype}; expected numbers", hint="pass uint8 or float arrays")
-    check_finite(array if array.ndim > 1 else array[None], "input")
-    if array.dtype.kind in "iu" and spec is not None:
-        array = normalize(array, spec)  # raw pixels: apply the manifest's preprocessing
-    return conform(array.astype(np.float32, copy=False), sample_shape, "input")
+            try:
+                data = json.loads(path.read_bytes())
+            except RecursionError:
+                raise InputError(f"input {path} is nested too deeply to be an array",
+                                 hint="write the array with json.dump(array.tolist(), file)") from None
+            except ValueError as exc:
+                raise InputError(f"input {path} is not valid JSON ({exc})",
+                                 hint="write the array with json.dump(array.tolist(), file)") from None
+            try:
+                return np.asarray(data)
+            except (ValueError, TypeError) as exc:
+                raise InputError(f"input {path} is not a rectangular array of numbers ({exc})",
+                                 hint="every sample must have the same shape and hold only numbers") from None
+        return np.load(path, allow_pickle=False)
+    except InputError:
+        raise
+    except IsADirectoryError:
+        raise InputError(f"input {path} is a directory", hint="pass .npy/.json files or images") from None
+    except (ValueError, EOFError, OSError) as exc:
+        from ..errors import storage_error
+
+        if isinstance(exc, OSError) and storage_error(exc, "read") is not None:
+            raise storage_error(exc, "read") from None  # type: ignore[misc]
+        raise InputError(f"input {path} is not a readable array file ({type(exc).__name__}: {exc})",
+                         hint="save arrays with numpy.save (numbers only, no objects) or as JSON lists") from None
 
 
 def _matches(shape: tuple[int, ...], expected: tuple[int | None, ...]) -> bool:

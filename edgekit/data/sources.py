@@ -11,6 +11,7 @@ import hashlib
 import importlib
 import importlib.util
 import sys
+import zipfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +33,7 @@ class RawBatch:
     x: np.ndarray
     y: np.ndarray | None
     sha256: str
+    names: list[str] = field(default_factory=list)  # where each sample came from: "row 150", an image path
 
 
 @dataclass
@@ -63,6 +65,26 @@ class DataSource:
             order = order[~np.isin(order, np.asarray(exclude))]
         return np.sort(order if n is None else order[:n])
 
+    def check_readable(self, indices: np.ndarray) -> None:
+        """Open every selected image's header and check its data (cheap: no resize, no model)."""
+        if self.kind != "images":
+            return
+        from PIL import Image, UnidentifiedImageError
+
+        from .preprocessing import open_image
+
+        for i in indices:
+            path = self._files[int(i)]
+            try:
+                with open_image(path) as image:
+                    image.verify()
+            except DataError:
+                raise
+            except (UnidentifiedImageError, OSError, ValueError, SyntaxError, EOFError,
+                    Image.DecompressionBombError) as exc:
+                raise DataError(f"cannot read image {path}: {exc}",
+                                hint=f"remove or replace the unreadable file in {self.description}") from None
+
     def load(self, indices: np.ndarray, image_size: tuple[int, int] | None, color_order: str) -> RawBatch:
         digest = hashlib.sha256()
         if self.kind == "images":
@@ -76,15 +98,17 @@ class DataSource:
                     targets.append(self.labels.index(path.parent.name))
             x = np.stack(images)
             y = np.asarray(targets, dtype=np.int64) if self.labels is not None else None
+            names = [str(self._files[int(i)]) for i in indices]
         else:
             assert self._x is not None
             x = np.ascontiguousarray(self._x[indices])
             y = None if self._y is None else np.asarray(self._y[indices])
             digest.update(str(x.dtype).encode() + str(x.shape).encode())
             digest.update(x.tobytes())
+            names = [f"row {int(i)} of {self.description}" for i in indices]
         if y is not None:
             digest.update(np.ascontiguousarray(y).tobytes())
-        return RawBatch(x=x, y=y, sha256=digest.hexdigest())
+        return RawBatch(x=x, y=y, sha256=digest.hexdigest(), names=names)
 
 
 def open_data(spec: str, role: str = "calibration") -> DataSource:
@@ -129,18 +153,22 @@ def _open_image_folder(root: Path, role: str) -> DataSource:
 
 
 def _load_npy(path: Path, role: str) -> np.ndarray:
+    if path.stat().st_size == 0:
+        raise DataError(f"{role} file {path} is empty (0 bytes)", hint="save the samples with numpy.save(path, x)")
     try:
         return np.load(path, mmap_mode="r", allow_pickle=False)
-    except (ValueError, OSError) as exc:
-        raise DataError(f"{role} file {path} is not a readable .npy array ({exc})") from None
+    except (ValueError, OSError, EOFError) as exc:  # EOFError would otherwise reach click as "aborted"
+        raise DataError(f"{role} file {path} is not a readable .npy array ({type(exc).__name__}: {exc})",
+                        hint="save numbers (no objects) with numpy.save(path, x)") from None
 
 
 def _open_npz(path: Path, role: str) -> DataSource:
     try:
         with np.load(path, allow_pickle=False) as archive:
             arrays = {k: archive[k] for k in archive.files}
-    except (ValueError, OSError, EOFError) as exc:
-        raise DataError(f"{role} file {path} is not a readable .npz archive ({exc})") from None
+    except (ValueError, OSError, EOFError, KeyError, zipfile.BadZipFile) as exc:
+        raise DataError(f"{role} file {path} is not a readable .npz archive ({type(exc).__name__}: {exc})",
+                        hint="save numbers (no objects) with numpy.savez(path, x=x, y=y)") from None
     if "x" not in arrays:
         raise DataError(
             f"{role} file {path} has no array named 'x' (it has: {', '.join(arrays) or 'nothing'})",

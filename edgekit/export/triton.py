@@ -13,7 +13,7 @@ import shutil
 from pathlib import Path
 
 from ..errors import EdgekitError, OutputExistsError
-from ..fsutil import publish, staging_dir, write_text_atomic
+from ..fsutil import ensure_writable, publish, staging_dir, write_text_atomic
 from ..manifest import Manifest
 from ..package_io import open_package, verified_artifact_path
 
@@ -108,6 +108,7 @@ def export_triton(
     destination = repo / manifest.name
     if destination.exists() and not force:
         raise OutputExistsError(f"{destination} already exists")
+    ensure_writable(repo, "Triton model repository", is_dir=True)
     if max_batch_size < 1:
         raise EdgekitError("--max-batch-size must be at least 1")
     with staging_dir(destination) as staged:

@@ -22,6 +22,8 @@ class OutputComparison:
     max_abs_error: float
     float_accuracy: float | None = None
     accuracy: float | None = None
+    distinct_values: int = 0  # distinct values among the candidate's outputs
+    degenerate: str | None = None  # why the outputs carry no signal (constant), else None
 
     @property
     def accuracy_drop_pp(self) -> float | None:
@@ -56,6 +58,8 @@ def compare_outputs(reference: np.ndarray, candidate: np.ndarray, targets: np.nd
         float_accuracy = float(np.mean(ref.argmax(axis=1) == targets))
         accuracy = float(np.mean(out.argmax(axis=1) == targets))
     return OutputComparison(
+        distinct_values=int(np.unique(out).size),
+        degenerate=degenerate_reason(ref, out),
         samples=int(ref.shape[0]),
         top1_agreement=agreement,
         cosine=_mean_cosine(ref, out),
@@ -64,6 +68,25 @@ def compare_outputs(reference: np.ndarray, candidate: np.ndarray, targets: np.nd
         float_accuracy=float_accuracy,
         accuracy=accuracy,
     )
+
+
+def degenerate_reason(reference: np.ndarray, candidate: np.ndarray) -> str | None:
+    """Why a candidate's outputs carry no signal although the reference's do, else None.
+
+    Constant outputs (every sample the same, or one value everywhere) happen when INT8
+    activations collapse to zero; such an artifact must never pass validation, whatever its
+    top-1 agreement on an unlabeled set happens to be.
+    """
+    ref = reference.reshape(reference.shape[0], -1)
+    out = candidate.reshape(candidate.shape[0], -1)
+    if ref.size == 0:
+        return None
+    ref_varies = ref.shape[0] > 1 and bool(np.any(np.ptp(ref, axis=0) > 0))
+    if ref_varies and not np.any(np.ptp(out, axis=0) > 0):
+        return f"the outputs are the same for all {out.shape[0]} samples while the float model's differ"
+    if np.ptp(ref) > 0 and np.ptp(out) == 0:
+        return f"every output value is {float(out.flat[0]):g}"
+    return None
 
 
 def _mean_cosine(a: np.ndarray, b: np.ndarray) -> float:

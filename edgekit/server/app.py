@@ -9,13 +9,21 @@ what is queued.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import errno
 import json
-from collections.abc import Sequence
+import logging
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import uvicorn
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -33,6 +41,7 @@ from .protocol import HEADER_LENGTH, ProtocolError, datatype_of, encode_response
 from .reports import ReportStore
 
 VERSION = "1"
+log = logging.getLogger("edgekit.server")
 
 
 @dataclass
@@ -44,6 +53,9 @@ class ServerOptions:
     reports_dir: str | None = None
     cache_predictions: bool = False
     drain_timeout_s: float = 30.0
+    max_image_pixels: int = 25_000_000  # /infer/image: larger images are refused before decoding
+    image_decoders: int = 2  # images decoded at once (off the event loop): bounds decode memory
+    lameduck_s: float = 2.0  # on SIGTERM/SIGINT: keep answering (Connection: close) this long at most
 
 
 @dataclass
@@ -85,7 +97,8 @@ def create_app(models: Sequence[Model], options: ServerOptions | None = None) ->
         served[name] = ServedModel(name, model, sample_shape=shape,
                                    cache=PredictionCache(max_entries=4096) if options.cache_predictions else None)
     store = ReportStore(options.reports_dir) if options.reports_dir else None
-    accepting = {"value": True}
+    accepting = {"value": True, "draining": False}  # draining: after SIGTERM, still answering, not ready
+    decoders = asyncio.Semaphore(options.image_decoders)
 
     @asynccontextmanager
     async def lifespan(app: Starlette):
@@ -99,6 +112,8 @@ def create_app(models: Sequence[Model], options: ServerOptions | None = None) ->
                 metrics.cache_hits.labels(model=entry.name, version=VERSION).set_function(lambda c=entry.cache: c.hits)
                 metrics.cache_misses.labels(model=entry.name, version=VERSION).set_function(lambda c=entry.cache: c.misses)
             entry.ready = True  # loaded and warmed up by edgekit.load before the server starts
+        if app.state.on_ready is not None:
+            app.state.on_ready()
         yield
         accepting["value"] = False
         for entry in served.values():
@@ -124,7 +139,7 @@ def create_app(models: Sequence[Model], options: ServerOptions | None = None) ->
         return JSONResponse({"live": True})
 
     async def ready(request: Request) -> Response:
-        is_ready = accepting["value"] and all(e.ready for e in served.values())
+        is_ready = accepting["value"] and not accepting["draining"] and all(e.ready for e in served.values())
         return JSONResponse({"ready": is_ready}, status_code=200 if is_ready else 503)
 
     async def model_metadata(request: Request) -> Response:
@@ -138,7 +153,8 @@ def create_app(models: Sequence[Model], options: ServerOptions | None = None) ->
             entry = lookup(request)
         except ProtocolError as exc:
             return error(exc.status, exc.message)
-        return JSONResponse({"name": entry.name, "ready": entry.ready}, status_code=200 if entry.ready else 503)
+        is_ready = entry.ready and not accepting["draining"]
+        return JSONResponse({"name": entry.name, "ready": is_ready}, status_code=200 if is_ready else 503)
 
     async def read_body(request: Request) -> bytes:
         declared = request.headers.get("content-length")
@@ -191,6 +207,8 @@ def create_app(models: Sequence[Model], options: ServerOptions | None = None) ->
             content, headers = encode_response(entry.name, VERSION, parsed, {name: y.astype(np.float32)})
         except ProtocolError as exc:
             return failure(entry_name, exc)
+        except Exception:  # a bug: answer 500, log the traceback, count it
+            return internal_failure(entry_name, request)
         metrics.success.labels(model=entry.name, version=VERSION).inc()
         return Response(content, headers=headers)
 
@@ -200,22 +218,13 @@ def create_app(models: Sequence[Model], options: ServerOptions | None = None) ->
             entry = lookup(request)
             entry_name = entry.name
             body = await read_body(request)
-            import io
-
-            from PIL import Image, UnidentifiedImageError
-
-            try:
-                image = Image.open(io.BytesIO(body))
-                image.load()
-            except (UnidentifiedImageError, OSError, ValueError):
-                raise ProtocolError(400, "request body is not an image (send the image file's bytes)") from None
-            try:
-                x = entry.model.preprocess(image)
-            except EdgekitError as exc:
-                raise ProtocolError(400, exc.message) from None
+            async with decoders:  # decoding allocates width x height x 3 bytes: a few at a time, off the loop
+                x = await asyncio.to_thread(decode_upload, entry, body, options.max_image_pixels)
             y = (await run_model(entry, x))[0]
         except ProtocolError as exc:
             return failure(entry_name, exc)
+        except Exception:  # a bug: answer 500, log the traceback, count it
+            return internal_failure(entry_name, request)
         metrics.success.labels(model=entry.name, version=VERSION).inc()
         labels = entry.model.labels
         flat = y.reshape(-1)
@@ -227,6 +236,12 @@ def create_app(models: Sequence[Model], options: ServerOptions | None = None) ->
             "top_k": [{"label": labels[i] if labels else str(int(i)), "index": int(i), "score": float(flat[i])}
                       for i in order],
         })
+
+    def internal_failure(entry_name: str | None, request: Request) -> Response:
+        log.exception("internal error answering %s %s", request.method, request.url.path)
+        if entry_name is not None:
+            metrics.failure.labels(model=entry_name, version=VERSION, reason="OTHER").inc()
+        return error(500, "internal server error (the server log has the traceback)")
 
     def validate_input(entry: ServedModel, inputs: dict[str, np.ndarray]) -> np.ndarray:
         expected = entry.model.manifest.inputs[0].name
@@ -258,6 +273,8 @@ def create_app(models: Sequence[Model], options: ServerOptions | None = None) ->
             report_id = store.add(report)
         except ProtocolError as exc:
             return error(exc.status, exc.message)
+        except RecursionError:
+            return error(400, "report JSON is nested too deeply")
         except (ValueError, UnicodeDecodeError):
             return error(400, "report is not valid JSON")
         except ReportError as exc:
@@ -296,21 +313,150 @@ def create_app(models: Sequence[Model], options: ServerOptions | None = None) ->
     app = Starlette(routes=routes, lifespan=lifespan)
     app.state.served = served
     app.state.metrics = metrics
+    app.state.accepting = accepting
+    app.state.on_ready = None  # set by serve(): says "serving" once every model is ready
+    app.add_middleware(_CloseWhenDraining, accepting=accepting)
     return app
+
+
+class _CloseWhenDraining:
+    """While the server drains (after SIGTERM/SIGINT), every response carries ``Connection: close``
+    so keep-alive clients close their connections themselves instead of being reset."""
+
+    def __init__(self, app: Any, accepting: dict[str, Any]) -> None:
+        self.app = app
+        self.accepting = accepting
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or (self.accepting["value"] and not self.accepting["draining"]):
+            await self.app(scope, receive, send)
+            return
+
+        async def closing(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                headers = [(k, v) for k, v in message.get("headers", []) if k.lower() != b"connection"]
+                message = {**message, "headers": [*headers, (b"connection", b"close")]}
+            await send(message)
+
+        await self.app(scope, receive, closing)
+
+
+def decode_upload(entry: ServedModel, body: bytes, max_pixels: int) -> np.ndarray:
+    """An uploaded image as the model's input batch (runs in a worker thread)."""
+    import io
+
+    from PIL import Image, UnidentifiedImageError
+
+    from ..data.preprocessing import open_image
+
+    try:
+        image = open_image(io.BytesIO(body), max_pixels, name="upload")
+        image.load()
+    except EdgekitError as exc:  # larger than this server decodes
+        raise ProtocolError(400, f"{exc.message}; downscale it first") from None
+    except Image.DecompressionBombError:
+        raise ProtocolError(400, "image is too large to decode; downscale it first") from None
+    except (UnidentifiedImageError, OSError, ValueError, SyntaxError, EOFError):
+        raise ProtocolError(400, "request body is not an image (send the image file's bytes)") from None
+    try:
+        return entry.model.preprocess(image)
+    except EdgekitError as exc:
+        raise ProtocolError(400, exc.message) from None
 
 
 def serve(sources: Sequence[str], host: str = "127.0.0.1", port: int = 8000, options: ServerOptions | None = None,
           artifact: str | None = None, backend: str | None = None, threads: int | None = None,
           profile: str = "auto", require_signature: bool | None = None, trusted_keys: str | None = None) -> None:
-    """Load every package, then serve them until interrupted (graceful shutdown drains the queues)."""
-    import uvicorn
+    """Load every package, bind the port, then serve until SIGTERM/SIGINT.
 
+    Shutdown is graceful on both signals: readiness turns 503, responses carry ``Connection:
+    close`` for up to ``lameduck_s`` (keep-alive clients go away cleanly), then new connections
+    stop, in-flight requests finish and the queues drain. The process then exits 0.
+    """
     from ..runtime import load
 
-    models = [load(source, artifact=artifact, backend=backend, threads=threads, profile=profile,
-                   require_signature=require_signature, trusted_keys=trusted_keys) for source in sources]
-    app = create_app(models, options)
-    names = ", ".join(app.state.served)
-    print(f"serving {names} on http://{host}:{port}/v2 (KServe v2; metrics at /metrics)", flush=True)
-    uvicorn.run(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=int(
-        (options or ServerOptions()).drain_timeout_s))
+    options = options or ServerOptions()
+    sock = bind_socket(host, port)  # a port in use fails here, before any model loads
+    try:
+        models = [load(source, artifact=artifact, backend=backend, threads=threads, profile=profile,
+                       require_signature=require_signature, trusted_keys=trusted_keys) for source in sources]
+        app = create_app(models, options)
+        bound_host, bound_port = sock.getsockname()[:2]
+        shown = f"[{bound_host}]" if ":" in str(bound_host) else bound_host
+        names = ", ".join(app.state.served)
+        app.state.on_ready = lambda: print(
+            f"serving {names} on http://{shown}:{bound_port}/v2 (KServe v2; metrics at /metrics)", flush=True)
+        debug = os.environ.get("EDGEKIT_DEBUG") == "1"
+        config = uvicorn.Config(app, log_level="debug" if debug else "warning",
+                                timeout_graceful_shutdown=int(options.drain_timeout_s))
+        _GracefulServer(config, app.state.accepting, options.lameduck_s).run(sockets=[sock])
+    finally:
+        sock.close()
+
+
+def bind_socket(host: str, port: int) -> Any:
+    """A listening socket on ``host:port`` (0 picks a free port), or one clear error."""
+    import socket
+
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+    except (socket.gaierror, UnicodeError, OverflowError) as exc:
+        raise EdgekitError(f"cannot listen on {host}:{port}: {exc}",
+                           hint="pass --host as an address of this machine (127.0.0.1, 0.0.0.0 or ::)") from None
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(2048)
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise EdgekitError(f"port {port} on {host} is already in use",
+                               hint="stop the program using it, or pass another --port") from None
+        if exc.errno in (errno.EACCES, errno.EPERM):
+            raise EdgekitError(f"not allowed to listen on port {port} on {host} ({exc.strerror})",
+                               hint="use a port above 1023, or run with the needed privileges") from None
+        raise EdgekitError(f"cannot listen on {host}:{port}: {exc.strerror}",
+                           hint="pass --host as an address of this machine") from None
+    sock.set_inheritable(True)
+    return sock
+
+
+class _GracefulServer(uvicorn.Server):
+    """uvicorn's server with a lame-duck phase before its shutdown, and exit 0 on SIGTERM/SIGINT
+    (uvicorn re-raises the signal after shutting down, which ends the process with 143)."""
+
+    def __init__(self, config: uvicorn.Config, accepting: dict[str, Any], lameduck_s: float) -> None:
+        super().__init__(config)
+        self.accepting = accepting
+        self.lameduck_s = lameduck_s
+        self.draining_since: float | None = None
+
+    def handle_exit(self, sig: int, frame: Any) -> None:
+        if self.draining_since is None:
+            self.draining_since = time.monotonic()
+            self.accepting["draining"] = True
+            log.warning("received %s: draining (readiness 503, Connection: close) before shutdown",
+                        signal.Signals(sig).name)
+        elif sig == signal.SIGINT:
+            self.force_exit = True  # a second Ctrl-C: stop waiting
+
+    async def on_tick(self, counter: int) -> bool:
+        if self.draining_since is not None and not self.should_exit:
+            waited = time.monotonic() - self.draining_since
+            if waited >= self.lameduck_s or (waited >= 0.2 and not self.server_state.connections):
+                self.should_exit = True
+        return await super().on_tick(counter)
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        original = {sig: signal.signal(sig, self.handle_exit) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield
+        finally:
+            for sig, handler in original.items():
+                signal.signal(sig, handler)

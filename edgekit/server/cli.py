@@ -9,29 +9,80 @@ from collections.abc import Sequence
 from ..clitools import guarded, split_debug
 
 
+def _port(text: str) -> int:
+    value = _integer(text)
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"{value} is not a TCP port (0-65535; 0 picks a free one)")
+    return value
+
+
+def _integer(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+
+
+def _at_least(minimum: int):  # noqa: ANN202 - an argparse type
+    def parse(text: str) -> int:
+        value = _integer(text)
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
+        return value
+
+    return parse
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
+    return value
+
+
 def add_server_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("server (--serve)")
     group.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
-    group.add_argument("--port", type=int, default=8000, help="port (default 8000)")
-    group.add_argument("--max-batch-size", type=int, default=8, help="dynamic batching: largest batch (default 8)")
-    group.add_argument("--max-queue-delay-us", type=int, default=500,
+    group.add_argument("--port", type=_port, default=8000, help="port (default 8000; 0 picks a free port)")
+    group.add_argument("--max-batch-size", type=_at_least(1), default=8,
+                       help="dynamic batching: largest batch (default 8)")
+    group.add_argument("--max-queue-delay-us", type=_at_least(0), default=500,
                        help="dynamic batching: longest wait for a batch to fill, microseconds (default 500)")
-    group.add_argument("--max-queue-size", type=int, default=256,
+    group.add_argument("--max-queue-size", type=_at_least(1), default=256,
                        help="requests waiting per model before answering 503 (default 256)")
-    group.add_argument("--max-body-mb", type=float, default=64.0, help="largest request body (default 64 MB)")
+    group.add_argument("--max-body-mb", type=_positive_float, default=64.0, help="largest request body (default 64 MB)")
+    group.add_argument("--max-image-mpixels", type=_positive_float, default=25.0,
+                       help="largest image /infer/image decodes, megapixels (default 25)")
     group.add_argument("--reports-dir", default=None, help="store benchmark reports POSTed to /v2/reports here")
 
 
-def options_from(args: argparse.Namespace):
+def require_server_extra() -> None:
+    """The server's libraries come from an extra: name it instead of failing on an import."""
+    from ..errors import BackendUnavailableError
+
+    missing = []
+    for module in ("starlette", "uvicorn", "prometheus_client"):
+        try:
+            __import__(module)
+        except ImportError:
+            missing.append(module)
+    if missing:
+        raise BackendUnavailableError(f"the server needs {', '.join(missing)}, which is not installed",
+                                      hint="pip install 'edgekit[server]'")
+
+
+def options_from(args: argparse.Namespace):  # noqa: ANN201 - ServerOptions, imported lazily
+    require_server_extra()
     from .app import ServerOptions
 
-    for name in ("max_batch_size", "max_queue_size"):
-        if getattr(args, name) < 1:
-            raise SystemExit(f"error: --{name.replace('_', '-')} must be at least 1")
     return ServerOptions(
-        max_batch_size=args.max_batch_size, max_queue_delay_us=max(0, args.max_queue_delay_us),
+        max_batch_size=args.max_batch_size, max_queue_delay_us=args.max_queue_delay_us,
         max_queue_size=args.max_queue_size, max_body_bytes=int(args.max_body_mb * (1 << 20)),
         reports_dir=args.reports_dir, cache_predictions=getattr(args, "cache_predictions", False),
+        max_image_pixels=int(args.max_image_mpixels * 1e6),
     )
 
 
@@ -43,7 +94,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "edgekit serve") -> int:
     parser.add_argument("--target", dest="profile", default="auto", help="device profile (default: detect)")
     parser.add_argument("--artifact", choices=["tflite", "onnx", "coreml"], default=None)
     parser.add_argument("--backend", choices=["litert", "onnxruntime", "coreml"], default=None)
-    parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--threads", type=_at_least(1), default=None)
     parser.add_argument("--cache-predictions", action="store_true", help="answer repeated inputs from a cache")
     parser.add_argument("--require-signature", action="store_true", default=None,
                         help="refuse packages not signed by a key in --trusted-keys")
@@ -53,9 +104,10 @@ def main(argv: Sequence[str] | None = None, prog: str = "edgekit serve") -> int:
     args = parser.parse_args(args_list)
 
     def body() -> int:
+        options = options_from(args)
         from .app import serve
 
-        serve(args.sources, args.host, args.port, options_from(args), args.artifact, args.backend, args.threads,
+        serve(args.sources, args.host, args.port, options, args.artifact, args.backend, args.threads,
               args.profile, args.require_signature, args.trusted_keys)
         return 0
 

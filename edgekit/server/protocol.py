@@ -48,6 +48,8 @@ def parse_request(body: bytes, header_length: str | None) -> InferRequest:
         return _parse_request(body, header_length)
     except ProtocolError:
         raise
+    except RecursionError:
+        raise ProtocolError(400, "request JSON is nested too deeply") from None
     except (TypeError, ValueError, AttributeError, KeyError, IndexError, OverflowError, MemoryError) as exc:
         raise ProtocolError(400, f"malformed request ({type(exc).__name__}: {exc})") from None
 

@@ -30,8 +30,16 @@ def get_target(name: str) -> Target:
         ) from None
 
 
+def expand_targets(names: list[str]) -> list[str]:
+    """Target names with ``all`` expanded and duplicates dropped (order kept)."""
+    expanded: list[str] = []
+    for name in names:
+        expanded.extend(TARGETS if name == "all" else [name])
+    return list(dict.fromkeys(expanded))
+
+
 register(TFLiteTarget)
 register(ONNXTarget)
 register(CoreMLTarget)
 
-__all__ = ["TARGETS", "BuildContext", "Target", "get_target", "register"]
+__all__ = ["TARGETS", "BuildContext", "Target", "expand_targets", "get_target", "register"]

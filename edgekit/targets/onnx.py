@@ -19,10 +19,8 @@ take of the graph (``check_onnx_model_mobile_usability``'s analysis) is recorded
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -129,11 +127,7 @@ def export_float_onnx(context: BuildContext) -> str:
         sys.executable, "-m", "tf2onnx.convert", "--saved-model", context.saved_model, "--tag", "serve",
         "--signature_def", "serving_default", "--opset", str(OPSET), "--output", str(output),
     ]
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
-    try:
-        proc = subprocess.run(command, capture_output=True, text=True, env=env, timeout=context.timeout_s)
-    except subprocess.TimeoutExpired:
-        raise ConversionError(f"tf2onnx did not finish within {context.timeout_s:.0f} s") from None
+    proc = worker.run_tool(command, "tf2onnx conversion", context.timeout_s)
     # tf2onnx exits 0 even when it leaves ops it cannot convert in the graph: read its log too
     if proc.returncode != 0 or not output.exists() or "Unsupported ops:" in proc.stderr:
         raise explain_tf2onnx_failure(proc.stderr, context.layer_names)
@@ -171,7 +165,7 @@ def _convert_to_ort(model: Path, context: BuildContext) -> None:
         sys.executable, "-m", "onnxruntime.tools.convert_onnx_models_to_ort", str(staging / model.name),
         "--output_dir", str(staging / "out"), "--optimization_style", "Fixed", "--target_platform", "arm",
     ]
-    proc = subprocess.run(command, capture_output=True, text=True, timeout=context.timeout_s)
+    proc = worker.run_tool(command, "ONNX -> ORT format conversion", context.timeout_s)
     ort_files = list((staging / "out").glob("*.ort"))
     configs = list((staging / "out").glob("*.config"))
     if proc.returncode != 0 or len(ort_files) != 1 or len(configs) != 1:

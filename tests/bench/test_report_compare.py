@@ -113,7 +113,11 @@ def test_different_models_are_refused_unless_allowed(tmp_path, capsys):
 
 def test_markdown_output_and_csv_export(fleet, capsys):
     code, out, _ = run_cli(capsys, "compare", fleet, "--markdown")
-    assert code == 0 and out.startswith("| device | artifact |") and out.count("\n") == 2 + 6
+    assert code == 0 and out.startswith("| device | artifact |")
+    rows, matrix = out.split("\n\n")
+    assert rows.count("\n") == 2 + 6 - 1  # header, separator, one row per device x artifact
+    assert matrix.startswith("| configuration | orin | pi5 | server |") and matrix.count("\n") == 2 + 2
+    assert "(baseline)" in matrix.splitlines()[2].split("|")[2]  # the first file is the default baseline
     assert to_csv([make_report()]).count("\n") == 3
 
 
@@ -125,6 +129,21 @@ def _chromium() -> str | None:
     return None
 
 
+def _required_chromium() -> str:
+    browser = _chromium()
+    if browser is None:
+        if os.environ.get("EDGEKIT_REQUIRE_CHROMIUM") == "1":
+            pytest.fail("chromium is required here (EDGEKIT_REQUIRE_CHROMIUM=1) but not installed")
+        pytest.skip("chromium not installed (Debian package chromium); CI installs it")
+    return browser
+
+
+def _browser_flags(tmp_path) -> list[str]:
+    return ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+            "--disable-background-networking", "--disable-component-update", "--disable-sync",
+            f"--user-data-dir={tmp_path / 'profile'}"]
+
+
 def test_html_report_renders_its_charts_in_headless_chromium(fleet, tmp_path, capsys):
     html_path = tmp_path / "fleet.html"
     code, out, _ = run_cli(capsys, "compare", fleet, "--html", html_path)
@@ -133,14 +152,8 @@ def test_html_report_renders_its_charts_in_headless_chromium(fleet, tmp_path, ca
     assert "<script src" not in text and "http" not in text.split("<body", 1)[1]  # self-contained
     for chart in ("latency-distribution", "p50-p90-bars", "accuracy-vs-latency"):
         assert f'data-chart="{chart}"' in text
-    browser = _chromium()
-    if browser is None:
-        if os.environ.get("EDGEKIT_REQUIRE_CHROMIUM") == "1":
-            pytest.fail("chromium is required here (EDGEKIT_REQUIRE_CHROMIUM=1) but not installed")
-        pytest.skip("chromium not installed (Debian package chromium); CI installs it")
-    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-             "--disable-background-networking", "--disable-component-update", "--disable-sync",
-             f"--user-data-dir={tmp_path / 'profile'}"]
+    browser = _required_chromium()
+    flags = _browser_flags(tmp_path)
     dom = subprocess.run([browser, *flags, "--dump-dom", html_path.as_uri()], capture_output=True, text=True,
                          timeout=120)
     match = re.search(r'data-charts-rendered="(\d+)"', dom.stdout)
@@ -189,3 +202,105 @@ def test_schema_file_requires_what_reports_carry():
     assert set(schema["required"]) <= set(report)
     assert set(schema["$defs"]["result"]["required"]) <= set(report["results"][0])
     copy.deepcopy(report)
+
+
+def _config_report(device: str, scale: float, seed: int) -> dict:
+    """One report with batch 1 and batch 8 of the same artifact (batch 8 is ~6x slower per call)."""
+    report = make_report(device, scale=scale, seed=seed, artifacts=("tflite",))
+    batch8 = copy.deepcopy(report["results"][0])
+    batch8["config"]["batch"] = 8
+    samples = [6 * v for v in batch8["latency"]["samples_ms"]]
+    batch8["latency"] |= {"samples_ms": samples, "p50": float(np.median(samples))}
+    report["results"].append(batch8)
+    return report
+
+
+def test_compare_matches_configurations_never_the_baselines_first_row(tmp_path):
+    write_report(_config_report("pi5", 2.0, 1), tmp_path / "pi5.json")
+    write_report(_config_report("orin", 0.5, 2), tmp_path / "orin.json")
+    comparison = compare([str(tmp_path / "pi5.json"), str(tmp_path / "orin.json")], baseline="pi5")
+    speedups = {(r.device, r.config["batch"]): r.speedup for r in comparison.rows}
+    assert speedups[("pi5", 1)] is None and speedups[("pi5", 8)] is None  # the baseline itself
+    assert speedups[("orin", 1)] == pytest.approx(4.0, rel=0.1)
+    assert speedups[("orin", 8)] == pytest.approx(4.0, rel=0.1)  # batch 8 against batch 8, not 0.67x
+
+
+def test_a_configuration_the_baseline_lacks_gets_no_speedup(tmp_path, capsys):
+    write_report(make_report("pi5", artifacts=("tflite",)), tmp_path / "pi5.json")
+    write_report(make_report("orin", artifacts=("tflite", "onnx"), seed=4), tmp_path / "orin.json")
+    comparison = compare([str(tmp_path / "pi5.json"), str(tmp_path / "orin.json")], baseline="pi5")
+    onnx = next(r for r in comparison.rows if r.config["artifact"] == "onnx")
+    assert onnx.speedup is None and onnx.verdict is None
+    code, out, _ = run_cli(capsys, "compare", tmp_path / "pi5.json", tmp_path / "orin.json", "--markdown")
+    assert code == 0 and "no matching baseline configuration" in out
+    assert "| configuration | pi5 | orin |" in out and "(baseline)" in out and "not measured" in out
+
+
+def test_reports_with_non_numeric_samples_are_named(tmp_path, capsys):
+    report = make_report()
+    report["results"][0]["latency"]["samples_ms"][3] = "fast"
+    (tmp_path / "odd.json").write_text(json.dumps(report))
+    with pytest.raises(ReportError, match=r"samples_ms holds 'fast'"):
+        read_report(tmp_path / "odd.json")
+    code, _, err = run_cli(capsys, "compare", tmp_path / "odd.json", "--strict")
+    assert code == 1 and "internal error" not in err and "holds 'fast'" in err
+    (tmp_path / "deep.json").write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(ReportError, match="nested too deeply"):
+        read_report(tmp_path / "deep.json")
+
+
+def test_unwritable_compare_outputs_are_storage_errors(fleet, readonly_dir, capsys):
+    for flag in ("--html", "--csv"):
+        code, _, err = run_cli(capsys, "compare", fleet, flag, readonly_dir / "out")
+        assert code == 1 and "read-only" in err and "internal error" not in err, err
+
+
+def _rendered_layout(browser: str, flags: list[str], html_path, width: int, height: int) -> dict:
+    """Each SVG text's box against its chart's box, measured by the browser at one window size."""
+    probe = html_path.with_name(f"probe-{width}.html")
+    probe.write_text(html_path.read_text().replace("</body>", """<script>
+const out = {clipped: [], axes: {}};
+for (const svg of document.querySelectorAll("svg.chart")) {
+  const box = svg.getBoundingClientRect();
+  out.axes[svg.dataset.chart] = svg.querySelectorAll("text").length;
+  for (const t of svg.querySelectorAll("text")) {
+    const r = t.getBoundingClientRect();
+    if (r.left < box.left - 1 || r.right > box.right + 1 || r.top < box.top - 1 || r.bottom > box.bottom + 1)
+      out.clipped.push(svg.dataset.chart + ": " + t.textContent);
+  }
+}
+document.body.dataset.layout = JSON.stringify(out);
+</script></body>"""))
+    dom = subprocess.run([browser, *flags, f"--window-size={width},{height}", "--dump-dom", probe.as_uri()],
+                         capture_output=True, text=True, timeout=120)
+    match = re.search(r'data-layout="([^"]*)"', dom.stdout)
+    assert match, dom.stderr[-2000:]
+    import html as html_lib
+
+    return json.loads(html_lib.unescape(match.group(1)))
+
+
+def test_html_report_is_readable_at_common_window_sizes(tmp_path, capsys):
+    """Two devices with very different speeds, long labels, one accuracy point: every label is inside
+    its chart at laptop, desktop and phone widths; the latency axis is logarithmic and labelled."""
+    slow = make_report("raspberry-pi-4-model-b-rev-1.4-in-the-lab", scale=8.0, seed=1, artifacts=("tflite",))
+    fast = make_report("gpu-server", scale=0.05, seed=2, artifacts=("tflite",), accuracy=None)
+    slow["results"][0]["latency"]["samples_ms"][0] = 11.0 * 8  # one slow whisker
+    write_report(slow, tmp_path / "pi.json")
+    write_report(fast, tmp_path / "gpu.json")
+    html_path = tmp_path / "two.html"
+    code, _, err = run_cli(capsys, "compare", tmp_path / "pi.json", tmp_path / "gpu.json", "--html", html_path)
+    assert code == 0, err
+    text = html_path.read_text()
+    assert "latency, ms (logarithmic)" in text and 'class="matrix"' in text
+    assert text.count('class="point"') == 1
+    browser = _required_chromium()
+    flags = _browser_flags(tmp_path)
+    for width, height in ((1366, 768), (1920, 1080), (390, 844)):
+        layout = _rendered_layout(browser, flags, html_path, width, height)
+        assert layout["clipped"] == [], (width, layout["clipped"])
+        assert all(count >= 4 for count in layout["axes"].values()), layout["axes"]  # tick labels on every axis
+        shot = tmp_path / f"shot-{width}.png"
+        subprocess.run([browser, *flags, f"--window-size={width},{height}", f"--screenshot={shot}",
+                        html_path.as_uri()], capture_output=True, timeout=120)
+        assert shot.exists() and shot.stat().st_size > 10_000

@@ -89,3 +89,22 @@ def test_threshold_tolerates_small_slowdowns():
     assert regression_verdict(base, slower, threshold_pct=10)["verdict"] == "no significant change"
     ratio = bootstrap_ratio(base, slower)
     assert ratio["ci_low"] < ratio["ratio"] < ratio["ci_high"]
+
+
+def test_a_few_scheduler_stalls_do_not_make_a_steady_run_noisy():
+    """0.018 ms median with three 16 ms stalls: std/mean is huge, the IQR/median spread is not."""
+    rng = np.random.default_rng(0)
+    samples = rng.normal(0.018, 0.0004, 400)
+    samples[[10, 200, 350]] = 16.0
+    summary = summarize(samples / 1e3)
+    assert summary["cv"] > 5 and summary["spread"] < 0.1 and summary["noisy"] is False
+
+
+@pytest.mark.slow
+def test_throughput_comes_from_the_median(digits_package):
+    from edgekit.bench.harness import BenchOptions, bench
+
+    report = bench(str(digits_package), BenchOptions(runs=30, warmup=2, min_seconds=0, batch=4))
+    result = report["results"][0]
+    assert result["throughput"]["from"] == "median latency"
+    assert result["throughput"]["per_s"] == pytest.approx(4 * 1e3 / result["latency"]["p50"], rel=1e-3)

@@ -41,3 +41,17 @@ def test_an_all_zero_output_against_a_nonzero_reference_has_cosine_zero():
     assert result.cosine == 0.0
     assert result.sqnr_db == pytest.approx(0.0)
     assert compare_outputs(np.zeros((2, 3)), np.zeros((2, 3))).cosine == 1.0
+
+
+def test_constant_outputs_are_degenerate_whatever_else_agrees():
+    rng = np.random.default_rng(0)
+    reference = rng.normal(size=(20, 10)).astype(np.float32)
+    constant = np.zeros_like(reference)
+    comparison = compare_outputs(reference, constant)
+    assert comparison.degenerate == "the outputs are the same for all 20 samples while the float model's differ"
+    assert comparison.distinct_values == 1
+    same_row = np.tile(reference[:1], (20, 1))
+    assert "the same for all 20 samples" in compare_outputs(reference, same_row).degenerate
+    assert compare_outputs(reference, reference + 0.01).degenerate is None
+    flat_reference = np.ones((5, 3), np.float32)
+    assert compare_outputs(flat_reference, flat_reference).degenerate is None  # nothing to lose
