@@ -30,9 +30,10 @@ def load(
 
 
 def package(model: str, calibration: str, output_dir: str, **options: Any) -> Any:
-    """Build a validated INT8 package; keyword options as in ``edgekit.packager.PackageOptions``."""
-    from .packager import PackageOptions
-    from .packager import package as _package
+    """Build a validated INT8 package; keyword options as in ``edgekit.build.PackageOptions``
+    (``formats=["tflite", "onnx"]`` or ``["all"]``)."""
+    from .build import PackageOptions
+    from .build import package as _package
 
     return _package(PackageOptions(model=model, calibration=calibration, output_dir=output_dir, **options))
 

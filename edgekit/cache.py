@@ -20,9 +20,9 @@ recently used entries are evicted.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
+import logging
 import os
 import time
 from collections.abc import Callable, Iterator
@@ -32,6 +32,7 @@ from pathlib import Path
 from .errors import PackageError, StorageError, storage_error
 from .fsutil import publish, remove_stale, sha256_file, staging_dir, tree_bytes
 
+log = logging.getLogger("edgekit.cache")
 DEFAULT_MAX_BYTES = 2 << 30
 KINDS = ("blobs", "packages", "compiled")
 STAMP = ".last_used"
@@ -72,15 +73,14 @@ def entry_path(kind: str, key: str) -> Path:
 
 @contextlib.contextmanager
 def locked(name: str) -> Iterator[None]:
-    """An exclusive inter-process lock (flock) for one cache entry."""
+    """An exclusive inter-process lock for one cache entry (flock on POSIX, msvcrt on Windows)."""
+    from filelock import FileLock
+
     lock_dir = cache_root() / "locks"
     lock_dir.mkdir(parents=True, exist_ok=True)
-    with open(lock_dir / f"{name}.lock", "a+") as handle:
-        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+    log.debug("waiting for cache lock %s", name)
+    with FileLock(str(lock_dir / f"{name}.lock")):
+        yield
 
 
 def touch(entry: Path) -> None:

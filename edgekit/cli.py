@@ -18,15 +18,15 @@ def cli(debug: bool) -> None:
     """Package trained models as calibrated INT8 artifacts and run them on edge devices.
 
     \b
-    edgekit package model.keras --target tflite --calibration data/ -o dist/
+    edgekit package model.keras --format tflite --calibration data/ -o dist/
     edgekit run dist/model.edgekit --input cat.jpg
     """
 
 
-def _target_names() -> list[str]:
-    from .targets import TARGETS
+def _format_names() -> list[str]:
+    from .formats import FORMATS
 
-    return sorted(TARGETS) + ["all"]
+    return list(FORMATS) + ["all"]
 
 
 def _resize(text: str | None) -> list[int] | None:
@@ -41,8 +41,9 @@ def _resize(text: str | None) -> list[int] | None:
 
 @cli.command("package")
 @click.argument("model", type=click.Path(path_type=Path))
-@click.option("--target", "-t", "targets", multiple=True, default=("tflite",), show_default=True,
-              type=click.Choice(_target_names()), help="Artifact format; repeat for several, or 'all'.")
+@click.option("--format", "--target", "-f", "-t", "formats", multiple=True, default=("tflite",), show_default=True,
+              type=click.Choice(_format_names()),
+              help="Output format; repeat for several, or 'all'. (--target is its former name.)")
 @click.option("--calibration", "-c", required=True, metavar="DATA",
               help="Representative data: image folder (class sub-folders give labels), .npy/.npz (x, y), "
                    "or module:function / file.py:function returning arrays.")
@@ -86,7 +87,7 @@ def _resize(text: str | None) -> list[int] | None:
               help="Sign manifest.json with this Ed25519 key (edgekit keys generate).")
 @click.option("--coreml-activations", type=click.Choice(["int8", "float16"]), default="int8", show_default=True,
               help="CoreML activations: int8 (W8A8, calibrated; on Linux with edgekit's MIL evaluator) or float16.")
-def package_command(model: Path, targets: tuple[str, ...], calibration: str, eval_data: str | None, samples: int,
+def package_command(model: Path, formats: tuple[str, ...], calibration: str, eval_data: str | None, samples: int,
                     eval_samples: int | None, seed: int, max_accuracy_drop: float, allow_accuracy_drop: bool,
                     allow_float_ops: bool, name: str | None, output_dir: Path, force: bool, archive: bool,
                     labels_file: Path | None, scale: float | None, mean: str | None, std: str | None,
@@ -94,20 +95,20 @@ def package_command(model: Path, targets: tuple[str, ...], calibration: str, eva
                     calibration_method: str, onnx_activations: str, reduce_range: bool,
                     max_intermediate_outputs: int | None, keep_float: tuple[str, ...], explain: bool,
                     coreml_activations: str, sign_key: Path | None) -> None:
-    """Convert MODEL (.keras, .h5, a SavedModel directory, or .onnx for --target onnx) into a validated INT8 package.
+    """Convert MODEL (.keras, .h5, a SavedModel directory, or .onnx for --format onnx) into a validated INT8 package.
 
     Every artifact is calibrated on --calibration, then checked against the float model on
     held-out data; the measured accuracy, top-1 agreement, cosine similarity and SQNR are
     printed and recorded in the package's manifest.json.
     """
-    from .packager import PackageOptions, package
+    from .build import PackageOptions, build_package, partial_error
+    from .formats import expand_formats
     from .progress import Progress
-    from .targets import expand_targets
     from .validation_table import render, render_explanations
 
-    chosen = expand_targets(list(targets))
     options = PackageOptions(
-        model=str(model), calibration=calibration, output_dir=str(output_dir), targets=chosen, eval=eval_data,
+        model=str(model), calibration=calibration, output_dir=str(output_dir), formats=expand_formats(list(formats)),
+        eval=eval_data,
         name=name, samples=samples, eval_samples=eval_samples, seed=seed, max_accuracy_drop=max_accuracy_drop,
         allow_accuracy_drop=allow_accuracy_drop, allow_float_ops=allow_float_ops, force=force, archive=archive,
         labels_file=str(labels_file) if labels_file else None, timeout_s=timeout, allow_partial=allow_partial,
@@ -117,13 +118,7 @@ def package_command(model: Path, targets: tuple[str, ...], calibration: str, eva
         preprocessing={"scale": scale, "mean": float_list(mean), "std": float_list(std),
                        "color_order": color_order.upper() if color_order else None, "resize": _resize(resize)},
     )
-    from .errors import PartialPackageError
-
-    try:
-        result = package(options, Progress())
-    except PartialPackageError as exc:
-        render(exc.result.manifest)  # type: ignore[attr-defined]
-        raise
+    result = build_package(options, Progress())
     render(result.manifest)
     if explain:
         render_explanations(result.manifest)
@@ -136,6 +131,8 @@ def package_command(model: Path, targets: tuple[str, ...], calibration: str, eva
         click.echo(f"archive: {result.archive}")
     if not result.manifest.validation.get("passed", True):
         click.echo("warning: accuracy drop exceeds the limit; kept because of --allow-accuracy-drop", err=True)
+    if result.failed and not allow_partial:
+        raise partial_error(result)
 
 
 @cli.command("run", add_help_option=False,
@@ -305,10 +302,10 @@ def export_triton_command(package: str, output: Path, max_batch_size: int, max_q
         click.echo(f"kserve: {output / (path.name + '.inferenceservice.yaml')}")
 
 
-@cli.command("targets")
+@cli.command("profiles")
 @click.option("--root", default=None, help="Read device facts below this directory instead of / (for testing).")
-def targets_command(root: str | None) -> None:
-    """List device profiles, which one matches this machine, and why."""
+def profiles_command(root: str | None) -> None:
+    """List device profiles, which one matches this machine, and why; then the formats and runtimes here."""
     from .devices import DeviceFacts, detect, load_profiles, profile_dirs
 
     facts = DeviceFacts.read(root)
@@ -327,6 +324,20 @@ def targets_command(root: str | None) -> None:
             click.echo(f"    {reason}")
     click.echo(f"selected: {chosen.name}" + ("" if chosen.name in profiles else f" ({chosen.description})"))
     click.echo("profiles are read from: " + ", ".join(str(d) for d in profile_dirs()))
+    from .formats import FORMATS
+
+    click.echo("formats:")
+    for fmt in FORMATS.values():
+        runtimes = ", ".join(f"{b.name} ({b.available() or 'not installed: ' + fmt.extra})" for b in fmt.backends)
+        click.echo(f"  {fmt.name:<8} {fmt.description}; runs on {runtimes}")
+
+
+@cli.command("targets", hidden=True)
+@click.option("--root", default=None, help="Read device facts below this directory instead of / (for testing).")
+@click.pass_context
+def targets_command(ctx: click.Context, root: str | None) -> None:
+    """The former name of `edgekit profiles`."""
+    ctx.invoke(profiles_command, root=root)
 
 
 @cli.group("cache")

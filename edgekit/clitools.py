@@ -34,6 +34,7 @@ def guarded(body: Callable[[], Any], debug: bool) -> int:
     """Run ``body``; map failures to messages and exit codes, and edgekit warnings to ``warning:`` lines."""
     import warnings
 
+    configure_logging(debug)
     previous = warnings.showwarning
     warnings.showwarning = _show_warning
     try:
@@ -57,6 +58,22 @@ def guarded(body: Callable[[], Any], debug: bool) -> int:
         return _internal(exc, debug)
     finally:
         warnings.showwarning = previous
+
+
+def configure_logging(debug: bool) -> None:
+    """edgekit's library diagnostics (loggers under "edgekit"): quiet by default, -v for what was
+    chosen (INFO), --debug for everything (DEBUG). Only edgekit's own loggers are touched."""
+    import logging
+
+    level = logging.DEBUG if debug else logging.INFO if os.environ.get("EDGEKIT_VERBOSE") == "1" else logging.WARNING
+    logger = logging.getLogger("edgekit")
+    logger.setLevel(level)
+    if not any(getattr(h, "_edgekit", False) for h in logger.handlers):
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+        handler._edgekit = True  # type: ignore[attr-defined]
+        logger.addHandler(handler)
+        logger.propagate = False
 
 
 def _show_warning(message: Any, category: type[Warning], filename: str, lineno: int, file: Any = None,

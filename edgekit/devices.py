@@ -1,7 +1,8 @@
 """Device detection and device profiles (the TOML files in the repository's top-level ``targets/``).
 
 A profile says how to recognise a device and how to run on it: artifact/backend preference,
-threads, LiteRT delegate, ONNX Runtime providers and their options. Detection reads plain
+threads, and one ``[runtime.BACKEND]`` table per backend (LiteRT delegate, ONNX Runtime
+providers, ...) that only that backend reads (``Backend.profile_options``). Detection reads plain
 files (``/proc/device-tree/model``, ``/etc/nv_tegra_release``, ``/proc/driver/nvidia/version``)
 below a root directory, so tests can point it at a fake root.
 """
@@ -65,8 +66,7 @@ class Profile:
     detect: dict[str, Any] = field(default_factory=dict)
     prefer: list[tuple[str, str]] = field(default_factory=list)  # (artifact target, backend)
     threads: int = 0  # 0: all available cores
-    litert: dict[str, Any] = field(default_factory=dict)
-    onnxruntime: dict[str, Any] = field(default_factory=dict)
+    sections: dict[str, dict[str, Any]] = field(default_factory=dict)  # [runtime.BACKEND] tables, by backend
     require_signature: bool = False  # refuse packages not signed by a key in trusted_keys
     trusted_keys: str | None = None  # folder of KEY.pub files
     path: str = ""
@@ -97,8 +97,7 @@ class Profile:
             detect=dict(data.get("detect", {})),
             prefer=prefer,
             threads=threads,
-            litert=dict(runtime.get("litert", {})),
-            onnxruntime=dict(runtime.get("onnxruntime", {})),
+            sections={key: dict(value) for key, value in runtime.items() if isinstance(value, dict)},
             require_signature=bool(runtime.get("require_signature", False)),
             trusted_keys=runtime.get("trusted_keys"),
             path=str(path),
@@ -107,16 +106,14 @@ class Profile:
     def resolved_threads(self, facts: DeviceFacts) -> int:
         return self.threads or facts.cpu_count
 
-    def providers(self) -> list[str | tuple[str, dict[str, Any]]]:
-        """ONNX Runtime providers in order, with options where the profile gives them."""
-        names = self.onnxruntime.get("providers", ["CPUExecutionProvider"])
-        options = self.onnxruntime.get("provider_options", {})
-        return [(name, dict(options[name])) if name in options else name for name in names]
+    def section(self, backend: str) -> dict[str, Any]:
+        """The profile's ``[runtime.BACKEND]`` table (empty when it has none)."""
+        return self.sections.get(backend, {})
 
     def match(self, facts: DeviceFacts) -> tuple[bool, list[str]]:
         """Whether every detection rule holds, with one line per rule saying why."""
         if not self.detect:
-            return False, ["no detection rules: selected only with --target " + self.name]
+            return False, ["no detection rules: selected only with --profile " + self.name]
         reasons = []
         ok = True
         for key, expected in self.detect.items():
@@ -177,10 +174,12 @@ def detect(facts: DeviceFacts | None = None, profiles: dict[str, Profile] | None
     matches = [p for p in profiles.values() if p.match(facts)[0]]
     if matches:
         return max(matches, key=lambda p: (p.priority, p.name))
+    from .formats import FORMATS
+
     return Profile(
         name="generic",
         description=f"no profile matched {facts.os}/{facts.arch}: defaults",
-        prefer=[("tflite", "litert"), ("onnx", "onnxruntime"), ("coreml", "coreml")],
+        prefer=[(f.name, b.name) for f in FORMATS.values() for b in f.backends],
     )
 
 
@@ -189,7 +188,7 @@ def get_profile(name: str, profiles: dict[str, Profile] | None = None) -> Profil
     if name not in profiles:
         raise EdgekitError(
             f"unknown device profile {name!r}",
-            hint="choose one of: auto, " + ", ".join(sorted(profiles)) + " (see `edgekit targets`)",
+            hint="choose one of: auto, " + ", ".join(sorted(profiles)) + " (see `edgekit profiles`)",
         )
     return profiles[name]
 

@@ -163,9 +163,10 @@ class Artifact:
     @classmethod
     def from_dict(cls, data: dict[str, Any], where: str) -> Artifact:
         _require_type(data, dict, where)
-        target, path, digest, size = data.get("target"), data.get("path"), data.get("sha256"), data.get("bytes")
+        target = data.get("format", data.get("target"))  # "target" is the key's former name, still written
+        path, digest, size = data.get("path"), data.get("sha256"), data.get("bytes")
         if not isinstance(target, str) or not target:
-            raise PackageError(f"manifest: {where}.target must be a non-empty string")
+            raise PackageError(f"manifest: {where}.format must be a non-empty string")
         if not isinstance(path, str) or not _is_safe_relative(path):
             raise PackageError(f"manifest: {where}.path must be a relative path inside the package, got {path!r}")
         if not isinstance(digest, str) or not _SHA256.match(digest):
@@ -196,9 +197,15 @@ class Artifact:
             details=dict(data.get("details", {})),
         )
 
+    @property
+    def format(self) -> str:
+        """The artifact's format (tflite, onnx, ...); ``target`` is the attribute's former name."""
+        return self.target
+
     def to_dict(self) -> dict[str, Any]:
         return {
-            "target": self.target,
+            "format": self.target,
+            "target": self.target,  # for readers from before "format" (edgekit 0.1)
             "path": self.path,
             "sha256": self.sha256,
             "bytes": self.bytes,
@@ -233,7 +240,7 @@ class Manifest:
         available = ", ".join(a.target for a in self.artifacts) or "none"
         raise PackageError(
             f"package {self.name!r} has no {target} artifact (it has: {available})",
-            hint="repackage with --target " + target,
+            hint="repackage with --format " + target,
         )
 
     @property

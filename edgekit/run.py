@@ -14,6 +14,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from .cliopts import add_load_options, positive_int, refuse_mixed_modes
 from .clitools import guarded, split_debug
 
 PROG = "python -m edgekit.run"
@@ -29,35 +30,25 @@ def parser(prog: str = PROG) -> argparse.ArgumentParser:
     p.add_argument("source", help="package directory, .ekpkg, URL, .tflite or .onnx")
     p.add_argument("--input", "-i", dest="inputs", action="append", type=Path, metavar="FILE",
                    help="image, .npy or .json array; repeat for a batch (with --bench: the end-to-end input)")
-    p.add_argument("--target", dest="profile", default="auto",
-                   help="device profile (see `edgekit targets`), or auto to detect this device (default)")
-    p.add_argument("--artifact", choices=["tflite", "onnx", "coreml"], default=None,
-                   help="artifact to run (default: the profile's first choice this device can run)")
-    p.add_argument("--backend", choices=["litert", "onnxruntime", "coreml"], default=None,
-                   help="runtime to use (default: the profile's first choice that is installed)")
-    p.add_argument("--threads", type=_positive, default=None, help="runtime threads (default: the profile's)")
-    p.add_argument("--top-k", type=_positive, default=5, help="labels to print per input (default 5)")
+    add_load_options(p)
+    p.add_argument("--top-k", type=positive_int, default=5, help="labels to print per input (default 5)")
     p.add_argument("--raw", action="store_true", help="return the artifact's native (int8) outputs")
     p.add_argument("--output", "-o", type=Path, default=None, help="write outputs to a .npy or .json file")
     p.add_argument("--cache-predictions", action="store_true",
                    help="reuse outputs for inputs seen before (SQLite in the cache dir); prints hits/misses")
     p.add_argument("--refresh", action="store_true", help="fetch a URL source again even if it is cached")
     p.add_argument("--verbose", "-v", action="store_true", help="say which profile, artifact and runtime were chosen")
-    p.add_argument("--require-signature", action="store_true", default=None,
-                   help="refuse packages not signed by a key in --trusted-keys")
-    p.add_argument("--trusted-keys", default=None, metavar="DIR", help="folder of trusted KEY.pub files")
-    p.add_argument("--debug", action="store_true", help="show full tracebacks")
     p.add_argument("--serve", action="store_true", help="serve SOURCE over KServe v2 instead of predicting")
     from .server.cli import add_server_options
 
     add_server_options(p)
     bench = p.add_argument_group("benchmark (--bench)")
     bench.add_argument("--bench", action="store_true", help="benchmark instead of predicting; writes a JSON report")
-    bench.add_argument("--runs", type=_positive, default=100, help="steady-state samples at least (default 100)")
+    bench.add_argument("--runs", type=positive_int, default=100, help="steady-state samples at least (default 100)")
     bench.add_argument("--warmup", type=_non_negative, default=10, help="warm-up runs (default 10)")
     bench.add_argument("--min-seconds", type=_non_negative_float, default=2.0,
                        help="keep measuring until this much time has passed too (default 2)")
-    bench.add_argument("--batch", type=_positive, default=1, help="batch size for throughput (default 1)")
+    bench.add_argument("--batch", type=positive_int, default=1, help="batch size for throughput (default 1)")
     bench.add_argument("--sweep", action="store_true",
                        help="every artifact this device runs x --sweep-threads x --sweep-batch, interleaved")
     bench.add_argument("--sweep-threads", type=_int_list, default=None, metavar="1,2,4",
@@ -72,13 +63,6 @@ def parser(prog: str = PROG) -> argparse.ArgumentParser:
     bench.add_argument("--cv-warn", type=_non_negative_float, default=0.10,
                        help="warn when the latency spread, IQR / median, exceeds this (default 0.10)")
     return p
-
-
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError("must be at least 1")
-    return value
 
 
 def _non_negative(text: str) -> int:
@@ -173,10 +157,11 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     args_list, debug = split_debug(argv)
     cli = parser(prog)
     args = cli.parse_args(args_list)
-    if args.verbose:
+    if getattr(args, "verbose", False):
         import os
 
-        os.environ["EDGEKIT_VERBOSE"] = "1"  # runtimes' own load messages too
+        os.environ["EDGEKIT_VERBOSE"] = "1"  # runtimes' own load messages too; INFO diagnostics
+    refuse_mixed_modes(cli, args, _modes(cli))
     if args.serve:
         return guarded(lambda: _serve(args), debug)
     if not args.bench and not args.inputs:
@@ -184,6 +169,16 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     if args.bench and args.inputs and len(args.inputs) > 1:
         cli.error("--bench takes at most one --input (the end-to-end sample)")
     return guarded(lambda: run_bench(args) if args.bench else execute(args), debug)
+
+
+def _modes(cli: argparse.ArgumentParser) -> dict[str, list[str]]:
+    """Which options each mode reads alone (the group titles are where they are declared)."""
+    groups = {g.title: [a.dest for a in g._group_actions] for g in cli._action_groups}  # noqa: SLF001
+    return {
+        "predict": ["top_k", "raw", "output"],
+        "--bench": [d for d in groups["benchmark (--bench)"] if d not in ("bench", "inputs")],
+        "--serve": [d for d in groups["server (--serve)"]],
+    }
 
 
 def _serve(args: argparse.Namespace) -> int:

@@ -11,6 +11,7 @@ preprocessing and returns float outputs.
 from __future__ import annotations
 
 import hashlib
+import logging
 import math
 import os
 import re
@@ -21,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from . import __version__, cache
-from .backends import BACKENDS, TARGET_BACKENDS, Backend, get_backend
+from .formats import FORMATS, Backend, Format, backends, format_for_file, format_of_backend, get_backend
 from .data.preprocessing import check_finite, conform, load_input
 from .devices import DeviceFacts, Profile, detect, get_profile
 from .errors import BackendUnavailableError, EdgekitError, InputError, InputRangeWarning, PackageError
@@ -32,9 +33,8 @@ from .package_io import open_package, unpacked_exists, verified_artifact_path
 if TYPE_CHECKING:
     from .prediction_cache import PredictionCache
 
+log = logging.getLogger("edgekit.runtime")
 _URL = re.compile(r"^(https?|file)://", re.IGNORECASE)
-_BARE = {".tflite": "tflite", ".onnx": "onnx"}
-_EXTRAS = {"litert": "edgekit[tflite]", "onnxruntime": "edgekit[onnx]", "coreml": "coremltools (macOS)"}
 
 
 class Model:
@@ -89,6 +89,18 @@ class Model:
     def predict_tensor(self, x: np.ndarray, raw: bool = False) -> np.ndarray:
         """Outputs for a preprocessed float32 batch shaped like the model input, or for a batch
         already quantized to the artifact's input dtype (fed unchanged)."""
+        x = self.check_input(x)
+        if self.prediction_cache is None:
+            return self.run_checked(x, raw)
+        found = self.cached(x, raw)
+        if found is None:
+            found = self.run_checked(x, raw)
+            self.remember(x, found, raw)
+        return found
+
+    def check_input(self, x: Any) -> np.ndarray:
+        """The batch as the backend takes it, after every check a prediction needs (shape, dtype,
+        NaN/Inf, range): callers that check once (the server) then call ``run_checked``."""
         if self._closed:
             raise EdgekitError(f"model {self.manifest.name!r} was closed", hint="load it again with edgekit.load()")
         native = self.backend.inputs[0].dtype
@@ -100,16 +112,27 @@ class Model:
         x = conform(x, self._sample_shape, "input")
         if x.dtype != native or x.dtype.kind == "f":
             self._check_values(x)
-        if x.dtype != native:
-            x = x.astype(np.float32, copy=False)
+        return x if x.dtype == native else x.astype(np.float32, copy=False)
+
+    def run_checked(self, x: np.ndarray, raw: bool = False) -> np.ndarray:
+        """The first output for a batch that passed ``check_input``."""
+        if self._closed:
+            raise EdgekitError(f"model {self.manifest.name!r} was closed", hint="load it again with edgekit.load()")
+        return self.backend.run(x, raw=raw)[0]
+
+    def cached(self, x: np.ndarray, raw: bool = False) -> np.ndarray | None:
+        """Outputs remembered for exactly this input (None without a prediction cache, or on a miss)."""
         if self.prediction_cache is None:
-            return self.backend.run(x, raw=raw)[0]
-        key = self.prediction_cache.key(f"{self.artifact.sha256}:{raw}", x)
-        found = self.prediction_cache.get(key)
-        if found is None:
-            found = self.backend.run(x, raw=raw)[0]
-            self.prediction_cache.put(key, found)
-        return found
+            return None
+        return self.prediction_cache.get(self._cache_key(x, raw))
+
+    def remember(self, x: np.ndarray, y: np.ndarray, raw: bool = False) -> None:
+        if self.prediction_cache is not None:
+            self.prediction_cache.put(self._cache_key(x, raw), y)
+
+    def _cache_key(self, x: np.ndarray, raw: bool) -> str:
+        assert self.prediction_cache is not None
+        return self.prediction_cache.key(f"{self.artifact.sha256}:{raw}", x)
 
     def _check_values(self, x: np.ndarray) -> None:
         """NaN/Inf are refused; values far outside the expected range are said out loud (one pass each)."""
@@ -204,8 +227,9 @@ def load(
     clock.lap("profile_s")
     text = os.fspath(source)
     path = cache.fetch(text) if _URL.match(text) else Path(text)
-    if path.is_file() and path.suffix.lower() in _BARE:
-        return _load_bare(path, _BARE[path.suffix.lower()], backend, threads, chosen_profile, facts, prediction_cache)
+    bare = format_for_file(path) if path.is_file() else None
+    if bare is not None:
+        return _load_bare(path, bare, backend, threads, chosen_profile, facts, prediction_cache)
     if path.is_file() and timings is not None:  # hashing the archive twice only when asked to report it
         clock.note("cache_hit", unpacked_exists(path))
     root, manifest = open_package(path)
@@ -222,6 +246,8 @@ def load(
         artifact_path = verified_artifact_path(root, entry)
     clock.lap("verify_s")
     runtime = _create(backend_cls, artifact_path, entry.sha256, chosen_profile, facts, threads)
+    log.debug("loaded %s: profile %s, artifact %s, backend %s", manifest.name, chosen_profile.name, entry.target,
+             runtime.describe())
     clock.lap("create_runtime_s")
     if warmup:
         runtime.warmup()
@@ -265,6 +291,22 @@ class _Phases:
             self.sink[name] = value
 
 
+def candidates(manifest: Manifest, profile: Profile) -> list[tuple[Artifact, type[Backend]]]:
+    """Every (artifact, backend) pair of the package, in the profile's order of preference."""
+    present = {a.target: a for a in manifest.artifacts}
+    known = backends()
+    order = [pair for pair in profile.prefer if pair[0] in present and pair[1] in known]
+    for name in present:
+        fmt = FORMATS.get(name)
+        order += [(name, b.name) for b in (fmt.backends if fmt else ()) if (name, b.name) not in order]
+    return [(present[f], known[b]) for f, b in order]
+
+
+def runnable(manifest: Manifest, profile: Profile) -> list[tuple[Artifact, type[Backend]]]:
+    """The pairs this device has a runtime library for (first: what ``load`` picks)."""
+    return [(a, b) for a, b in candidates(manifest, profile) if b.available()]
+
+
 def choose(
     manifest: Manifest, profile: Profile, artifact: str | None = None, backend: str | None = None
 ) -> tuple[Artifact, type[Backend]]:
@@ -273,27 +315,28 @@ def choose(
         manifest.artifact(artifact)  # a clear error if the package lacks it
     if backend is not None:
         get_backend(backend)
-    present = {a.target: a for a in manifest.artifacts}
-    order = [pair for pair in profile.prefer if pair[0] in present]
-    order += [(t, b) for t in present for b in TARGET_BACKENDS.get(t, ()) if (t, b) not in order]
-    missing: list[str] = []
-    for target, name in order:
-        if (artifact and target != artifact) or (backend and name != backend) or name not in BACKENDS:
-            continue
-        if BACKENDS[name].available():
-            return present[target], BACKENDS[name]
-        missing.append(f"{target} needs {name} ({_EXTRAS.get(name, name)})")
-    wanted = " ".join(x for x in (artifact, backend) if x)
-    detail = "; ".join(missing) or f"no {wanted + ' ' if wanted else ''}artifact among: {', '.join(present)}"
-    runnable = [t for t in TARGET_BACKENDS if any(BACKENDS[b].available() for b in TARGET_BACKENDS[t] if b in BACKENDS)]
+    wanted = [(a, b) for a, b in candidates(manifest, profile)
+              if artifact in (None, a.target) and backend in (None, b.name)]
+    for entry, backend_cls in wanted:
+        if backend_cls.available():
+            return entry, backend_cls
+    missing = [f"{a.target} needs {b.name} ({_extra(b)})" for a, b in wanted]
+    narrowed = " ".join(x for x in (artifact, backend) if x)
+    present = ", ".join(a.target for a in manifest.artifacts)
+    detail = "; ".join(missing) or f"no {narrowed + ' ' if narrowed else ''}artifact among: {present}"
+    here = [f.name for f in FORMATS.values() if any(b.available() for b in f.backends)]
     raise BackendUnavailableError(
         f"no installed runtime can run package {manifest.name!r} ({detail})",
         hint=(
-            f"install {' or '.join(sorted({_EXTRAS[n] for _, n in order if n in _EXTRAS}))} on this device"
-            if order
-            else "package it for a target this device runs: --target " + (" or ".join(runnable) or "tflite")
+            f"install {' or '.join(sorted({_extra(b) for _, b in wanted}))} on this device"
+            if wanted
+            else "package it for a format this device runs: --format " + (" or ".join(here) or "tflite")
         ),
     )
+
+
+def _extra(backend_cls: type[Backend]) -> str:
+    return format_of_backend(backend_cls.name).extra
 
 
 def _profile(profile: str | Profile | None, facts: DeviceFacts) -> Profile:
@@ -307,30 +350,22 @@ def _profile(profile: str | Profile | None, facts: DeviceFacts) -> Profile:
 def _create(
     backend_cls: type[Backend], path: Path, sha256: str, profile: Profile, facts: DeviceFacts, threads: int | None
 ) -> Backend:
-    options: dict[str, Any] = {}
-    if backend_cls.name == "litert" and profile.litert.get("delegate"):
-        options["delegate"] = profile.litert["delegate"]
-        options["delegate_options"] = profile.litert.get("delegate_options", {})
-    if backend_cls.name == "onnxruntime":
-        providers = profile.providers()
-        options["providers"] = providers
-        compiled = _compiled_dir(sha256, backend_cls, providers, facts)
-        options["compiled_dir"] = str(compiled) if compiled is not None else None
+    def cache_dir(key: str) -> Path | None:
+        return _compiled_dir(sha256, backend_cls, key, facts)
+
+    options = backend_cls.profile_options(profile.section(backend_cls.name), cache_dir)
     return backend_cls(str(path), threads=threads or profile.resolved_threads(facts), **options)
 
 
-def _compiled_dir(
-    sha256: str, backend_cls: type[Backend], providers: Sequence[Any], facts: DeviceFacts
-) -> Path | None:
-    """Compiled artifacts are valid for one artifact x device x runtime version x providers.
+def _compiled_dir(sha256: str, backend_cls: type[Backend], key: str, facts: DeviceFacts) -> Path | None:
+    """Compiled artifacts are valid for one artifact x device x runtime version x ``key`` (e.g. providers).
 
     None when the cache cannot be written: the model then runs without a compiled copy.
     """
-    names = [p[0] if isinstance(p, tuple) else p for p in providers]
-    key = hashlib.sha256(
-        f"{sha256}|{backend_cls.available()}|{facts.arch}|{facts.device_tree_model}|{names}|{__version__}".encode()
+    digest = hashlib.sha256(
+        f"{sha256}|{backend_cls.available()}|{facts.arch}|{facts.device_tree_model}|{key}|{__version__}".encode()
     ).hexdigest()[:32]
-    directory = cache.entry_path("compiled", key)
+    directory = cache.entry_path("compiled", digest)
     try:
         directory.mkdir(parents=True, exist_ok=True)
         if not os.access(directory, os.W_OK):
@@ -352,28 +387,24 @@ def _compiled_dir(
 
 def _load_bare(
     path: Path,
-    target: str,
+    fmt: Format,
     backend: str | None,
     threads: int | None,
     profile: Profile,
     facts: DeviceFacts,
     prediction_cache: PredictionCache | None,
 ) -> Model:
-    """A plain .tflite/.onnx file: no manifest, so no preprocessing and no labels (inputs as arrays)."""
+    """A plain artifact file (``.tflite``, ``.onnx``): no manifest, so no preprocessing and no labels."""
     digest = sha256_file(path)
-    names = [b for b in TARGET_BACKENDS[target] if backend in (None, b)]
-    available = [BACKENDS[n] for n in names if BACKENDS[n].available()]
-    if not available:
-        raise BackendUnavailableError(
-            f"no installed runtime can run {path.name}",
-            hint=f"pip install '{_EXTRAS[TARGET_BACKENDS[target][0]]}'",
-        )
-    runtime = _create(available[0], path, digest, profile, facts, threads)
+    usable = [b for b in fmt.backends if backend in (None, b.name) and b.available()]
+    if not usable:
+        raise BackendUnavailableError(f"no installed runtime can run {path.name}", hint=f"pip install '{fmt.extra}'")
+    runtime = _create(usable[0], path, digest, profile, facts, threads)
     runtime.warmup()
     describe = lambda infos: [TensorSpec(name=t.name, shape=list(t.shape), dtype="float32") for t in infos]  # noqa: E731
-    entry = Artifact(target=target, path=path.name, sha256=digest, bytes=path.stat().st_size, precision="unknown")
+    entry = Artifact(target=fmt.name, path=path.name, sha256=digest, bytes=path.stat().st_size, precision="unknown")
     manifest = Manifest(
-        name=path.stem, edgekit_version="", created="", source={"format": target, "file": path.name},
+        name=path.stem, edgekit_version="", created="", source={"format": fmt.name, "file": path.name},
         inputs=describe(runtime.inputs), outputs=describe(runtime.outputs), artifacts=[entry],
     )
     return Model(path.parent, manifest, entry, runtime, profile, prediction_cache)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -29,6 +30,7 @@ from .fsutil import temp_dir
 _QUIET_ENV = {"TF_CPP_MIN_LOG_LEVEL": "3", "TF_ENABLE_ONEDNN_OPTS": "0", "ABSL_MIN_LOG_LEVEL": "3"}
 
 
+log = logging.getLogger("edgekit.worker")
 _PROGRESS_ENV = "EDGEKIT_WORKER_PROGRESS"
 _PARENT_ENV = "EDGEKIT_WORKER_PARENT"
 TEMP_PREFIX = "edgekit-worker-"
@@ -76,17 +78,20 @@ def _watch_parent() -> None:
 
 
 def call(
-    target: str,
+    function: Callable[..., Any],
     what: str,
     timeout: float | None = None,
     on_progress: Callable[[int, int], None] | None = None,
     **kwargs: Any,
 ) -> Any:
-    """Run ``target`` ("module:function") with ``kwargs`` in a child and return its result.
+    """Run the module-level ``function`` with ``kwargs`` (JSON values) in a child; its result.
 
+    Passed by reference, so a rename is caught where it is written, not at run time in a child.
     ``what`` names the step in error messages ("TFLite conversion"); ``on_progress(done,
     total)`` receives what the child reports with ``report_progress``.
     """
+    target = reference(function)
+    log.debug("child process: %s (%s)", target, what)
     with temp_dir(TEMP_PREFIX) as tmp:
         request = Path(tmp) / "request.json"
         response = Path(tmp) / "response.json"
@@ -119,6 +124,15 @@ def call(
             f"{what} crashed: the converter process {how}" + (f"\n{tail}" if tail else ""),
             hint="rerun with --debug for the full log; if it is out of memory, lower --samples",
         )
+
+
+def reference(function: Callable[..., Any]) -> str:
+    """"module:function" for a function the child can import by name."""
+    qualname = getattr(function, "__qualname__", "")
+    module = getattr(function, "__module__", "")
+    if not module or not qualname or "." in qualname or "<" in qualname:
+        raise TypeError(f"worker.call needs a module-level function, got {function!r}")
+    return f"{module}:{qualname}"
 
 
 def run_tool(

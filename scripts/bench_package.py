@@ -32,9 +32,11 @@ from benchio import print_and_save, require_signal  # noqa: E402
 
 import edgekit  # noqa: E402
 from edgekit import worker  # noqa: E402
-from edgekit.backends.litert import LiteRTBackend, open_interpreter  # noqa: E402
-from edgekit.backends.onnxruntime import OnnxRuntimeBackend  # noqa: E402
-from edgekit.targets import TARGETS  # noqa: E402
+from edgekit.formats.tflite.litert import LiteRTBackend, open_interpreter  # noqa: E402
+from edgekit.formats.onnx.onnxruntime import OnnxRuntimeBackend  # noqa: E402
+from edgekit.formats import FORMATS  # noqa: E402
+from edgekit.formats.tflite.build import convert as tflite_convert  # noqa: E402
+from edgekit.sources.tensorflow import prepare  # noqa: E402
 
 
 def cpu_description() -> dict[str, object]:
@@ -100,18 +102,18 @@ def main() -> None:
         started = time.perf_counter()
         result = edgekit.package(
             str(work / "mobilenet_v2.keras"), str(work / "calibration.npz"), str(work / "out"),
-            targets=list(TARGETS), samples=args.samples, eval_samples=25,
+            formats=list(FORMATS), samples=args.samples, eval_samples=25,
             preprocessing={"scale": 1 / 255, "mean": [0.5], "std": [0.5]},
         )
         package_s = time.perf_counter() - started
         manifest = result.manifest
         int8_agreement = require_signal(manifest)
 
-        source = worker.call("edgekit.targets.source:prepare", what="export",
+        source = worker.call(prepare, what="export",
                              model_path=str(work / "mobilenet_v2.keras"), fmt="keras",
                              export_dir=str(work / "saved_model"))
         float_tflite = work / "model.float32.tflite"
-        float_info = worker.call("edgekit.targets.tflite:convert", what="float conversion",
+        float_info = worker.call(tflite_convert, what="float conversion",
                                  saved_model=source["saved_model"], calibration_npy="", output=str(float_tflite),
                                  quantize=False)
         float_onnx = work / "model.float32.onnx"

@@ -36,7 +36,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 from benchio import print_and_save, require_signal  # noqa: E402
 
 import edgekit  # noqa: E402
-from edgekit.backends.litert import open_interpreter  # noqa: E402
+from edgekit.formats.tflite.litert import open_interpreter  # noqa: E402
 
 RAW_LITERT = textwrap.dedent("""
     import sys
@@ -221,7 +221,7 @@ def main() -> None:
         np.save(work / "digit.npy", digit)
         digits = edgekit.package(
             str(ROOT / "models/digits/digits.keras"), str(ROOT / "models/digits/data/calibration.npz"),
-            str(work / "digits"), eval=str(ROOT / "models/digits/data/eval.npz"), targets=["tflite", "onnx"],
+            str(work / "digits"), eval=str(ROOT / "models/digits/data/eval.npz"), formats=["tflite", "onnx"],
         ).path
         report["digits"] = {
             "per_call": per_call(digits, digit[None].astype(np.float32) / 255, args.rounds, args.per_round * 4,
@@ -234,7 +234,7 @@ def main() -> None:
                            env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
             mobilenet = edgekit.package(
                 str(work / "mobilenet_v2.keras"), str(work / "calibration.npz"), str(work / "mobilenet"),
-                targets=["tflite", "onnx"], samples=50, eval_samples=10,
+                formats=["tflite", "onnx"], samples=50, eval_samples=10,
                 preprocessing={"scale": 1 / 255, "mean": [0.5], "std": [0.5]},
             )
             report["mobilenet_v2_int8_top1_agreement"] = require_signal(mobilenet.manifest)

@@ -190,7 +190,7 @@ def main() -> None:
         subprocess.run([sys.executable, str(ROOT / "models/mobilenet_v2/build.py"), "--output", str(work),
                         "--samples", "60"], check=True, stdout=subprocess.DEVNULL, env=env)
         built = edgekit.package(str(work / "mobilenet_v2.keras"), str(work / "calibration.npz"), str(work / "pkg"),
-                                targets=["onnx"], samples=50, eval_samples=10,
+                                formats=["onnx"], samples=50, eval_samples=10,
                                 preprocessing={"scale": 1 / 255, "mean": [0.5], "std": [0.5]})
         require_signal(built.manifest)
         package = built.path

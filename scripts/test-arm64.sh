@@ -63,7 +63,7 @@ import edgekit
 work = Path(sys.argv[1])
 if not (work / "pkg" / "digits.edgekit").is_dir():
     edgekit.package("models/digits/digits.keras", "models/digits/data/calibration.npz", str(work / "pkg"),
-                    eval="models/digits/data/eval.npz", targets=["tflite", "onnx"], force=True)
+                    eval="models/digits/data/eval.npz", formats=["tflite", "onnx"], force=True)
 with np.load("models/digits/data/eval.npz") as data:
     np.save(work / "inputs.npy", data["x"][:16])
 for artifact in ("tflite", "onnx"):

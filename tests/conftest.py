@@ -75,7 +75,7 @@ def write_digit_images(root: Path, x: np.ndarray, y: np.ndarray) -> None:
 def digits_all_package(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The digits model packaged for every target (tflite, onnx, coreml) from one calibration."""
     import edgekit
-    from edgekit.targets import TARGETS
+    from edgekit.formats import FORMATS as TARGETS
 
     out = tmp_path_factory.mktemp("digits_all")
     result = edgekit.package(str(DIGITS_MODEL), str(CALIBRATION), str(out), eval=str(EVAL), targets=list(TARGETS))

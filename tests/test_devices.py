@@ -7,7 +7,12 @@ import dataclasses
 import numpy as np
 import pytest
 
-from edgekit.backends.onnxruntime import OnnxRuntimeBackend, _with_engine_cache, choose_providers
+from edgekit.formats.onnx.onnxruntime import (
+    OnnxRuntimeBackend,
+    _with_engine_cache,
+    choose_providers,
+    providers_from_profile,
+)
 from edgekit.devices import DeviceFacts, Profile, detect, get_profile, load_profiles, profile_dirs
 from edgekit.errors import EdgekitError
 from tests.conftest import ROOT, run_cli
@@ -94,7 +99,7 @@ def test_every_shipped_profile_loads():
 
 def test_gpu_providers_fall_back_to_cpu_when_cuda_is_absent(tmp_path):
     profile = get_profile("gpu-server")
-    wanted = profile.providers()
+    wanted = providers_from_profile(profile.section("onnxruntime"))
     assert [p[0] if isinstance(p, tuple) else p for p in wanted][:2] == [
         "TensorrtExecutionProvider", "CUDAExecutionProvider"]
     assert choose_providers(wanted, ["CPUExecutionProvider"]) == ["CPUExecutionProvider"]
@@ -118,7 +123,7 @@ def test_gpu_profile_session_really_runs_on_cpu_here(tmp_path):
     )
     path = tmp_path / "relu.onnx"
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9), path)
-    backend = OnnxRuntimeBackend(str(path), providers=get_profile("gpu-server").providers(), compiled_dir=str(tmp_path / "c"))
+    backend = OnnxRuntimeBackend(str(path), providers=providers_from_profile(get_profile("gpu-server").section("onnxruntime")), compiled_dir=str(tmp_path / "c"))
     assert backend.active_providers == ["CPUExecutionProvider"]
     assert np.array_equal(backend.run(np.array([[-1, 2, -3, 4]], np.float32))[0], [[0, 2, 0, 4]])
     again = OnnxRuntimeBackend(str(path), providers=["CPUExecutionProvider"], compiled_dir=str(tmp_path / "c"))

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from edgekit.manifest import Manifest
-from edgekit.targets import TARGETS
+from edgekit.formats import FORMATS as TARGETS
 from tests.conftest import CALIBRATION, DIGITS_MODEL, EVAL, run_cli
 
 pytestmark = pytest.mark.slow

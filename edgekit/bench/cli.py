@@ -12,19 +12,13 @@ from .report import push, summary_rows, to_csv, write_report
 
 def runnable_artifacts(source: str, profile: str) -> list[str]:
     """Every artifact of the package this device has a runtime for, in the profile's order."""
-    from ..backends import BACKENDS, TARGET_BACKENDS
     from ..devices import detect, get_profile
     from ..package_io import open_package
+    from ..runtime import runnable
 
     _, manifest = open_package(source)
     chosen = detect() if profile == "auto" else get_profile(profile)
-    order = [a for a, _ in chosen.prefer] + [a.target for a in manifest.artifacts]
-    present = {a.target for a in manifest.artifacts}
-    runnable = []
-    for target in dict.fromkeys(order):
-        if target in present and any(BACKENDS[b].available() for b in TARGET_BACKENDS.get(target, ())):
-            runnable.append(target)
-    return runnable
+    return list(dict.fromkeys(artifact.target for artifact, _ in runnable(manifest, chosen)))
 
 
 def run_bench(args: argparse.Namespace) -> int:

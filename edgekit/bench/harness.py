@@ -69,7 +69,7 @@ def _sample_input(model: Model, options: BenchOptions, batch: int) -> np.ndarray
 
 
 def _native(model: Model, x: np.ndarray) -> np.ndarray:
-    from ..backends.base import quantize
+    from ..formats.backend import quantize
 
     info = model.backend.inputs[0]
     return quantize(x, info) if info.quantized else x.astype(info.dtype, copy=False)

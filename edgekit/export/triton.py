@@ -100,7 +100,7 @@ def export_triton(
     if not any(a.target == "onnx" for a in manifest.artifacts):
         raise EdgekitError(
             f"package {manifest.name!r} has no ONNX artifact; Triton export serves the ONNX model",
-            hint="repackage with --target onnx (or --target all)",
+            hint="repackage with --format onnx (formerly --target onnx), or --format all",
         )
     artifact = manifest.artifact("onnx")
     model_file = verified_artifact_path(root, artifact)

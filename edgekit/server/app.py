@@ -1,14 +1,13 @@
-"""The KServe v2 REST server: Starlette routes over one dataplane of loaded models.
+"""The KServe v2 REST transport: thin Starlette routes over one ``DataPlane``, and ``serve``.
 
-Transport (routes) and protocol logic (``protocol``), batching (``batcher``) and metrics
-(``metrics``) are separate, in the shape of Seldon MLServer's dataplane. Models load and
-warm up before ``/v2/health/ready`` turns true; shutdown stops accepting work and drains
-what is queued.
+Routes read the request, call the dataplane and write its answer; a ``ProtocolError`` becomes
+``{"error": ...}`` with its status through one exception handler, anything else a logged 500.
+``serve`` binds the port before models load, says "serving" once every model is ready, and
+drains gracefully on SIGTERM/SIGINT.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import errno
 import json
@@ -17,12 +16,11 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import uvicorn
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
@@ -30,55 +28,15 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from .. import __version__
 from ..bench.report import ReportError
 from ..errors import EdgekitError
-from ..prediction_cache import PredictionCache
 from ..runtime import Model
-from .batcher import DynamicBatcher, Overloaded
-from .metrics import ServerMetrics
-from .protocol import HEADER_LENGTH, ProtocolError, datatype_of, encode_response, parse_request
+from .dataplane import VERSION, DataPlane, ServedModel, ServerOptions
+from .protocol import HEADER_LENGTH, ProtocolError
 from .reports import ReportStore
 
-VERSION = "1"
 log = logging.getLogger("edgekit.server")
-
-
-@dataclass
-class ServerOptions:
-    max_batch_size: int = 8
-    max_queue_delay_us: int = 500
-    max_queue_size: int = 256
-    max_body_bytes: int = 64 << 20
-    reports_dir: str | None = None
-    cache_predictions: bool = False
-    drain_timeout_s: float = 30.0
-    max_image_pixels: int = 25_000_000  # /infer/image: larger images are refused before decoding
-    image_decoders: int = 2  # images decoded at once (off the event loop): bounds decode memory
-    lameduck_s: float = 2.0  # on SIGTERM/SIGINT: keep answering (Connection: close) this long at most
-
-
-@dataclass
-class ServedModel:
-    name: str
-    model: Model
-    batcher: DynamicBatcher | None = None
-    cache: PredictionCache | None = None
-    ready: bool = False
-    sample_shape: tuple[int | None, ...] = field(default_factory=tuple)
-
-    def metadata(self) -> dict[str, Any]:
-        spec_in, spec_out = self.model.manifest.inputs[0], self.model.manifest.outputs[0]
-        platform = {"tflite": "tflite", "onnx": "onnxruntime_onnx", "coreml": "coreml"}.get(self.model.artifact.target, "")
-        return {
-            "name": self.name,
-            "versions": [VERSION],
-            "platform": platform,
-            "inputs": [{"name": spec_in.name, "datatype": "FP32", "shape": spec_in.shape}],
-            "outputs": [{"name": spec_out.name, "datatype": "FP32", "shape": spec_out.shape}],
-            "parameters": {"artifact": self.model.artifact.target, "precision": self.model.artifact.precision,
-                           "labels": self.model.labels or []},
-        }
+__all__ = ["VERSION", "DataPlane", "ServedModel", "ServerOptions", "create_app", "serve"]
 
 
 def error(status: int, message: str) -> JSONResponse:
@@ -86,249 +44,167 @@ def error(status: int, message: str) -> JSONResponse:
 
 
 def create_app(models: Sequence[Model], options: ServerOptions | None = None) -> Starlette:
+    """Thin KServe v2 REST endpoints over one ``DataPlane``."""
     options = options or ServerOptions()
-    metrics = ServerMetrics()
-    served: dict[str, ServedModel] = {}
-    for model in models:
-        name = model.manifest.name
-        if name in served:
-            raise EdgekitError(f"two models are named {name!r}", hint="serve packages with different names")
-        shape = tuple(None if d == -1 else d for d in model.manifest.inputs[0].shape[1:])
-        served[name] = ServedModel(name, model, sample_shape=shape,
-                                   cache=PredictionCache(max_entries=4096) if options.cache_predictions else None)
-    store = ReportStore(options.reports_dir) if options.reports_dir else None
-    accepting = {"value": True, "draining": False}  # draining: after SIGTERM, still answering, not ready
-    decoders = asyncio.Semaphore(options.image_decoders)
+    plane = DataPlane(models, options)
+    endpoints = RestEndpoints(plane, options)
 
     @asynccontextmanager
-    async def lifespan(app: Starlette):
-        for entry in served.values():
-            entry.batcher = DynamicBatcher(
-                entry.model.predict_tensor, options.max_batch_size, options.max_queue_delay_us,
-                options.max_queue_size, metrics.observer(entry.name), name=entry.name,
-            )
-            entry.batcher.start()
-            if entry.cache is not None:
-                metrics.cache_hits.labels(model=entry.name, version=VERSION).set_function(lambda c=entry.cache: c.hits)
-                metrics.cache_misses.labels(model=entry.name, version=VERSION).set_function(lambda c=entry.cache: c.misses)
-            entry.ready = True  # loaded and warmed up by edgekit.load before the server starts
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        plane.start()
         if app.state.on_ready is not None:
             app.state.on_ready()
         yield
-        accepting["value"] = False
-        for entry in served.values():
-            entry.ready = False
-        await asyncio.gather(*(e.batcher.drain(options.drain_timeout_s) for e in served.values() if e.batcher))
-        for entry in served.values():
-            if entry.batcher:
-                await entry.batcher.stop()
-            entry.model.close()
+        await plane.stop()
 
-    def lookup(request: Request) -> ServedModel:
-        name = request.path_params["name"]
-        version = request.path_params.get("version")
-        if name not in served or (version is not None and version != VERSION):
-            raise ProtocolError(404, f"unknown model {name!r}" + (f" version {version!r}" if version else ""))
-        return served[name]
+    app = Starlette(routes=endpoints.routes(), lifespan=lifespan,
+                    exception_handlers={ProtocolError: _protocol_error, Exception: _internal_error})
+    app.state.plane = plane
+    app.state.served = plane.served
+    app.state.metrics = plane.metrics
+    app.state.drain = _DrainState(plane)
+    app.state.on_ready = None  # set by serve(): says "serving" once every model is ready
+    app.add_middleware(_CloseWhenDraining, plane=plane)
+    return app
 
-    async def server_metadata(request: Request) -> Response:
-        return JSONResponse({"name": "edgekit", "version": __version__,
-                             "extensions": ["binary_tensor_data", "model_repository_metadata"]})
 
-    async def live(request: Request) -> Response:
-        return JSONResponse({"live": True})
+class RestEndpoints:
+    """One method per route: read the request, ask the dataplane, write its answer."""
 
-    async def ready(request: Request) -> Response:
-        is_ready = accepting["value"] and not accepting["draining"] and all(e.ready for e in served.values())
-        return JSONResponse({"ready": is_ready}, status_code=200 if is_ready else 503)
+    def __init__(self, plane: DataPlane, options: ServerOptions) -> None:
+        self.plane = plane
+        self.options = options
+        self.store = ReportStore(options.reports_dir) if options.reports_dir else None
 
-    async def model_metadata(request: Request) -> Response:
-        try:
-            return JSONResponse(lookup(request).metadata())
-        except ProtocolError as exc:
-            return error(exc.status, exc.message)
+    def routes(self) -> list[Route]:
+        return [
+            Route("/v2", self.server_metadata),
+            Route("/v2/health/live", self.live),
+            Route("/v2/health/ready", self.ready),
+            Route("/v2/models/{name}", self.model_metadata),
+            Route("/v2/models/{name}/versions/{version}", self.model_metadata),
+            Route("/v2/models/{name}/ready", self.model_ready),
+            Route("/v2/models/{name}/versions/{version}/ready", self.model_ready),
+            Route("/v2/models/{name}/infer", self.infer, methods=["POST"]),
+            Route("/v2/models/{name}/versions/{version}/infer", self.infer, methods=["POST"]),
+            Route("/v2/models/{name}/infer/image", self.infer_image, methods=["POST"]),
+            Route("/metrics", self.prometheus),
+            Route("/v2/reports", self.post_report, methods=["POST"]),
+            Route("/v2/reports", self.list_reports, methods=["GET"]),
+            Route("/v2/reports/{report_id}", self.get_report),
+        ]
 
-    async def model_ready(request: Request) -> Response:
-        try:
-            entry = lookup(request)
-        except ProtocolError as exc:
-            return error(exc.status, exc.message)
-        is_ready = entry.ready and not accepting["draining"]
-        return JSONResponse({"name": entry.name, "ready": is_ready}, status_code=200 if is_ready else 503)
-
-    async def read_body(request: Request) -> bytes:
+    async def read_body(self, request: Request) -> bytes:
         declared = request.headers.get("content-length")
-        if declared is not None and declared.isdigit() and int(declared) > options.max_body_bytes:
-            raise ProtocolError(413, f"request body of {declared} bytes exceeds the {options.max_body_bytes}-byte limit")
+        limit = self.options.max_body_bytes
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            raise ProtocolError(413, f"request body of {declared} bytes exceeds the {limit}-byte limit")
         chunks, size = [], 0
         async for chunk in request.stream():
             size += len(chunk)
-            if size > options.max_body_bytes:
-                raise ProtocolError(413, f"request body exceeds the {options.max_body_bytes}-byte limit")
+            if size > limit:
+                raise ProtocolError(413, f"request body exceeds the {limit}-byte limit")
             chunks.append(chunk)
         return b"".join(chunks)
 
-    async def run_model(entry: ServedModel, x: np.ndarray) -> np.ndarray:
-        if not entry.ready or not accepting["value"] or entry.batcher is None:
-            raise ProtocolError(503, f"model {entry.name!r} is not ready")
-        key = entry.cache.key(entry.model.artifact.sha256, x) if entry.cache is not None else None
-        if key is not None:
-            found = entry.cache.get(key)
-            if found is not None:
-                return found
+    async def model_body(self, request: Request) -> bytes:
         try:
-            y = await entry.batcher.submit(x)
-        except Overloaded as exc:
-            raise ProtocolError(503, f"model {entry.name!r} is overloaded: {exc}; retry later") from None
-        except EdgekitError as exc:
-            raise ProtocolError(400, exc.message) from None
-        except Exception as exc:  # the model raised: this batch fails, the server keeps serving
-            raise ProtocolError(500, f"inference failed: {type(exc).__name__}: {exc}") from None
-        if key is not None:
-            entry.cache.put(key, y)
-        return y
-
-    def failure(entry_name: str | None, exc: ProtocolError) -> Response:
-        if entry_name is not None:
-            reason = {400: "BAD_REQUEST", 413: "TOO_LARGE", 503: "OVERLOADED"}.get(exc.status, "OTHER")
-            metrics.failure.labels(model=entry_name, version=VERSION, reason=reason).inc()
-        return error(exc.status, exc.message)
-
-    async def infer(request: Request) -> Response:
-        entry_name = None
-        try:
-            entry = lookup(request)
-            entry_name = entry.name
-            body = await read_body(request)
-            parsed = parse_request(body, request.headers.get(HEADER_LENGTH))
-            x = validate_input(entry, parsed.inputs)
-            y = await run_model(entry, x)
-            name = entry.model.manifest.outputs[0].name
-            content, headers = encode_response(entry.name, VERSION, parsed, {name: y.astype(np.float32)})
+            return await self.read_body(request)
         except ProtocolError as exc:
-            return failure(entry_name, exc)
-        except Exception:  # a bug: answer 500, log the traceback, count it
-            return internal_failure(entry_name, request)
-        metrics.success.labels(model=entry.name, version=VERSION).inc()
+            self.plane.count_failure(request.path_params.get("name"), exc.status)
+            raise
+
+    async def server_metadata(self, request: Request) -> Response:
+        return JSONResponse(self.plane.server_metadata())
+
+    async def live(self, request: Request) -> Response:
+        return JSONResponse({"live": True})
+
+    async def ready(self, request: Request) -> Response:
+        is_ready = self.plane.ready()
+        return JSONResponse({"ready": is_ready}, status_code=200 if is_ready else 503)
+
+    async def model_metadata(self, request: Request) -> Response:
+        entry = self.plane.lookup(request.path_params["name"], request.path_params.get("version"))
+        return JSONResponse(entry.metadata())
+
+    async def model_ready(self, request: Request) -> Response:
+        name, version = request.path_params["name"], request.path_params.get("version")
+        is_ready = self.plane.model_ready(name, version)
+        return JSONResponse({"name": name, "ready": is_ready}, status_code=200 if is_ready else 503)
+
+    async def infer(self, request: Request) -> Response:
+        body = await self.model_body(request)
+        content, headers = await self.plane.infer(request.path_params["name"], request.path_params.get("version"),
+                                                  body, request.headers.get(HEADER_LENGTH))
         return Response(content, headers=headers)
 
-    async def infer_image(request: Request) -> Response:
-        entry_name = None
+    async def infer_image(self, request: Request) -> Response:
+        body = await self.model_body(request)
+        return JSONResponse(await self.plane.infer_image(request.path_params["name"], body))
+
+    async def prometheus(self, request: Request) -> Response:
+        return Response(generate_latest(self.plane.metrics.registry), headers={"content-type": CONTENT_TYPE_LATEST})
+
+    def reports(self) -> ReportStore:
+        if self.store is None:
+            raise ProtocolError(404, "report collection is off (start the server with --reports-dir DIR)")
+        return self.store
+
+    async def post_report(self, request: Request) -> Response:
+        collection = self.reports()
+        body = await self.read_body(request)
         try:
-            entry = lookup(request)
-            entry_name = entry.name
-            body = await read_body(request)
-            async with decoders:  # decoding allocates width x height x 3 bytes: a few at a time, off the loop
-                x = await asyncio.to_thread(decode_upload, entry, body, options.max_image_pixels)
-            y = (await run_model(entry, x))[0]
-        except ProtocolError as exc:
-            return failure(entry_name, exc)
-        except Exception:  # a bug: answer 500, log the traceback, count it
-            return internal_failure(entry_name, request)
-        metrics.success.labels(model=entry.name, version=VERSION).inc()
-        labels = entry.model.labels
-        flat = y.reshape(-1)
-        order = np.argsort(flat)[::-1][:5]
-        return JSONResponse({
-            "model_name": entry.name, "model_version": VERSION,
-            "outputs": [{"name": entry.model.manifest.outputs[0].name, "datatype": "FP32", "shape": list(y.shape),
-                         "data": flat.tolist()}],
-            "top_k": [{"label": labels[i] if labels else str(int(i)), "index": int(i), "score": float(flat[i])}
-                      for i in order],
-        })
-
-    def internal_failure(entry_name: str | None, request: Request) -> Response:
-        log.exception("internal error answering %s %s", request.method, request.url.path)
-        if entry_name is not None:
-            metrics.failure.labels(model=entry_name, version=VERSION, reason="OTHER").inc()
-        return error(500, "internal server error (the server log has the traceback)")
-
-    def validate_input(entry: ServedModel, inputs: dict[str, np.ndarray]) -> np.ndarray:
-        expected = entry.model.manifest.inputs[0].name
-        if list(inputs) != [expected]:
-            raise ProtocolError(400, f"model {entry.name!r} takes one input named {expected!r}, got {list(inputs)}")
-        x = inputs[expected]
-        if x.dtype not in (np.float32, np.float16, np.float64):
-            raise ProtocolError(400, f"input {expected!r} must be FP32, got {datatype_of(x.dtype)}")
-        shape = entry.sample_shape
-        if x.ndim != len(shape) + 1 or any(e is not None and e != s for s, e in zip(x.shape[1:], shape)) or not len(x):
-            want = ["N", *("?" if d is None else d for d in shape)]
-            raise ProtocolError(400, f"input {expected!r} has shape {list(x.shape)}; expected {want}")
-        if len(x) > options.max_batch_size * 64:
-            raise ProtocolError(413, f"{len(x)} samples in one request is more than this server accepts")
-        x = x.astype(np.float32, copy=False)
-        if not np.isfinite(x).all():
-            raise ProtocolError(400, f"input {expected!r} contains NaN or Inf")
-        return x
-
-    async def prometheus(request: Request) -> Response:
-        return Response(generate_latest(metrics.registry), headers={"content-type": CONTENT_TYPE_LATEST})
-
-    async def post_report(request: Request) -> Response:
-        if store is None:
-            return error(404, "report collection is off (start the server with --reports-dir DIR)")
-        try:
-            body = await read_body(request)
             report = json.loads(body)
-            report_id = store.add(report)
-        except ProtocolError as exc:
-            return error(exc.status, exc.message)
         except RecursionError:
-            return error(400, "report JSON is nested too deeply")
+            raise ProtocolError(400, "report JSON is nested too deeply") from None
         except (ValueError, UnicodeDecodeError):
-            return error(400, "report is not valid JSON")
-        except ReportError as exc:
-            return error(400, exc.message)
-        return JSONResponse({"id": report_id}, status_code=201)
-
-    async def list_reports(request: Request) -> Response:
-        if store is None:
-            return error(404, "report collection is off (start the server with --reports-dir DIR)")
-        return JSONResponse({"reports": store.list()})
-
-    async def get_report(request: Request) -> Response:
-        if store is None:
-            return error(404, "report collection is off (start the server with --reports-dir DIR)")
+            raise ProtocolError(400, "report is not valid JSON") from None
         try:
-            return JSONResponse(store.get(request.path_params["report_id"]))
-        except (FileNotFoundError, ReportError):
-            return error(404, f"unknown report {request.path_params['report_id']!r}")
+            return JSONResponse({"id": collection.add(report)}, status_code=201)
+        except ReportError as exc:
+            raise ProtocolError(400, exc.message) from None
 
-    routes = [
-        Route("/v2", server_metadata),
-        Route("/v2/health/live", live),
-        Route("/v2/health/ready", ready),
-        Route("/v2/models/{name}", model_metadata),
-        Route("/v2/models/{name}/versions/{version}", model_metadata),
-        Route("/v2/models/{name}/ready", model_ready),
-        Route("/v2/models/{name}/versions/{version}/ready", model_ready),
-        Route("/v2/models/{name}/infer", infer, methods=["POST"]),
-        Route("/v2/models/{name}/versions/{version}/infer", infer, methods=["POST"]),
-        Route("/v2/models/{name}/infer/image", infer_image, methods=["POST"]),
-        Route("/metrics", prometheus),
-        Route("/v2/reports", post_report, methods=["POST"]),
-        Route("/v2/reports", list_reports, methods=["GET"]),
-        Route("/v2/reports/{report_id}", get_report),
-    ]
-    app = Starlette(routes=routes, lifespan=lifespan)
-    app.state.served = served
-    app.state.metrics = metrics
-    app.state.accepting = accepting
-    app.state.on_ready = None  # set by serve(): says "serving" once every model is ready
-    app.add_middleware(_CloseWhenDraining, accepting=accepting)
-    return app
+    async def list_reports(self, request: Request) -> Response:
+        return JSONResponse({"reports": self.reports().list()})
+
+    async def get_report(self, request: Request) -> Response:
+        try:
+            return JSONResponse(self.reports().get(request.path_params["report_id"]))
+        except (FileNotFoundError, ReportError):
+            raise ProtocolError(404, f"unknown report {request.path_params['report_id']!r}") from None
+
+
+async def _protocol_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, ProtocolError)
+    return error(exc.status, exc.message)
+
+
+async def _internal_error(request: Request, exc: Exception) -> Response:
+    log.error("internal error answering %s %s", request.method, request.url.path, exc_info=exc)
+    return error(500, "internal server error (the server log has the traceback)")
+
+
+@dataclass
+class _DrainState:
+    """What the signal handler flips: the dataplane stops being ready while it keeps answering."""
+
+    plane: DataPlane
+
+    def begin(self) -> None:
+        self.plane.draining = True
 
 
 class _CloseWhenDraining:
     """While the server drains (after SIGTERM/SIGINT), every response carries ``Connection: close``
     so keep-alive clients close their connections themselves instead of being reset."""
 
-    def __init__(self, app: Any, accepting: dict[str, Any]) -> None:
+    def __init__(self, app: Any, plane: DataPlane) -> None:
         self.app = app
-        self.accepting = accepting
+        self.plane = plane
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] != "http" or (self.accepting["value"] and not self.accepting["draining"]):
+        if scope["type"] != "http" or (self.plane.accepting and not self.plane.draining):
             await self.app(scope, receive, send)
             return
 
@@ -339,29 +215,6 @@ class _CloseWhenDraining:
             await send(message)
 
         await self.app(scope, receive, closing)
-
-
-def decode_upload(entry: ServedModel, body: bytes, max_pixels: int) -> np.ndarray:
-    """An uploaded image as the model's input batch (runs in a worker thread)."""
-    import io
-
-    from PIL import Image, UnidentifiedImageError
-
-    from ..data.preprocessing import open_image
-
-    try:
-        image = open_image(io.BytesIO(body), max_pixels, name="upload")
-        image.load()
-    except EdgekitError as exc:  # larger than this server decodes
-        raise ProtocolError(400, f"{exc.message}; downscale it first") from None
-    except Image.DecompressionBombError:
-        raise ProtocolError(400, "image is too large to decode; downscale it first") from None
-    except (UnidentifiedImageError, OSError, ValueError, SyntaxError, EOFError):
-        raise ProtocolError(400, "request body is not an image (send the image file's bytes)") from None
-    try:
-        return entry.model.preprocess(image)
-    except EdgekitError as exc:
-        raise ProtocolError(400, exc.message) from None
 
 
 def serve(sources: Sequence[str], host: str = "127.0.0.1", port: int = 8000, options: ServerOptions | None = None,
@@ -389,7 +242,7 @@ def serve(sources: Sequence[str], host: str = "127.0.0.1", port: int = 8000, opt
         debug = os.environ.get("EDGEKIT_DEBUG") == "1"
         config = uvicorn.Config(app, log_level="debug" if debug else "warning",
                                 timeout_graceful_shutdown=int(options.drain_timeout_s))
-        _GracefulServer(config, app.state.accepting, options.lameduck_s).run(sockets=[sock])
+        _GracefulServer(config, app.state.drain, options.lameduck_s).run(sockets=[sock])
     finally:
         sock.close()
 
@@ -427,16 +280,16 @@ class _GracefulServer(uvicorn.Server):
     """uvicorn's server with a lame-duck phase before its shutdown, and exit 0 on SIGTERM/SIGINT
     (uvicorn re-raises the signal after shutting down, which ends the process with 143)."""
 
-    def __init__(self, config: uvicorn.Config, accepting: dict[str, Any], lameduck_s: float) -> None:
+    def __init__(self, config: uvicorn.Config, drain: _DrainState, lameduck_s: float) -> None:
         super().__init__(config)
-        self.accepting = accepting
+        self.drain = drain
         self.lameduck_s = lameduck_s
         self.draining_since: float | None = None
 
     def handle_exit(self, sig: int, frame: Any) -> None:
         if self.draining_since is None:
             self.draining_since = time.monotonic()
-            self.accepting["draining"] = True
+            self.drain.begin()
             log.warning("received %s: draining (readiness 503, Connection: close) before shutdown",
                         signal.Signals(sig).name)
         elif sig == signal.SIGINT:

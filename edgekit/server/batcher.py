@@ -2,8 +2,8 @@
 
 One worker thread per model runs the batches (LiteRT interpreters are not thread-safe), off
 the event loop. The queue is bounded: a full queue refuses new work (the server answers 503)
-instead of growing without limit. An exception while running a batch reaches every request
-in it; the loop keeps serving the next batch.
+instead of growing without limit. When a batch of several requests fails, each request is run
+alone, so only the one that fails gets the error; the loop keeps serving the next batch.
 """
 
 from __future__ import annotations
@@ -96,10 +96,13 @@ class DynamicBatcher:
         try:
             batch = items[0].x if len(items) == 1 else np.concatenate([i.x for i in items])
             outputs = await loop.run_in_executor(self.executor, self.run, batch)
-        except Exception as exc:  # every request of the batch gets the error; the loop goes on
-            for item in items:
-                if not item.future.done():
-                    item.future.set_exception(exc)
+        except Exception as exc:
+            if len(items) == 1:
+                if not items[0].future.done():
+                    items[0].future.set_exception(exc)
+            else:  # find the request that fails: each alone, so the others still get their answer
+                for item in items:
+                    await self._execute_alone(loop, item)
             return
         finally:
             if self.observer is not None:
@@ -110,6 +113,16 @@ class DynamicBatcher:
             if not item.future.done():
                 item.future.set_result(outputs[offset : offset + n])
             offset += n
+
+    async def _execute_alone(self, loop: asyncio.AbstractEventLoop, item: _Item) -> None:
+        try:
+            result = await loop.run_in_executor(self.executor, self.run, item.x)
+        except Exception as exc:  # noqa: BLE001 - this request's own failure, answered to it alone
+            if not item.future.done():
+                item.future.set_exception(exc)
+            return
+        if not item.future.done():
+            item.future.set_result(result)
 
     async def drain(self, timeout: float = 30.0) -> None:
         """Wait until queued and running requests are answered (graceful shutdown)."""

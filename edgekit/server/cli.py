@@ -6,6 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from ..cliopts import at_least
 from ..clitools import guarded, split_debug
 
 
@@ -23,16 +24,6 @@ def _integer(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
 
 
-def _at_least(minimum: int):  # noqa: ANN202 - an argparse type
-    def parse(text: str) -> int:
-        value = _integer(text)
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
-        return value
-
-    return parse
-
-
 def _positive_float(text: str) -> float:
     try:
         value = float(text)
@@ -47,11 +38,11 @@ def add_server_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("server (--serve)")
     group.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     group.add_argument("--port", type=_port, default=8000, help="port (default 8000; 0 picks a free port)")
-    group.add_argument("--max-batch-size", type=_at_least(1), default=8,
+    group.add_argument("--max-batch-size", type=at_least(1), default=8,
                        help="dynamic batching: largest batch (default 8)")
-    group.add_argument("--max-queue-delay-us", type=_at_least(0), default=500,
+    group.add_argument("--max-queue-delay-us", type=at_least(0), default=500,
                        help="dynamic batching: longest wait for a batch to fill, microseconds (default 500)")
-    group.add_argument("--max-queue-size", type=_at_least(1), default=256,
+    group.add_argument("--max-queue-size", type=at_least(1), default=256,
                        help="requests waiting per model before answering 503 (default 256)")
     group.add_argument("--max-body-mb", type=_positive_float, default=64.0, help="largest request body (default 64 MB)")
     group.add_argument("--max-image-mpixels", type=_positive_float, default=25.0,
@@ -91,15 +82,10 @@ def main(argv: Sequence[str] | None = None, prog: str = "edgekit serve") -> int:
     parser = argparse.ArgumentParser(prog=prog, description="Serve packages over KServe v2 (Open Inference Protocol) "
                                      "with dynamic batching and Prometheus metrics.")
     parser.add_argument("sources", nargs="+", help="package directories, .ekpkg files or URLs (one model each)")
-    parser.add_argument("--target", dest="profile", default="auto", help="device profile (default: detect)")
-    parser.add_argument("--artifact", choices=["tflite", "onnx", "coreml"], default=None)
-    parser.add_argument("--backend", choices=["litert", "onnxruntime", "coreml"], default=None)
-    parser.add_argument("--threads", type=_at_least(1), default=None)
+    from ..cliopts import add_load_options
+
+    add_load_options(parser)
     parser.add_argument("--cache-predictions", action="store_true", help="answer repeated inputs from a cache")
-    parser.add_argument("--require-signature", action="store_true", default=None,
-                        help="refuse packages not signed by a key in --trusted-keys")
-    parser.add_argument("--trusted-keys", default=None, metavar="DIR", help="folder of trusted KEY.pub files")
-    parser.add_argument("--debug", action="store_true")
     add_server_options(parser)
     args = parser.parse_args(args_list)
 

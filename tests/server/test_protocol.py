@@ -186,16 +186,16 @@ def test_overload_gives_only_503s_and_answers_every_accepted_request(digits_all_
 
 def test_a_model_that_raises_fails_its_batch_and_the_server_keeps_serving(digits_all_package):
     model = edgekit.load(digits_all_package, artifact="onnx")
-    real = model.predict_tensor
+    real = model.run_checked  # what the batcher runs, after the dataplane checked the input once
     calls = {"n": 0}
 
-    def flaky(x):
+    def flaky(x, raw=False):
         calls["n"] += 1
         if calls["n"] == 1:
             raise RuntimeError("accelerator fell over")
-        return real(x)
+        return real(x, raw)
 
-    model.predict_tensor = flaky
+    model.run_checked = flaky
     with running([model], ServerOptions(max_batch_size=4, max_queue_delay_us=0)) as (url, _):
         body = {"inputs": [{"name": "image", "shape": [1, 8, 8, 1], "datatype": "FP32", "data": [0.5] * 64}]}
         first = httpx.post(f"{url}/v2/models/digits/infer", json=body)
@@ -203,3 +203,54 @@ def test_a_model_that_raises_fails_its_batch_and_the_server_keeps_serving(digits
         assert httpx.post(f"{url}/v2/models/digits/infer", json=body).status_code == 200
         metrics = httpx.get(f"{url}/metrics").text
         assert 'nv_inference_request_failure{model="digits",reason="OTHER",version="1"} 1.0' in metrics
+
+
+def test_one_failing_request_does_not_fail_the_others_in_its_batch(digits_all_package):
+    """A batch of 4 requests in which one makes the model raise: the other 3 are answered."""
+    model = edgekit.load(digits_all_package, artifact="onnx")
+    real = model.run_checked
+
+    def picky(x, raw=False):
+        if np.any(x == 0.125):  # the poisoned request's value
+            raise RuntimeError("cannot run this one")
+        return real(x, raw)
+
+    model.run_checked = picky
+    with running([model], ServerOptions(max_batch_size=4, max_queue_delay_us=200_000)) as (url, app):
+        def body(value):
+            return {"inputs": [{"name": "image", "shape": [1, 8, 8, 1], "datatype": "FP32", "data": [value] * 64}]}
+
+        async def send_all():
+            async with httpx.AsyncClient() as http:
+                return await asyncio.gather(*(http.post(f"{url}/v2/models/digits/infer", json=body(v))
+                                              for v in (0.25, 0.125, 0.5, 0.75)))
+
+        responses = asyncio.run(send_all())
+    assert [r.status_code for r in responses] == [200, 500, 200, 200]
+    assert "cannot run this one" in responses[1].json()["error"]
+
+
+def test_the_dataplane_answers_without_http(digits_all_package):
+    """Lookup, validation, batching and metrics work on decoded requests, no transport involved."""
+    from edgekit.server.dataplane import DataPlane
+    from edgekit.server.protocol import ProtocolError
+
+    plane = DataPlane([edgekit.load(digits_all_package, artifact="onnx")], ServerOptions(cache_predictions=True))
+    x, _ = digits(2)
+    body = json.dumps({"inputs": [{"name": "image", "shape": list(x.shape), "datatype": "FP32",
+                                   "data": x.ravel().tolist()}]}).encode()
+
+    async def scenario():
+        plane.start()
+        content, _ = await plane.infer("digits", None, body, None)
+        again, _ = await plane.infer("digits", "1", body, None)
+        with pytest.raises(ProtocolError) as missing:
+            await plane.infer("nope", None, body, None)
+        await plane.stop()
+        return content, again, missing.value
+
+    content, again, missing = asyncio.run(scenario())
+    outputs = json.loads(content)["outputs"][0]
+    assert outputs["shape"] == [2, 10] and content == again
+    assert missing.status == 404
+    assert plane.served["digits"].model.prediction_cache.hits == 1  # one cache, keyed once

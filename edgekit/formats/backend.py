@@ -10,9 +10,11 @@ is fed unchanged.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
-from typing import ClassVar
+from pathlib import Path
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -38,8 +40,17 @@ class TensorInfo:
 
 
 class Backend(ABC):
-    name: ClassVar[str]
+    name: ClassVar[str]  # also the name of its device-profile table, [runtime.NAME]
     suffixes: ClassVar[tuple[str, ...]]  # artifact file suffixes this backend runs
+
+    @classmethod
+    def profile_options(cls, section: dict[str, Any], cache_dir: Callable[[str], Path | None]) -> dict[str, Any]:
+        """Constructor options from the device profile's ``[runtime.NAME]`` table.
+
+        ``cache_dir(key)`` is a directory for this artifact x device x runtime version x ``key``
+        where compiled copies can be kept, or None when the cache cannot be written.
+        """
+        return {}
 
     @classmethod
     @abstractmethod

@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import BackendUnavailableError, PackageError
-from .base import Backend, TensorInfo
+from ...errors import BackendUnavailableError, PackageError
+from ..backend import Backend, TensorInfo
 
 
 class CoreMLBackend(Backend):
@@ -35,7 +35,7 @@ class CoreMLBackend(Backend):
         if sys.platform != "darwin":
             raise BackendUnavailableError(
                 "CoreML models run only on macOS/iOS",
-                hint="use the package's tflite or onnx artifact on this device (--target tflite|onnx)",
+                hint="use the package's tflite or onnx artifact on this device (--artifact tflite|onnx)",
             )
         try:
             import coremltools as ct

@@ -11,65 +11,54 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from .. import worker
-from ..errors import EdgekitError, ModelSourceError, UnsupportedOpError
-from ..fsutil import sha256_file
-from ..manifest import Artifact, QuantParams
-from .base import BuildContext, Target, in_layer, layer_of, worst_layers
+from ... import worker
+from ...errors import EdgekitError, ModelSourceError, UnsupportedOpError
+from ...fsutil import sha256_file
+from ...manifest import Artifact, QuantParams
+from ..base import BuildContext, Builder, BuildResult, in_layer, layer_of, worst_layers
 
 ARTIFACT_PATH = "tflite/model.int8.tflite"
 _NOT_FLOAT_OPS = {"QUANTIZE", "DEQUANTIZE", "DELEGATE"}
 _FLOAT_TYPES = {np.dtype(np.float32), np.dtype(np.float16), np.dtype(np.float64)}
 
 
-class TFLiteTarget(Target):
+class TFLiteBuilder(Builder):
     name = "tflite"
-    description = "full-integer INT8 TFLite (LiteRT): Android, Raspberry Pi, Linux, microcontrollers"
     backend = "litert"
 
-    def build(self, context: BuildContext) -> Artifact:
+    def build(self, context: BuildContext, on_progress: Callable[[int, int], None] | None = None) -> BuildResult:
         if context.saved_model is None:
             raise ModelSourceError(
                 "TFLite from an ONNX source is not supported yet",
-                hint="package the Keras/SavedModel source for TFLite, or use --target onnx",
+                hint="package the Keras/SavedModel source for TFLite, or use --format onnx",
             )
         output = context.package_dir / ARTIFACT_PATH
         output.parent.mkdir(parents=True, exist_ok=True)
         info = worker.call(
-            "edgekit.targets.tflite:convert",
+            convert,
             what="TFLite conversion",
             timeout=context.timeout_s,
-            on_progress=context.on_progress,
+            on_progress=on_progress,
             saved_model=context.saved_model,
             calibration_npy=context.calibration_npy,
             output=str(output),
             quantize=True,
             allow_float_ops=context.allow_float_ops,
-            keep_float=context.keep_float,
+            keep_float=list(context.keep_float),
             explain_npy=context.explain_npy,
-            layer_names=context.layer_names,
+            layer_names=list(context.layer_names),
         )
-        float_ops = find_float_ops(str(output), context.layer_names)
-        kept = {layer for layer in context.keep_float}
-        unexpected = [op for op in float_ops if not any(in_layer(op["tensor"], layer) for layer in kept)]
-        if unexpected and not context.allow_float_ops:
-            by_layer: dict[str, list[str]] = {}
-            for op in unexpected:
-                ops = by_layer.setdefault(op["layer"], [])
-                if op["op"] not in ops:
-                    ops.append(op["op"])
-            listed = "; ".join(
-                f"{', '.join(ops[:6])}{' and more' if len(ops) > 6 else ''} (layer {layer})"
-                for layer, ops in list(by_layer.items())[:5]
-            )
-            raise UnsupportedOpError(f"TFLite cannot run these ops in INT8: {listed}")
+        float_ops = find_float_ops(str(output), list(context.layer_names))
+        if not context.allow_float_ops:
+            _refuse_unexpected_float_ops(float_ops, context.keep_float)
         inputs, outputs = io_quantization(str(output))
-        return Artifact(
+        return BuildResult(Artifact(
             target=self.name,
             path=ARTIFACT_PATH,
             sha256=sha256_file(output),
@@ -89,11 +78,28 @@ class TFLiteTarget(Target):
                 "keep_float": list(context.keep_float),
                 **({"explain": info["explain"]} if info.get("explain") is not None else {}),
             },
-        )
+        ))
+
+
+def _refuse_unexpected_float_ops(float_ops: list[dict[str, str]], kept: tuple[str, ...]) -> None:
+    """Ops the converter left in float that no --keep-float asked for: named by layer."""
+    unexpected = [op for op in float_ops if not any(in_layer(op["tensor"], layer) for layer in kept)]
+    if not unexpected:
+        return
+    by_layer: dict[str, list[str]] = {}
+    for op in unexpected:
+        ops = by_layer.setdefault(op["layer"], [])
+        if op["op"] not in ops:
+            ops.append(op["op"])
+    listed = "; ".join(
+        f"{', '.join(ops[:6])}{' and more' if len(ops) > 6 else ''} (layer {layer})"
+        for layer, ops in list(by_layer.items())[:5]
+    )
+    raise UnsupportedOpError(f"TFLite cannot run these ops in INT8: {listed}")
 
 
 def io_quantization(path: str) -> tuple[list[QuantParams], list[QuantParams]]:
-    from ..backends.litert import LiteRTBackend
+    from .litert import LiteRTBackend
 
     backend = LiteRTBackend(path)
     try:
@@ -105,7 +111,7 @@ def io_quantization(path: str) -> tuple[list[QuantParams], list[QuantParams]]:
 
 def find_float_ops(path: str, layer_names: list[str]) -> list[dict[str, str]]:
     """Ops of a TFLite model that compute in float, with the layer each comes from."""
-    from ..backends.litert import open_interpreter
+    from .litert import open_interpreter
 
     interpreter = open_interpreter(path, with_delegates=False)
     names = {d["index"]: d["name"] for d in interpreter.get_tensor_details()}
@@ -185,7 +191,7 @@ def convert(
 
 
 def _tensor_names(model: bytes) -> list[str]:
-    from ..backends.litert import _interpreter_module
+    from .litert import _interpreter_module
 
     module, _ = _interpreter_module()
     interpreter = module.Interpreter(model_content=model)
@@ -264,7 +270,7 @@ def _converter_error(exc: Exception) -> Exception:
             f"TFLite has no builtin kernel for {', '.join(ops)}{where}",
             hint="replace the layer with TFLite-supported ops (see the TFLite op compatibility list)",
         )
-    from ..errors import ConversionError
+    from ...errors import ConversionError
 
     first = next((line for line in text.splitlines() if "error" in line.lower()), text.splitlines()[0] if text else "")
     return ConversionError(f"TFLite converter failed: {first.strip()}")

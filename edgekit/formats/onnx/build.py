@@ -23,16 +23,17 @@ import re
 import shutil
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from .. import worker
-from ..errors import ConversionError, EdgekitError, UnsupportedOpError
-from ..fsutil import sha256_file
-from ..manifest import Artifact, QuantParams
-from .base import BuildContext, Target, in_layer, layer_of, worst_layers
+from ... import worker
+from ...errors import ConversionError, EdgekitError, UnsupportedOpError
+from ...fsutil import sha256_file
+from ...manifest import Artifact, QuantParams
+from ..base import BuildContext, Builder, BuildResult, in_layer, layer_of, worst_layers
 
 ARTIFACT_PATH = "onnx/model.int8.onnx"
 ORT_PATH = "onnx/model.int8.ort"
@@ -41,47 +42,52 @@ OPSET = 17
 CALIBRATION_METHODS = ("minmax", "entropy", "percentile")
 
 
-class ONNXTarget(Target):
+class ONNXBuilder(Builder):
     name = "onnx"
-    description = "ONNX QDQ INT8 (+ .ort): ONNX Runtime on phones, Jetson, servers"
     backend = "onnxruntime"
 
-    def build(self, context: BuildContext) -> Artifact:
-        float_onnx = context.float_onnx or export_float_onnx(context)
+    def calibration_method(self, context: BuildContext) -> str:
+        return str(context.option("calibration_method", "minmax"))  # minmax, entropy or percentile
+
+    def build(self, context: BuildContext, on_progress: Callable[[int, int], None] | None = None) -> BuildResult:
+        if context.onnx_model is not None:
+            float_onnx, tf2onnx_version = context.onnx_model, ""
+        else:
+            float_onnx, tf2onnx_version = export_float_onnx(context)
         output = context.package_dir / ARTIFACT_PATH
         output.parent.mkdir(parents=True, exist_ok=True)
         settings = {
-            "calibration_method": context.calibration_method,
-            "activation_type": context.onnx_activations,
+            "calibration_method": self.calibration_method(context),
+            "activation_type": context.option("onnx_activations", "s8"),
             "weight_type": "s8",
             "per_channel": True,
-            "reduce_range": context.reduce_range,
+            "reduce_range": bool(context.option("reduce_range", False)),
         }
         info = worker.call(
-            "edgekit.targets.onnx:quantize",
+            quantize,
             what="ONNX quantization",
             timeout=context.timeout_s,
-            on_progress=context.on_progress,
+            on_progress=on_progress,
             float_onnx=float_onnx,
             calibration_npy=context.calibration_npy,
             output=str(output),
-            calibration_method=context.calibration_method,
-            activation_type=context.onnx_activations,
-            reduce_range=context.reduce_range,
-            keep_float=context.keep_float,
-            max_intermediate_outputs=context.max_intermediate_outputs,
+            calibration_method=settings["calibration_method"],
+            activation_type=settings["activation_type"],
+            reduce_range=settings["reduce_range"],
+            keep_float=list(context.keep_float),
+            max_intermediate_outputs=context.option("max_intermediate_outputs"),
             workdir=str(context.workdir),
         )
         _convert_to_ort(output, context)
         explained = None
         if context.explain_npy:
             explained = worker.call(
-                "edgekit.targets.onnx:explain", what="ONNX per-layer error report",
+                explain, what="ONNX per-layer error report",
                 float_onnx=info["prepared"], qdq_onnx=str(output), samples_npy=context.explain_npy,
-                layer_names=context.layer_names, workdir=str(context.workdir),
+                layer_names=list(context.layer_names), workdir=str(context.workdir),
             )
         mobile = worker.call(
-            "edgekit.targets.onnx:mobile_usability", what="ONNX mobile usability check", model=str(output)
+            mobile_usability, what="ONNX mobile usability check", model=str(output)
         )
         companions = [
             {"path": rel, "sha256": sha256_file(context.package_dir / rel),
@@ -89,7 +95,7 @@ class ONNXTarget(Target):
             for rel, role in ((ORT_PATH, "ort-format model (minimal builds)"),
                               (OPS_CONFIG_PATH, "required operators for --include_ops_by_config"))
         ]
-        return Artifact(
+        return BuildResult(Artifact(
             target=self.name,
             path=ARTIFACT_PATH,
             sha256=sha256_file(output),
@@ -102,7 +108,7 @@ class ONNXTarget(Target):
                 "tool": "tf2onnx + onnxruntime.quantization.quantize_static (QDQ)",
                 "opset": info["opset"],
                 "onnxruntime": info["onnxruntime"],
-                "tf2onnx": context.tf2onnx_version,
+                "tf2onnx": tf2onnx_version,
                 **settings,
                 "seconds": info["seconds"],
             },
@@ -112,17 +118,20 @@ class ONNXTarget(Target):
                 "keep_float": list(context.keep_float),
                 **({"explain": explained} if explained is not None else {}),
             },
-        )
+        ))
 
 
-def export_float_onnx(context: BuildContext) -> str:
-    """SavedModel -> float ONNX with tf2onnx in its own process; the path is cached on the context."""
+def export_float_onnx(context: BuildContext) -> tuple[str, str]:
+    """SavedModel -> float ONNX with tf2onnx in its own process: (path, tf2onnx version).
+
+    Exported once per packaging run (kept in the run's workdir with the version beside it).
+    """
     if context.saved_model is None:
         raise ConversionError("no SavedModel to export to ONNX")
     output = Path(context.workdir) / "model.float.onnx"
-    if output.exists():
-        context.float_onnx = str(output)
-        return str(output)
+    version_file = output.with_suffix(".tf2onnx-version")
+    if output.exists() and version_file.exists():
+        return str(output), version_file.read_text()
     command = [
         sys.executable, "-m", "tf2onnx.convert", "--saved-model", context.saved_model, "--tag", "serve",
         "--signature_def", "serving_default", "--opset", str(OPSET), "--output", str(output),
@@ -130,11 +139,11 @@ def export_float_onnx(context: BuildContext) -> str:
     proc = worker.run_tool(command, "tf2onnx conversion", context.timeout_s)
     # tf2onnx exits 0 even when it leaves ops it cannot convert in the graph: read its log too
     if proc.returncode != 0 or not output.exists() or "Unsupported ops:" in proc.stderr:
-        raise explain_tf2onnx_failure(proc.stderr, context.layer_names)
+        raise explain_tf2onnx_failure(proc.stderr, list(context.layer_names))
     match = re.search(r"tf2onnx=([\w.]+)", proc.stderr)
-    context.tf2onnx_version = match.group(1) if match else ""
-    context.float_onnx = str(output)
-    return str(output)
+    version = match.group(1) if match else ""
+    version_file.write_text(version)
+    return str(output), version
 
 
 def explain_tf2onnx_failure(log: str, layer_names: list[str] | None = None) -> EdgekitError:
@@ -192,6 +201,8 @@ def _layer_nodes(model: Any, layers: list[str]) -> tuple[list[tuple[str, str, st
     return found, missing
 
 
+# Long by design: one child-process step, run top to bottom (pre-process, calibrate, quantize,
+# name what stayed float); splitting it would pass ONNX graphs between helpers for no reader's gain.
 def quantize(
     float_onnx: str,
     calibration_npy: str,

@@ -10,7 +10,7 @@ import pytest
 ct = pytest.importorskip("coremltools")
 from coremltools.converters.mil import Builder as mb  # noqa: E402
 
-from edgekit.targets.coreml_eval import OPS, Evaluator, EvaluatorError  # noqa: E402
+from edgekit.formats.coreml.evaluator import OPS, Evaluator, EvaluatorError  # noqa: E402
 
 RTOL, ATOL = 1e-5, 1e-5
 rng = np.random.default_rng(0)

@@ -7,9 +7,9 @@ import json
 import numpy as np
 import pytest
 
-from edgekit.backends.litert import open_interpreter
+from edgekit.formats.tflite.litert import open_interpreter
 from edgekit.manifest import Manifest
-from edgekit.targets.tflite import layer_of
+from edgekit.formats.base import layer_of
 from tests.conftest import CALIBRATION, DIGITS_MODEL, EVAL, run_cli, run_tf
 
 pytestmark = pytest.mark.slow

@@ -12,13 +12,14 @@ import contextlib
 import importlib
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ..errors import BackendUnavailableError, PackageError
-from .base import Backend, TensorInfo, dequantize, quantize
+from ...errors import BackendUnavailableError, PackageError
+from ..backend import Backend, TensorInfo, dequantize, quantize
 
 _MODULES = ("ai_edge_litert.interpreter", "tflite_runtime.interpreter", "tensorflow.lite")
 
@@ -121,6 +122,13 @@ class LiteRTBackend(Backend):
             return _interpreter_module()[1]
         except BackendUnavailableError:
             return None
+
+    @classmethod
+    def profile_options(cls, section: dict[str, Any], cache_dir: Callable[[str], Path | None]) -> dict[str, Any]:
+        """``[runtime.litert]``: ``delegate`` (an external delegate library) and ``delegate_options``."""
+        if not section.get("delegate"):
+            return {}
+        return {"delegate": section["delegate"], "delegate_options": dict(section.get("delegate_options", {}))}
 
     def __init__(
         self,

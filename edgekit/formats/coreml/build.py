@@ -18,16 +18,17 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from .. import worker
-from ..errors import ConversionError, ModelSourceError
-from ..fsutil import sha256_tree, tree_bytes
-from ..manifest import Artifact, QuantParams
-from .base import BuildContext, Target
+from ... import worker
+from ...errors import ConversionError, ModelSourceError
+from ...fsutil import sha256_tree, tree_bytes
+from ...manifest import Artifact, QuantParams
+from ..base import BuildContext, Builder, BuildResult
 
 ARTIFACT_PATH = "coreml/model.int8.mlpackage"
 DEPLOYMENT_TARGET = "iOS17"
@@ -39,37 +40,35 @@ LINUX_ACTIVATIONS_REASON = (
 )
 
 
-class CoreMLTarget(Target):
+class CoreMLBuilder(Builder):
     name = "coreml"
-    description = "CoreML ML program (.mlpackage) with int8 weights: iPhone, iPad, Mac"
     backend = "coreml"
+    unmeasured_reason = "CoreML prediction runs only on macOS and the MIL evaluator does not cover this model"
 
-    def build(self, context: BuildContext) -> Artifact:
-        if context.source_format == "onnx":
+    def build(self, context: BuildContext, on_progress: Callable[[int, int], None] | None = None) -> BuildResult:
+        if context.source_kind == "onnx":
             raise ModelSourceError(
                 "CoreML from an ONNX source is not supported yet",
-                hint="package the Keras/SavedModel source for CoreML, or use --target onnx",
+                hint="package the Keras/SavedModel source for CoreML, or use --format onnx",
             )
         output = context.package_dir / ARTIFACT_PATH
         output.parent.mkdir(parents=True, exist_ok=True)
         evaluated = str(Path(context.workdir) / "coreml.eval_outputs.npy") if context.eval_npy else None
         info = worker.call(
-            "edgekit.targets.coreml:convert",
+            convert,
             what="CoreML conversion",
             timeout=context.timeout_s,
-            on_progress=context.on_progress,
+            on_progress=on_progress,
             source_path=context.source_path,
-            source_format=context.source_format,
+            source_format=context.source_kind,
             saved_model=context.saved_model,
             output=str(output),
             calibration_npy=context.calibration_npy,
-            activations_mode=context.coreml_activations,
+            activations_mode=context.option("coreml_activations", "int8"),
             eval_npy=context.eval_npy,
             eval_output_npy=evaluated,
         )
-        if info["evaluated_by"] and evaluated:
-            context.evaluated_outputs[self.name] = evaluated
-        return Artifact(
+        artifact = Artifact(
             target=self.name,
             path=ARTIFACT_PATH,
             sha256=sha256_tree(output),
@@ -93,11 +92,16 @@ class CoreMLTarget(Target):
                 "structure": info["structure"],
             },
         )
+        if info["evaluated_by"] and evaluated:
+            return BuildResult(artifact, evaluated_npy=evaluated, evaluated_by=info["evaluated_by"])
+        return BuildResult(artifact)
 
 
 # --- child-process side -------------------------------------------------------------------
 
 
+# Long by design: one child-process step, run top to bottom (convert, compress weights, calibrate
+# activations, check the structure, evaluate); each stage hands the next an in-memory MIL program.
 def convert(
     source_path: str, source_format: str, saved_model: str | None, output: str, calibration_npy: str,
     activations_mode: str = "int8", eval_npy: str | None = None, eval_output_npy: str | None = None,
@@ -148,7 +152,7 @@ def convert(
         calibration = {"method": "minmax (coremltools linear_quantize_activations, CoreML prediction)",
                        "samples": len(data)}
     else:  # Linux: the same graph passes, fed statistics from edgekit's NumPy MIL evaluator
-        from .coreml_eval import EvaluatorError
+        from .evaluator import EvaluatorError
 
         try:
             mlmodel, stats = calibrate_activations_on_linux(mlmodel, data, config)
@@ -176,7 +180,7 @@ def convert(
     spec = mlmodel.get_spec()
     evaluated = None
     if eval_npy and eval_output_npy:  # numeric validation without CoreML: the evaluator on the final package
-        from .coreml_eval import Evaluator, EvaluatorError, load_program
+        from .evaluator import Evaluator, EvaluatorError, load_program
 
         try:
             outputs = Evaluator(load_program(output)).predict(np.load(eval_npy))
@@ -219,7 +223,7 @@ def calibrate_activations_on_linux(mlmodel: Any, data: list[dict[str, np.ndarray
         _update_tensor_range,
     )
 
-    from .coreml_eval import Evaluator, load_program_from_model
+    from .evaluator import Evaluator, load_program_from_model
 
     debugger = ModelDebugger(mlmodel)
     outputs = {o.name for o in mlmodel.get_spec().description.output}
@@ -315,6 +319,6 @@ def _explain(exc: Exception) -> Exception:
     if "not implemented" in text.lower() or "unsupported" in text.lower():
         return ConversionError(
             f"coremltools cannot convert this model: {first}",
-            hint="replace the unsupported layer, or package without --target coreml",
+            hint="replace the unsupported layer, or package without --format coreml",
         )
     return ConversionError(f"coremltools conversion failed: {type(exc).__name__}: {first}")

@@ -15,7 +15,7 @@ _FLOAT_CHECK = """
 import json, os, sys
 import numpy as np, keras, coremltools as ct
 sys.path.insert(0, {root!r})
-from edgekit.targets.coreml_eval import Evaluator, load_program_from_model
+from edgekit.formats.coreml.evaluator import Evaluator, load_program_from_model
 model = {build}
 shape = tuple(model.inputs[0].shape[1:])
 x = np.random.default_rng(0).uniform(0, 1, ({n}, *shape)).astype(np.float32)
@@ -70,8 +70,8 @@ def test_digits_coreml_w8a8_on_linux(digits_all_package):
 def test_evaluator_agrees_with_coreml_prediction_on_macos(digits_all_package):
     import numpy as np
 
-    from edgekit.backends.coreml import CoreMLBackend
-    from edgekit.targets.coreml_eval import Evaluator, load_program
+    from edgekit.formats.coreml.backend import CoreMLBackend
+    from edgekit.formats.coreml.evaluator import Evaluator, load_program
     from tests.conftest import EVAL, load_npz
 
     path = str(digits_all_package / "coreml" / "model.int8.mlpackage")

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from ..errors import EdgekitError
+from ...errors import EdgekitError
 
 
 class EvaluatorError(EdgekitError):

@@ -9,14 +9,14 @@ integer IO is quantized/dequantized here like the LiteRT backend does.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ..errors import BackendUnavailableError, PackageError
-from .base import Backend, TensorInfo, dequantize, quantize
+from ...errors import BackendUnavailableError, PackageError
+from ..backend import Backend, TensorInfo, dequantize, quantize
 
 DEFAULT_PROVIDERS = ("CPUExecutionProvider",)
 _ONNX_DTYPES = {
@@ -55,6 +55,13 @@ def _with_engine_cache(provider: Any, compiled_dir: Path) -> Any:
     })
 
 
+def providers_from_profile(section: dict[str, Any]) -> list[str | tuple[str, dict[str, Any]]]:
+    """``[runtime.onnxruntime]``: providers in order, with ``provider_options`` where given."""
+    names = section.get("providers", ["CPUExecutionProvider"])
+    options = section.get("provider_options", {})
+    return [(name, dict(options[name])) if name in options else name for name in names]
+
+
 def choose_providers(preferred: Sequence[str | tuple[str, dict[str, Any]]], available: Sequence[str]) -> list[Any]:
     """``preferred`` filtered to what this onnxruntime build has; CPU always last as the fallback."""
     chosen: list[Any] = []
@@ -71,7 +78,7 @@ def _cache_unusable(directory: Path, reason: str) -> None:
     import shutil
     import warnings
 
-    from ..errors import CacheWarning
+    from ...errors import CacheWarning
 
     try:
         free = f"{shutil.disk_usage(directory).free / (1 << 20):.1f} MiB free"
@@ -93,6 +100,13 @@ class OnnxRuntimeBackend(Backend):
             return f"onnxruntime {_ort().__version__}"
         except BackendUnavailableError:
             return None
+
+    @classmethod
+    def profile_options(cls, section: dict[str, Any], cache_dir: Callable[[str], Path | None]) -> dict[str, Any]:
+        """Providers from the profile; compiled copies (optimized graph, TensorRT engines) per provider list."""
+        providers = providers_from_profile(section)
+        compiled = cache_dir(str([p[0] if isinstance(p, tuple) else p for p in providers]))
+        return {"providers": providers, "compiled_dir": str(compiled) if compiled is not None else None}
 
     def __init__(
         self,

@@ -1,0 +1,68 @@
+"""Command-line options shared by ``python -m edgekit.run`` (predict, --bench, --serve) and
+``edgekit serve``: defined once so their names, choices and checks never drift apart.
+
+argparse, not click: the device entry point must start fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+
+def positive_int(text: str) -> int:
+    return at_least(1)(text)
+
+
+def at_least(minimum: int):  # noqa: ANN201 - an argparse type
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
+        return value
+
+    return parse
+
+
+def add_load_options(p: argparse.ArgumentParser) -> None:
+    """How a package is loaded on this device: profile, artifact, backend, threads, trust."""
+    from .formats import FORMATS, backends
+
+    p.add_argument("--profile", "--target", dest="profile", default="auto",
+                   help="device profile (see `edgekit profiles`), or auto to detect this device (default); "
+                        "--target is its former name")
+    p.add_argument("--artifact", "--format", dest="artifact", choices=list(FORMATS), default=None,
+                   help="artifact format to run (default: the profile's first choice this device can run)")
+    p.add_argument("--backend", choices=list(backends()), default=None,
+                   help="runtime to use (default: the profile's first choice that is installed)")
+    p.add_argument("--threads", type=positive_int, default=None, help="runtime threads (default: the profile's)")
+    p.add_argument("--require-signature", action="store_true", default=None,
+                   help="refuse packages not signed by a key in --trusted-keys")
+    p.add_argument("--trusted-keys", default=None, metavar="DIR", help="folder of trusted KEY.pub files")
+    p.add_argument("--debug", action="store_true", help="show full tracebacks (anywhere on the line)")
+
+
+def refuse_mixed_modes(p: argparse.ArgumentParser, args: argparse.Namespace, modes: dict[str, list[str]]) -> None:
+    """Options of a mode that is not active are an error, not silently ignored (``--serve --runs 5``).
+
+    ``modes`` maps a mode ("--bench") to the dests only it reads; the active mode is the one whose
+    flag is set, or "predict".
+    """
+    active = next((mode for mode in modes if mode != "predict" and getattr(args, mode.lstrip("-"), False)), "predict")
+    for mode, dests in modes.items():
+        if mode == active:
+            continue
+        given = [d for d in dests if getattr(args, d, None) != p.get_default(d)]
+        if given:
+            flags = ", ".join(_flag(p, d) for d in given)
+            where = "predicting" if mode == "predict" else mode
+            p.error(f"{flags} applies to {where} only, not to {active if active != 'predict' else 'predicting'}")
+
+
+def _flag(p: argparse.ArgumentParser, dest: str) -> str:
+    for action in p._actions:  # noqa: SLF001 - argparse keeps its option table here
+        if action.dest == dest and action.option_strings:
+            return action.option_strings[0]
+    return dest

@@ -1,0 +1,90 @@
+"""The registry of output formats and their device backends.
+
+Every folder below ``edgekit/formats/`` whose ``__init__.py`` defines ``FORMAT`` is a format;
+they are found by themselves (``FORMATS``), so a new format is one new folder. Command-line
+choices, pip-extra hints, device-profile sections, the runtime's choice and the server's
+metadata all read from here. Built-in formats come first, in this order; others follow by name.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from pathlib import Path
+
+from ..errors import BackendUnavailableError, EdgekitError
+from .backend import Backend, TensorInfo
+from .base import Builder, BuildContext, BuildResult, Format
+
+_FIRST = ("tflite", "onnx", "coreml")
+
+
+def _discover() -> dict[str, Format]:
+    found: dict[str, Format] = {}
+    folders = [m.name for m in pkgutil.iter_modules([str(Path(__file__).parent)]) if m.ispkg]
+    for folder in sorted(folders, key=lambda n: (_FIRST.index(n) if n in _FIRST else len(_FIRST), n)):
+        module = importlib.import_module(f"{__name__}.{folder}")
+        fmt = getattr(module, "FORMAT", None)
+        if fmt is None:
+            continue
+        if not isinstance(fmt, Format):
+            raise TypeError(f"{module.__name__}.FORMAT is not an edgekit.formats.Format")
+        register(fmt, found)
+    return found
+
+
+def register(fmt: Format, into: dict[str, Format] | None = None) -> None:
+    """Add a format (discovery does this for folders; tests and plugins may call it)."""
+    target = FORMATS if into is None else into
+    if fmt.name in target:
+        raise ValueError(f"format {fmt.name!r} is registered twice")
+    for backend in fmt.backends:
+        for other in target.values():
+            if any(b.name == backend.name and b is not backend for b in other.backends):
+                raise ValueError(f"backend name {backend.name!r} of format {fmt.name!r} is already used by {other.name!r}")
+    target[fmt.name] = fmt
+
+
+FORMATS: dict[str, Format] = {}
+FORMATS.update(_discover())
+
+
+def get_format(name: str) -> Format:
+    try:
+        return FORMATS[name]
+    except KeyError:
+        raise EdgekitError(f"unknown format {name!r}", hint="choose one of: " + ", ".join(FORMATS)) from None
+
+
+def expand_formats(names: list[str]) -> list[str]:
+    """Format names with ``all`` expanded and duplicates dropped (order kept)."""
+    expanded: list[str] = []
+    for name in names:
+        expanded.extend(FORMATS if name == "all" else [name])
+    return list(dict.fromkeys(expanded))
+
+
+def backends() -> dict[str, type[Backend]]:
+    """Every device backend by name (``--backend NAME``), in format order."""
+    return {b.name: b for f in FORMATS.values() for b in f.backends}
+
+
+def get_backend(name: str) -> type[Backend]:
+    found = backends()
+    if name not in found:
+        raise BackendUnavailableError(f"unknown backend {name!r}", hint="choose one of: " + ", ".join(found))
+    return found[name]
+
+
+def format_of_backend(name: str) -> Format:
+    return next(f for f in FORMATS.values() if any(b.name == name for b in f.backends))
+
+
+def format_for_file(path: Path) -> Format | None:
+    """The format whose bare artifact files end like ``path`` (``model.tflite`` -> tflite)."""
+    suffix = path.suffix.lower()
+    return next((f for f in FORMATS.values() if suffix in f.bare_suffixes), None)
+
+
+__all__ = ["FORMATS", "Backend", "BuildContext", "BuildResult", "Builder", "Format", "TensorInfo", "backends", "expand_formats",
+           "format_for_file", "format_of_backend", "get_backend", "get_format", "register"]

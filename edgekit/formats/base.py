@@ -1,0 +1,119 @@
+"""What one output format is (``Format``) and how its build side converts (``Builder``).
+
+A format (tflite, onnx, coreml, ...) is one folder below ``edgekit/formats/`` whose
+``__init__.py`` defines ``FORMAT``: its name, the device backends that run its artifacts, the
+pip extra that installs them, its KServe/Triton platform name, the suffix of a bare artifact
+file, and a function returning its ``Builder``. The registry (``edgekit.formats``) finds every
+folder by itself, so adding a format edits nothing else. The build side is imported only when
+packaging: a device imports ``FORMAT`` and its backend, never the converters.
+
+(Device profiles, the TOML files in the repository's top-level ``targets/``, are a different
+thing: which format and backend a device prefers.)
+"""
+
+from __future__ import annotations
+
+import re
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from ..manifest import Artifact
+
+if TYPE_CHECKING:
+    from .backend import Backend
+
+
+@dataclass(frozen=True)
+class Format:
+    """Everything edgekit knows about one output format, in one place."""
+
+    name: str
+    description: str
+    builder: Callable[[], Builder]  # imports the build side only when called
+    backends: tuple[type[Backend], ...]  # device runtimes for its artifacts, in order of preference
+    extra: str  # what to install on a device to run it, e.g. "edgekit[tflite]"
+    serving_platform: str  # KServe v2 / Triton "platform" of its artifacts
+    bare_suffixes: tuple[str, ...] = ()  # a plain file with this suffix is runnable without a package
+    options: dict[str, Any] = field(default_factory=dict)  # defaults of its build options (see Builder)
+
+
+@dataclass(frozen=True)
+class BuildContext:
+    """What every format's builder reads; one per packaging run, never written to.
+
+    Format-specific settings (``--calibration-method``, ``--coreml-activations``, ...) are in
+    ``options``; each builder reads the keys it knows.
+    """
+
+    calibration_npy: str  # preprocessed float32 calibration inputs, shape (N, ...)
+    eval_npy: str  # validation inputs (for formats that validate without a runtime)
+    package_dir: Path  # the package being staged; artifacts go below it
+    workdir: Path  # scratch space for intermediates (float ONNX, ...), removed afterwards
+    saved_model: str | None = None  # float SavedModel exported from a TensorFlow source
+    onnx_model: str | None = None  # the model itself when the source is ONNX
+    source_path: str = ""
+    source_kind: str = ""  # keras, h5, saved_model, onnx
+    layer_names: tuple[str, ...] = ()  # to name layers in op errors
+    keep_float: tuple[str, ...] = ()  # layers to leave in float
+    allow_float_ops: bool = False
+    explain_npy: str | None = None  # samples for the per-layer error report (--explain); None = no report
+    timeout_s: float | None = None
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+    def option(self, name: str, default: Any = None) -> Any:
+        return self.options.get(name, default)
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    """What a builder made: the manifest entry, and outputs it computed without a device runtime
+    (CoreML on Linux, by edgekit's MIL evaluator) for the validation step."""
+
+    artifact: Artifact
+    evaluated_npy: str | None = None
+    evaluated_by: str = ""
+
+
+def layer_of(tensor_name: str, layer_names: list[str]) -> str:
+    """The Keras layer a converted tensor came from (TF adds ``_1`` suffixes to layer scopes)."""
+    known = set(layer_names)
+    parts = tensor_name.split(";")[0].split("/")
+    for part in parts[1:] + parts[:1]:
+        if part in known:
+            return part
+        base = re.sub(r"_\d+$", "", part)
+        if base in known:
+            return base
+    return parts[1] if len(parts) > 2 else tensor_name
+
+
+def in_layer(node_name: str, layer: str) -> bool:
+    """Whether a converted node (``model/LAYER_1/op``, fused names joined by ';') comes from ``layer``."""
+    pattern = re.compile(rf"(^|/){re.escape(layer)}(_\d+)?(/|$)")
+    return node_name == layer or any(pattern.search(part) for part in node_name.split(";"))
+
+
+def worst_layers(rows: list[dict], limit: int = 20) -> list[dict]:
+    """Per-layer error rows sorted worst first (lowest SQNR), non-finite SQNR (exact) last."""
+    finite = [r for r in rows if r.get("sqnr_db") is not None and r["sqnr_db"] == r["sqnr_db"] and abs(r["sqnr_db"]) != float("inf")]
+    exact = [r for r in rows if r not in finite]
+    return (sorted(finite, key=lambda r: r["sqnr_db"]) + exact)[:limit]
+
+
+class Builder(ABC):
+    """The build side of a format: converts, calibrates, writes one artifact."""
+
+    name: ClassVar[str]
+    backend: ClassVar[str]  # the backend that validates the artifact on the build machine
+    unmeasured_reason: ClassVar[str] = "no runtime for it on this machine"
+
+    @abstractmethod
+    def build(self, context: BuildContext, on_progress: Callable[[int, int], None] | None = None) -> BuildResult:
+        """Convert, calibrate and write the artifact; ``on_progress(done, total)`` during calibration."""
+
+    def calibration_method(self, context: BuildContext) -> str:
+        """How activation ranges were chosen (recorded in the manifest)."""
+        return "minmax"

@@ -1,0 +1,255 @@
+"""The server's protocol logic, free of HTTP: model lookup, readiness, input validation (once),
+the prediction cache, batching and metrics. REST endpoints (``app.py``) and, later, gRPC call it.
+
+In the shape of Seldon MLServer's dataplane. Every failure of a model route leaves here as a
+``ProtocolError`` with its HTTP status, counted in the failure metrics under the model's name;
+a bug is logged with its traceback and becomes a 500 that says so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import numpy as np
+
+from .. import __version__
+from ..errors import EdgekitError
+from ..prediction_cache import PredictionCache
+from ..runtime import Model
+from .batcher import DynamicBatcher, Overloaded
+from .metrics import ServerMetrics
+from .protocol import ProtocolError, datatype_of, encode_response, parse_request
+
+VERSION = "1"
+log = logging.getLogger("edgekit.server")
+T = TypeVar("T")
+_REASONS = {400: "BAD_REQUEST", 413: "TOO_LARGE", 503: "OVERLOADED"}
+
+
+@dataclass
+class ServerOptions:
+    max_batch_size: int = 8
+    max_queue_delay_us: int = 500
+    max_queue_size: int = 256
+    max_body_bytes: int = 64 << 20
+    reports_dir: str | None = None
+    cache_predictions: bool = False
+    drain_timeout_s: float = 30.0
+    max_image_pixels: int = 25_000_000  # /infer/image: larger images are refused before decoding
+    image_decoders: int = 2  # images decoded at once (off the event loop): bounds decode memory
+    lameduck_s: float = 2.0  # on SIGTERM/SIGINT: keep answering (Connection: close) this long at most
+
+
+@dataclass
+class ServedModel:
+    name: str
+    model: Model
+    batcher: DynamicBatcher | None = None
+    ready: bool = False
+    sample_shape: tuple[int | None, ...] = field(default_factory=tuple)
+
+    def metadata(self) -> dict[str, Any]:
+        from ..formats import FORMATS
+
+        spec_in, spec_out = self.model.manifest.inputs[0], self.model.manifest.outputs[0]
+        fmt = FORMATS.get(self.model.artifact.target)
+        return {
+            "name": self.name,
+            "versions": [VERSION],
+            "platform": fmt.serving_platform if fmt is not None else "",
+            "inputs": [{"name": spec_in.name, "datatype": "FP32", "shape": spec_in.shape}],
+            "outputs": [{"name": spec_out.name, "datatype": "FP32", "shape": spec_out.shape}],
+            "parameters": {"artifact": self.model.artifact.target, "precision": self.model.artifact.precision,
+                           "labels": self.model.labels or []},
+        }
+
+
+class DataPlane:
+    """Everything the server does for a request, given the request's decoded parts."""
+
+    def __init__(self, models: Sequence[Model], options: ServerOptions, metrics: ServerMetrics | None = None) -> None:
+        self.options = options
+        self.metrics = metrics or ServerMetrics()
+        self.accepting = True
+        self.draining = False  # after SIGTERM: still answering, no longer ready
+        self.served: dict[str, ServedModel] = {}
+        for model in models:
+            name = model.manifest.name
+            if name in self.served:
+                raise EdgekitError(f"two models are named {name!r}", hint="serve packages with different names")
+            if options.cache_predictions and model.prediction_cache is None:
+                model.prediction_cache = PredictionCache(max_entries=4096)
+            shape = tuple(None if d == -1 else d for d in model.manifest.inputs[0].shape[1:])
+            self.served[name] = ServedModel(name, model, sample_shape=shape)
+        self._decoders = asyncio.Semaphore(options.image_decoders)
+
+    # --- lifecycle --------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start each model's batcher (models are loaded and warmed up by edgekit.load already)."""
+        for entry in self.served.values():
+            entry.batcher = DynamicBatcher(
+                entry.model.run_checked, self.options.max_batch_size, self.options.max_queue_delay_us,
+                self.options.max_queue_size, self.metrics.observer(entry.name), name=entry.name,
+            )
+            entry.batcher.start()
+            cache = entry.model.prediction_cache
+            if cache is not None:
+                self.metrics.cache_hits.labels(model=entry.name, version=VERSION).set_function(lambda c=cache: c.hits)
+                self.metrics.cache_misses.labels(model=entry.name, version=VERSION).set_function(
+                    lambda c=cache: c.misses)
+            entry.ready = True
+
+    async def stop(self) -> None:
+        """Stop accepting, answer what is queued, release the models."""
+        self.accepting = False
+        for entry in self.served.values():
+            entry.ready = False
+        batchers = [e.batcher for e in self.served.values() if e.batcher]
+        await asyncio.gather(*(b.drain(self.options.drain_timeout_s) for b in batchers))
+        for entry in self.served.values():
+            if entry.batcher:
+                await entry.batcher.stop()
+            entry.model.close()
+
+    # --- health and metadata ----------------------------------------------------------------
+
+    def server_metadata(self) -> dict[str, Any]:
+        return {"name": "edgekit", "version": __version__,
+                "extensions": ["binary_tensor_data", "model_repository_metadata"]}
+
+    def ready(self) -> bool:
+        return self.accepting and not self.draining and all(e.ready for e in self.served.values())
+
+    def lookup(self, name: str, version: str | None = None) -> ServedModel:
+        if name not in self.served or (version is not None and version != VERSION):
+            raise ProtocolError(404, f"unknown model {name!r}" + (f" version {version!r}" if version else ""))
+        return self.served[name]
+
+    def model_ready(self, name: str, version: str | None = None) -> bool:
+        return self.lookup(name, version).ready and not self.draining
+
+    # --- inference --------------------------------------------------------------------------
+
+    async def infer(self, name: str, version: str | None, body: bytes,
+                    header_length: str | None) -> tuple[bytes, dict[str, str]]:
+        """A KServe v2 inference request's body in, the response body and headers out."""
+        entry = self.lookup(name, version)
+
+        async def handle() -> tuple[bytes, dict[str, str]]:
+            parsed = parse_request(body, header_length)
+            x = self.validate(entry, parsed.inputs)
+            y = await self.run(entry, x)
+            output = entry.model.manifest.outputs[0].name
+            return encode_response(entry.name, VERSION, parsed, {output: y.astype(np.float32)})
+
+        return await self._counted(entry, handle)
+
+    async def infer_image(self, name: str, body: bytes) -> dict[str, Any]:
+        """An image file's bytes in (decoded off the event loop), outputs and top-5 labels out."""
+        entry = self.lookup(name)
+
+        async def handle() -> dict[str, Any]:
+            async with self._decoders:  # decoding allocates width x height x 3 bytes: a few at a time
+                x = await asyncio.to_thread(decode_upload, entry, body, self.options.max_image_pixels)
+            y = (await self.run(entry, self.checked(entry, x)))[0]
+            labels = entry.model.labels
+            flat = y.reshape(-1)
+            order = np.argsort(flat)[::-1][:5]
+            return {
+                "model_name": entry.name, "model_version": VERSION,
+                "outputs": [{"name": entry.model.manifest.outputs[0].name, "datatype": "FP32", "shape": list(y.shape),
+                             "data": flat.tolist()}],
+                "top_k": [{"label": labels[i] if labels else str(int(i)), "index": int(i), "score": float(flat[i])}
+                          for i in order],
+            }
+
+        return await self._counted(entry, handle)
+
+    def validate(self, entry: ServedModel, inputs: dict[str, np.ndarray]) -> np.ndarray:
+        """The request's tensor checked once (name, datatype, shape, size, values) for the batcher."""
+        expected = entry.model.manifest.inputs[0].name
+        if list(inputs) != [expected]:
+            raise ProtocolError(400, f"model {entry.name!r} takes one input named {expected!r}, got {list(inputs)}")
+        x = inputs[expected]
+        if x.dtype not in (np.float32, np.float16, np.float64):
+            raise ProtocolError(400, f"input {expected!r} must be FP32, got {datatype_of(x.dtype)}")
+        shape = entry.sample_shape
+        if x.ndim != len(shape) + 1 or any(e is not None and e != s for s, e in zip(x.shape[1:], shape)) or not len(x):
+            want = ["N", *("?" if d is None else d for d in shape)]
+            raise ProtocolError(400, f"input {expected!r} has shape {list(x.shape)}; expected {want}")
+        if len(x) > self.options.max_batch_size * 64:
+            raise ProtocolError(413, f"{len(x)} samples in one request is more than this server accepts")
+        return self.checked(entry, x.astype(np.float32, copy=False))
+
+    @staticmethod
+    def checked(entry: ServedModel, x: np.ndarray) -> np.ndarray:
+        try:
+            return entry.model.check_input(x)
+        except EdgekitError as exc:
+            raise ProtocolError(400, exc.message) from None
+
+    async def run(self, entry: ServedModel, x: np.ndarray) -> np.ndarray:
+        """A checked batch through the cache and the model's batcher."""
+        if not entry.ready or not self.accepting or entry.batcher is None:
+            raise ProtocolError(503, f"model {entry.name!r} is not ready")
+        found = entry.model.cached(x)
+        if found is not None:
+            return found
+        try:
+            y = await entry.batcher.submit(x)
+        except Overloaded as exc:
+            raise ProtocolError(503, f"model {entry.name!r} is overloaded: {exc}; retry later") from None
+        except EdgekitError as exc:
+            raise ProtocolError(400, exc.message) from None
+        except Exception as exc:  # the model raised: this request fails, the server keeps serving
+            raise ProtocolError(500, f"inference failed: {type(exc).__name__}: {exc}") from None
+        entry.model.remember(x, y)
+        return y
+
+    async def _counted(self, entry: ServedModel, handle: Callable[[], Awaitable[T]]) -> T:
+        """Run a model route's work; count its success or failure under the model's name."""
+        try:
+            result = await handle()
+        except ProtocolError as exc:
+            self.metrics.failure.labels(model=entry.name, version=VERSION,
+                                        reason=_REASONS.get(exc.status, "OTHER")).inc()
+            raise
+        except Exception:
+            log.exception("internal error serving model %s", entry.name)
+            self.metrics.failure.labels(model=entry.name, version=VERSION, reason="OTHER").inc()
+            raise ProtocolError(500, "internal server error (the server log has the traceback)") from None
+        self.metrics.success.labels(model=entry.name, version=VERSION).inc()
+        return result
+
+    def count_failure(self, name: str | None, status: int) -> None:
+        """A failure before the dataplane took the request (e.g. a body over the limit)."""
+        if name in self.served:
+            self.metrics.failure.labels(model=name, version=VERSION, reason=_REASONS.get(status, "OTHER")).inc()
+
+
+def decode_upload(entry: ServedModel, body: bytes, max_pixels: int) -> np.ndarray:
+    """An uploaded image as the model's input batch (runs in a worker thread)."""
+    import io
+
+    from PIL import Image, UnidentifiedImageError
+
+    from ..data.preprocessing import open_image
+
+    try:
+        image = open_image(io.BytesIO(body), max_pixels, name="upload")
+        image.load()
+    except EdgekitError as exc:  # larger than this server decodes
+        raise ProtocolError(400, f"{exc.message}; downscale it first") from None
+    except Image.DecompressionBombError:
+        raise ProtocolError(400, "image is too large to decode; downscale it first") from None
+    except (UnidentifiedImageError, OSError, ValueError, SyntaxError, EOFError):
+        raise ProtocolError(400, "request body is not an image (send the image file's bytes)") from None
+    try:
+        return entry.model.preprocess(image)
+    except EdgekitError as exc:
+        raise ProtocolError(400, exc.message) from None

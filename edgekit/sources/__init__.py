@@ -1,0 +1,61 @@
+"""The registry of model sources: every module below ``edgekit/sources/`` that defines ``SOURCE``.
+
+``detect_source(path)`` makes the checks every source shares (the file exists and is
+readable, it is not a format edgekit cannot read yet) and asks each source whether the model
+is one of its kinds.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import pkgutil
+from pathlib import Path
+
+from ..errors import ModelSourceError
+from .base import Source
+
+_FIRST = ("tensorflow", "onnx")
+_NOT_YET = {".tflite": "TFLite", ".pt": "PyTorch", ".pth": "PyTorch", ".pt2": "PyTorch", ".mlpackage": "CoreML"}
+
+
+def _discover() -> list[Source]:
+    found = []
+    names = [m.name for m in pkgutil.iter_modules([str(Path(__file__).parent)]) if m.name != "base"]
+    for name in sorted(names, key=lambda n: (_FIRST.index(n) if n in _FIRST else len(_FIRST), n)):
+        source = getattr(importlib.import_module(f"{__name__}.{name}"), "SOURCE", None)
+        if isinstance(source, Source):
+            found.append(source)
+    return found
+
+
+SOURCES: list[Source] = _discover()
+
+
+def detect_source(path: str | os.PathLike[str]) -> tuple[Source, str]:
+    """The source that reads the model at ``path`` and the model's kind; a clear error otherwise."""
+    model = Path(path)
+    accepts = "; ".join(s.accepts for s in SOURCES)
+    if not model.exists():
+        raise ModelSourceError(f"model {model} does not exist", hint=f"pass a model: {accepts}")
+    if model.suffix.lower() in _NOT_YET:
+        raise ModelSourceError(
+            f"{_NOT_YET[model.suffix.lower()]} models ({model.name}) are not supported as a source yet",
+            hint="export the model from its framework as a Keras .keras file, a TF SavedModel or ONNX",
+        )
+    if not model.is_dir() and not os.access(model, os.R_OK):
+        raise ModelSourceError(f"model {model} is not readable", hint="check the file's permissions")
+    for source in SOURCES:
+        try:
+            kind = source.detect(model)
+        except OSError as exc:
+            raise ModelSourceError(f"model {model} cannot be read ({exc.strerror})") from None
+        if kind is not None:
+            return source, kind
+    raise ModelSourceError(
+        f"{model} is not a model edgekit can read (expected {accepts})",
+        hint="save the model with model.save('model.keras'), model.export(DIR), or export it to ONNX",
+    )
+
+
+__all__ = ["SOURCES", "Source", "detect_source"]

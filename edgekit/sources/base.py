@@ -1,0 +1,31 @@
+"""What a model source is: how edgekit recognises it, loads it and runs its float reference.
+
+A source (TensorFlow/Keras, ONNX, ...) is one module below ``edgekit/sources/`` defining
+``SOURCE``. ``detect`` runs in the parent and only looks at files; ``prepare`` and
+``float_reference`` run in a converter child (``edgekit.worker``) because they import the
+framework. ``prepare`` returns a JSON description every later step reads: ``inputs`` and
+``outputs`` (name, shape with -1 for dynamic dimensions, dtype), ``layers`` (names, for error
+messages), ``rescales`` (the model normalizes its own input), and the paths formats convert
+from (``saved_model``, ``onnx_model``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Source:
+    name: str
+    accepts: str  # what a user passes, for messages: ".keras, .h5 or a SavedModel directory"
+    detect: Callable[[Path], str | None]  # the kind of model at path ("keras", "onnx", ...), or None if not ours
+    prepare: Callable[..., dict[str, Any]]  # child: (model_path, kind, export_dir) -> description
+    float_reference: Callable[..., None]  # child: (prepared, inputs_npy, output_npy) -> writes the outputs
+
+
+def first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else ""

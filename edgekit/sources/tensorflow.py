@@ -1,0 +1,138 @@
+"""TensorFlow sources (build side): Keras ``.keras``/``.h5`` and TF SavedModel directories.
+
+``detect`` runs in the parent and only looks at files. ``prepare`` and ``float_reference`` run
+in a child process (``edgekit.worker``) because they import TensorFlow: every format converts
+from the one SavedModel that ``prepare`` exports, and the float reference outputs come from
+that same SavedModel.
+"""
+
+from __future__ import annotations
+
+import zipfile
+from pathlib import Path
+from typing import Any
+
+from ..errors import ModelSourceError
+from .base import Source, first_line
+
+_HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
+
+
+def detect(model: Path) -> str | None:
+    """``keras``, ``h5`` or ``saved_model`` for a TensorFlow model at ``model``; None if not one."""
+    if model.is_dir():
+        if (model / "saved_model.pb").is_file() or (model / "saved_model.pbtxt").is_file():
+            return "saved_model"
+        raise ModelSourceError(
+            f"{model} is a directory but not a SavedModel (no saved_model.pb)",
+            hint="pass the directory written by model.export(DIR) or tf.saved_model.save",
+        )
+    suffix = model.suffix.lower()
+    if suffix == ".keras":
+        if not zipfile.is_zipfile(model):
+            raise ModelSourceError(
+                f"{model} is not a Keras model (a .keras file is a zip archive; this one is not)",
+                hint="save the model with model.save('model.keras')",
+            )
+        return "keras"
+    if suffix in (".h5", ".hdf5"):
+        with open(model, "rb") as handle:
+            head = handle.read(8)
+        if head != _HDF5_MAGIC:
+            raise ModelSourceError(
+                f"{model} is not a Keras model (not an HDF5 file)", hint="save the model with model.save('model.h5')"
+            )
+        return "h5"
+    return None
+
+
+# --- child-process side -------------------------------------------------------------------
+
+
+def prepare(model_path: str, kind: str, export_dir: str) -> dict[str, Any]:
+    """Load the model, export a SavedModel (Keras sources) and describe its signature."""
+    import tensorflow as tf
+
+    info: dict[str, Any] = {"layers": [], "rescales": False, "tensorflow": tf.__version__}
+    saved_model = model_path
+    if kind in ("keras", "h5"):
+        import keras
+
+        info["keras"] = keras.__version__
+        try:
+            model = keras.models.load_model(model_path, compile=False)
+        except Exception as exc:
+            raise ModelSourceError(
+                f"cannot load {model_path} as a Keras model: {type(exc).__name__}: {first_line(exc)}",
+                hint="check that it was saved by Keras (custom layers must be importable and registered)",
+            ) from None
+        info["layers"] = [layer.name for layer in _walk_layers(model)]
+        info["rescales"] = _starts_with_rescaling(model)
+        model.export(export_dir, format="tf_saved_model", verbose=False)
+        saved_model = export_dir
+    try:
+        loaded = tf.saved_model.load(saved_model)
+    except Exception as exc:
+        raise ModelSourceError(
+            f"cannot load SavedModel {saved_model}: {type(exc).__name__}: {first_line(exc)}"
+        ) from None
+    signature = loaded.signatures.get("serving_default")
+    if signature is None:
+        raise ModelSourceError(
+            f"SavedModel {saved_model} has no 'serving_default' signature",
+            hint="export it with model.export(DIR) or tf.saved_model.save(obj, DIR, signatures=...)",
+        )
+    _, kw_inputs = signature.structured_input_signature
+    outputs = signature.structured_outputs
+    info["saved_model"] = saved_model
+    info["inputs"] = [_describe(name, spec) for name, spec in sorted(kw_inputs.items())]
+    info["outputs"] = [_describe(name, spec) for name, spec in sorted(outputs.items())]
+    return info
+
+
+def float_reference(prepared: dict[str, Any], inputs_npy: str, output_npy: str, batch_size: int = 64) -> None:
+    """Outputs of the float SavedModel on ``inputs_npy``, saved to ``output_npy`` (first output)."""
+    import numpy as np
+    import tensorflow as tf
+
+    signature = tf.saved_model.load(prepared["saved_model"]).signatures["serving_default"]
+    (input_name,) = signature.structured_input_signature[1].keys()
+    output_name = sorted(signature.structured_outputs)[0]
+    x = np.load(inputs_npy)
+    chunks = []
+    for start in range(0, len(x), batch_size):
+        result = signature(**{input_name: tf.constant(x[start : start + batch_size])})
+        chunks.append(result[output_name].numpy())
+    np.save(output_npy, np.concatenate(chunks).astype(np.float32))
+
+
+def _describe(name: str, spec: Any) -> dict[str, Any]:
+    shape = [-1 if d is None else int(d) for d in spec.shape.as_list()]
+    return {"name": name, "shape": shape, "dtype": spec.dtype.name}
+
+
+def _walk_layers(model: Any) -> list[Any]:
+    found = []
+    for layer in getattr(model, "layers", []):
+        found.append(layer)
+        found.extend(_walk_layers(layer))
+    return found
+
+
+def _starts_with_rescaling(model: Any) -> bool:
+    layers = [layer for layer in getattr(model, "layers", []) if type(layer).__name__ != "InputLayer"]
+    if not layers:
+        return False
+    first = layers[0]
+    if type(first).__name__ in ("Rescaling", "Normalization"):
+        return True
+    return _starts_with_rescaling(first) if hasattr(first, "layers") else False
+
+
+SOURCE = Source(
+    name="tensorflow",
+    accepts=".keras, .h5 or a SavedModel directory",
+    detect=detect,
+    prepare=prepare,
+    float_reference=float_reference,
+)
