@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -37,6 +38,22 @@ def _resize(text: str | None) -> list[int] | None:
     except ValueError:
         raise click.BadParameter(f"expected HEIGHTxWIDTH such as 224x224, got {text!r}") from None
     return [height, width]
+
+
+def format_build_options(command: Any) -> Any:
+    """Each registered format's own build options (``Format.options``) as flags of `edgekit package`."""
+    from .formats import build_options
+
+    for _, option in reversed(build_options()):
+        kwargs: dict[str, Any] = {"help": option.help, "default": option.default}
+        if option.kind is bool:
+            kwargs["is_flag"] = True
+        elif option.choices:
+            kwargs.update(type=click.Choice(list(option.choices)), show_default=True)
+        elif option.kind is int:
+            kwargs.update(type=click.IntRange(min=option.minimum), metavar=option.metavar or "N")
+        command = click.option(option.flag, option.name, **kwargs)(command)
+    return command
 
 
 @cli.command("package")
@@ -73,28 +90,19 @@ def _resize(text: str | None) -> list[int] | None:
 @click.option("--timeout", type=click.FloatRange(min=1), default=None, help="Seconds allowed per conversion.")
 @click.option("--allow-partial", is_flag=True,
               help="With several targets: exit 0 even if some fail (the package records what failed and why).")
-@click.option("--calibration-method", type=click.Choice(["minmax", "entropy", "percentile"]), default="minmax",
-              show_default=True, help="ONNX activation calibration (TFLite always uses min/max).")
-@click.option("--onnx-activations", type=click.Choice(["s8", "u8"]), default="s8", show_default=True,
-              help="ONNX activation type: s8 (S8S8, ONNX Runtime's first choice) or u8 (U8S8).")
-@click.option("--reduce-range", is_flag=True, help="ONNX: 7-bit weights (can help U8S8 accuracy on CPUs without VNNI).")
-@click.option("--calibration-batch", "max_intermediate_outputs", type=click.IntRange(min=1), default=None,
-              metavar="N", help="ONNX: merge calibration ranges every N samples to bound memory on large models.")
 @click.option("--keep-float", "keep_float", multiple=True, metavar="LAYER",
               help="Keep this layer in float (repeatable; recorded in the manifest). See --explain for candidates.")
 @click.option("--explain", is_flag=True, help="Report per-layer quantization error (worst layers by SQNR).")
 @click.option("--sign", "sign_key", type=click.Path(path_type=Path), default=None, metavar="KEY",
               help="Sign manifest.json with this Ed25519 key (edgekit keys generate).")
-@click.option("--coreml-activations", type=click.Choice(["int8", "float16"]), default="int8", show_default=True,
-              help="CoreML activations: int8 (W8A8, calibrated; on Linux with edgekit's MIL evaluator) or float16.")
+@format_build_options
 def package_command(model: Path, formats: tuple[str, ...], calibration: str, eval_data: str | None, samples: int,
                     eval_samples: int | None, seed: int, max_accuracy_drop: float, allow_accuracy_drop: bool,
                     allow_float_ops: bool, name: str | None, output_dir: Path, force: bool, archive: bool,
                     labels_file: Path | None, scale: float | None, mean: str | None, std: str | None,
                     color_order: str | None, resize: str | None, timeout: float | None, allow_partial: bool,
-                    calibration_method: str, onnx_activations: str, reduce_range: bool,
-                    max_intermediate_outputs: int | None, keep_float: tuple[str, ...], explain: bool,
-                    coreml_activations: str, sign_key: Path | None) -> None:
+                    keep_float: tuple[str, ...], explain: bool, sign_key: Path | None,
+                    **format_values: object) -> None:
     """Convert MODEL (.keras, .h5, a SavedModel directory, or .onnx for --format onnx) into a validated INT8 package.
 
     Every artifact is calibrated on --calibration, then checked against the float model on
@@ -112,9 +120,8 @@ def package_command(model: Path, formats: tuple[str, ...], calibration: str, eva
         name=name, samples=samples, eval_samples=eval_samples, seed=seed, max_accuracy_drop=max_accuracy_drop,
         allow_accuracy_drop=allow_accuracy_drop, allow_float_ops=allow_float_ops, force=force, archive=archive,
         labels_file=str(labels_file) if labels_file else None, timeout_s=timeout, allow_partial=allow_partial,
-        calibration_method=calibration_method, onnx_activations=onnx_activations, reduce_range=reduce_range,
-        max_intermediate_outputs=max_intermediate_outputs, keep_float=list(keep_float), explain=explain,
-        coreml_activations=coreml_activations, sign_key=str(sign_key) if sign_key else None,
+        keep_float=list(keep_float), explain=explain, sign_key=str(sign_key) if sign_key else None,
+        format_options=dict(format_values),
         preprocessing={"scale": scale, "mean": float_list(mean), "std": float_list(std),
                        "color_order": color_order.upper() if color_order else None, "resize": _resize(resize)},
     )

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ..errors import BackendUnavailableError, EdgekitError
 from .backend import Backend, TensorInfo
-from .base import Builder, BuildContext, BuildResult, Format
+from .base import Builder, BuildContext, BuildResult, Format, Option
 
 _FIRST = ("tflite", "onnx", "coreml")
 
@@ -80,11 +80,17 @@ def format_of_backend(name: str) -> Format:
     return next(f for f in FORMATS.values() if any(b.name == name for b in f.backends))
 
 
+def build_options() -> list[tuple[Format, Option]]:
+    """Every format's own build options, in format order (the CLI turns them into flags)."""
+    return [(f, o) for f in FORMATS.values() for o in f.options]
+
+
 def format_for_file(path: Path) -> Format | None:
     """The format whose bare artifact files end like ``path`` (``model.tflite`` -> tflite)."""
     suffix = path.suffix.lower()
     return next((f for f in FORMATS.values() if suffix in f.bare_suffixes), None)
 
 
-__all__ = ["FORMATS", "Backend", "BuildContext", "BuildResult", "Builder", "Format", "TensorInfo", "backends", "expand_formats",
+__all__ = ["FORMATS", "Backend", "BuildContext", "BuildResult", "Builder", "Format", "Option", "TensorInfo", "backends",
+           "build_options", "expand_formats",
            "format_for_file", "format_of_backend", "get_backend", "get_format", "register"]

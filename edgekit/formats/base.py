@@ -27,6 +27,21 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True)
+class Option:
+    """A build option only one format reads: its command-line flag and its key in
+    ``BuildContext.options`` (and ``PackageOptions``)."""
+
+    name: str  # the key, e.g. "calibration_method"
+    flag: str  # e.g. "--calibration-method"
+    default: Any
+    help: str
+    choices: tuple[str, ...] = ()
+    kind: type = str  # str, int or bool (a bool option is an on/off flag)
+    minimum: int | None = None  # for int options
+    metavar: str | None = None
+
+
+@dataclass(frozen=True)
 class Format:
     """Everything edgekit knows about one output format, in one place."""
 
@@ -37,7 +52,7 @@ class Format:
     extra: str  # what to install on a device to run it, e.g. "edgekit[tflite]"
     serving_platform: str  # KServe v2 / Triton "platform" of its artifacts
     bare_suffixes: tuple[str, ...] = ()  # a plain file with this suffix is runnable without a package
-    options: dict[str, Any] = field(default_factory=dict)  # defaults of its build options (see Builder)
+    options: tuple[Option, ...] = ()  # build options only this format reads
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..base import Builder, Format
+from ..base import Builder, Format, Option
 from .backend import CoreMLBackend
 
 
@@ -19,4 +19,8 @@ FORMAT = Format(
     backends=(CoreMLBackend,),
     extra="coremltools (macOS)",
     serving_platform="coreml",
+    options=(
+        Option("coreml_activations", "--coreml-activations", "int8", choices=("int8", "float16"),
+               help="CoreML activations: int8 (W8A8, calibrated; on Linux with edgekit's MIL evaluator) or float16."),
+    ),
 )

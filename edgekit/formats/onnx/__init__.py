@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..base import Builder, Format
+from ..base import Builder, Format, Option
 from .onnxruntime import OnnxRuntimeBackend
 
 
@@ -20,4 +20,14 @@ FORMAT = Format(
     extra="edgekit[onnx]",
     serving_platform="onnxruntime_onnx",
     bare_suffixes=(".onnx",),
+    options=(
+        Option("calibration_method", "--calibration-method", "minmax", choices=("minmax", "entropy", "percentile"),
+               help="ONNX activation calibration (TFLite always uses min/max)."),
+        Option("onnx_activations", "--onnx-activations", "s8", choices=("s8", "u8"),
+               help="ONNX activation type: s8 (S8S8, ONNX Runtime's first choice) or u8 (U8S8)."),
+        Option("reduce_range", "--reduce-range", False, kind=bool,
+               help="ONNX: 7-bit weights (can help U8S8 accuracy on CPUs without VNNI)."),
+        Option("max_intermediate_outputs", "--calibration-batch", None, kind=int, minimum=1, metavar="N",
+               help="ONNX: merge calibration ranges every N samples to bound memory on large models."),
+    ),
 )
