@@ -44,20 +44,23 @@ class PredictionCache:
                 self._give_up_persistence(exc)
 
     @staticmethod
-    def key(model_sha256: str, x: np.ndarray) -> str:
+    def key(model_sha256: str, x: np.ndarray | list[np.ndarray]) -> str:
+        """Keyed by the model and the exact bytes, dtype and shape of every input array."""
         digest = hashlib.sha256(model_sha256.encode())
-        digest.update(f"{x.dtype.str}{x.shape}".encode())
-        digest.update(np.ascontiguousarray(x).tobytes())
+        for array in x if isinstance(x, list) else [x]:
+            digest.update(f"{array.dtype.str}{array.shape}".encode())
+            digest.update(np.ascontiguousarray(array).tobytes())
         return digest.hexdigest()
 
-    def get(self, key: str) -> np.ndarray | None:
+    def get(self, key: str) -> Any:
+        """The stored outputs (an array, or a list of arrays, as put), copied; None on a miss."""
         now = time.time()
         with self._lock:
             found = self._memory.get(key)
             if found is not None and not self._expired(found[0], now):
                 self._memory.move_to_end(key)
                 self.hits += 1
-                return found[1].copy()
+                return _copy(found[1])
             if found is not None:
                 del self._memory[key]
             row = None
@@ -69,26 +72,24 @@ class PredictionCache:
                 except sqlite3.Error as exc:  # a damaged database file: predict again instead
                     self._give_up_persistence(exc)
                 if row is not None and not self._expired(row[0], now):
-                    value = np.load(io.BytesIO(row[1]), allow_pickle=False)
+                    value = _decode(row[1])
                     self._remember(key, row[0], value)
                     self.hits += 1
-                    return value.copy()
+                    return _copy(value)
             self.misses += 1
             return None
 
-    def put(self, key: str, value: np.ndarray) -> None:
+    def put(self, key: str, value: np.ndarray | list[np.ndarray]) -> None:
         now = time.time()
         with self._lock:
-            self._remember(key, now, value.copy())
+            self._remember(key, now, _copy(value))
             if self._db is not None:
                 import sqlite3
 
-                buffer = io.BytesIO()
-                np.save(buffer, value, allow_pickle=False)
                 try:
                     self._db.execute(
                         "INSERT OR REPLACE INTO predictions (key, created, value) VALUES (?, ?, ?)",
-                        (key, now, buffer.getvalue()),
+                        (key, now, _encode(value)),
                     )
                     if self.ttl_s is not None:
                         self._db.execute("DELETE FROM predictions WHERE created < ?", (now - self.ttl_s,))
@@ -127,3 +128,27 @@ class PredictionCache:
         self._memory.move_to_end(key)
         while len(self._memory) > self.max_entries:
             self._memory.popitem(last=False)
+
+
+def _copy(value: Any) -> Any:
+    return [v.copy() for v in value] if isinstance(value, list) else value.copy()
+
+
+def _encode(value: Any) -> bytes:
+    """Outputs as one .npz blob (a list keeps its order: out0, out1, ...)."""
+    arrays = value if isinstance(value, list) else [value]
+    buffer = io.BytesIO()
+    np.savez(buffer, kind=np.array("list" if isinstance(value, list) else "array"),
+             **{f"out{i}": a for i, a in enumerate(arrays)})
+    return buffer.getvalue()
+
+
+def _decode(blob: bytes) -> Any:
+    try:
+        with np.load(io.BytesIO(blob), allow_pickle=False) as stored:
+            if "kind" not in stored.files:  # a plain .npy from an older edgekit
+                raise ValueError("not an npz")
+            arrays = [stored[f"out{i}"] for i in range(len(stored.files) - 1)]
+            return arrays if str(stored["kind"]) == "list" else arrays[0]
+    except (ValueError, OSError):
+        return np.load(io.BytesIO(blob), allow_pickle=False)

@@ -13,6 +13,7 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from .cliopts import add_load_options, positive_int, refuse_mixed_modes
 from .clitools import guarded, split_debug
@@ -29,11 +30,12 @@ def parser(prog: str = PROG) -> argparse.ArgumentParser:
     )
     p.add_argument("source", help="package directory, .ekpkg, URL, .tflite or .onnx")
     p.add_argument("--input", "-i", dest="inputs", action="append", type=Path, metavar="FILE",
-                   help="image, .npy or .json array; repeat for a batch (with --bench: the end-to-end input)")
+                   help="image, .npy or .json array; repeat for a batch (with --bench: the end-to-end input). "
+                        "A model with several inputs: NAME=FILE per input, or .npz files with one array per input")
     add_load_options(p)
     p.add_argument("--top-k", type=positive_int, default=5, help="labels to print per input (default 5)")
     p.add_argument("--raw", action="store_true", help="return the artifact's native (int8) outputs")
-    p.add_argument("--output", "-o", type=Path, default=None, help="write outputs to a .npy or .json file")
+    p.add_argument("--output", "-o", type=Path, default=None, help="write outputs to .npy (one output), .npz (one array per output) or .json")
     p.add_argument("--cache-predictions", action="store_true",
                    help="reuse outputs for inputs seen before (SQLite in the cache dir); prints hits/misses")
     p.add_argument("--refresh", action="store_true", help="fetch a URL source again even if it is cached")
@@ -90,10 +92,7 @@ def _int_list(text: str) -> list[int]:
 
 
 def execute(args: argparse.Namespace) -> int:
-    import numpy as np
-
     from . import cache
-    from .fsutil import write_bytes_atomic, write_text_atomic
     from .prediction_cache import PredictionCache
     from .runtime import load
 
@@ -101,7 +100,8 @@ def execute(args: argparse.Namespace) -> int:
         from .fsutil import ensure_writable
 
         ensure_writable(args.output, "--output file")
-    missing = [str(p) for p in args.inputs if not p.exists()]
+    named = _named_inputs(args.inputs)
+    missing = [str(path) for _, path in named if not path.exists()]
     if missing:  # before loading the model: a typo should not cost a model load
         from .errors import InputError
 
@@ -117,40 +117,115 @@ def execute(args: argparse.Namespace) -> int:
         if args.verbose:
             chosen = {"profile": model.profile.name, "artifact": model.artifact.target, **model.backend.describe()}
             print("using " + ", ".join(f"{k}={v}" for k, v in chosen.items()), file=sys.stderr)
-        names, rows = [], []
-        for item in args.inputs:  # one input at a time: a .npy may hold many samples, images may differ in size
-            result = model.predict_tensor(model.preprocess(item), raw=args.raw)
-            names += [str(item)] if len(result) == 1 else [f"{item}[{i}]" for i in range(len(result))]
-            rows.extend(result)
-        labels = model.labels
+        names, rows = predict_rows(model, named, args.raw)
+        labels, output_names = model.labels, model.output_names
         stats = predictions.stats() if predictions else None
     if stats:
         print(f"prediction cache: {stats['hits']} hits, {stats['misses']} misses", file=sys.stderr)
     if args.output is not None:
-        same_shape = len({row.shape for row in rows}) == 1
-        if args.output.suffix == ".npy":
-            if not same_shape:
-                from .errors import InputError
-
-                raise InputError("outputs differ in shape between inputs and cannot be stacked into one .npy",
-                                 hint="write --output FILE.json instead")
-            buffer = io.BytesIO()
-            np.save(buffer, np.stack(rows))
-            write_bytes_atomic(args.output, buffer.getvalue())
-        else:
-            write_text_atomic(args.output, json.dumps([row.tolist() for row in rows]) + "\n")
+        write_outputs(args.output, names, rows, output_names)
         print(f"wrote {len(rows)} output rows ({', '.join(names[:3])}{', ...' if len(names) > 3 else ''}) to "
               f"{args.output}", file=sys.stderr)
         return 0
+    print("\n".join(format_rows(names, rows, labels, args.top_k, args.raw)))
+    return 0
+
+
+def _named_inputs(inputs: list[Path]) -> list[tuple[str | None, Path]]:
+    """``-i FILE`` or ``-i NAME=FILE`` (one input of a model with several, by name)."""
+    named: list[tuple[str | None, Path]] = []
+    for item in inputs:
+        text = str(item)
+        name, sep, rest = text.partition("=")
+        if sep and name and "/" not in name and not item.exists():
+            named.append((name, Path(rest)))
+        else:
+            named.append((None, item))
+    return named
+
+
+def predict_rows(model: Any, named: list[tuple[str | None, Path]], raw: bool) -> tuple[list[str], list[dict]]:
+    """One row per sample: its name (``FILE`` or ``FILE[i]``) and every output, by name.
+
+    A one-input model takes each ``-i`` on its own (a .npy may hold many samples; images may
+    differ in size). A model with several inputs takes ``-i NAME=FILE`` for each input (one set),
+    or ``-i FILE.npz`` holding one array per input name (each file a set).
+    """
+    import numpy as np
+
+    from .errors import InputError
+
+    sets: list[tuple[str, Any]] = []
+    if len(model.input_names) == 1:
+        sets = [(str(path), str(path)) for _, path in named]
+    elif named and all(name is not None for name, _ in named):
+        sets = [(" ".join(f"{n}={p}" for n, p in named), {n: str(p) for n, p in named})]
+    else:
+        for name, path in named:
+            if name is not None or path.suffix != ".npz":
+                raise InputError(f"this model has inputs {model.input_names}: pass -i NAME=FILE for each, "
+                                 "or .npz files with one array per input name", hint="e.g. -i tokens=ids.npy -i mask=m.npy")
+            with np.load(path, allow_pickle=False) as arrays:
+                sets.append((str(path), {k: arrays[k] for k in arrays.files}))
+    names: list[str] = []
+    rows: list[dict] = []
+    for label, value in sets:
+        outputs = model.predict_all(value, raw=raw)
+        count = len(next(iter(outputs.values())))
+        names += [label] if count == 1 else [f"{label}[{i}]" for i in range(count)]
+        rows += [{k: v[i] for k, v in outputs.items()} for i in range(count)]
+    return names, rows
+
+
+def write_outputs(path: Path, names: list[str], rows: list[dict], output_names: list[str]) -> None:
+    """``.npy`` (one output), ``.npz`` (one array per output), or ``.json`` (rows named per sample)."""
+    import numpy as np
+
+    from .errors import InputError
+    from .fsutil import write_bytes_atomic, write_text_atomic
+
+    def stacked(name: str) -> Any:
+        if len({row[name].shape for row in rows}) != 1:
+            raise InputError(f"output {name!r} differs in shape between inputs and cannot be stacked",
+                             hint="write --output FILE.json instead")
+        return np.stack([row[name] for row in rows])
+
+    suffix = path.suffix.lower()
+    if suffix == ".npy":
+        if len(output_names) != 1:
+            raise InputError(f"the model has {len(output_names)} outputs ({', '.join(output_names)}); "
+                             ".npy holds one array", hint="write --output FILE.npz (one array per output) or .json")
+        buffer = io.BytesIO()
+        np.save(buffer, stacked(output_names[0]))
+        write_bytes_atomic(path, buffer.getvalue())
+    elif suffix == ".npz":
+        buffer = io.BytesIO()
+        np.savez(buffer, **{name: stacked(name) for name in output_names})
+        write_bytes_atomic(path, buffer.getvalue())
+    elif len(output_names) == 1:  # JSON, as before: one list per sample
+        write_text_atomic(path, json.dumps([row[output_names[0]].tolist() for row in rows]) + "\n")
+    else:
+        document = [{"input": n, "outputs": {k: v.tolist() for k, v in row.items()}} for n, row in zip(names, rows)]
+        write_text_atomic(path, json.dumps(document) + "\n")
+
+
+def format_rows(names: list[str], rows: list[dict], labels: list[str] | None, top_k: int, raw: bool) -> list[str]:
+    import numpy as np
+
     lines = []
     for item, row in zip(names, rows):
-        if labels and row.ndim == 1 and not args.raw:
-            best = np.argsort(row)[::-1][: args.top_k]
-            lines.append(f"{item}: " + ", ".join(f"{labels[i]} {row[i]:.3f}" for i in best))
-        else:
-            lines.append(f"{item}: {np.array2string(row, precision=4, max_line_width=120)}")
-    print("\n".join(lines))
-    return 0
+        if len(row) == 1:
+            value = next(iter(row.values()))
+            if labels and value.ndim == 1 and not raw:
+                best = np.argsort(value)[::-1][:top_k]
+                lines.append(f"{item}: " + ", ".join(f"{labels[i]} {value[i]:.3f}" for i in best))
+            else:
+                lines.append(f"{item}: {np.array2string(value, precision=4, max_line_width=120)}")
+            continue
+        lines.append(f"{item}:")
+        lines += [f"  {name}: {np.array2string(value, precision=4, max_line_width=120, threshold=64)}"
+                  for name, value in row.items()]
+    return lines
 
 
 def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:

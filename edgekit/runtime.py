@@ -12,193 +12,27 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import math
 import os
 import re
-from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from . import __version__, cache
-from .formats import FORMATS, Backend, Format, backends, format_for_file, format_of_backend, get_backend
-from .data.preprocessing import check_finite, conform, load_input
 from .devices import DeviceFacts, Profile, detect, get_profile
-from .errors import BackendUnavailableError, EdgekitError, InputError, InputRangeWarning, PackageError
+from .errors import BackendUnavailableError, EdgekitError, PackageError
+from .formats import FORMATS, Backend, Format, backends, format_for_file, format_of_backend, get_backend
 from .fsutil import sha256_file
 from .manifest import Artifact, Manifest, TensorSpec
+from .model import Model
 from .package_io import open_package, unpacked_exists, verified_artifact_path
+
+__all__ = ["Model", "choose", "load", "runnable"]
 
 if TYPE_CHECKING:
     from .prediction_cache import PredictionCache
 
 log = logging.getLogger("edgekit.runtime")
 _URL = re.compile(r"^(https?|file)://", re.IGNORECASE)
-
-
-class Model:
-    """A loaded package artifact, ready to predict."""
-
-    def __init__(
-        self,
-        root: Path,
-        manifest: Manifest,
-        artifact: Artifact,
-        backend: Backend,
-        profile: Profile,
-        prediction_cache: PredictionCache | None = None,
-    ) -> None:
-        self.root = root
-        self.manifest = manifest
-        self.artifact = artifact
-        self.backend = backend
-        self.profile = profile
-        self.prediction_cache = prediction_cache
-        spec = manifest.inputs[0]
-        self._sample_shape = tuple(None if d == -1 else d for d in spec.shape[1:])
-        self._preprocessing = spec.preprocessing
-        self._expected = expected_range(spec, backend)
-        self._closed = False
-        self.out_of_range_calls = 0  # predictions whose inputs lay far outside the expected range
-
-    @property
-    def labels(self) -> list[str] | None:
-        return self.manifest.labels
-
-    def predict(self, inputs: Any, raw: bool = False) -> np.ndarray:
-        """Outputs for one input or a list of inputs (image paths, PIL images, arrays).
-
-        Images and integer arrays get the manifest's preprocessing; float arrays are taken as
-        already preprocessed model inputs. Returns float32 outputs with a batch axis.
-        """
-        return self.predict_tensor(self.preprocess(inputs), raw=raw)
-
-    def preprocess(self, inputs: Any) -> np.ndarray:
-        """The model-ready float32 batch for ``inputs`` (what ``predict`` feeds the runtime)."""
-        if isinstance(inputs, (list, tuple)):
-            if not inputs:
-                raise InputError("no inputs given", hint="pass at least one image or array")
-            return np.concatenate([self._load(item) for item in inputs])
-        return self._load(inputs)
-
-    def _load(self, item: Any) -> np.ndarray:
-        native = self.backend.inputs[0].dtype if self._preprocessing is None else None
-        return load_input(item, self._preprocessing, self._sample_shape, native=native)
-
-    def predict_tensor(self, x: np.ndarray, raw: bool = False) -> np.ndarray:
-        """Outputs for a preprocessed float32 batch shaped like the model input, or for a batch
-        already quantized to the artifact's input dtype (fed unchanged)."""
-        x = self.check_input(x)
-        if self.prediction_cache is None:
-            return self.run_checked(x, raw)
-        found = self.cached(x, raw)
-        if found is None:
-            found = self.run_checked(x, raw)
-            self.remember(x, found, raw)
-        return found
-
-    def check_input(self, x: Any) -> np.ndarray:
-        """The batch as the backend takes it, after every check a prediction needs (shape, dtype,
-        NaN/Inf, range): callers that check once (the server) then call ``run_checked``."""
-        if self._closed:
-            raise EdgekitError(f"model {self.manifest.name!r} was closed", hint="load it again with edgekit.load()")
-        native = self.backend.inputs[0].dtype
-        if not isinstance(x, np.ndarray) or (x.dtype.kind != "f" and x.dtype != native):
-            raise InputError(
-                f"expected a float32 (or {native}) array, got {getattr(x, 'dtype', type(x).__name__)}",
-                hint="use predict() for images and raw pixel arrays",
-            )
-        x = conform(x, self._sample_shape, "input")
-        if x.dtype != native or x.dtype.kind == "f":
-            self._check_values(x)
-        return x if x.dtype == native else x.astype(np.float32, copy=False)
-
-    def run_checked(self, x: np.ndarray, raw: bool = False) -> np.ndarray:
-        """The first output for a batch that passed ``check_input``."""
-        if self._closed:
-            raise EdgekitError(f"model {self.manifest.name!r} was closed", hint="load it again with edgekit.load()")
-        return self.backend.run(x, raw=raw)[0]
-
-    def cached(self, x: np.ndarray, raw: bool = False) -> np.ndarray | None:
-        """Outputs remembered for exactly this input (None without a prediction cache, or on a miss)."""
-        if self.prediction_cache is None:
-            return None
-        return self.prediction_cache.get(self._cache_key(x, raw))
-
-    def remember(self, x: np.ndarray, y: np.ndarray, raw: bool = False) -> None:
-        if self.prediction_cache is not None:
-            self.prediction_cache.put(self._cache_key(x, raw), y)
-
-    def _cache_key(self, x: np.ndarray, raw: bool) -> str:
-        assert self.prediction_cache is not None
-        return self.prediction_cache.key(f"{self.artifact.sha256}:{raw}", x)
-
-    def _check_values(self, x: np.ndarray) -> None:
-        """NaN/Inf are refused; values far outside the expected range are said out loud (one pass each)."""
-        if not x.size:
-            raise InputError("input is empty", hint="pass at least one sample")
-        low, high = float(x.min()), float(x.max())
-        if not (math.isfinite(low) and math.isfinite(high)):
-            check_finite(x, "input", error=InputError,
-                         hint="replace the NaN/Inf values: they have no INT8 value and the outputs would be meaningless")
-        if self._expected is None:
-            return
-        lo, hi, origin = self._expected
-        margin = RANGE_MARGIN * max(hi - lo, 1e-6)
-        if low >= lo - margin and high <= hi + margin:
-            return
-        self.out_of_range_calls += 1
-        if self.out_of_range_calls > 1:
-            return  # said once per loaded model; out_of_range_calls keeps counting
-        import warnings
-
-        warnings.warn(InputRangeWarning(
-            f"input values range {low:.4g}..{high:.4g} but {self.manifest.name!r} expects about {lo:.4g}..{hi:.4g} "
-            f"({origin}); outputs for inputs this far outside are unreliable. "
-            + _range_advice(self._preprocessing, low, high, lo, hi)
-        ), stacklevel=3)
-
-    def close(self) -> None:
-        self._closed = True
-        self.backend.close()
-        if self.prediction_cache is not None:
-            self.prediction_cache.close()
-
-    def __enter__(self) -> Model:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-RANGE_MARGIN = 0.25  # beyond the expected range by more than this fraction of its width: "far outside"
-
-
-def expected_range(spec: TensorSpec, backend: Backend) -> tuple[float, float, str] | None:
-    """The input range the model was calibrated on: the manifest's record, else what an INT8
-    input tensor can represent (bare .tflite files), else unknown."""
-    if spec.range is not None:
-        return float(spec.range[0]), float(spec.range[1]), "the range of its calibration data"
-    info = backend.inputs[0]
-    if info.quantized:
-        limits = np.iinfo(info.dtype)
-        low, high = (limits.min - info.zero_point) * info.scale, (limits.max - info.zero_point) * info.scale
-        return float(low), float(high), f"what its {info.dtype} input quantization represents"
-    return None
-
-
-def _range_advice(pre: Any, low: float, high: float, lo: float, hi: float) -> str:
-    if pre is None:
-        if high > 2 * max(abs(hi), 1.0) and high <= 255 and low >= 0:
-            return "Raw 0..255 pixels? Normalize them as the model was trained (e.g. x / 255), or package the model."
-        return "Preprocess the input as the model was trained."
-    return (f"The package's preprocessing is {describe_preprocessing(pre)}; pass images or raw uint8 arrays and "
-            "edgekit applies it, or pass float arrays already preprocessed that way.")
-
-
-def describe_preprocessing(pre: Any) -> str:
-    return f"x * {pre.scale:.6g}, minus mean {pre.mean}, divided by std {pre.std}"
 
 
 def load(
@@ -401,7 +235,10 @@ def _load_bare(
         raise BackendUnavailableError(f"no installed runtime can run {path.name}", hint=f"pip install '{fmt.extra}'")
     runtime = _create(usable[0], path, digest, profile, facts, threads)
     runtime.warmup()
-    describe = lambda infos: [TensorSpec(name=t.name, shape=list(t.shape), dtype="float32") for t in infos]  # noqa: E731
+    def describe(infos: list[Any]) -> list[TensorSpec]:
+        return [TensorSpec(name=t.name, shape=list(t.shape),
+                           dtype="float32" if t.quantized or t.dtype.kind == "f" else str(t.dtype)) for t in infos]
+
     entry = Artifact(target=fmt.name, path=path.name, sha256=digest, bytes=path.stat().st_size, precision="unknown")
     manifest = Manifest(
         name=path.stem, edgekit_version="", created="", source={"format": fmt.name, "file": path.name},

@@ -59,20 +59,32 @@ def _timed(call: Callable[[], Any]) -> float:
     return time.perf_counter() - start
 
 
-def _sample_input(model: Model, options: BenchOptions, batch: int) -> np.ndarray:
+def _sample_input(model: Model, options: BenchOptions, batch: int) -> list[np.ndarray]:
+    """One batch for every input, in the backend's order: from --input, else synthetic values in
+    each input's calibrated range (integer inputs such as token ids get ids 0 and 1)."""
     if options.input:
-        x = model.preprocess([options.input])
+        given = model.preprocess(options.input if len(model.input_names) > 1 else [options.input])
     else:
-        shape = [d if d and d > 0 else 1 for d in model.manifest.inputs[0].shape[1:]]
-        x = np.random.default_rng(options.seed).uniform(0, 1, (1, *shape)).astype(np.float32)
-    return np.repeat(x, batch, axis=0) if batch > 1 else x
+        rng = np.random.default_rng(options.seed)
+        given = {}
+        for spec in model.manifest.inputs:
+            shape = (1, *[d if d and d > 0 else 1 for d in spec.shape[1:]])
+            if spec.dtype not in ("float32", "float16", "float64"):
+                given[spec.name] = rng.integers(0, 2, shape).astype(spec.dtype)
+            else:
+                low, high = spec.range or (0.0, 1.0)
+                given[spec.name] = rng.uniform(low, high, shape).astype(np.float32)
+        if len(given) == 1:
+            given = next(iter(given.values()))
+    feeds = model.check_input(given)
+    return [np.repeat(x, batch, axis=0) if batch > 1 else x for x in feeds]
 
 
-def _native(model: Model, x: np.ndarray) -> np.ndarray:
+def _native(model: Model, feeds: list[np.ndarray]) -> list[np.ndarray]:
     from ..formats.backend import quantize
 
-    info = model.backend.inputs[0]
-    return quantize(x, info) if info.quantized else x.astype(info.dtype, copy=False)
+    return [quantize(x, info) if info.quantized else x.astype(info.dtype, copy=False)
+            for x, info in zip(feeds, model.backend.inputs)]
 
 
 def load_model(source: str, options: BenchOptions, artifact: str | None, threads: int | None) -> tuple[Model, dict]:
@@ -95,11 +107,14 @@ def end_to_end(model: Model, options: BenchOptions, runs: int) -> dict[str, Any]
         return None
     phases: dict[str, list[float]] = {"preprocess": [], "invoke": [], "postprocess": [], "total": []}
     labels = model.labels
+    given = options.input if len(model.input_names) > 1 else [options.input]
     for _ in range(runs):
         t0 = time.perf_counter()
-        x = model.preprocess([options.input])
+        x = model.preprocess(given)
         t1 = time.perf_counter()
-        y = model.predict_tensor(x)
+        y = next(iter(model.predict_all(x) if isinstance(x, dict) else {"y": model.predict_tensor(x)}.values()))
+        if isinstance(y, dict):
+            y = next(iter(y.values()))
         t2 = time.perf_counter()
         order = np.argsort(y[0].reshape(-1))[::-1][:5]
         _ = [(labels[i] if labels else int(i), float(y[0].reshape(-1)[i])) for i in order]
@@ -114,6 +129,8 @@ def accuracy(model: Model, data: str) -> dict[str, Any] | None:
     from ..data.preprocessing import normalize, to_layout
     from ..data.sources import open_data
 
+    if len(model.input_names) != 1 or len(model.output_names) != 1:
+        return {"samples": 0, "accuracy": None, "reason": "accuracy is measured for one-input, one-output classifiers"}
     source = open_data(data, "evaluation")
     spec = model.manifest.inputs[0].preprocessing
     batch = source.load(np.arange(source.count), tuple(spec.resize) if spec and spec.resize else None,

@@ -10,7 +10,7 @@ is fed unchanged.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -72,24 +72,75 @@ class Backend(ABC):
     def outputs(self) -> list[TensorInfo]:
         return self._outputs
 
-    @abstractmethod
-    def run(self, x: np.ndarray, raw: bool = False) -> list[np.ndarray]:
-        """One batch through the model.
+    def run(self, x: np.ndarray | Sequence[np.ndarray] | Mapping[str, np.ndarray], raw: bool = False) -> list[np.ndarray]:
+        """One batch through the model: every output, in ``outputs`` order.
 
-        Float input is quantized with the artifact's parameters; input already in the
-        artifact's dtype (e.g. int8) is fed as is. Outputs are float32, or the artifact's
-        native dtype with ``raw``.
+        ``x`` is one array (a one-input model), a sequence in ``inputs`` order, or a mapping by
+        input name. Float input is quantized with the artifact's parameters; input already in
+        the artifact's dtype (e.g. int8) is fed as is. Outputs are float32, or the artifact's
+        native dtype with ``raw``. A model with a fixed batch size runs bigger batches in
+        slices of that size (the last one padded, its padding dropped from the outputs).
         """
+        feeds = self.feeds(x)
+        batch = int(feeds[0].shape[0]) if feeds[0].ndim else 1
+        fixed = self.fixed_batch
+        if fixed is None or batch == fixed:
+            return self._invoke(feeds, raw)
+        parts = []
+        for start in range(0, batch, fixed):
+            chunk = [f[start : start + fixed] for f in feeds]
+            n = len(chunk[0])
+            if n < fixed:
+                chunk = [np.concatenate([c, np.repeat(c[-1:], fixed - n, axis=0)]) for c in chunk]
+            parts.append([out[:n] for out in self._invoke(chunk, raw)])
+        return [np.concatenate([part[k] for part in parts]) for k in range(len(self.outputs))]
+
+    @abstractmethod
+    def _invoke(self, feeds: list[np.ndarray], raw: bool) -> list[np.ndarray]:
+        """One call of the runtime with one array per input (``inputs`` order), batch sizes agreeing."""
+
+    @property
+    def fixed_batch(self) -> int | None:
+        """The batch size the model was exported with, or None when it takes any."""
+        first = self.inputs[0].shape[0] if self.inputs and self.inputs[0].shape else -1
+        return None if first == -1 else int(first)
+
+    def feeds(self, x: np.ndarray | Sequence[np.ndarray] | Mapping[str, np.ndarray]) -> list[np.ndarray]:
+        """``x`` as one array per input, in ``inputs`` order; names are checked, never guessed."""
+        names = [t.name for t in self.inputs]
+        if isinstance(x, Mapping):
+            missing, extra = [n for n in names if n not in x], [n for n in x if n not in names]
+            if missing or extra:
+                from ..errors import InputError
+
+                raise InputError(f"inputs named {sorted(x)} do not match the model's inputs {names}",
+                                 hint="pass one array per model input, by name")
+            return [np.asarray(x[n]) for n in names]
+        if isinstance(x, np.ndarray):
+            x = [x]
+        feeds = list(x)
+        if len(feeds) != len(names):
+            from ..errors import InputError
+
+            raise InputError(f"{len(feeds)} input array(s) given; the model takes {len(names)}: {names}",
+                             hint="pass one array per model input (a mapping by name is clearest)")
+        sizes = {int(f.shape[0]) if f.ndim else 1 for f in feeds}
+        if len(sizes) > 1:
+            from ..errors import InputError
+
+            raise InputError(f"the inputs hold different numbers of samples ({sorted(sizes)})",
+                             hint="give every input the same batch size")
+        return feeds
 
     def warmup(self, runs: int = 1) -> None:
         """Run a zero batch of one so lazy allocation and kernel selection happen at load time."""
-        info = self.inputs[0]
-        if any(d == -1 for d in info.shape[1:]):
+        if any(d == -1 for info in self.inputs for d in info.shape[1:]):
             return  # dynamic spatial size: nothing representative to run
-        shape = (1, *info.shape[1:])
-        x = np.zeros(shape, np.float32)
+        feeds = [np.zeros((self.fixed_batch or 1, *info.shape[1:]),
+                          np.float32 if info.quantized or info.dtype.kind == "f" else info.dtype)
+                 for info in self.inputs]
         for _ in range(runs):
-            self.run(x)
+            self.run(feeds)
 
     def describe(self) -> dict[str, object]:
         """What actually runs: library version, delegate/providers, threads."""

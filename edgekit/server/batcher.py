@@ -23,9 +23,13 @@ class Overloaded(Exception):
 
 @dataclass
 class _Item:
-    x: np.ndarray
+    x: list[np.ndarray]  # one array per model input, same batch size
     future: asyncio.Future
     enqueued: float
+
+    @property
+    def size(self) -> int:
+        return len(self.x[0])
 
 
 BatchObserver = Callable[[int, int, float, float], None]  # requests, batch size, queue s, compute s
@@ -34,7 +38,7 @@ BatchObserver = Callable[[int, int, float, float], None]  # requests, batch size
 class DynamicBatcher:
     def __init__(
         self,
-        run: Callable[[np.ndarray], np.ndarray],
+        run: Callable[[list[np.ndarray]], list[np.ndarray]],
         max_batch_size: int = 8,
         max_queue_delay_us: int = 500,
         max_queue_size: int = 256,
@@ -53,10 +57,11 @@ class DynamicBatcher:
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._loop())
 
-    async def submit(self, x: np.ndarray) -> np.ndarray:
+    async def submit(self, x: list[np.ndarray]) -> list[np.ndarray]:
+        """One request's inputs (one array per model input) -> its outputs (one array per output)."""
         future: asyncio.Future = asyncio.get_running_loop().create_future()
         try:
-            self.queue.put_nowait(_Item(x, future, time.perf_counter()))
+            self.queue.put_nowait(_Item(list(x), future, time.perf_counter()))
         except asyncio.QueueFull:
             raise Overloaded(f"queue full ({self.queue.maxsize} requests waiting)") from None
         self.in_flight += 1
@@ -70,7 +75,7 @@ class DynamicBatcher:
         while True:
             first = await self.queue.get()
             items = [first]
-            size = len(first.x)
+            size = first.size
             deadline = time.perf_counter() + self.max_delay
             while size < self.max_batch_size:
                 remaining = deadline - time.perf_counter()
@@ -78,13 +83,13 @@ class DynamicBatcher:
                     item = self.queue.get_nowait() if remaining <= 0 else await asyncio.wait_for(self.queue.get(), remaining)
                 except (asyncio.TimeoutError, asyncio.QueueEmpty):
                     break
-                if size + len(item.x) > self.max_batch_size:
+                if size + item.size > self.max_batch_size:
                     await self._execute(loop, items)  # the newcomer starts the next batch
-                    items, size = [item], len(item.x)
+                    items, size = [item], item.size
                     deadline = time.perf_counter() + self.max_delay
                     continue
                 items.append(item)
-                size += len(item.x)
+                size += item.size
             await self._execute(loop, items)
 
     async def _execute(self, loop: asyncio.AbstractEventLoop, items: list[_Item]) -> None:
@@ -94,7 +99,7 @@ class DynamicBatcher:
         started = time.perf_counter()
         queued = started - min(i.enqueued for i in items)
         try:
-            batch = items[0].x if len(items) == 1 else np.concatenate([i.x for i in items])
+            batch = items[0].x if len(items) == 1 else [np.concatenate(parts) for parts in zip(*(i.x for i in items))]
             outputs = await loop.run_in_executor(self.executor, self.run, batch)
         except Exception as exc:
             if len(items) == 1:
@@ -106,12 +111,12 @@ class DynamicBatcher:
             return
         finally:
             if self.observer is not None:
-                self.observer(len(items), sum(len(i.x) for i in items), queued, time.perf_counter() - started)
+                self.observer(len(items), sum(i.size for i in items), queued, time.perf_counter() - started)
         offset = 0
         for item in items:
-            n = len(item.x)
+            n = item.size
             if not item.future.done():
-                item.future.set_result(outputs[offset : offset + n])
+                item.future.set_result([out[offset : offset + n] for out in outputs])
             offset += n
 
     async def _execute_alone(self, loop: asyncio.AbstractEventLoop, item: _Item) -> None:

@@ -55,14 +55,14 @@ class ServedModel:
     def metadata(self) -> dict[str, Any]:
         from ..formats import FORMATS
 
-        spec_in, spec_out = self.model.manifest.inputs[0], self.model.manifest.outputs[0]
+        manifest = self.model.manifest
         fmt = FORMATS.get(self.model.artifact.target)
         return {
             "name": self.name,
             "versions": [VERSION],
             "platform": fmt.serving_platform if fmt is not None else "",
-            "inputs": [{"name": spec_in.name, "datatype": "FP32", "shape": spec_in.shape}],
-            "outputs": [{"name": spec_out.name, "datatype": "FP32", "shape": spec_out.shape}],
+            "inputs": [{"name": s.name, "datatype": _datatype(s.dtype), "shape": s.shape} for s in manifest.inputs],
+            "outputs": [{"name": s.name, "datatype": _datatype(s.dtype), "shape": s.shape} for s in manifest.outputs],
             "parameters": {"artifact": self.model.artifact.target, "precision": self.model.artifact.precision,
                            "labels": self.model.labels or []},
         }
@@ -142,10 +142,11 @@ class DataPlane:
 
         async def handle() -> tuple[bytes, dict[str, str]]:
             parsed = parse_request(body, header_length)
-            x = self.validate(entry, parsed.inputs)
-            y = await self.run(entry, x)
-            output = entry.model.manifest.outputs[0].name
-            return encode_response(entry.name, VERSION, parsed, {output: y.astype(np.float32)})
+            feeds = self.validate(entry, parsed.inputs)
+            outputs = await self.run(entry, feeds)
+            named = {name: y.astype(np.float32) if y.dtype.kind == "f" else y
+                     for name, y in zip(entry.model.output_names, outputs)}
+            return encode_response(entry.name, VERSION, parsed, named)
 
         return await self._counted(entry, handle)
 
@@ -154,47 +155,61 @@ class DataPlane:
         entry = self.lookup(name)
 
         async def handle() -> dict[str, Any]:
+            if len(entry.model.input_names) != 1:
+                raise ProtocolError(400, f"model {entry.name!r} has {len(entry.model.input_names)} inputs; "
+                                         "send tensors to /infer instead of an image")
             async with self._decoders:  # decoding allocates width x height x 3 bytes: a few at a time
                 x = await asyncio.to_thread(decode_upload, entry, body, self.options.max_image_pixels)
-            y = (await self.run(entry, self.checked(entry, x)))[0]
-            labels = entry.model.labels
-            flat = y.reshape(-1)
-            order = np.argsort(flat)[::-1][:5]
-            return {
+            outputs = [y[0] for y in await self.run(entry, self.checked(entry, x))]
+            answer: dict[str, Any] = {
                 "model_name": entry.name, "model_version": VERSION,
-                "outputs": [{"name": entry.model.manifest.outputs[0].name, "datatype": "FP32", "shape": list(y.shape),
-                             "data": flat.tolist()}],
-                "top_k": [{"label": labels[i] if labels else str(int(i)), "index": int(i), "score": float(flat[i])}
-                          for i in order],
+                "outputs": [{"name": name, "datatype": datatype_of(y.dtype), "shape": list(y.shape),
+                             "data": y.reshape(-1).tolist()} for name, y in zip(entry.model.output_names, outputs)],
             }
+            if len(outputs) == 1:  # one output: its best classes
+                labels = entry.model.labels
+                flat = outputs[0].reshape(-1)
+                answer["top_k"] = [{"label": labels[i] if labels else str(int(i)), "index": int(i),
+                                    "score": float(flat[i])} for i in np.argsort(flat)[::-1][:5]]
+            return answer
 
         return await self._counted(entry, handle)
 
-    def validate(self, entry: ServedModel, inputs: dict[str, np.ndarray]) -> np.ndarray:
-        """The request's tensor checked once (name, datatype, shape, size, values) for the batcher."""
-        expected = entry.model.manifest.inputs[0].name
-        if list(inputs) != [expected]:
-            raise ProtocolError(400, f"model {entry.name!r} takes one input named {expected!r}, got {list(inputs)}")
-        x = inputs[expected]
-        if x.dtype not in (np.float32, np.float16, np.float64):
-            raise ProtocolError(400, f"input {expected!r} must be FP32, got {datatype_of(x.dtype)}")
-        shape = entry.sample_shape
-        if x.ndim != len(shape) + 1 or any(e is not None and e != s for s, e in zip(x.shape[1:], shape)) or not len(x):
-            want = ["N", *("?" if d is None else d for d in shape)]
-            raise ProtocolError(400, f"input {expected!r} has shape {list(x.shape)}; expected {want}")
-        if len(x) > self.options.max_batch_size * 64:
-            raise ProtocolError(413, f"{len(x)} samples in one request is more than this server accepts")
-        return self.checked(entry, x.astype(np.float32, copy=False))
+    def validate(self, entry: ServedModel, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
+        """The request's tensors checked once (names, datatypes, shapes, size, values) for the batcher."""
+        specs = entry.model.manifest.inputs
+        expected = [s.name for s in specs]
+        if sorted(inputs) != sorted(expected):
+            if len(expected) == 1:
+                raise ProtocolError(400, f"model {entry.name!r} takes one input named {expected[0]!r}, "
+                                         f"got {list(inputs)}")
+            raise ProtocolError(400, f"model {entry.name!r} takes inputs {expected}, got {list(inputs)}")
+        for spec in specs:
+            x = inputs[spec.name]
+            integer = spec.dtype not in ("float32", "float16", "float64")
+            if not integer and x.dtype not in (np.float32, np.float16, np.float64):
+                raise ProtocolError(400, f"input {spec.name!r} must be FP32, got {datatype_of(x.dtype)}")
+            if integer and x.dtype.kind not in "iu":
+                raise ProtocolError(400, f"input {spec.name!r} takes integers ({spec.dtype}), got {datatype_of(x.dtype)}")
+            shape = tuple(None if d == -1 else d for d in spec.shape[1:])
+            if x.ndim != len(shape) + 1 or any(e is not None and e != s for s, e in zip(x.shape[1:], shape)) \
+                    or not len(x):
+                want = ["N", *("?" if d is None else d for d in shape)]
+                raise ProtocolError(400, f"input {spec.name!r} has shape {list(x.shape)}; expected {want}")
+            if len(x) > self.options.max_batch_size * 64:
+                raise ProtocolError(413, f"{len(x)} samples in one request is more than this server accepts")
+        given = {n: (a.astype(np.float32, copy=False) if a.dtype.kind == "f" else a) for n, a in inputs.items()}
+        return self.checked(entry, given)
 
     @staticmethod
-    def checked(entry: ServedModel, x: np.ndarray) -> np.ndarray:
+    def checked(entry: ServedModel, x: Any) -> list[np.ndarray]:
         try:
             return entry.model.check_input(x)
         except EdgekitError as exc:
             raise ProtocolError(400, exc.message) from None
 
-    async def run(self, entry: ServedModel, x: np.ndarray) -> np.ndarray:
-        """A checked batch through the cache and the model's batcher."""
+    async def run(self, entry: ServedModel, x: list[np.ndarray]) -> list[np.ndarray]:
+        """Checked inputs through the cache and the model's batcher: every output, manifest order."""
         if not entry.ready or not self.accepting or entry.batcher is None:
             raise ProtocolError(503, f"model {entry.name!r} is not ready")
         found = entry.model.cached(x)
@@ -230,6 +245,13 @@ class DataPlane:
         """A failure before the dataplane took the request (e.g. a body over the limit)."""
         if name in self.served:
             self.metrics.failure.labels(model=name, version=VERSION, reason=_REASONS.get(status, "OTHER")).inc()
+
+
+def _datatype(dtype: str) -> str:
+    try:
+        return datatype_of(np.dtype(dtype))
+    except TypeError:
+        return "FP32"
 
 
 def decode_upload(entry: ServedModel, body: bytes, max_pixels: int) -> np.ndarray:

@@ -59,7 +59,8 @@ class LinearBackend(Backend):
         self._inputs = [TensorInfo("image", tuple(int(d) for d in shape), np.dtype(np.float32))]
         self._outputs = [TensorInfo("output", (-1, self.w.shape[1]), np.dtype(np.float32))]
 
-    def run(self, x, raw=False):
+    def _invoke(self, feeds, raw=False):
+        (x,) = feeds
         return [(x.reshape(len(x), -1) @ self.w + self.b).astype(np.float32)]
 '''
 

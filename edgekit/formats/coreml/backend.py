@@ -46,17 +46,21 @@ class CoreMLBackend(Backend):
         except Exception as exc:
             raise PackageError(f"CoreML cannot load {path}: {exc}") from None
         spec = self._model.get_spec()
-        self._input = spec.description.input[0]
         self._inputs = [
-            TensorInfo(self._input.name, tuple(int(d) for d in self._input.type.multiArrayType.shape), np.dtype(np.float32))
+            TensorInfo(i.name, tuple(int(d) for d in i.type.multiArrayType.shape), np.dtype(np.float32))
+            for i in spec.description.input
         ]
         self._outputs = [
             TensorInfo(o.name, tuple(int(d) for d in o.type.multiArrayType.shape), np.dtype(np.float32))
             for o in spec.description.output
         ]
 
-    def run(self, x: np.ndarray, raw: bool = False) -> list[np.ndarray]:
-        per_sample = [self._model.predict({self._input.name: x[i : i + 1].astype(np.float32)}) for i in range(len(x))]
+    @property
+    def fixed_batch(self) -> int | None:
+        return 1  # CoreML artifacts are converted with batch 1
+
+    def _invoke(self, feeds: list[np.ndarray], raw: bool) -> list[np.ndarray]:
+        per_sample = [self._model.predict({info.name: x.astype(np.float32) for info, x in zip(self._inputs, feeds)})]
         return [
             np.concatenate([np.asarray(result[out.name], dtype=np.float32) for result in per_sample])
             for out in self._outputs

@@ -22,10 +22,13 @@ DEFAULT_PROVIDERS = ("CPUExecutionProvider",)
 _ONNX_DTYPES = {
     "tensor(float)": np.float32,
     "tensor(float16)": np.float16,
+    "tensor(double)": np.float64,
     "tensor(int8)": np.int8,
     "tensor(uint8)": np.uint8,
+    "tensor(int16)": np.int16,
     "tensor(int32)": np.int32,
     "tensor(int64)": np.int64,
+    "tensor(bool)": np.bool_,
 }
 
 
@@ -134,13 +137,10 @@ class OnnxRuntimeBackend(Backend):
                 optimized.unlink(missing_ok=True)
         if self._session is None:
             self._session = self._open_and_save(ort, path, threads, optimized)
-        inputs = self._session.get_inputs()
-        if len(inputs) != 1:
-            raise PackageError(f"{path} has {len(inputs)} inputs; edgekit runs single-input models")
-        self._inputs = [self._info(t) for t in inputs]
+        self._inputs = [self._info(t) for t in self._session.get_inputs()]
         self._outputs = [self._info(t) for t in self._session.get_outputs()]
-        self._input_name = inputs[0].name
-        self._output_names = [t.name for t in self._session.get_outputs()]
+        self._input_names = [t.name for t in self._inputs]
+        self._output_names = [t.name for t in self._outputs]
         self.active_providers = self._session.get_providers()
 
     def _open(self, ort: Any, model: str, threads: int | None, already_optimized: bool,
@@ -207,10 +207,10 @@ class OnnxRuntimeBackend(Backend):
         shape = tuple(d if isinstance(d, int) else -1 for d in tensor.shape)
         return TensorInfo(name=tensor.name, shape=shape, dtype=np.dtype(_ONNX_DTYPES.get(tensor.type, np.float32)))
 
-    def run(self, x: np.ndarray, raw: bool = False) -> list[np.ndarray]:
-        info = self._inputs[0]
-        feed = x if x.dtype == info.dtype else quantize(x, info)
-        results = self._session.run(self._output_names, {self._input_name: feed})
+    def _invoke(self, feeds: list[np.ndarray], raw: bool) -> list[np.ndarray]:
+        given = {name: (x if x.dtype == info.dtype else quantize(x, info))
+                 for name, info, x in zip(self._input_names, self._inputs, feeds)}
+        results = self._session.run(self._output_names, given)
         if raw:
             return list(results)
         return [dequantize(np.asarray(r), out) for r, out in zip(results, self._outputs)]

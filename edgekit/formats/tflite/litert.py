@@ -100,6 +100,22 @@ def _quiet_native_stderr() -> Iterator[None]:
         os.close(saved)
 
 
+def _signature_details(interpreter: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Input and output details named as the model names them (its signature's keys, e.g. "image",
+    "output_0"), not as the converter named the tensors ("serving_default_image:0"); a model
+    without exactly one signature keeps the tensor names."""
+    try:
+        signatures = interpreter.get_signature_list()
+    except (AttributeError, ValueError, RuntimeError):
+        signatures = {}
+    if len(signatures) == 1:
+        runner = interpreter.get_signature_runner(next(iter(signatures)))
+        named = [({**d, "name": key}) for key, d in runner.get_input_details().items()]
+        outputs = [({**d, "name": key}) for key, d in runner.get_output_details().items()]
+        return named, outputs
+    return list(interpreter.get_input_details()), list(interpreter.get_output_details())
+
+
 def _info(detail: dict[str, Any]) -> TensorInfo:
     scale, zero_point = detail.get("quantization", (0.0, 0))
     signature = detail.get("shape_signature", detail["shape"])
@@ -149,31 +165,27 @@ class LiteRTBackend(Backend):
                 delegates.append(loaded)
                 self.delegate = delegate
         self._interpreter = open_interpreter(path, threads, delegates=delegates)
-        input_details = self._interpreter.get_input_details()
-        if len(input_details) != 1:
-            raise PackageError(f"{path} has {len(input_details)} inputs; edgekit runs single-input models")
-        self._input_index = input_details[0]["index"]
-        self._inputs = [_info(d) for d in input_details]
-        self._output_indices = [d["index"] for d in self._interpreter.get_output_details()]
-        self._outputs = [_info(d) for d in self._interpreter.get_output_details()]
-        self._allocated_batch = int(input_details[0]["shape"][0])
-        self._dynamic_batch = self._inputs[0].shape[0] == -1
+        inputs, outputs = _signature_details(self._interpreter)
+        self._input_indices = [d["index"] for d in inputs]
+        self._inputs = [_info(d) for d in inputs]
+        self._output_indices = [d["index"] for d in outputs]
+        self._outputs = [_info(d) for d in outputs]
+        self._allocated = [tuple(int(v) for v in d["shape"]) for d in inputs]
 
-    def run(self, x: np.ndarray, raw: bool = False) -> list[np.ndarray]:
-        batch = int(x.shape[0])
-        if batch != self._allocated_batch and self._dynamic_batch:
-            self._interpreter.resize_tensor_input(self._input_index, [batch, *x.shape[1:]])
+    @property
+    def fixed_batch(self) -> int | None:
+        dynamic = all(info.shape[:1] == (-1,) for info in self._inputs)
+        return None if dynamic else int(self._allocated[0][0])
+
+    def _invoke(self, feeds: list[np.ndarray], raw: bool) -> list[np.ndarray]:
+        shapes = [tuple(int(v) for v in f.shape) for f in feeds]
+        if shapes != self._allocated:  # a new batch size (or spatial size) on a dynamic model
+            for index, shape in zip(self._input_indices, shapes):
+                self._interpreter.resize_tensor_input(index, list(shape))
             self._interpreter.allocate_tensors()
-            self._allocated_batch = batch
-        if batch == self._allocated_batch:
-            return self._invoke(x, raw)
-        per_sample = [self._invoke(x[i : i + 1], raw) for i in range(batch)]
-        return [np.concatenate([outs[k] for outs in per_sample]) for k in range(len(self._outputs))]
-
-    def _invoke(self, x: np.ndarray, raw: bool) -> list[np.ndarray]:
-        info = self._inputs[0]
-        feed = x if x.dtype == info.dtype else quantize(x, info)
-        self._interpreter.set_tensor(self._input_index, feed)
+            self._allocated = shapes
+        for index, info, x in zip(self._input_indices, self._inputs, feeds):
+            self._interpreter.set_tensor(index, x if x.dtype == info.dtype else quantize(x, info))
         self._interpreter.invoke()
         results = []
         for index, out in zip(self._output_indices, self._outputs):
