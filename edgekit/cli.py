@@ -40,6 +40,21 @@ def _resize(text: str | None) -> list[int] | None:
     return [height, width]
 
 
+def _input_shapes(values: tuple[str, ...]) -> dict[str, list[int]]:
+    shapes = {}
+    for text in values:
+        name, sep, dims = text.partition("=")
+        try:
+            shape = [int(d) for d in dims.lower().split("x")]
+        except ValueError:
+            shape = []
+        if not sep or not name or not shape or any(d < 1 for d in shape):
+            raise click.BadParameter(f"expected NAME=DxDxD such as images=1x3x320x320, got {text!r}",
+                                     param_hint="--input-shape")
+        shapes[name] = shape
+    return shapes
+
+
 def format_build_options(command: Any) -> Any:
     """Each registered format's own build options (``Format.options``) as flags of `edgekit package`."""
     from .formats import build_options
@@ -87,6 +102,11 @@ def format_build_options(command: Any) -> Any:
 @click.option("--color-order", type=click.Choice(["RGB", "BGR", "L"], case_sensitive=False), default=None,
               help="Preprocessing: channel order images are fed in.")
 @click.option("--resize", default=None, metavar="HxW", help="Preprocessing: resize images (default: the model's input).")
+@click.option("--preprocessing", "preset", type=click.Choice(["0..1", "-1..1", "imagenet", "raw"]), default=None,
+              help="Preprocessing preset for 0..255 pixels: 0..1 (x/255), -1..1 (x/127.5-1), imagenet (mean/std), "
+                   "raw; --scale/--mean/--std override its fields.")
+@click.option("--input-shape", "input_shapes", multiple=True, metavar="NAME=DxDxD",
+              help="Fix an input's dynamic dimensions, e.g. images=1x3x320x320 (repeatable).")
 @click.option("--timeout", type=click.FloatRange(min=1), default=None, help="Seconds allowed per conversion.")
 @click.option("--allow-partial", is_flag=True,
               help="With several targets: exit 0 even if some fail (the package records what failed and why).")
@@ -101,8 +121,8 @@ def package_command(model: Path, formats: tuple[str, ...], calibration: str, eva
                     allow_float_ops: bool, name: str | None, output_dir: Path, force: bool, archive: bool,
                     labels_file: Path | None, scale: float | None, mean: str | None, std: str | None,
                     color_order: str | None, resize: str | None, timeout: float | None, allow_partial: bool,
-                    keep_float: tuple[str, ...], explain: bool, sign_key: Path | None,
-                    **format_values: object) -> None:
+                    keep_float: tuple[str, ...], explain: bool, sign_key: Path | None, preset: str | None,
+                    input_shapes: tuple[str, ...], **format_values: object) -> None:
     """Convert MODEL (.keras, .h5, a SavedModel directory, or .onnx for --format onnx) into a validated INT8 package.
 
     Every artifact is calibrated on --calibration, then checked against the float model on
@@ -121,9 +141,10 @@ def package_command(model: Path, formats: tuple[str, ...], calibration: str, eva
         allow_accuracy_drop=allow_accuracy_drop, allow_float_ops=allow_float_ops, force=force, archive=archive,
         labels_file=str(labels_file) if labels_file else None, timeout_s=timeout, allow_partial=allow_partial,
         keep_float=list(keep_float), explain=explain, sign_key=str(sign_key) if sign_key else None,
-        format_options=dict(format_values),
+        format_options=dict(format_values), input_shapes=_input_shapes(input_shapes),
         preprocessing={"scale": scale, "mean": float_list(mean), "std": float_list(std),
-                       "color_order": color_order.upper() if color_order else None, "resize": _resize(resize)},
+                       "color_order": color_order.upper() if color_order else None, "resize": _resize(resize),
+                       "preset": preset},
     )
     result = build_package(options, Progress())
     render(result.manifest)

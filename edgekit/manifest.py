@@ -91,6 +91,7 @@ class TensorSpec:
     # [min, max] of the calibration data as the model sees it (after preprocessing): the runtime
     # warns when inputs fall far outside it. Absent in packages from before it was recorded.
     range: list[float] | None = None
+    role: str | None = None  # inputs: "image", "integer" (token ids, indices) or "values" (audio, features)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], where: str) -> TensorSpec:
@@ -112,7 +113,11 @@ class TensorSpec:
             or float(value_range[0]) > float(value_range[1])
         ):
             raise PackageError(f"manifest: {where}.range must be [min, max] numbers, got {value_range!r}")
+        role = data.get("role")
+        if role is not None and role not in ("image", "integer", "values"):
+            raise PackageError(f"manifest: {where}.role must be image, integer or values, got {role!r}")
         return cls(
+            role=role,
             range=[float(v) for v in value_range] if value_range is not None else None,
             name=name,
             shape=list(shape),
@@ -245,7 +250,8 @@ class Manifest:
 
     @property
     def labels(self) -> list[str] | None:
-        return self.outputs[0].labels if self.outputs else None
+        """The class labels (of the one output that has them)."""
+        return next((o.labels for o in self.outputs if o.labels is not None), None)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -328,7 +334,12 @@ def _spec_to_dict(spec: TensorSpec) -> dict[str, Any]:
     if spec.layout:
         data["layout"] = spec.layout
     if spec.preprocessing is not None:
-        data["preprocessing"] = asdict(spec.preprocessing)
+        pre = asdict(spec.preprocessing)
+        if spec.role in ("values", "integer"):  # not an image: no resize, colour order or layout
+            pre = {k: v for k, v in pre.items() if k in ("scale", "mean", "std", "inferred_from")}
+        data["preprocessing"] = pre
+    if spec.role is not None:
+        data["role"] = spec.role
     if spec.labels is not None:
         data["labels"] = spec.labels
     if spec.range is not None:

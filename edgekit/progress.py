@@ -23,6 +23,7 @@ class Progress:
         self.enabled = interactive() if enabled is None else enabled
         self.console = Console(stderr=True)
         self.warnings: list[str] = []
+        self.notes: list[str] = []
 
     @contextlib.contextmanager
     def step(self, text: str) -> Iterator[Callable[[int, int], None]]:
@@ -38,6 +39,12 @@ class Progress:
 
             yield update
         self.console.print(f"[green]✓[/green] {text} ({time.perf_counter() - started:.1f} s)")
+
+    def say(self, text: str) -> None:
+        """A fact the user should see before a long step (e.g. the preprocessing that will be used):
+        printed on terminals and in CI logs alike, to stderr."""
+        self.notes.append(text)
+        print(text, file=sys.stderr)
 
     def warn(self, text: str) -> None:
         self.warnings.append(text)

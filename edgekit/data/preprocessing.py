@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from PIL import Image
 
 _RESAMPLE = ("nearest", "bilinear", "bicubic", "lanczos")
+_FROM_MODEL = "model starts with a Rescaling/Normalization layer"
 # Largest image edgekit decodes (pixels). Decoding allocates width x height x channels bytes before
 # any resize: a 530 KB PNG of 13000x13000 pixels needs 500 MB. EDGEKIT_MAX_IMAGE_PIXELS overrides it.
 DEFAULT_MAX_IMAGE_PIXELS = 50_000_000
@@ -211,7 +212,7 @@ def infer_preprocessing(
             resize = [int(height), int(width)]
         color_order = "L" if channels == 1 else "RGB"
     if model_rescales:
-        scale, reason = 1.0, "model starts with a Rescaling/Normalization layer: raw values in"
+        scale, reason = 1.0, _FROM_MODEL + ": raw values in"
     elif data_dtype.kind in "iu":
         scale, reason = 1.0 / 255.0, f"{data_dtype} data and no Rescaling layer in the model: scaled to [0, 1]"
     else:
@@ -221,8 +222,14 @@ def infer_preprocessing(
         inferred_from=reason,
     )
     given = {k: v for k, v in overrides.items() if v is not None}
+    preset = given.pop("preset", None)
+    if preset is not None:
+        if preset not in PRESETS:
+            raise DataError(f"unknown --preprocessing preset {preset!r}", hint="choose one of: " + ", ".join(PRESETS))
+        given = {**PRESETS[preset], **given}
     if given:
-        spec.inferred_from += "; set by options: " + ", ".join(sorted(given))
+        flags = sorted(k for k, v in overrides.items() if v is not None and k != "preset")
+        spec.inferred_from += "; set by options: " + ", ".join(([f"--preprocessing {preset}"] if preset else []) + flags)
     if "scale" in given:
         spec.scale = float(given["scale"])
     if "mean" in given:
@@ -236,6 +243,37 @@ def infer_preprocessing(
     if "resize" in given:
         spec.resize = [int(v) for v in given["resize"]]
     return spec
+
+
+# --preprocessing NAME: the normalizations models are commonly trained with (pixels 0..255 in).
+PRESETS: dict[str, dict[str, Any]] = {
+    "0..1": {"scale": 1 / 255, "mean": [0.0], "std": [1.0]},
+    "-1..1": {"scale": 1 / 255, "mean": [0.5], "std": [0.5]},
+    "imagenet": {"scale": 1 / 255, "mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225]},
+    "raw": {"scale": 1.0, "mean": [0.0], "std": [1.0]},
+}
+
+
+def from_model(spec: Preprocessing) -> bool:
+    """Whether the model normalizes its own input (a Rescaling/Normalization layer first)."""
+    return spec.inferred_from.startswith(_FROM_MODEL)
+
+
+def is_guess(spec: Preprocessing) -> bool:
+    """Whether nothing but edgekit's rules chose this preprocessing (no model layer, no flag)."""
+    return "set by options" not in spec.inferred_from and not spec.inferred_from.startswith(_FROM_MODEL)
+
+
+def describe(spec: Preprocessing) -> str:
+    """One line a person can check: the arithmetic, the size and the channel order."""
+    parts = [f"x * {spec.scale:.6g}"]
+    if any(spec.mean):
+        parts.append(f"- mean {spec.mean}")
+    if any(v != 1 for v in spec.std):
+        parts.append(f"/ std {spec.std}")
+    if spec.resize:
+        parts.append(f"after resizing to {spec.resize[0]}x{spec.resize[1]} ({spec.color_order}, {spec.layout})")
+    return " ".join(parts)
 
 
 def load_input(

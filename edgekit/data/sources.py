@@ -28,9 +28,12 @@ MAX_GENERATED_SAMPLES = 100_000
 
 @dataclass
 class RawBatch:
-    """Selected samples before preprocessing: images already decoded and resized."""
+    """Selected samples before preprocessing: images already decoded and resized.
 
-    x: np.ndarray
+    ``x`` is one array, or (for a model with several inputs) a dict of arrays by input name.
+    """
+
+    x: Any
     y: np.ndarray | None
     sha256: str
     names: list[str] = field(default_factory=list)  # where each sample came from: "row 150", an image path
@@ -45,6 +48,12 @@ class DataSource:
     _files: list[Path] = field(default_factory=list, repr=False)
     _x: np.ndarray | None = field(default=None, repr=False)
     _y: np.ndarray | None = field(default=None, repr=False)
+    named: dict[str, np.ndarray] = field(default_factory=dict, repr=False)  # arrays by model input name
+
+    @property
+    def names(self) -> list[str]:
+        """Input names the data gives arrays for (empty: one unnamed array, or images)."""
+        return list(self.named)
 
     @property
     def has_targets(self) -> bool:
@@ -52,7 +61,9 @@ class DataSource:
 
     @property
     def dtype(self) -> np.dtype:
-        return np.dtype(np.uint8) if self.kind == "images" else self._x.dtype  # type: ignore[union-attr]
+        if self.kind == "images":
+            return np.dtype(np.uint8)
+        return self._x.dtype if self._x is not None else next(iter(self.named.values())).dtype
 
     @property
     def sample_shape(self) -> tuple[int, ...] | None:
@@ -100,11 +111,13 @@ class DataSource:
             y = np.asarray(targets, dtype=np.int64) if self.labels is not None else None
             names = [str(self._files[int(i)]) for i in indices]
         else:
-            assert self._x is not None
-            x = np.ascontiguousarray(self._x[indices])
             y = None if self._y is None else np.asarray(self._y[indices])
-            digest.update(str(x.dtype).encode() + str(x.shape).encode())
-            digest.update(x.tobytes())
+            arrays = {"x": self._x} if self._x is not None else self.named
+            picked = {name: np.ascontiguousarray(a[indices]) for name, a in arrays.items()}
+            for name, a in picked.items():
+                digest.update(name.encode() + str(a.dtype).encode() + str(a.shape).encode())
+                digest.update(a.tobytes())
+            x = picked["x"] if self._x is not None else picked
             names = [f"row {int(i)} of {self.description}" for i in indices]
         if y is not None:
             digest.update(np.ascontiguousarray(y).tobytes())
@@ -169,15 +182,35 @@ def _open_npz(path: Path, role: str) -> DataSource:
     except (ValueError, OSError, EOFError, KeyError, zipfile.BadZipFile) as exc:
         raise DataError(f"{role} file {path} is not a readable .npz archive ({type(exc).__name__}: {exc})",
                         hint="save numbers (no objects) with numpy.savez(path, x=x, y=y)") from None
-    if "x" not in arrays:
-        raise DataError(
-            f"{role} file {path} has no array named 'x' (it has: {', '.join(arrays) or 'nothing'})",
-            hint="save inputs as x (and integer class targets as y): np.savez(path, x=x, y=y)",
-        )
     labels = None
     if "labels" in arrays:
         labels = [str(v) for v in arrays["labels"].tolist()]
+    if "x" not in arrays:
+        named = {k: v for k, v in arrays.items() if k not in ("y", "labels")}
+        if not named:
+            raise DataError(
+                f"{role} file {path} has no input arrays (it has: {', '.join(arrays) or 'nothing'})",
+                hint="save inputs as x (and integer class targets as y): np.savez(path, x=x, y=y), or one "
+                     "array per model input name: np.savez(path, tokens=..., mask=...)",
+            )
+        return open_named(named, arrays.get("y"), labels, str(path), role)
     return _open_arrays(arrays["x"], arrays.get("y"), labels, str(path), role)
+
+
+def open_named(named: dict[str, Any], y: Any, labels: list[str] | None, description: str, role: str) -> DataSource:
+    """Data for a model with several inputs: one array per input name, the same number of samples."""
+    arrays = {name: np.asarray(a) for name, a in named.items()}
+    for name, a in arrays.items():
+        checked = _open_arrays(a, None, None, f"{description} ({name})", role)  # dtype, rank, not empty
+        del checked
+    counts = {name: int(a.shape[0]) for name, a in arrays.items()}
+    if len(set(counts.values())) > 1:
+        raise DataError(f"{role} data {description}: the arrays hold different numbers of samples {counts}",
+                        hint="give every input array the same number of samples (first axis)")
+    count = next(iter(counts.values()))
+    target = _open_arrays(np.zeros((count, 1), np.float32), y, labels, description, role) if y is not None else None
+    return DataSource(description=description, kind="arrays", count=count, labels=labels,
+                      _y=target._y if target else None, named=arrays)
 
 
 def _open_arrays(
@@ -214,6 +247,9 @@ def _open_callable(spec: str, role: str) -> DataSource:
         produced = function()
     except Exception as exc:  # the user's code: report what it raised
         raise DataError(f"{role} data {spec} raised {type(exc).__name__}: {exc}") from exc
+    if isinstance(produced, dict):  # one array per model input name (several inputs)
+        y = produced.get("y")
+        return open_named({k: v for k, v in produced.items() if k != "y"}, y, None, spec, role)
     xs, ys = _materialize(produced, spec, role)
     if not xs:
         raise DataError(f"{role} data {spec} produced no samples", hint="make it return or yield arrays")

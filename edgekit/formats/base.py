@@ -92,6 +92,29 @@ class BuildResult:
     evaluated_by: str = ""
 
 
+def save_samples(path_without_suffix: Path, arrays: Mapping[str, Any]) -> str:
+    """Model-ready samples for converters: ``.npy`` for a one-input model, ``.npz`` by input name."""
+    import numpy as np
+
+    if len(arrays) == 1:
+        path = path_without_suffix.with_suffix(".npy")
+        np.save(path, next(iter(arrays.values())))
+    else:
+        path = path_without_suffix.with_suffix(".npz")
+        np.savez(path, **dict(arrays))
+    return str(path)
+
+
+def read_samples(path: str) -> dict[str, Any]:
+    """What ``save_samples`` wrote: ``{"": array}`` for one input, else arrays by input name."""
+    import numpy as np
+
+    if path.endswith(".npz"):
+        with np.load(path) as stored:
+            return {name: stored[name] for name in stored.files}
+    return {"": np.load(path, mmap_mode="r")}
+
+
 def layer_of(tensor_name: str, layer_names: list[str]) -> str:
     """The Keras layer a converted tensor came from (TF adds ``_1`` suffixes to layer scopes)."""
     known = set(layer_names)

@@ -49,16 +49,22 @@ def describe_onnx(model_path: str) -> dict[str, Any]:
     }
 
 
-def float_reference(prepared: dict[str, Any], inputs_npy: str, output_npy: str, batch_size: int = 64) -> None:
-    """Outputs of the float ONNX model on ``inputs_npy``, saved to ``output_npy`` (first output)."""
+def float_reference(prepared: dict[str, Any], inputs_npz: str, output_npz: str, batch_size: int = 64) -> None:
+    """Every output of the float ONNX model on ``inputs_npz`` (by input name), saved to ``output_npz``
+    by output name; fixed-batch models run in slices (the backend does that)."""
     import numpy as np
 
     from ..formats.onnx.onnxruntime import OnnxRuntimeBackend
 
     backend = OnnxRuntimeBackend(prepared["onnx_model"])
-    x = np.load(inputs_npy)
-    outputs = [backend.run(x[i : i + batch_size])[0] for i in range(0, len(x), batch_size)]
-    np.save(output_npy, np.concatenate(outputs).astype(np.float32))
+    with np.load(inputs_npz) as stored:
+        inputs = {name: stored[name] for name in stored.files}
+    total = len(next(iter(inputs.values())))
+    chunks: list[list[Any]] = []
+    for start in range(0, total, batch_size):
+        chunks.append(backend.run({k: v[start : start + batch_size] for k, v in inputs.items()}))
+    names = [t.name for t in backend.outputs]
+    np.savez(output_npz, **{name: np.concatenate([c[k] for c in chunks]) for k, name in enumerate(names)})
 
 
 SOURCE = Source(

@@ -90,20 +90,30 @@ def prepare(model_path: str, kind: str, export_dir: str) -> dict[str, Any]:
     return info
 
 
-def float_reference(prepared: dict[str, Any], inputs_npy: str, output_npy: str, batch_size: int = 64) -> None:
-    """Outputs of the float SavedModel on ``inputs_npy``, saved to ``output_npy`` (first output)."""
+def float_reference(prepared: dict[str, Any], inputs_npz: str, output_npz: str, batch_size: int = 64) -> None:
+    """Every output of the float SavedModel on ``inputs_npz`` (one array per input name), saved to
+    ``output_npz`` by output name. A model exported with a fixed batch size runs in slices of it."""
     import numpy as np
     import tensorflow as tf
 
     signature = tf.saved_model.load(prepared["saved_model"]).signatures["serving_default"]
-    (input_name,) = signature.structured_input_signature[1].keys()
-    output_name = sorted(signature.structured_outputs)[0]
-    x = np.load(inputs_npy)
-    chunks = []
-    for start in range(0, len(x), batch_size):
-        result = signature(**{input_name: tf.constant(x[start : start + batch_size])})
-        chunks.append(result[output_name].numpy())
-    np.save(output_npy, np.concatenate(chunks).astype(np.float32))
+    specs = signature.structured_input_signature[1]
+    with np.load(inputs_npz) as stored:
+        inputs = {name: stored[name] for name in specs}
+    fixed = {spec.shape[0] for spec in specs.values() if spec.shape.rank and spec.shape[0] is not None}
+    padded = len(fixed) == 1  # exported with a fixed batch size: every call gets exactly that many
+    step = next(iter(fixed)) if padded else batch_size
+    total = len(next(iter(inputs.values())))
+    chunks: dict[str, list[Any]] = {}
+    for start in range(0, total, step):
+        part = {name: x[start : start + step] for name, x in inputs.items()}
+        n = len(next(iter(part.values())))
+        if n < step and padded:
+            part = {k: np.concatenate([v, np.repeat(v[-1:], step - n, axis=0)]) for k, v in part.items()}
+        result = signature(**{name: tf.constant(x, dtype=specs[name].dtype) for name, x in part.items()})
+        for name in sorted(result):
+            chunks.setdefault(name, []).append(result[name].numpy()[:n])
+    np.savez(output_npz, **{name: np.concatenate(parts) for name, parts in chunks.items()})
 
 
 def _describe(name: str, spec: Any) -> dict[str, Any]:

@@ -109,6 +109,9 @@ def convert(
     import coremltools as ct
     import coremltools.optimize.coreml as cto
 
+    if calibration_npy.endswith(".npz"):
+        raise ConversionError("CoreML: models with several inputs are not supported yet",
+                              hint="package them for tflite and onnx (--format tflite --format onnx)")
     samples = np.load(calibration_npy, mmap_mode="r")
     started = time.perf_counter()
     if source_format in ("keras", "h5"):

@@ -33,7 +33,7 @@ from ... import worker
 from ...errors import ConversionError, EdgekitError, UnsupportedOpError
 from ...fsutil import sha256_file
 from ...manifest import Artifact, QuantParams
-from ..base import BuildContext, Builder, BuildResult, in_layer, layer_of, worst_layers
+from ..base import BuildContext, Builder, BuildResult, in_layer, layer_of, read_samples, worst_layers
 
 ARTIFACT_PATH = "onnx/model.int8.onnx"
 ORT_PATH = "onnx/model.int8.ort"
@@ -107,6 +107,8 @@ class ONNXBuilder(Builder):
             converter={
                 "tool": "tf2onnx + onnxruntime.quantization.quantize_static (QDQ)",
                 "opset": info["opset"],
+                **({"upgraded_from_opset": info["upgraded_from_opset"]} if info.get("upgraded_from_opset") else {}),
+                "shape_inference": info.get("shape_inference", "symbolic"),
                 "onnxruntime": info["onnxruntime"],
                 "tf2onnx": tf2onnx_version,
                 **settings,
@@ -219,11 +221,19 @@ def quantize(
     from onnxruntime.quantization import CalibrationDataReader, CalibrationMethod, QuantFormat, QuantType
     from onnxruntime.quantization import quant_pre_process, quantize_static
 
-    prepared = str(Path(workdir or Path(output).parent) / "model.prep.onnx")
+    work = Path(workdir or Path(output).parent)
+    source, upgraded_from = _upgrade_opset(float_onnx, work)
+    prepared = str(work / "model.prep.onnx")
+    shape_inference = "symbolic"
     try:
-        quant_pre_process(float_onnx, prepared, skip_symbolic_shape=False)
-    except Exception as exc:
-        raise ConversionError(f"ONNX Runtime's quant_pre_process failed: {type(exc).__name__}: {exc}") from None
+        quant_pre_process(source, prepared, skip_symbolic_shape=False)
+    except Exception as first:  # dynamic axes often defeat symbolic shape inference: ONNX's own is enough
+        try:
+            quant_pre_process(source, prepared, skip_symbolic_shape=True)
+        except Exception as exc:
+            raise ConversionError(f"ONNX Runtime's quant_pre_process failed: {type(exc).__name__}: {exc} "
+                                  f"(with symbolic shape inference: {first})") from None
+        shape_inference = f"onnx (symbolic shape inference failed: {str(first).strip().splitlines()[0][:200]})"
     model = onnx.load(prepared)
     excluded, missing = _layer_nodes(model, list(keep_float or []))
     if missing:
@@ -231,22 +241,30 @@ def quantize(
             f"--keep-float: no ONNX nodes belong to layer(s) {', '.join(missing)}",
             hint="use layer names as the model defines them (see --explain's report)",
         )
-    input_name = model.graph.input[0].name
-    samples = np.load(calibration_npy, mmap_mode="r")
+    initializers = {i.name for i in model.graph.initializer}
+    graph_inputs = [i.name for i in model.graph.input if i.name not in initializers]
+    samples = read_samples(calibration_npy)
+    if list(samples) == [""]:
+        samples = {graph_inputs[0]: samples[""]}
+    missing = [n for n in graph_inputs if n not in samples]
+    if missing:
+        raise ConversionError(f"calibration data has no samples for ONNX input(s) {missing} (it has {list(samples)})")
+    total = len(next(iter(samples.values())))
 
     class Reader(CalibrationDataReader):
         def __init__(self) -> None:
             self.i = 0
 
         def get_next(self) -> dict[str, np.ndarray] | None:
-            if self.i >= len(samples):
-                worker.report_progress(len(samples), len(samples))
+            if self.i >= total:
+                worker.report_progress(total, total)
                 return None
             if self.i % 10 == 0:
-                worker.report_progress(self.i, len(samples))
-            sample = np.asarray(samples[self.i : self.i + 1], dtype=np.float32)
+                worker.report_progress(self.i, total)
+            sample = {name: np.asarray(samples[name][self.i : self.i + 1]) for name in graph_inputs}
+            sample = {k: v.astype(np.float32) if v.dtype.kind == "f" else v for k, v in sample.items()}
             self.i += 1
-            return {input_name: sample}
+            return sample
 
     method = {
         "minmax": CalibrationMethod.MinMax,
@@ -284,7 +302,36 @@ def quantize(
         "outputs": [o.name for o in quantized.graph.output],
         "excluded_nodes": excluded,
         "prepared": prepared,
+        "upgraded_from_opset": upgraded_from,
+        "shape_inference": shape_inference,
     }
+
+
+MIN_QDQ_OPSET = 13  # per-channel DequantizeLinear (its axis attribute) needs opset 13
+
+
+def _upgrade_opset(float_onnx: str, work: Path) -> tuple[str, int | None]:
+    """Models below opset 13 get an invalid QDQ graph ("Unrecognized attribute: axis for operator
+    DequantizeLinear"): upgrade them with onnx.version_converter and check the result first."""
+    import onnx
+    from onnx import version_converter
+
+    model = onnx.load(float_onnx)
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), OPSET)
+    if opset >= MIN_QDQ_OPSET:
+        return float_onnx, None
+    try:
+        upgraded = version_converter.convert_version(model, MIN_QDQ_OPSET)
+        onnx.checker.check_model(upgraded)
+    except Exception as exc:
+        raise ConversionError(
+            f"the model uses ONNX opset {opset}; quantizing needs opset {MIN_QDQ_OPSET}+ and onnx's version converter "
+            f"could not upgrade it ({type(exc).__name__}: {str(exc).strip().splitlines()[0][:200]})",
+            hint=f"re-export the model with opset {OPSET} (torch.onnx.export(..., opset_version={OPSET}))",
+        ) from None
+    path = work / "model.upgraded.onnx"
+    onnx.save(upgraded, path)
+    return str(path), opset
 
 
 def explain(
@@ -300,7 +347,10 @@ def explain(
         modify_model_output_intermediate_tensors,
     )
 
-    samples = np.load(samples_npy)
+    loaded = read_samples(samples_npy)
+    if list(loaded) != [""]:
+        return []  # the per-layer report covers one-input models
+    samples = np.asarray(loaded[""])
     input_name = onnx.load(float_onnx).graph.input[0].name
 
     class Reader(CalibrationDataReader):

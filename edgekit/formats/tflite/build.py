@@ -21,7 +21,7 @@ from ... import worker
 from ...errors import EdgekitError, ModelSourceError, UnsupportedOpError
 from ...fsutil import sha256_file
 from ...manifest import Artifact, QuantParams
-from ..base import BuildContext, Builder, BuildResult, in_layer, layer_of, worst_layers
+from ..base import BuildContext, Builder, BuildResult, in_layer, layer_of, read_samples, worst_layers
 
 ARTIFACT_PATH = "tflite/model.int8.tflite"
 _NOT_FLOAT_OPS = {"QUANTIZE", "DEQUANTIZE", "DELEGATE"}
@@ -129,7 +129,7 @@ def find_float_ops(path: str, layer_names: list[str]) -> list[dict[str, str]]:
 # --- child-process side -------------------------------------------------------------------
 
 
-def _converter(saved_model: str, samples: np.ndarray | None, allow_float_ops: bool) -> Any:
+def _converter(saved_model: str, samples: dict[str, Any] | None, allow_float_ops: bool) -> Any:
     import tensorflow as tf
 
     converter = tf.lite.TFLiteConverter.from_saved_model(saved_model)
@@ -137,11 +137,11 @@ def _converter(saved_model: str, samples: np.ndarray | None, allow_float_ops: bo
         return converter
 
     def representative_dataset():  # one sample per step, as the converter expects
-        total = len(samples)
-        for i in range(total):
+        total = _count(samples)
+        for i, sample in enumerate(_dataset(samples)()):
             if i % 10 == 0:
                 worker.report_progress(i, total)
-            yield [np.asarray(samples[i : i + 1], dtype=np.float32)]
+            yield sample
         worker.report_progress(total, total)
 
     converter.optimizations = [tf.lite.Optimize.DEFAULT]
@@ -172,7 +172,7 @@ def convert(
     """
     import tensorflow as tf
 
-    samples = np.load(calibration_npy, mmap_mode="r") if quantize else None
+    samples = read_samples(calibration_npy) if quantize else None
     converter = _converter(saved_model, samples, allow_float_ops or bool(keep_float))
     ops = "+".join(s.name for s in converter.target_spec.supported_ops) if quantize else "TFLITE_BUILTINS"
     started = time.perf_counter()
@@ -186,7 +186,7 @@ def convert(
         raise _converter_error(exc) from None
     seconds = time.perf_counter() - started
     Path(output).write_bytes(model)
-    explained = _explain_layers(saved_model, np.load(explain_npy), layer_names or []) if explain_npy else None
+    explained = _explain_layers(saved_model, read_samples(explain_npy), layer_names or []) if explain_npy else None
     return {"tensorflow": tf.__version__, "ops": ops, "seconds": round(seconds, 3), "explain": explained}
 
 
@@ -198,7 +198,7 @@ def _tensor_names(model: bytes) -> list[str]:
     return [d["name"] for d in interpreter.get_tensor_details() if d["name"]]
 
 
-def _with_float_layers(model: bytes, saved_model: str, samples: np.ndarray, layers: list[str]) -> bytes:
+def _with_float_layers(model: bytes, saved_model: str, samples: dict[str, Any], layers: list[str]) -> bytes:
     import tensorflow as tf
 
     names = _tensor_names(model)
@@ -217,15 +217,29 @@ def _with_float_layers(model: bytes, saved_model: str, samples: np.ndarray, laye
     return debugger.get_nondebug_quantized_model()
 
 
-def _dataset(samples: np.ndarray) -> Any:
+def _count(samples: dict[str, Any]) -> int:
+    return len(next(iter(samples.values())))
+
+
+def _dataset(samples: dict[str, Any]) -> Any:
+    """One sample per step: a list for a one-input model (``""`` key), else a dict by signature
+    input name; float inputs as float32, integer inputs (token ids) as they are."""
+
+    def cast(x: Any) -> np.ndarray:
+        x = np.asarray(x)
+        return x.astype(np.float32) if x.dtype.kind == "f" else x
+
     def generate():
-        for i in range(len(samples)):
-            yield [np.asarray(samples[i : i + 1], dtype=np.float32)]
+        for i in range(_count(samples)):
+            if list(samples) == [""]:
+                yield [cast(samples[""][i : i + 1])]
+            else:
+                yield {name: cast(x[i : i + 1]) for name, x in samples.items()}
 
     return generate
 
 
-def _explain_layers(saved_model: str, samples: np.ndarray, layer_names: list[str]) -> list[dict[str, Any]]:
+def _explain_layers(saved_model: str, samples: dict[str, Any], layer_names: list[str]) -> list[dict[str, Any]]:
     """Per-layer SQNR of the INT8 model's activations vs float (TFLite quantization debugger)."""
     import csv
     import io

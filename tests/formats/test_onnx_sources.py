@@ -1,0 +1,128 @@
+"""ONNX sources as exporters write them: dynamic axes, old opsets, a fixed batch size.
+
+Models are built with ``onnx.helper`` (no download): Conv -> Relu -> GlobalAveragePool ->
+Flatten -> Gemm, NCHW.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import edgekit
+from tests.conftest import assert_user_error, device_cli, edgekit_cli
+
+pytestmark = pytest.mark.slow
+
+
+def conv_model(path, batch="N", height="H", width="W", opset=17):
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    weights = [
+        numpy_helper.from_array(rng.normal(0, 0.3, (8, 3, 3, 3)).astype(np.float32), "conv_w"),
+        numpy_helper.from_array(rng.normal(0, 0.1, (8,)).astype(np.float32), "conv_b"),
+        numpy_helper.from_array(rng.normal(0, 0.5, (8, 5)).astype(np.float32), "fc_w"),
+        numpy_helper.from_array(np.zeros(5, np.float32), "fc_b"),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["images", "conv_w", "conv_b"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c"], ["r"]),
+        helper.make_node("GlobalAveragePool", ["r"], ["g"]),
+        helper.make_node("Flatten", ["g"], ["f"]),
+        helper.make_node("Gemm", ["f", "fc_w", "fc_b"], ["logits"]),
+    ]
+    graph = helper.make_graph(nodes, "convnet",
+                              [helper.make_tensor_value_info("images", TensorProto.FLOAT, [batch, 3, height, width])],
+                              [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [batch, 5])],
+                              initializer=weights)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=7)
+    onnx.checker.check_model(model)
+    onnx.save(model, path)
+    return path
+
+
+def calibration(path, n=120, size=16):
+    x = np.random.default_rng(1).uniform(0, 1, (n, 3, size, size)).astype(np.float32)
+    np.savez(path, images=x)
+    return x
+
+
+def package_onnx(model, data, out, *extra):
+    return edgekit_cli("package", model, "-c", data, "--format", "onnx", "-o", out, *extra)
+
+
+def test_dynamic_batch_height_width(tmp_path):
+    model = conv_model(tmp_path / "dynamic.onnx")
+    x = calibration(tmp_path / "calib.npz")
+    result = package_onnx(model, tmp_path / "calib.npz", tmp_path / "out")
+    assert result.returncode == 0, result.stderr[-3000:]
+    pkg = tmp_path / "out" / "dynamic.edgekit"
+    manifest = json.loads((pkg / "manifest.json").read_text())
+    assert manifest["inputs"][0]["shape"] == [-1, 3, -1, -1] and manifest["inputs"][0]["role"] == "values"
+    with edgekit.load(pkg) as loaded:
+        got = loaded.predict(x[:4])
+    assert got.shape == (4, 5)
+    assert manifest["validation"]["artifacts"]["onnx"]["cosine"] > 0.99
+
+
+def test_input_shape_fixes_dynamic_dimensions(tmp_path):
+    model = conv_model(tmp_path / "dynamic.onnx")
+    calibration(tmp_path / "calib.npz")
+    result = package_onnx(model, tmp_path / "calib.npz", tmp_path / "out", "--input-shape", "images=1x3x16x16")
+    assert result.returncode == 0, result.stderr[-3000:]
+    manifest = json.loads((tmp_path / "out" / "dynamic.edgekit" / "manifest.json").read_text())
+    assert manifest["inputs"][0]["shape"] == [-1, 3, 16, 16]
+    wrong = package_onnx(model, tmp_path / "calib.npz", tmp_path / "o2", "--input-shape", "images=1x16x16")
+    assert_user_error(wrong, "has 3 dimensions", "the batch first")
+
+
+def test_opset_11_is_upgraded_before_quantization(tmp_path):
+    model = conv_model(tmp_path / "old.onnx", opset=11)
+    x = calibration(tmp_path / "calib.npz")
+    result = package_onnx(model, tmp_path / "calib.npz", tmp_path / "out")
+    assert result.returncode == 0, result.stderr[-3000:]
+    manifest = json.loads((tmp_path / "out" / "old.edgekit" / "manifest.json").read_text())
+    converter = manifest["artifacts"][0]["converter"]
+    assert converter["upgraded_from_opset"] == 11 and converter["opset"] >= 13
+    with edgekit.load(tmp_path / "out" / "old.edgekit") as loaded:
+        assert loaded.predict(x[:2]).shape == (2, 5)
+
+
+def test_fixed_batch_model_runs_in_slices_everywhere(tmp_path):
+    model = conv_model(tmp_path / "fixed.onnx", batch=1, height=16, width=16)
+    x = calibration(tmp_path / "calib.npz")
+    result = package_onnx(model, tmp_path / "calib.npz", tmp_path / "out")
+    assert result.returncode == 0, result.stderr[-3000:]
+    pkg = tmp_path / "out" / "fixed.edgekit"
+    with edgekit.load(pkg) as loaded:
+        batch = loaded.predict(x[:7])
+        one_by_one = np.concatenate([loaded.predict(x[i : i + 1]) for i in range(7)])
+    np.testing.assert_array_equal(batch, one_by_one)
+    np.save(tmp_path / "seven.npy", x[:7])
+    run = device_cli(pkg, "-i", tmp_path / "seven.npy")
+    assert run.returncode == 0 and run.stdout.count("seven.npy[") == 7, run.stderr
+
+
+def test_preprocessing_is_said_and_a_guess_is_a_warning(tmp_path):
+    """An image folder for an NCHW model: the preprocessing line names where each value came from."""
+    from PIL import Image
+
+    model = conv_model(tmp_path / "img.onnx", height=16, width=16)
+    for i in range(30):
+        folder = tmp_path / "images"
+        folder.mkdir(parents=True, exist_ok=True)
+        Image.fromarray(np.random.default_rng(i).integers(0, 255, (16, 16, 3), dtype=np.uint8)).save(folder / f"{i}.png")
+    guessed = package_onnx(model, tmp_path / "images", tmp_path / "out")
+    assert guessed.returncode in (0, 1), guessed.stderr
+    assert "input 'images' (image): x * 0.00392157" in guessed.stderr
+    assert "is a guess" in guessed.stderr and "--preprocessing" in guessed.stderr
+    preset = package_onnx(model, tmp_path / "images", tmp_path / "out2", "--preprocessing", "imagenet",
+                          "--allow-accuracy-drop")
+    assert "--preprocessing imagenet" in preset.stderr and "is a guess" not in preset.stderr, preset.stderr
+    if preset.returncode == 0:
+        manifest = json.loads((tmp_path / "out2" / "img.edgekit" / "manifest.json").read_text())
+        assert manifest["inputs"][0]["preprocessing"]["mean"] == [0.485, 0.456, 0.406]
