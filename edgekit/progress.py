@@ -42,9 +42,9 @@ class Progress:
 
     def say(self, text: str) -> None:
         """A fact the user should see before a long step (e.g. the preprocessing that will be used):
-        printed on terminals and in CI logs alike, to stderr."""
+        part of the command's report, on stdout (stderr keeps warning:/error: lines only)."""
         self.notes.append(text)
-        print(text, file=sys.stderr)
+        print(text, flush=True)
 
     def warn(self, text: str) -> None:
         self.warnings.append(text)

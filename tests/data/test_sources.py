@@ -74,9 +74,14 @@ def test_bad_arrays_are_refused(tmp_path, array, message):
 
 
 def test_npz_without_x_and_mismatched_y(tmp_path):
-    np.savez(tmp_path / "no_x.npz", images=np.zeros((4, 8, 8, 1)))
-    with pytest.raises(DataError, match="no array named 'x'"):
-        open_data(str(tmp_path / "no_x.npz"))
+    np.savez(tmp_path / "no_x.npz", images=np.zeros((4, 8, 8, 1)))  # one array per input name: accepted
+    assert open_data(str(tmp_path / "no_x.npz")).names == ["images"]
+    np.savez(tmp_path / "only_y.npz", y=np.zeros(4, np.int64))
+    with pytest.raises(DataError, match="has no input arrays"):
+        open_data(str(tmp_path / "only_y.npz"))
+    np.savez(tmp_path / "uneven.npz", a=np.zeros((4, 2)), b=np.zeros((3, 2)))
+    with pytest.raises(DataError, match="different numbers of samples"):
+        open_data(str(tmp_path / "uneven.npz"))
     np.savez(tmp_path / "bad_y.npz", x=np.zeros((4, 8, 8, 1)), y=np.zeros(3, np.int64))
     with pytest.raises(DataError, match="y has shape"):
         open_data(str(tmp_path / "bad_y.npz"))

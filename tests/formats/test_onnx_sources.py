@@ -118,11 +118,11 @@ def test_preprocessing_is_said_and_a_guess_is_a_warning(tmp_path):
         Image.fromarray(np.random.default_rng(i).integers(0, 255, (16, 16, 3), dtype=np.uint8)).save(folder / f"{i}.png")
     guessed = package_onnx(model, tmp_path / "images", tmp_path / "out")
     assert guessed.returncode in (0, 1), guessed.stderr
-    assert "input 'images' (image): x * 0.00392157" in guessed.stderr
+    assert "input 'images' (image): x * 0.00392157" in guessed.stdout  # the report, before converting
     assert "is a guess" in guessed.stderr and "--preprocessing" in guessed.stderr
     preset = package_onnx(model, tmp_path / "images", tmp_path / "out2", "--preprocessing", "imagenet",
                           "--allow-accuracy-drop")
-    assert "--preprocessing imagenet" in preset.stderr and "is a guess" not in preset.stderr, preset.stderr
+    assert "--preprocessing imagenet" in preset.stdout and "is a guess" not in preset.stderr, preset.stderr
     if preset.returncode == 0:
         manifest = json.loads((tmp_path / "out2" / "img.edgekit" / "manifest.json").read_text())
         assert manifest["inputs"][0]["preprocessing"]["mean"] == [0.485, 0.456, 0.406]
