@@ -102,6 +102,7 @@ def call(
             proc = subprocess.Popen(
                 [sys.executable, "-m", "edgekit.worker", target, str(request), str(response)],
                 env=env,
+                cwd=tmp,  # converters drop scratch files in the working directory (ORT's sym_shape_infer_temp.onnx)
                 stdout=subprocess.DEVNULL,
                 stderr=stderr,
                 preexec_fn=_die_with_parent(os.getpid()),
@@ -142,11 +143,14 @@ def run_tool(
 
     Output is captured for the caller to explain failures; a deadline gives a clear error.
     """
+    import tempfile
+
     try:
-        return subprocess.run(
-            argv, capture_output=True, text=True, timeout=timeout, env={**(env or os.environ), **_QUIET_ENV},
-            preexec_fn=_die_with_parent(os.getpid()),
-        )
+        with tempfile.TemporaryDirectory(prefix=TEMP_PREFIX + f"{os.getpid()}-") as scratch:
+            return subprocess.run(
+                argv, capture_output=True, text=True, timeout=timeout, env={**(env or os.environ), **_QUIET_ENV},
+                preexec_fn=_die_with_parent(os.getpid()), cwd=scratch,
+            )
     except subprocess.TimeoutExpired:
         raise ConversionError(f"{what} did not finish within {timeout:.0f} s",
                               hint="raise --timeout or lower --samples") from None

@@ -126,8 +126,9 @@ def convert(
         loaded = tf.saved_model.load(saved_model or source_path)
         model, source, input_name = [loaded.signatures["serving_default"]], {"source": "tensorflow"}, None
     shape = (1, *samples.shape[1:])
-    inputs = [ct.TensorType(name=input_name, shape=shape, dtype=np.float32)] if input_name else [
-        ct.TensorType(shape=shape, dtype=np.float32)
+    dtype = np.int32 if samples.dtype.kind in "iu" else np.float32  # token ids stay integers
+    inputs = [ct.TensorType(name=input_name, shape=shape, dtype=dtype)] if input_name else [
+        ct.TensorType(shape=shape, dtype=dtype)
     ]
     try:
         mlmodel = ct.convert(

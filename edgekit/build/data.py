@@ -1,0 +1,291 @@
+"""Stage 3: the calibration and validation samples as the model sees them, with their guards.
+
+Samples are loaded (images decoded and resized), preprocessed as the manifest will record,
+shaped like the model input and checked: NaN/Inf named by file row, class targets in range,
+data that would give bad INT8 ranges said with numbers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..data.preprocessing import (
+    check_finite,
+    conform,
+    describe,
+    from_model,
+    infer_preprocessing,
+    is_guess,
+    normalize,
+    to_layout,
+)
+from ..data.sources import DataSource, RawBatch
+from ..errors import DataError, ModelSourceError
+from ..manifest import Preprocessing
+from ..progress import Progress
+from .options import PackageOptions
+from .preflight import Plan
+
+
+FLOAT_DTYPES = ("float32", "float16", "float64")
+
+
+@dataclass(frozen=True)
+class InputPlan:
+    """How one model input is fed: its role and (for images, or when flags ask) its preprocessing."""
+
+    name: str
+    shape: list[int]
+    dtype: str  # the model's dtype for it (float32, int32, int64, ...)
+    role: str  # "image" (decoded, resized, normalized), "integer" (token ids, indices: passed through),
+    #            "values" (other float tensors: audio, features)
+    spec: Preprocessing | None
+
+    @property
+    def sample_shape(self) -> tuple[int | None, ...]:
+        return tuple(None if d == -1 else d for d in self.shape[1:])
+
+
+@dataclass(frozen=True)
+class PreparedData:
+    inputs: list[InputPlan]
+    calibration: dict[str, np.ndarray]  # model-ready samples per input name
+    evaluation: dict[str, np.ndarray]
+    calibration_raw: RawBatch
+    evaluation_source: DataSource
+    evaluation_raw: RawBatch
+    labels: list[str] | None
+    labelled_output: str | None  # the output the labels and class targets belong to
+    warnings: list[str]
+    calibration_source: str  # the --calibration data, as the user named it
+
+    @property
+    def targets_y(self) -> np.ndarray | None:
+        return self.evaluation_raw.y
+
+    @property
+    def spec(self) -> Preprocessing | None:
+        """The image preprocessing (the first image input's), for the single-input code paths."""
+        return next((p.spec for p in self.inputs if p.spec is not None), None)
+
+    @property
+    def evaluation_count(self) -> int:
+        return len(next(iter(self.evaluation.values())))
+
+    @property
+    def calibration_count(self) -> int:
+        return len(next(iter(self.calibration.values())))
+
+
+def prepare_data(plan: Plan, options: PackageOptions, described: dict[str, Any], progress: Progress) -> PreparedData:
+    inputs, outputs = described["inputs"], described["outputs"]
+    if not inputs or not outputs:
+        raise ModelSourceError(f"the model has {len(inputs)} inputs and {len(outputs)} outputs",
+                               hint="export a model that takes and returns tensors")
+    calibration = plan.calibration
+    eval_source = plan.evaluation or calibration
+    bindings = bind_inputs([i["name"] for i in inputs], calibration)
+    if plan.evaluation is not None:
+        bind_inputs([i["name"] for i in inputs], plan.evaluation)
+    inputs = [_with_given_shape(i, options.input_shapes) for i in inputs]
+    plans = [plan_input(i, calibration, bindings[i["name"]], described["rescales"], options, len(inputs) == 1)
+             for i in inputs]
+    say_preprocessing(plans, progress)
+    image = next((p for p in plans if p.role == "image"), None)
+    calib_raw = _load(calibration, plan.calibration_indices, image.spec if image else None, "calibration data")
+    eval_raw = _load(eval_source, plan.evaluation_indices, image.spec if image else None, "evaluation data")
+    calib = {p.name: model_ready(p, _pick(calib_raw.x, bindings[p.name]), f"calibration data {calibration.description}")
+             for p in plans}
+    evals = {p.name: model_ready(p, _pick(eval_raw.x, bindings[p.name]), f"evaluation data {eval_source.description}")
+             for p in plans}
+    labelled = _labelled_output(outputs, plan.labels or calibration.labels or (plan.evaluation.labels
+                                                                                  if plan.evaluation else None))
+    labels = _labels(plan.labels, calibration, plan.evaluation, labelled) if labelled else None
+    warnings = []
+    for p in plans:
+        if p.role != "integer" and p.spec is not None:
+            warnings += data_guards(_pick(calib_raw.x, bindings[p.name]), calib[p.name], p.spec)
+    if labelled is not None:
+        warnings += class_coverage(calib_raw.y, labelled)
+        _check_targets(eval_raw.y, labelled)
+    for warning in warnings:
+        progress.warn(warning)
+    return PreparedData(plans, calib, evals, calib_raw, eval_source, eval_raw, labels,
+                        labelled["name"] if labelled else None, warnings, calibration.description)
+
+
+def say_preprocessing(plans: list[InputPlan], progress: Progress) -> None:
+    """Before converting: what each input will get and where that came from; a guess is a warning."""
+    for p in plans:
+        if p.role == "integer":
+            progress.say(f"input {p.name!r}: {p.dtype} values (ids, indices) passed through unchanged")
+            continue
+        assert p.spec is not None
+        progress.say(f"input {p.name!r} ({p.role}): {describe(p.spec)}  [{p.spec.inferred_from}]")
+        if p.role == "image" and is_guess(p.spec):
+            progress.warn(
+                f"the preprocessing of input {p.name!r} is a guess (no normalization layer in the model, no "
+                "options): if the model was trained on other values, pass --preprocessing 0..1|-1..1|imagenet|raw "
+                "or --scale/--mean/--std"
+            )
+
+
+def _with_given_shape(model_input: dict[str, Any], given: dict[str, list[int]]) -> dict[str, Any]:
+    """--input-shape NAME=1x3x320x320 fixes an input's dynamic dimensions (the batch stays as the model has it)."""
+    shape = given.get(model_input["name"])
+    if shape is None:
+        return model_input
+    current = list(model_input["shape"])
+    if len(shape) != len(current):
+        raise DataError(f"--input-shape {model_input['name']}={'x'.join(map(str, shape))} has {len(shape)} "
+                        f"dimensions; the model's input has {len(current)}: {current}",
+                        hint="give every dimension, the batch first (e.g. 1x3x320x320)")
+    fixed = [current[0]] + [g if c == -1 else c for c, g in zip(current[1:], shape[1:])]
+    clash = [(c, g) for c, g in zip(current[1:], shape[1:]) if c != -1 and c != g]
+    if clash:
+        raise DataError(f"--input-shape for {model_input['name']!r} contradicts the model's fixed dimensions "
+                        f"{current}", hint="only dynamic (-1) dimensions can be set")
+    return {**model_input, "shape": fixed}
+
+
+def bind_inputs(names: list[str], source: DataSource) -> dict[str, str | None]:
+    """Which data array feeds each model input: by name, or the one unnamed array/images for a
+    one-input model. Missing or extra names are an error naming both sides."""
+    given = source.names
+    if len(names) == 1 and (not given or len(given) == 1):
+        return {names[0]: given[0] if given else None}
+    missing = [n for n in names if n not in given]
+    if missing:
+        have = ", ".join(given) if given else "one unnamed array" if source.kind == "arrays" else "images"
+        raise DataError(
+            f"the model has inputs {names}; {source.description} has no array for {missing} (it has: {have})",
+            hint="give one array per input name: np.savez(path, " + ", ".join(f"{n}=..." for n in names)
+                 + ") or a module:function returning such a dict",
+        )
+    return {n: n for n in names}
+
+
+def plan_input(model_input: dict[str, Any], data: DataSource, binding: str | None, rescales: bool,
+               options: PackageOptions, only: bool) -> InputPlan:
+    """The role and preprocessing of one input, from the model and the data (flags: single input)."""
+    dtype = str(model_input["dtype"])
+    shape = list(model_input["shape"])
+    data_dtype = data.dtype if binding is None else data.named[binding].dtype
+    if dtype not in FLOAT_DTYPES:
+        if data_dtype.kind not in "iu":
+            raise DataError(f"model input {model_input['name']!r} takes {dtype} values (ids, indices) but the data "
+                            f"for it is {data_dtype}", hint=f"give integer arrays for {model_input['name']!r}")
+        return InputPlan(model_input["name"], shape, dtype, "integer", None)
+    overrides = options.preprocessing if only else {}
+    spec = infer_preprocessing(shape, data_dtype, rescales, overrides)
+    if spec.resize is not None or data.kind == "images":
+        _check_image_size_known(spec, data, model_input)
+        return InputPlan(model_input["name"], shape, dtype, "image", spec)
+    if data_dtype.kind in "iu" and not any(v is not None for v in overrides.values()):
+        spec.scale = 1.0  # integer data for a float tensor that is not an image: values, not pixels
+        spec.inferred_from = f"{data_dtype} data for a float input that is not an image: values passed unchanged"
+    return InputPlan(model_input["name"], shape, dtype, "values", spec)
+
+
+def model_ready(plan: InputPlan, raw: np.ndarray, what: str) -> np.ndarray:
+    """Raw samples as the model takes them: normalized floats, or integers passed through."""
+    if plan.role == "integer":
+        return conform(np.asarray(raw), plan.sample_shape, what).astype(plan.dtype)
+    x = normalize(raw, plan.spec) if plan.spec is not None else np.asarray(raw, np.float32)
+    return conform(x, plan.sample_shape, what).astype(np.float32)
+
+
+def _pick(x: Any, binding: str | None) -> np.ndarray:
+    return x if binding is None or not isinstance(x, dict) else x[binding]
+
+
+def _labelled_output(outputs: list[dict[str, Any]], labels: list[str] | None) -> dict[str, Any] | None:
+    """The output class labels and targets belong to: the only one, or the only one with as many
+    classes as there are labels."""
+    if len(outputs) == 1:
+        return outputs[0]
+    if not labels:
+        return None
+    matching = [o for o in outputs if len(o["shape"]) == 2 and o["shape"][-1] == len(labels)]
+    if len(matching) != 1:
+        raise DataError(f"{len(labels)} class labels but {len(matching)} of the model's outputs "
+                        f"({', '.join(o['name'] for o in outputs)}) have {len(labels)} classes",
+                        hint="labels must belong to exactly one output")
+    return matching[0]
+
+
+def data_guards(values: np.ndarray, x: np.ndarray, spec: Preprocessing) -> list[str]:
+    """Calibration data that would give bad INT8 ranges: said with numbers, recorded in the manifest."""
+    found = []
+    low, high = float(values.min()), float(values.max())
+    if values.dtype.kind == "f" and spec.scale == 1.0 and not spec.mean[0] and low >= 0 and high > 2.0:
+        found.append(
+            f"calibration values range {low:g}..{high:g} but the preprocessing passes floats unchanged; if the model "
+            "expects 0..1 inputs, pass --scale 0.00392157 (or give uint8 images)"
+        )
+    if values.dtype.kind in "iu" and spec.scale == 1.0 and high > 1 and spec.resize and not from_model(spec):
+        found.append(f"integer calibration values range {low:g}..{high:g} with scale 1: the model sees raw pixel values")
+    distinct = len(np.unique(x.reshape(len(x), -1), axis=0))
+    if distinct == 1 and len(x) > 1:
+        found.append(f"all {len(x)} calibration samples are the same sample: INT8 ranges will not cover real inputs")
+    elif distinct < 0.5 * len(x):
+        found.append(f"only {distinct} of {len(x)} calibration samples are distinct")
+    return found
+
+
+def class_coverage(y: np.ndarray | None, output: dict[str, Any]) -> list[str]:
+    found = []
+    classes = output["shape"][-1] if len(output["shape"]) == 2 else -1
+    if y is not None and classes > 1:
+        missing = sorted(set(range(classes)) - {int(v) for v in y})
+        if missing:
+            shown = ", ".join(str(m) for m in missing[:10]) + (" ..." if len(missing) > 10 else "")
+            found.append(f"{len(missing)} of {classes} classes have no calibration sample (classes {shown})")
+    return found
+
+
+def _load(source: DataSource, indices: np.ndarray, spec: Preprocessing | None, what: str) -> RawBatch:
+    size = tuple(spec.resize) if spec is not None and spec.resize else None
+    batch = source.load(indices, size, spec.color_order if spec is not None else "RGB")  # type: ignore[arg-type]
+    if source.kind == "images" and spec is not None:
+        batch.x = to_layout(batch.x, spec)
+    for name, x in (batch.x.items() if isinstance(batch.x, dict) else [("", batch.x)]):
+        check_finite(x, f"{what} {source.description}" + (f" ({name})" if name else ""), names=batch.names)
+    return batch
+
+
+def _check_image_size_known(spec: Preprocessing, calibration: DataSource, model_input: dict[str, Any]) -> None:
+    if calibration.kind == "images" and spec.resize is None:
+        raise DataError(
+            f"model input {model_input['name']!r} has dynamic height/width {model_input['shape']} and the "
+            "calibration data is an image folder: edgekit cannot tell what size to resize images to",
+            hint="pass --resize HxW (e.g. --resize 320x320) with the size the model should run at, or "
+                 f"--input-shape {model_input['name']}=1x320x320x3 to fix the model's dimensions",
+        )
+
+
+def _labels(
+    labels: list[str] | None, calibration: DataSource, evaluation: DataSource | None, output: dict[str, Any]
+) -> list[str] | None:
+    labels = labels or calibration.labels or (evaluation.labels if evaluation else None)
+    classes = output["shape"][-1] if len(output["shape"]) == 2 else None
+    if labels is not None and classes not in (None, -1) and len(labels) != classes:
+        raise DataError(
+            f"{len(labels)} class labels but the model outputs {classes} classes",
+            hint="give one label per model output class (--labels FILE, or class sub-folders)",
+        )
+    return labels
+
+
+def _check_targets(y: np.ndarray | None, output: dict[str, Any]) -> None:
+    if y is None or len(output["shape"]) != 2 or output["shape"][-1] in (-1, 1):
+        return
+    classes = output["shape"][-1]
+    if y.size and (int(y.min()) < 0 or int(y.max()) >= classes):
+        raise DataError(
+            f"class targets range {int(y.min())}..{int(y.max())} but the model outputs {classes} classes",
+            hint="y must hold class indices 0..classes-1 in the model's output order",
+        )

@@ -1,0 +1,80 @@
+"""What ``edgekit package`` is asked to do (``PackageOptions``) and what it made (``PackageResult``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..manifest import Manifest
+from ..quantize.metrics import OutputComparison
+
+
+
+@dataclass
+class PackageOptions:
+    model: str
+    calibration: str
+    output_dir: str
+    formats: list[str] | None = None  # default ["tflite"]; "all" for every registered format
+    eval: str | None = None
+    name: str | None = None
+    samples: int = 300
+    eval_samples: int | None = None
+    seed: int = 0
+    max_accuracy_drop: float = 1.0
+    allow_accuracy_drop: bool = False
+    allow_float_ops: bool = False
+    force: bool = False
+    archive: bool = False
+    labels_file: str | None = None
+    preprocessing: dict[str, Any] = field(default_factory=dict)  # scale, mean, std, color_order, resize
+    timeout_s: float | None = None
+    allow_partial: bool = False  # with several formats: keep the package if some of them fail
+    calibration_method: str = "minmax"  # ONNX: minmax | entropy | percentile
+    onnx_activations: str = "s8"  # ONNX: s8 (S8S8) | u8 (U8S8)
+    reduce_range: bool = False  # ONNX: 7-bit weights for CPUs without VNNI
+    max_intermediate_outputs: int | None = None  # ONNX: bound calibration memory
+    keep_float: list[str] = field(default_factory=list)  # layers to keep in float
+    coreml_activations: str = "int8"  # int8 (W8A8) | float16
+    explain: bool = False  # per-layer quantization error report
+    sign_key: str | None = None  # Ed25519 private key: sign manifest.json
+    targets: list[str] | None = None  # the former name of `formats`, accepted for one release
+    format_options: dict[str, Any] = field(default_factory=dict)  # any format's own options, by name
+    input_shapes: dict[str, list[int]] = field(default_factory=dict)  # --input-shape NAME=1x3x320x320
+
+    def __post_init__(self) -> None:
+        if self.targets is not None and self.formats is not None and self.targets != self.formats:
+            raise ValueError("pass formats= (targets= is its former name), not both")
+        self.formats = list(self.formats or self.targets or ["tflite"])
+        self.targets = self.formats
+
+    def options_for_formats(self) -> dict[str, Any]:
+        """Every registered format's options: its default, then a field of the same name above
+        (the ONNX/CoreML ones, kept for the Python API), then ``format_options``."""
+        from ..formats import build_options
+
+        values = {}
+        for _, option in build_options():
+            values[option.name] = getattr(self, option.name, option.default)
+        unknown = set(self.format_options) - set(values)
+        if unknown:
+            from ..errors import EdgekitError
+
+            raise EdgekitError(f"unknown format option(s): {', '.join(sorted(unknown))}",
+                               hint="known: " + ", ".join(sorted(values)))
+        return {**values, **self.format_options}
+
+
+@dataclass
+class PackageResult:
+    path: Path
+    manifest: Manifest
+    archive: Path | None
+    comparisons: dict[str, OutputComparison | None]
+    warnings: list[str]
+    failed: list[dict[str, str]] = field(default_factory=list)  # formats that did not build: format, error, hint
+
+    @property
+    def complete(self) -> bool:
+        return not self.failed

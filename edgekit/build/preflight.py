@@ -1,0 +1,188 @@
+"""Stage 1: everything that can be checked before a model loads (seconds, not minutes).
+
+The output directory is writable, the options make sense, the data sources open and every
+selected image is readable; leftovers of killed runs are removed. A mistake found here costs
+the user a second instead of a TensorFlow start.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .. import worker
+from ..data.sources import DataSource, open_data
+from ..errors import DataError, EdgekitError, OutputExistsError
+from ..fsutil import ensure_writable, remove_stale, remove_stale_temp
+from ..progress import Progress
+from .options import PackageOptions
+
+MIN_RECOMMENDED_SAMPLES = 100
+HOLDOUT_FRACTION = 0.2
+TEMP_PREFIX = "edgekit-package-"
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The checked request: where the package goes and which samples calibrate and validate it."""
+
+    name: str
+    destination: Path
+    archive: Path | None
+    calibration: DataSource
+    evaluation: DataSource | None
+    calibration_indices: np.ndarray
+    evaluation_indices: np.ndarray
+    held_out: bool
+    labels: list[str] | None  # from --labels
+
+
+def preflight(options: PackageOptions, progress: Progress) -> Plan:
+    name = options.name or _default_name(Path(options.model))
+    if not _NAME.match(name):
+        raise EdgekitError(
+            f"package name {name!r} is not usable as a file name",
+            hint="use --name with letters, digits, '.', '_' or '-'",
+        )
+    out = Path(options.output_dir)
+    if out.exists() and not out.is_dir():
+        raise OutputExistsError(f"output {out} exists and is not a directory", hint="choose another -o")
+    destination = out / f"{name}.edgekit"
+    archive = out / f"{name}.ekpkg" if options.archive else None
+    for path in (destination, archive):
+        if path is not None and path.exists() and not options.force:
+            raise OutputExistsError(f"{path} already exists")
+    if options.samples < 1:
+        raise DataError(f"--samples must be at least 1, got {options.samples}", hint="use --samples 100 or more")
+    _check_preprocessing_options(options.preprocessing)
+    ensure_writable(out, "output directory", is_dir=True)
+    remove_stale(out, ".*.partial")  # staging trees of earlier runs that were killed
+    remove_stale_temp(TEMP_PREFIX)
+    remove_stale_temp(worker.TEMP_PREFIX)
+    if options.sign_key:
+        from ..signing import check_private_key
+
+        check_private_key(options.sign_key)
+    calibration = open_data(options.calibration, "calibration")
+    evaluation = open_data(options.eval, "evaluation") if options.eval else None
+    _check_compatible(calibration, evaluation)
+    calib_idx, eval_idx, held_out = _split(calibration, evaluation, options, progress)
+    for source_data, indices in ((calibration, calib_idx), (evaluation or calibration, eval_idx)):
+        source_data.check_readable(indices)  # a corrupt image is found now, not after the model loads
+    labels = _read_labels(options.labels_file)
+    _check_label_count(labels, calibration, evaluation)
+    return Plan(name, destination, archive, calibration, evaluation, calib_idx, eval_idx, held_out, labels)
+
+
+def _default_name(model: Path) -> str:
+    stem = model.name if model.is_dir() else model.stem
+    cleaned = re.sub(r"[^A-Za-z0-9._-]+", "-", stem).strip("-.") or "model"
+    return cleaned
+
+
+def _check_compatible(calibration: DataSource, evaluation: DataSource | None) -> None:
+    if evaluation is None:
+        return
+    kinds = {calibration.dtype.kind in "iu", evaluation.dtype.kind in "iu"}
+    if len(kinds) == 2:
+        raise DataError(
+            f"calibration data is {calibration.dtype} but evaluation data is {evaluation.dtype}: "
+            "one preprocessing cannot serve both",
+            hint="give both as raw images/uint8 or both as preprocessed float arrays",
+        )
+    if calibration.sample_shape and evaluation.sample_shape and calibration.sample_shape != evaluation.sample_shape:
+        raise DataError(
+            f"calibration samples have shape {calibration.sample_shape} but evaluation samples "
+            f"{evaluation.sample_shape}",
+            hint="both must match the model's input",
+        )
+    if calibration.labels and evaluation.labels and calibration.labels != evaluation.labels:
+        raise DataError(
+            f"calibration classes {calibration.labels[:6]} differ from evaluation classes {evaluation.labels[:6]}",
+            hint="use the same class sub-folders in both",
+        )
+
+
+def _split(
+    calibration: DataSource, evaluation: DataSource | None, options: PackageOptions, progress: Progress
+) -> tuple[np.ndarray, np.ndarray, bool]:
+    """Calibration and validation indices, seeded; held-out validation when there is no --eval."""
+    if evaluation is not None:
+        calib = calibration.select(options.samples, options.seed)
+        evals = evaluation.select(options.eval_samples, options.seed)
+        held_out = True
+    elif calibration.count >= 10:
+        n_hold = max(1, int(round(calibration.count * HOLDOUT_FRACTION)))
+        if options.eval_samples:
+            n_hold = min(n_hold, options.eval_samples)
+        evals = calibration.select(n_hold, options.seed + 1)
+        calib = calibration.select(options.samples, options.seed, exclude=evals)
+        held_out = True
+    else:
+        calib = calibration.select(options.samples, options.seed)
+        evals = calib
+        held_out = False
+        progress.warn(
+            f"only {calibration.count} samples and no --eval: validating on the calibration samples "
+            "themselves (not held out)"
+        )
+    if len(calib) < MIN_RECOMMENDED_SAMPLES:
+        progress.warn(
+            f"calibrating on {len(calib)} samples; {MIN_RECOMMENDED_SAMPLES}+ representative samples are "
+            "recommended for stable INT8 ranges"
+        )
+    return calib, evals, held_out
+
+
+def _read_labels(labels_file: str | None) -> list[str] | None:
+    """The --labels file's lines; a missing, unreadable or empty file is an error, never ignored."""
+    if not labels_file:
+        return None
+    path = Path(labels_file)
+    if path.is_dir():
+        raise DataError(f"labels file {path} is a directory", hint="pass a text file with one class label per line")
+    if not path.exists():
+        raise DataError(f"labels file {path} does not exist", hint="check the --labels path")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise DataError(f"labels file {path} is not UTF-8 text", hint="save it as UTF-8, one label per line") from None
+    labels = [line.strip() for line in text.splitlines() if line.strip()]
+    if not labels:
+        raise DataError(f"labels file {path} is empty", hint="write one class label per line, in model output order")
+    return labels
+
+
+def _check_label_count(labels: list[str] | None, calibration: DataSource, evaluation: DataSource | None) -> None:
+    """--labels against the class folders of the data, before the model loads."""
+    folders = calibration.labels or (evaluation.labels if evaluation else None)
+    if labels is not None and folders is not None and len(labels) != len(folders):
+        raise DataError(
+            f"--labels has {len(labels)} labels but the data has {len(folders)} class folders",
+            hint="give one label per class (in model output order), or drop --labels to use the folder names",
+        )
+
+
+def _check_preprocessing_options(given: dict[str, Any]) -> None:
+    """--mean/--std/--scale/--resize values that can never be right, refused before the model loads."""
+    mean, std = given.get("mean"), given.get("std")
+    if std is not None and any(float(v) == 0 for v in std):
+        raise DataError(f"--std {','.join(str(v) for v in std)} contains 0: preprocessing divides by std",
+                        hint="give the standard deviation of each channel (e.g. --std 0.229,0.224,0.225), or omit --std")
+    for flag, values in (("--mean", mean), ("--std", std)):
+        if values is not None and not values:
+            raise DataError(f"{flag} has no values", hint=f"give {flag} one number, or one per channel")
+    if mean is not None and std is not None and len(mean) != len(std) and 1 not in (len(mean), len(std)):
+        raise DataError(f"--mean has {len(mean)} values but --std has {len(std)}",
+                        hint="give one value for every channel to both, or a single value")
+    scale = given.get("scale")
+    if scale is not None and (scale == 0 or scale != scale):
+        raise DataError(f"--scale {scale} would erase the input", hint="use e.g. --scale 0.00392157 (1/255), or omit it")
+    resize = given.get("resize")
+    if resize is not None and any(int(v) < 1 for v in resize):
+        raise DataError(f"--resize {resize[0]}x{resize[1]} is not a size", hint="use HEIGHTxWIDTH such as 224x224")
