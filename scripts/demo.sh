@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Create/reuse .venv, install edgekit, package the bundled digits model for every target,
+# Create/reuse .venv, install edgekit, package the bundled digits model for every format,
 # run each artifact this machine can run, benchmark them and print the comparison.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -8,7 +8,7 @@ out="${DEMO_OUT:-out/demo}"
 mkdir -p "$out"
 
 echo "== edgekit package: models/digits/digits.keras -> INT8 TFLite, ONNX, CoreML (one calibration set)"
-edgekit package models/digits/digits.keras --target all \
+edgekit package models/digits/digits.keras --format all \
   --calibration models/digits/data/calibration.npz --eval models/digits/data/eval.npz \
   -o "$out" --force --archive
 
@@ -36,6 +36,6 @@ python -m edgekit.run "$out/digits.edgekit" --bench --sweep --runs 200 --min-sec
   --input "$out"/digit0_label*.npy --eval models/digits/data/eval.npz --report "$out/digits.bench.json"
 
 echo
-echo "== edgekit compare (speedups against the first configuration)"
+echo "== edgekit compare (one device: each configuration's latency; reports from several devices add speedups)"
 edgekit compare "$out/digits.bench.json" --html "$out/digits.bench.html"
 echo "HTML report with charts: $out/digits.bench.html"

@@ -148,13 +148,13 @@ def _dequantized(pkg, manifest, name, raw):
     return ((raw.astype(np.float32) - info.zero_point) * info.scale) if info.quantized else raw
 
 
-def _served(pkg, feeds, name, outputs):
+def _served(pkg, feeds, name, outputs, datatype="FP32"):
     from edgekit.server.dataplane import DataPlane, ServerOptions
 
     plane = DataPlane([edgekit.load(pkg, artifact="onnx")], ServerOptions())
     body = json.dumps({"inputs": [
-        {"name": name, "shape": list(x.shape), "datatype": "FP32", "data": x.ravel().tolist()}
-        for name, x in feeds.items()]}).encode()
+        {"name": key, "shape": list(x.shape), "datatype": datatype, "data": x.ravel().tolist()}
+        for key, x in feeds.items()]}).encode()
 
     async def scenario():
         plane.start()
@@ -194,6 +194,10 @@ def test_token_ids_pass_through_unquantized_and_unscaled(models, tmp_path):
     np.save(tmp_path / "ids.npy", ids)
     run = device_cli(pkg, "-i", tmp_path / "ids.npy", "--artifact", "tflite")
     assert run.returncode == 0 and run.stdout.count("ids.npy[") == 4, run.stderr
+    bench = device_cli(pkg, "--bench", "--runs", "5", "--warmup", "1", "--min-seconds", "0",
+                       "--report", tmp_path / "r.json")
+    assert bench.returncode == 0, bench.stderr
+    _served(pkg, {"tokens": ids}, "tokens", [manifest["outputs"][0]["name"]], datatype="INT32")
 
 
 def test_audio_tensor_gets_no_image_fields(models, tmp_path):
