@@ -87,7 +87,7 @@ def staging_dir(destination: str | os.PathLike[str]) -> Iterator[Path]:
     import shutil
     import tempfile
 
-    target = Path(destination)
+    target = Path(destination).absolute()  # absolute: converter children run in their own directory
     target.parent.mkdir(parents=True, exist_ok=True)
     # the pid in the name lets a later process tell a crashed writer's leftovers from live work
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.{os.getpid()}.", suffix=".partial", dir=target.parent))
@@ -181,7 +181,7 @@ def temp_dir(prefix: str) -> Iterator[Path]:
     import shutil
     import tempfile
 
-    path = Path(tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-"))
+    path = Path(tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-")).absolute()
     try:
         yield path
     finally:

@@ -96,3 +96,17 @@ def test_package_user_errors_end_cleanly(tmp_path):
     result = edgekit_cli("package", DIGITS_MODEL, "-c", tmp_path / "zero.npy", "-o", tmp_path / "o")
     assert_user_error(result, "0 bytes")
     assert "aborted" not in result.stderr
+
+
+def test_relative_output_directory_gives_a_complete_package(tmp_path):
+    """Converter children run in their own directory: every path handed to them must be absolute."""
+    result = edgekit_cli("package", DIGITS_MODEL, "-c", CALIBRATION, "--eval", EVAL, "--format", "all",
+                         "-o", "rel/out", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    package = tmp_path / "rel" / "out" / "digits.edgekit"
+    import json
+
+    manifest = json.loads((package / "manifest.json").read_text())
+    assert sorted(a["format"] for a in manifest["artifacts"]) == ["coreml", "onnx", "tflite"]
+    assert all(a["bytes"] > 1000 for a in manifest["artifacts"]), manifest["artifacts"]
+    assert edgekit_cli("verify", package, "--allow-unsigned").returncode == 0

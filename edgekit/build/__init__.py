@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from .. import worker
-from ..errors import AccuracyDropError, EdgekitError, PartialPackageError
+from ..errors import AccuracyDropError, ConversionError, EdgekitError, PartialPackageError
 from ..formats import Builder, BuildContext, BuildResult, expand_formats, get_format
 from ..formats.base import save_samples
 from ..fsutil import staging_dir, temp_dir
@@ -155,6 +155,10 @@ def build_formats(builders: list[Builder], context: BuildContext, data: Prepared
             steps = f"Calibrating and converting {builder.name} on {data.calibration_count} samples"
             with progress.step(steps) as update:
                 built = builder.build(context, update)
+            written = staged / built.artifact.path
+            if not written.exists() or (written.is_file() and written.stat().st_size == 0):
+                raise ConversionError(f"the {builder.name} converter reported success but wrote no artifact at "
+                                      f"{built.artifact.path}", hint="rerun with --debug and report the log")
         except EdgekitError as exc:
             if len(builders) == 1:
                 raise

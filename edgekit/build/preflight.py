@@ -49,7 +49,7 @@ def preflight(options: PackageOptions, progress: Progress) -> Plan:
             f"package name {name!r} is not usable as a file name",
             hint="use --name with letters, digits, '.', '_' or '-'",
         )
-    out = Path(options.output_dir)
+    out = Path(options.output_dir).absolute()
     if out.exists() and not out.is_dir():
         raise OutputExistsError(f"output {out} exists and is not a directory", hint="choose another -o")
     destination = out / f"{name}.edgekit"
