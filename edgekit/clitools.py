@@ -89,6 +89,9 @@ def _show_warning(message: Any, category: type[Warning], filename: str, lineno: 
 
 def _report(exc: EdgekitError, debug: bool) -> int:
     if debug:
+        log = getattr(exc, "child_log", "")
+        if log:
+            print("---- converter log ----\n" + log.rstrip() + "\n---- end of converter log ----", file=sys.stderr)
         child = getattr(exc, "child_traceback", "")
         if child:
             print(child, file=sys.stderr)

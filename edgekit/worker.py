@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib
 import json
 import logging
+import re
 import os
 import subprocess
 import sys
@@ -115,8 +116,10 @@ def call(
             if "error" in result:
                 err = result["error"]
                 cls = ERROR_CLASSES.get(err.get("type", ""), ConversionError)
-                raised = cls(err["message"], hint=err.get("hint"))
+                message, hint = with_native_cause(err["message"], err.get("hint"), child_stderr, cls)
+                raised = cls(message, hint=hint)
                 raised.child_traceback = err.get("traceback", "")  # type: ignore[attr-defined]
+                raised.child_log = child_stderr  # type: ignore[attr-defined]
                 raise raised
             return result.get("result")
         tail = _tail(child_stderr)
@@ -202,6 +205,46 @@ def report_progress(done: int, total: int) -> None:
         with open(tmp, "w") as handle:
             handle.write(f"{done} {total}")
         os.replace(tmp, path)
+
+
+_MLIR_ERROR = re.compile(r"^(?:loc\((?P<loc>.*)\)|[^:]*):\s*error:\s*(?P<reason>.+)$")
+
+
+def native_cause(log: str) -> str | None:
+    """The first real error a converter wrote on its native stderr: an MLIR diagnostic
+    (``loc(...): error: 'tfl.concatenation' op ...``, located by op name) or an ``Error:`` line."""
+    for line in log.splitlines():
+        match = _MLIR_ERROR.match(line.strip())
+        if match:
+            where = re.findall(r'"([^"@]+)(?:@[^"]*)?"', match.group("loc") or "")
+            op = next((w for w in reversed(where) if "/" in w), where[-1] if where else "")
+            return (f"{op.rstrip(':')}: " if op else "") + match.group("reason").strip()
+    for line in log.splitlines():
+        text = line.strip()
+        if re.match(r"^[A-Za-z_.]*(Error|Exception):\s*\S", text) and "Warning" not in text:
+            return text
+    return None
+
+
+def with_native_cause(message: str, hint: str | None, log: str, cls: type[EdgekitError]) -> tuple[str, str | None]:
+    """The child's message and hint, completed with the native cause when the message does not
+    carry it already (TensorFlow's converter raises with an empty message and prints the reason in
+    C++), and a fix that matches that cause."""
+    if not issubclass(cls, ConversionError):
+        return message, hint
+    cause = native_cause(log)
+    if cause is None or cause in message:
+        return message, hint
+    return f"{message.rstrip().rstrip(':')}: {cause}", _fix_for(cause) or hint
+
+
+def _fix_for(cause: str) -> str | None:
+    if "same scale constraint" in cause:
+        path = cause.split(":", 1)[0].split("/")
+        layer = re.sub(r"_\d+$", "", path[1]) if len(path) > 2 else "LAYER"
+        return (f"keep that layer in float: --keep-float {layer} (recorded in the manifest), or give its inputs "
+                "similar value ranges")
+    return None
 
 
 def _tail(text: str, lines: int = 15) -> str:
