@@ -22,6 +22,24 @@ def _num(value: Any, fmt: str) -> str:
     return "n/a" if value is None else format(value, fmt)
 
 
+def _slice_notes(target: str, metrics: dict[str, Any]) -> list[str]:
+    """Channel groups of different magnitude: the worst group's numbers, per output."""
+    per_output = metrics.get("outputs") or {"": metrics}
+    notes = []
+    for name, values in per_output.items():
+        worst = values.get("worst_slice")
+        if not worst:
+            continue
+        start, end = worst["channels"]
+        low, high = worst["range"]
+        sqnr = worst.get("sqnr_db")
+        where = f"output {name!r} " if name else ""
+        notes.append(f"{target}: {where}channels {start}..{end - 1} (values {low:.3g}..{high:.3g}, the worst of "
+                     f"{worst['groups']} groups of different magnitude): SQNR "
+                     f"{'inf' if sqnr is None else format(sqnr, '.1f')} dB, {worst['distinct_values']} distinct values")
+    return notes
+
+
 def render(manifest: Manifest, console: Console | None = None) -> None:
     console = console or Console(width=None if Console().is_terminal else 120)
     validation = manifest.validation
@@ -55,6 +73,7 @@ def render(manifest: Manifest, console: Console | None = None) -> None:
             _num(metrics.get("cosine"), ".5f"),
             "inf dB" if sqnr is None and metrics else _num(sqnr, ".1f") + " dB",
         )
+        notes += _slice_notes(artifact.target, metrics)
     for failure in manifest.failed:
         table.add_row(failure["target"], "failed", "", "", "", "", "", "", "")
         notes.append(f"{failure['target']} failed: {failure['error']}")

@@ -24,6 +24,10 @@ class OutputComparison:
     accuracy: float | None = None
     distinct_values: int = 0  # distinct values among the candidate's outputs
     degenerate: str | None = None  # why the outputs carry no signal (constant), else None
+    # When the last axis mixes quantities of different magnitude (box coordinates 0..300 next to
+    # class scores 0..1), the worst group of channels: a collapsed score block shows here even when
+    # the whole output's SQNR looks fine.
+    worst_slice: dict[str, Any] | None = None
 
     @property
     def accuracy_drop_pp(self) -> float | None:
@@ -58,6 +62,7 @@ def compare_outputs(reference: np.ndarray, candidate: np.ndarray, targets: np.nd
         float_accuracy = float(np.mean(ref.argmax(axis=1) == targets))
         accuracy = float(np.mean(out.argmax(axis=1) == targets))
     return OutputComparison(
+        worst_slice=worst_slice(reference, candidate),
         distinct_values=int(np.unique(out).size),
         degenerate=degenerate_reason(ref, out),
         samples=int(ref.shape[0]),
@@ -68,6 +73,43 @@ def compare_outputs(reference: np.ndarray, candidate: np.ndarray, targets: np.nd
         float_accuracy=float_accuracy,
         accuracy=accuracy,
     )
+
+
+MAGNITUDE_RATIO = 10.0  # channels whose value ranges differ more than this are different quantities
+
+
+def channel_groups(reference: np.ndarray) -> list[tuple[int, int]]:
+    """Runs of adjacent channels (last axis) whose value ranges agree within ``MAGNITUDE_RATIO``;
+    one run when the output holds one kind of quantity."""
+    if reference.ndim < 2 or reference.shape[-1] < 2:
+        return [(0, reference.shape[-1] if reference.ndim else 1)]
+    ranges = np.abs(reference.reshape(-1, reference.shape[-1])).max(axis=0).astype(np.float64)
+    ranges = np.maximum(ranges, 1e-12)
+    groups, start = [], 0
+    for c in range(1, len(ranges)):
+        low, high = sorted((ranges[c], ranges[start]))
+        if high / low > MAGNITUDE_RATIO:
+            groups.append((start, c))
+            start = c
+    groups.append((start, len(ranges)))
+    return groups
+
+
+def worst_slice(reference: np.ndarray, candidate: np.ndarray) -> dict[str, Any] | None:
+    """The group of channels with the lowest SQNR, when the output has several groups."""
+    groups = channel_groups(reference)
+    if len(groups) < 2:
+        return None
+    found = []
+    for start, end in groups:
+        ref = reference[..., start:end].astype(np.float64)
+        out = candidate[..., start:end].astype(np.float64)
+        noise = float(np.sum((out - ref) ** 2))
+        signal = float(np.sum(ref**2))
+        sqnr = float("inf") if noise == 0 else (float("-inf") if signal == 0 else 10 * np.log10(signal / noise))
+        found.append({"channels": [start, end], "sqnr_db": float(sqnr), "distinct_values": int(np.unique(out).size),
+                      "range": [float(ref.min()), float(ref.max())], "groups": len(groups)})
+    return min(found, key=lambda g: g["sqnr_db"])
 
 
 def degenerate_reason(reference: np.ndarray, candidate: np.ndarray) -> str | None:

@@ -227,6 +227,9 @@ def test_detector_head_concatenating_boxes_and_scores(models, tmp_path):
     manifest = json.loads((pkg / "manifest.json").read_text())
     assert len(manifest["outputs"]) == 1 and manifest["outputs"][0]["shape"] == [-1, 7]  # named by the signature
     assert sorted(a["format"] for a in manifest["artifacts"]) == ["coreml", "onnx", "tflite"]
+    for fmt in ("tflite", "onnx"):  # boxes (0..300) and scores (0..1): the score block is measured on its own
+        worst = manifest["validation"]["artifacts"][fmt]["worst_slice"]
+        assert worst["groups"] == 2 and worst["channels"] in ([0, 4], [4, 7]), worst
     with np.load(models / "detector.npz") as data:
         x = data["image"][:4]
     for fmt in ("tflite", "onnx"):

@@ -55,3 +55,19 @@ def test_constant_outputs_are_degenerate_whatever_else_agrees():
     assert compare_outputs(reference, reference + 0.01).degenerate is None
     flat_reference = np.ones((5, 3), np.float32)
     assert compare_outputs(flat_reference, flat_reference).degenerate is None  # nothing to lose
+
+
+def test_a_collapsed_score_block_next_to_box_coordinates_shows_in_the_worst_slice():
+    """Boxes 0..300 and scores 0..1 in one output: the whole output's SQNR hides collapsed scores."""
+    from edgekit.quantize.metrics import channel_groups
+
+    rng = np.random.default_rng(0)
+    reference = np.concatenate([rng.uniform(0, 300, (50, 4)), rng.dirichlet(np.ones(3), 50)], axis=1)
+    candidate = reference.copy()
+    candidate[:, 4:] = np.round(candidate[:, 4:] * 2) / 2  # three distinct score values left
+    assert channel_groups(reference) == [(0, 4), (4, 7)]
+    comparison = compare_outputs(reference.astype(np.float32), candidate.astype(np.float32))
+    assert comparison.sqnr_db > 50  # the whole output looks fine
+    worst = comparison.worst_slice
+    assert worst["channels"] == [4, 7] and worst["sqnr_db"] < 10 and worst["distinct_values"] == 3
+    assert compare_outputs(reference[:, :4], reference[:, :4]).worst_slice is None  # one kind of quantity
