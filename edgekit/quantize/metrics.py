@@ -47,7 +47,10 @@ def compare_outputs(reference: np.ndarray, candidate: np.ndarray, targets: np.nd
         raise ValueError(f"output shapes differ: {reference.shape} vs {candidate.shape}")
     ref = reference.reshape(reference.shape[0], -1).astype(np.float64)
     out = candidate.reshape(candidate.shape[0], -1).astype(np.float64)
-    agreement = float(np.mean(ref.argmax(axis=1) == out.argmax(axis=1))) if ref.shape[1] > 1 else float("nan")
+    # top-1 agreement means something for class scores only: (N, classes), one kind of quantity;
+    # argmax over box coordinates or a segmentation map's flattened pixels is noise
+    scores = reference.ndim == 2 and reference.shape[1] > 1 and len(channel_groups(reference)) == 1
+    agreement = float(np.mean(ref.argmax(axis=1) == out.argmax(axis=1))) if scores else float("nan")
     noise = out - ref
     signal_power = float(np.sum(ref**2))
     noise_power = float(np.sum(noise**2))

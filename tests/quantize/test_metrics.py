@@ -71,3 +71,13 @@ def test_a_collapsed_score_block_next_to_box_coordinates_shows_in_the_worst_slic
     worst = comparison.worst_slice
     assert worst["channels"] == [4, 7] and worst["sqnr_db"] < 10 and worst["distinct_values"] == 3
     assert compare_outputs(reference[:, :4], reference[:, :4]).worst_slice is None  # one kind of quantity
+
+
+def test_top1_agreement_only_for_class_scores():
+    rng = np.random.default_rng(1)
+    scores = rng.dirichlet(np.ones(5), 20).astype(np.float32)
+    assert compare_outputs(scores, scores).top1_agreement == 1.0
+    detections = np.concatenate([rng.uniform(0, 300, (20, 4)), scores], axis=1).astype(np.float32)
+    masks = rng.uniform(0, 1, (20, 8, 8, 3)).astype(np.float32)
+    for output in (detections, masks):
+        assert np.isnan(compare_outputs(output, output).top1_agreement)
