@@ -342,8 +342,9 @@ def read_array_file(path: Path) -> np.ndarray:
     except (ValueError, EOFError, OSError) as exc:
         from ..errors import storage_error
 
-        if isinstance(exc, OSError) and storage_error(exc, "read") is not None:
-            raise storage_error(exc, "read") from None  # type: ignore[misc]
+        disk = storage_error(exc, "read") if isinstance(exc, OSError) else None
+        if disk is not None:
+            raise disk from None
         raise InputError(f"input {path} is not a readable array file ({type(exc).__name__}: {exc})",
                          hint="save arrays with numpy.save (numbers only, no objects) or as JSON lists") from None
 

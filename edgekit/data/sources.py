@@ -200,17 +200,15 @@ def _open_npz(path: Path, role: str) -> DataSource:
 def open_named(named: dict[str, Any], y: Any, labels: list[str] | None, description: str, role: str) -> DataSource:
     """Data for a model with several inputs: one array per input name, the same number of samples."""
     arrays = {name: np.asarray(a) for name, a in named.items()}
-    for name, a in arrays.items():
-        checked = _open_arrays(a, None, None, f"{description} ({name})", role)  # dtype, rank, not empty
-        del checked
-    counts = {name: int(a.shape[0]) for name, a in arrays.items()}
+    counts = {name: int(a.shape[0]) if a.ndim else 0 for name, a in arrays.items()}
     if len(set(counts.values())) > 1:
         raise DataError(f"{role} data {description}: the arrays hold different numbers of samples {counts}",
                         hint="give every input array the same number of samples (first axis)")
-    count = next(iter(counts.values()))
-    target = _open_arrays(np.zeros((count, 1), np.float32), y, labels, description, role) if y is not None else None
-    return DataSource(description=description, kind="arrays", count=count, labels=labels,
-                      _y=target._y if target else None, named=arrays)
+    # each array: numbers, a batch, not empty; y checked once, against the common sample count
+    checked = [_open_arrays(a, y if i == 0 else None, labels, f"{description} ({name})", role)
+               for i, (name, a) in enumerate(arrays.items())]
+    return DataSource(description=description, kind="arrays", count=checked[0].count, labels=labels,
+                      _y=checked[0]._y, named=arrays)
 
 
 def _open_arrays(

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import numpy as np
@@ -50,7 +50,6 @@ class ServedModel:
     model: Model
     batcher: DynamicBatcher | None = None
     ready: bool = False
-    sample_shape: tuple[int | None, ...] = field(default_factory=tuple)
 
     def metadata(self) -> dict[str, Any]:
         from ..formats import FORMATS
@@ -83,8 +82,7 @@ class DataPlane:
                 raise EdgekitError(f"two models are named {name!r}", hint="serve packages with different names")
             if options.cache_predictions and model.prediction_cache is None:
                 model.prediction_cache = PredictionCache(max_entries=4096)
-            shape = tuple(None if d == -1 else d for d in model.manifest.inputs[0].shape[1:])
-            self.served[name] = ServedModel(name, model, sample_shape=shape)
+            self.served[name] = ServedModel(name, model)
         self._decoders = asyncio.Semaphore(options.image_decoders)
 
     # --- lifecycle --------------------------------------------------------------------------

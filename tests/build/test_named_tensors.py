@@ -133,10 +133,15 @@ def test_two_inputs_three_outputs(models, tmp_path):
     assert run.returncode == 0, run.stderr
     with np.load(tmp_path / "out.npz") as out:
         assert sorted(out.files) == ["boxes", "presence", "scores"] and out["scores"].shape == (5, 10)
+    _bench_runs(pkg, tmp_path)
+    _served(pkg, feeds, "multi", ["boxes", "presence", "scores"])
+
+
+def _bench_runs(pkg, tmp_path):
+    """--bench feeds every input of the package (synthetic values in each input's range)."""
     bench = device_cli(pkg, "--bench", "--runs", "5", "--warmup", "1", "--min-seconds", "0",
                        "--report", tmp_path / "r.json")
     assert bench.returncode == 0, bench.stderr
-    _served(pkg, feeds, "multi", ["boxes", "presence", "scores"])
 
 
 def _dequantized(pkg, manifest, name, raw):
@@ -194,9 +199,7 @@ def test_token_ids_pass_through_unquantized_and_unscaled(models, tmp_path):
     np.save(tmp_path / "ids.npy", ids)
     run = device_cli(pkg, "-i", tmp_path / "ids.npy", "--artifact", "tflite")
     assert run.returncode == 0 and run.stdout.count("ids.npy[") == 4, run.stderr
-    bench = device_cli(pkg, "--bench", "--runs", "5", "--warmup", "1", "--min-seconds", "0",
-                       "--report", tmp_path / "r.json")
-    assert bench.returncode == 0, bench.stderr
+    _bench_runs(pkg, tmp_path)
     _served(pkg, {"tokens": ids}, "tokens", [manifest["outputs"][0]["name"]], datatype="INT32")
 
 
@@ -217,9 +220,7 @@ def test_audio_tensor_gets_no_image_fields(models, tmp_path):
     np.save(tmp_path / "clips.npy", x)
     run = device_cli(pkg, "-i", tmp_path / "clips.npy", "--output", tmp_path / "out.npy")
     assert run.returncode == 0 and np.load(tmp_path / "out.npy").shape == (3, 4), run.stderr
-    bench = device_cli(pkg, "--bench", "--runs", "5", "--warmup", "1", "--min-seconds", "0",
-                       "--report", tmp_path / "r.json")
-    assert bench.returncode == 0, bench.stderr
+    _bench_runs(pkg, tmp_path)
 
 
 def test_detector_head_concatenating_boxes_and_scores(models, tmp_path):

@@ -78,18 +78,14 @@ def choose_providers(preferred: Sequence[str | tuple[str, dict[str, Any]]], avai
 
 
 def _cache_unusable(directory: Path, reason: str) -> None:
-    import shutil
     import warnings
 
+    from ...cache import describe_space
     from ...errors import CacheWarning
 
-    try:
-        free = f"{shutil.disk_usage(directory).free / (1 << 20):.1f} MiB free"
-    except OSError:
-        free = "free space unknown"
     warnings.warn(CacheWarning(
-        f"the compiled-model cache at {directory} cannot be written ({reason}; {free}): running without a "
-        "compiled-model cache"
+        f"the compiled-model cache at {directory} cannot be written ({reason}; {describe_space(directory)}): "
+        "running without a compiled-model cache"
     ), stacklevel=4)
 
 
