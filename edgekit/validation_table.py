@@ -11,7 +11,7 @@ from .manifest import Manifest
 
 
 def _pct(value: float | None) -> str:
-    return "n/a" if value is None else f"{100 * value:.2f}%"
+    return "n/a" if value is None or value != value else f"{100 * value:.2f}%"  # NaN: not applicable
 
 
 def _size(size: int) -> str:
@@ -19,7 +19,7 @@ def _size(size: int) -> str:
 
 
 def _num(value: Any, fmt: str) -> str:
-    return "n/a" if value is None else format(value, fmt)
+    return "n/a" if value is None or value != value else format(value, fmt)
 
 
 def _slice_notes(target: str, metrics: dict[str, Any]) -> list[str]:

@@ -55,6 +55,11 @@ def models(tmp_path_factory):
         scores = keras.layers.Dense(3, activation="softmax")(d)
         detections = keras.layers.Concatenate(name="detections")([boxes, scores])
         keras.Model(image, detections).save(root + "/detector.keras")
+        # one input, two heads of different kinds (a class and a regression value)
+        photo = keras.Input((16, 16, 3), name="photo")
+        h = keras.layers.GlobalAveragePooling2D()(keras.layers.Conv2D(8, 3, activation="relu")(photo))
+        keras.Model(photo, {{"kind": keras.layers.Dense(5, activation="softmax", name="kind")(h),
+                             "age": keras.layers.Dense(1, name="age")(h)}}).save(root + "/heads.keras")
     """)
     rng = np.random.default_rng(0)
     np.savez(root / "multi.npz", image=rng.uniform(0, 1, (120, 8, 8, 1)).astype(np.float32),
@@ -64,6 +69,7 @@ def models(tmp_path_factory):
     audio = np.stack([np.sin(2 * np.pi * rng.uniform(5, 40) * t) * rng.uniform(0.1, 1) for _ in range(120)])
     np.savez(root / "audio.npz", audio=audio.astype(np.float32))
     np.savez(root / "detector.npz", image=rng.uniform(0, 1, (120, 16, 16, 3)).astype(np.float32))
+    np.savez(root / "heads.npz", photo=rng.uniform(0, 1, (120, 16, 16, 3)).astype(np.float32))
     return root
 
 
@@ -248,3 +254,16 @@ def test_a_missing_input_array_is_named(models, tmp_path):
     np.savez(tmp_path / "half.npz", image=np.zeros((20, 8, 8, 1), np.float32))
     result = edgekit_cli("package", models / "multi.keras", "-c", tmp_path / "half.npz", "-o", tmp_path / "o")
     assert_user_error(result, "has no array for ['meta']", "np.savez(path, image=..., meta=...)")
+
+
+def test_one_input_two_heads_for_every_format(models):
+    """CoreML refuses several outputs clearly; the table says n/a where top-1 means nothing."""
+    result = edgekit_cli("package", models / "heads.keras", "-c", models / "heads.npz", "--format", "all",
+                         "-o", models / "out", "--force", "--allow-partial")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "nan%" not in result.stdout
+    manifest = json.loads((models / "out" / "heads.edgekit" / "manifest.json").read_text())
+    assert sorted(a["format"] for a in manifest["artifacts"]) == ["onnx", "tflite"]
+    (failed,) = manifest["failed"]
+    assert failed["format"] == "coreml" and "several outputs (2)" in failed["error"]
+    assert "--format tflite --format onnx" in failed["hint"]

@@ -120,11 +120,16 @@ def convert(
         model: Any = keras.models.load_model(source_path, compile=False)
         source: dict[str, Any] = {}
         input_name = model.inputs[0].name
+        outputs = len(model.outputs)
     else:  # a SavedModel has several concrete functions; coremltools takes the serving one
         import tensorflow as tf
 
         loaded = tf.saved_model.load(saved_model or source_path)
         model, source, input_name = [loaded.signatures["serving_default"]], {"source": "tensorflow"}, None
+        outputs = len(model[0].structured_outputs)
+    if outputs > 1:
+        raise ConversionError(f"CoreML: models with several outputs ({outputs}) are not supported yet",
+                              hint="package them for tflite and onnx (--format tflite --format onnx)")
     shape = (1, *samples.shape[1:])
     dtype = np.int32 if samples.dtype.kind in "iu" else np.float32  # token ids stay integers
     inputs = [ct.TensorType(name=input_name, shape=shape, dtype=dtype)] if input_name else [
