@@ -110,7 +110,7 @@ def main() -> None:
         int8_agreement = require_signal(manifest)
 
         source = worker.call(prepare, what="export",
-                             model_path=str(work / "mobilenet_v2.keras"), fmt="keras",
+                             model_path=str(work / "mobilenet_v2.keras"), kind="keras",
                              export_dir=str(work / "saved_model"))
         float_tflite = work / "model.float32.tflite"
         float_info = worker.call(tflite_convert, what="float conversion",
