@@ -36,6 +36,7 @@ def require_signal(manifest: Any) -> dict[str, float]:
         if not metrics.get("measured"):
             continue
         agreement = metrics.get("top1_agreement")
+        agreement = None if agreement is None or agreement != agreement else agreement  # NaN: not measured
         if metrics.get("degenerate") or metrics.get("distinct_values", 2) < 2 or (
                 agreement is not None and classes > 1 and agreement <= 1.0 / classes):
             raise SystemExit(f"{manifest.name} {target}: INT8 outputs carry no signal "

@@ -107,6 +107,11 @@ class Backend(ABC):
 
     def feeds(self, x: np.ndarray | Sequence[np.ndarray] | Mapping[str, np.ndarray]) -> list[np.ndarray]:
         """``x`` as one array per input, in ``inputs`` order; names are checked, never guessed."""
+        count = len(self.inputs)
+        if type(x) is list and len(x) == count and (count == 1 or len({len(f) for f in x}) == 1):
+            return x  # the common case (the Model's checked feeds), first
+        if type(x) is np.ndarray and count == 1:
+            return [x]
         names = [t.name for t in self.inputs]
         if isinstance(x, Mapping):
             missing, extra = [n for n in names if n not in x], [n for n in x if n not in names]

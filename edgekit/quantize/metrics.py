@@ -84,8 +84,8 @@ MAGNITUDE_RATIO = 10.0  # channels whose value ranges differ more than this are 
 def channel_groups(reference: np.ndarray) -> list[tuple[int, int]]:
     """Runs of adjacent channels (last axis) whose value ranges agree within ``MAGNITUDE_RATIO``;
     one run when the output holds one kind of quantity."""
-    if reference.ndim < 2 or reference.shape[-1] < 2:
-        return [(0, reference.shape[-1] if reference.ndim else 1)]
+    if reference.ndim < 2 or reference.shape[-1] < 2 or _probabilities(reference):
+        return [(0, reference.shape[-1] if reference.ndim else 1)]  # one quantity: class probabilities
     ranges = np.abs(reference.reshape(-1, reference.shape[-1])).max(axis=0).astype(np.float64)
     ranges = np.maximum(ranges, 1e-12)
     groups, start = [], 0
@@ -96,6 +96,13 @@ def channel_groups(reference: np.ndarray) -> list[tuple[int, int]]:
             start = c
     groups.append((start, len(ranges)))
     return groups
+
+
+def _probabilities(reference: np.ndarray) -> bool:
+    """Rows of class probabilities (0..1, summing to 1): rare classes have small maxima, yet all
+    channels hold the same quantity."""
+    flat = reference.reshape(-1, reference.shape[-1])
+    return bool(flat.min() >= 0 and flat.max() <= 1 and np.allclose(flat.sum(axis=1), 1.0, atol=1e-2))
 
 
 def worst_slice(reference: np.ndarray, candidate: np.ndarray) -> dict[str, Any] | None:

@@ -171,14 +171,15 @@ class LiteRTBackend(Backend):
         self._output_indices = [d["index"] for d in outputs]
         self._outputs = [_info(d) for d in outputs]
         self._allocated = [tuple(int(v) for v in d["shape"]) for d in inputs]
+        dynamic = all(info.shape[:1] == (-1,) for info in self._inputs)
+        self._fixed_batch = None if dynamic else int(self._allocated[0][0])  # computed once: run() asks per call
 
     @property
     def fixed_batch(self) -> int | None:
-        dynamic = all(info.shape[:1] == (-1,) for info in self._inputs)
-        return None if dynamic else int(self._allocated[0][0])
+        return self._fixed_batch
 
     def _invoke(self, feeds: list[np.ndarray], raw: bool) -> list[np.ndarray]:
-        shapes = [tuple(int(v) for v in f.shape) for f in feeds]
+        shapes = [f.shape for f in feeds]
         if shapes != self._allocated:  # a new batch size (or spatial size) on a dynamic model
             for index, shape in zip(self._input_indices, shapes):
                 self._interpreter.resize_tensor_input(index, list(shape))
