@@ -55,6 +55,24 @@ def _input_shapes(values: tuple[str, ...]) -> dict[str, list[int]]:
     return shapes
 
 
+def _output_kinds(values: tuple[str, ...]) -> dict[str, str]:
+    """``OUTPUT=KIND`` or a bare ``KIND`` (the model's only output), checked before any model loads."""
+    from .errors import EdgekitError
+    from .quantize.tasks import parse_kind
+
+    kinds: dict[str, str] = {}
+    for text in values:
+        name, sep, kind = text.rpartition("=")
+        try:
+            parse_kind(kind)
+        except EdgekitError as exc:
+            raise click.BadParameter(f"{exc.message}; {exc.hint}", param_hint="--output-kind") from None
+        if name in kinds:
+            raise click.BadParameter(f"output {name or '(the only one)'} is given two kinds", param_hint="--output-kind")
+        kinds[name] = kind
+    return kinds
+
+
 def format_build_options(command: Any) -> Any:
     """Each registered format's own build options (``Format.options``) as flags of `edgekit package`."""
     from .formats import build_options
@@ -86,7 +104,19 @@ def format_build_options(command: Any) -> Any:
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed for sample selection.")
 @click.option("--max-accuracy-drop", type=click.FloatRange(min=0), default=1.0, show_default=True, metavar="PP",
               help="Largest INT8 accuracy drop (percentage points) before packaging fails.")
-@click.option("--allow-accuracy-drop", is_flag=True, help="Keep the package even if the drop exceeds the limit.")
+@click.option("--allow-accuracy-drop", is_flag=True,
+              help="Keep the package even if a validation gate fails (recorded as failed in the manifest).")
+@click.option("--min-sqnr", "min_sqnr_db", type=float, default=20.0, show_default=True, metavar="DB",
+              help="SQNR floor for every output (and group of channels) that no task metric judges.")
+@click.option("--output-kind", "output_kinds", multiple=True, metavar="[OUTPUT=]KIND",
+              help="Judge an output by its task: classes, segmentation, detections:yolo[:THRESHOLD], "
+                   "detections:yolov5[:THRESHOLD] or values (repeatable).")
+@click.option("--metric", default=None, metavar="MODULE:FUNCTION",
+              help="Your metric: called with (float_outputs, int8_outputs, labels), returns named numbers and "
+                   "optionally passed=True/False, which then decides the gate.")
+@click.option("--auto-fix", is_flag=True,
+              help="When a gate fails, rebuild with the fixes it names (--keep-float, --reduce-range, percentile "
+                   "calibration), keep what helps, record it.")
 @click.option("--allow-float-ops", is_flag=True,
               help="Keep ops that cannot be INT8 in float (recorded in the manifest) instead of failing.")
 @click.option("--name", default=None, help="Package name. Default: the model file's name.")
@@ -118,6 +148,7 @@ def format_build_options(command: Any) -> Any:
 @format_build_options
 def package_command(model: Path, formats: tuple[str, ...], calibration: str, eval_data: str | None, samples: int,
                     eval_samples: int | None, seed: int, max_accuracy_drop: float, allow_accuracy_drop: bool,
+                    min_sqnr_db: float, output_kinds: tuple[str, ...], metric: str | None, auto_fix: bool,
                     allow_float_ops: bool, name: str | None, output_dir: Path, force: bool, archive: bool,
                     labels_file: Path | None, scale: float | None, mean: str | None, std: str | None,
                     color_order: str | None, resize: str | None, timeout: float | None, allow_partial: bool,
@@ -139,6 +170,7 @@ def package_command(model: Path, formats: tuple[str, ...], calibration: str, eva
         eval=eval_data,
         name=name, samples=samples, eval_samples=eval_samples, seed=seed, max_accuracy_drop=max_accuracy_drop,
         allow_accuracy_drop=allow_accuracy_drop, allow_float_ops=allow_float_ops, force=force, archive=archive,
+        min_sqnr_db=min_sqnr_db, output_kinds=_output_kinds(output_kinds), metric=metric, auto_fix=auto_fix,
         labels_file=str(labels_file) if labels_file else None, timeout_s=timeout, allow_partial=allow_partial,
         keep_float=list(keep_float), explain=explain, sign_key=str(sign_key) if sign_key else None,
         format_options=dict(format_values), input_shapes=_input_shapes(input_shapes),
@@ -158,7 +190,8 @@ def package_command(model: Path, formats: tuple[str, ...], calibration: str, eva
     if result.archive:
         click.echo(f"archive: {result.archive}")
     if not result.manifest.validation.get("passed", True):
-        click.echo("warning: accuracy drop exceeds the limit; kept because of --allow-accuracy-drop", err=True)
+        click.echo("warning: validation failed (see above); the package was kept because of --allow-accuracy-drop "
+                   "and its manifest says passed: false", err=True)
     if result.failed and not allow_partial:
         raise partial_error(result)
 

@@ -198,3 +198,32 @@ def _read(path: Path) -> str:
         return path.read_bytes().decode(errors="replace")
     except OSError:
         return ""
+
+
+def int8_kernel_features(cpuinfo: str | None = None) -> str:
+    """The CPU's int8 dot-product support in words, e.g. "an AMD EPYC CPU with AVX2 and no VNNI".
+
+    Without VNNI (x86) or dot-product (ARM) instructions, ONNX Runtime's int8 GEMM adds pairs of
+    u8*s8 products in 16-bit lanes (vpmaddubsw), which saturate; with them it does not.
+    """
+    text = _read(Path("/proc/cpuinfo")) if cpuinfo is None else cpuinfo
+    flags: set[str] = set()
+    model = ""
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        key = key.strip().lower()
+        if key in ("flags", "features") and not flags:
+            flags = set(value.split())
+        elif key in ("model name", "cpu model", "hardware") and not model:
+            model = value.strip()
+    name = f"{' '.join(model.split()[:3])} CPU" if model else f"{os.uname().machine} CPU"
+    vnni = sorted(f for f in flags if "vnni" in f)
+    if vnni:
+        return f"{name} with {', '.join(v.upper() for v in vnni)}"
+    if "asimddp" in flags:
+        return f"{name} with ARM dot-product (asimddp)"
+    if "avx2" in flags:
+        return f"{name} with AVX2 and no VNNI"
+    if "asimd" in flags:
+        return f"{name} with NEON and no dot-product"
+    return f"{name} without int8 dot-product instructions"

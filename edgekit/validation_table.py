@@ -40,6 +40,56 @@ def _slice_notes(target: str, metrics: dict[str, Any]) -> list[str]:
     return notes
 
 
+def _task_notes(target: str, metrics: dict[str, Any]) -> list[str]:
+    """Task metrics (per output, and the --metric function's) with their verdicts and rules."""
+    notes = []
+    results = [(name, task) for name, task in (metrics.get("tasks") or {}).items()]
+    if metrics.get("metric"):
+        results.append(("", metrics["metric"]))
+    for name, task in results:
+        shown = ", ".join(f"{k} {_value(k, v)}" for k, v in task["values"].items())
+        verdict = {True: "passes", False: "FAILS", None: "not gated"}[task.get("passed")]
+        where = f"output {name!r} " if name else ""
+        notes.append(f"{target}: {where}{task['task']}: {shown}: {verdict} ({task['rule']})")
+    return notes
+
+
+def _value(key: str, value: Any) -> str:
+    if value is None:
+        return "n/a"
+    if key.endswith("_pp"):
+        return f"{value:.2f} pp"
+    if key in ("float_detections", "int8_detections", "classes"):
+        return f"{value:.0f}"
+    if key != "score_threshold" and 0 <= value <= 1:
+        return f"{100 * value:.1f}%"
+    return f"{value:.4g}"
+
+
+def _quantization_note(target: str, metrics: dict[str, Any]) -> list[str]:
+    q = metrics.get("quantization")
+    if not q:
+        return []
+    fused = metrics.get("sqnr_db")
+    return [f"{target}: SQNR {_num(q.get('sqnr_db'), '.1f')} dB as quantized (QDQ graph run without int8 kernel "
+            f"fusion), {_num(fused, '.1f')} dB on this CPU's fused int8 kernels"]
+
+
+def _fix_notes(target: str, metrics: dict[str, Any]) -> list[str]:
+    notes = []
+    for attempt in metrics.get("auto_fix") or []:
+        before = attempt["before"].get("worst_sqnr_db")
+        after = (attempt.get("after") or {}).get("worst_sqnr_db")
+        if attempt.get("error"):
+            notes.append(f"{target}: auto-fix {attempt['change']}: failed to build ({attempt['error']})")
+            continue
+        left = len(attempt["after"]["failed_gates"])
+        notes.append(f"{target}: auto-fix {attempt['change']}: worst gated SQNR {_num(before, '.1f')} -> "
+                     f"{_num(after, '.1f')} dB, {'every gate passes' if not left else f'{left} gate(s) still fail'}"
+                     f"{'' if attempt.get('kept') else ' (not kept)'}")
+    return notes
+
+
 def render(manifest: Manifest, console: Console | None = None) -> None:
     console = console or Console(width=None if Console().is_terminal else 120)
     validation = manifest.validation
@@ -61,7 +111,6 @@ def render(manifest: Manifest, console: Console | None = None) -> None:
             notes.append(f"{artifact.target}: {metrics.get('reason', 'not measured')}")
             continue
         drop = metrics.get("accuracy_drop_pp")
-        sqnr = metrics.get("sqnr_db")
         table.add_row(
             artifact.target,
             artifact.precision,
@@ -71,19 +120,35 @@ def render(manifest: Manifest, console: Console | None = None) -> None:
             "n/a" if drop is None else f"{0.0 - drop:+.2f} pp",
             _pct(metrics.get("top1_agreement")),
             _num(metrics.get("cosine"), ".5f"),
-            "inf dB" if sqnr is None and metrics else _num(sqnr, ".1f") + " dB",
+            _sqnr(metrics.get("sqnr_db"), bool(metrics)),
         )
+        for name, values in (metrics.get("outputs") or {}).items():  # every output on its own row
+            table.add_row(f"  {name}", "", "", "", "", "", _pct(values.get("top1_agreement")),
+                          _num(values.get("cosine"), ".5f"), _sqnr(values.get("sqnr_db"), True))
         notes += _slice_notes(artifact.target, metrics)
+        notes += _quantization_note(artifact.target, metrics)
+        notes += _task_notes(artifact.target, metrics)
+        notes += _fix_notes(artifact.target, metrics)
+        notes += [f"{artifact.target}: FAILED {gate['what']}" for gate in metrics.get("gates") or []]
     for failure in manifest.failed:
         table.add_row(failure["target"], "failed", "", "", "", "", "", "", "")
         notes.append(f"{failure['target']} failed: {failure['error']}")
     console.print(table)
     for note in notes:
         console.print(note, highlight=False)
-    limit = validation.get("max_accuracy_drop_pp")
-    if validation.get("data", {}).get("labeled"):
+    measured = [a for a in validation.get("artifacts", {}).values() if a.get("measured")]
+    if measured and "min_sqnr_db" in validation:
+        verdict = "pass" if validation.get("passed") else "FAIL"
+        console.print(f"gates {verdict}: every output needs SQNR >= {validation['min_sqnr_db']:g} dB (and each group "
+                      f"of channels) unless a task metric judges it; labelled class scores may drop at most "
+                      f"{validation.get('max_accuracy_drop_pp')} pp", highlight=False)
+    elif validation.get("data", {}).get("labeled"):
         verdict = "within" if validation.get("passed") else "EXCEEDS"
-        console.print(f"accuracy drop {verdict} the {limit} pp limit")
+        console.print(f"accuracy drop {verdict} the {validation.get('max_accuracy_drop_pp')} pp limit")
+
+
+def _sqnr(value: Any, measured: bool) -> str:
+    return "inf dB" if value is None and measured else _num(value, ".1f") + " dB"
 
 
 def render_explanations(manifest: Manifest, console: Console | None = None, limit: int = 10) -> None:

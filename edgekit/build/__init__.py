@@ -36,7 +36,9 @@ from .assemble import make_manifest, publish_package, write_package_files
 from .data import PreparedData, prepare_data
 from .options import PackageOptions, PackageResult
 from .preflight import TEMP_PREFIX, Plan, preflight
-from .validate import Measured, gate_failures, gate_message, measure, validation_record
+from .autofix import Candidate, auto_fix
+from .gates import GateFailure, check, failure_hint, failure_message, saturation_note
+from .validate import Judging, Measured, measure, validation_record
 
 EXPLAIN_SAMPLES = 32
 
@@ -50,12 +52,15 @@ class LoadedSource:
 
 @dataclass(frozen=True)
 class FormatOutcome:
-    """One format's result: built (and measured), or failed with the reason."""
+    """One format's result: built (and measured, with the gates it fails), or failed with the reason."""
 
     name: str
     built: BuildResult | None = None
     comparison: Measured | None = None
     error: EdgekitError | None = None
+    context: BuildContext | None = None  # what built it (after --auto-fix: the fixes kept)
+    failures: tuple[GateFailure, ...] = ()
+    fixes: tuple[dict[str, Any], ...] = ()  # --auto-fix attempts, as recorded in the manifest
 
 
 def package(options: PackageOptions, progress: Progress | None = None) -> PackageResult:
@@ -82,13 +87,17 @@ def build_package(options: PackageOptions, progress: Progress | None = None) -> 
     source, kind = detect_source(options.model)
     builders = [get_format(name).builder() for name in expand_formats(options.formats or [])]
     plan = preflight(options, progress)
+    metric = load_metric(options.metric) if options.metric else None
     with temp_dir(TEMP_PREFIX) as work:
         loaded = load_source(source, kind, options, work, progress)
         data = prepare_data(plan, options, loaded.described, progress)
+        judging = Judging(kinds=resolve_kinds(options.output_kinds, loaded.described), metric_spec=options.metric,
+                          metric=metric, max_accuracy_drop=options.max_accuracy_drop)
         reference = float_reference(loaded, data, work, progress)
         with staging_dir(plan.destination) as staged:
             context = build_context(options, loaded, data, staged, work)
-            outcomes = build_formats(builders, context, data, reference, staged, progress)
+            outcomes = build_formats(builders, context, data, reference, staged, progress,
+                                     Gating(judging, options, loaded.described.get("output_layers") or {}))
             result = assemble(plan, options, loaded, data, reference, builders, context, outcomes, staged, progress)
     if plan.archive is not None:
         write_archive(plan.destination, plan.archive, replace=options.force)
@@ -138,6 +147,7 @@ def build_context(options: PackageOptions, loaded: LoadedSource, data: PreparedD
         source_path=str(Path(options.model).resolve()),
         source_kind=loaded.kind,
         layer_names=tuple(loaded.described["layers"]),
+        output_layers=MappingProxyType(dict(loaded.described.get("output_layers") or {})),
         keep_float=tuple(options.keep_float),
         allow_float_ops=options.allow_float_ops,
         explain_npy=explain_npy,
@@ -146,9 +156,35 @@ def build_context(options: PackageOptions, loaded: LoadedSource, data: PreparedD
     )
 
 
+@dataclass(frozen=True)
+class Gating:
+    """How artifacts are judged and whether failures are fixed automatically."""
+
+    judging: Judging
+    options: PackageOptions
+    producers: dict[str, str]  # output name -> the layer computing it (for --keep-float)
+
+
+def resolve_kinds(specs: dict[str, str], described: dict[str, Any]) -> dict[str, str]:
+    """``--output-kind`` by output name; a Keras output may also be named by its layer."""
+    from ..quantize.tasks import resolve_kinds as resolve
+
+    by_layer = {layer: name for name, layer in (described.get("output_layers") or {}).items()}
+    return resolve({by_layer.get(k, k): v for k, v in specs.items()}, [o["name"] for o in described["outputs"]],
+                   {o["name"]: o["shape"] for o in described["outputs"]})
+
+
+def load_metric(spec: str) -> Any:
+    from ..quantize.tasks import load_metric as load
+
+    return load(spec)
+
+
 def build_formats(builders: list[Builder], context: BuildContext, data: PreparedData, reference: dict[str, np.ndarray],
-                  staged: Path, progress: Progress) -> list[FormatOutcome]:
-    """Each format built and measured in turn; with one format its failure is the run's error."""
+                  staged: Path, progress: Progress, gating: Gating | None = None) -> list[FormatOutcome]:
+    """Each format built, measured and judged in turn (and fixed, with ``--auto-fix``); with one
+    format its build failure is the run's error."""
+    gating = gating or Gating(Judging(), PackageOptions("", "", ""), {})
     outcomes = []
     for builder in builders:
         try:
@@ -166,13 +202,32 @@ def build_formats(builders: list[Builder], context: BuildContext, data: Prepared
             outcomes.append(FormatOutcome(builder.name, error=exc))
             continue
         with progress.step(f"Validating {builder.name} against the float model"):
-            comparison = measure(built, builder, staged, data, reference)
-        outcomes.append(FormatOutcome(builder.name, built=built, comparison=comparison))
+            comparison = measure(built, builder, staged, data, reference, gating.judging)
+        outcomes.append(judge(builder, context, built, comparison, data, reference, staged, gating, progress))
     if not any(o.built for o in outcomes):
         details = "; ".join(f"{o.name}: {o.error.message}" for o in outcomes if o.error)
         first = next((o.error.hint for o in outcomes if o.error), "")
         raise EdgekitError(f"no target could be built (every requested format failed: {details})", hint=first)
     return outcomes
+
+
+def judge(builder: Builder, context: BuildContext, built: BuildResult, comparison: Measured | None,
+          data: PreparedData, reference: dict[str, np.ndarray], staged: Path, gating: Gating,
+          progress: Progress) -> FormatOutcome:
+    """The gates one artifact fails, after ``--auto-fix`` when asked."""
+    if comparison is None:
+        return FormatOutcome(builder.name, built=built, context=context)
+    floor = gating.options.min_sqnr_db
+    candidate = Candidate(context, built, comparison, check(builder.name, comparison, floor, gating.producers))
+    attempts: list[dict[str, Any]] = []
+    if candidate.failures and gating.options.auto_fix:
+        candidate, attempts = auto_fix(builder, candidate, staged, data, reference, gating.judging, floor,
+                                       gating.producers, progress)
+    note = saturation_note(builder.name, candidate.measured)
+    if note:
+        progress.warn(note)
+    return FormatOutcome(builder.name, built=candidate.built, comparison=candidate.measured,
+                         context=candidate.context, failures=tuple(candidate.failures), fixes=tuple(attempts))
 
 
 def assemble(plan: Plan, options: PackageOptions, loaded: LoadedSource, data: PreparedData,
@@ -184,20 +239,27 @@ def assemble(plan: Plan, options: PackageOptions, loaded: LoadedSource, data: Pr
     measured = {o.name: o.comparison for o in built}
     failed = [{"format": o.name, "target": o.name, "error": o.error.message, "hint": o.error.hint}
               for o in outcomes if o.error]
+    failures = {o.name: list(o.failures) for o in built}
+    notes = {o.name: [n for n in [saturation_note(o.name, o.comparison)] if n] for o in built if o.comparison}
     validation = validation_record(
         measured, options, data, reference, plan.held_out,
         unmeasured={b.name: b.unmeasured_reason for b in builders},
         measured_by={o.name: o.built.evaluated_by for o in built if o.comparison and o.built.evaluated_by},
+        failures=failures, notes=notes,
     )
-    methods = {b.name: b.calibration_method(context) for b in builders}
+    for o in built:
+        if o.fixes:
+            validation["artifacts"][o.name]["auto_fix"] = list(o.fixes)
+    methods = {b.name: b.calibration_method(next((o.context for o in built if o.name == b.name and o.context),
+                                                 context)) for b in builders}
     manifest = make_manifest(plan.name, options, loaded.kind, loaded.described, data,
                              [o.built.artifact for o in built], validation, failed, methods)
-    failures = gate_failures(measured, options)
-    if failures and not options.allow_accuracy_drop:
-        raise AccuracyDropError(gate_message(failures, options))
-    for name, failure in failures.items():
-        progress.warn(f"{name} failed validation (kept because of --allow-accuracy-drop): "
-                      + gate_message({name: failure}, options))
+    failed_gates = [f for o in built for f in o.failures]
+    if failed_gates and not options.allow_accuracy_drop:
+        raise AccuracyDropError(failure_message(failed_gates, options.min_sqnr_db, options.max_accuracy_drop),
+                                hint=failure_hint(failed_gates))
+    for f in failed_gates:
+        progress.warn(f"{f.format} failed validation (kept because of --allow-accuracy-drop): {f.what}")
     write_package_files(staged, manifest, data.labels, options.sign_key)
     publish_package(staged, plan.destination, options.force)
     summaries = {name: m.summary if m is not None else None for name, m in measured.items()}

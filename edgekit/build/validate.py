@@ -1,23 +1,40 @@
-"""Stage 5: every artifact against the float model, and the gates a package must pass.
+"""Stage 5: every artifact against the float model, output by output.
 
 Outputs are compared on the validation samples (device runtime on this machine, or outputs
-a builder computed itself). A package fails when an INT8 accuracy drops more than
-``--max-accuracy-drop`` or when an artifact's outputs carry no signal (constant).
+a builder computed itself): SQNR, cosine and error per output and per group of channels, the
+task metric of outputs whose kind is known, the user's ``--metric``, and for formats whose
+runtime fuses int8 kernels (ONNX) the quantization itself without fusion. ``gates.py`` judges
+the numbers.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..formats import Builder, BuildResult, get_backend
 from ..quantize.metrics import OutputComparison, compare_outputs
+from ..quantize.tasks import TaskResult, evaluate, run_metric
 from ..model import align
 from .data import PreparedData
 from .options import PackageOptions
+
+if TYPE_CHECKING:
+    from .gates import GateFailure
+
+
+@dataclass(frozen=True)
+class Judging:
+    """How outputs are judged: their kinds (``--output-kind``, labels), a ``--metric`` function."""
+
+    kinds: dict[str, str] = field(default_factory=dict)  # output name -> kind spec
+    metric_spec: str | None = None
+    metric: Callable[..., Any] | None = None
+    max_accuracy_drop: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -27,6 +44,10 @@ class Measured:
 
     outputs: dict[str, OutputComparison]
     summary: OutputComparison
+    tasks: dict[str, TaskResult] = field(default_factory=dict)  # output -> its task metric
+    metric: TaskResult | None = None  # the --metric function's result
+    # ONNX: the same artifact evaluated without int8 kernel fusion (the quantization itself)
+    quantization: dict[str, OutputComparison] | None = None
 
     @property
     def degenerate(self) -> dict[str, str]:
@@ -34,8 +55,9 @@ class Measured:
 
 
 def measure(built: BuildResult, builder: Builder, staged: Path, data: PreparedData,
-            reference: dict[str, np.ndarray]) -> Measured | None:
+            reference: dict[str, np.ndarray], judging: Judging | None = None) -> Measured | None:
     """The artifact's outputs vs the float reference; None when nothing here can run it."""
+    judging = judging or Judging()
     names = list(reference)
     if built.evaluated_npy is not None and get_backend(builder.backend).available() is None:
         candidate = {names[0]: np.load(built.evaluated_npy)} if len(names) == 1 else None
@@ -49,20 +71,34 @@ def measure(built: BuildResult, builder: Builder, staged: Path, data: PreparedDa
         summary = outputs[data.labelled_output]
     else:
         summary = min(outputs.values(), key=lambda c: c.sqnr_db if c.sqnr_db == c.sqnr_db else float("inf"))
-    return Measured(outputs, summary)
-
-
-def gate_failures(comparisons: dict[str, Measured | None], options: PackageOptions) -> dict[str, Measured]:
-    return {t: m for t, m in comparisons.items() if m is not None and _fails(m, options)}
+    tasks = {}
+    for name in names:
+        labelled = name == data.labelled_output and data.targets_y is not None
+        spec = judging.kinds.get(name) or ("classes" if labelled else None)
+        if spec is not None:
+            targets = data.targets_y if labelled else None
+            result = evaluate(spec, reference[name], candidate[name], targets, judging.max_accuracy_drop)
+            if result is not None:
+                tasks[name] = result
+    metric = None
+    if judging.metric is not None and judging.metric_spec is not None:
+        metric = run_metric(judging.metric_spec, judging.metric, reference, candidate, data.targets_y)
+    quantization = None
+    unfused = builder.unfused_backend_options()
+    if unfused is not None:
+        plain = _run_artifact(staged / built.artifact.path, builder.backend, data.evaluation, names, built, **unfused)
+        if plain is not None:
+            quantization = {n: compare_outputs(reference[n], plain[n]) for n in names}
+    return Measured(outputs, summary, tasks, metric, quantization)
 
 
 def _run_artifact(artifact: Path, backend_name: str, inputs: dict[str, np.ndarray], names: list[str],
-                  built: BuildResult, batch: int = 32) -> dict[str, np.ndarray] | None:
+                  built: BuildResult, batch: int = 32, **backend_options: Any) -> dict[str, np.ndarray] | None:
     """Every output of the artifact on the validation inputs, by name; None without a runtime here."""
     backend_cls = get_backend(backend_name)
     if backend_cls.available() is None:
         return None
-    backend = backend_cls(str(artifact))
+    backend = backend_cls(str(artifact), **backend_options)
     try:
         order = align(names, [t.name for t in backend.outputs], "output", built.artifact)
         total = len(next(iter(inputs.values())))
@@ -75,32 +111,6 @@ def _run_artifact(artifact: Path, backend_name: str, inputs: dict[str, np.ndarra
     return {names[i]: np.concatenate([p[j] for p in parts]) for j, i in enumerate(order)}
 
 
-def _fails(measured: Measured, options: PackageOptions) -> bool:
-    if measured.degenerate:
-        return True
-    drop = measured.summary.accuracy_drop_pp
-    return drop is not None and drop > options.max_accuracy_drop
-
-
-def gate_message(failures: dict[str, Measured], options: PackageOptions) -> str:
-    """Every reason a gate failed, per format: an accuracy drop over the limit, outputs without signal."""
-    drops = [f"{t}: -{m.summary.accuracy_drop_pp:.2f} pp" for t, m in failures.items()
-             if m.summary.accuracy_drop_pp is not None and m.summary.accuracy_drop_pp > options.max_accuracy_drop]
-    constant = []
-    for t, m in failures.items():
-        for name, reason in m.degenerate.items():
-            c = m.outputs[name]
-            where = f"{t}" if len(m.outputs) == 1 else f"{t} output {name!r}"
-            constant.append(f"{where}: {reason} (SQNR {c.sqnr_db:.1f} dB, {c.distinct_values} distinct values)")
-    reasons = []
-    if drops:
-        reasons.append(f"INT8 accuracy dropped more than --max-accuracy-drop {options.max_accuracy_drop} pp "
-                       f"({', '.join(drops)})")
-    if constant:
-        reasons.append(f"INT8 validation failed, the outputs carry no signal ({'; '.join(constant)})")
-    return "; ".join(reasons) + "; no package was written"
-
-
 def validation_record(
     comparisons: dict[str, Measured | None],
     options: PackageOptions,
@@ -109,6 +119,8 @@ def validation_record(
     held_out: bool,
     unmeasured: dict[str, str],
     measured_by: dict[str, str],
+    failures: dict[str, list[GateFailure]],
+    notes: dict[str, list[str]],
 ) -> dict[str, Any]:
     """``manifest.validation``: what was measured, on which data, and whether the gates passed."""
     targets_y = data.targets_y
@@ -127,6 +139,21 @@ def validation_record(
                 artifacts[name]["outputs"] = {o: c.to_dict() for o, c in comparison.outputs.items()}
             if name in measured_by:
                 artifacts[name]["measured_by"] = measured_by[name]
+            if comparison.tasks:
+                artifacts[name]["tasks"] = {o: t.to_dict() for o, t in comparison.tasks.items()}
+            if comparison.metric is not None:
+                artifacts[name]["metric"] = comparison.metric.to_dict()
+            if comparison.quantization:
+                # the quantization itself (no int8 kernel fusion) next to this CPU's fused kernels above
+                artifacts[name]["quantization"] = {
+                    "evaluated": "QDQ graph with graph optimizations off (no int8 kernel fusion)",
+                    "sqnr_db": min(c.sqnr_db for c in comparison.quantization.values()),
+                    "outputs": {o: c.to_dict() for o, c in comparison.quantization.items()},
+                }
+            artifacts[name]["gates"] = [f.to_dict() for f in failures.get(name, [])]
+            artifacts[name]["passed"] = not failures.get(name)
+            if notes.get(name):
+                artifacts[name]["notes"] = notes[name]
     from_calibration = options.eval is None
     return {
         "data": {
@@ -140,6 +167,7 @@ def validation_record(
         },
         "float": {"accuracy": float_accuracy},
         "max_accuracy_drop_pp": options.max_accuracy_drop,
-        "passed": not any(c is not None and _fails(c, options) for c in comparisons.values()),
+        "min_sqnr_db": options.min_sqnr_db,
+        "passed": not any(failures.values()),
         "artifacts": artifacts,
     }

@@ -260,12 +260,14 @@ def _open_callable(spec: str, role: str) -> DataSource:
     return _open_arrays(x, y, None, spec, role)
 
 
-def _resolve_callable(module_name: str, func_name: str, spec: str, role: str) -> Any:
+def _resolve_callable(module_name: str, func_name: str, spec: str, role: str, label: str | None = None) -> Any:
+    """The user's function ``module:function`` or ``file.py:function``; errors start with ``label``."""
+    label = label or f"{role} data {spec}"
     try:
         if module_name.endswith(".py"):
             file = Path(module_name)
             if not file.is_file():
-                raise DataError(f"{role} data {spec}: {file} does not exist")
+                raise DataError(f"{label}: {file} does not exist")
             loaded = importlib.util.spec_from_file_location(f"edgekit_data_{file.stem}", file)
             assert loaded is not None and loaded.loader is not None
             module = importlib.util.module_from_spec(loaded)
@@ -278,12 +280,12 @@ def _resolve_callable(module_name: str, func_name: str, spec: str, role: str) ->
         raise
     except Exception as exc:
         raise DataError(
-            f"{role} data {spec}: cannot import {module_name} ({type(exc).__name__}: {exc})",
+            f"{label}: cannot import {module_name} ({type(exc).__name__}: {exc})",
             hint="use module:function for an importable module, or path/to/file.py:function",
         ) from exc
     function = getattr(module, func_name, None)
     if not callable(function):
-        raise DataError(f"{role} data {spec}: {module_name} has no function {func_name!r}")
+        raise DataError(f"{label}: {module_name} has no function {func_name!r}")
     return function
 
 

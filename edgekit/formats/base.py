@@ -72,6 +72,7 @@ class BuildContext:
     source_path: str = ""
     source_kind: str = ""  # keras, h5, saved_model, onnx
     layer_names: tuple[str, ...] = ()  # to name layers in op errors
+    output_layers: Mapping[str, str] = field(default_factory=dict)  # model output name -> the layer computing it
     keep_float: tuple[str, ...] = ()  # layers to leave in float
     allow_float_ops: bool = False
     explain_npy: str | None = None  # samples for the per-layer error report (--explain); None = no report
@@ -155,3 +156,8 @@ class Builder(ABC):
     def calibration_method(self, context: BuildContext) -> str:
         """How activation ranges were chosen (recorded in the manifest)."""
         return "minmax"
+
+    def unfused_backend_options(self) -> dict[str, Any] | None:
+        """Backend options that evaluate the quantization itself rather than this CPU's fused int8
+        kernels (which may saturate where a device's would not); None when the runtime does not fuse."""
+        return None

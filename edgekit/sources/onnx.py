@@ -46,6 +46,9 @@ def describe_onnx(model_path: str) -> dict[str, Any]:
         "onnx_opset": next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0),
         "inputs": [describe(v) for v in model.graph.input if v.name not in initializers],
         "outputs": [describe(v) for v in model.graph.output],
+        # the node computing each output: what --keep-float (and --auto-fix) names to keep it in float
+        "output_layers": {o.name: n.name for o in model.graph.output for n in model.graph.node
+                          if o.name in n.output and n.name},
     }
 
 

@@ -68,6 +68,7 @@ def prepare(model_path: str, kind: str, export_dir: str) -> dict[str, Any]:
             ) from None
         info["layers"] = [layer.name for layer in _walk_layers(model)]
         info["rescales"] = _starts_with_rescaling(model)
+        info["output_layers"] = _output_layers(model)
         model.export(export_dir, format="tf_saved_model", verbose=False)
         saved_model = export_dir
     try:
@@ -114,6 +115,25 @@ def float_reference(prepared: dict[str, Any], inputs_npz: str, output_npz: str, 
         for name in sorted(result):
             chunks.setdefault(name, []).append(result[name].numpy()[:n])
     np.savez(output_npz, **{name: np.concatenate(parts) for name, parts in chunks.items()})
+
+
+def _output_layers(model: Any) -> dict[str, str]:
+    """The Keras layer computing each output, by the name ``model.export`` gives the output: the
+    dict key for dict outputs, ``output_N`` for a list or one tensor."""
+    import keras
+
+    structure = model.output
+    if isinstance(structure, dict):
+        named = structure.items()
+    else:
+        named = ((f"output_{i}", t) for i, t in enumerate(keras.tree.flatten(structure)))
+    found = {}
+    for name, tensor in named:
+        history = getattr(tensor, "_keras_history", None)
+        operation = getattr(history, "operation", None)
+        if operation is not None:
+            found[str(name)] = operation.name
+    return found
 
 
 def _describe(name: str, spec: Any) -> dict[str, Any]:

@@ -46,6 +46,9 @@ class ONNXBuilder(Builder):
     name = "onnx"
     backend = "onnxruntime"
 
+    def unfused_backend_options(self) -> dict[str, Any] | None:
+        return {"graph_optimizations": False}
+
     def calibration_method(self, context: BuildContext) -> str:
         return str(context.option("calibration_method", "minmax"))  # minmax, entropy or percentile
 

@@ -113,9 +113,12 @@ class OnnxRuntimeBackend(Backend):
         threads: int | None = None,
         providers: Sequence[str | tuple[str, dict[str, Any]]] = DEFAULT_PROVIDERS,
         compiled_dir: str | None = None,
+        graph_optimizations: bool = True,
         **_: object,
     ) -> None:
-        """``compiled_dir``: where this device keeps the optimized model and TensorRT engines."""
+        """``compiled_dir``: where this device keeps the optimized model and TensorRT engines.
+        ``graph_optimizations=False`` runs the QDQ graph node by node (no int8 kernel fusion): the
+        quantization as written, which validation compares with the fused kernels."""
         ort = _ort()
         self.path = path
         self.threads = threads
@@ -123,7 +126,7 @@ class OnnxRuntimeBackend(Backend):
         if compiled_dir is not None:
             self.providers = [_with_engine_cache(p, Path(compiled_dir)) for p in self.providers]
         self.optimized_from_cache = False
-        optimized = Path(compiled_dir) / "model.optimized.onnx" if compiled_dir else None
+        optimized = Path(compiled_dir) / "model.optimized.onnx" if compiled_dir and graph_optimizations else None
         self._session = None
         if optimized is not None and optimized.is_file():
             try:
@@ -131,6 +134,8 @@ class OnnxRuntimeBackend(Backend):
                 self.optimized_from_cache = True
             except PackageError:  # a cached copy went bad (truncated on a full disk): rebuild it from the artifact
                 optimized.unlink(missing_ok=True)
+        if self._session is None and not graph_optimizations:
+            self._session = self._open(ort, path, threads, already_optimized=True)  # level ORT_DISABLE_ALL
         if self._session is None:
             self._session = self._open_and_save(ort, path, threads, optimized)
         self._inputs = [self._info(t) for t in self._session.get_inputs()]

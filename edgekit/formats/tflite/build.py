@@ -51,10 +51,13 @@ class TFLiteBuilder(Builder):
             quantize=True,
             allow_float_ops=context.allow_float_ops,
             keep_float=list(context.keep_float),
+            output_layers=dict(context.output_layers),
             explain_npy=context.explain_npy,
             layer_names=list(context.layer_names),
         )
-        float_ops = find_float_ops(str(output), list(context.layer_names))
+        _, output_tensors = _tensor_names(output.read_bytes())
+        named = {output_tensors[o]: layer for o, layer in context.output_layers.items() if output_tensors.get(o)}
+        float_ops = find_float_ops(str(output), list(context.layer_names), named)
         if not context.allow_float_ops:
             _refuse_unexpected_float_ops(float_ops, context.keep_float)
         inputs, outputs = io_quantization(str(output))
@@ -83,7 +86,8 @@ class TFLiteBuilder(Builder):
 
 def _refuse_unexpected_float_ops(float_ops: list[dict[str, str]], kept: tuple[str, ...]) -> None:
     """Ops the converter left in float that no --keep-float asked for: named by layer."""
-    unexpected = [op for op in float_ops if not any(in_layer(op["tensor"], layer) for layer in kept)]
+    unexpected = [op for op in float_ops
+                  if op["layer"] not in kept and not any(in_layer(op["tensor"], layer) for layer in kept)]
     if not unexpected:
         return
     by_layer: dict[str, list[str]] = {}
@@ -109,8 +113,9 @@ def io_quantization(path: str) -> tuple[list[QuantParams], list[QuantParams]]:
         backend.close()
 
 
-def find_float_ops(path: str, layer_names: list[str]) -> list[dict[str, str]]:
-    """Ops of a TFLite model that compute in float, with the layer each comes from."""
+def find_float_ops(path: str, layer_names: list[str], named: dict[str, str] | None = None) -> list[dict[str, str]]:
+    """Ops of a TFLite model that compute in float, with the layer each comes from (``named``: the
+    layers of tensors whose names do not say it, such as the model's outputs)."""
     from .litert import open_interpreter
 
     interpreter = open_interpreter(path, with_delegates=False)
@@ -122,7 +127,8 @@ def find_float_ops(path: str, layer_names: list[str]) -> list[dict[str, str]]:
         types = [np.dtype(t) for t in list(op.get("operand_types", [])) + list(op.get("result_types", []))]
         if any(t in _FLOAT_TYPES for t in types):
             tensor = names.get(int(op["outputs"][0]), "") if len(op["outputs"]) else ""
-            found.append({"op": op["op_name"], "layer": layer_of(tensor, layer_names), "tensor": tensor})
+            layer = (named or {}).get(tensor) or layer_of(tensor, layer_names)
+            found.append({"op": op["op_name"], "layer": layer, "tensor": tensor})
     return found
 
 
@@ -164,6 +170,7 @@ def convert(
     keep_float: list[str] | None = None,
     explain_npy: str | None = None,
     layer_names: list[str] | None = None,
+    output_layers: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """Run TFLiteConverter (float, or full-integer INT8 calibrated on ``calibration_npy``).
 
@@ -179,7 +186,7 @@ def convert(
     try:
         model = converter.convert()
         if keep_float:
-            model = _with_float_layers(model, saved_model, samples, keep_float)
+            model = _with_float_layers(model, saved_model, samples, keep_float, output_layers or {})
     except EdgekitError:
         raise
     except Exception as exc:
@@ -190,20 +197,34 @@ def convert(
     return {"tensorflow": tf.__version__, "ops": ops, "seconds": round(seconds, 3), "explain": explained}
 
 
-def _tensor_names(model: bytes) -> list[str]:
+def _tensor_names(model: bytes) -> tuple[list[str], dict[str, str]]:
+    """Every named tensor, and the tensor behind each signature output (named by the signature,
+    e.g. ``StatefulPartitionedCall_1:0``, not by the layer that computes it)."""
     from .litert import _interpreter_module
 
     module, _ = _interpreter_module()
     interpreter = module.Interpreter(model_content=model)
-    return [d["name"] for d in interpreter.get_tensor_details() if d["name"]]
+    details = interpreter.get_tensor_details()
+    names = {d["index"]: d["name"] for d in details}
+    outputs = {}
+    for key in interpreter.get_signature_list():
+        runner = interpreter.get_signature_runner(key)
+        for output, detail in runner.get_output_details().items():
+            outputs[output] = names.get(detail["index"], "")
+    return [d["name"] for d in details if d["name"]], outputs
 
 
-def _with_float_layers(model: bytes, saved_model: str, samples: dict[str, Any], layers: list[str]) -> bytes:
+def _with_float_layers(model: bytes, saved_model: str, samples: dict[str, Any], layers: list[str],
+                       output_layers: dict[str, str]) -> bytes:
+    """The model again, with the named layers' ops left in float. A layer computing a model output
+    is found through the signature: its result tensor carries the output's name, not the layer's."""
     import tensorflow as tf
 
-    names = _tensor_names(model)
+    names, output_tensors = _tensor_names(model)
+    by_layer = {layer: output_tensors[out] for out, layer in output_layers.items() if output_tensors.get(out)}
     denylist = [n for n in names if any(in_layer(n, layer) for layer in layers)]
-    missing = [layer for layer in layers if not any(in_layer(n, layer) for n in names)]
+    denylist += [by_layer[layer] for layer in layers if layer in by_layer and by_layer[layer] not in denylist]
+    missing = [layer for layer in layers if layer not in by_layer and not any(in_layer(n, layer) for n in names)]
     if missing:
         raise EdgekitError(
             f"--keep-float: no TFLite nodes belong to layer(s) {', '.join(missing)}",

@@ -1,0 +1,143 @@
+"""``--auto-fix``: rebuild a format whose gates failed with the fixes its failures point to.
+
+Each failure names its fixes (``gates.py``): keep the layer that joins a collapsed group of
+channels in float, ``--reduce-range`` where this CPU's fused int8 kernels saturate, percentile
+calibration where a range is dominated by outliers (ONNX). They are tried one at a time, in
+that order, each on top of the fixes kept so far; a rebuild is kept only when it fails fewer
+gates or the same gates by less. At most ``MAX_ATTEMPTS`` rebuilds per format, and a fix is
+never tried twice, so the loop always ends. Every attempt is recorded in the manifest.
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+from dataclasses import dataclass, replace
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from ..errors import EdgekitError
+from ..formats import Builder, BuildContext, BuildResult
+from ..progress import Progress
+from .gates import GateFailure, check
+from .validate import Judging, Measured, measure
+
+MAX_ATTEMPTS = 3
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A format's build, its measurement and the gates it fails, with the context that made it."""
+
+    context: BuildContext
+    built: BuildResult
+    measured: Measured
+    failures: list[GateFailure]
+
+
+def badness(candidate: Candidate) -> tuple[int, float]:
+    """Fewer failed gates first, then the worse gated SQNR (slices included) counts against it."""
+    worst = float("inf")
+    for f in candidate.failures:
+        c = candidate.measured.outputs.get(f.output) if f.output is not None else None
+        if c is None:
+            continue
+        worst = min(worst, c.sqnr_db, c.worst_slice["sqnr_db"] if c.worst_slice else float("inf"))
+    return len(candidate.failures), -worst
+
+
+def with_fix(context: BuildContext, fix: str) -> BuildContext | None:
+    """The build context with one fix applied; None when it is already in effect."""
+    if fix.startswith("--keep-float "):
+        layer = fix.split(" ", 1)[1]
+        if layer in context.keep_float:
+            return None
+        return replace(context, keep_float=(*context.keep_float, layer))
+    if fix == "--reduce-range":
+        if context.option("reduce_range"):
+            return None
+        return replace(context, options=MappingProxyType({**context.options, "reduce_range": True}))
+    if fix.startswith("--calibration-method "):
+        method = fix.split(" ", 1)[1]
+        if context.option("calibration_method") == method:
+            return None
+        return replace(context, options=MappingProxyType({**context.options, "calibration_method": method}))
+    raise ValueError(f"no automatic fix for {fix!r}")
+
+
+def auto_fix(builder: Builder, first: Candidate, staged: Path, data: Any, reference: dict[str, Any],
+             judging: Judging, min_sqnr_db: float, producers: dict[str, str],
+             progress: Progress) -> tuple[Candidate, list[dict[str, Any]]]:
+    """The best build found and the record of every attempt."""
+    best, tried, attempts = first, set(), []
+    for _ in range(MAX_ATTEMPTS):
+        if not best.failures:
+            break
+        fix, context = _next_fix(best, tried)
+        if fix is None or context is None:
+            break
+        tried.add(fix)
+        artifact_dir = staged / Path(best.built.artifact.path).parts[0]
+        backup = best.context.workdir / f"{builder.name}.before-fix"
+        shutil.rmtree(backup, ignore_errors=True)
+        shutil.copytree(artifact_dir, backup)
+        record: dict[str, Any] = {"change": fix, "before": _numbers(best)}
+        try:
+            with progress.step(f"auto-fix {builder.name}: rebuilding with {fix}"):
+                built = builder.build(context)
+                measured = measure(built, builder, staged, data, reference, judging)
+        except EdgekitError as exc:
+            record.update(after=None, kept=False, error=exc.message)
+            _restore(backup, artifact_dir)
+            attempts.append(record)
+            progress.warn(f"auto-fix {builder.name}: {fix} failed: {exc.message}")
+            continue
+        if measured is None:
+            _restore(backup, artifact_dir)
+            break
+        candidate = Candidate(context, built, measured, check(builder.name, measured, min_sqnr_db, producers))
+        record["after"] = _numbers(candidate)
+        record["kept"] = badness(candidate) < badness(best)
+        if record["kept"]:
+            best = candidate
+            shutil.rmtree(backup, ignore_errors=True)
+        else:
+            _restore(backup, artifact_dir)
+        attempts.append(record)
+        verdict = "passes" if not candidate.failures else f"{len(candidate.failures)} gate(s) still fail"
+        progress.say(f"auto-fix {builder.name}: {fix}: worst gated SQNR {_db(record['before']['worst_sqnr_db'])} -> "
+                     f"{_db(record['after']['worst_sqnr_db'])}, {verdict}"
+                     f"{'' if record['kept'] else ' (not kept: no better)'}")
+    return best, attempts
+
+
+def _next_fix(best: Candidate, tried: set[str]) -> tuple[str | None, BuildContext | None]:
+    for failure in best.failures:
+        for fix in failure.fixes:
+            if fix in tried:
+                continue
+            context = with_fix(best.context, fix)
+            if context is not None:
+                return fix, context
+            tried.add(fix)
+    return None, None
+
+
+def _numbers(candidate: Candidate) -> dict[str, Any]:
+    """What the manifest records before and after a fix: failed gates and the worst gated SQNR."""
+    worst = -badness(candidate)[1]
+    if worst == float("-inf") or not candidate.failures:
+        worst = min((min(c.sqnr_db, c.worst_slice["sqnr_db"] if c.worst_slice else float("inf"))
+                     for c in candidate.measured.outputs.values()), default=float("inf"))
+    return {"failed_gates": [f.what for f in candidate.failures],
+            "worst_sqnr_db": round(worst, 2) if math.isfinite(worst) else None}
+
+
+def _db(value: float | None) -> str:
+    return "exact" if value is None else f"{value:.1f} dB"
+
+
+def _restore(backup: Path, artifact_dir: Path) -> None:
+    shutil.rmtree(artifact_dir, ignore_errors=True)
+    shutil.move(str(backup), str(artifact_dir))

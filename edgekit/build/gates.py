@@ -1,0 +1,142 @@
+"""The gates a package must pass, and what to do when one fails.
+
+Every output of every artifact is judged, labels or not:
+
+1. outputs that carry no signal (constant) always fail;
+2. an output with a task metric (labels, ``--output-kind``) is judged by the task's rule;
+3. every other output needs SQNR >= ``--min-sqnr`` (20 dB by default), and so does the worst
+   group of channels of an output that mixes quantities (boxes 0..300 next to scores 0..1);
+4. a ``--metric`` function that returns ``passed`` decides for the whole artifact (it replaces
+   rule 3, since the user's task measure is the better judge).
+
+Why 20 dB: SQNR 20 dB is a quantization noise RMS of 10% of the signal's RMS. Healthy INT8
+artifacts of the reference and test models measure 28-62 dB; the broken ones this gate exists
+for measured 0.3-11.5 dB (a collapsed score block, an audio model at 53% onset recall, an ONNX
+artifact on saturating x86 kernels). 20 dB sits between the two with margin on both sides.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from ..devices import int8_kernel_features
+from .validate import Measured
+
+DEFAULT_MIN_SQNR_DB = 20.0
+SATURATION_GAP_DB = 3.0  # fused kernels this much worse than the quantization itself: they saturate
+
+
+@dataclass(frozen=True)
+class GateFailure:
+    """One failed gate: where (format, output, channels), what was measured, and what fixes it."""
+
+    format: str
+    output: str | None  # None: the artifact as a whole (a --metric function)
+    cause: str  # degenerate | task | sqnr | slice | metric
+    what: str
+    fixes: tuple[str, ...]
+    saturated: bool = False  # this CPU's fused int8 kernels measured well below the quantization itself
+    channels: tuple[int, int] | None = None  # the collapsed channel group, for cause "slice"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def check(fmt: str, measured: Measured, min_sqnr_db: float, producers: dict[str, str]) -> list[GateFailure]:
+    """Every gate this artifact fails; ``producers`` names the layer that computes each output."""
+    failures = []
+    user_decides = measured.metric is not None and measured.metric.passed is not None
+    for name, c in measured.outputs.items():
+        saturated = name in saturated_outputs(measured)
+        where = f"output {name!r}" if len(measured.outputs) > 1 or name else "the output"
+        collapsed = c.worst_slice is not None and c.worst_slice["sqnr_db"] < min_sqnr_db
+        # a group of channels collapsed by a shared scale: the layer that joins them is the first suspect
+        fixes = _fixes(fmt, saturated, producers.get(name) if collapsed else None)
+        task = measured.tasks.get(name)
+        if c.degenerate:
+            failures.append(GateFailure(fmt, name, "degenerate", f"{where}: {c.degenerate} (SQNR {c.sqnr_db:.1f} dB, "
+                                        f"{c.distinct_values} distinct values)", fixes, saturated))
+        elif task is not None and task.passed is not None:
+            if not task.passed:
+                shown = ", ".join(f"{k} {_show(k, v)}" for k, v in task.values.items())
+                failures.append(GateFailure(fmt, name, "task", f"{where} ({task.task}): {shown}; needs {task.rule}",
+                                            fixes, saturated))
+        elif not user_decides:
+            if c.sqnr_db < min_sqnr_db:
+                failures.append(GateFailure(fmt, name, "sqnr", f"{where}: SQNR {c.sqnr_db:.1f} dB < {min_sqnr_db:g} dB "
+                                            f"({c.distinct_values} distinct values)", fixes, saturated))
+            worst = c.worst_slice
+            if worst is not None and worst["sqnr_db"] < min_sqnr_db:
+                start, end = worst["channels"]
+                low, high = worst["range"]
+                failures.append(GateFailure(
+                    fmt, name, "slice",
+                    f"{where} channels {start}..{end - 1} (values {low:.3g}..{high:.3g}, one of {worst['groups']} "
+                    f"groups of different magnitude sharing one INT8 scale): SQNR {worst['sqnr_db']:.1f} dB < "
+                    f"{min_sqnr_db:g} dB, {worst['distinct_values']} distinct values",
+                    fixes, saturated, (start, end)))
+    if measured.metric is not None and measured.metric.passed is False:
+        shown = ", ".join(f"{k} {v:.4g}" for k, v in measured.metric.values.items())
+        failures.append(GateFailure(fmt, None, "metric", f"{measured.metric.task}: {shown} (passed: False)",
+                                    _fixes(fmt, bool(saturated_outputs(measured)), None)))
+    return failures
+
+
+def saturated_outputs(measured: Measured) -> dict[str, float]:
+    """Outputs whose SQNR on this CPU's fused int8 kernels is far below the quantization's own
+    (ONNX QDQ evaluated without fusion): output -> the quantization's SQNR."""
+    if not measured.quantization:
+        return {}
+    return {name: q.sqnr_db for name, q in measured.quantization.items()
+            if name in measured.outputs and q.sqnr_db - measured.outputs[name].sqnr_db > SATURATION_GAP_DB}
+
+
+def saturation_note(fmt: str, measured: Measured) -> str | None:
+    """What to say when this CPU's int8 kernels lose accuracy the quantization itself does not."""
+    found = saturated_outputs(measured)
+    if not found:
+        return None
+    numbers = "; ".join(f"{name or 'output'}: {q:.1f} dB as quantized, {measured.outputs[name].sqnr_db:.1f} dB on "
+                        f"this CPU" for name, q in found.items())
+    return (f"{fmt}: this CPU's fused int8 kernels saturate ({numbers}). It has {int8_kernel_features()}: ONNX "
+            "Runtime's u8s8 kernels add pairs of 8-bit products in 16 bits, which overflow for large weights and "
+            "activations. A device with VNNI (AVX512-VNNI, AVX-VNNI) or ARM dot-product instructions computes "
+            "the quantized graph as measured without fusion; --reduce-range (7-bit weights) avoids the overflow "
+            "on every CPU")
+
+
+def _fixes(fmt: str, saturated: bool, producer: str | None) -> tuple[str, ...]:
+    """What fixes a failure, most likely first; ``--auto-fix`` tries them in this order."""
+    fixes = []
+    if producer:
+        fixes.append(f"--keep-float {producer}")
+    if saturated:
+        fixes.append("--reduce-range")
+    if fmt == "onnx":
+        fixes.append("--calibration-method percentile")
+    return tuple(fixes)
+
+
+def failure_message(failures: list[GateFailure], min_sqnr_db: float, max_accuracy_drop: float) -> str:
+    """One line per failed gate with its fix; the error says no package was written."""
+    lines = []
+    for f in failures:
+        fixes = f" (fix: {' or '.join(f.fixes)})" if f.fixes else ""
+        lines.append(f"{f.format}: {f.what}{fixes}")
+    return "INT8 validation failed: " + "; ".join(lines) + "; no package was written"
+
+
+def failure_hint(failures: list[GateFailure]) -> str:
+    return ("--auto-fix tries the fixes listed above and keeps what passes; --explain shows the worst layers for "
+            "--keep-float; --allow-accuracy-drop keeps the package as it is (recorded as failed in the manifest)")
+
+
+def _show(key: str, value: float) -> str:
+    if key.endswith("_pp"):
+        return f"{value:.2f} pp"
+    if key in ("float_detections", "int8_detections", "classes"):
+        return f"{value:.0f}"
+    if 0 <= value <= 1 and key != "score_threshold":
+        return f"{100 * value:.1f}%"
+    return f"{value:.4g}"

@@ -1,0 +1,280 @@
+"""Task metrics: does the INT8 artifact still do the model's job, judged the way the task is judged.
+
+SQNR says how far raw outputs moved; a task metric says whether that matters. Each output can be
+given a kind (``--output-kind``): class scores are judged by top-1 (accuracy with labels),
+segmentation maps by the IoU of their argmax masks, detector heads by matching the boxes both
+models keep above a score threshold. Anything else takes a user function (``--metric``).
+
+Every metric compares the INT8 artifact with the float model on the same samples (with labels,
+classification also against the labels). Its rule is fixed here and printed with the result so
+a failure can be read without this file.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from ..errors import EdgekitError
+
+# Floors, chosen so that a pass means "behaves like the float model" in the task's own terms.
+# MLPerf's INT8 bar is 99% of FP32 accuracy; without labels, top-1 agreement bounds the accuracy
+# drop from above (every changed decision costs at most one correct answer), so agreement
+# >= 1 - max drop keeps the drop within the same limit the labelled gate uses.
+SEGMENTATION_MIN_IOU = 0.90  # mean IoU of the INT8 masks against the float masks
+DETECTION_MIN_MATCH = 0.90  # recall, precision and class agreement against the float detections
+DETECTION_IOU = 0.5  # a kept box matches a float box at IoU >= 0.5 (the PASCAL VOC / mAP@0.5 bar)
+NMS_IOU = 0.45  # non-maximum suppression before matching, as YOLO's post-processing does
+DEFAULT_SCORE_THRESHOLD = 0.25  # YOLO's default confidence threshold
+
+KINDS = ("classes", "segmentation", "detections:yolo", "detections:yolov5", "values")
+KIND_HELP = (
+    "classes (class scores: top-1 agreement, accuracy with labels), segmentation (per-pixel class scores: "
+    "IoU of the argmax masks), detections:yolo[:THRESHOLD] (boxes cx,cy,w,h then class scores, either axis "
+    "order), detections:yolov5[:THRESHOLD] (boxes, objectness, class scores), values (SQNR only)"
+)
+
+
+@dataclass(frozen=True)
+class TaskResult:
+    """One task metric on one output: named numbers, whether they pass, and the rule they met."""
+
+    task: str
+    values: dict[str, float]
+    passed: bool | None  # None: the metric reports numbers only
+    rule: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def parse_kind(spec: str) -> tuple[str, float | None]:
+    """``detections:yolo:0.3`` -> ("detections:yolo", 0.3); refuses unknown kinds."""
+    parts = spec.strip().split(":")
+    threshold = None
+    if parts[0] == "detections" and len(parts) == 3:
+        try:
+            threshold = float(parts[2])
+        except ValueError:
+            raise EdgekitError(f"--output-kind {spec}: {parts[2]!r} is not a score threshold",
+                               hint="e.g. detections:yolo:0.25") from None
+        if not 0 < threshold < 1:
+            raise EdgekitError(f"--output-kind {spec}: the score threshold must be between 0 and 1")
+        parts = parts[:2]
+    kind = ":".join(parts)
+    if kind not in KINDS:
+        raise EdgekitError(f"unknown output kind {spec!r}", hint=f"use one of: {KIND_HELP}")
+    return kind, threshold
+
+
+def resolve_kinds(specs: Mapping[str, str], outputs: list[str],
+                  shapes: Mapping[str, list[int]] | None = None) -> dict[str, str]:
+    """``--output-kind`` values by output name; a bare KIND applies to a one-output model. Checked
+    against the outputs' ranks before anything is built."""
+    resolved = {}
+    for name, spec in specs.items():
+        kind, _ = parse_kind(spec)
+        if name == "":
+            if len(outputs) != 1:
+                raise EdgekitError(f"--output-kind {spec}: the model has {len(outputs)} outputs ({', '.join(outputs)})",
+                                   hint="name the output: --output-kind OUTPUT=KIND")
+            name = outputs[0]
+        if name not in outputs:
+            raise EdgekitError(f"--output-kind {name}={spec}: the model has no output {name!r}",
+                               hint=f"its outputs: {', '.join(outputs)}")
+        rank = len((shapes or {}).get(name, []))
+        if rank and kind == "segmentation" and rank < 3:
+            raise EdgekitError(f"--output-kind {spec}: output {name!r} has rank {rank}, not (N, H, W, classes) or "
+                               "(N, classes, H, W)", hint="use classes or values for this output")
+        if rank and kind.startswith("detections") and rank not in (2, 3):
+            raise EdgekitError(f"--output-kind {spec}: output {name!r} has rank {rank}, not (N, boxes, 4+classes) "
+                               "or its transpose", hint="name the output that holds boxes and scores, or use --metric")
+        resolved[name] = spec
+    return resolved
+
+
+def evaluate(spec: str, reference: np.ndarray, candidate: np.ndarray, targets: np.ndarray | None,
+             max_accuracy_drop_pp: float, layout: str = "channels_last") -> TaskResult | None:
+    """The task metric of one output kind; None for ``values`` (judged by SQNR alone)."""
+    kind, threshold = parse_kind(spec)
+    if kind == "classes":
+        return classification(reference, candidate, targets, max_accuracy_drop_pp)
+    if kind == "segmentation":
+        return segmentation(reference, candidate, layout)
+    if kind.startswith("detections:"):
+        return detections(reference, candidate, kind.split(":")[1], threshold or DEFAULT_SCORE_THRESHOLD)
+    return None
+
+
+def classification(reference: np.ndarray, candidate: np.ndarray, targets: np.ndarray | None,
+                   max_accuracy_drop_pp: float) -> TaskResult:
+    ref = reference.reshape(len(reference), -1).argmax(axis=1)
+    out = candidate.reshape(len(candidate), -1).argmax(axis=1)
+    values = {"top1_agreement": float(np.mean(ref == out))}
+    if targets is not None:
+        values["float_accuracy"] = float(np.mean(ref == targets))
+        values["accuracy"] = float(np.mean(out == targets))
+        values["accuracy_drop_pp"] = round(100 * (values["float_accuracy"] - values["accuracy"]), 4)
+        return TaskResult("classes", values, values["accuracy_drop_pp"] <= max_accuracy_drop_pp,
+                          f"accuracy drop <= {max_accuracy_drop_pp:g} pp (--max-accuracy-drop)")
+    floor = 1 - max_accuracy_drop_pp / 100
+    return TaskResult("classes", values, values["top1_agreement"] >= floor - 1e-12,
+                      f"top-1 agreement with float >= {100 * floor:g}% (bounds the accuracy drop by "
+                      f"--max-accuracy-drop {max_accuracy_drop_pp:g} pp)")
+
+
+def segmentation(reference: np.ndarray, candidate: np.ndarray, layout: str = "channels_last") -> TaskResult:
+    """Argmax masks (class axis last, or axis 1 for channels-first models) compared pixel by pixel."""
+    if reference.ndim < 3:
+        raise EdgekitError(f"--output-kind segmentation: the output has shape {list(reference.shape)}, not "
+                           "(N, H, W, classes) or (N, classes, H, W)", hint="use classes or values for this output")
+    axis = 1 if layout == "channels_first" else -1
+    ref = reference.argmax(axis=axis)
+    out = candidate.argmax(axis=axis)
+    ious = []
+    for c in np.union1d(np.unique(ref), np.unique(out)):
+        union = np.sum((ref == c) | (out == c))
+        ious.append(np.sum((ref == c) & (out == c)) / union)
+    values = {"mean_iou": float(np.mean(ious)), "pixel_agreement": float(np.mean(ref == out)),
+              "classes": float(reference.shape[axis])}
+    return TaskResult("segmentation", values, values["mean_iou"] >= SEGMENTATION_MIN_IOU,
+                      f"mean IoU of the INT8 argmax masks vs float >= {100 * SEGMENTATION_MIN_IOU:g}%")
+
+
+def detections(reference: np.ndarray, candidate: np.ndarray, layout: str, threshold: float) -> TaskResult:
+    """Boxes both models keep (score >= threshold, after NMS), matched at IoU >= 0.5."""
+    found_ref = [_decode(sample, layout, threshold) for sample in _boxes_rows(reference, layout)]
+    found_out = [_decode(sample, layout, threshold) for sample in _boxes_rows(candidate, layout)]
+    matched = same_class = 0
+    for (rb, rc), (ob, oc) in zip(found_ref, found_out):
+        for i, j in _greedy_matches(rb, ob):
+            matched += 1
+            same_class += int(rc[i] == oc[j])
+    n_ref = sum(len(b) for b, _ in found_ref)
+    n_out = sum(len(b) for b, _ in found_out)
+    values = {
+        "float_detections": float(n_ref),
+        "int8_detections": float(n_out),
+        "recall": matched / n_ref if n_ref else (1.0 if not n_out else 0.0),
+        "precision": matched / n_out if n_out else (1.0 if not n_ref else 0.0),
+        "class_agreement": same_class / matched if matched else (1.0 if not n_ref and not n_out else 0.0),
+        "score_threshold": threshold,
+    }
+    passed = all(values[k] >= DETECTION_MIN_MATCH for k in ("recall", "precision", "class_agreement"))
+    return TaskResult(f"detections:{layout}", values, passed,
+                      f"recall, precision and class agreement of the INT8 detections (score >= {threshold:g}, "
+                      f"matched at IoU >= {DETECTION_IOU:g}) vs float >= {100 * DETECTION_MIN_MATCH:g}%")
+
+
+def _boxes_rows(output: np.ndarray, layout: str) -> list[np.ndarray]:
+    """Per sample, one row per candidate box: (N, 4+C) is one box per sample; (N, B, 4+C) as is;
+    (N, 4+C, B), as YOLOv8 exports it (1x84x8400), transposed."""
+    minimum = 6 if layout == "yolov5" else 5
+    if output.ndim == 2:
+        rows = [row[None, :] for row in output]
+    elif output.ndim == 3:
+        transposed = output.shape[1] < output.shape[2]
+        rows = [sample.T if transposed else sample for sample in output]
+    else:
+        rows = []
+    if not rows or rows[0].shape[-1] < minimum:
+        raise EdgekitError(f"--output-kind detections:{layout}: the output has shape {list(output.shape)}, not "
+                           f"(N, boxes, 4+{'1+' if layout == 'yolov5' else ''}classes) or its transpose",
+                           hint="name the output that holds the boxes and scores, or use --metric")
+    return [r.astype(np.float64) for r in rows]
+
+
+def _decode(rows: np.ndarray, layout: str, threshold: float) -> tuple[np.ndarray, np.ndarray]:
+    """Corner boxes and classes kept after the score threshold and per-class NMS."""
+    scores = rows[:, 5:] * rows[:, 4:5] if layout == "yolov5" else rows[:, 4:]
+    classes = scores.argmax(axis=1)
+    best = scores[np.arange(len(rows)), classes]
+    keep = best >= threshold
+    cx, cy, w, h = (rows[keep, i] for i in range(4))
+    boxes = np.stack([cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2], axis=1)
+    classes, best = classes[keep], best[keep]
+    chosen = []
+    for c in np.unique(classes):
+        index = np.flatnonzero(classes == c)
+        index = index[np.argsort(-best[index], kind="stable")]
+        while index.size:
+            chosen.append(index[0])
+            index = index[1:][_iou(boxes[index[0]], boxes[index[1:]]) <= NMS_IOU]
+    chosen = np.array(sorted(chosen), dtype=np.int64)
+    return boxes[chosen], classes[chosen]
+
+
+def _iou(box: np.ndarray, boxes: np.ndarray) -> np.ndarray:
+    x1 = np.maximum(box[0], boxes[:, 0])
+    y1 = np.maximum(box[1], boxes[:, 1])
+    x2 = np.minimum(box[2], boxes[:, 2])
+    y2 = np.minimum(box[3], boxes[:, 3])
+    inter = np.clip(x2 - x1, 0, None) * np.clip(y2 - y1, 0, None)
+    area = (box[2] - box[0]) * (box[3] - box[1])
+    areas = (boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1])
+    union = area + areas - inter
+    return np.where(union > 0, inter / np.where(union > 0, union, 1), 0.0)
+
+
+def _greedy_matches(reference: np.ndarray, candidate: np.ndarray) -> list[tuple[int, int]]:
+    """Pairs (float box, INT8 box) by descending IoU, each box used once, IoU >= DETECTION_IOU."""
+    if not len(reference) or not len(candidate):
+        return []
+    table = np.stack([_iou(box, candidate) for box in reference])
+    pairs = []
+    while True:
+        i, j = np.unravel_index(np.argmax(table), table.shape)
+        if table[i, j] < DETECTION_IOU:
+            return pairs
+        pairs.append((int(i), int(j)))
+        table[i, :] = -1
+        table[:, j] = -1
+
+
+# --- --metric module:function ---------------------------------------------------------------
+
+
+def load_metric(spec: str) -> Callable[..., Any]:
+    """The user's metric function (``module:function`` or ``path/to/file.py:function``)."""
+    from ..data.sources import _resolve_callable
+
+    module, sep, function = spec.rpartition(":")
+    if not sep or not module or not function:
+        raise EdgekitError(f"--metric {spec}: expected module:function or path/to/file.py:function")
+    return _resolve_callable(module, function, spec, "metric", label=f"--metric {spec}")
+
+
+def run_metric(spec: str, function: Callable[..., Any], reference: dict[str, np.ndarray],
+               candidate: dict[str, np.ndarray], labels: np.ndarray | None) -> TaskResult:
+    """Call ``function(float_outputs, int8_outputs, labels)``; it returns named numbers and may add
+    ``passed`` (a bool) to gate the package."""
+    try:
+        returned = function({k: v.copy() for k, v in reference.items()}, {k: v.copy() for k, v in candidate.items()},
+                            None if labels is None else labels.copy())
+    except Exception as exc:  # the user's code: say what it raised
+        raise EdgekitError(f"--metric {spec} raised {type(exc).__name__}: {exc}",
+                           hint="it is called as function(float_outputs, int8_outputs, labels) with dicts of "
+                                "arrays by output name, and labels or None") from exc
+    if not isinstance(returned, Mapping):
+        raise EdgekitError(f"--metric {spec} returned {type(returned).__name__}, not a dict of named numbers",
+                           hint='return e.g. {"recall": 0.97, "passed": True}')
+    passed = returned.get("passed")
+    if passed is not None and not isinstance(passed, (bool, np.bool_)):
+        raise EdgekitError(f"--metric {spec}: 'passed' is {passed!r}, not True or False")
+    values = {}
+    for key, value in returned.items():
+        if key == "passed":
+            continue
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            raise EdgekitError(f"--metric {spec}: {key!r} is {type(value).__name__}, not a number") from None
+        if math.isnan(number):
+            raise EdgekitError(f"--metric {spec}: {key!r} is NaN", hint="return a number for every name")
+        values[str(key)] = number
+    return TaskResult(f"metric {spec}", values, None if passed is None else bool(passed),
+                      f"{spec} decides (its 'passed')" if passed is not None else "reported, not gated")
