@@ -236,6 +236,7 @@ def main() -> None:
                 str(work / "mobilenet_v2.keras"), str(work / "calibration.npz"), str(work / "mobilenet"),
                 formats=["tflite", "onnx"], samples=50, eval_samples=10,
                 preprocessing={"scale": 1 / 255, "mean": [0.5], "std": [0.5]},
+                allow_accuracy_drop=True,  # a speed reference: its gates' verdict is recorded, not required
             )
             report["mobilenet_v2_int8_top1_agreement"] = require_signal(mobilenet.manifest)
             mobilenet = mobilenet.path

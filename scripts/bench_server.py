@@ -191,7 +191,8 @@ def main() -> None:
                         "--samples", "60"], check=True, stdout=subprocess.DEVNULL, env=env)
         built = edgekit.package(str(work / "mobilenet_v2.keras"), str(work / "calibration.npz"), str(work / "pkg"),
                                 formats=["onnx"], samples=50, eval_samples=10,
-                                preprocessing={"scale": 1 / 255, "mean": [0.5], "std": [0.5]})
+                                preprocessing={"scale": 1 / 255, "mean": [0.5], "std": [0.5]},
+                                allow_accuracy_drop=True)  # a speed reference: gates recorded, not required
         require_signal(built.manifest)
         package = built.path
         onnx_path = package / "onnx" / "model.int8.onnx"

@@ -153,7 +153,8 @@ def test_few_bad_samples_warn_then_accuracy_drop_fails_unless_allowed(tmp_path, 
     code, _, err = package(capsys, out, "--eval", EVAL, calibration=tmp_path / "blank.npz")
     assert "warning: calibrating on 5 samples" in err
     assert_clean_failure(code, err, out,
-                         "INT8 accuracy dropped more than --max-accuracy-drop 1.0 pp", "no package was written")
+                         "INT8 validation failed", "accuracy_drop_pp",
+                         "needs accuracy drop <= 1 pp (--max-accuracy-drop)", "no package was written")
 
     code, _, err = package(capsys, out, "--eval", EVAL, "--allow-accuracy-drop", calibration=tmp_path / "blank.npz")
     assert code == 0, err

@@ -55,14 +55,15 @@ def check(fmt: str, measured: Measured, min_sqnr_db: float, producers: dict[str,
         fixes = _fixes(fmt, saturated, producers.get(name) if collapsed else None)
         task = measured.tasks.get(name)
         if c.degenerate:
-            failures.append(GateFailure(fmt, name, "degenerate", f"{where}: {c.degenerate} (SQNR {c.sqnr_db:.1f} dB, "
+            failures.append(GateFailure(fmt, name, "degenerate", f"{where} carries no signal: {c.degenerate} "
+                                        f"(SQNR {c.sqnr_db:.1f} dB, "
                                         f"{c.distinct_values} distinct values)", fixes, saturated))
-        elif task is not None and task.passed is not None:
+        if task is not None and task.passed is not None:
             if not task.passed:
                 shown = ", ".join(f"{k} {_show(k, v)}" for k, v in task.values.items())
                 failures.append(GateFailure(fmt, name, "task", f"{where} ({task.task}): {shown}; needs {task.rule}",
                                             fixes, saturated))
-        elif not user_decides:
+        elif not user_decides and not c.degenerate:
             if c.sqnr_db < min_sqnr_db:
                 failures.append(GateFailure(fmt, name, "sqnr", f"{where}: SQNR {c.sqnr_db:.1f} dB < {min_sqnr_db:g} dB "
                                             f"({c.distinct_values} distinct values)", fixes, saturated))

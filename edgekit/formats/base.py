@@ -116,6 +116,9 @@ def read_samples(path: str) -> dict[str, Any]:
     return {"": np.load(path, mmap_mode="r")}
 
 
+_WRAPPER = re.compile(r"(Stateful)?PartitionedCall(_\d+)?|Func|input|_\d+")
+
+
 def layer_of(tensor_name: str, layer_names: list[str]) -> str:
     """The Keras layer a converted tensor came from (TF adds ``_1`` suffixes to layer scopes)."""
     known = set(layer_names)
@@ -126,7 +129,9 @@ def layer_of(tensor_name: str, layer_names: list[str]) -> str:
         base = re.sub(r"_\d+$", "", part)
         if base in known:
             return base
-    return parts[1] if len(parts) > 2 else tensor_name
+    # no layer list (a SavedModel): the scope just above the op, below the call wrappers
+    scopes = [p for p in parts[:-1] if not _WRAPPER.fullmatch(p)]
+    return scopes[-1] if len(scopes) >= 2 else (scopes[0] if scopes else tensor_name)
 
 
 def in_layer(node_name: str, layer: str) -> bool:

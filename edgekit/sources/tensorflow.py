@@ -78,6 +78,13 @@ def prepare(model_path: str, kind: str, export_dir: str) -> dict[str, Any]:
             f"cannot load SavedModel {saved_model}: {type(exc).__name__}: {first_line(exc)}"
         ) from None
     signature = loaded.signatures.get("serving_default")
+    if kind == "saved_model" and signature is not None and signature.captured_inputs:
+        frozen = _frozen_copy(signature, export_dir)
+        if frozen is not None:
+            info["frozen_from"] = saved_model
+            saved_model = frozen
+            loaded = tf.saved_model.load(saved_model)
+            signature = loaded.signatures["serving_default"]
     if signature is None:
         raise ModelSourceError(
             f"SavedModel {saved_model} has no 'serving_default' signature",
@@ -88,7 +95,40 @@ def prepare(model_path: str, kind: str, export_dir: str) -> dict[str, Any]:
     info["saved_model"] = saved_model
     info["inputs"] = [_describe(name, spec) for name, spec in sorted(kw_inputs.items())]
     info["outputs"] = [_describe(name, spec) for name, spec in sorted(outputs.items())]
+    if "output_layers" not in info:  # no Keras layers: --keep-float names an output by itself
+        info["output_layers"] = {o["name"]: o["name"] for o in info["outputs"]}
     return info
+
+
+def _frozen_copy(signature: Any, export_dir: str) -> str | None:
+    """The serving signature with its variables folded into constants, saved as a new SavedModel.
+
+    A SavedModel written by ``tf.saved_model.save(keras_model)`` reads its weights through
+    resource variables that TFLite's calibration cannot resolve (``READ_VARIABLE ... variable !=
+    nullptr``), and its op names are wrapped in ``StatefulPartitionedCall`` scopes. The frozen
+    copy converts, and keeps the layer scopes (``model/dense/MatMul``) that ``--explain`` and
+    ``--keep-float`` name. None when the graph cannot be frozen (the original is used).
+    """
+    import tensorflow as tf
+    from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
+
+    try:
+        frozen = convert_variables_to_constants_v2(signature)
+        specs = signature.structured_input_signature[1]
+        names = sorted(specs)
+        outputs = sorted(signature.structured_outputs)
+
+        @tf.function(input_signature=[tf.TensorSpec(specs[n].shape, specs[n].dtype, name=n) for n in names])
+        def serve(*args: Any) -> dict[str, Any]:
+            return dict(zip(outputs, frozen(*args)))
+
+        module = tf.Module()
+        module.serve = serve
+        target = str(Path(export_dir).with_name(Path(export_dir).name + "_frozen"))
+        tf.saved_model.save(module, target, signatures={"serving_default": serve.get_concrete_function()})
+        return target
+    except Exception:  # freezing is an improvement, never a requirement
+        return None
 
 
 def float_reference(prepared: dict[str, Any], inputs_npz: str, output_npz: str, batch_size: int = 64) -> None:

@@ -74,9 +74,11 @@ def models(tmp_path_factory):
 
 
 def package(models, name, *extra, formats=("tflite", "onnx")):
+    """These untrained models test how tensors travel, not INT8 accuracy (tests/build/test_gates.py
+    does): the gates still run and record their verdict, and the package is kept either way."""
     flags = [f for fmt in formats for f in ("--format", fmt)]
     result = edgekit_cli("package", models / f"{name}.keras", "-c", models / f"{name}.npz", *flags,
-                         "-o", models / "out", "--force", *extra)
+                         "-o", models / "out", "--force", "--allow-accuracy-drop", *extra)
     assert result.returncode == 0, result.stderr[-3000:]
     return models / "out" / f"{name}.edgekit"
 

@@ -198,8 +198,14 @@ def _layer_nodes(model: Any, layers: list[str]) -> tuple[list[tuple[str, str, st
     """Nodes that belong to the named layers (tf2onnx keeps TF scope names: model/LAYER_1/op)."""
     found: list[tuple[str, str, str]] = []
     missing = []
+    producer = {out: n for n in model.graph.node for out in n.output}
     for layer in layers:
         nodes = [(n.name, n.op_type, layer) for n in model.graph.node if in_layer(n.name, layer)]
+        node = producer.get(layer)  # a model output named by itself: the op computing it
+        while node is not None and node.op_type == "Identity" and node.input:
+            node = producer.get(node.input[0])
+        if node is not None and not nodes:
+            nodes = [(node.name, node.op_type, layer)]
         if not nodes:
             missing.append(layer)
         found.extend(nodes)

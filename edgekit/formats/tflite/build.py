@@ -193,7 +193,11 @@ def convert(
         raise _converter_error(exc) from None
     seconds = time.perf_counter() - started
     Path(output).write_bytes(model)
-    explained = _explain_layers(saved_model, read_samples(explain_npy), layer_names or []) if explain_npy else None
+    explained = None
+    if explain_npy:
+        _, output_tensors = _tensor_names(model)
+        named = {output_tensors[o]: layer for o, layer in (output_layers or {}).items() if output_tensors.get(o)}
+        explained = _explain_layers(saved_model, read_samples(explain_npy), layer_names or [], named)
     return {"tensorflow": tf.__version__, "ops": ops, "seconds": round(seconds, 3), "explain": explained}
 
 
@@ -260,8 +264,10 @@ def _dataset(samples: dict[str, Any]) -> Any:
     return generate
 
 
-def _explain_layers(saved_model: str, samples: dict[str, Any], layer_names: list[str]) -> list[dict[str, Any]]:
-    """Per-layer SQNR of the INT8 model's activations vs float (TFLite quantization debugger)."""
+def _explain_layers(saved_model: str, samples: dict[str, Any], layer_names: list[str],
+                    named: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    """Per-layer SQNR of the INT8 model's activations vs float (TFLite quantization debugger);
+    ``named``: the layer of tensors named after a model output rather than their layer."""
     import csv
     import io
 
@@ -285,7 +291,7 @@ def _explain_layers(saved_model: str, samples: dict[str, Any], layer_names: list
     for row in csv.DictReader(io.StringIO(buffer.getvalue())):
         value = float(row["sqnr"])
         rows.append({
-            "layer": layer_of(row["tensor_name"], layer_names),
+            "layer": (named or {}).get(row["tensor_name"]) or layer_of(row["tensor_name"], layer_names),
             "op": row["op_name"],
             "tensor": row["tensor_name"],
             "sqnr_db": value if np.isfinite(value) else None,

@@ -1,0 +1,52 @@
+"""SavedModel sources written by ``tf.saved_model.save(keras_model)``: they convert (their
+variables are frozen first), and ``--explain`` names layers that ``--keep-float`` accepts."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from tests.conftest import edgekit_cli, run_tf
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def saved_model(tmp_path_factory):
+    root = tmp_path_factory.mktemp("savedmodel")
+    run_tf(f"""
+        import keras, tensorflow as tf
+        keras.utils.set_random_seed(0)
+        image = keras.Input((16, 16, 3), name="image")
+        d = keras.layers.GlobalAveragePooling2D()(keras.layers.Conv2D(8, 3, activation="relu")(image))
+        boxes = keras.layers.Rescaling(300.0)(keras.layers.Dense(4, activation="sigmoid")(d))
+        scores = keras.layers.Dense(3, activation="softmax")(d)
+        model = keras.Model(image, keras.layers.Concatenate(name="detections")([boxes, scores]))
+        tf.saved_model.save(model, {str(root / "detector")!r})  # not model.export: variables stay resources
+    """)
+    np.save(root / "images.npy", np.random.default_rng(0).uniform(0, 1, (120, 16, 16, 3)).astype(np.float32))
+    return root
+
+
+def test_a_saved_model_with_resource_variables_converts_and_explains_with_usable_names(saved_model):
+    out = saved_model / "out"
+    result = edgekit_cli("package", saved_model / "detector", "-c", saved_model / "images.npy", "--format", "tflite",
+                         "--format", "onnx", "--explain", "--auto-fix", "-o", out, "--force")
+    assert result.returncode == 0, result.stderr[-3000:]  # TFLite calibration failed on READ_VARIABLE before
+    manifest = json.loads((out / "detector.edgekit" / "manifest.json").read_text())
+    rows = next(a for a in manifest["artifacts"] if a["format"] == "tflite")["details"]["explain"]
+    layers = {row["layer"] for row in rows}
+    assert not any("PartitionedCall" in layer or layer.startswith("functional") for layer in layers), layers
+    assert "output_0" in layers  # the concatenation computing the output, named by the output
+    # the collapsed score block was fixed by keeping the output's op in float
+    for fmt in ("tflite", "onnx"):
+        record = manifest["validation"]["artifacts"][fmt]
+        assert record["auto_fix"][0]["change"] == "--keep-float output_0" and record["passed"], record
+    # a layer the report names is one --keep-float takes
+    softmax = next(row["layer"] for row in rows if row["op"] == "SOFTMAX")
+    kept = edgekit_cli("package", saved_model / "detector", "-c", saved_model / "images.npy", "--keep-float",
+                       softmax, "--keep-float", "output_0", "-o", out, "--force")
+    assert kept.returncode == 0, kept.stderr[-3000:]
+    assert f"SOFTMAX ({softmax})" in kept.stdout
