@@ -1,7 +1,13 @@
 #!/usr/bin/env bash
 # Create/reuse .venv, install edgekit with its dev extras, run the whole test suite.
-# Extra arguments go to pytest (e.g. ./scripts/test.sh -m "not slow" -x).
+# Without arguments: every test not marked serial on 2 workers (pytest-xdist), then the serial
+# ones (timings and signals) alone. Extra arguments go to one plain pytest run instead
+# (e.g. ./scripts/test.sh -m "not slow" -x).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/_venv.sh dev
-exec python -m pytest "$@"
+if [ "$#" -gt 0 ]; then
+  exec python -m pytest "$@"
+fi
+python -m pytest -n "${EDGEKIT_TEST_WORKERS:-2}" -m "not serial"
+exec python -m pytest -m serial

@@ -16,3 +16,14 @@ def test_license_is_an_spdx_string_so_setuptools_prints_no_deprecation_banner():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())
     assert project["project"]["license"] == "Apache-2.0"
     assert any(r.startswith("setuptools>=77") for r in project["build-system"]["requires"])
+
+
+def test_every_test_file_is_collected():
+    """pytest skips folders named ``build`` by default, which once hid tests/build/ from every run."""
+    import subprocess
+
+    listed = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider"],
+                            cwd=ROOT, capture_output=True, text=True, timeout=300)
+    collected = {line.split("::")[0] for line in listed.stdout.splitlines() if "::" in line}
+    on_disk = {str(p.relative_to(ROOT)) for p in (ROOT / "tests").rglob("test_*.py")}
+    assert on_disk - collected == set(), listed.stdout[-2000:]

@@ -177,7 +177,13 @@ def _boxes_rows(output: np.ndarray, layout: str) -> list[np.ndarray]:
     if output.ndim == 2:
         rows = [row[None, :] for row in output]
     elif output.ndim == 3:
-        transposed = output.shape[1] < output.shape[2]
+        # the box attributes (4+C) lie along the axis long enough to hold them; when both are,
+        # along the shorter one (YOLOv8: 84 x 8400)
+        axis1, axis2 = output.shape[1], output.shape[2]
+        if (axis1 < minimum) != (axis2 < minimum):
+            transposed = axis2 < minimum
+        else:
+            transposed = axis1 < axis2
         rows = [sample.T if transposed else sample for sample in output]
     else:
         rows = []

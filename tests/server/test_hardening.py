@@ -56,6 +56,7 @@ def test_a_20000_pixel_square_png_is_a_400_and_counted(server, tmp_path):
     assert httpx.get(f"{url}/v2/health/live").status_code == 200
 
 
+@pytest.mark.serial
 def test_image_decoding_does_not_stall_other_requests(digits_all_package):
     """Three 25-megapixel uploads decode in worker threads while health checks keep being answered:
     the slowest health answer is far quicker than an upload (had decoding run on the event loop,
@@ -128,6 +129,7 @@ def _start_server(package, *extra: str) -> tuple[subprocess.Popen, int]:
     return proc, int(match.group(1))
 
 
+@pytest.mark.serial
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_shutdown_under_keep_alive_load_resets_nothing_and_exits_0(digits_package, sig):
     """8 keep-alive clients send requests back to back; on the signal the server keeps answering with
@@ -179,6 +181,7 @@ def test_shutdown_under_keep_alive_load_resets_nothing_and_exits_0(digits_packag
     assert "Traceback" not in proc.stderr.read()
 
 
+@pytest.mark.serial
 def test_readiness_turns_503_while_draining(digits_package):
     proc, port = _start_server(digits_package)
     url = f"http://127.0.0.1:{port}"
