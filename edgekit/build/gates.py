@@ -4,8 +4,9 @@ Every output of every artifact is judged, labels or not:
 
 1. outputs that carry no signal (constant) always fail;
 2. an output with a task metric (labels, ``--output-kind``) is judged by the task's rule;
-3. every other output needs SQNR >= ``--min-sqnr`` (20 dB by default), and so does the worst
-   group of channels of an output that mixes quantities (boxes 0..300 next to scores 0..1);
+3. every other output needs SQNR >= ``--min-sqnr`` (20 dB by default); the worst group of
+   channels of an output that mixes quantities (boxes 0..300 next to scores 0..1) needs it
+   too, task metric or not (collapsed scores may still pick the right class, but not rank);
 4. a ``--metric`` function that returns ``passed`` decides for the whole artifact (it replaces
    rule 3, since the user's task measure is the better judge).
 
@@ -63,10 +64,12 @@ def check(fmt: str, measured: Measured, min_sqnr_db: float, producers: dict[str,
                 shown = ", ".join(f"{k} {_show(k, v)}" for k, v in task.values.items())
                 failures.append(GateFailure(fmt, name, "task", f"{where} ({task.task}): {shown}; needs {task.rule}",
                                             fixes, saturated))
-        elif not user_decides and not c.degenerate:
-            if c.sqnr_db < min_sqnr_db:
-                failures.append(GateFailure(fmt, name, "sqnr", f"{where}: SQNR {c.sqnr_db:.1f} dB < {min_sqnr_db:g} dB "
-                                            f"({c.distinct_values} distinct values)", fixes, saturated))
+        elif not user_decides and not c.degenerate and c.sqnr_db < min_sqnr_db:
+            failures.append(GateFailure(fmt, name, "sqnr", f"{where}: SQNR {c.sqnr_db:.1f} dB < {min_sqnr_db:g} dB "
+                                        f"({c.distinct_values} distinct values)", fixes, saturated))
+        if not user_decides and not c.degenerate:
+            # a collapsed group of channels fails even when a task metric passes: scores squeezed to a
+            # few values can still pick the right class on the validation set, but they no longer rank
             worst = c.worst_slice
             if worst is not None and worst["sqnr_db"] < min_sqnr_db:
                 start, end = worst["channels"]
