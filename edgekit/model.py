@@ -111,6 +111,10 @@ class Model:
 
     def preprocess(self, inputs: Any) -> Any:
         """The model-ready batch(es) ``predict`` feeds: an array for a one-input model, else a dict."""
+        if isinstance(inputs, Mapping):  # by input name, whatever the number of inputs
+            self._check_names(inputs)
+            loaded = {p.spec.name: self._load(p, inputs[p.spec.name]) for p in self._ports}
+            return loaded if len(self._ports) > 1 else next(iter(loaded.values()))
         if len(self._ports) == 1:
             return self._load(self._ports[0], inputs)
         if not isinstance(inputs, Mapping):

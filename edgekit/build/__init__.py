@@ -89,7 +89,7 @@ def build_package(options: PackageOptions, progress: Progress | None = None) -> 
     plan = preflight(options, progress)
     metric = load_metric(options.metric) if options.metric else None
     with temp_dir(TEMP_PREFIX) as work:
-        loaded = load_source(source, kind, options, work, progress)
+        loaded = load_source(source, kind, options, work, progress, source_hints(options, plan))
         data = prepare_data(plan, options, loaded.described, progress)
         judging = Judging(kinds=resolve_kinds(options.output_kinds, loaded.described), metric_spec=options.metric,
                           metric=metric, max_accuracy_drop=options.max_accuracy_drop)
@@ -104,14 +104,32 @@ def build_package(options: PackageOptions, progress: Progress | None = None) -> 
     return result
 
 
-def load_source(source: Source, kind: str, options: PackageOptions, work: Path, progress: Progress) -> LoadedSource:
+def source_hints(options: PackageOptions, plan: Plan) -> dict[str, Any]:
+    """What a source without fixed input shapes (PyTorch TorchScript, factories) needs to trace
+    the model: ``--input-shape`` and the calibration arrays' sample shapes and dtypes."""
+    data = plan.calibration
+    arrays = data.named or ({"": data._x} if data._x is not None else {})
+    return {
+        "input_shapes": dict(options.input_shapes),
+        "sample_shapes": {name: list(x.shape[1:]) for name, x in arrays.items()},
+        "sample_dtypes": {name: str(x.dtype) for name, x in arrays.items()},
+    }
+
+
+def load_source(source: Source, kind: str, options: PackageOptions, work: Path, progress: Progress,
+                hints: dict[str, Any] | None = None) -> LoadedSource:
+    model = options.model if kind == "torch_factory" else str(Path(options.model).resolve())
+    if kind == "torch_factory":
+        file, _, function = options.model.rpartition(":")
+        model = f"{Path(file).resolve()}:{function}"
     with progress.step(f"Loading {kind} model {options.model}"):
         described = worker.call(
             source.prepare,
             what="loading the model",
-            model_path=str(Path(options.model).resolve()),
+            model_path=model,
             kind=kind,
             export_dir=str(work / "saved_model"),
+            hints=hints or {},
         )
     return LoadedSource(source, kind, described)
 

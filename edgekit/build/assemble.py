@@ -23,6 +23,12 @@ from .data import PreparedData
 from .options import PackageOptions
 
 
+def _model_file(model: str) -> str:
+    """The file a model spec names (``file.py:factory`` -> ``file.py``)."""
+    file, sep, function = model.rpartition(":")
+    return file if sep and file.endswith(".py") and function.isidentifier() else model
+
+
 def make_manifest(
     name: str,
     options: PackageOptions,
@@ -49,7 +55,8 @@ def make_manifest(
         name=name,
         edgekit_version=__version__,
         created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        source={"format": kind, "file": Path(options.model).name, "sha256": sha256_tree(options.model)},
+        source={"format": kind, "file": Path(options.model).name, "sha256": sha256_tree(_model_file(options.model)),
+                **{k: described[k] for k in ("onnx_exporter", "torch", "frozen_from") if k in described}},
         inputs=inputs,
         outputs=outputs,
         artifacts=artifacts,

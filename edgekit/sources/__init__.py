@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import re
 import pkgutil
 from pathlib import Path
 
@@ -16,7 +17,8 @@ from ..errors import ModelSourceError
 from .base import Source
 
 _FIRST = ("tensorflow", "onnx")
-_NOT_YET = {".tflite": "TFLite", ".pt": "PyTorch", ".pth": "PyTorch", ".pt2": "PyTorch", ".mlpackage": "CoreML"}
+_NOT_YET = {".tflite": "TFLite", ".mlpackage": "CoreML"}
+_FACTORY = re.compile(r"^(?P<file>.+\.py):(?P<function>[A-Za-z_]\w*)$")  # file.py:factory (PyTorch)
 
 
 def _discover() -> list[Source]:
@@ -36,14 +38,18 @@ def detect_source(path: str | os.PathLike[str]) -> tuple[Source, str]:
     """The source that reads the model at ``path`` and the model's kind; a clear error otherwise."""
     model = Path(path)
     accepts = "; ".join(s.accepts for s in SOURCES)
-    if not model.exists():
+    factory = _FACTORY.match(str(path))
+    if factory and not Path(factory["file"]).is_file():
+        raise ModelSourceError(f"model factory file {factory['file']} does not exist",
+                               hint="pass path/to/file.py:factory, where factory() returns the nn.Module")
+    if not model.exists() and not factory:
         raise ModelSourceError(f"model {model} does not exist", hint=f"pass a model: {accepts}")
     if model.suffix.lower() in _NOT_YET:
         raise ModelSourceError(
             f"{_NOT_YET[model.suffix.lower()]} models ({model.name}) are not supported as a source yet",
             hint="export the model from its framework as a Keras .keras file, a TF SavedModel or ONNX",
         )
-    if not model.is_dir() and not os.access(model, os.R_OK):
+    if not factory and not model.is_dir() and not os.access(model, os.R_OK):
         raise ModelSourceError(f"model {model} is not readable", hint="check the file's permissions")
     for source in SOURCES:
         try:

@@ -17,7 +17,7 @@ def detect(model: Path) -> str | None:
     return "onnx" if model.is_file() and model.suffix.lower() == ".onnx" else None
 
 
-def prepare(model_path: str, kind: str, export_dir: str) -> dict[str, Any]:
+def prepare(model_path: str, kind: str, export_dir: str, hints: dict[str, Any] | None = None) -> dict[str, Any]:
     """Check and describe the ONNX model (nothing to export: formats read it as it is)."""
     return describe_onnx(model_path)
 

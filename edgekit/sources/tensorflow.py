@@ -49,7 +49,7 @@ def detect(model: Path) -> str | None:
 # --- child-process side -------------------------------------------------------------------
 
 
-def prepare(model_path: str, kind: str, export_dir: str) -> dict[str, Any]:
+def prepare(model_path: str, kind: str, export_dir: str, hints: dict[str, Any] | None = None) -> dict[str, Any]:
     """Load the model, export a SavedModel (Keras sources) and describe its signature."""
     import tensorflow as tf
 

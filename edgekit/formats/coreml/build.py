@@ -67,6 +67,7 @@ class CoreMLBuilder(Builder):
             activations_mode=context.option("coreml_activations", "int8"),
             eval_npy=context.eval_npy,
             eval_output_npy=evaluated,
+            output_names=list(context.output_layers),
         )
         artifact = Artifact(
             target=self.name,
@@ -105,6 +106,7 @@ class CoreMLBuilder(Builder):
 def convert(
     source_path: str, source_format: str, saved_model: str | None, output: str, calibration_npy: str,
     activations_mode: str = "int8", eval_npy: str | None = None, eval_output_npy: str | None = None,
+    output_names: list[str] | None = None,
 ) -> dict[str, Any]:
     import coremltools as ct
     import coremltools.optimize.coreml as cto
@@ -121,6 +123,9 @@ def convert(
         source: dict[str, Any] = {}
         input_name = model.inputs[0].name
         outputs = len(model.outputs)
+    elif source_format.startswith("torch"):  # coremltools' PyTorch frontend, on the traced module
+        model, input_name, outputs = _traced_torch(source_path, source_format, samples)
+        source = {"source": "pytorch"}
     else:  # a SavedModel has several concrete functions; coremltools takes the serving one
         import tensorflow as tf
 
@@ -141,7 +146,9 @@ def convert(
             convert_to="mlprogram",
             minimum_deployment_target=getattr(ct.target, DEPLOYMENT_TARGET),
             inputs=inputs,
-            outputs=[ct.TensorType(dtype=np.float32)],  # iOS 16+ would default to float16 IO
+            # float32 IO (iOS 16+ would default to float16); PyTorch outputs get the source's names
+            outputs=[ct.TensorType(name=(output_names or [None])[0] if source_format.startswith("torch") else None,
+                                   dtype=np.float32)],
             **source,
         )
     except Exception as exc:
@@ -209,6 +216,24 @@ def convert(
         "inputs": [i.name for i in spec.description.input],
         "outputs": [o.name for o in spec.description.output],
     }
+
+
+def _traced_torch(source_path: str, source_format: str, samples: Any) -> tuple[Any, str, int]:
+    """The PyTorch model traced on one calibration sample (coremltools converts TorchScript), its
+    input name and its number of outputs."""
+    import torch
+
+    from ...sources.pytorch import _flatten, _load
+
+    module, names, _ = _load(source_path, source_format)
+    if len(names) != 1:
+        raise ConversionError("CoreML: models with several inputs are not supported yet",
+                              hint="package them for tflite and onnx (--format tflite --format onnx)")
+    example = torch.from_numpy(np.ascontiguousarray(samples[:1]))
+    with torch.no_grad():
+        produced = _flatten(module(example))
+        traced = module if isinstance(module, torch.jit.ScriptModule) else torch.jit.trace(module, example)
+    return traced.eval(), names[0], len(produced)
 
 
 def calibrate_activations_on_linux(mlmodel: Any, data: list[dict[str, np.ndarray]], config: Any) -> tuple[Any, dict]:

@@ -1,0 +1,236 @@
+"""PyTorch sources (build side): a ``torch.export`` program (``.pt2``), a TorchScript file
+(``.pt``/``.pth``/``.ts``) or ``path/to/file.py:factory`` (a function returning an ``nn.Module``
+with its weights).
+
+``prepare`` (a converter child: it imports torch) loads the model, runs it once on an example
+input to learn its outputs, and exports ONNX with a dynamic batch dimension: the dynamo exporter
+where it works, the TorchScript exporter otherwise (which one is recorded). Formats convert from
+that ONNX file. The float reference is the PyTorch model itself, never a conversion of it.
+
+Example input shapes come from the program (``.pt2``), ``--input-shape NAME=...`` or the
+calibration arrays; integer calibration arrays (token ids) give ``int64`` example inputs.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import re
+import zipfile
+from pathlib import Path
+from typing import Any
+
+from ..errors import ModelSourceError
+from .base import Source, first_line
+
+FACTORY = re.compile(r"^(?P<file>.+\.py):(?P<function>[A-Za-z_]\w*)$")
+TORCHSCRIPT_SUFFIXES = (".pt", ".pth", ".ts", ".torchscript")
+EXAMPLE_BATCH = 2  # the batch dimension is exported dynamic; 2 keeps exporters from specializing it to 1
+
+
+def detect(model: Path) -> str | None:
+    text = str(model)
+    if FACTORY.match(text):
+        return "torch_factory"
+    suffix = model.suffix.lower()
+    if suffix == ".pt2":
+        if not zipfile.is_zipfile(model):
+            raise ModelSourceError(f"{model} is not a torch.export program (a .pt2 file is a zip archive)",
+                                   hint="save it with torch.export.save(torch.export.export(model, args), 'model.pt2')")
+        return "torch_export"
+    if suffix in TORCHSCRIPT_SUFFIXES:
+        if not zipfile.is_zipfile(model):
+            raise ModelSourceError(
+                f"{model} is not a TorchScript file (a pickled state_dict or model cannot be loaded without its code)",
+                hint="save it with torch.jit.save(torch.jit.trace(model, example), 'model.pt'), or pass "
+                     "path/to/file.py:factory where factory() returns the nn.Module with its weights",
+            )
+        return "torchscript"
+    return None
+
+
+# --- child-process side -------------------------------------------------------------------
+
+
+def prepare(model_path: str, kind: str, export_dir: str, hints: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Load the PyTorch model, learn its inputs and outputs, export float ONNX next to ``export_dir``."""
+    import torch
+
+    hints = hints or {}
+    module, names, program = _load(model_path, kind)
+    example = _example_inputs(names, program, hints)
+    with torch.no_grad():
+        produced = module(*example)
+    outputs = _output_names(produced)
+    onnx_path = str(Path(export_dir).with_name("torch_export.onnx"))
+    exporter = _export_onnx(program if program is not None else module, example, names, outputs, onnx_path)
+    from .onnx import describe_onnx
+
+    info = describe_onnx(onnx_path)
+    info.update({
+        "torch": torch.__version__,
+        "torch_kind": kind,
+        "onnx_exporter": exporter,
+        "source_model": model_path,
+        "output_layers": {name: name for name in outputs},
+    })
+    return info
+
+
+def float_reference(prepared: dict[str, Any], inputs_npz: str, output_npz: str, batch_size: int = 64) -> None:
+    """Every output of the PyTorch model itself on ``inputs_npz``, saved by output name."""
+    import numpy as np
+    import torch
+
+    module, names, _ = _load(prepared["source_model"], prepared["torch_kind"])
+    outputs = [o["name"] for o in prepared["outputs"]]
+    with np.load(inputs_npz) as stored:
+        inputs = {name: stored[name] for name in stored.files}
+    total = len(next(iter(inputs.values())))
+    chunks: dict[str, list[Any]] = {name: [] for name in outputs}
+    with torch.no_grad():
+        for start in range(0, total, batch_size):
+            args = [torch.from_numpy(np.ascontiguousarray(inputs[n][start : start + batch_size])) for n in names]
+            produced = _flatten(module(*args))
+            for name, value in zip(outputs, produced):
+                chunks[name].append(value.detach().float().numpy())
+    np.savez(output_npz, **{name: np.concatenate(parts) for name, parts in chunks.items()})
+
+
+def _load(model_path: str, kind: str) -> tuple[Any, list[str], Any]:
+    """The callable model, its input names, and the torch.export program when there is one."""
+    import torch
+
+    try:
+        if kind == "torch_export":
+            program = torch.export.load(model_path)
+            names = [str(n) for n in program.graph_signature.user_inputs]
+            return program.module(), names, program
+        if kind == "torchscript":
+            module = torch.jit.load(model_path, map_location="cpu").eval()
+            names = [a.name for a in module.forward.schema.arguments[1:]]  # [0] is self
+            return module, names, None
+        match = FACTORY.match(model_path)
+        assert match is not None
+        module = _call_factory(match["file"], match["function"])
+        names = [p.name for p in inspect.signature(module.forward).parameters.values()
+                 if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        return module, names, None
+    except ModelSourceError:
+        raise
+    except Exception as exc:
+        raise ModelSourceError(f"cannot load {model_path} as a PyTorch model: {type(exc).__name__}: {first_line(exc)}",
+                               hint="save a torch.export program (.pt2), a TorchScript file, or pass "
+                                    "path/to/file.py:factory") from None
+
+
+def _call_factory(file: str, function: str) -> Any:
+    import torch
+
+    path = Path(file)
+    if not path.is_file():
+        raise ModelSourceError(f"model factory file {file} does not exist", hint="pass path/to/file.py:factory")
+    spec = importlib.util.spec_from_file_location(f"edgekit_model_{path.stem}", path)
+    assert spec is not None and spec.loader is not None
+    code = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(code)
+    factory = getattr(code, function, None)
+    if not callable(factory):
+        raise ModelSourceError(f"{file} has no function {function!r}", hint="define def factory() -> nn.Module")
+    module = factory()
+    if not isinstance(module, torch.nn.Module):
+        raise ModelSourceError(f"{file}:{function}() returned {type(module).__name__}, not a torch.nn.Module",
+                               hint="return the model with its weights loaded")
+    return module.eval()
+
+
+def _example_inputs(names: list[str], program: Any, hints: dict[str, Any]) -> list[Any]:
+    """One example tensor per input: --input-shape, else the calibration arrays' sample shape
+    (batch EXAMPLE_BATCH), else the program's own shapes."""
+    import torch
+
+    shapes: dict[str, list[int]] = dict(hints.get("input_shapes") or {})
+    samples: dict[str, list[int]] = dict(hints.get("sample_shapes") or {})
+    dtypes: dict[str, str] = dict(hints.get("sample_dtypes") or {})
+    if "" in samples and len(names) == 1:
+        samples[names[0]] = samples.pop("")
+        if "" in dtypes:
+            dtypes[names[0]] = dtypes.pop("")
+    found = []
+    for index, name in enumerate(names):
+        if name in shapes:
+            shape = list(shapes[name])
+        elif name in samples:
+            shape = [EXAMPLE_BATCH, *samples[name]]
+        elif program is not None:
+            shape = _program_shape(program, index)
+        else:
+            raise ModelSourceError(
+                f"the PyTorch model's input {name!r} has no known shape",
+                hint=f"pass --input-shape {name}=2x3x224x224 (any batch size), or calibrate with arrays "
+                     "(.npy/.npz) whose samples have the model's shape",
+            )
+        integer = dtypes.get(name, "float32").startswith(("int", "uint"))
+        found.append(torch.zeros(shape, dtype=torch.int64) if integer else torch.rand(shape))
+    return found
+
+
+def _program_shape(program: Any, index: int) -> list[int]:
+    placeholders = [n for n in program.graph.nodes if n.op == "placeholder"
+                    and n.name in {str(u) for u in program.graph_signature.user_inputs}]
+    value = placeholders[index].meta.get("val")
+    return [int(d) if isinstance(d, int) else EXAMPLE_BATCH for d in value.shape]
+
+
+def _flatten(produced: Any) -> list[Any]:
+    if isinstance(produced, dict):
+        return list(produced.values())
+    if isinstance(produced, (list, tuple)):
+        return [t for item in produced for t in _flatten(item)]
+    return [produced]
+
+
+def _output_names(produced: Any) -> list[str]:
+    """``output`` for one tensor, ``output_N`` for a tuple or list, the keys of a dict."""
+    if isinstance(produced, dict):
+        return [str(k) for k in produced]
+    flat = _flatten(produced)
+    return ["output"] if len(flat) == 1 and not isinstance(produced, (list, tuple)) else \
+        [f"output_{i}" for i in range(len(flat))]
+
+
+def _export_onnx(model: Any, example: list[Any], inputs: list[str], outputs: list[str], path: str) -> str:
+    """ONNX with a dynamic batch dimension: the dynamo exporter, else the TorchScript exporter."""
+    import torch
+
+    first_error = ""
+    if not isinstance(model, torch.jit.ScriptModule):
+        try:
+            batch = torch.export.Dim("batch", min=1, max=4096)
+            dynamic = None if isinstance(model, torch.export.ExportedProgram) else tuple({0: batch} for _ in example)
+            torch.onnx.export(model, tuple(example), path, dynamo=True, input_names=inputs, output_names=outputs,
+                              dynamic_shapes=dynamic, verbose=False)
+            return f"torch.onnx.export(dynamo=True), torch {torch.__version__}"
+        except Exception as exc:  # not every model exports with dynamo: fall back, keep the reason
+            first_error = f"{type(exc).__name__}: {first_line(exc)}"[:300]
+    module = model.module() if isinstance(model, torch.export.ExportedProgram) else model
+    try:
+        torch.onnx.export(module, tuple(example), path, dynamo=False, opset_version=17, input_names=inputs,
+                          output_names=outputs, dynamic_axes={n: {0: "batch"} for n in inputs + outputs})
+    except Exception as exc:
+        raise ModelSourceError(
+            f"PyTorch could not export the model to ONNX: {type(exc).__name__}: {first_line(exc)}"
+            + (f" (the dynamo exporter failed first: {first_error})" if first_error else ""),
+            hint="check that the model runs in eval mode on the example shape; see torch.onnx's documentation",
+        ) from None
+    reason = f" (dynamo exporter failed: {first_error})" if first_error else ""
+    return f"torch.onnx.export(dynamo=False), torch {torch.__version__}{reason}"
+
+
+SOURCE = Source(
+    name="torch",
+    accepts=".pt2 (torch.export), a TorchScript .pt, or file.py:factory",
+    detect=detect,
+    prepare=prepare,
+    float_reference=float_reference,
+)

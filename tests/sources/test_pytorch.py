@@ -1,0 +1,183 @@
+"""PyTorch sources: a factory file, a torch.export program and a TorchScript file become ONNX and
+CoreML artifacts validated against the PyTorch model itself, and run on the device path."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from tests.conftest import ROOT, assert_user_error, device_cli, edgekit_cli
+
+pytestmark = pytest.mark.slow
+torch = pytest.importorskip("torch")
+
+MODELS = '''
+import torch
+from torch import nn
+
+
+class ResidualCNN(nn.Module):
+    """Conv + BatchNorm + a residual block, class probabilities out."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU())
+        self.block = nn.Sequential(nn.Conv2d(8, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU())
+        self.head = nn.Linear(8, 5)
+
+    def forward(self, image):
+        x = self.stem(image)
+        x = x + self.block(x)
+        return torch.softmax(self.head(x.mean(dim=(2, 3))), dim=1)
+
+
+class TwoHeads(nn.Module):
+    """One input, two outputs: class scores and a regression value."""
+
+    def __init__(self):
+        super().__init__()
+        self.features = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten())
+        self.kind = nn.Linear(8, 4)
+        self.age = nn.Linear(8, 1)
+
+    def forward(self, photo):
+        f = self.features(photo)
+        return torch.softmax(self.kind(f), dim=1), self.age(f)
+
+
+def residual_cnn():
+    torch.manual_seed(0)
+    model = ResidualCNN()
+    with torch.no_grad():  # BatchNorm statistics as after training, not the identity defaults
+        for bn in (model.stem[1], model.block[1]):
+            bn.running_mean.uniform_(-0.2, 0.2)
+            bn.running_var.uniform_(0.5, 2.0)
+        model.head.weight.mul_(20)  # decisive class scores, as a trained head gives, not near-ties
+    return model.eval()
+
+
+def two_heads():
+    torch.manual_seed(1)
+    model = TwoHeads()
+    with torch.no_grad():
+        model.kind.weight.mul_(20)
+    return model.eval()
+'''
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    root = tmp_path_factory.mktemp("pytorch")
+    (root / "nets.py").write_text(MODELS)
+    code = f"""
+        import sys, torch
+        sys.path.insert(0, {str(root)!r})
+        import nets
+        model, x = nets.residual_cnn(), torch.rand(2, 3, 16, 16)
+        batch = torch.export.Dim("batch", min=1, max=1024)
+        program = torch.export.export(model, (x,), dynamic_shapes={{"image": {{0: batch}}}})
+        torch.export.save(program, {str(root / "residual.pt2")!r})
+        torch.jit.save(torch.jit.trace(model, x), {str(root / "residual_ts.pt")!r})
+    """
+    subprocess.run([sys.executable, "-c", textwrap.dedent(code)], check=True, cwd=ROOT)
+    rng = np.random.default_rng(0)
+
+    def photos(n):  # a colour per image plus texture: global pooling sees a different image each time
+        return (rng.uniform(0, 1, (n, 3, 1, 1)) + rng.normal(0, 0.1, (n, 3, 16, 16))).astype(np.float32)
+
+    np.save(root / "images.npy", photos(120))
+    np.savez(root / "photos.npz", photo=photos(120))
+    return root
+
+
+def torch_outputs(models, factory, x):
+    """The PyTorch model's own outputs, computed in a child (torch stays out of this process)."""
+    np.save(models / "probe.npy", x)
+    code = f"""
+        import sys, numpy as np, torch
+        sys.path.insert(0, {str(models)!r})
+        import nets
+        with torch.no_grad():
+            out = nets.{factory}()(torch.from_numpy(np.load({str(models / "probe.npy")!r})))
+        out = out if isinstance(out, tuple) else (out,)
+        np.savez({str(models / "probe_out.npz")!r}, *[o.numpy() for o in out])
+    """
+    subprocess.run([sys.executable, "-c", textwrap.dedent(code)], check=True)
+    with np.load(models / "probe_out.npz") as stored:
+        return [stored[f"arr_{i}"] for i in range(len(stored.files))]
+
+
+def package(models, model, data, *extra):
+    result = edgekit_cli("package", model, "-c", models / data, "-o", models / "out", "--force", *extra)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result
+
+
+def test_a_factory_file_packages_onnx_and_coreml_validated_against_pytorch(models):
+    result = package(models, f"{models / 'nets.py'}:residual_cnn", "images.npy", "--format", "onnx",
+                     "--format", "coreml")
+    manifest = json.loads((models / "out" / "nets.edgekit" / "manifest.json").read_text())
+    assert manifest["source"]["format"] == "torch_factory"
+    assert "torch.onnx.export" in manifest["source"]["onnx_exporter"]
+    assert manifest["validation"]["passed"] is True
+    for fmt in ("onnx", "coreml"):
+        record = manifest["validation"]["artifacts"][fmt]
+        assert record["measured"] and record["passed"] and record["sqnr_db"] >= 20, (fmt, record)
+    assert manifest["inputs"][0]["name"] == "image" and manifest["inputs"][0]["shape"][1:] == [3, 16, 16]
+    assert "│ coreml" in result.stdout and "│ onnx" in result.stdout
+    # the device path: python -m edgekit.run, NCHW arrays as the PyTorch model takes them
+    x = np.load(models / "images.npy")[:4]
+    np.save(models / "four.npy", x)
+    run = device_cli(models / "out" / "nets.edgekit", "-i", models / "four.npy", "--artifact", "onnx",
+                     "--output", models / "four_out.npy")
+    assert run.returncode == 0, run.stderr
+    expected = torch_outputs(models, "residual_cnn", x)[0]
+    got = np.load(models / "four_out.npy")
+    assert got.shape == expected.shape and np.abs(got - expected).max() < 0.05
+
+
+@pytest.mark.parametrize("file", ["residual.pt2", "residual_ts.pt"])
+def test_export_programs_and_torchscript_files_package_with_a_dynamic_batch(models, file):
+    package(models, models / file, "images.npy", "--format", "onnx", "--name", "residual")
+    manifest = json.loads((models / "out" / "residual.edgekit" / "manifest.json").read_text())
+    assert manifest["inputs"][0]["shape"][0] == -1  # the batch stays dynamic
+    assert manifest["validation"]["artifacts"]["onnx"]["sqnr_db"] >= 20
+    import edgekit
+
+    x = np.load(models / "images.npy")[:7]
+    with edgekit.load(models / "out" / "residual.edgekit", artifact="onnx") as model:
+        got = model.predict(x)
+    assert got.shape == (7, 5) and np.abs(got - torch_outputs(models, "residual_cnn", x)[0]).max() < 0.05
+
+
+def test_two_outputs_keep_their_names_and_order(models):
+    package(models, f"{models / 'nets.py'}:two_heads", "photos.npz", "--format", "onnx")
+    manifest = json.loads((models / "out" / "nets.edgekit" / "manifest.json").read_text())
+    assert [o["name"] for o in manifest["outputs"]] == ["output_0", "output_1"]
+    import edgekit
+
+    x = np.load(models / "photos.npz")["photo"][:5]
+    kind, age = torch_outputs(models, "two_heads", x)
+    with edgekit.load(models / "out" / "nets.edgekit") as model:
+        got = model.predict({"photo": x})
+    assert got["output_0"].shape == (5, 4) and got["output_1"].shape == (5, 1)
+    assert np.abs(got["output_0"] - kind).max() < 0.05 and np.abs(got["output_1"] - age).max() < 0.1
+
+
+def test_a_torchscript_model_without_a_known_input_shape_asks_for_one(models, tmp_path):
+    from PIL import Image
+
+    folder = tmp_path / "images"
+    folder.mkdir()
+    for i in range(3):
+        Image.fromarray(np.full((16, 16, 3), i * 40, np.uint8)).save(folder / f"{i}.png")
+    result = edgekit_cli("package", models / "residual_ts.pt", "-c", folder, "-o", tmp_path / "out")
+    assert_user_error(result, "input 'image' has no known shape", "--input-shape image=")
+    missing = edgekit_cli("package", f"{tmp_path}/absent.py:factory", "-c", models / "images.npy", "-o", tmp_path)
+    assert_user_error(missing, "absent.py does not exist")
