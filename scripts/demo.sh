@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Create/reuse .venv, install edgekit, package the bundled digits model for every format,
-# run each artifact this machine can run, benchmark them and print the comparison.
+# Create/reuse .venv, install edgekit, package the bundled digits models (Keras and PyTorch) for
+# every format each can build, run each artifact this machine can run, benchmark them and print
+# the comparison.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-source scripts/_venv.sh package,tflite,onnx
+source scripts/_venv.sh package,tflite,onnx,torch
 out="${DEMO_OUT:-out/demo}"
 mkdir -p "$out"
 
@@ -36,6 +37,23 @@ python -m edgekit.run "$out/digits.edgekit" --bench --sweep --runs 200 --min-sec
   --input "$out"/digit0_label*.npy --eval models/digits/data/eval.npz --report "$out/digits.bench.json"
 
 echo
-echo "== edgekit compare (one device: each configuration's latency; reports from several devices add speedups)"
-edgekit compare "$out/digits.bench.json" --html "$out/digits.bench.html"
+echo "== edgekit package: the PyTorch digits model (models/digits_torch/model.py:factory) -> ONNX and CoreML"
+echo "   (validated against the PyTorch model itself; TFLite from PyTorch is not built yet)"
+edgekit package models/digits_torch/model.py:factory --name digits_torch --format onnx --format coreml \
+  --calibration models/digits_torch/data/calibration.npz --eval models/digits_torch/data/eval.npz \
+  -o "$out" --force
+python - "$out" <<'PY'
+import sys
+from pathlib import Path
+import numpy as np
+with np.load("models/digits_torch/data/eval.npz") as data:
+    np.save(Path(sys.argv[1]) / "digit0_nchw.npy", data["x"][0])
+PY
+python -m edgekit.run "$out/digits_torch.edgekit" --bench --sweep --runs 200 --min-seconds 1 \
+  --input "$out/digit0_nchw.npy" --eval models/digits_torch/data/eval.npz --report "$out/digits_torch.bench.json"
+
+echo
+echo "== edgekit compare: both models' artifacts on this device (reports from several devices add speedups)"
+edgekit compare "$out/digits.bench.json" "$out/digits_torch.bench.json" --allow-different-models \
+  --html "$out/digits.bench.html"
 echo "HTML report with charts: $out/digits.bench.html"

@@ -152,9 +152,9 @@ def compare(
     for row in rows:
         if id(row) in base_ids:
             continue  # the baseline itself
-        match = next((b for b in base_rows if b.key == row.key), None)
+        match = next((b for b in base_rows if b.key == row.key and b.model == row.model), None)
         if match is None:
-            continue  # the baseline did not measure this configuration: no speedup to state
+            continue  # the baseline did not measure this configuration (of this model): no speedup to state
         row.speedup = float(np.median(match.samples) / np.median(row.samples))
         row.verdict = regression_verdict(match.samples, row.samples, threshold_pct or 0.0)
         row.verdict["baseline"] = match.label
@@ -165,6 +165,7 @@ def compare(
 
 def table_rows(comparison: Comparison) -> list[list[str]]:
     out = []
+    several_models = len({row.model for row in comparison.rows}) > 1  # --allow-different-models
     for row in comparison.rows:
         latency, result = row.result["latency"], row.result
         accuracy = (result.get("accuracy") or {}).get("accuracy")
@@ -173,7 +174,7 @@ def table_rows(comparison: Comparison) -> list[list[str]]:
         else:
             verdict = row.verdict["verdict"] if row.verdict else "no matching baseline configuration"
         out.append([
-            row.device + (" (throttled)" if row.throttled else ""),
+            row.device + (f" / {row.model}" if several_models else "") + (" (throttled)" if row.throttled else ""),
             str(row.config.get("artifact")),
             str(row.config.get("backend")),
             str(row.config.get("precision", "")),

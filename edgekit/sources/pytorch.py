@@ -8,7 +8,8 @@ where it works, the TorchScript exporter otherwise (which one is recorded). Form
 that ONNX file. The float reference is the PyTorch model itself, never a conversion of it.
 
 Example input shapes come from the program (``.pt2``), ``--input-shape NAME=...`` or the
-calibration arrays; integer calibration arrays (token ids) give ``int64`` example inputs.
+calibration arrays; signed integer calibration arrays (token ids) give ``int64`` example inputs,
+unsigned ones are pixels and give float inputs.
 """
 
 from __future__ import annotations
@@ -170,7 +171,7 @@ def _example_inputs(names: list[str], program: Any, hints: dict[str, Any]) -> li
                 hint=f"pass --input-shape {name}=2x3x224x224 (any batch size), or calibrate with arrays "
                      "(.npy/.npz) whose samples have the model's shape",
             )
-        integer = dtypes.get(name, "float32").startswith(("int", "uint"))
+        integer = dtypes.get(name, "float32").startswith("int")  # token ids; uint8/uint16 are pixels
         found.append(torch.zeros(shape, dtype=torch.int64) if integer else torch.rand(shape))
     return found
 

@@ -105,8 +105,12 @@ def test_different_models_are_refused_unless_allowed(tmp_path, capsys):
     write_report(make_report(model="mobilenet_v2"), tmp_path / "b.json")
     code, _, err = run_cli(capsys, "compare", tmp_path / "a.json", tmp_path / "b.json")
     assert code == 1 and "different models (digits, mobilenet_v2)" in err and "--allow-different-models" in err
-    code, _, _ = run_cli(capsys, "compare", tmp_path / "a.json", tmp_path / "b.json", "--allow-different-models")
+    code, out, _ = run_cli(capsys, "compare", tmp_path / "a.json", tmp_path / "b.json", "--allow-different-models",
+                           "--markdown")
     assert code == 0
+    rows = [line for line in out.splitlines() if "/ mobilenet_v2" in line]  # each row says its model
+    assert rows and all("regression" not in r and "x |" not in r.split("|")[-3] for r in rows), out  # no speedups
+    assert all("no matching baseline" in r for r in rows)
     with pytest.raises(EdgekitError, match="matches no report"):
         compare([str(tmp_path / "a.json")], baseline="nope")
 
