@@ -83,9 +83,13 @@ def call(
     what: str,
     timeout: float | None = None,
     on_progress: Callable[[int, int], None] | None = None,
+    python: str | None = None,
     **kwargs: Any,
 ) -> Any:
     """Run the module-level ``function`` with ``kwargs`` (JSON values) in a child; its result.
+
+    ``python``: another interpreter (a converter's own environment, ``edgekit.toolenv``); the
+    child then imports edgekit from this installation.
 
     Passed by reference, so a rename is caught where it is written, not at run time in a child.
     ``what`` names the step in error messages ("TFLite conversion"); ``on_progress(done,
@@ -99,9 +103,12 @@ def call(
         progress = Path(tmp) / "progress"
         request.write_text(json.dumps(kwargs))
         env = {**os.environ, **_QUIET_ENV, _PROGRESS_ENV: str(progress), _PARENT_ENV: str(os.getpid())}
+        if python is not None:
+            here = str(Path(__file__).resolve().parent.parent)
+            env["PYTHONPATH"] = os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH", "")) if p)
         with open(Path(tmp) / "stderr", "w+b") as stderr:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "edgekit.worker", target, str(request), str(response)],
+                [python or sys.executable, "-m", "edgekit.worker", target, str(request), str(response)],
                 env=env,
                 cwd=tmp,  # converters drop scratch files in the working directory (ORT's sym_shape_infer_temp.onnx)
                 stdout=subprocess.DEVNULL,

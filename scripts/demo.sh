@@ -37,9 +37,10 @@ python -m edgekit.run "$out/digits.edgekit" --bench --sweep --runs 200 --min-sec
   --input "$out"/digit0_label*.npy --eval models/digits/data/eval.npz --report "$out/digits.bench.json"
 
 echo
-echo "== edgekit package: the PyTorch digits model (models/digits_torch/model.py:factory) -> ONNX and CoreML"
-echo "   (validated against the PyTorch model itself; TFLite from PyTorch is not built yet)"
-edgekit package models/digits_torch/model.py:factory --name digits_torch --format onnx --format coreml \
+echo "== edgekit package: the PyTorch digits model (models/digits_torch/model.py:factory) -> TFLite, ONNX, CoreML"
+echo "   (validated against the PyTorch model itself; TFLite via litert-torch in its own environment, created on"
+echo "   first use; its final softmax stays float, hence --allow-float-ops)"
+edgekit package models/digits_torch/model.py:factory --name digits_torch --format all --allow-float-ops \
   --calibration models/digits_torch/data/calibration.npz --eval models/digits_torch/data/eval.npz \
   -o "$out" --force
 python - "$out" <<'PY'

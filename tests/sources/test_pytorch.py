@@ -120,26 +120,31 @@ def package(models, model, data, *extra):
 
 
 def test_a_factory_file_packages_onnx_and_coreml_validated_against_pytorch(models):
-    result = package(models, f"{models / 'nets.py'}:residual_cnn", "images.npy", "--format", "onnx",
-                     "--format", "coreml")
+    result = package(models, f"{models / 'nets.py'}:residual_cnn", "images.npy", "--format", "all",
+                     "--allow-float-ops")  # litert-torch leaves the final softmax in float
     manifest = json.loads((models / "out" / "nets.edgekit" / "manifest.json").read_text())
     assert manifest["source"]["format"] == "torch_factory"
     assert "torch.onnx.export" in manifest["source"]["onnx_exporter"]
     assert manifest["validation"]["passed"] is True
-    for fmt in ("onnx", "coreml"):
+    tflite = next(a for a in manifest["artifacts"] if a["format"] == "tflite")
+    assert "litert_torch" in tflite["converter"]["tool"] and tflite["io"]["inputs"][0]["dtype"] == "int8"
+    assert "SOFTMAX" in {op["op"] for op in tflite["float_ops"]}  # named, since --allow-float-ops kept them
+    assert "CONV_2D" not in {op["op"] for op in tflite["float_ops"]}
+    for fmt in ("tflite", "onnx", "coreml"):
         record = manifest["validation"]["artifacts"][fmt]
         assert record["measured"] and record["passed"] and record["sqnr_db"] >= 20, (fmt, record)
     assert manifest["inputs"][0]["name"] == "image" and manifest["inputs"][0]["shape"][1:] == [3, 16, 16]
-    assert "│ coreml" in result.stdout and "│ onnx" in result.stdout
-    # the device path: python -m edgekit.run, NCHW arrays as the PyTorch model takes them
+    assert "│ coreml" in result.stdout and "│ onnx" in result.stdout and "│ tflite" in result.stdout
+    # the device path: python -m edgekit.run, NCHW arrays as the PyTorch model takes them, on both runtimes
     x = np.load(models / "images.npy")[:4]
     np.save(models / "four.npy", x)
-    run = device_cli(models / "out" / "nets.edgekit", "-i", models / "four.npy", "--artifact", "onnx",
-                     "--output", models / "four_out.npy")
-    assert run.returncode == 0, run.stderr
     expected = torch_outputs(models, "residual_cnn", x)[0]
-    got = np.load(models / "four_out.npy")
-    assert got.shape == expected.shape and np.abs(got - expected).max() < 0.05
+    for artifact in ("tflite", "onnx"):
+        run = device_cli(models / "out" / "nets.edgekit", "-i", models / "four.npy", "--artifact", artifact,
+                         "--output", models / "four_out.npy")
+        assert run.returncode == 0, run.stderr
+        got = np.load(models / "four_out.npy")
+        assert got.shape == expected.shape and np.abs(got - expected).max() < 0.05, artifact
 
 
 @pytest.mark.parametrize("file", ["residual.pt2", "residual_ts.pt"])

@@ -33,6 +33,8 @@ class TFLiteBuilder(Builder):
     backend = "litert"
 
     def build(self, context: BuildContext, on_progress: Callable[[int, int], None] | None = None) -> BuildResult:
+        if context.source_kind.startswith("torch"):
+            return self._build_from_torch(context, on_progress)
         if context.saved_model is None:
             raise ModelSourceError(
                 "TFLite from an ONNX source is not supported yet",
@@ -81,6 +83,33 @@ class TFLiteBuilder(Builder):
                 "keep_float": list(context.keep_float),
                 **({"explain": info["explain"]} if info.get("explain") is not None else {}),
             },
+        ))
+
+
+    def _build_from_torch(self, context: BuildContext, on_progress: Callable[[int, int], None] | None) -> BuildResult:
+        """litert-torch in its own environment (PT2E static INT8), then the same checks as above."""
+        from ... import toolenv
+        from .from_torch import convert_torch
+
+        output = context.package_dir / ARTIFACT_PATH
+        output.parent.mkdir(parents=True, exist_ok=True)
+        python = toolenv.python_for(toolenv.LITERT_TORCH)
+        info = worker.call(
+            convert_torch, what="TFLite conversion (litert-torch)", timeout=context.timeout_s,
+            on_progress=on_progress, python=python, source_path=context.source_path, kind=context.source_kind,
+            calibration_npy=context.calibration_npy, output=str(output), output_names=list(context.output_layers),
+        )
+        float_ops = find_float_ops(str(output), list(context.layer_names))
+        if not context.allow_float_ops:
+            _refuse_unexpected_float_ops(float_ops, context.keep_float)
+        inputs, outputs = io_quantization(str(output))
+        return BuildResult(Artifact(
+            target=self.name, path=ARTIFACT_PATH, sha256=sha256_file(output), bytes=output.stat().st_size,
+            precision="int8" if not float_ops else "int8+float", inputs=inputs, outputs=outputs, float_ops=float_ops,
+            converter={"tool": "litert_torch.convert + PT2E static INT8 (symmetric, per-channel)",
+                       "torch": info["torch"], "litert_torch": info["litert_torch"], "calibration_method": "minmax",
+                       "seconds": info["seconds"]},
+            details={"keep_float": [], "environment": python},
         ))
 
 

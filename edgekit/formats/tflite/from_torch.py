@@ -1,0 +1,76 @@
+"""TFLite from a PyTorch source: litert-torch with PT2E static INT8 quantization (child side).
+
+Runs in litert-torch's own environment (``edgekit.toolenv.LITERT_TORCH``): the model is wrapped
+so that the LiteRT signature carries the source's input and output names, exported with
+``torch.export`` on one calibration sample (batch 1), prepared with litert-torch's symmetric
+per-channel PT2E quantizer, calibrated on every calibration sample, converted, and written.
+The result takes int8 inputs in the source's layout (NCHW for images: litert-torch inserts the
+transposes) and returns float outputs.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+from ... import worker
+from ..base import read_samples
+
+
+def convert_torch(source_path: str, kind: str, calibration_npy: str, output: str,
+                  output_names: list[str]) -> dict[str, Any]:
+    import litert_torch
+    import torch
+    from litert_torch.quantize.pt2e_quantizer import PT2EQuantizer, get_symmetric_quantization_config
+    from litert_torch.quantize.quant_config import QuantConfig
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+    from ...sources.pytorch import _flatten, _load
+
+    module, names, _ = _load(source_path, kind)
+    samples = read_samples(calibration_npy)
+    if list(samples) == [""]:
+        samples = {names[0]: samples[""]}
+
+    class Named(torch.nn.Module):
+        """The source model with keyword inputs and a dict of outputs: LiteRT's signature names."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.inner = module
+
+        def forward(self, **inputs: Any) -> dict[str, Any]:
+            produced = _flatten(self.inner(*[inputs[n] for n in names]))
+            return dict(zip(output_names, produced))
+
+    def sample(i: int) -> dict[str, Any]:
+        return {n: torch.from_numpy(_model_dtype(np.asarray(samples[n][i : i + 1]))) for n in names}
+
+    started = time.perf_counter()
+    total = len(next(iter(samples.values())))
+    quantizer = PT2EQuantizer().set_global(get_symmetric_quantization_config(is_per_channel=True, is_dynamic=False))
+    graph = torch.export.export(Named().eval(), (), sample(0)).module()
+    graph = prepare_pt2e(graph, quantizer)
+    with torch.no_grad():
+        for i in range(total):
+            if i % 10 == 0:
+                worker.report_progress(i, total)
+            graph(**sample(i))
+    worker.report_progress(total, total)
+    graph = convert_pt2e(graph, fold_quantize=False)
+    edge = litert_torch.convert(graph, (), sample_kwargs=sample(0), quant_config=QuantConfig(pt2e_quantizer=quantizer))
+    edge.export(output)
+    return {"torch": torch.__version__, "litert_torch": _version("litert-torch"),
+            "seconds": round(time.perf_counter() - started, 3)}
+
+
+def _model_dtype(x: np.ndarray) -> np.ndarray:
+    return x.astype(np.int64) if x.dtype.kind == "i" else x.astype(np.float32)
+
+
+def _version(name: str) -> str:
+    from importlib.metadata import version
+
+    return version(name)
