@@ -3,6 +3,10 @@
 
     .venv/bin/python scripts/bench_package.py [--threads 2] [--rounds 30] [--output out/bench/bench_package.json]
 
+Also packages the digits reference as a Keras and as a PyTorch model (models/digits,
+models/digits_torch) for every target: packaging time, converter seconds, size and accuracy per
+target for each source ("sources" in the JSON).
+
 Builds the model from models/mobilenet_v2/build.py, packages it with `edgekit.package
 --target all` (100 synthetic calibration images), converts the same SavedModel to float
 TFLite and float ONNX, and times float vs INT8 with the LiteRT interpreter and with ONNX
@@ -173,8 +177,34 @@ def main() -> None:
         "latency": latency,
         "validation_int8_vs_float": manifest.validation["artifacts"],
         "failed_targets": manifest.failed,
+        "sources": compare_sources(),
     }
     print_and_save(report, args.output)
+
+
+def compare_sources() -> dict[str, dict[str, object]]:
+    """The digits reference as a Keras model and as a PyTorch model: packaging time, and per
+    target the converter's seconds, the artifact's size and its accuracy (every format each
+    source builds; PyTorch's TFLite keeps litert-torch's float softmax, hence allow_float_ops)."""
+    digits, torch_digits = ROOT / "models" / "digits", ROOT / "models" / "digits_torch"
+    found = {}
+    with tempfile.TemporaryDirectory(prefix="edgekit-bench-sources-") as tmp:
+        for source, model, data in (("keras", digits / "digits.keras", digits / "data"),
+                                    ("pytorch", f"{torch_digits / 'model.py'}:factory", torch_digits / "data")):
+            started = time.perf_counter()
+            result = edgekit.package(str(model), str(data / "calibration.npz"), str(Path(tmp) / source),
+                                     eval=str(data / "eval.npz"), formats=list(FORMATS), allow_float_ops=True,
+                                     name=f"digits_{source}")
+            validation = result.manifest.validation["artifacts"]
+            found[source] = {
+                "package_all_targets_s": round(time.perf_counter() - started, 2),
+                "targets": {a.target: {"converter_s": a.converter.get("seconds"), "size_bytes": a.bytes,
+                                       "tool": a.converter.get("tool"), "float_ops": sorted({o["op"] for o in a.float_ops}),
+                                       "accuracy": validation[a.target].get("accuracy"),
+                                       "sqnr_db": validation[a.target].get("sqnr_db")}
+                            for a in result.manifest.artifacts},
+            }
+    return found
 
 
 if __name__ == "__main__":

@@ -108,7 +108,8 @@ class ONNXBuilder(Builder):
             outputs=[QuantParams(name=n, dtype="float32") for n in info["outputs"]],
             float_ops=[{"op": op, "layer": layer, "tensor": node} for node, op, layer in info["excluded_nodes"]],
             converter={
-                "tool": "tf2onnx + onnxruntime.quantization.quantize_static (QDQ)",
+                "tool": ("tf2onnx + " if tf2onnx_version else "")
+                + "onnxruntime.quantization.quantize_static (QDQ)",
                 "opset": info["opset"],
                 **({"upgraded_from_opset": info["upgraded_from_opset"]} if info.get("upgraded_from_opset") else {}),
                 "shape_inference": info.get("shape_inference", "symbolic"),
