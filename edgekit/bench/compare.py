@@ -166,11 +166,14 @@ def compare(
 def table_rows(comparison: Comparison) -> list[list[str]]:
     out = []
     several_models = len({row.model for row in comparison.rows}) > 1  # --allow-different-models
+    baseline_models = {r.model for r in comparison.rows if comparison.is_baseline(r)}
     for row in comparison.rows:
         latency, result = row.result["latency"], row.result
         accuracy = (result.get("accuracy") or {}).get("accuracy")
         if comparison.is_baseline(row):
             verdict = "baseline"
+        elif row.model not in baseline_models:
+            verdict = "another model: no speedup stated"
         else:
             verdict = row.verdict["verdict"] if row.verdict else "no matching baseline configuration"
         out.append([
