@@ -8,6 +8,7 @@ from rich.console import Console
 from rich.table import Table
 
 from .manifest import Manifest
+from .quantize.tasks import show_value
 
 
 def _pct(value: float | None) -> str:
@@ -47,23 +48,11 @@ def _task_notes(target: str, metrics: dict[str, Any]) -> list[str]:
     if metrics.get("metric"):
         results.append(("", metrics["metric"]))
     for name, task in results:
-        shown = ", ".join(f"{k} {_value(k, v)}" for k, v in task["values"].items())
+        shown = ", ".join(f"{k} {show_value(k, v)}" for k, v in task["values"].items())
         verdict = {True: "passes", False: "FAILS", None: "not gated"}[task.get("passed")]
         where = f"output {name!r} " if name else ""
         notes.append(f"{target}: {where}{task['task']}: {shown}: {verdict} ({task['rule']})")
     return notes
-
-
-def _value(key: str, value: Any) -> str:
-    if value is None:
-        return "n/a"
-    if key.endswith("_pp"):
-        return f"{value:.2f} pp"
-    if key in ("float_detections", "int8_detections", "classes"):
-        return f"{value:.0f}"
-    if key != "score_threshold" and 0 <= value <= 1:
-        return f"{100 * value:.1f}%"
-    return f"{value:.4g}"
 
 
 def _quantization_note(target: str, metrics: dict[str, Any]) -> list[str]:

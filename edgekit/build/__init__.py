@@ -107,8 +107,7 @@ def build_package(options: PackageOptions, progress: Progress | None = None) -> 
 def source_hints(options: PackageOptions, plan: Plan) -> dict[str, Any]:
     """What a source without fixed input shapes (PyTorch TorchScript, factories) needs to trace
     the model: ``--input-shape`` and the calibration arrays' sample shapes and dtypes."""
-    data = plan.calibration
-    arrays = data.named or ({"": data._x} if data._x is not None else {})
+    arrays = plan.calibration.arrays
     return {
         "input_shapes": dict(options.input_shapes),
         "sample_shapes": {name: list(x.shape[1:]) for name, x in arrays.items()},
@@ -118,8 +117,8 @@ def source_hints(options: PackageOptions, plan: Plan) -> dict[str, Any]:
 
 def load_source(source: Source, kind: str, options: PackageOptions, work: Path, progress: Progress,
                 hints: dict[str, Any] | None = None) -> LoadedSource:
-    model = options.model if kind == "torch_factory" else str(Path(options.model).resolve())
-    if kind == "torch_factory":
+    model = str(Path(options.model).resolve())
+    if kind == "torch_factory":  # file.py:factory: resolve the file, keep the function
         file, _, function = options.model.rpartition(":")
         model = f"{Path(file).resolve()}:{function}"
     with progress.step(f"Loading {kind} model {options.model}"):
@@ -274,8 +273,7 @@ def assemble(plan: Plan, options: PackageOptions, loaded: LoadedSource, data: Pr
                              [o.built.artifact for o in built], validation, failed, methods)
     failed_gates = [f for o in built for f in o.failures]
     if failed_gates and not options.allow_accuracy_drop:
-        raise AccuracyDropError(failure_message(failed_gates, options.min_sqnr_db, options.max_accuracy_drop),
-                                hint=failure_hint(failed_gates))
+        raise AccuracyDropError(failure_message(failed_gates), hint=failure_hint())
     for f in failed_gates:
         progress.warn(f"{f.format} failed validation (kept because of --allow-accuracy-drop): {f.what}")
     write_package_files(staged, manifest, data.labels, options.sign_key)

@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from ..devices import int8_kernel_features
+from ..quantize.tasks import show_value
 from .validate import Measured
 
 DEFAULT_MIN_SQNR_DB = 20.0
@@ -48,8 +49,9 @@ def check(fmt: str, measured: Measured, min_sqnr_db: float, producers: dict[str,
     """Every gate this artifact fails; ``producers`` names the layer that computes each output."""
     failures = []
     user_decides = measured.metric is not None and measured.metric.passed is not None
+    saturation = saturated_outputs(measured)
     for name, c in measured.outputs.items():
-        saturated = name in saturated_outputs(measured)
+        saturated = name in saturation
         where = f"output {name!r}" if len(measured.outputs) > 1 or name else "the output"
         collapsed = c.worst_slice is not None and c.worst_slice["sqnr_db"] < min_sqnr_db
         # a group of channels collapsed by a shared scale: the layer that joins them is the first suspect
@@ -61,7 +63,7 @@ def check(fmt: str, measured: Measured, min_sqnr_db: float, producers: dict[str,
                                         f"{c.distinct_values} distinct values)", fixes, saturated))
         if task is not None and task.passed is not None:
             if not task.passed:
-                shown = ", ".join(f"{k} {_show(k, v)}" for k, v in task.values.items())
+                shown = ", ".join(f"{k} {show_value(k, v)}" for k, v in task.values.items())
                 failures.append(GateFailure(fmt, name, "task", f"{where} ({task.task}): {shown}; needs {task.rule}",
                                             fixes, saturated))
         elif not user_decides and not c.degenerate and c.sqnr_db < min_sqnr_db:
@@ -83,7 +85,7 @@ def check(fmt: str, measured: Measured, min_sqnr_db: float, producers: dict[str,
     if measured.metric is not None and measured.metric.passed is False:
         shown = ", ".join(f"{k} {v:.4g}" for k, v in measured.metric.values.items())
         failures.append(GateFailure(fmt, None, "metric", f"{measured.metric.task}: {shown} (passed: False)",
-                                    _fixes(fmt, bool(saturated_outputs(measured)), None)))
+                                    _fixes(fmt, bool(saturation), None)))
     return failures
 
 
@@ -122,7 +124,7 @@ def _fixes(fmt: str, saturated: bool, producer: str | None) -> tuple[str, ...]:
     return tuple(fixes)
 
 
-def failure_message(failures: list[GateFailure], min_sqnr_db: float, max_accuracy_drop: float) -> str:
+def failure_message(failures: list[GateFailure]) -> str:
     """One line per failed gate with its fix; the error says no package was written."""
     lines = []
     for f in failures:
@@ -131,16 +133,6 @@ def failure_message(failures: list[GateFailure], min_sqnr_db: float, max_accurac
     return "INT8 validation failed: " + "; ".join(lines) + "; no package was written"
 
 
-def failure_hint(failures: list[GateFailure]) -> str:
+def failure_hint() -> str:
     return ("--auto-fix tries the fixes listed above and keeps what passes; --explain shows the worst layers for "
             "--keep-float; --allow-accuracy-drop keeps the package as it is (recorded as failed in the manifest)")
-
-
-def _show(key: str, value: float) -> str:
-    if key.endswith("_pp"):
-        return f"{value:.2f} pp"
-    if key in ("float_detections", "int8_detections", "classes"):
-        return f"{value:.0f}"
-    if 0 <= value <= 1 and key != "score_threshold":
-        return f"{100 * value:.1f}%"
-    return f"{value:.4g}"

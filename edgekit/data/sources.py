@@ -66,6 +66,11 @@ class DataSource:
         return self._x.dtype if self._x is not None else next(iter(self.named.values())).dtype
 
     @property
+    def arrays(self) -> dict[str, np.ndarray]:
+        """The raw arrays by input name (``""``: one unnamed array); empty for image folders."""
+        return dict(self.named) if self.named else ({"": self._x} if self._x is not None else {})
+
+    @property
     def sample_shape(self) -> tuple[int, ...] | None:
         return None if self._x is None else tuple(self._x.shape[1:])
 

@@ -241,6 +241,19 @@ def _greedy_matches(reference: np.ndarray, candidate: np.ndarray) -> list[tuple[
         table[:, j] = -1
 
 
+def show_value(key: str, value: float | None) -> str:
+    """A task metric's number as the table and the error line print it (fractions as percent)."""
+    if value is None:
+        return "n/a"
+    if key.endswith("_pp"):
+        return f"{value:.2f} pp"
+    if key in ("float_detections", "int8_detections", "classes"):
+        return f"{value:.0f}"
+    if key != "score_threshold" and 0 <= value <= 1:
+        return f"{100 * value:.1f}%"
+    return f"{value:.4g}"
+
+
 # --- --metric module:function ---------------------------------------------------------------
 
 
