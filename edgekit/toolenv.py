@@ -33,11 +33,13 @@ class Tool:
 
 
 # torch stays at the build machine's local CPU wheel (any looser pin pulls GB of CUDA packages);
-# ai-edge-litert 2.3 is what litert-torch 0.10 requires and what edgekit's runtime uses.
+# ai-edge-litert 2.3 is what litert-torch 0.10 requires and what edgekit's runtime uses; onnx reads
+# ONNX sources (edgekit.sources.onnx_torch), at the version the build environment has.
 LITERT_TORCH = Tool(
     name="litert-torch",
-    requirements=("litert-torch==0.10.0", "torch==2.13.0", "ai-edge-litert>=2.3,<2.4", "numpy>=1.26"),
-    why="PyTorch -> TFLite (LiteRT) conversion with static INT8 (PT2E) quantization",
+    requirements=("litert-torch==0.10.0", "torch==2.13.0", "ai-edge-litert>=2.3,<2.4", "numpy>=1.26",
+                  "onnx==1.23.2"),
+    why="PyTorch and ONNX -> TFLite (LiteRT) conversion with static INT8 (PT2E) quantization",
 )
 
 

@@ -165,6 +165,7 @@ def build_context(options: PackageOptions, loaded: LoadedSource, data: PreparedD
         source_kind=loaded.kind,
         layer_names=tuple(loaded.described["layers"]),
         output_layers=MappingProxyType(dict(loaded.described.get("output_layers") or {})),
+        output_names=tuple(o["name"] for o in loaded.described["outputs"]),
         keep_float=tuple(options.keep_float),
         allow_float_ops=options.allow_float_ops,
         explain_npy=explain_npy,

@@ -70,9 +70,10 @@ class BuildContext:
     saved_model: str | None = None  # float SavedModel exported from a TensorFlow source
     onnx_model: str | None = None  # the model itself when the source is ONNX
     source_path: str = ""
-    source_kind: str = ""  # keras, h5, saved_model, onnx
+    source_kind: str = ""  # keras, h5, saved_model, onnx, torch_export, torchscript, torch_factory
     layer_names: tuple[str, ...] = ()  # to name layers in op errors
     output_layers: Mapping[str, str] = field(default_factory=dict)  # model output name -> the layer computing it
+    output_names: tuple[str, ...] = ()  # the model's outputs, in order
     keep_float: tuple[str, ...] = ()  # layers to leave in float
     allow_float_ops: bool = False
     explain_npy: str | None = None  # samples for the per-layer error report (--explain); None = no report

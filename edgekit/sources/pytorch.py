@@ -98,10 +98,19 @@ def float_reference(prepared: dict[str, Any], inputs_npz: str, output_npz: str, 
     np.savez(output_npz, **{name: np.concatenate(parts) for name, parts in chunks.items()})
 
 
-def _load(model_path: str, kind: str) -> tuple[Any, list[str], Any]:
-    """The callable model, its input names, and the torch.export program when there is one."""
+def _load(model_path: str, kind: str, example: dict[str, Any] | None = None) -> tuple[Any, list[str], Any]:
+    """The callable model, its input names, and the torch.export program when there is one.
+
+    An ONNX model (``kind="onnx"``) becomes a module specialised to the shapes of ``example``
+    (arrays by input name; ``""`` for a one-input model)."""
     import torch
 
+    if kind == "onnx":
+        from . import onnx_torch
+
+        names = onnx_torch.input_names(model_path)
+        shaped = {names[0]: example[""]} if example and list(example) == [""] else dict(example or {})
+        return onnx_torch.load(model_path, shaped).eval(), names, None
     try:
         if kind == "torch_export":
             program = torch.export.load(model_path)

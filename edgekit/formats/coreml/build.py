@@ -46,11 +46,6 @@ class CoreMLBuilder(Builder):
     unmeasured_reason = "CoreML prediction runs only on macOS and the MIL evaluator does not cover this model"
 
     def build(self, context: BuildContext, on_progress: Callable[[int, int], None] | None = None) -> BuildResult:
-        if context.source_kind == "onnx":
-            raise ModelSourceError(
-                "CoreML from an ONNX source is not supported yet",
-                hint="package the Keras/SavedModel source for CoreML, or use --format onnx",
-            )
         output = context.package_dir / ARTIFACT_PATH
         output.parent.mkdir(parents=True, exist_ok=True)
         evaluated = str(Path(context.workdir) / "coreml.eval_outputs.npy") if context.eval_npy else None
@@ -67,7 +62,7 @@ class CoreMLBuilder(Builder):
             activations_mode=context.option("coreml_activations", "int8"),
             eval_npy=context.eval_npy,
             eval_output_npy=evaluated,
-            output_names=list(context.output_layers),
+            output_names=list(context.output_names),
         )
         artifact = Artifact(
             target=self.name,
@@ -123,7 +118,7 @@ def convert(
         source: dict[str, Any] = {}
         input_name = model.inputs[0].name
         outputs = len(model.outputs)
-    elif source_format.startswith("torch"):  # coremltools' PyTorch frontend, on the traced module
+    elif source_format.startswith("torch") or source_format == "onnx":  # coremltools' PyTorch frontend, traced
         model, input_name, outputs = _traced_torch(source_path, source_format, samples)
         source = {"source": "pytorch"}
     else:  # a SavedModel has several concrete functions; coremltools takes the serving one
@@ -147,7 +142,7 @@ def convert(
             minimum_deployment_target=getattr(ct.target, DEPLOYMENT_TARGET),
             inputs=inputs,
             # float32 IO (iOS 16+ would default to float16); PyTorch outputs get the source's names
-            outputs=[ct.TensorType(name=(output_names or [None])[0] if source_format.startswith("torch") else None,
+            outputs=[ct.TensorType(name=(output_names or [None])[0] if source.get("source") == "pytorch" else None,
                                    dtype=np.float32)],
             **source,
         )
@@ -219,13 +214,13 @@ def convert(
 
 
 def _traced_torch(source_path: str, source_format: str, samples: Any) -> tuple[Any, str, int]:
-    """The PyTorch model traced on one calibration sample (coremltools converts TorchScript), its
-    input name and its number of outputs."""
+    """The PyTorch model (or the ONNX model as a PyTorch module) traced on one calibration sample
+    (coremltools converts TorchScript), its input name and its number of outputs."""
     import torch
 
     from ...sources.pytorch import _flatten, _load
 
-    module, names, _ = _load(source_path, source_format)
+    module, names, _ = _load(source_path, source_format, example={"": np.asarray(samples[:1])})
     if len(names) != 1:
         raise ConversionError("CoreML: models with several inputs are not supported yet",
                               hint="package them for tflite and onnx (--format tflite --format onnx)")

@@ -33,13 +33,8 @@ class TFLiteBuilder(Builder):
     backend = "litert"
 
     def build(self, context: BuildContext, on_progress: Callable[[int, int], None] | None = None) -> BuildResult:
-        if context.source_kind.startswith("torch"):
+        if context.saved_model is None:  # PyTorch and ONNX sources
             return self._build_from_torch(context, on_progress)
-        if context.saved_model is None:
-            raise ModelSourceError(
-                "TFLite from an ONNX source is not supported yet",
-                hint="package the Keras/SavedModel source for TFLite, or use --format onnx",
-            )
         output = context.package_dir / ARTIFACT_PATH
         output.parent.mkdir(parents=True, exist_ok=True)
         info = worker.call(
@@ -87,7 +82,8 @@ class TFLiteBuilder(Builder):
 
 
     def _build_from_torch(self, context: BuildContext, on_progress: Callable[[int, int], None] | None) -> BuildResult:
-        """litert-torch in its own environment (PT2E static INT8), then the same checks as above."""
+        """litert-torch in its own environment (PT2E static INT8), then the same checks as above. An
+        ONNX source gets there as a PyTorch module (``edgekit.sources.onnx_torch``)."""
         from ... import toolenv
         from .from_torch import convert_torch
 
@@ -97,7 +93,7 @@ class TFLiteBuilder(Builder):
         info = worker.call(
             convert_torch, what="TFLite conversion (litert-torch)", timeout=context.timeout_s,
             on_progress=on_progress, python=python, source_path=context.source_path, kind=context.source_kind,
-            calibration_npy=context.calibration_npy, output=str(output), output_names=list(context.output_layers),
+            calibration_npy=context.calibration_npy, output=str(output), output_names=list(context.output_names),
         )
         float_ops = find_float_ops(str(output), list(context.layer_names))
         if not context.allow_float_ops:
@@ -106,7 +102,8 @@ class TFLiteBuilder(Builder):
         return BuildResult(Artifact(
             target=self.name, path=ARTIFACT_PATH, sha256=sha256_file(output), bytes=output.stat().st_size,
             precision="int8" if not float_ops else "int8+float", inputs=inputs, outputs=outputs, float_ops=float_ops,
-            converter={"tool": "litert_torch.convert + PT2E static INT8 (symmetric, per-channel)",
+            converter={"tool": ("edgekit ONNX -> PyTorch module, then " if context.source_kind == "onnx" else "")
+                       + "litert_torch.convert + PT2E static INT8 (symmetric, per-channel)",
                        "torch": info["torch"], "litert_torch": info["litert_torch"], "calibration_method": "minmax",
                        "seconds": info["seconds"]},
             details={"keep_float": [], "environment": python},

@@ -29,8 +29,8 @@ def convert_torch(source_path: str, kind: str, calibration_npy: str, output: str
 
     from ...sources.pytorch import _flatten, _load
 
-    module, names, _ = _load(source_path, kind)
     samples = read_samples(calibration_npy)
+    module, names, _ = _load(source_path, kind, example={k: np.asarray(v[:1]) for k, v in samples.items()})
     if list(samples) == [""]:
         samples = {names[0]: samples[""]}
 
