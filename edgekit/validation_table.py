@@ -64,6 +64,20 @@ def _quantization_note(target: str, metrics: dict[str, Any]) -> list[str]:
             f"fusion), {_num(fused, '.1f')} dB on this CPU's fused int8 kernels"]
 
 
+def _conversion_line(validation: dict[str, Any]) -> str | None:
+    """The float conversion of each format vs the source: where a loss happened before INT8."""
+    parts = []
+    for target, metrics in (validation.get("artifacts") or {}).items():
+        conversion = metrics.get("float_conversion")
+        if conversion:
+            value = conversion.get("sqnr_db")
+            parts.append(f"{target} {'inf' if value is None else format(value, '.1f')} dB")
+    if not parts:
+        return None
+    return ("float conversion vs the source, before quantization (SQNR): " + ", ".join(parts)
+            + "; the INT8 SQNR above includes it")
+
+
 def _fix_notes(target: str, metrics: dict[str, Any]) -> list[str]:
     notes = []
     for attempt in metrics.get("auto_fix") or []:
@@ -123,6 +137,9 @@ def render(manifest: Manifest, console: Console | None = None) -> None:
         table.add_row(failure["target"], "failed", "", "", "", "", "", "", "")
         notes.append(f"{failure['target']} failed: {failure['error']}")
     console.print(table)
+    conversion = _conversion_line(validation)
+    if conversion:
+        notes.insert(0, conversion)
     for note in notes:
         console.print(note, highlight=False)
     measured = [a for a in validation.get("artifacts", {}).values() if a.get("measured")]

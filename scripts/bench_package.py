@@ -183,14 +183,17 @@ def main() -> None:
 
 
 def compare_sources() -> dict[str, dict[str, object]]:
-    """The digits reference as a Keras model and as a PyTorch model: packaging time, and per
-    target the converter's seconds, the artifact's size and its accuracy (every format each
-    source builds; PyTorch's TFLite keeps litert-torch's float softmax, hence allow_float_ops)."""
+    """The digits reference as a Keras model, as a PyTorch model and as that model's ONNX export:
+    packaging time, and per target the converter's seconds, the artifact's size, its accuracy and
+    the float conversion's SQNR (PyTorch's and ONNX's TFLite keep litert-torch's float softmax,
+    hence allow_float_ops)."""
     digits, torch_digits = ROOT / "models" / "digits", ROOT / "models" / "digits_torch"
     found = {}
     with tempfile.TemporaryDirectory(prefix="edgekit-bench-sources-") as tmp:
+        onnx_file = _export_torch_digits_to_onnx(torch_digits, Path(tmp))
         for source, model, data in (("keras", digits / "digits.keras", digits / "data"),
-                                    ("pytorch", f"{torch_digits / 'model.py'}:factory", torch_digits / "data")):
+                                    ("pytorch", f"{torch_digits / 'model.py'}:factory", torch_digits / "data"),
+                                    ("onnx", onnx_file, torch_digits / "data")):
             started = time.perf_counter()
             result = edgekit.package(str(model), str(data / "calibration.npz"), str(Path(tmp) / source),
                                      eval=str(data / "eval.npz"), formats=list(FORMATS), allow_float_ops=True,
@@ -201,10 +204,26 @@ def compare_sources() -> dict[str, dict[str, object]]:
                 "targets": {a.target: {"converter_s": a.converter.get("seconds"), "size_bytes": a.bytes,
                                        "tool": a.converter.get("tool"), "float_ops": sorted({o["op"] for o in a.float_ops}),
                                        "accuracy": validation[a.target].get("accuracy"),
-                                       "sqnr_db": validation[a.target].get("sqnr_db")}
+                                       "sqnr_db": validation[a.target].get("sqnr_db"),
+                                       "float_conversion_sqnr_db": (validation[a.target].get("float_conversion")
+                                                                    or {}).get("sqnr_db")}
                             for a in result.manifest.artifacts},
             }
     return found
+
+
+def _export_torch_digits_to_onnx(torch_digits: Path, folder: Path) -> Path:
+    """The PyTorch digits model as a user would export it (torch.onnx.export, dynamic batch)."""
+    output = folder / "digits_onnx.onnx"
+    code = f"""
+import sys, torch
+sys.path.insert(0, {str(torch_digits)!r})
+import model
+torch.onnx.export(model.factory(), (torch.rand(2, 1, 8, 8),), {str(output)!r}, dynamo=False, opset_version=17,
+                  input_names=["x"], output_names=["probs"], dynamic_axes={{"x": {{0: "n"}}}})
+"""
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=torch_digits, capture_output=True)
+    return output
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ artifact on saturating x86 kernels). 20 dB sits between the two with margin on b
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from ..devices import int8_kernel_features
@@ -82,11 +82,22 @@ def check(fmt: str, measured: Measured, min_sqnr_db: float, producers: dict[str,
                     f"groups of different magnitude sharing one INT8 scale): SQNR {worst['sqnr_db']:.1f} dB < "
                     f"{min_sqnr_db:g} dB, {worst['distinct_values']} distinct values",
                     fixes, saturated, (start, end)))
+    failures = [_blame_conversion(f, measured, min_sqnr_db) for f in failures]
     if measured.metric is not None and measured.metric.passed is False:
         shown = ", ".join(f"{k} {v:.4g}" for k, v in measured.metric.values.items())
         failures.append(GateFailure(fmt, None, "metric", f"{measured.metric.task}: {shown} (passed: False)",
                                     _fixes(fmt, bool(saturation), None)))
     return failures
+
+
+def _blame_conversion(failure: GateFailure, measured: Measured, min_sqnr_db: float) -> GateFailure:
+    """Say so when the float conversion alone already fails the floor: no INT8 fix will help."""
+    conversion = (measured.conversion or {}).get(failure.output) if failure.output is not None else None
+    if conversion is None or not conversion.sqnr_db < min_sqnr_db:
+        return failure
+    what = (f"{failure.what}; the float {failure.format} conversion alone gives {conversion.sqnr_db:.1f} dB: the "
+            "converter lost the accuracy before quantization")
+    return replace(failure, what=what)
 
 
 def saturated_outputs(measured: Measured) -> dict[str, float]:

@@ -3,8 +3,9 @@
 Outputs are compared on the validation samples (device runtime on this machine, or outputs
 a builder computed itself): SQNR, cosine and error per output and per group of channels, the
 task metric of outputs whose kind is known, the user's ``--metric``, and for formats whose
-runtime fuses int8 kernels (ONNX) the quantization itself without fusion. ``gates.py`` judges
-the numbers.
+runtime fuses int8 kernels (ONNX) the quantization itself without fusion. The float model each
+format converted (before quantization) is compared too, so that a loss in conversion is told
+apart from a loss in quantization. ``gates.py`` judges the numbers.
 """
 
 from __future__ import annotations
@@ -48,6 +49,9 @@ class Measured:
     metric: TaskResult | None = None  # the --metric function's result
     # ONNX: the same artifact evaluated without int8 kernel fusion (the quantization itself)
     quantization: dict[str, OutputComparison] | None = None
+    # the float model the format converted, before quantization: what the conversion alone lost
+    conversion: dict[str, OutputComparison] | None = None
+    conversion_by: str = ""
 
     @property
     def degenerate(self) -> dict[str, str]:
@@ -89,7 +93,22 @@ def measure(built: BuildResult, builder: Builder, staged: Path, data: PreparedDa
         plain = _run_artifact(staged / built.artifact.path, builder.backend, data.evaluation, names, built, **unfused)
         if plain is not None:
             quantization = {n: compare_outputs(reference[n], plain[n]) for n in names}
-    return Measured(outputs, summary, tasks, metric, quantization)
+    conversion = _float_conversion(built, builder, data, reference)
+    return Measured(outputs, summary, tasks, metric, quantization, conversion, built.float_by if conversion else "")
+
+
+def _float_conversion(built: BuildResult, builder: Builder, data: PreparedData,
+                      reference: dict[str, np.ndarray]) -> dict[str, OutputComparison] | None:
+    """The converted float model vs the source, per output; None when the builder left none to run."""
+    names = list(reference)
+    produced: dict[str, np.ndarray] | None = None
+    if built.float_model is not None and Path(built.float_model).exists():
+        produced = _run_artifact(Path(built.float_model), builder.backend, data.evaluation, names, built)
+    elif built.float_evaluated_npy is not None and Path(built.float_evaluated_npy).exists() and len(names) == 1:
+        produced = {names[0]: np.load(built.float_evaluated_npy)}
+    if produced is None:
+        return None
+    return {n: compare_outputs(reference[n], produced[n]) for n in names}
 
 
 def _run_artifact(artifact: Path, backend_name: str, inputs: dict[str, np.ndarray], names: list[str],
@@ -149,6 +168,13 @@ def validation_record(
                     "evaluated": "QDQ graph with graph optimizations off (no int8 kernel fusion)",
                     "sqnr_db": min(c.sqnr_db for c in comparison.quantization.values()),
                     "outputs": {o: c.to_dict() for o, c in comparison.quantization.items()},
+                }
+            if comparison.conversion:
+                # the float model this format converted, before quantization, vs the source
+                artifacts[name]["float_conversion"] = {
+                    "evaluated": comparison.conversion_by,
+                    "sqnr_db": min(c.sqnr_db for c in comparison.conversion.values()),
+                    "outputs": {o: c.to_dict() for o, c in comparison.conversion.items()},
                 }
             artifacts[name]["gates"] = [f.to_dict() for f in failures.get(name, [])]
             artifacts[name]["passed"] = not failures.get(name)

@@ -86,12 +86,17 @@ class BuildContext:
 
 @dataclass(frozen=True)
 class BuildResult:
-    """What a builder made: the manifest entry, and outputs it computed without a device runtime
-    (CoreML on Linux, by edgekit's MIL evaluator) for the validation step."""
+    """What a builder made: the manifest entry, outputs it computed without a device runtime
+    (CoreML on Linux, by edgekit's MIL evaluator) for the validation step, and the float model it
+    converted before quantizing, so that validation can tell a conversion loss from a
+    quantization loss."""
 
     artifact: Artifact
     evaluated_npy: str | None = None
     evaluated_by: str = ""
+    float_model: str | None = None  # the converted float model, run by the format's backend
+    float_evaluated_npy: str | None = None  # or its outputs on the validation samples, computed by the builder
+    float_by: str = ""  # what the float model is and what ran it
 
 
 def save_samples(path_without_suffix: Path, arrays: Mapping[str, Any]) -> str:

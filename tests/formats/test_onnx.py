@@ -102,9 +102,27 @@ def test_onnx_source_is_quantized_directly(digits_onnx, tmp_path, capsys):
     assert metrics["accuracy"] >= manifest["validation"]["float"]["accuracy"] - 0.01
 
 
-def test_tflite_from_an_onnx_source_says_not_supported_yet(digits_onnx, tmp_path, capsys):
-    code, _, err = run_cli(capsys, "package", digits_onnx, "--target", "tflite", "--calibration", CALIBRATION,
-                           "-o", tmp_path / "out")
-    assert code == 1
-    assert "TFLite from an ONNX source is not supported yet" in err and "Traceback" not in err
-    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+@pytest.mark.slow
+def test_an_onnx_source_packages_for_tflite_and_coreml(digits_onnx, tmp_path, capsys):
+    """tf2onnx's graph of the Keras digits model (NHWC input, MatMul + Add, Transposes) reaches
+    TFLite and CoreML through edgekit's ONNX -> PyTorch module, validated against ONNX Runtime
+    on the source, with the float conversion measured apart from quantization."""
+    code, out, err = run_cli(capsys, "package", digits_onnx, "--target", "tflite", "--target", "coreml",
+                             "--calibration", CALIBRATION, "--eval", EVAL, "-o", tmp_path, "--allow-float-ops")
+    assert code == 0, err
+    manifest = json.loads((tmp_path / "digits.edgekit" / "manifest.json").read_text())
+    assert [a["target"] for a in manifest["artifacts"]] == ["tflite", "coreml"]
+    float_accuracy = manifest["validation"]["float"]["accuracy"]
+    for target in ("tflite", "coreml"):
+        metrics = manifest["validation"]["artifacts"][target]
+        assert metrics["passed"] and metrics["accuracy"] >= float_accuracy - 0.01, (target, metrics)
+        assert metrics["float_conversion"]["sqnr_db"] > 40, metrics["float_conversion"]
+    converter = manifest["artifacts"][0]["converter"]["tool"]
+    assert converter.startswith("edgekit ONNX -> PyTorch module") and "litert_torch" in converter
+    assert "float conversion vs the source, before quantization" in out
+    with np.load(EVAL) as stored:
+        images = stored["x"][:32]
+    session = ort.InferenceSession(str(digits_onnx), providers=["CPUExecutionProvider"])
+    expected = session.run(None, {session.get_inputs()[0].name: images.astype(np.float32) / 255})[0]
+    predicted = edgekit.load(tmp_path / "digits.edgekit", artifact="tflite").predict(images)
+    assert np.mean(predicted.argmax(axis=1) == expected.argmax(axis=1)) >= 0.95

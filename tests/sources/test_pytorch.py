@@ -1,5 +1,6 @@
-"""PyTorch sources: a factory file, a torch.export program and a TorchScript file become ONNX and
-CoreML artifacts validated against the PyTorch model itself, and run on the device path."""
+"""PyTorch sources: a factory file, a torch.export program and a TorchScript file become TFLite,
+ONNX and CoreML artifacts validated against the PyTorch model itself, and run on the device path;
+ONNX files exported from the same models reach TFLite and CoreML too."""
 
 from __future__ import annotations
 
@@ -84,6 +85,12 @@ def models(tmp_path_factory):
         program = torch.export.export(model, (x,), dynamic_shapes={{"image": {{0: batch}}}})
         torch.export.save(program, {str(root / "residual.pt2")!r})
         torch.jit.save(torch.jit.trace(model, x), {str(root / "residual_ts.pt")!r})
+        # ONNX files as a user exports them: the TorchScript exporter, and the dynamo exporter
+        torch.onnx.export(model, (x,), {str(root / "residual.onnx")!r}, dynamo=False, opset_version=17,
+                          input_names=["image"], output_names=["probs"], dynamic_axes={{"image": {{0: "n"}}}})
+        torch.onnx.export(nets.two_heads(), (x,), {str(root / "heads.onnx")!r}, dynamo=True,
+                          input_names=["photo"], output_names=["kind", "age"],
+                          dynamic_shapes=({{0: batch}},))
     """
     subprocess.run([sys.executable, "-c", textwrap.dedent(code)], check=True, cwd=ROOT)
     rng = np.random.default_rng(0)
@@ -186,3 +193,40 @@ def test_a_torchscript_model_without_a_known_input_shape_asks_for_one(models, tm
     assert_user_error(result, "input 'image' has no known shape", "--input-shape image=")
     missing = edgekit_cli("package", f"{tmp_path}/absent.py:factory", "-c", models / "images.npy", "-o", tmp_path)
     assert_user_error(missing, "absent.py does not exist")
+
+
+def test_an_onnx_export_packages_for_every_format(models):
+    """An ONNX file from torch.onnx.export is a source for all three formats, validated against
+    ONNX Runtime on that file, with the float conversion of each format measured on its own."""
+    result = package(models, models / "residual.onnx", "images.npy", "--format", "all", "--allow-float-ops")
+    manifest = json.loads((models / "out" / "residual.edgekit" / "manifest.json").read_text())
+    assert manifest["source"]["format"] == "onnx"
+    assert [a["format"] for a in manifest["artifacts"]] == ["tflite", "onnx", "coreml"]
+    for fmt in ("tflite", "onnx", "coreml"):
+        record = manifest["validation"]["artifacts"][fmt]
+        assert record["measured"] and record["passed"] and record["sqnr_db"] >= 20, (fmt, record)
+    for fmt in ("tflite", "coreml"):  # the ONNX artifact quantizes the source itself: nothing converted
+        assert manifest["validation"]["artifacts"][fmt]["float_conversion"]["sqnr_db"] > 40
+    assert "float conversion vs the source" in result.stdout
+    x = np.load(models / "images.npy")[:4]
+    np.save(models / "four.npy", x)
+    expected = torch_outputs(models, "residual_cnn", x)[0]
+    for artifact in ("tflite", "onnx"):
+        run = device_cli(models / "out" / "residual.edgekit", "-i", models / "four.npy", "--artifact", artifact,
+                         "--output", models / "four_out.npy")
+        assert run.returncode == 0, run.stderr
+        assert np.abs(np.load(models / "four_out.npy") - expected).max() < 0.05, artifact
+
+
+def test_an_onnx_export_with_two_outputs_keeps_them_apart_in_tflite(models):
+    package(models, models / "heads.onnx", "photos.npz", "--format", "tflite", "--allow-float-ops")
+    manifest = json.loads((models / "out" / "heads.edgekit" / "manifest.json").read_text())
+    assert [o["name"] for o in manifest["outputs"]] == ["kind", "age"]
+    assert manifest["validation"]["artifacts"]["tflite"]["passed"]
+    import edgekit
+
+    x = np.load(models / "photos.npz")["photo"][:5]
+    kind, age = torch_outputs(models, "two_heads", x)
+    with edgekit.load(models / "out" / "heads.edgekit", artifact="tflite") as model:
+        got = model.predict({"photo": x})
+    assert np.abs(got["kind"] - kind).max() < 0.05 and np.abs(got["age"] - age).max() < 0.1

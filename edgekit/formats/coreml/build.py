@@ -49,6 +49,7 @@ class CoreMLBuilder(Builder):
         output = context.package_dir / ARTIFACT_PATH
         output.parent.mkdir(parents=True, exist_ok=True)
         evaluated = str(Path(context.workdir) / "coreml.eval_outputs.npy") if context.eval_npy else None
+        float_evaluated = str(Path(context.workdir) / "coreml.float_outputs.npy") if context.eval_npy else None
         info = worker.call(
             convert,
             what="CoreML conversion",
@@ -63,6 +64,7 @@ class CoreMLBuilder(Builder):
             eval_npy=context.eval_npy,
             eval_output_npy=evaluated,
             output_names=list(context.output_names),
+            float_eval_output_npy=float_evaluated,
         )
         artifact = Artifact(
             target=self.name,
@@ -73,7 +75,8 @@ class CoreMLBuilder(Builder):
             inputs=[QuantParams(name=n, dtype="float32") for n in info["inputs"]],
             outputs=[QuantParams(name=n, dtype="float32") for n in info["outputs"]],
             converter={
-                "tool": "coremltools.convert + coremltools.optimize.coreml",
+                "tool": {"onnx": "edgekit ONNX -> PyTorch module, then "}.get(context.source_kind, "")
+                + "coremltools.convert + coremltools.optimize.coreml",
                 "coremltools": info["coremltools"],
                 "minimum_deployment_target": DEPLOYMENT_TARGET,
                 "weights": "int8 per-channel symmetric (linear_quantize_weights)",
@@ -88,9 +91,11 @@ class CoreMLBuilder(Builder):
                 "structure": info["structure"],
             },
         )
+        float_side = {"float_evaluated_npy": float_evaluated, "float_by": "float ML program (coremltools), edgekit "
+                      "MIL evaluator"} if info["float_evaluated"] else {}
         if info["evaluated_by"] and evaluated:
-            return BuildResult(artifact, evaluated_npy=evaluated, evaluated_by=info["evaluated_by"])
-        return BuildResult(artifact)
+            return BuildResult(artifact, evaluated_npy=evaluated, evaluated_by=info["evaluated_by"], **float_side)
+        return BuildResult(artifact, **float_side)
 
 
 # --- child-process side -------------------------------------------------------------------
@@ -101,7 +106,7 @@ class CoreMLBuilder(Builder):
 def convert(
     source_path: str, source_format: str, saved_model: str | None, output: str, calibration_npy: str,
     activations_mode: str = "int8", eval_npy: str | None = None, eval_output_npy: str | None = None,
-    output_names: list[str] | None = None,
+    output_names: list[str] | None = None, float_eval_output_npy: str | None = None,
 ) -> dict[str, Any]:
     import coremltools as ct
     import coremltools.optimize.coreml as cto
@@ -149,6 +154,7 @@ def convert(
     except Exception as exc:
         raise _explain(exc) from None
 
+    float_evaluated = _evaluate_float(mlmodel, eval_npy, float_eval_output_npy)
     name = mlmodel.get_spec().description.input[0].name
     data = [{name: np.asarray(samples[i : i + 1], dtype=np.float32)} for i in range(len(samples))]
     config = cto.OptimizationConfig(
@@ -202,6 +208,7 @@ def convert(
             reason += f"; not evaluated: {exc.message}"
     return {
         "evaluated_by": evaluated,
+        "float_evaluated": float_evaluated,
         "activation_calibration": calibration,
         "coremltools": ct.__version__,
         "seconds": round(time.perf_counter() - started, 3),
@@ -211,6 +218,20 @@ def convert(
         "inputs": [i.name for i in spec.description.input],
         "outputs": [o.name for o in spec.description.output],
     }
+
+
+def _evaluate_float(mlmodel: Any, eval_npy: str | None, output_npy: str | None) -> bool:
+    """The converted float ML program (before any quantization) on the validation samples, by the
+    evaluator: what the conversion alone did. False where the evaluator cannot run it."""
+    if not eval_npy or not output_npy:
+        return False
+    from .evaluator import Evaluator, EvaluatorError, load_program_from_model
+
+    try:
+        np.save(output_npy, Evaluator(load_program_from_model(mlmodel)).predict(np.load(eval_npy)))
+    except EvaluatorError:
+        return False
+    return True
 
 
 def _traced_torch(source_path: str, source_format: str, samples: Any) -> tuple[Any, str, int]:

@@ -98,7 +98,8 @@ class ONNXBuilder(Builder):
             for rel, role in ((ORT_PATH, "ort-format model (minimal builds)"),
                               (OPS_CONFIG_PATH, "required operators for --include_ops_by_config"))
         ]
-        return BuildResult(Artifact(
+        converted = float_onnx if context.onnx_model != context.source_path else None
+        return BuildResult(float_model=converted, float_by="float ONNX (exported), ONNX Runtime", artifact=Artifact(
             target=self.name,
             path=ARTIFACT_PATH,
             sha256=sha256_file(output),

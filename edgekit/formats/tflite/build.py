@@ -51,6 +51,7 @@ class TFLiteBuilder(Builder):
             output_layers=dict(context.output_layers),
             explain_npy=context.explain_npy,
             layer_names=list(context.layer_names),
+            float_output=str(Path(context.workdir) / "tflite.float.tflite"),
         )
         _, output_tensors = _tensor_names(output.read_bytes())
         named = {output_tensors[o]: layer for o, layer in context.output_layers.items() if output_tensors.get(o)}
@@ -58,7 +59,8 @@ class TFLiteBuilder(Builder):
         if not context.allow_float_ops:
             _refuse_unexpected_float_ops(float_ops, context.keep_float)
         inputs, outputs = io_quantization(str(output))
-        return BuildResult(Artifact(
+        return BuildResult(float_model=str(Path(context.workdir) / "tflite.float.tflite"),
+                           float_by="float TFLite (TFLiteConverter), LiteRT", artifact=Artifact(
             target=self.name,
             path=ARTIFACT_PATH,
             sha256=sha256_file(output),
@@ -94,12 +96,14 @@ class TFLiteBuilder(Builder):
             convert_torch, what="TFLite conversion (litert-torch)", timeout=context.timeout_s,
             on_progress=on_progress, python=python, source_path=context.source_path, kind=context.source_kind,
             calibration_npy=context.calibration_npy, output=str(output), output_names=list(context.output_names),
+            float_output=str(Path(context.workdir) / "tflite.float.tflite"),
         )
         float_ops = find_float_ops(str(output), list(context.layer_names))
         if not context.allow_float_ops:
             _refuse_unexpected_float_ops(float_ops, context.keep_float)
         inputs, outputs = io_quantization(str(output))
-        return BuildResult(Artifact(
+        return BuildResult(float_model=str(Path(context.workdir) / "tflite.float.tflite"),
+                           float_by="float TFLite (litert-torch), LiteRT", artifact=Artifact(
             target=self.name, path=ARTIFACT_PATH, sha256=sha256_file(output), bytes=output.stat().st_size,
             precision="int8" if not float_ops else "int8+float", inputs=inputs, outputs=outputs, float_ops=float_ops,
             converter={"tool": ("edgekit ONNX -> PyTorch module, then " if context.source_kind == "onnx" else "")
@@ -197,8 +201,10 @@ def convert(
     explain_npy: str | None = None,
     layer_names: list[str] | None = None,
     output_layers: dict[str, str] | None = None,
+    float_output: str | None = None,
 ) -> dict[str, Any]:
-    """Run TFLiteConverter (float, or full-integer INT8 calibrated on ``calibration_npy``).
+    """Run TFLiteConverter (float, or full-integer INT8 calibrated on ``calibration_npy``);
+    ``float_output`` also gets the float conversion, to tell conversion from quantization error.
 
     ``keep_float`` layers are excluded with the quantization debugger's node denylist (the
     model then has float IO); ``explain_npy`` adds a per-layer SQNR report.
@@ -219,6 +225,11 @@ def convert(
         raise _converter_error(exc) from None
     seconds = time.perf_counter() - started
     Path(output).write_bytes(model)
+    if float_output:
+        try:
+            Path(float_output).write_bytes(tf.lite.TFLiteConverter.from_saved_model(saved_model).convert())
+        except Exception as exc:
+            raise _converter_error(exc) from None
     explained = None
     if explain_npy:
         _, output_tensors = _tensor_names(model)

@@ -20,7 +20,7 @@ from ..base import read_samples
 
 
 def convert_torch(source_path: str, kind: str, calibration_npy: str, output: str,
-                  output_names: list[str]) -> dict[str, Any]:
+                  output_names: list[str], float_output: str | None = None) -> dict[str, Any]:
     import litert_torch
     import torch
     from litert_torch.quantize.pt2e_quantizer import PT2EQuantizer, get_symmetric_quantization_config
@@ -62,8 +62,10 @@ def convert_torch(source_path: str, kind: str, calibration_npy: str, output: str
     graph = convert_pt2e(graph, fold_quantize=False)
     edge = litert_torch.convert(graph, (), sample_kwargs=sample(0), quant_config=QuantConfig(pt2e_quantizer=quantizer))
     edge.export(output)
-    return {"torch": torch.__version__, "litert_torch": _version("litert-torch"),
-            "seconds": round(time.perf_counter() - started, 3)}
+    seconds = time.perf_counter() - started
+    if float_output:  # the float conversion, to tell conversion error from quantization error
+        litert_torch.convert(Named().eval(), (), sample_kwargs=sample(0)).export(float_output)
+    return {"torch": torch.__version__, "litert_torch": _version("litert-torch"), "seconds": round(seconds, 3)}
 
 
 def _model_dtype(x: np.ndarray) -> np.ndarray:
