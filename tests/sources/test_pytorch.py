@@ -5,7 +5,6 @@ ONNX files exported from the same models reach TFLite and CoreML too."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import textwrap

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from ... import worker
-from ...errors import ConversionError, ModelSourceError
+from ...errors import ConversionError
 from ...fsutil import sha256_tree, tree_bytes
 from ...manifest import Artifact, QuantParams
 from ..base import BuildContext, Builder, BuildResult

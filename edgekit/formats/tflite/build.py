@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from ... import worker
-from ...errors import EdgekitError, ModelSourceError, UnsupportedOpError
+from ...errors import EdgekitError, UnsupportedOpError
 from ...fsutil import sha256_file
 from ...manifest import Artifact, QuantParams
 from ..base import BuildContext, Builder, BuildResult, in_layer, layer_of, read_samples, worst_layers

@@ -1,0 +1,159 @@
+"""An ONNX graph as a ``torch.nn.Module``, so that an ONNX source reaches TFLite (litert-torch)
+and CoreML (coremltools' PyTorch frontend) by the same route as a PyTorch source.
+
+Why not onnx2torch: it imports torchvision, and the only torchvision wheels for torch 2.13 are
+CUDA builds that cannot load next to the CPU torch a build machine uses.
+
+The module is specialised to fixed input shapes, the shapes the converters trace with. Building
+it runs the graph once on example inputs: every value that does not depend on the input *data*
+(initializers, ``Constant`` nodes, shape arithmetic such as Shape -> Gather -> Concat ->
+Reshape) is folded into a constant there, and ``forward`` runs only the nodes that depend on
+the data, with shape arguments as Python ints. torch.export and torch.jit.trace then see a
+static graph with no data-dependent shapes. Constant matrices feeding MatMul/Gemm (+ bias Add)
+become ``F.linear`` so the PyTorch quantizers treat them as the fully connected layers they are.
+
+Each ONNX op is one small function below with the ONNX specification's semantics and attribute
+defaults. A model with an op outside the table, a subgraph, or a shape that depends on the data
+is refused by name before anything is converted.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ...errors import ConversionError
+
+from . import elementwise, layers, resize, shapes  # noqa: F401  (importing them registers their ops)
+from .fuse import _fuse_linear
+from .graph import _QUANTIZED, ONNX_DOMAINS, Args, DataDependent, Node, _attributes
+from .registry import _DTYPES, OPS, _run_node
+
+
+def load(path: str, example: dict[str, np.ndarray]) -> Any:
+    """The ONNX model at ``path`` as a module specialised to the shapes of ``example``."""
+    import onnx
+
+    return module_from_onnx(onnx.load(path), example)
+
+
+def input_names(path: str) -> list[str]:
+    import onnx
+
+    model = onnx.load(path, load_external_data=False)
+    initializers = {i.name for i in model.graph.initializer}
+    return [v.name for v in model.graph.input if v.name not in initializers]
+
+
+def module_from_onnx(model: Any, example: dict[str, np.ndarray]) -> Any:
+    """A ``torch.nn.Module`` running the ``onnx.ModelProto`` ``model`` on inputs shaped like ``example``."""
+    return _module_class()(model, example)
+
+
+def _module_class() -> type:
+    """The module class, made on first use so that importing this file does not import torch."""
+    import torch
+
+    class _OnnxModule(torch.nn.Module):
+        """The ONNX graph's data-dependent nodes, with everything else folded into constants."""
+
+        def __init__(self, model: Any, example: dict[str, np.ndarray]) -> None:
+            super().__init__()
+            from onnx import numpy_helper
+
+            graph = model.graph
+            opset = next((o.version for o in model.opset_import if o.domain in ONNX_DOMAINS), 13)
+            constants: dict[str, np.ndarray] = {i.name: numpy_helper.to_array(i) for i in graph.initializer}
+            self.input_names = [v.name for v in graph.input if v.name not in constants]
+            self.output_names = [v.name for v in graph.output]
+            missing = [n for n in self.input_names if n not in example]
+            if missing:
+                raise ConversionError(f"no example input for the ONNX model's inputs {missing}")
+            nodes = [Node(n.op_type, n.name or f"{n.op_type}_{i}", list(n.input), list(n.output), _attributes(n),
+                          opset) for i, n in enumerate(graph.node)]
+            _refuse_unsupported(nodes, [n.domain for n in graph.node])
+            # Eager run: values that depend on input data are "dynamic"; the rest become constants.
+            types = {v.name: _DTYPES.get(v.type.tensor_type.elem_type, "float32") for v in graph.input}
+            values: dict[str, Any] = {name: torch.from_numpy(np.ascontiguousarray(example[name], dtype=types[name]))
+                                      for name in self.input_names}
+            dynamic = set(self.input_names)
+            for name, array in constants.items():
+                values[name] = torch.from_numpy(np.array(array))
+            derived: dict[str, np.ndarray] = {}  # index tables etc. that ops compute from static shapes
+            with torch.no_grad():
+                for node in nodes:
+                    produced = _run_eagerly(node, Args(node, values, constants, None, derived))
+                    for out, value in zip(node.outputs, produced):
+                        if out:
+                            values[out] = value
+                    if node.op not in ("Shape", "Size") and any(i in dynamic for i in node.inputs if i):
+                        dynamic.update(o for o in node.outputs if o)
+                    else:
+                        for out, value in zip(node.outputs, produced):
+                            if out:
+                                constants[out] = value.detach().numpy() if isinstance(value, torch.Tensor) \
+                                    else np.asarray(value)
+            self.example_outputs = {name: values[name] for name in self.output_names}
+            run = [n for n in nodes if any(o in dynamic for o in n.outputs)]
+            ranks = {name: value.dim() for name, value in values.items() if isinstance(value, torch.Tensor)}
+            self.steps = _fuse_linear(run, constants, set(self.output_names), ranks)
+            used = {i for step in self.steps for i in step.consumes if i in constants}
+            used |= {o for o in self.output_names if o in constants}
+            self._buffer_of: dict[str, str] = {}
+            for index, name in enumerate(sorted(used)):
+                self._buffer_of[name] = f"const_{index}"
+                self.register_buffer(f"const_{index}", torch.from_numpy(np.array(constants[name])), persistent=True)
+            self.constants = {name: constants[name] for name in used}
+            for index, (key, array) in enumerate(sorted(derived.items())):
+                self._buffer_of[key] = f"derived_{index}"
+                self.register_buffer(f"derived_{index}", torch.from_numpy(np.array(array)), persistent=True)
+
+        def constant_tensor(self, name: str) -> Any:
+            return getattr(self, self._buffer_of[name])
+
+        def forward(self, *inputs: Any) -> Any:
+            values: dict[str, Any] = dict(zip(self.input_names, inputs))
+            for step in self.steps:
+                produced = step.run(Args(step.node, values, self.constants, self))
+                for out, value in zip(step.node.outputs, produced):
+                    if out:
+                        values[out] = value
+            results = [values[o] if o in values else self.constant_tensor(o) for o in self.output_names]
+            return results[0] if len(results) == 1 else tuple(results)
+
+    return _OnnxModule
+
+
+def _run_eagerly(node: Node, args: Args) -> list[Any]:
+    """One node on the example inputs; a failure names the node and the shapes it got."""
+    try:
+        return _run_node(node, args)
+    except ConversionError:
+        raise
+    except Exception as exc:
+        seen = [tuple(args.t(i).shape) if args.has(i) else None for i in range(args.count())]
+        raise ConversionError(
+            f"ONNX node {node.name} ({node.op}) fails on inputs shaped {seen}: {type(exc).__name__}: "
+            f"{str(exc).strip().splitlines()[0] if str(exc).strip() else ''}",
+            hint="the model is converted at the calibration samples' shape (batch 1); check that the data has "
+                 "the shape the model was exported for, or package it for ONNX only (--format onnx)") from None
+
+
+
+
+def _refuse_unsupported(nodes: list[Node], domains: list[str]) -> None:
+    quantized = sorted({n.op for n in nodes if n.op in _QUANTIZED})
+    if quantized:
+        raise ConversionError(
+            f"the ONNX model is already quantized ({', '.join(quantized)})",
+            hint="package the float model: edgekit calibrates and quantizes it for each format")
+    unknown = sorted({f"{d}.{n.op}" if d not in ONNX_DOMAINS else n.op
+                      for n, d in zip(nodes, domains) if d not in ONNX_DOMAINS or n.op not in OPS})
+    if unknown:
+        raise ConversionError(
+            f"edgekit cannot convert these ONNX ops to TFLite or CoreML: {', '.join(unknown)}",
+            hint="package the model for ONNX only (--format onnx), or export it without these ops")
+
+
+__all__ = ["OPS", "DataDependent", "input_names", "load", "module_from_onnx"]
