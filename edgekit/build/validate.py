@@ -64,7 +64,7 @@ def measure(built: BuildResult, builder: Builder, staged: Path, data: PreparedDa
     judging = judging or Judging()
     names = list(reference)
     if built.evaluated_npy is not None and get_backend(builder.backend).available() is None:
-        candidate = {names[0]: np.load(built.evaluated_npy)} if len(names) == 1 else None
+        candidate = _evaluated(built.evaluated_npy, names)
     else:
         candidate = _run_artifact(staged / built.artifact.path, builder.backend, data.evaluation, names, built)
     if candidate is None:
@@ -104,11 +104,23 @@ def _float_conversion(built: BuildResult, builder: Builder, data: PreparedData,
     produced: dict[str, np.ndarray] | None = None
     if built.float_model is not None and Path(built.float_model).exists():
         produced = _run_artifact(Path(built.float_model), builder.backend, data.evaluation, names, built)
-    elif built.float_evaluated_npy is not None and Path(built.float_evaluated_npy).exists() and len(names) == 1:
-        produced = {names[0]: np.load(built.float_evaluated_npy)}
+    elif built.float_evaluated_npy is not None and Path(built.float_evaluated_npy).exists():
+        produced = _evaluated(built.float_evaluated_npy, names)
     if produced is None:
         return None
     return {n: compare_outputs(reference[n], produced[n]) for n in names}
+
+
+def _evaluated(path: str, names: list[str]) -> dict[str, np.ndarray] | None:
+    """Outputs a builder computed itself (``.npz`` by output name), by the manifest's names: one
+    output needs no name; several must all match, never guessed by position."""
+    with np.load(path) as stored:
+        found = {name: stored[name] for name in stored.files}
+    if len(found) == len(names) == 1:
+        return {names[0]: next(iter(found.values()))}
+    if sorted(found) != sorted(names):
+        return None
+    return {name: found[name] for name in names}
 
 
 def _run_artifact(artifact: Path, backend_name: str, inputs: dict[str, np.ndarray], names: list[str],

@@ -153,12 +153,16 @@ def test_a_factory_file_packages_onnx_and_coreml_validated_against_pytorch(model
         assert got.shape == expected.shape and np.abs(got - expected).max() < 0.05, artifact
 
 
-@pytest.mark.parametrize("file", ["residual.pt2", "residual_ts.pt"])
-def test_export_programs_and_torchscript_files_package_with_a_dynamic_batch(models, file):
-    package(models, models / file, "images.npy", "--format", "onnx", "--name", "residual")
+@pytest.mark.parametrize("file, formats", [("residual.pt2", ["all"]), ("residual_ts.pt", ["onnx"])])
+def test_export_programs_and_torchscript_files_package_with_a_dynamic_batch(models, file, formats):
+    package(models, models / file, "images.npy", *[a for f in formats for a in ("--format", f)], "--name", "residual",
+            "--allow-float-ops")
     manifest = json.loads((models / "out" / "residual.edgekit" / "manifest.json").read_text())
     assert manifest["inputs"][0]["shape"][0] == -1  # the batch stays dynamic
-    assert manifest["validation"]["artifacts"]["onnx"]["sqnr_db"] >= 20
+    built = [a["format"] for a in manifest["artifacts"]]
+    assert built == (["tflite", "onnx", "coreml"] if formats == ["all"] else ["onnx"])
+    for fmt in built:
+        assert manifest["validation"]["artifacts"][fmt]["passed"], fmt
     import edgekit
 
     x = np.load(models / "images.npy")[:7]
@@ -167,18 +171,24 @@ def test_export_programs_and_torchscript_files_package_with_a_dynamic_batch(mode
     assert got.shape == (7, 5) and np.abs(got - torch_outputs(models, "residual_cnn", x)[0]).max() < 0.05
 
 
-def test_two_outputs_keep_their_names_and_order(models):
-    package(models, f"{models / 'nets.py'}:two_heads", "photos.npz", "--format", "onnx")
+def test_two_outputs_keep_their_names_and_order_in_every_format(models):
+    package(models, f"{models / 'nets.py'}:two_heads", "photos.npz", "--format", "all", "--allow-float-ops")
     manifest = json.loads((models / "out" / "nets.edgekit" / "manifest.json").read_text())
     assert [o["name"] for o in manifest["outputs"]] == ["output_0", "output_1"]
+    for fmt in ("tflite", "onnx", "coreml"):
+        record = manifest["validation"]["artifacts"][fmt]
+        assert record["passed"] and set(record["outputs"]) == {"output_0", "output_1"}, (fmt, record)
+    coreml = next(a for a in manifest["artifacts"] if a["format"] == "coreml")
+    assert [o["name"] for o in coreml["io"]["outputs"]] == ["output_0", "output_1"]
     import edgekit
 
     x = np.load(models / "photos.npz")["photo"][:5]
     kind, age = torch_outputs(models, "two_heads", x)
-    with edgekit.load(models / "out" / "nets.edgekit") as model:
-        got = model.predict({"photo": x})
-    assert got["output_0"].shape == (5, 4) and got["output_1"].shape == (5, 1)
-    assert np.abs(got["output_0"] - kind).max() < 0.05 and np.abs(got["output_1"] - age).max() < 0.1
+    for artifact in ("tflite", "onnx"):
+        with edgekit.load(models / "out" / "nets.edgekit", artifact=artifact) as model:
+            got = model.predict({"photo": x})
+        assert got["output_0"].shape == (5, 4) and got["output_1"].shape == (5, 1)
+        assert np.abs(got["output_0"] - kind).max() < 0.05 and np.abs(got["output_1"] - age).max() < 0.1
 
 
 def test_a_torchscript_model_without_a_known_input_shape_asks_for_one(models, tmp_path):

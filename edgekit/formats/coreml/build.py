@@ -33,6 +33,7 @@ from ..base import BuildContext, Builder, BuildResult
 ARTIFACT_PATH = "coreml/model.int8.mlpackage"
 DEPLOYMENT_TARGET = "iOS17"
 _WEIGHT_OPS = {"conv": "weight", "conv_transpose": "weight", "linear": "weight", "matmul": "y"}
+INLINE_WEIGHT_LIMIT = 10  # coremltools' should_use_weight_file: smaller consts stay inline, uncompressed
 _DEQUANTIZE_OPS = {"constexpr_affine_dequantize", "constexpr_blockwise_shift_scale"}
 LINUX_ACTIVATIONS_REASON = (
     "activation calibration runs CoreML prediction, which exists only on macOS; "
@@ -48,8 +49,8 @@ class CoreMLBuilder(Builder):
     def build(self, context: BuildContext, on_progress: Callable[[int, int], None] | None = None) -> BuildResult:
         output = context.package_dir / ARTIFACT_PATH
         output.parent.mkdir(parents=True, exist_ok=True)
-        evaluated = str(Path(context.workdir) / "coreml.eval_outputs.npy") if context.eval_npy else None
-        float_evaluated = str(Path(context.workdir) / "coreml.float_outputs.npy") if context.eval_npy else None
+        evaluated = str(Path(context.workdir) / "coreml.eval_outputs.npz") if context.eval_npy else None
+        float_evaluated = str(Path(context.workdir) / "coreml.float_outputs.npz") if context.eval_npy else None
         info = worker.call(
             convert,
             what="CoreML conversion",
@@ -132,8 +133,9 @@ def convert(
         loaded = tf.saved_model.load(saved_model or source_path)
         model, source, input_name = [loaded.signatures["serving_default"]], {"source": "tensorflow"}, None
         outputs = len(model[0].structured_outputs)
-    if outputs > 1:
-        raise ConversionError(f"CoreML: models with several outputs ({outputs}) are not supported yet",
+    named_outputs = source.get("source") == "pytorch"  # the traced module's outputs take the source's names
+    if outputs > 1 and not named_outputs:
+        raise ConversionError(f"CoreML: TensorFlow models with several outputs ({outputs}) are not supported yet",
                               hint="package them for tflite and onnx (--format tflite --format onnx)")
     shape = (1, *samples.shape[1:])
     dtype = np.int32 if samples.dtype.kind in "iu" else np.float32  # token ids stay integers
@@ -147,8 +149,8 @@ def convert(
             minimum_deployment_target=getattr(ct.target, DEPLOYMENT_TARGET),
             inputs=inputs,
             # float32 IO (iOS 16+ would default to float16); PyTorch outputs get the source's names
-            outputs=[ct.TensorType(name=(output_names or [None])[0] if source.get("source") == "pytorch" else None,
-                                   dtype=np.float32)],
+            outputs=[ct.TensorType(name=n, dtype=np.float32) for n in output_names or []] if named_outputs
+            else [ct.TensorType(dtype=np.float32)],
             **source,
         )
     except Exception as exc:
@@ -200,8 +202,7 @@ def convert(
         from .evaluator import Evaluator, EvaluatorError, load_program
 
         try:
-            outputs = Evaluator(load_program(output)).predict(np.load(eval_npy))
-            np.save(eval_output_npy, outputs)
+            np.savez(eval_output_npy, **Evaluator(load_program(output)).predict_all(np.load(eval_npy)))
             evaluated = "edgekit NumPy MIL evaluator (float32 arithmetic)"
         except EvaluatorError as exc:
             evaluated = None
@@ -228,7 +229,7 @@ def _evaluate_float(mlmodel: Any, eval_npy: str | None, output_npy: str | None) 
     from .evaluator import Evaluator, EvaluatorError, load_program_from_model
 
     try:
-        np.save(output_npy, Evaluator(load_program_from_model(mlmodel)).predict(np.load(eval_npy)))
+        np.savez(output_npy, **Evaluator(load_program_from_model(mlmodel)).predict_all(np.load(eval_npy)))
     except EvaluatorError:
         return False
     return True
@@ -320,7 +321,8 @@ def check_structure(path: str, input_shape: tuple[int, ...]) -> dict[str, Any]:
     operations = function.block_specializations[function.opset].operations
     produced_by = {out.name: op for op in operations for out in op.outputs}
     weight_ops = int8_weights = 0
-    float_weights = []
+    float_weights: list[str] = []
+    inline_weights: list[str] = []
     for op in operations:
         argument = _WEIGHT_OPS.get(op.type)
         if argument is None or argument not in op.inputs:
@@ -332,6 +334,9 @@ def check_structure(path: str, input_shape: tuple[int, ...]) -> dict[str, Any]:
             if data is not None and data.type.tensorType.dataType == MIL_pb2.INT8:
                 int8_weights += 1
                 continue
+        if source is not None and source.type == "const" and 0 < _element_count(source) < INLINE_WEIGHT_LIMIT:
+            inline_weights.append(op.outputs[0].name)  # coremltools stores these inline, never compressed
+            continue
         float_weights.append(op.outputs[0].name)
     if float_weights:
         raise ConversionError(f"CoreML weights left in float for: {', '.join(float_weights[:5])}")
@@ -347,8 +352,21 @@ def check_structure(path: str, input_shape: tuple[int, ...]) -> dict[str, Any]:
         "outputs": [o.name for o in spec.description.output],
         "weight_ops": weight_ops,
         "int8_weight_ops": int8_weights,
+        # weights of fewer than 10 values: coremltools keeps them inline in float16 by design
+        "inline_float16_weight_ops": inline_weights,
         "ops": sorted({op.type for op in operations}),
     }
+
+
+def _element_count(const_op: Any) -> int:
+    """Values in a const op's output tensor (0 when its shape is not static)."""
+    dimensions = const_op.outputs[0].type.tensorType.dimensions
+    count = 1
+    for dimension in dimensions:
+        if not dimension.HasField("constant"):
+            return 0
+        count *= dimension.constant.size
+    return count
 
 
 def _string_attr(op: Any, produced_by: dict[str, Any], name: str) -> str:

@@ -87,9 +87,13 @@ class Evaluator:
 
     def predict(self, x: np.ndarray, batch_axis_fixed: bool = True) -> np.ndarray:
         """First output for a batch, one sample at a time (CoreML programs here have batch 1)."""
+        return self.predict_all(x)[self.output_names[0]]
+
+    def predict_all(self, x: np.ndarray) -> dict[str, np.ndarray]:
+        """Every output by name for a batch, one sample at a time."""
         (name,) = self.input_names
-        outputs = [self.run({name: x[i : i + 1]})[self.output_names[0]] for i in range(len(x))]
-        return np.concatenate(outputs).astype(np.float32)
+        results = [self.run({name: x[i : i + 1]}) for i in range(len(x))]
+        return {out: np.concatenate([r[out] for r in results]).astype(np.float32) for out in self.output_names}
 
 
 def _value(var: Any, env: dict[str, Any]) -> Any:

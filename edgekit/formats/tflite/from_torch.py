@@ -41,6 +41,11 @@ def convert_torch(source_path: str, kind: str, calibration_npy: str, output: str
             super().__init__()
             self.inner = module
 
+        def train(self, mode: bool = True) -> "Named":
+            # the source is already in eval mode, and a torch.export program's module refuses train()
+            self.training = mode
+            return self
+
         def forward(self, **inputs: Any) -> dict[str, Any]:
             produced = _flatten(self.inner(*[inputs[n] for n in names]))
             return dict(zip(output_names, produced))
