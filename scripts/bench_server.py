@@ -1,11 +1,13 @@
 #!/usr/bin/env python
 """Serving throughput: edgekit serve vs a naive server vs the runtime's offline batched ceiling.
 
-    .venv/bin/python scripts/bench_server.py [--seconds 6] [--concurrency 1,8,32,64] [--output out/bench/bench_server.json]
+    .venv/bin/python scripts/bench_server.py [--seconds 6] [--concurrency 1,8,32] [--output out/bench/bench_server.json]
 
-Packages MobileNetV2 224 (INT8 ONNX), then on loopback, in one run:
-* edgekit: ``python -m edgekit.run PKG --serve`` (dynamic batching; the client sends the binary
-  tensor extension, as tritonclient does);
+Packages MobileNetV2 224 (a real-size image model, 3 MB JSON requests) and the digits model (a
+tiny one) as INT8 ONNX, then for each on loopback, in one run:
+* edgekit with KServe v2 JSON bodies (what curl, requests and most clients send) and with the
+  binary tensor extension (what tritonclient sends): ``python -m edgekit.run PKG --serve``
+  (dynamic batching);
 * naive: one request at a time, JSON in and out, no batching (the common Flask pattern), on
   a raw ONNX Runtime session;
 * offline ceiling: the same session running batches of ``--max-batch-size`` back to back.
@@ -151,14 +153,15 @@ async def closed_loop(url: str, body: bytes, headers: dict[str, str], concurrenc
     }
 
 
-def offline_ceiling(model_path: Path, batch: int, threads: int, seconds: float) -> dict:
+def offline_ceiling(model_path: Path, sample: np.ndarray, batch: int, threads: int, seconds: float) -> dict:
+    """Batches of ``batch`` samples back to back on one session: what serving could reach at best."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     session = ort.InferenceSession(str(model_path), options, providers=["CPUExecutionProvider"])
     name = session.get_inputs()[0].name
-    x = np.random.default_rng(0).uniform(-1, 1, (batch, 224, 224, 3)).astype(np.float32)
+    x = np.repeat(sample, batch, axis=0)
     for _ in range(3):
         session.run(None, {name: x})
     count, started = 0, time.perf_counter()
@@ -168,11 +171,82 @@ def offline_ceiling(model_path: Path, batch: int, threads: int, seconds: float) 
     return {"batch": batch, "throughput_per_s": round(count / (time.perf_counter() - started), 2)}
 
 
+def kserve_bodies(input_name: str, output_name: str, x: np.ndarray) -> dict[str, tuple[bytes, dict[str, str]]]:
+    """The same request as KServe v2 JSON (what curl and requests send) and with the binary
+    tensor extension (what tritonclient sends)."""
+    from edgekit.server.protocol import HEADER_LENGTH
+
+    json_body = json.dumps({"inputs": [{"name": input_name, "shape": list(x.shape), "datatype": "FP32",
+                                        "data": x.reshape(-1).tolist()}]}).encode()
+    header = json.dumps({"inputs": [{"name": input_name, "shape": list(x.shape), "datatype": "FP32",
+                                     "parameters": {"binary_data_size": x.nbytes}}],
+                         "outputs": [{"name": output_name, "parameters": {"binary_data": True}}]}).encode()
+    return {
+        "json": (json_body, {"content-type": "application/json"}),
+        "binary": (header + x.tobytes(), {HEADER_LENGTH: str(len(header)), "content-type": "application/octet-stream"}),
+    }
+
+
+def bench_model(label: str, package: Path, x: np.ndarray, args: argparse.Namespace, env: dict[str, str],
+                levels: list[int]) -> dict:
+    """edgekit (JSON and binary bodies) and the naive server on one package, interleaved per level."""
+    import edgekit
+
+    onnx_path = package / "onnx" / "model.int8.onnx"
+    with edgekit.load(package, artifact="onnx") as model:
+        input_name, output_name = model.manifest.inputs[0].name, model.manifest.outputs[0].name
+    bodies = kserve_bodies(input_name, output_name, x)
+    naive_body = json.dumps({"shape": list(x.shape), "data": x.reshape(-1).tolist()}).encode()
+    ports = {"edgekit": free_port(), "naive": free_port()}
+    servers = {
+        "edgekit": subprocess.Popen(
+            [sys.executable, "-m", "edgekit.run", str(package), "--serve", "--artifact", "onnx", "--port",
+             str(ports["edgekit"]), "--threads", str(args.threads), "--max-batch-size", str(args.max_batch_size),
+             "--max-queue-delay-us", str(args.max_queue_delay_us), "--max-queue-size", "1024"],
+            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT),
+        "naive": subprocess.Popen(
+            [sys.executable, "-c", NAIVE_SERVER, str(onnx_path), str(ports["naive"]), str(args.threads)],
+            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL),
+    }
+    infer = f"http://127.0.0.1:{ports['edgekit']}/v2/models/{package.name.split('.')[0]}/infer"
+    targets = {
+        "edgekit_json": (infer, *bodies["json"]),
+        "edgekit_binary": (infer, *bodies["binary"]),
+        "naive_json": (f"http://127.0.0.1:{ports['naive']}/infer", naive_body, {"content-type": "application/json"}),
+    }
+    results: dict[str, list[dict]] = {name: [] for name in targets}
+    try:
+        wait_ready(f"http://127.0.0.1:{ports['edgekit']}/v2/health/ready")
+        wait_ready(f"http://127.0.0.1:{ports['naive']}/", need_ok=False)
+        for level in levels:
+            order = list(targets) if level % 2 == 0 else list(targets)[::-1]  # alternate the order
+            for name in order:
+                url, body, headers = targets[name]
+                results[name].append(asyncio.run(closed_loop(url, body, headers, level, args.seconds,
+                                                             args.max_requests)))
+    finally:
+        for proc in servers.values():
+            proc.terminate()
+            proc.wait(timeout=30)
+    ceiling = offline_ceiling(onnx_path, x, args.max_batch_size, args.threads, args.seconds)
+    comparison = []
+    for i, level in enumerate(levels):
+        row = {"concurrency": level}
+        naive = results["naive_json"][i]["throughput_per_s"]
+        for name in ("edgekit_json", "edgekit_binary"):
+            ours = results[name][i]["throughput_per_s"]
+            row[f"{name}_vs_naive"] = round(ours / max(naive, 1e-9), 2)
+            row[f"{name}_share_of_offline_ceiling"] = round(ours / ceiling["throughput_per_s"], 3)
+        comparison.append(row)
+    return {"model": label, "request_bytes": {k: len(v[0]) for k, v in bodies.items()},
+            "offline_ceiling": ceiling, **results, "comparison": comparison}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=6.0, help="per concurrency level and server")
     parser.add_argument("--max-requests", type=int, default=5000, help="per level and server (a bound)")
-    parser.add_argument("--concurrency", default="1,8,32,64")
+    parser.add_argument("--concurrency", default="1,8,32")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--max-batch-size", type=int, default=8)
     parser.add_argument("--max-queue-delay-us", type=int, default=2000)
@@ -181,9 +255,9 @@ def main() -> None:
     levels = [int(v) for v in args.concurrency.split(",")]
 
     import edgekit
-    from edgekit.server.protocol import HEADER_LENGTH
 
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    models = []
     with tempfile.TemporaryDirectory(prefix="edgekit-bench-server-") as tmp:
         work = Path(tmp)
         env["EDGEKIT_CACHE_DIR"] = str(work / "cache")
@@ -194,71 +268,20 @@ def main() -> None:
                                 preprocessing={"scale": 1 / 255, "mean": [0.5], "std": [0.5]},
                                 allow_accuracy_drop=True)  # a speed reference: gates recorded, not required
         require_signal(built.manifest)
-        package = built.path
-        onnx_path = package / "onnx" / "model.int8.onnx"
-        x = np.random.default_rng(1).uniform(-1, 1, (1, 224, 224, 3)).astype(np.float32)
-
-        header = json.dumps({"inputs": [{"name": "keras_tensor", "shape": [1, 224, 224, 3], "datatype": "FP32",
-                                         "parameters": {"binary_data_size": x.nbytes}}],
-                             "outputs": [{"name": "output_0", "parameters": {"binary_data": True}}]}).encode()
-        with edgekit.load(package, artifact="onnx") as model:
-            input_name = model.manifest.inputs[0].name
-            output_name = model.manifest.outputs[0].name
-        header = header.replace(b"keras_tensor", input_name.encode()).replace(b"output_0", output_name.encode())
-        edgekit_body = header + x.tobytes()
-        edgekit_headers = {HEADER_LENGTH: str(len(header)), "content-type": "application/octet-stream"}
-        naive_body = json.dumps({"shape": [1, 224, 224, 3], "data": x.reshape(-1).tolist()}).encode()
-
-        ports = {"edgekit": free_port(), "naive": free_port()}
-        servers = {
-            "edgekit": subprocess.Popen(
-                [sys.executable, "-m", "edgekit.run", str(package), "--serve", "--artifact", "onnx", "--port",
-                 str(ports["edgekit"]), "--threads", str(args.threads), "--max-batch-size", str(args.max_batch_size),
-                 "--max-queue-delay-us", str(args.max_queue_delay_us), "--max-queue-size", "1024"],
-                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT),
-            "naive": subprocess.Popen(
-                [sys.executable, "-c", NAIVE_SERVER, str(onnx_path), str(ports["naive"]), str(args.threads)],
-                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL),
-        }
-        try:
-            wait_ready(f"http://127.0.0.1:{ports['edgekit']}/v2/health/ready")
-            wait_ready(f"http://127.0.0.1:{ports['naive']}/", need_ok=False)
-            targets = {
-                "edgekit": (f"http://127.0.0.1:{ports['edgekit']}/v2/models/{package.name.split('.')[0]}/infer",
-                            edgekit_body, edgekit_headers),
-                "naive": (f"http://127.0.0.1:{ports['naive']}/infer", naive_body, {"content-type": "application/json"}),
-            }
-            results: dict[str, list[dict]] = {name: [] for name in targets}
-            for level in levels:
-                for name in (targets if level % 2 == 0 else list(targets)[::-1]):  # alternate the order
-                    url, body, headers = targets[name]
-                    results[name].append(asyncio.run(closed_loop(url, body, headers, level, args.seconds,
-                                                                 args.max_requests)))
-        finally:
-            for proc in servers.values():
-                proc.terminate()
-                proc.wait(timeout=30)
-        ceiling = offline_ceiling(onnx_path, args.max_batch_size, args.threads, args.seconds)
-        single = offline_ceiling(onnx_path, 1, args.threads, args.seconds)
-
-    comparison = []
-    for ours, naive in zip(results["edgekit"], results["naive"]):
-        comparison.append({
-            "concurrency": ours["concurrency"],
-            "edgekit_vs_naive_throughput": round(ours["throughput_per_s"] / max(naive["throughput_per_s"], 1e-9), 2),
-            "edgekit_p99_vs_naive_p99": round(ours["p99_ms"] / naive["p99_ms"], 2) if ours["p99_ms"] and naive["p99_ms"] else None,
-            "edgekit_share_of_offline_ceiling": round(ours["throughput_per_s"] / ceiling["throughput_per_s"], 3),
-        })
+        digits = ROOT / "models" / "digits"
+        tiny = edgekit.package(str(digits / "digits.keras"), str(digits / "data" / "calibration.npz"),
+                               str(work / "tiny"), formats=["onnx"])
+        rng = np.random.default_rng(1)
+        models.append(bench_model("MobileNetV2 224 INT8 (ONNX QDQ)", built.path,
+                                  rng.uniform(-1, 1, (1, 224, 224, 3)).astype(np.float32), args, env, levels))
+        models.append(bench_model("digits 8x8 INT8 (ONNX QDQ)", tiny.path,
+                                  rng.uniform(0, 1, (1, 8, 8, 1)).astype(np.float32), args, env, levels))
     report = {
         "benchmark": "bench_server",
-        "model": "MobileNetV2 224 INT8 (ONNX QDQ), onnxruntime CPU",
+        "runtime": "onnxruntime CPU",
         "machine": {"platform": platform.platform(), "cpus": os.cpu_count()},
         "settings": vars(args) | {"output": str(args.output)},
-        "offline_ceiling": ceiling,
-        "offline_batch1": single,
-        "edgekit": results["edgekit"],
-        "naive": results["naive"],
-        "comparison": comparison,
+        "models": models,
     }
     print_and_save(report, args.output)
 

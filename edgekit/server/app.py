@@ -52,9 +52,18 @@ def create_app(models: Sequence[Model], options: ServerOptions | None = None) ->
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         plane.start()
+        grpc_server = None
+        if options.grpc_port is not None:  # gRPC shares this event loop, the dataplane and its batchers
+            from .grpc_app import GrpcServer
+
+            grpc_server = GrpcServer(plane, options.grpc_host, options.grpc_port, options.max_body_bytes)
+            await grpc_server.start()
+            app.state.grpc_port = grpc_server.port
         if app.state.on_ready is not None:
             app.state.on_ready()
         yield
+        if grpc_server is not None:
+            await grpc_server.stop(options.drain_timeout_s)
         await plane.stop()
 
     app = Starlette(routes=endpoints.routes(), lifespan=lifespan,
@@ -64,6 +73,7 @@ def create_app(models: Sequence[Model], options: ServerOptions | None = None) ->
     app.state.metrics = plane.metrics
     app.state.drain = _DrainState(plane)
     app.state.on_ready = None  # set by serve(): says "serving" once every model is ready
+    app.state.grpc_port = None  # the bound gRPC port once serving (--grpc-port 0 picks one)
     app.add_middleware(_CloseWhenDraining, plane=plane)
     return app
 
@@ -230,6 +240,9 @@ def serve(sources: Sequence[str], host: str = "127.0.0.1", port: int = 8000, opt
 
     options = options or ServerOptions()
     sock = bind_socket(host, port)  # a port in use fails here, before any model loads
+    if options.grpc_port:  # the same check for the gRPC port (bound for real once serving)
+        bind_socket(host, options.grpc_port).close()
+    options.grpc_host = host
     try:
         models = [load(source, artifact=artifact, backend=backend, threads=threads, profile=profile,
                        require_signature=require_signature, trusted_keys=trusted_keys) for source in sources]
@@ -238,7 +251,8 @@ def serve(sources: Sequence[str], host: str = "127.0.0.1", port: int = 8000, opt
         shown = f"[{bound_host}]" if ":" in str(bound_host) else bound_host
         names = ", ".join(app.state.served)
         app.state.on_ready = lambda: print(
-            f"serving {names} on http://{shown}:{bound_port}/v2 (KServe v2; metrics at /metrics)", flush=True)
+            f"serving {names} on http://{shown}:{bound_port}/v2 (KServe v2; metrics at /metrics)"
+            + (f" and gRPC on {shown}:{app.state.grpc_port}" if app.state.grpc_port else ""), flush=True)
         debug = os.environ.get("EDGEKIT_DEBUG") == "1"
         config = uvicorn.Config(app, log_level="debug" if debug else "warning",
                                 timeout_graceful_shutdown=int(options.drain_timeout_s))

@@ -38,6 +38,8 @@ def add_server_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("server (--serve)")
     group.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     group.add_argument("--port", type=_port, default=8000, help="port (default 8000; 0 picks a free port)")
+    group.add_argument("--grpc-port", type=_port, default=None,
+                       help="also serve KServe v2 over gRPC on this port (0 picks a free port)")
     group.add_argument("--max-batch-size", type=at_least(1), default=8,
                        help="dynamic batching: largest batch (default 8)")
     group.add_argument("--max-queue-delay-us", type=at_least(0), default=500,
@@ -55,7 +57,7 @@ def require_server_extra() -> None:
     from ..errors import BackendUnavailableError
 
     missing = []
-    for module in ("starlette", "uvicorn", "prometheus_client"):
+    for module in ("starlette", "uvicorn", "prometheus_client", "simdjson", "orjson", "grpc"):
         try:
             __import__(module)
         except ImportError:
@@ -73,7 +75,7 @@ def options_from(args: argparse.Namespace):  # noqa: ANN201 - ServerOptions, imp
         max_batch_size=args.max_batch_size, max_queue_delay_us=args.max_queue_delay_us,
         max_queue_size=args.max_queue_size, max_body_bytes=int(args.max_body_mb * (1 << 20)),
         reports_dir=args.reports_dir, cache_predictions=getattr(args, "cache_predictions", False),
-        max_image_pixels=int(args.max_image_mpixels * 1e6),
+        max_image_pixels=int(args.max_image_mpixels * 1e6), grpc_port=args.grpc_port,
     )
 
 

@@ -1,5 +1,6 @@
 """The server's protocol logic, free of HTTP: model lookup, readiness, input validation (once),
-the prediction cache, batching and metrics. REST endpoints (``app.py``) and, later, gRPC call it.
+the prediction cache, batching and metrics. REST endpoints (``app.py``) and gRPC (``grpc_app.py``)
+call it.
 
 In the shape of Seldon MLServer's dataplane. Every failure of a model route leaves here as a
 ``ProtocolError`` with its HTTP status, counted in the failure metrics under the model's name;
@@ -25,6 +26,10 @@ from .metrics import ServerMetrics
 from .protocol import ProtocolError, datatype_of, encode_response, parse_request
 
 VERSION = "1"
+# Bodies and responses above this size are decoded/encoded in a worker thread, so the event loop
+# keeps accepting, batching and answering while a large JSON document is parsed; smaller ones are
+# handled inline (a thread hop costs more than they take).
+OFF_LOOP_BYTES = 64 << 10
 log = logging.getLogger("edgekit.server")
 T = TypeVar("T")
 _REASONS = {400: "BAD_REQUEST", 413: "TOO_LARGE", 503: "OVERLOADED"}
@@ -42,6 +47,8 @@ class ServerOptions:
     max_image_pixels: int = 25_000_000  # /infer/image: larger images are refused before decoding
     image_decoders: int = 2  # images decoded at once (off the event loop): bounds decode memory
     lameduck_s: float = 2.0  # on SIGTERM/SIGINT: keep answering (Connection: close) this long at most
+    grpc_port: int | None = None  # KServe v2 gRPC on this port too (0 picks a free one); None: REST only
+    grpc_host: str = "127.0.0.1"
 
 
 @dataclass
@@ -138,13 +145,31 @@ class DataPlane:
         """A KServe v2 inference request's body in, the response body and headers out."""
         entry = self.lookup(name, version)
 
-        async def handle() -> tuple[bytes, dict[str, str]]:
+        def decode() -> tuple[Any, list[np.ndarray]]:
             parsed = parse_request(body, header_length)
-            feeds = self.validate(entry, parsed.inputs)
+            return parsed, self.validate(entry, parsed.inputs)
+
+        async def handle() -> tuple[bytes, dict[str, str]]:
+            parsed, feeds = await asyncio.to_thread(decode) if len(body) > OFF_LOOP_BYTES else decode()
             outputs = await self.run(entry, feeds)
             named = {name: y.astype(np.float32) if y.dtype.kind == "f" else y
                      for name, y in zip(entry.model.output_names, outputs)}
+            if sum(y.nbytes for y in named.values()) > OFF_LOOP_BYTES // 4:  # ~4 JSON bytes per byte of floats
+                return await asyncio.to_thread(encode_response, entry.name, VERSION, parsed, named)
             return encode_response(entry.name, VERSION, parsed, named)
+
+        return await self._counted(entry, handle)
+
+    async def infer_tensors(self, name: str, version: str | None,
+                            decode: Callable[[], dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+        """For transports that decode their own tensors (gRPC): ``decode()`` gives the request's
+        tensors by name; validation, cache, batching and metrics are those of ``infer``."""
+        entry = self.lookup(name, version)
+
+        async def handle() -> dict[str, np.ndarray]:
+            outputs = await self.run(entry, self.validate(entry, decode()))
+            return {name: y.astype(np.float32) if y.dtype.kind == "f" else y
+                    for name, y in zip(entry.model.output_names, outputs)}
 
         return await self._counted(entry, handle)
 
