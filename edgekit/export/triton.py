@@ -22,30 +22,35 @@ def _dims(shape: list[int]) -> str:
     return "[ " + ", ".join(str(d) for d in shape[1:]) + " ]"
 
 
+_TRITON_TYPES = {"float32": "TYPE_FP32", "float16": "TYPE_FP16", "float64": "TYPE_FP64", "int8": "TYPE_INT8",
+                 "int16": "TYPE_INT16", "int32": "TYPE_INT32", "int64": "TYPE_INT64", "uint8": "TYPE_UINT8",
+                 "uint16": "TYPE_UINT16", "bool": "TYPE_BOOL"}
+
+
+def _tensors(kind: str, specs: list) -> list[str]:
+    """A config.pbtxt ``input [...]`` or ``output [...]`` block with every tensor, by name."""
+    lines = [f"{kind} ["]
+    for index, spec in enumerate(specs):
+        if spec.dtype not in _TRITON_TYPES:
+            raise EdgekitError(f"{kind} {spec.name!r} has dtype {spec.dtype}, which Triton's config cannot name")
+        lines += ["  {", f'    name: "{spec.name}"', f"    data_type: {_TRITON_TYPES[spec.dtype]}",
+                  f"    dims: {_dims(spec.shape)}"]
+        if kind == "output" and spec.labels:
+            lines.append('    label_filename: "labels.txt"')
+        lines.append("  }," if index < len(specs) - 1 else "  }")
+    return lines + ["]"]
+
+
 def config_pbtxt(manifest: Manifest, max_batch_size: int, gpu: bool, instances: int, queue_delay_us: int) -> str:
-    spec_in, spec_out = manifest.inputs[0], manifest.outputs[0]
+    """Every input and output of the package (never only the first), with its datatype."""
     lines = [
         f'name: "{manifest.name}"',
         'backend: "onnxruntime"',
         f"max_batch_size: {max_batch_size}",
-        "input [",
-        "  {",
-        f'    name: "{spec_in.name}"',
-        "    data_type: TYPE_FP32",
-        f"    dims: {_dims(spec_in.shape)}",
-        "  }",
-        "]",
-        "output [",
-        "  {",
-        f'    name: "{spec_out.name}"',
-        "    data_type: TYPE_FP32",
-        f"    dims: {_dims(spec_out.shape)}",
+        *_tensors("input", manifest.inputs),
+        *_tensors("output", manifest.outputs),
     ]
-    if spec_out.labels:
-        lines.append('    label_filename: "labels.txt"')
     lines += [
-        "  }",
-        "]",
         "dynamic_batching {",
         f"  preferred_batch_size: [ {', '.join(str(b) for b in sorted({max(1, max_batch_size // 2), max_batch_size}))} ]",
         f"  max_queue_delay_microseconds: {queue_delay_us}",

@@ -50,3 +50,19 @@ def test_gpu_repository_uses_tensorrt_int8_and_kserve_manifest(digits_all_packag
 def test_package_without_onnx_is_refused(digits_package, tmp_path, capsys):
     code, _, err = run_cli(capsys, "export", "triton", digits_package, "-o", tmp_path / "repo")
     assert code == 1 and "has no ONNX artifact" in err and "--target onnx" in err
+
+
+def test_every_input_and_output_is_in_the_config_with_its_datatype():
+    """A detector-style package with two inputs (one of token ids) and two outputs: the config
+    names all four (the export once wrote only the first of each)."""
+    from edgekit.export.triton import config_pbtxt
+    from edgekit.manifest import TensorSpec
+    from tests.test_manifest import _manifest
+
+    manifest = _manifest()
+    manifest.inputs = [TensorSpec("image", [-1, 32, 32, 3]), TensorSpec("tokens", [-1, 6], dtype="int64")]
+    manifest.outputs = [TensorSpec("boxes", [-1, 10, 4]), TensorSpec("scores", [-1, 10], labels=None)]
+    config = text_format.Parse(config_pbtxt(manifest, 8, False, 1, 500), model_config_pb2.ModelConfig())
+    assert [(t.name, t.data_type, list(t.dims)) for t in config.input] == [
+        ("image", model_config_pb2.TYPE_FP32, [32, 32, 3]), ("tokens", model_config_pb2.TYPE_INT64, [6])]
+    assert [(t.name, list(t.dims)) for t in config.output] == [("boxes", [10, 4]), ("scores", [10])]
