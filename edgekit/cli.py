@@ -351,13 +351,24 @@ def export_group() -> None:
 @click.option("--gpu", is_flag=True, help="KIND_GPU instances with the TensorRT accelerator (INT8).")
 @click.option("--kserve", "kserve_uri", default=None, metavar="STORAGE_URI",
               help="Also write a KServe InferenceService manifest serving the repository from STORAGE_URI.")
+@click.option("--backend", type=click.Choice(["onnxruntime", "python"]), default="onnxruntime", show_default=True,
+              help="onnxruntime: Triton runs the ONNX artifact; python: Triton's Python backend runs the package "
+                   "with edgekit's runtime (any artifact).")
+@click.option("--artifact", default=None, help="--backend python: the artifact to run (default: the best here).")
+@click.option("--threads", type=click.IntRange(min=1), default=None, help="--backend python: runtime threads.")
+@click.option("--python-path", default=None, metavar="DIRS",
+              help="--backend python: where edgekit is installed if the backend's Python lacks it "
+                   "(e.g. a venv's site-packages; os.pathsep-separated).")
 @click.option("--force", is_flag=True, help="Replace an existing model directory.")
 def export_triton_command(package: str, output: Path, max_batch_size: int, max_queue_delay_us: int, instances: int,
-                          gpu: bool, kserve_uri: str | None, force: bool) -> None:
-    """Write PACKAGE's ONNX artifact as a Triton model repository entry (config.pbtxt + 1/model.onnx)."""
+                          gpu: bool, kserve_uri: str | None, backend: str, artifact: str | None, threads: int | None,
+                          python_path: str | None, force: bool) -> None:
+    """Write PACKAGE as a Triton model repository entry: config.pbtxt + 1/model.onnx for Triton's
+    onnxruntime backend, or config.pbtxt + 1/model.py + 1/package/ for its Python backend."""
     from .export.triton import export_triton
 
-    path = export_triton(package, str(output), max_batch_size, gpu, instances, max_queue_delay_us, kserve_uri, force)
+    path = export_triton(package, str(output), max_batch_size, gpu, instances, max_queue_delay_us, kserve_uri, force,
+                         backend=backend, artifact=artifact, threads=threads, python_path=python_path)
     click.echo(f"triton model: {path}")
     if kserve_uri:
         click.echo(f"kserve: {output / (path.name + '.inferenceservice.yaml')}")

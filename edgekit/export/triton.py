@@ -1,6 +1,7 @@
 """``edgekit export triton``: a Triton model repository (and optionally a KServe InferenceService).
 
-The ONNX artifact goes to ``REPO/NAME/1/model.onnx`` with a ``config.pbtxt`` for Triton's
+``--backend python`` writes a Python-backend model that runs the whole package with edgekit's
+runtime (``triton_python.py``). Otherwise the ONNX artifact goes to ``REPO/NAME/1/model.onnx`` with a ``config.pbtxt`` for Triton's
 onnxruntime backend: dims without the batch dimension, ``max_batch_size``, dynamic batching,
 an instance group, and with ``--gpu`` the TensorRT execution accelerator (INT8 for the QDQ
 model, FP16 fallback). ``--kserve`` adds an InferenceService manifest that serves the
@@ -41,12 +42,14 @@ def _tensors(kind: str, specs: list) -> list[str]:
     return lines + ["]"]
 
 
-def config_pbtxt(manifest: Manifest, max_batch_size: int, gpu: bool, instances: int, queue_delay_us: int) -> str:
+def config_pbtxt(manifest: Manifest, max_batch_size: int, gpu: bool, instances: int, queue_delay_us: int,
+                 backend: str = "onnxruntime", parameters: list[str] | None = None) -> str:
     """Every input and output of the package (never only the first), with its datatype."""
     lines = [
         f'name: "{manifest.name}"',
-        'backend: "onnxruntime"',
+        f'backend: "{backend}"',
         f"max_batch_size: {max_batch_size}",
+        *(parameters or []),
         *_tensors("input", manifest.inputs),
         *_tensors("output", manifest.outputs),
     ]
@@ -100,8 +103,15 @@ spec:
 def export_triton(
     package: str, output: str, max_batch_size: int = 8, gpu: bool = False, instances: int = 1,
     queue_delay_us: int = 500, kserve_storage_uri: str | None = None, force: bool = False,
+    backend: str = "onnxruntime", artifact: str | None = None, threads: int | None = None,
+    python_path: str | None = None,
 ) -> Path:
     root, manifest = open_package(package)
+    if backend == "python":
+        return _export_python(root, manifest, Path(output), max_batch_size, instances, queue_delay_us, force,
+                              artifact, threads, kserve_storage_uri, gpu, python_path)
+    if backend != "onnxruntime":
+        raise EdgekitError(f"unknown Triton backend {backend!r}", hint="use onnxruntime or python")
     if not any(a.target == "onnx" for a in manifest.artifacts):
         raise EdgekitError(
             f"package {manifest.name!r} has no ONNX artifact; Triton export serves the ONNX model",
@@ -120,6 +130,38 @@ def export_triton(
         (staged / "1").mkdir(parents=True)
         shutil.copyfile(model_file, staged / "1" / "model.onnx")
         (staged / "config.pbtxt").write_text(config_pbtxt(manifest, max_batch_size, gpu, instances, queue_delay_us))
+        if manifest.labels:
+            (staged / "labels.txt").write_text("\n".join(manifest.labels) + "\n")
+        repo.mkdir(parents=True, exist_ok=True)
+        publish(staged, destination, replace=force)
+    if kserve_storage_uri is not None:
+        write_text_atomic(repo / f"{manifest.name}.inferenceservice.yaml",
+                          inference_service_yaml(manifest.name, kserve_storage_uri, gpu))
+    return destination
+
+
+def _export_python(root: Path, manifest: Manifest, repo: Path, max_batch_size: int, instances: int,
+                   queue_delay_us: int, force: bool, artifact: str | None, threads: int | None,
+                   kserve_storage_uri: str | None, gpu: bool, python_path: str | None) -> Path:
+    """NAME/config.pbtxt (Python backend) + NAME/1/model.py + NAME/1/package/ (every artifact verified)."""
+    from .triton_python import MODEL_PY, parameters_block
+
+    if artifact is not None and not any(a.target == artifact for a in manifest.artifacts):
+        raise EdgekitError(f"package {manifest.name!r} has no {artifact} artifact",
+                           hint=f"choose one of {', '.join(a.target for a in manifest.artifacts)}")
+    for entry in manifest.artifacts:
+        verified_artifact_path(root, entry)  # a tampered package is refused here, not on the Triton host
+    destination = repo / manifest.name
+    if destination.exists() and not force:
+        raise OutputExistsError(f"{destination} already exists")
+    ensure_writable(repo, "Triton model repository", is_dir=True)
+    with staging_dir(destination) as staged:
+        (staged / "1").mkdir(parents=True)
+        shutil.copytree(root, staged / "1" / "package")
+        (staged / "1" / "model.py").write_text(MODEL_PY)
+        (staged / "config.pbtxt").write_text(config_pbtxt(
+            manifest, max_batch_size, False, instances, queue_delay_us, backend="python",
+            parameters=parameters_block(artifact, threads, python_path)))
         if manifest.labels:
             (staged / "labels.txt").write_text("\n".join(manifest.labels) + "\n")
         repo.mkdir(parents=True, exist_ok=True)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
@@ -66,3 +68,50 @@ def test_every_input_and_output_is_in_the_config_with_its_datatype():
     assert [(t.name, t.data_type, list(t.dims)) for t in config.input] == [
         ("image", model_config_pb2.TYPE_FP32, [32, 32, 3]), ("tokens", model_config_pb2.TYPE_INT64, [6])]
     assert [(t.name, list(t.dims)) for t in config.output] == [("boxes", [10, 4]), ("scores", [10])]
+
+
+def test_the_python_backend_export_serves_the_package_on_a_real_tritonserver(digits_all_package, tmp_path, capsys):
+    """``--backend python`` on Triton 2.51 (the server bundled in the nvidia-pytriton wheel): the
+    model loads, answers tritonclient, batches concurrent requests, and gives
+    what edgekit.load gives; a malformed request fails alone."""
+    import site
+
+    import numpy as np
+    import tritonclient.http as httpclient
+    from tritonclient.utils import InferenceServerException
+
+    import edgekit
+    from tests.conftest import EVAL, ROOT, load_npz
+    from tests.export.tritonserver import running_tritonserver
+
+    python_path = os.pathsep.join([str(ROOT), *site.getsitepackages()])
+    code, _, err = run_cli(capsys, "export", "triton", digits_all_package, "-o", tmp_path / "repo", "--backend",
+                           "python", "--artifact", "onnx", "--python-path", python_path, "--max-batch-size", "16")
+    assert code == 0, err
+    config = parse(tmp_path / "repo" / "digits" / "config.pbtxt")
+    assert config.backend == "python" and config.parameters["artifact"].string_value == "onnx"
+    assert (tmp_path / "repo" / "digits" / "1" / "package" / "manifest.json").is_file()
+    x = load_npz(EVAL)[0][:16].astype(np.float32) / 255
+    with edgekit.load(digits_all_package, artifact="onnx") as local:
+        expected = local.predict_tensor(x)
+    with running_tritonserver(tmp_path / "repo", tmp_path / "triton.log") as address:
+        client = httpclient.InferenceServerClient(address, concurrency=8)
+        assert client.is_model_ready("digits")
+        tensor = httpclient.InferInput("image", list(x.shape), "FP32")
+        tensor.set_data_from_numpy(x, binary_data=True)
+        np.testing.assert_allclose(client.infer("digits", [tensor]).as_numpy("output_0"), expected, atol=1e-6)
+
+        def single(i):
+            tensor = httpclient.InferInput("image", [1, 8, 8, 1], "FP32")
+            tensor.set_data_from_numpy(x[i : i + 1])
+            return [tensor]
+
+        pending = [client.async_infer("digits", single(i)) for i in range(16)]  # in flight together
+        rows = np.concatenate([p.get_result().as_numpy("output_0") for p in pending])
+        np.testing.assert_allclose(rows, expected, atol=1e-6)
+        bad = httpclient.InferInput("image", [1, 8, 8, 1], "FP32")
+        bad.set_data_from_numpy(np.full((1, 8, 8, 1), np.nan, np.float32))
+        with pytest.raises(InferenceServerException, match="NaN"):
+            client.infer("digits", [bad])
+        still = client.infer("digits", single(3)).as_numpy("output_0")  # the server keeps serving
+        np.testing.assert_allclose(still, expected[3:4], atol=1e-6)
