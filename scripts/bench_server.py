@@ -10,7 +10,10 @@ tiny one) as INT8 ONNX, then for each on loopback, in one run:
   (dynamic batching);
 * naive: one request at a time, JSON in and out, no batching (the common Flask pattern), on
   a raw ONNX Runtime session;
-* offline ceiling: the same session running batches of ``--max-batch-size`` back to back.
+* offline ceiling: the same session running batches of ``--max-batch-size`` back to back;
+* with ``--peers``: MLServer 1.7.1 (a custom ONNX Runtime runtime with adaptive batching, JSON)
+  and PyTriton 0.7.0 (the real tritonserver, JSON and binary), with the same batch size and
+  window, each from its own virtual environment created on first use.
 A closed-loop client (N workers, each sending its next request when the last one returns;
 request bodies pre-encoded) runs for ``--seconds`` per concurrency level, bounded in time and
 count. Prints and saves JSON; compare ratios within the run.
@@ -58,6 +61,95 @@ NAIVE_SERVER = textwrap.dedent("""
             pass
     HTTPServer(("127.0.0.1", int(sys.argv[2])), Handler).serve_forever()
 """)
+
+
+# Peer servers for --peers, each in its own virtual environment (edgekit.toolenv; created on first
+# use): MLServer 1.7.1 needs uvloop<0.22 here, PyTriton 0.7.0 needs numpy<2. Never test dependencies.
+MLSERVER_RUNTIME = textwrap.dedent("""
+    import os
+    import numpy as np, onnxruntime as ort
+    from mlserver import MLModel
+    from mlserver.codecs import NumpyCodec
+    from mlserver.types import InferenceRequest, InferenceResponse
+
+    class OnnxModel(MLModel):
+        async def load(self):
+            options = ort.SessionOptions(); options.intra_op_num_threads = int(os.environ["BENCH_THREADS"])
+            self.session = ort.InferenceSession(os.environ["BENCH_MODEL"], options, providers=["CPUExecutionProvider"])
+            self.input = self.session.get_inputs()[0].name
+            self.output = os.environ["BENCH_OUTPUT"]
+            return True
+
+        async def predict(self, payload: InferenceRequest) -> InferenceResponse:
+            x = NumpyCodec.decode_input(payload.inputs[0]).astype(np.float32)
+            y = self.session.run(None, {self.input: x})[0]
+            return InferenceResponse(model_name=self.name, outputs=[NumpyCodec.encode_output(self.output, y)])
+""")
+PYTRITON_SERVER = textwrap.dedent("""
+    import os, sys
+    import numpy as np, onnxruntime as ort
+    from pytriton.decorators import batch
+    from pytriton.model_config import DynamicBatcher, ModelConfig, Tensor
+    from pytriton.triton import Triton, TritonConfig
+
+    model, name, output, port, threads, batch_size, delay_us = sys.argv[1:8]
+    options = ort.SessionOptions(); options.intra_op_num_threads = int(threads)
+    session = ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+    spec = session.get_inputs()[0]
+
+    @batch
+    def infer(**inputs):
+        return {output: session.run(None, {spec.name: inputs[spec.name].astype(np.float32)})[0]}
+
+    port = int(port)
+    config = TritonConfig(http_port=port, grpc_port=port + 1, metrics_port=port + 2)
+    with Triton(config=config) as triton:
+        triton.bind(model_name=name, infer_func=infer,
+                    inputs=[Tensor(name=spec.name, dtype=np.float32, shape=tuple(spec.shape[1:]))],
+                    outputs=[Tensor(name=output, dtype=np.float32, shape=(-1,))],
+                    config=ModelConfig(max_batch_size=int(batch_size),
+                                       batcher=DynamicBatcher(max_queue_delay_microseconds=int(delay_us))))
+        triton.serve()
+""")
+
+
+def peer_pythons() -> dict[str, str]:
+    """The peers' interpreters, creating their environments on first use."""
+    from edgekit import toolenv
+
+    mlserver = toolenv.Tool("bench-mlserver", ("mlserver==1.7.1", "uvloop<0.22", "onnxruntime>=1.20"),
+                            "the MLServer peer of scripts/bench_server.py --peers")
+    pytriton = toolenv.Tool("bench-pytriton", ("nvidia-pytriton==0.7.0", "numpy<2", "onnxruntime>=1.20"),
+                            "the PyTriton peer of scripts/bench_server.py --peers")
+    return {"mlserver": toolenv.python_for(mlserver), "pytriton": toolenv.python_for(pytriton)}
+
+
+def start_peers(pythons: dict[str, str], name: str, onnx_path: Path, output_name: str, args: argparse.Namespace,
+                env: dict[str, str], work: Path) -> tuple[dict[str, subprocess.Popen], dict[str, int]]:
+    """MLServer (custom ONNX Runtime runtime, adaptive batching) and PyTriton, with edgekit's batching."""
+    import json as _json
+    import sysconfig
+
+    ports = {"mlserver": free_port(), "pytriton": free_port()}
+    folder = work / f"mlserver-{name}"
+    (folder / name).mkdir(parents=True, exist_ok=True)
+    (folder / "runtime.py").write_text(MLSERVER_RUNTIME)
+    (folder / "settings.json").write_text(_json.dumps({"http_port": ports["mlserver"], "grpc_port": free_port(),
+                                                       "metrics_port": free_port(), "parallel_workers": 0}))
+    (folder / name / "model-settings.json").write_text(_json.dumps({
+        "name": name, "implementation": "runtime.OnnxModel", "max_batch_size": args.max_batch_size,
+        "max_batch_time": args.max_queue_delay_us / 1e6}))
+    peer_env = {**env, "BENCH_MODEL": str(onnx_path), "BENCH_OUTPUT": output_name, "BENCH_THREADS": str(args.threads),
+                "LD_LIBRARY_PATH": sysconfig.get_config_var("LIBDIR") or "", "PYTHONPATH": str(folder)}
+    servers = {
+        "mlserver": subprocess.Popen([pythons["mlserver"], "-m", "mlserver.cli.main", "start", str(folder)],
+                                     cwd=folder, env=peer_env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL),
+        "pytriton": subprocess.Popen([pythons["pytriton"], "-c", PYTRITON_SERVER, str(onnx_path), name, output_name,
+                                      str(ports["pytriton"]), str(args.threads), str(args.max_batch_size),
+                                      str(args.max_queue_delay_us)],
+                                     cwd=work, env=peer_env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL),
+    }
+    return servers, ports
 
 
 def free_port() -> int:
@@ -153,6 +245,24 @@ async def closed_loop(url: str, body: bytes, headers: dict[str, str], concurrenc
     }
 
 
+def answer_of(url: str, body: bytes, headers: dict[str, str]) -> np.ndarray:
+    """The first output of one response (KServe v2 JSON or binary, or the naive server's JSON)."""
+    import httpx
+
+    from edgekit.server.protocol import HEADER_LENGTH
+
+    response = httpx.post(url, content=body, headers=headers, timeout=60)
+    response.raise_for_status()
+    length = response.headers.get(HEADER_LENGTH)
+    header = json.loads(response.content[: int(length)] if length else response.content)
+    if "outputs" not in header:
+        return np.asarray(header["data"], np.float32)
+    output = header["outputs"][0]
+    if length:
+        return np.frombuffer(response.content[int(length):], np.float32).reshape(output["shape"])
+    return np.asarray(output["data"], np.float32).reshape(output["shape"])
+
+
 def offline_ceiling(model_path: Path, sample: np.ndarray, batch: int, threads: int, seconds: float) -> dict:
     """Batches of ``batch`` samples back to back on one session: what serving could reach at best."""
     import onnxruntime as ort
@@ -188,8 +298,9 @@ def kserve_bodies(input_name: str, output_name: str, x: np.ndarray) -> dict[str,
 
 
 def bench_model(label: str, package: Path, x: np.ndarray, args: argparse.Namespace, env: dict[str, str],
-                levels: list[int]) -> dict:
-    """edgekit (JSON and binary bodies) and the naive server on one package, interleaved per level."""
+                levels: list[int], peers: dict[str, str] | None = None) -> dict:
+    """edgekit (JSON and binary bodies), the naive server and, with ``peers``, MLServer and PyTriton
+    on one package, interleaved per level."""
     import edgekit
 
     onnx_path = package / "onnx" / "model.int8.onnx"
@@ -208,16 +319,39 @@ def bench_model(label: str, package: Path, x: np.ndarray, args: argparse.Namespa
             [sys.executable, "-c", NAIVE_SERVER, str(onnx_path), str(ports["naive"]), str(args.threads)],
             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL),
     }
-    infer = f"http://127.0.0.1:{ports['edgekit']}/v2/models/{package.name.split('.')[0]}/infer"
+    model_name = package.name.split(".")[0]
+    infer = f"http://127.0.0.1:{ports['edgekit']}/v2/models/{model_name}/infer"
     targets = {
         "edgekit_json": (infer, *bodies["json"]),
         "edgekit_binary": (infer, *bodies["binary"]),
         "naive_json": (f"http://127.0.0.1:{ports['naive']}/infer", naive_body, {"content-type": "application/json"}),
     }
+    if peers:
+        started, peer_ports = start_peers(peers, model_name, onnx_path, output_name, args, env,
+                                          Path(tempfile.mkdtemp(prefix="edgekit-bench-peers-")))
+        servers.update(started)
+        triton_infer = f"http://127.0.0.1:{peer_ports['pytriton']}/v2/models/{model_name}/infer"
+        targets.update({
+            "mlserver_json": (f"http://127.0.0.1:{peer_ports['mlserver']}/v2/models/{model_name}/infer",
+                              *bodies["json"]),
+            "pytriton_json": (triton_infer, *bodies["json"]),
+            "pytriton_binary": (triton_infer, *bodies["binary"]),
+        })
     results: dict[str, list[dict]] = {name: [] for name in targets}
     try:
         wait_ready(f"http://127.0.0.1:{ports['edgekit']}/v2/health/ready")
         wait_ready(f"http://127.0.0.1:{ports['naive']}/", need_ok=False)
+        if peers:
+            wait_ready(f"http://127.0.0.1:{peer_ports['mlserver']}/v2/models/{model_name}/ready", timeout=300)
+            wait_ready(f"http://127.0.0.1:{peer_ports['pytriton']}/v2/models/{model_name}/ready", timeout=300)
+        import onnxruntime as ort
+
+        expected = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"]).run(
+            None, {ort.InferenceSession(str(onnx_path)).get_inputs()[0].name: x})[0]
+        for name, (url, body, headers) in targets.items():  # every server answers what ONNX Runtime answers
+            got = answer_of(url, body, headers)
+            if got.size != expected.size or not np.allclose(got.reshape(expected.shape), expected, atol=1e-4):
+                raise SystemExit(f"{name} answered differently from ONNX Runtime run directly")
         for level in levels:
             order = list(targets) if level % 2 == 0 else list(targets)[::-1]  # alternate the order
             for name in order:
@@ -237,6 +371,12 @@ def bench_model(label: str, package: Path, x: np.ndarray, args: argparse.Namespa
             ours = results[name][i]["throughput_per_s"]
             row[f"{name}_vs_naive"] = round(ours / max(naive, 1e-9), 2)
             row[f"{name}_share_of_offline_ceiling"] = round(ours / ceiling["throughput_per_s"], 3)
+        if peers:  # same body kind against the better peer
+            json_peer = max(results["mlserver_json"][i]["throughput_per_s"], results["pytriton_json"][i]["throughput_per_s"])
+            row["edgekit_json_vs_better_peer_json"] = round(results["edgekit_json"][i]["throughput_per_s"]
+                                                            / max(json_peer, 1e-9), 2)
+            row["edgekit_binary_vs_pytriton_binary"] = round(results["edgekit_binary"][i]["throughput_per_s"]
+                                                             / max(results["pytriton_binary"][i]["throughput_per_s"], 1e-9), 2)
         comparison.append(row)
     return {"model": label, "request_bytes": {k: len(v[0]) for k, v in bodies.items()},
             "offline_ceiling": ceiling, **results, "comparison": comparison}
@@ -251,10 +391,14 @@ def main() -> None:
     parser.add_argument("--max-batch-size", type=int, default=8)
     parser.add_argument("--max-queue-delay-us", type=int, default=2000)
     parser.add_argument("--output", type=Path, default=ROOT / "out" / "bench" / "bench_server.json")
+    parser.add_argument("--peers", action="store_true",
+                        help="also MLServer 1.7.1 and PyTriton 0.7.0 (their environments are created on first use)")
     args = parser.parse_args()
     levels = [int(v) for v in args.concurrency.split(",")]
 
     import edgekit
+
+    peers = peer_pythons() if args.peers else None
 
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
     models = []
@@ -273,9 +417,9 @@ def main() -> None:
                                str(work / "tiny"), formats=["onnx"])
         rng = np.random.default_rng(1)
         models.append(bench_model("MobileNetV2 224 INT8 (ONNX QDQ)", built.path,
-                                  rng.uniform(-1, 1, (1, 224, 224, 3)).astype(np.float32), args, env, levels))
+                                  rng.uniform(-1, 1, (1, 224, 224, 3)).astype(np.float32), args, env, levels, peers))
         models.append(bench_model("digits 8x8 INT8 (ONNX QDQ)", tiny.path,
-                                  rng.uniform(0, 1, (1, 8, 8, 1)).astype(np.float32), args, env, levels))
+                                  rng.uniform(0, 1, (1, 8, 8, 1)).astype(np.float32), args, env, levels, peers))
     report = {
         "benchmark": "bench_server",
         "runtime": "onnxruntime CPU",
