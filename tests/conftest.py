@@ -1,4 +1,5 @@
-"""Shared fixtures: the committed digits model and data, packages built once per session.
+"""Shared fixtures: the committed digits model and data, packages built once per test run (once
+for all pytest-xdist workers: the first builds under a lock, the others reuse it read-only).
 
 Every package here is built with the real converters and validated with the real LiteRT
 runtime; TensorFlow runs only in child processes, as in production.
@@ -10,6 +11,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +31,26 @@ EVAL = DIGITS / "data" / "eval.npz"
 def _isolated_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
     os.environ["EDGEKIT_CACHE_DIR"] = str(tmp_path_factory.mktemp("cache"))
     os.environ["CI"] = os.environ.get("CI", "true")  # no spinners in test output
+
+
+def built_once(tmp_path_factory: pytest.TempPathFactory, name: str, build: Callable[[Path], Path]) -> Path:
+    """``build(folder)`` once per test run. Under xdist the workers share the run's base folder:
+    the first builds under a file lock and records the result; the others wait and reuse it.
+    Tests must treat the result as read-only (copy it to change it)."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return build(tmp_path_factory.mktemp(name))
+    from filelock import FileLock
+
+    shared = tmp_path_factory.getbasetemp().parent  # pytest-N/, above every worker's popen-gwK/
+    record = shared / f"{name}.built"
+    with FileLock(str(shared / f"{name}.lock")):
+        if record.is_file():
+            return Path(record.read_text())
+        folder = shared / f"{name}.shared"
+        folder.mkdir()
+        result = build(folder)
+        record.write_text(str(result))
+        return result
 
 
 def run_cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
@@ -54,11 +76,8 @@ def digits_package(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The digits reference model packaged for TFLite (with an .ekpkg archive)."""
     import edgekit
 
-    out = tmp_path_factory.mktemp("digits")
-    result = edgekit.package(
-        str(DIGITS_MODEL), str(CALIBRATION), str(out), eval=str(EVAL), archive=True
-    )
-    return result.path
+    return built_once(tmp_path_factory, "digits", lambda out: edgekit.package(
+        str(DIGITS_MODEL), str(CALIBRATION), str(out), eval=str(EVAL), archive=True).path)
 
 
 def write_digit_images(root: Path, x: np.ndarray, y: np.ndarray) -> None:
@@ -77,9 +96,8 @@ def digits_all_package(tmp_path_factory: pytest.TempPathFactory) -> Path:
     import edgekit
     from edgekit.formats import FORMATS as TARGETS
 
-    out = tmp_path_factory.mktemp("digits_all")
-    result = edgekit.package(str(DIGITS_MODEL), str(CALIBRATION), str(out), eval=str(EVAL), targets=list(TARGETS))
-    return result.path
+    return built_once(tmp_path_factory, "digits_all", lambda out: edgekit.package(
+        str(DIGITS_MODEL), str(CALIBRATION), str(out), eval=str(EVAL), targets=list(TARGETS)).path)
 
 
 def run_python(code: str) -> str:
@@ -94,7 +112,11 @@ def run_python(code: str) -> str:
 @pytest.fixture(scope="session")
 def sin_saved_model(tmp_path_factory):
     """A model with an op TFLite cannot run in INT8 (sin), exported as a SavedModel."""
-    path = tmp_path_factory.mktemp("sin") / "sin_model"
+    return built_once(tmp_path_factory, "sin", _sin_model)
+
+
+def _sin_model(folder: Path) -> Path:
+    path = folder / "sin_model"
     run_tf(f"""
         import keras, tensorflow as tf
         keras.utils.set_random_seed(0)
@@ -111,7 +133,11 @@ def sin_saved_model(tmp_path_factory):
 @pytest.fixture(scope="session")
 def lgamma_saved_model(tmp_path_factory):
     """A model using lgamma: TFLite, tf2onnx and coremltools all have no conversion for it."""
-    path = tmp_path_factory.mktemp("lgamma") / "lgamma_model"
+    return built_once(tmp_path_factory, "lgamma", _lgamma_model)
+
+
+def _lgamma_model(folder: Path) -> Path:
+    path = folder / "lgamma_model"
     run_tf(f"""
         import keras, tensorflow as tf
         keras.utils.set_random_seed(0)
