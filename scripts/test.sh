@@ -9,5 +9,7 @@ source scripts/_venv.sh dev
 if [ "$#" -gt 0 ]; then
   exec python -m pytest "$@"
 fi
-python -m pytest -n "${EDGEKIT_TEST_WORKERS:-2}" -m "not serial"
+# worksteal: a worker that runs out of tests takes queued ones from the other, so the long packaging
+# tests do not leave one worker busy while the other idles at the end
+python -m pytest -n "${EDGEKIT_TEST_WORKERS:-2}" --dist worksteal -m "not serial"
 exec python -m pytest -m serial
