@@ -11,6 +11,7 @@ repository with Triton over the v2 protocol.
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 from ..errors import EdgekitError, OutputExistsError
@@ -117,19 +118,28 @@ def export_triton(
             f"package {manifest.name!r} has no ONNX artifact; Triton export serves the ONNX model",
             hint="repackage with --format onnx (formerly --target onnx), or --format all",
         )
-    artifact = manifest.artifact("onnx")
-    model_file = verified_artifact_path(root, artifact)
-    repo = Path(output)
+    if max_batch_size < 1:
+        raise EdgekitError("--max-batch-size must be at least 1")
+    model_file = verified_artifact_path(root, manifest.artifact("onnx"))
+
+    def fill(version: Path) -> str:
+        shutil.copyfile(model_file, version / "model.onnx")
+        return config_pbtxt(manifest, max_batch_size, gpu, instances, queue_delay_us)
+
+    return _write_model(Path(output), manifest, force, fill, kserve_storage_uri, gpu)
+
+
+def _write_model(repo: Path, manifest: Manifest, force: bool, fill: Callable[[Path], str],
+                 kserve_storage_uri: str | None, gpu: bool) -> Path:
+    """REPO/NAME staged and published by rename: ``fill(NAME/1)`` writes the version's files and
+    returns config.pbtxt; labels.txt and the optional InferenceService come with it."""
     destination = repo / manifest.name
     if destination.exists() and not force:
         raise OutputExistsError(f"{destination} already exists")
     ensure_writable(repo, "Triton model repository", is_dir=True)
-    if max_batch_size < 1:
-        raise EdgekitError("--max-batch-size must be at least 1")
     with staging_dir(destination) as staged:
         (staged / "1").mkdir(parents=True)
-        shutil.copyfile(model_file, staged / "1" / "model.onnx")
-        (staged / "config.pbtxt").write_text(config_pbtxt(manifest, max_batch_size, gpu, instances, queue_delay_us))
+        (staged / "config.pbtxt").write_text(fill(staged / "1"))
         if manifest.labels:
             (staged / "labels.txt").write_text("\n".join(manifest.labels) + "\n")
         repo.mkdir(parents=True, exist_ok=True)
@@ -151,22 +161,11 @@ def _export_python(root: Path, manifest: Manifest, repo: Path, max_batch_size: i
                            hint=f"choose one of {', '.join(a.target for a in manifest.artifacts)}")
     for entry in manifest.artifacts:
         verified_artifact_path(root, entry)  # a tampered package is refused here, not on the Triton host
-    destination = repo / manifest.name
-    if destination.exists() and not force:
-        raise OutputExistsError(f"{destination} already exists")
-    ensure_writable(repo, "Triton model repository", is_dir=True)
-    with staging_dir(destination) as staged:
-        (staged / "1").mkdir(parents=True)
-        shutil.copytree(root, staged / "1" / "package")
-        (staged / "1" / "model.py").write_text(MODEL_PY)
-        (staged / "config.pbtxt").write_text(config_pbtxt(
-            manifest, max_batch_size, False, instances, queue_delay_us, backend="python",
-            parameters=parameters_block(artifact, threads, python_path)))
-        if manifest.labels:
-            (staged / "labels.txt").write_text("\n".join(manifest.labels) + "\n")
-        repo.mkdir(parents=True, exist_ok=True)
-        publish(staged, destination, replace=force)
-    if kserve_storage_uri is not None:
-        write_text_atomic(repo / f"{manifest.name}.inferenceservice.yaml",
-                          inference_service_yaml(manifest.name, kserve_storage_uri, gpu))
-    return destination
+
+    def fill(version: Path) -> str:
+        shutil.copytree(root, version / "package")
+        (version / "model.py").write_text(MODEL_PY)
+        return config_pbtxt(manifest, max_batch_size, False, instances, queue_delay_us, backend="python",
+                            parameters=parameters_block(artifact, threads, python_path))
+
+    return _write_model(repo, manifest, force, fill, kserve_storage_uri, gpu)

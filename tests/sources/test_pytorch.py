@@ -119,6 +119,20 @@ def torch_outputs(models, factory, x):
         return [stored[f"arr_{i}"] for i in range(len(stored.files))]
 
 
+def device_runs_like_pytorch(models, package_dir):
+    """``python -m edgekit.run`` on the TFLite and ONNX artifacts, NCHW arrays as the PyTorch model
+    takes them, gives the residual CNN's own outputs."""
+    x = np.load(models / "images.npy")[:4]
+    np.save(models / "four.npy", x)
+    expected = torch_outputs(models, "residual_cnn", x)[0]
+    for artifact in ("tflite", "onnx"):
+        run = device_cli(package_dir, "-i", models / "four.npy", "--artifact", artifact,
+                         "--output", models / "four_out.npy")
+        assert run.returncode == 0, run.stderr
+        got = np.load(models / "four_out.npy")
+        assert got.shape == expected.shape and np.abs(got - expected).max() < 0.05, artifact
+
+
 def package(models, model, data, *extra):
     result = edgekit_cli("package", model, "-c", models / data, "-o", models / "out", "--force", *extra)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -141,16 +155,7 @@ def test_a_factory_file_packages_onnx_and_coreml_validated_against_pytorch(model
         assert record["measured"] and record["passed"] and record["sqnr_db"] >= 20, (fmt, record)
     assert manifest["inputs"][0]["name"] == "image" and manifest["inputs"][0]["shape"][1:] == [3, 16, 16]
     assert "│ coreml" in result.stdout and "│ onnx" in result.stdout and "│ tflite" in result.stdout
-    # the device path: python -m edgekit.run, NCHW arrays as the PyTorch model takes them, on both runtimes
-    x = np.load(models / "images.npy")[:4]
-    np.save(models / "four.npy", x)
-    expected = torch_outputs(models, "residual_cnn", x)[0]
-    for artifact in ("tflite", "onnx"):
-        run = device_cli(models / "out" / "nets.edgekit", "-i", models / "four.npy", "--artifact", artifact,
-                         "--output", models / "four_out.npy")
-        assert run.returncode == 0, run.stderr
-        got = np.load(models / "four_out.npy")
-        assert got.shape == expected.shape and np.abs(got - expected).max() < 0.05, artifact
+    device_runs_like_pytorch(models, models / "out" / "nets.edgekit")
 
 
 @pytest.mark.parametrize("file, formats", [("residual.pt2", ["all"]), ("residual_ts.pt", ["onnx"])])
@@ -217,14 +222,7 @@ def test_an_onnx_export_packages_for_every_format(models):
     for fmt in ("tflite", "coreml"):  # the ONNX artifact quantizes the source itself: nothing converted
         assert manifest["validation"]["artifacts"][fmt]["float_conversion"]["sqnr_db"] > 40
     assert "float conversion vs the source" in result.stdout
-    x = np.load(models / "images.npy")[:4]
-    np.save(models / "four.npy", x)
-    expected = torch_outputs(models, "residual_cnn", x)[0]
-    for artifact in ("tflite", "onnx"):
-        run = device_cli(models / "out" / "residual.edgekit", "-i", models / "four.npy", "--artifact", artifact,
-                         "--output", models / "four_out.npy")
-        assert run.returncode == 0, run.stderr
-        assert np.abs(np.load(models / "four_out.npy") - expected).max() < 0.05, artifact
+    device_runs_like_pytorch(models, models / "out" / "residual.edgekit")
 
 
 def test_an_onnx_export_with_two_outputs_keeps_them_apart_in_tflite(models):
