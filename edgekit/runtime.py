@@ -46,6 +46,7 @@ def load(
     timings: dict[str, Any] | None = None,
     require_signature: bool | None = None,
     trusted_keys: str | os.PathLike[str] | None = None,
+    spin: bool = True,
 ) -> Model:
     """Load a package with the best artifact this device can run.
 
@@ -54,6 +55,8 @@ def load(
     ``timings`` (a dict) receives the load phases in seconds and whether the cache was hit.
     ``require_signature`` (or the profile's ``require_signature``) refuses packages not signed
     by one of the keys in ``trusted_keys`` (a folder of ``*.pub`` files).
+    ``spin=False`` lets the runtime's worker threads sleep between runs instead of spinning
+    (ONNX Runtime's default): right for a server, whose request decoding needs the same cores.
     """
     clock = _Phases(timings)
     facts = DeviceFacts.read()
@@ -63,7 +66,7 @@ def load(
     path = cache.fetch(text) if _URL.match(text) else Path(text)
     bare = format_for_file(path) if path.is_file() else None
     if bare is not None:
-        return _load_bare(path, bare, backend, threads, chosen_profile, facts, prediction_cache)
+        return _load_bare(path, bare, backend, threads, chosen_profile, facts, prediction_cache, spin)
     if path.is_file() and timings is not None:  # hashing the archive twice only when asked to report it
         clock.note("cache_hit", unpacked_exists(path))
     root, manifest = open_package(path)
@@ -79,7 +82,7 @@ def load(
         root, manifest = open_package(path)
         artifact_path = verified_artifact_path(root, entry)
     clock.lap("verify_s")
-    runtime = _create(backend_cls, artifact_path, entry.sha256, chosen_profile, facts, threads)
+    runtime = _create(backend_cls, artifact_path, entry.sha256, chosen_profile, facts, threads, spin)
     log.debug("loaded %s: profile %s, artifact %s, backend %s", manifest.name, chosen_profile.name, entry.target,
              runtime.describe())
     clock.lap("create_runtime_s")
@@ -182,13 +185,14 @@ def _profile(profile: str | Profile | None, facts: DeviceFacts) -> Profile:
 
 
 def _create(
-    backend_cls: type[Backend], path: Path, sha256: str, profile: Profile, facts: DeviceFacts, threads: int | None
+    backend_cls: type[Backend], path: Path, sha256: str, profile: Profile, facts: DeviceFacts, threads: int | None,
+    spin: bool = True,
 ) -> Backend:
     def cache_dir(key: str) -> Path | None:
         return _compiled_dir(sha256, backend_cls, key, facts)
 
     options = backend_cls.profile_options(profile.section(backend_cls.name), cache_dir)
-    return backend_cls(str(path), threads=threads or profile.resolved_threads(facts), **options)
+    return backend_cls(str(path), threads=threads or profile.resolved_threads(facts), spin=spin, **options)
 
 
 def _compiled_dir(sha256: str, backend_cls: type[Backend], key: str, facts: DeviceFacts) -> Path | None:
@@ -227,13 +231,14 @@ def _load_bare(
     profile: Profile,
     facts: DeviceFacts,
     prediction_cache: PredictionCache | None,
+    spin: bool = True,
 ) -> Model:
     """A plain artifact file (``.tflite``, ``.onnx``): no manifest, so no preprocessing and no labels."""
     digest = sha256_file(path)
     usable = [b for b in fmt.backends if backend in (None, b.name) and b.available()]
     if not usable:
         raise BackendUnavailableError(f"no installed runtime can run {path.name}", hint=f"pip install '{fmt.extra}'")
-    runtime = _create(usable[0], path, digest, profile, facts, threads)
+    runtime = _create(usable[0], path, digest, profile, facts, threads, spin)
     runtime.warmup()
     def describe(infos: list[Any]) -> list[TensorSpec]:
         return [TensorSpec(name=t.name, shape=list(t.shape),

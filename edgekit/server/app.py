@@ -144,14 +144,18 @@ class RestEndpoints:
         return JSONResponse({"name": name, "ready": is_ready}, status_code=200 if is_ready else 503)
 
     async def infer(self, request: Request) -> Response:
-        body = await self.model_body(request)
-        content, headers = await self.plane.infer(request.path_params["name"], request.path_params.get("version"),
-                                                  body, request.headers.get(HEADER_LENGTH))
+        name = request.path_params["name"]
+        with self.plane.arrival(name) as arrival:  # announced before the body is read
+            body = await self.model_body(request)
+            content, headers = await self.plane.infer(name, request.path_params.get("version"), body,
+                                                      request.headers.get(HEADER_LENGTH), arrival)
         return Response(content, headers=headers)
 
     async def infer_image(self, request: Request) -> Response:
-        body = await self.model_body(request)
-        return JSONResponse(await self.plane.infer_image(request.path_params["name"], body))
+        name = request.path_params["name"]
+        with self.plane.arrival(name) as arrival:
+            body = await self.model_body(request)
+            return JSONResponse(await self.plane.infer_image(name, body, arrival))
 
     async def prometheus(self, request: Request) -> Response:
         return Response(generate_latest(self.plane.metrics.registry), headers={"content-type": CONTENT_TYPE_LATEST})
@@ -245,7 +249,8 @@ def serve(sources: Sequence[str], host: str = "127.0.0.1", port: int = 8000, opt
     options.grpc_host = host
     try:
         models = [load(source, artifact=artifact, backend=backend, threads=threads, profile=profile,
-                       require_signature=require_signature, trusted_keys=trusted_keys) for source in sources]
+                       require_signature=require_signature, trusted_keys=trusted_keys, spin=False)
+                  for source in sources]  # spin=False: the cores are shared with request decoding
         app = create_app(models, options)
         bound_host, bound_port = sock.getsockname()[:2]
         shown = f"[{bound_host}]" if ":" in str(bound_host) else bound_host

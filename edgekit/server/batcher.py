@@ -1,5 +1,10 @@
 """Dynamic batching: requests wait on one shrinking time budget, run as one batch, get their slice.
 
+A forming batch waits (within ``max_queue_delay_us``) only while more requests for the model
+are known to be on their way: received or being decoded by the server (``Arrival``). When none
+is, it runs at once, so a lone request does not pay the window and a full queue goes
+without delay; under load the queue fills while the previous batch runs.
+
 One worker thread per model runs the batches (LiteRT interpreters are not thread-safe), off
 the event loop. The queue is bounded: a full queue refuses new work (the server answers 503)
 instead of growing without limit. When a batch of several requests fails, each request is run
@@ -32,6 +37,27 @@ class _Item:
         return len(self.x[0])
 
 
+class Arrival:
+    """A request for the model is being received or decoded: batches forming meanwhile may wait
+    for it. Closed when it is submitted, or when it fails before (then the batcher stops waiting)."""
+
+    def __init__(self, batcher: DynamicBatcher) -> None:
+        self._batcher: DynamicBatcher | None = batcher
+        batcher.on_the_way += 1
+
+    def close(self) -> None:
+        batcher, self._batcher = self._batcher, None
+        if batcher is not None:
+            batcher.on_the_way -= 1
+            batcher.nudge()
+
+    def __enter__(self) -> Arrival:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
 BatchObserver = Callable[[int, int, float, float], None]  # requests, batch size, queue s, compute s
 
 
@@ -48,18 +74,33 @@ class DynamicBatcher:
         self.run = run
         self.max_batch_size = max(1, max_batch_size)
         self.max_delay = max(0, max_queue_delay_us) / 1e6
-        self.queue: asyncio.Queue[_Item] = asyncio.Queue(maxsize=max_queue_size)
+        self.queue: asyncio.Queue[_Item | None] = asyncio.Queue(maxsize=max_queue_size)
         self.observer = observer
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"edgekit-{name}")
         self.in_flight = 0
+        self.on_the_way = 0  # open Arrivals: requests received, not yet submitted
         self._task: asyncio.Task | None = None
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._loop())
 
-    async def submit(self, x: list[np.ndarray]) -> list[np.ndarray]:
+    def arrival(self) -> Arrival:
+        return Arrival(self)
+
+    def nudge(self) -> None:
+        """Wake a batch waiting for requests on their way once none is left to wait for."""
+        if not self.on_the_way and self.queue.empty():
+            try:
+                self.queue.put_nowait(None)  # a wake-up, skipped by the loop
+            except asyncio.QueueFull:
+                pass
+
+    async def submit(self, x: list[np.ndarray], arrival: Arrival | None = None) -> list[np.ndarray]:
         """One request's inputs (one array per model input) -> its outputs (one array per output)."""
         future: asyncio.Future = asyncio.get_running_loop().create_future()
+        if arrival is not None and arrival._batcher is self:
+            arrival._batcher = None  # it arrives now: counted off without a wake-up
+            self.on_the_way -= 1
         try:
             self.queue.put_nowait(_Item(list(x), future, time.perf_counter()))
         except asyncio.QueueFull:
@@ -74,15 +115,21 @@ class DynamicBatcher:
         loop = asyncio.get_running_loop()
         while True:
             first = await self.queue.get()
+            if first is None:
+                continue
             items = [first]
             size = first.size
             deadline = time.perf_counter() + self.max_delay
             while size < self.max_batch_size:
+                if not self.on_the_way and self.queue.empty():
+                    break  # nothing else is coming: waiting would only add latency
                 remaining = deadline - time.perf_counter()
                 try:
                     item = self.queue.get_nowait() if remaining <= 0 else await asyncio.wait_for(self.queue.get(), remaining)
                 except (asyncio.TimeoutError, asyncio.QueueEmpty):
                     break
+                if item is None:
+                    continue
                 if size + item.size > self.max_batch_size:
                     await self._execute(loop, items)  # the newcomer starts the next batch
                     items, size = [item], item.size

@@ -10,6 +10,7 @@ a bug is logged with its traceback and becomes a 500 that says so.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -21,7 +22,7 @@ from .. import __version__
 from ..errors import EdgekitError
 from ..prediction_cache import PredictionCache
 from ..runtime import Model
-from .batcher import DynamicBatcher, Overloaded
+from .batcher import Arrival, DynamicBatcher, Overloaded
 from .metrics import ServerMetrics
 from .protocol import ProtocolError, datatype_of, encode_response, parse_request
 
@@ -140,8 +141,16 @@ class DataPlane:
 
     # --- inference --------------------------------------------------------------------------
 
+    def arrival(self, name: str) -> Arrival | contextlib.nullcontext[None]:
+        """Announce a request for ``name`` before its body is read: a batch forming meanwhile
+        waits for it (within the window). Use as a context manager around reading and ``infer``."""
+        entry = self.served.get(name)
+        if entry is None or entry.batcher is None:
+            return contextlib.nullcontext()
+        return entry.batcher.arrival()
+
     async def infer(self, name: str, version: str | None, body: bytes,
-                    header_length: str | None) -> tuple[bytes, dict[str, str]]:
+                    header_length: str | None, arrival: Arrival | None = None) -> tuple[bytes, dict[str, str]]:
         """A KServe v2 inference request's body in, the response body and headers out."""
         entry = self.lookup(name, version)
 
@@ -151,7 +160,7 @@ class DataPlane:
 
         async def handle() -> tuple[bytes, dict[str, str]]:
             parsed, feeds = await asyncio.to_thread(decode) if len(body) > OFF_LOOP_BYTES else decode()
-            outputs = await self.run(entry, feeds)
+            outputs = await self.run(entry, feeds, arrival)
             named = {name: y.astype(np.float32) if y.dtype.kind == "f" else y
                      for name, y in zip(entry.model.output_names, outputs)}
             if sum(y.nbytes for y in named.values()) > OFF_LOOP_BYTES // 4:  # ~4 JSON bytes per byte of floats
@@ -173,7 +182,7 @@ class DataPlane:
 
         return await self._counted(entry, handle)
 
-    async def infer_image(self, name: str, body: bytes) -> dict[str, Any]:
+    async def infer_image(self, name: str, body: bytes, arrival: Arrival | None = None) -> dict[str, Any]:
         """An image file's bytes in (decoded off the event loop), outputs and top-5 labels out."""
         entry = self.lookup(name)
 
@@ -183,7 +192,7 @@ class DataPlane:
                                          "send tensors to /infer instead of an image")
             async with self._decoders:  # decoding allocates width x height x 3 bytes: a few at a time
                 x = await asyncio.to_thread(decode_upload, entry, body, self.options.max_image_pixels)
-            outputs = [y[0] for y in await self.run(entry, self.checked(entry, x))]
+            outputs = [y[0] for y in await self.run(entry, self.checked(entry, x), arrival)]
             answer: dict[str, Any] = {
                 "model_name": entry.name, "model_version": VERSION,
                 "outputs": [{"name": name, "datatype": datatype_of(y.dtype), "shape": list(y.shape),
@@ -231,7 +240,7 @@ class DataPlane:
         except EdgekitError as exc:
             raise ProtocolError(400, exc.message) from None
 
-    async def run(self, entry: ServedModel, x: list[np.ndarray]) -> list[np.ndarray]:
+    async def run(self, entry: ServedModel, x: list[np.ndarray], arrival: Arrival | None = None) -> list[np.ndarray]:
         """Checked inputs through the cache and the model's batcher: every output, manifest order."""
         if not entry.ready or not self.accepting or entry.batcher is None:
             raise ProtocolError(503, f"model {entry.name!r} is not ready")
@@ -239,7 +248,7 @@ class DataPlane:
         if found is not None:
             return found
         try:
-            y = await entry.batcher.submit(x)
+            y = await entry.batcher.submit(x, arrival)
         except Overloaded as exc:
             raise ProtocolError(503, f"model {entry.name!r} is overloaded: {exc}; retry later") from None
         except EdgekitError as exc:

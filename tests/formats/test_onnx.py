@@ -75,6 +75,17 @@ def test_runtime_runs_the_onnx_artifact_with_onnxruntime(digits_all_package):
     assert np.mean(probabilities.argmax(axis=1) == y) >= 0.97
 
 
+def test_spin_false_lets_onnxruntime_threads_sleep_with_the_same_answers(digits_all_package):
+    """What the server loads: worker threads that do not spin between runs, same outputs."""
+    x, _ = load_npz(EVAL)
+    with edgekit.load(digits_all_package, artifact="onnx") as spinning, \
+            edgekit.load(digits_all_package, artifact="onnx", spin=False) as sleeping:
+        options = sleeping.backend._session.get_session_options()
+        assert options.get_session_config_entry("session.intra_op.allow_spinning") == "0"
+        assert sleeping.backend.describe()["spin"] is False and spinning.backend.describe()["spin"] is True
+        assert np.array_equal(spinning.predict(x[:16]), sleeping.predict(x[:16]))
+
+
 @pytest.fixture(scope="module")
 def digits_onnx(digits_all_package, tmp_path_factory):
     """A float ONNX export of digits (what a user would bring as an ONNX source)."""

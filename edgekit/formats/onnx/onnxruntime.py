@@ -114,14 +114,18 @@ class OnnxRuntimeBackend(Backend):
         providers: Sequence[str | tuple[str, dict[str, Any]]] = DEFAULT_PROVIDERS,
         compiled_dir: str | None = None,
         graph_optimizations: bool = True,
+        spin: bool = True,
         **_: object,
     ) -> None:
         """``compiled_dir``: where this device keeps the optimized model and TensorRT engines.
         ``graph_optimizations=False`` runs the QDQ graph node by node (no int8 kernel fusion): the
-        quantization as written, which validation compares with the fused kernels."""
+        quantization as written, which validation compares with the fused kernels.
+        ``spin=False``: intra-op threads sleep between runs instead of spinning for the next one
+        (a server decoding requests on the same cores gets them back)."""
         ort = _ort()
         self.path = path
         self.threads = threads
+        self.spin = spin
         self.providers = choose_providers(providers, ort.get_available_providers())
         if compiled_dir is not None:
             self.providers = [_with_engine_cache(p, Path(compiled_dir)) for p in self.providers]
@@ -146,7 +150,7 @@ class OnnxRuntimeBackend(Backend):
 
     def _open(self, ort: Any, model: str, threads: int | None, already_optimized: bool,
               save_to: Path | None = None) -> Any:
-        options = self._options(ort, threads, already_optimized=already_optimized)
+        options = self._options(ort, threads, already_optimized=already_optimized, spin=self.spin)
         if save_to is not None:
             options.optimized_model_filepath = str(save_to)
         try:
@@ -184,7 +188,7 @@ class OnnxRuntimeBackend(Backend):
         return session
 
     @staticmethod
-    def _options(ort: Any, threads: int | None, already_optimized: bool) -> Any:
+    def _options(ort: Any, threads: int | None, already_optimized: bool, spin: bool = True) -> Any:
         options = ort.SessionOptions()
         options.graph_optimization_level = (
             ort.GraphOptimizationLevel.ORT_DISABLE_ALL if already_optimized else ort.GraphOptimizationLevel.ORT_ENABLE_ALL
@@ -192,6 +196,8 @@ class OnnxRuntimeBackend(Backend):
         options.log_severity_level = 3
         if threads:
             options.intra_op_num_threads = threads
+        if not spin:
+            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         return options
 
     def describe(self) -> dict[str, object]:
@@ -199,6 +205,7 @@ class OnnxRuntimeBackend(Backend):
             "backend": self.name,
             "library": self.available(),
             "threads": self.threads,
+            "spin": self.spin,
             "providers": self.active_providers,
             "optimized_model_from_cache": self.optimized_from_cache,
         }
