@@ -176,6 +176,12 @@ def _extra(backend_cls: type[Backend]) -> str:
     return format_of_backend(backend_cls.name).extra
 
 
+def default_threads(profile: str | Profile | None = "auto") -> int:
+    """The runtime threads ``load`` uses on this device when none are given."""
+    facts = DeviceFacts.read()
+    return _profile(profile, facts).resolved_threads(facts)
+
+
 def _profile(profile: str | Profile | None, facts: DeviceFacts) -> Profile:
     if isinstance(profile, Profile):
         return profile

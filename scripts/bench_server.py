@@ -1,22 +1,28 @@
 #!/usr/bin/env python
 """Serving throughput: edgekit serve vs a naive server vs the runtime's offline batched ceiling.
 
-    .venv/bin/python scripts/bench_server.py [--seconds 6] [--concurrency 1,8,32] [--output out/bench/bench_server.json]
+    .venv/bin/python scripts/bench_server.py [--seconds 6] [--concurrency 1,8,32] [--layouts 1x2,2x1]
+        [--peers] [--output out/bench/bench_server.json]
 
 Packages MobileNetV2 224 (a real-size image model, 3 MB JSON requests) and the digits model (a
 tiny one) as INT8 ONNX, then for each on loopback, in one run:
-* edgekit with KServe v2 JSON bodies (what curl, requests and most clients send) and with the
-  binary tensor extension (what tritonclient sends): ``python -m edgekit.run PKG --serve``
-  (dynamic batching);
+* edgekit with KServe v2 JSON bodies (what curl, requests and most clients send), with the
+  binary tensor extension (what tritonclient sends) and over gRPC: ``python -m edgekit.run PKG
+  --serve`` (dynamic batching);
 * naive: one request at a time, JSON in and out, no batching (the common Flask pattern), on
   a raw ONNX Runtime session;
-* offline ceiling: the same session running batches of ``--max-batch-size`` back to back;
+* offline ceiling: one session with ``--threads`` threads running batches of
+  ``--max-batch-size`` back to back;
 * with ``--peers``: MLServer 1.7.1 (a custom ONNX Runtime runtime with adaptive batching, JSON)
-  and PyTriton 0.7.0 (the real tritonserver, JSON and binary), with the same batch size and
-  window, each from its own virtual environment created on first use.
+  and PyTriton 0.7.0 (the real tritonserver, JSON, binary and gRPC), with the same batch size
+  and window, each from its own virtual environment created on first use.
+Every server runs in each ``--layouts`` entry PxT (P processes or model instances of T threads,
+P*T = --threads): edgekit ``--workers P --threads T``, MLServer ``parallel_workers`` P,
+PyTriton P model instances; comparisons take each server's best layout per level.
 A closed-loop client (N workers, each sending its next request when the last one returns;
-request bodies pre-encoded) runs for ``--seconds`` per concurrency level, bounded in time and
-count. Prints and saves JSON; compare ratios within the run.
+request bodies pre-encoded; one connection per worker) runs for ``--seconds`` per target and
+concurrency level, all targets interleaved, bounded in time and count. Prints and saves JSON;
+compare ratios within the run.
 """
 
 from __future__ import annotations
@@ -92,19 +98,21 @@ PYTRITON_SERVER = textwrap.dedent("""
     from pytriton.model_config import DynamicBatcher, ModelConfig, Tensor
     from pytriton.triton import Triton, TritonConfig
 
-    model, name, output, port, threads, batch_size, delay_us = sys.argv[1:8]
+    model, name, output, port, threads, batch_size, delay_us, instances = sys.argv[1:9]
     options = ort.SessionOptions(); options.intra_op_num_threads = int(threads)
-    session = ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
-    spec = session.get_inputs()[0]
+    sessions = [ort.InferenceSession(model, options, providers=["CPUExecutionProvider"]) for _ in range(int(instances))]
+    spec = sessions[0].get_inputs()[0]
 
-    @batch
-    def infer(**inputs):
-        return {output: session.run(None, {spec.name: inputs[spec.name].astype(np.float32)})[0]}
+    def instance(session):
+        @batch
+        def infer(**inputs):
+            return {output: session.run(None, {spec.name: inputs[spec.name].astype(np.float32)})[0]}
+        return infer
 
     port = int(port)
     config = TritonConfig(http_port=port, grpc_port=port + 1, metrics_port=port + 2)
     with Triton(config=config) as triton:
-        triton.bind(model_name=name, infer_func=infer,
+        triton.bind(model_name=name, infer_func=[instance(s) for s in sessions],
                     inputs=[Tensor(name=spec.name, dtype=np.float32, shape=tuple(spec.shape[1:]))],
                     outputs=[Tensor(name=output, dtype=np.float32, shape=(-1,))],
                     config=ModelConfig(max_batch_size=int(batch_size),
@@ -125,28 +133,32 @@ def peer_pythons() -> dict[str, str]:
 
 
 def start_peers(pythons: dict[str, str], name: str, onnx_path: Path, output_name: str, args: argparse.Namespace,
-                env: dict[str, str], work: Path) -> tuple[dict[str, subprocess.Popen], dict[str, int]]:
-    """MLServer (custom ONNX Runtime runtime, adaptive batching) and PyTriton, with edgekit's batching."""
+                env: dict[str, str], work: Path, layout: tuple[int, int]) -> tuple[dict[str, subprocess.Popen],
+                                                                                    dict[str, int]]:
+    """MLServer (custom ONNX Runtime runtime, adaptive batching) and PyTriton, with edgekit's batching,
+    in ``layout`` (processes or instances, threads each)."""
     import json as _json
     import sysconfig
 
-    ports = {"mlserver": free_port(), "pytriton": free_port()}
-    folder = work / f"mlserver-{name}"
+    processes, threads = layout
+    ports = {"mlserver": free_port(), "pytriton": free_port_pair()}
+    folder = work / f"mlserver-{name}-{processes}x{threads}"
     (folder / name).mkdir(parents=True, exist_ok=True)
     (folder / "runtime.py").write_text(MLSERVER_RUNTIME)
-    (folder / "settings.json").write_text(_json.dumps({"http_port": ports["mlserver"], "grpc_port": free_port(),
-                                                       "metrics_port": free_port(), "parallel_workers": 0}))
+    (folder / "settings.json").write_text(_json.dumps({  # parallel_workers 0: inference in the server process
+        "http_port": ports["mlserver"], "grpc_port": free_port(), "metrics_port": free_port(),
+        "parallel_workers": processes if processes > 1 else 0}))
     (folder / name / "model-settings.json").write_text(_json.dumps({
         "name": name, "implementation": "runtime.OnnxModel", "max_batch_size": args.max_batch_size,
         "max_batch_time": args.max_queue_delay_us / 1e6}))
-    peer_env = {**env, "BENCH_MODEL": str(onnx_path), "BENCH_OUTPUT": output_name, "BENCH_THREADS": str(args.threads),
+    peer_env = {**env, "BENCH_MODEL": str(onnx_path), "BENCH_OUTPUT": output_name, "BENCH_THREADS": str(threads),
                 "LD_LIBRARY_PATH": sysconfig.get_config_var("LIBDIR") or "", "PYTHONPATH": str(folder)}
     servers = {
         "mlserver": subprocess.Popen([pythons["mlserver"], "-m", "mlserver.cli.main", "start", str(folder)],
                                      cwd=folder, env=peer_env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL),
         "pytriton": subprocess.Popen([pythons["pytriton"], "-c", PYTRITON_SERVER, str(onnx_path), name, output_name,
-                                      str(ports["pytriton"]), str(args.threads), str(args.max_batch_size),
-                                      str(args.max_queue_delay_us)],
+                                      str(ports["pytriton"]), str(threads), str(args.max_batch_size),
+                                      str(args.max_queue_delay_us), str(processes)],
                                      cwd=work, env=peer_env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL),
     }
     return servers, ports
@@ -156,6 +168,20 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def free_port_pair() -> int:
+    """A free port whose next two are free too (PyTriton's HTTP, gRPC and metrics ports)."""
+    for _ in range(100):
+        port = free_port()
+        try:
+            for offset in (1, 2):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", port + offset))
+            return port
+        except OSError:
+            continue
+    raise RuntimeError("no three consecutive free ports")
 
 
 def wait_ready(url: str, need_ok: bool = True, timeout: float = 120) -> None:
@@ -235,14 +261,7 @@ async def closed_loop(url: str, body: bytes, headers: dict[str, str], concurrenc
 
     started = time.perf_counter()
     await asyncio.gather(*(worker() for _ in range(concurrency)))
-    elapsed = time.perf_counter() - started
-    ms = np.asarray(latencies) * 1e3
-    return {
-        "concurrency": concurrency, "requests": len(latencies), "errors": errors, "seconds": round(elapsed, 3),
-        "throughput_per_s": round(len(latencies) / elapsed, 2),
-        "p50_ms": round(float(np.percentile(ms, 50)), 3) if len(ms) else None,
-        "p99_ms": round(float(np.percentile(ms, 99)), 3) if len(ms) else None,
-    }
+    return _summary(concurrency, latencies, errors, time.perf_counter() - started)
 
 
 def answer_of(url: str, body: bytes, headers: dict[str, str]) -> np.ndarray:
@@ -263,22 +282,37 @@ def answer_of(url: str, body: bytes, headers: dict[str, str]) -> np.ndarray:
     return np.asarray(output["data"], np.float32).reshape(output["shape"])
 
 
-def offline_ceiling(model_path: Path, sample: np.ndarray, batch: int, threads: int, seconds: float) -> dict:
-    """Batches of ``batch`` samples back to back on one session: what serving could reach at best."""
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    session = ort.InferenceSession(str(model_path), options, providers=["CPUExecutionProvider"])
+CEILING_RUN = textwrap.dedent("""
+    import sys, time
+    import numpy as np, onnxruntime as ort
+    model, sample, batch, threads, seconds = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5])
+    options = ort.SessionOptions(); options.intra_op_num_threads = threads
+    session = ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+    x = np.repeat(np.load(sample), batch, axis=0)
     name = session.get_inputs()[0].name
-    x = np.repeat(sample, batch, axis=0)
     for _ in range(3):
         session.run(None, {name: x})
     count, started = 0, time.perf_counter()
     while time.perf_counter() - started < seconds:
         session.run(None, {name: x})
         count += batch
-    return {"batch": batch, "throughput_per_s": round(count / (time.perf_counter() - started), 2)}
+    print(count / (time.perf_counter() - started))
+""")
+
+
+def offline_ceiling(model_path: Path, sample: np.ndarray, batch: int, layout: tuple[int, int], seconds: float,
+                    env: dict[str, str]) -> dict:
+    """Batches of ``batch`` samples back to back, no server: P processes at once, each one
+    session of T threads (``layout``), throughputs summed. What serving could reach at best."""
+    processes, threads = layout
+    with tempfile.TemporaryDirectory() as tmp:
+        saved = Path(tmp) / "sample.npy"
+        np.save(saved, sample)
+        runs = [subprocess.Popen([sys.executable, "-c", CEILING_RUN, str(model_path), str(saved), str(batch),
+                                  str(threads), str(seconds)], stdout=subprocess.PIPE, text=True, env=env)
+                for _ in range(processes)]
+        total = sum(float(run.communicate()[0].strip().splitlines()[-1]) for run in runs)
+    return {"batch": batch, "layout": f"{processes}x{threads}", "throughput_per_s": round(total, 2)}
 
 
 def kserve_bodies(input_name: str, output_name: str, x: np.ndarray) -> dict[str, tuple[bytes, dict[str, str]]]:
@@ -297,89 +331,212 @@ def kserve_bodies(input_name: str, output_name: str, x: np.ndarray) -> dict[str,
     }
 
 
+GRPC_METHOD = "/inference.GRPCInferenceService/ModelInfer"
+
+
+def grpc_request(model_name: str, input_name: str, output_name: str, x: np.ndarray) -> bytes:
+    """A KServe v2 ModelInfer request with the tensor as raw bytes (what tritonclient.grpc sends)."""
+    from edgekit.server.grpc_messages import messages
+
+    request = messages()["ModelInferRequest"](model_name=model_name)
+    tensor = request.inputs.add()
+    tensor.name, tensor.datatype = input_name, "FP32"
+    tensor.shape.extend(x.shape)
+    request.outputs.add().name = output_name
+    request.raw_input_contents.append(x.tobytes())
+    return request.SerializeToString()
+
+
+def grpc_channel(address: str, aio: bool = True):  # noqa: ANN201 - a grpc channel
+    import grpc
+
+    options = [("grpc.max_receive_message_length", 64 << 20), ("grpc.max_send_message_length", 64 << 20),
+               ("grpc.use_local_subchannel_pool", 1)]  # one connection per channel, as one per HTTP worker
+    return (grpc.aio if aio else grpc).insecure_channel(address, options=options)
+
+
+async def closed_loop_grpc(address: str, body: bytes, concurrency: int, seconds: float, max_requests: int) -> dict:
+    """``closed_loop`` over gRPC: pre-serialized requests, one channel per worker, bytes in and out."""
+    import grpc
+
+    latencies: list[float] = []
+    errors = 0
+    stop = time.perf_counter() + seconds
+
+    async def worker() -> None:
+        nonlocal errors
+        async with grpc_channel(address) as channel:
+            call = channel.unary_unary(GRPC_METHOD)
+            while time.perf_counter() < stop and len(latencies) + errors < max_requests:
+                start = time.perf_counter()
+                try:
+                    await call(body, timeout=60)
+                    latencies.append(time.perf_counter() - start)
+                except grpc.RpcError:
+                    errors += 1
+
+    started = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return _summary(concurrency, latencies, errors, time.perf_counter() - started)
+
+
+def _summary(concurrency: int, latencies: list[float], errors: int, elapsed: float) -> dict:
+    ms = np.asarray(latencies) * 1e3
+    return {
+        "concurrency": concurrency, "requests": len(latencies), "errors": errors, "seconds": round(elapsed, 3),
+        "throughput_per_s": round(len(latencies) / elapsed, 2),
+        "p50_ms": round(float(np.percentile(ms, 50)), 3) if len(ms) else None,
+        "p99_ms": round(float(np.percentile(ms, 99)), 3) if len(ms) else None,
+    }
+
+
+def grpc_answer(address: str, body: bytes) -> np.ndarray:
+    from edgekit.server.grpc_messages import messages
+
+    with grpc_channel(address, aio=False) as channel:
+        reply = messages()["ModelInferResponse"].FromString(channel.unary_unary(GRPC_METHOD)(body, timeout=60))
+    return np.frombuffer(reply.raw_output_contents[0], np.float32).reshape(list(reply.outputs[0].shape))
+
+
+def parse_layouts(text: str, threads: int) -> list[tuple[int, int]]:
+    layouts = []
+    for item in text.split(","):
+        processes, _, each = item.partition("x")
+        layout = (int(processes), int(each))
+        if layout[0] * layout[1] != threads:
+            raise SystemExit(f"layout {item}: {layout[0]} x {layout[1]} threads is not --threads {threads}")
+        layouts.append(layout)
+    return layouts
+
+
 def bench_model(label: str, package: Path, x: np.ndarray, args: argparse.Namespace, env: dict[str, str],
                 levels: list[int], peers: dict[str, str] | None = None) -> dict:
-    """edgekit (JSON and binary bodies), the naive server and, with ``peers``, MLServer and PyTriton
-    on one package, interleaved per level."""
+    """edgekit (JSON, binary and gRPC) in every layout, the naive server and, with ``peers``,
+    MLServer and PyTriton in every layout, on one package, all targets interleaved per level."""
     import edgekit
 
     onnx_path = package / "onnx" / "model.int8.onnx"
     with edgekit.load(package, artifact="onnx") as model:
         input_name, output_name = model.manifest.inputs[0].name, model.manifest.outputs[0].name
-    bodies = kserve_bodies(input_name, output_name, x)
-    naive_body = json.dumps({"shape": list(x.shape), "data": x.reshape(-1).tolist()}).encode()
-    ports = {"edgekit": free_port(), "naive": free_port()}
-    servers = {
-        "edgekit": subprocess.Popen(
-            [sys.executable, "-m", "edgekit.run", str(package), "--serve", "--artifact", "onnx", "--port",
-             str(ports["edgekit"]), "--threads", str(args.threads), "--max-batch-size", str(args.max_batch_size),
-             "--max-queue-delay-us", str(args.max_queue_delay_us), "--max-queue-size", "1024"],
-            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT),
-        "naive": subprocess.Popen(
-            [sys.executable, "-c", NAIVE_SERVER, str(onnx_path), str(ports["naive"]), str(args.threads)],
-            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL),
-    }
     model_name = package.name.split(".")[0]
-    infer = f"http://127.0.0.1:{ports['edgekit']}/v2/models/{model_name}/infer"
-    targets = {
-        "edgekit_json": (infer, *bodies["json"]),
-        "edgekit_binary": (infer, *bodies["binary"]),
-        "naive_json": (f"http://127.0.0.1:{ports['naive']}/infer", naive_body, {"content-type": "application/json"}),
-    }
-    if peers:
-        started, peer_ports = start_peers(peers, model_name, onnx_path, output_name, args, env,
-                                          Path(tempfile.mkdtemp(prefix="edgekit-bench-peers-")))
-        servers.update(started)
-        triton_infer = f"http://127.0.0.1:{peer_ports['pytriton']}/v2/models/{model_name}/infer"
-        targets.update({
-            "mlserver_json": (f"http://127.0.0.1:{peer_ports['mlserver']}/v2/models/{model_name}/infer",
-                              *bodies["json"]),
-            "pytriton_json": (triton_infer, *bodies["json"]),
-            "pytriton_binary": (triton_infer, *bodies["binary"]),
-        })
-    results: dict[str, list[dict]] = {name: [] for name in targets}
+    bodies = kserve_bodies(input_name, output_name, x)
+    grpc_body = grpc_request(model_name, input_name, output_name, x)
+    naive_body = json.dumps({"shape": list(x.shape), "data": x.reshape(-1).tolist()}).encode()
+    layouts = parse_layouts(args.layouts, args.threads)
+    # the ceilings first, on a quiet machine (servers shutting down would still use the cores)
+    ceilings = {f"{p}x{t}": offline_ceiling(onnx_path, x, args.max_batch_size, (p, t), args.seconds, env)
+                for p, t in layouts}
+    ceiling = ceilings[f"1x{args.threads}"] if f"1x{args.threads}" in ceilings else offline_ceiling(
+        onnx_path, x, args.max_batch_size, (1, args.threads), args.seconds, env)
+    naive_port = free_port()
+    servers = {"naive": subprocess.Popen(
+        [sys.executable, "-c", NAIVE_SERVER, str(onnx_path), str(naive_port), str(args.threads)],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)}
+    targets: dict[str, tuple] = {"naive_json": ("http", f"http://127.0.0.1:{naive_port}/infer", naive_body,
+                                                {"content-type": "application/json"})}
+    ready_urls = [(f"http://127.0.0.1:{naive_port}/", False, 120)]
+    peer_work = Path(tempfile.mkdtemp(prefix="edgekit-bench-peers-")) if peers else None
     try:
-        wait_ready(f"http://127.0.0.1:{ports['edgekit']}/v2/health/ready")
-        wait_ready(f"http://127.0.0.1:{ports['naive']}/", need_ok=False)
-        if peers:
-            wait_ready(f"http://127.0.0.1:{peer_ports['mlserver']}/v2/models/{model_name}/ready", timeout=300)
-            wait_ready(f"http://127.0.0.1:{peer_ports['pytriton']}/v2/models/{model_name}/ready", timeout=300)
-        import onnxruntime as ort
-
-        expected = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"]).run(
-            None, {ort.InferenceSession(str(onnx_path)).get_inputs()[0].name: x})[0]
-        for name, (url, body, headers) in targets.items():  # every server answers what ONNX Runtime answers
-            got = answer_of(url, body, headers)
-            if got.size != expected.size or not np.allclose(got.reshape(expected.shape), expected, atol=1e-4):
-                raise SystemExit(f"{name} answered differently from ONNX Runtime run directly")
-        for level in levels:
-            order = list(targets) if level % 2 == 0 else list(targets)[::-1]  # alternate the order
-            for name in order:
-                url, body, headers = targets[name]
-                results[name].append(asyncio.run(closed_loop(url, body, headers, level, args.seconds,
-                                                             args.max_requests)))
+        for processes, threads in layouts:
+            tag = f"{processes}x{threads}"
+            port, grpc_port = free_port(), free_port()
+            servers[f"edgekit@{tag}"] = subprocess.Popen(
+                [sys.executable, "-m", "edgekit.run", str(package), "--serve", "--artifact", "onnx", "--port", str(port),
+                 "--grpc-port", str(grpc_port), "--workers", str(processes), "--threads", str(threads),
+                 "--max-batch-size", str(args.max_batch_size), "--max-queue-delay-us", str(args.max_queue_delay_us),
+                 "--max-queue-size", "1024"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
+            infer = f"http://127.0.0.1:{port}/v2/models/{model_name}/infer"
+            targets.update({f"edgekit_json@{tag}": ("http", infer, *bodies["json"]),
+                            f"edgekit_binary@{tag}": ("http", infer, *bodies["binary"]),
+                            f"edgekit_grpc@{tag}": ("grpc", f"127.0.0.1:{grpc_port}", grpc_body, {})})
+            ready_urls.append((f"http://127.0.0.1:{port}/v2/health/ready", True, 120))
+            if peers:
+                started, peer_ports = start_peers(peers, model_name, onnx_path, output_name, args, env, peer_work,
+                                                  (processes, threads))
+                servers.update({f"{name}@{tag}": proc for name, proc in started.items()})
+                triton_infer = f"http://127.0.0.1:{peer_ports['pytriton']}/v2/models/{model_name}/infer"
+                mlserver = f"http://127.0.0.1:{peer_ports['mlserver']}/v2/models/{model_name}"
+                targets.update({
+                    f"mlserver_json@{tag}": ("http", f"{mlserver}/infer", *bodies["json"]),
+                    f"pytriton_json@{tag}": ("http", triton_infer, *bodies["json"]),
+                    f"pytriton_binary@{tag}": ("http", triton_infer, *bodies["binary"]),
+                    f"pytriton_grpc@{tag}": ("grpc", f"127.0.0.1:{peer_ports['pytriton'] + 1}", grpc_body, {}),
+                })
+                ready_urls += [(f"{mlserver}/ready", True, 300), (triton_infer.removesuffix("/infer") + "/ready", True, 300)]
+        results = run_targets(targets, ready_urls, onnx_path, x, levels, args)
     finally:
         for proc in servers.values():
             proc.terminate()
-            proc.wait(timeout=30)
-    ceiling = offline_ceiling(onnx_path, x, args.max_batch_size, args.threads, args.seconds)
-    comparison = []
+        for proc in servers.values():
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+    return {"model": label, "request_bytes": {**{k: len(v[0]) for k, v in bodies.items()}, "grpc": len(grpc_body)},
+            "offline_ceiling": ceiling, "offline_ceiling_by_layout": ceilings,
+            "layouts": [f"{p}x{t}" for p, t in layouts], **results,
+            "comparison": compare(results, levels, ceiling["throughput_per_s"], ceilings, bool(peers), args.threads)}
+
+
+def run_targets(targets: dict[str, tuple], ready_urls: list[tuple[str, bool, float]], onnx_path: Path,
+                x: np.ndarray, levels: list[int], args: argparse.Namespace) -> dict[str, list[dict]]:
+    """Check every target answers what ONNX Runtime answers, then time them, interleaved per level."""
+    import onnxruntime as ort
+
+    for url, need_ok, timeout in ready_urls:
+        wait_ready(url, need_ok=need_ok, timeout=timeout)
+    session = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
+    expected = session.run(None, {session.get_inputs()[0].name: x})[0]
+    for name, (kind, address, body, headers) in targets.items():
+        got = grpc_answer(address, body) if kind == "grpc" else answer_of(address, body, headers)
+        if got.size != expected.size or not np.allclose(got.reshape(expected.shape), expected, atol=1e-4):
+            raise SystemExit(f"{name} answered differently from ONNX Runtime run directly")
+    results: dict[str, list[dict]] = {name: [] for name in targets}
+    for level in levels:
+        order = list(targets) if level % 2 == 0 else list(targets)[::-1]  # alternate the order
+        for name in order:
+            kind, address, body, headers = targets[name]
+            run = (closed_loop_grpc(address, body, level, args.seconds, args.max_requests) if kind == "grpc"
+                   else closed_loop(address, body, headers, level, args.seconds, args.max_requests))
+            results[name].append(asyncio.run(run))
+    return results
+
+
+def compare(results: dict[str, list[dict]], levels: list[int], ceiling: float, ceilings: dict[str, dict],
+            peers: bool, threads: int) -> list[dict]:
+    """Per level and body kind: edgekit's best layout, its ratio to the naive server, its share of
+    the one-session ceiling and of its layout's ceiling; with peers, the better peer sending the
+    same kind of body in the one-process layout (how the peers are usually run) and in its best
+    layout."""
+
+    def best(server: str, kind: str, i: int, layout: str | None = None) -> tuple[float, str]:
+        found = [(runs[i]["throughput_per_s"], name.split("@")[1]) for name, runs in results.items()
+                 if name.startswith(f"{server}_{kind}@") and (layout is None or name.endswith(f"@{layout}"))]
+        return max(found) if found else (0.0, "")
+
+    def better_peer(kind: str, i: int, layout: str | None) -> tuple[str, float]:
+        rivals = {name: best(name, kind, i, layout) for name in (("mlserver", "pytriton") if kind == "json"
+                                                                  else ("pytriton",))}
+        rival, (theirs, their_layout) = max(rivals.items(), key=lambda item: item[1][0])
+        return f"{rival}@{their_layout}", theirs
+
+    rows = []
     for i, level in enumerate(levels):
-        row = {"concurrency": level}
+        row: dict = {"concurrency": level}
         naive = results["naive_json"][i]["throughput_per_s"]
-        for name in ("edgekit_json", "edgekit_binary"):
-            ours = results[name][i]["throughput_per_s"]
-            row[f"{name}_vs_naive"] = round(ours / max(naive, 1e-9), 2)
-            row[f"{name}_share_of_offline_ceiling"] = round(ours / ceiling["throughput_per_s"], 3)
-        if peers:  # same body kind against the better peer
-            json_peer = max(results["mlserver_json"][i]["throughput_per_s"], results["pytriton_json"][i]["throughput_per_s"])
-            row["edgekit_json_vs_better_peer_json"] = round(results["edgekit_json"][i]["throughput_per_s"]
-                                                            / max(json_peer, 1e-9), 2)
-            row["edgekit_binary_vs_pytriton_binary"] = round(results["edgekit_binary"][i]["throughput_per_s"]
-                                                             / max(results["pytriton_binary"][i]["throughput_per_s"], 1e-9), 2)
-        comparison.append(row)
-    return {"model": label, "request_bytes": {k: len(v[0]) for k, v in bodies.items()},
-            "offline_ceiling": ceiling, **results, "comparison": comparison}
+        for kind in ("json", "binary", "grpc"):
+            ours, layout = best("edgekit", kind, i)
+            entry = {"req_per_s": ours, "layout": layout, "vs_naive": round(ours / max(naive, 1e-9), 2),
+                     "share_of_offline_ceiling": round(ours / ceiling, 3),
+                     "share_of_layout_ceiling": round(ours / ceilings[layout]["throughput_per_s"], 3)}
+            if peers:
+                for key, peer_layout in (("one_process", f"1x{threads}"), ("any_layout", None)):
+                    name, theirs = better_peer(kind, i, peer_layout)
+                    entry[f"better_peer_{key}"] = {"peer": name, "req_per_s": theirs,
+                                                   "edgekit_ratio": round(ours / max(theirs, 1e-9), 2)}
+            row[f"edgekit_{kind}"] = entry
+        rows.append(row)
+    return rows
 
 
 def main() -> None:
@@ -387,7 +544,9 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=6.0, help="per concurrency level and server")
     parser.add_argument("--max-requests", type=int, default=5000, help="per level and server (a bound)")
     parser.add_argument("--concurrency", default="1,8,32")
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=2, help="inference threads per server, in all")
+    parser.add_argument("--layouts", default="1x2,2x1",
+                        help="PxT: P processes (or model instances) of T threads, P*T = --threads")
     parser.add_argument("--max-batch-size", type=int, default=8)
     parser.add_argument("--max-queue-delay-us", type=int, default=2000)
     parser.add_argument("--output", type=Path, default=ROOT / "out" / "bench" / "bench_server.json")
@@ -428,6 +587,26 @@ def main() -> None:
         "models": models,
     }
     print_and_save(report, args.output)
+    print_table(models)
+
+
+def print_table(models: list[dict]) -> None:
+    """The comparison, one line per model, clients and body kind."""
+    for model in models:
+        layouts = ", ".join(f"{k} {v['throughput_per_s']}/s" for k, v in model["offline_ceiling_by_layout"].items())
+        print(f"\n{model['model']}: offline ceiling (batch {model['offline_ceiling']['batch']}) {layouts}")
+        print(f"{'clients':>7}  {'body':<6} {'edgekit req/s':>18} {'ceiling':>8} {'(layout)':>8}"
+              f" {'better peer, one process':>30} {'ratio':>6} {'better peer, any layout':>30} {'ratio':>6}")
+        for row in model["comparison"]:
+            for kind in ("json", "binary", "grpc"):
+                ours = row[f"edgekit_{kind}"]
+                line = (f"{row['concurrency']:>7}  {kind:<6} {ours['req_per_s']:>11.1f} ({ours['layout']})"
+                        f" {ours['share_of_offline_ceiling']:>8.0%} {ours['share_of_layout_ceiling']:>8.0%}")
+                for key in ("one_process", "any_layout"):
+                    peer = ours.get(f"better_peer_{key}")
+                    if peer:
+                        line += f" {peer['req_per_s']:>12.1f} {peer['peer']:>17} {peer['edgekit_ratio']:>5.2f}x"
+                print(line)
 
 
 if __name__ == "__main__":

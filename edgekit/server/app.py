@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import uvicorn
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -36,7 +36,7 @@ from .protocol import HEADER_LENGTH, ProtocolError
 from .reports import ReportStore
 
 log = logging.getLogger("edgekit.server")
-__all__ = ["VERSION", "DataPlane", "ServedModel", "ServerOptions", "create_app", "serve"]
+__all__ = ["VERSION", "DataPlane", "Launch", "ServedModel", "ServerOptions", "create_app", "serve"]
 
 
 def error(status: int, message: str) -> JSONResponse:
@@ -158,7 +158,7 @@ class RestEndpoints:
             return JSONResponse(await self.plane.infer_image(name, body, arrival))
 
     async def prometheus(self, request: Request) -> Response:
-        return Response(generate_latest(self.plane.metrics.registry), headers={"content-type": CONTENT_TYPE_LATEST})
+        return Response(self.plane.metrics.exposition(), headers={"content-type": CONTENT_TYPE_LATEST})
 
     def reports(self) -> ReportStore:
         if self.store is None:
@@ -231,6 +231,20 @@ class _CloseWhenDraining:
         await self.app(scope, receive, closing)
 
 
+@dataclass
+class Launch:
+    """What each server process loads and how: the arguments of ``serve``."""
+
+    sources: list[str]
+    options: ServerOptions
+    artifact: str | None = None
+    backend: str | None = None
+    threads: int | None = None
+    profile: str = "auto"
+    require_signature: bool | None = None
+    trusted_keys: str | None = None
+
+
 def serve(sources: Sequence[str], host: str = "127.0.0.1", port: int = 8000, options: ServerOptions | None = None,
           artifact: str | None = None, backend: str | None = None, threads: int | None = None,
           profile: str = "auto", require_signature: bool | None = None, trusted_keys: str | None = None) -> None:
@@ -238,36 +252,55 @@ def serve(sources: Sequence[str], host: str = "127.0.0.1", port: int = 8000, opt
 
     Shutdown is graceful on both signals: readiness turns 503, responses carry ``Connection:
     close`` for up to ``lameduck_s`` (keep-alive clients go away cleanly), then new connections
-    stop, in-flight requests finish and the queues drain. The process then exits 0.
+    stop, in-flight requests finish and the queues drain. The process then exits 0. With
+    ``options.workers`` > 1, that many processes serve the port (``workers.py``).
     """
-    from ..runtime import load
-
     options = options or ServerOptions()
-    sock = bind_socket(host, port)  # a port in use fails here, before any model loads
+    several = options.workers > 1  # then each worker listens on its own SO_REUSEPORT socket (workers.py)
+    sock = bind_socket(host, port, reuse_port=several, listen=not several)  # a port in use fails here, first
     if options.grpc_port:  # the same check for the gRPC port (bound for real once serving)
         bind_socket(host, options.grpc_port).close()
     options.grpc_host = host
+    launch = Launch(list(sources), options, artifact, backend, threads, profile, require_signature, trusted_keys)
     try:
-        models = [load(source, artifact=artifact, backend=backend, threads=threads, profile=profile,
-                       require_signature=require_signature, trusted_keys=trusted_keys, spin=False)
-                  for source in sources]  # spin=False: the cores are shared with request decoding
-        app = create_app(models, options)
-        bound_host, bound_port = sock.getsockname()[:2]
-        shown = f"[{bound_host}]" if ":" in str(bound_host) else bound_host
-        names = ", ".join(app.state.served)
-        app.state.on_ready = lambda: print(
-            f"serving {names} on http://{shown}:{bound_port}/v2 (KServe v2; metrics at /metrics)"
-            + (f" and gRPC on {shown}:{app.state.grpc_port}" if app.state.grpc_port else ""), flush=True)
-        debug = os.environ.get("EDGEKIT_DEBUG") == "1"
-        config = uvicorn.Config(app, log_level="debug" if debug else "warning",
-                                timeout_graceful_shutdown=int(options.drain_timeout_s))
-        _GracefulServer(config, app.state.drain, options.lameduck_s).run(sockets=[sock])
+        if options.workers > 1:
+            from .workers import serve_workers
+
+            serve_workers(launch, sock)
+        else:
+            serve_here(launch, sock, lambda names, grpc_port: print(serving_line(names, sock, grpc_port), flush=True))
     finally:
         sock.close()
 
 
-def bind_socket(host: str, port: int) -> Any:
-    """A listening socket on ``host:port`` (0 picks a free port), or one clear error."""
+def serve_here(launch: Launch, sock: Any, on_ready: Any) -> None:
+    """Load the models and serve ``sock`` in this process; ``on_ready(names, grpc_port)`` once ready."""
+    from ..runtime import load
+
+    models = [load(source, artifact=launch.artifact, backend=launch.backend, threads=launch.threads,
+                   profile=launch.profile, require_signature=launch.require_signature,
+                   trusted_keys=launch.trusted_keys, spin=False)
+              for source in launch.sources]  # spin=False: the cores are shared with request decoding
+    app = create_app(models, launch.options)
+    app.state.on_ready = lambda: on_ready(list(app.state.served), app.state.grpc_port)
+    debug = os.environ.get("EDGEKIT_DEBUG") == "1"
+    config = uvicorn.Config(app, log_level="debug" if debug else "warning",
+                            timeout_graceful_shutdown=int(launch.options.drain_timeout_s))
+    _GracefulServer(config, app.state.drain, launch.options.lameduck_s).run(sockets=[sock])
+
+
+def serving_line(names: Sequence[str], sock: Any, grpc_port: int | None, detail: str = "") -> str:
+    bound_host, bound_port = sock.getsockname()[:2]
+    shown = f"[{bound_host}]" if ":" in str(bound_host) else bound_host
+    return (f"serving {', '.join(names)} on http://{shown}:{bound_port}/v2 (KServe v2; metrics at /metrics)"
+            + (f" and gRPC on {shown}:{grpc_port}" if grpc_port else "") + detail)
+
+
+def bind_socket(host: str, port: int, reuse_port: bool = False, listen: bool = True) -> Any:
+    """A listening socket on ``host:port`` (0 picks a free port), or one clear error.
+
+    ``reuse_port``: several sockets of this user share the port and the kernel spreads new
+    connections over the listening ones (SO_REUSEPORT); ``listen=False`` only reserves it."""
     import socket
 
     try:
@@ -279,8 +312,11 @@ def bind_socket(host: str, port: int) -> Any:
     sock = socket.socket(family, kind, proto)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if reuse_port:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         sock.bind(address)
-        sock.listen(2048)
+        if listen:
+            sock.listen(2048)
     except OSError as exc:
         sock.close()
         if exc.errno == errno.EADDRINUSE:

@@ -40,6 +40,10 @@ def add_server_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--port", type=_port, default=8000, help="port (default 8000; 0 picks a free port)")
     group.add_argument("--grpc-port", type=_port, default=None,
                        help="also serve KServe v2 over gRPC on this port (0 picks a free port)")
+    group.add_argument("--workers", type=at_least(1), default=1,
+                       help="server processes sharing the port, each with its own model session and batcher "
+                            "(default 1); JSON decoding scales with them, memory too. --threads is per worker "
+                            "(default: the device's threads divided among the workers)")
     group.add_argument("--max-batch-size", type=at_least(1), default=8,
                        help="dynamic batching: largest batch (default 8)")
     group.add_argument("--max-queue-delay-us", type=at_least(0), default=500,
@@ -75,7 +79,7 @@ def options_from(args: argparse.Namespace):  # noqa: ANN201 - ServerOptions, imp
         max_batch_size=args.max_batch_size, max_queue_delay_us=args.max_queue_delay_us,
         max_queue_size=args.max_queue_size, max_body_bytes=int(args.max_body_mb * (1 << 20)),
         reports_dir=args.reports_dir, cache_predictions=getattr(args, "cache_predictions", False),
-        max_image_pixels=int(args.max_image_mpixels * 1e6), grpc_port=args.grpc_port,
+        max_image_pixels=int(args.max_image_mpixels * 1e6), grpc_port=args.grpc_port, workers=args.workers,
     )
 
 

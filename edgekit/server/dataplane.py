@@ -50,6 +50,7 @@ class ServerOptions:
     lameduck_s: float = 2.0  # on SIGTERM/SIGINT: keep answering (Connection: close) this long at most
     grpc_port: int | None = None  # KServe v2 gRPC on this port too (0 picks a free one); None: REST only
     grpc_host: str = "127.0.0.1"
+    workers: int = 1  # server processes sharing the port (each its own GIL, batcher and model session)
 
 
 @dataclass
@@ -103,11 +104,6 @@ class DataPlane:
                 self.options.max_queue_size, self.metrics.observer(entry.name), name=entry.name,
             )
             entry.batcher.start()
-            cache = entry.model.prediction_cache
-            if cache is not None:
-                self.metrics.cache_hits.labels(model=entry.name, version=VERSION).set_function(lambda c=cache: c.hits)
-                self.metrics.cache_misses.labels(model=entry.name, version=VERSION).set_function(
-                    lambda c=cache: c.misses)
             entry.ready = True
 
     async def stop(self) -> None:
@@ -245,6 +241,10 @@ class DataPlane:
         if not entry.ready or not self.accepting or entry.batcher is None:
             raise ProtocolError(503, f"model {entry.name!r} is not ready")
         found = entry.model.cached(x)
+        cache = entry.model.prediction_cache
+        if cache is not None:  # set, not a callback: multiprocess metrics (--workers) read stored values
+            self.metrics.cache_hits.labels(model=entry.name, version=VERSION).set(cache.hits)
+            self.metrics.cache_misses.labels(model=entry.name, version=VERSION).set(cache.misses)
         if found is not None:
             return found
         try:

@@ -9,18 +9,24 @@ the average batch size), cumulative ``nv_inference_queue_duration_us`` and
 The Triton-named totals are exposed as monotonically increasing gauges: prometheus-client
 would append ``_total`` to a Counter's name, and the point is that Triton's exact names (and
 the ``rate()`` queries written against them) work unchanged.
+
+With several server processes (``--workers``), prometheus-client's multiprocess mode keeps each
+process's values in ``PROMETHEUS_MULTIPROC_DIR`` and ``exposition`` sums them (gauges in "sum"
+mode: a worker that was replaced still counts).
 """
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Gauge, Histogram
+import os
+
+from prometheus_client import CollectorRegistry, Gauge, Histogram, generate_latest
 
 LABELS = ("model", "version")
 
 
 def _triton_total(name: str, documentation: str, labels: tuple[str, ...], registry: CollectorRegistry) -> Gauge:
     """A total under Triton's exact metric name (only ever incremented)."""
-    return Gauge(name, documentation, labels, registry=registry)
+    return Gauge(name, documentation, labels, registry=registry, multiprocess_mode="sum")
 
 
 class ServerMetrics:
@@ -40,8 +46,19 @@ class ServerMetrics:
                                       buckets=(1e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.5, 1.0))
         self.batch_hist = Histogram("edgekit_batch_size", "Items per executed batch", LABELS, registry=r,
                                     buckets=(1, 2, 4, 8, 16, 32, 64, 128))
-        self.cache_hits = Gauge("nv_cache_num_hits_per_model", "Prediction cache hits", LABELS, registry=r)
-        self.cache_misses = Gauge("nv_cache_num_misses_per_model", "Prediction cache misses", LABELS, registry=r)
+        self.cache_hits = _triton_total("nv_cache_num_hits_per_model", "Prediction cache hits", LABELS, registry=r)
+        self.cache_misses = _triton_total("nv_cache_num_misses_per_model", "Prediction cache misses", LABELS,
+                                          registry=r)
+
+    def exposition(self) -> bytes:
+        """The text format for /metrics: this process's registry, or every worker's summed."""
+        if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+            from prometheus_client import multiprocess
+
+            registry = CollectorRegistry()
+            multiprocess.MultiProcessCollector(registry)
+            return generate_latest(registry)
+        return generate_latest(self.registry)
 
     def observer(self, model: str, version: str = "1"):
         labels = {"model": model, "version": version}
