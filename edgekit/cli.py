@@ -119,6 +119,10 @@ def format_build_options(command: Any) -> Any:
                    "calibration), keep what helps, record it.")
 @click.option("--allow-float-ops", is_flag=True,
               help="Keep ops that cannot be INT8 in float (recorded in the manifest) instead of failing.")
+@click.option("--also-float/--no-also-float", "also_float", default=None,
+              help="Also package a validated float artifact per format (float16 TFLite and CoreML, float32 ONNX) "
+                   "for devices where INT8 is slower; `edgekit tune` measures which is faster. "
+                   "Default: on for models up to 50 MB.")
 @click.option("--name", default=None, help="Package name. Default: the model file's name.")
 @click.option("--output", "-o", "output_dir", required=True, type=click.Path(path_type=Path),
               help="Directory that receives NAME.edgekit/ (and NAME.ekpkg with --archive).")
@@ -153,7 +157,7 @@ def package_command(model: Path, formats: tuple[str, ...], calibration: str, eva
                     labels_file: Path | None, scale: float | None, mean: str | None, std: str | None,
                     color_order: str | None, resize: str | None, timeout: float | None, allow_partial: bool,
                     keep_float: tuple[str, ...], explain: bool, sign_key: Path | None, preset: str | None,
-                    input_shapes: tuple[str, ...], **format_values: object) -> None:
+                    input_shapes: tuple[str, ...], also_float: bool | None, **format_values: object) -> None:
     """Convert MODEL (.keras, .h5, a SavedModel directory, or .onnx for --format onnx) into a validated INT8 package.
 
     Every artifact is calibrated on --calibration, then checked against the float model on
@@ -173,7 +177,7 @@ def package_command(model: Path, formats: tuple[str, ...], calibration: str, eva
         min_sqnr_db=min_sqnr_db, output_kinds=_output_kinds(output_kinds), metric=metric, auto_fix=auto_fix,
         labels_file=str(labels_file) if labels_file else None, timeout_s=timeout, allow_partial=allow_partial,
         keep_float=list(keep_float), explain=explain, sign_key=str(sign_key) if sign_key else None,
-        format_options=dict(format_values), input_shapes=_input_shapes(input_shapes),
+        format_options=dict(format_values), input_shapes=_input_shapes(input_shapes), also_float=also_float,
         preprocessing={"scale": scale, "mean": float_list(mean), "std": float_list(std),
                        "color_order": color_order.upper() if color_order else None, "resize": _resize(resize),
                        "preset": preset},
@@ -185,7 +189,7 @@ def package_command(model: Path, formats: tuple[str, ...], calibration: str, eva
     for artifact in result.manifest.artifacts:
         if artifact.float_ops:
             ops = ", ".join(sorted({f"{op['op']} ({op['layer']})" for op in artifact.float_ops}))
-            click.echo(f"note: {artifact.target} keeps these ops in float: {ops}")
+            click.echo(f"note: {artifact.key} keeps these ops in float: {ops}")
     click.echo(f"package: {result.path}")
     if result.archive:
         click.echo(f"archive: {result.archive}")
@@ -214,6 +218,16 @@ def bench_command(args: tuple[str, ...]) -> int:
     from .run import main as run_main
 
     return run_main([*args, "--bench"], prog="edgekit bench")
+
+
+@cli.command("tune", add_help_option=False,
+             context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def tune_command(args: tuple[str, ...]) -> int:
+    """Measure which artifact, runtime and thread count is fastest here and remember it (see `edgekit tune --help`)."""
+    from .run import main as run_main
+
+    return run_main([*args, "--tune"], prog="edgekit tune")
 
 
 @cli.command("serve", add_help_option=False,

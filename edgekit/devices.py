@@ -69,6 +69,7 @@ class Profile:
     sections: dict[str, dict[str, Any]] = field(default_factory=dict)  # [runtime.BACKEND] tables, by backend
     require_signature: bool = False  # refuse packages not signed by a key in trusted_keys
     trusted_keys: str | None = None  # folder of KEY.pub files
+    use_tuned: bool = True  # false: the prefer order always decides (a choice `edgekit tune` stored is ignored)
     path: str = ""
 
     @classmethod
@@ -100,6 +101,7 @@ class Profile:
             sections={key: dict(value) for key, value in runtime.items() if isinstance(value, dict)},
             require_signature=bool(runtime.get("require_signature", False)),
             trusted_keys=runtime.get("trusted_keys"),
+            use_tuned=bool(runtime.get("use_tuned", True)),
             path=str(path),
         )
 

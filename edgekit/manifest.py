@@ -207,6 +207,17 @@ class Artifact:
         """The artifact's format (tflite, onnx, ...); ``target`` is the attribute's former name."""
         return self.target
 
+    @property
+    def is_float(self) -> bool:
+        """A float fallback (``float16``/``float32``), next to the format's quantized artifact."""
+        return self.precision.startswith("float")
+
+    @property
+    def key(self) -> str:
+        """How the package names this artifact: the format for the quantized one (``tflite``),
+        format and precision for a float fallback (``tflite-float16``, ``onnx-float32``)."""
+        return f"{self.target}-{self.precision}" if self.is_float else self.target
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "format": self.target,
@@ -238,14 +249,20 @@ class Manifest:
     failed: list[dict[str, str]] = field(default_factory=list)  # targets that did not build: target, error, hint
     schema_version: int = SCHEMA_VERSION
 
-    def artifact(self, target: str) -> Artifact:
+    def artifact(self, name: str) -> Artifact:
+        """The artifact named ``name`` (its key: ``tflite``, ``onnx-float32``); a format's name
+        alone is its quantized artifact, or its float one when the package has only that."""
         for artifact in self.artifacts:
-            if artifact.target == target:
+            if artifact.key == name:
                 return artifact
-        available = ", ".join(a.target for a in self.artifacts) or "none"
+        for artifact in self.artifacts:
+            if artifact.target == name:
+                return artifact
+        available = ", ".join(a.key for a in self.artifacts) or "none"
+        fmt = name.split("-")[0]
         raise PackageError(
-            f"package {self.name!r} has no {target} artifact (it has: {available})",
-            hint="repackage with --format " + target,
+            f"package {self.name!r} has no {name} artifact (it has: {available})",
+            hint="repackage with --format " + fmt + (" --also-float" if "-float" in name else ""),
         )
 
     @property

@@ -36,11 +36,22 @@ def open_package(source: str | os.PathLike[str]) -> tuple[Path, Manifest]:
     return root, Manifest.from_json(manifest_file.read_bytes())
 
 
-def verified_artifact_path(root: Path, artifact: Artifact) -> Path:
-    """The artifact's path after checking that its bytes are the ones the manifest names."""
+STAMP_MIN_BYTES = 1 << 20  # smaller files hash faster than a stamp is read
+
+
+def verified_artifact_path(root: Path, artifact: Artifact, use_stamps: bool = True) -> Path:
+    """The artifact's path after checking that its bytes are the ones the manifest names.
+
+    A file of a megabyte or more that this machine already hashed is not hashed again while
+    its inode, size, modification and change times are the ones recorded then (``verified/``
+    in the cache): any write to the file changes its change time, which a user cannot set.
+    ``use_stamps=False`` (packages that must be signed) hashes every time."""
     path = root / artifact.path
     if not path.exists():
         raise PackageError(f"package is incomplete: {artifact.path} is missing", hint="copy or rebuild the package")
+    stamped = use_stamps and path.is_file() and path.stat().st_size >= STAMP_MIN_BYTES
+    if stamped and _stamp(path) == _read_stamp(path, artifact.sha256):
+        return path
     actual = sha256_tree(path)
     if actual != artifact.sha256:
         raise PackageError(
@@ -48,7 +59,47 @@ def verified_artifact_path(root: Path, artifact: Artifact) -> Path:
             f"{artifact.sha256[:12]}...): the package is corrupt or was modified",
             hint="copy the package again from its source, or rebuild it",
         )
+    if stamped:
+        _write_stamp(path, actual)
     return path
+
+
+def _stamp(path: Path) -> dict[str, int]:
+    info = path.stat()
+    return {"dev": info.st_dev, "ino": info.st_ino, "size": info.st_size, "mtime_ns": info.st_mtime_ns,
+            "ctime_ns": info.st_ctime_ns}
+
+
+def _stamp_path(path: Path) -> Path:
+    import hashlib
+
+    from .cache import entry_path
+
+    return entry_path("verified", hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:40] + ".json")
+
+
+def _read_stamp(path: Path, sha256: str) -> dict[str, int] | None:
+    import json
+
+    try:
+        record = json.loads(_stamp_path(path).read_text())
+    except (OSError, ValueError):
+        return None
+    return record.get("stat") if isinstance(record, dict) and record.get("sha256") == sha256 else None
+
+
+def _write_stamp(path: Path, sha256: str) -> None:
+    """Best effort: a cache that cannot be written costs the next load a hash, nothing else."""
+    import json
+
+    from .fsutil import write_text_atomic
+
+    target = _stamp_path(path)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(target, json.dumps({"sha256": sha256, "stat": _stamp(path)}))
+    except OSError:
+        pass
 
 
 def write_archive(package_dir: Path, archive: Path, replace: bool = False) -> None:
@@ -227,5 +278,5 @@ def verify_package(package: str | os.PathLike[str], trusted: str | None, allow_u
             file = root / companion["path"]
             if not file.is_file() or sha256_file(file) != companion["sha256"]:
                 raise PackageError(f"{companion['path']} does not match the manifest: the package is corrupt or modified")
-        lines.append(f"{artifact.target}: {artifact.path} ok")
+        lines.append(f"{artifact.key}: {artifact.path} ok")
     return lines

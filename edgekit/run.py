@@ -44,6 +44,20 @@ def parser(prog: str = PROG) -> argparse.ArgumentParser:
     from .server.cli import add_server_options
 
     add_server_options(p)
+    tuning = p.add_argument_group("tuning (--tune)")
+    tuning.add_argument("--tune", action="store_true",
+                        help="measure every artifact x runtime x thread count this device runs (among those that "
+                             "passed the package's gates) and remember the fastest for later loads; with --input, "
+                             "--bench or --serve: only when no tuned choice holds yet, then carry on")
+    tuning.add_argument("--tune-threads", type=_int_list, default=None, metavar="1,2,4",
+                        help="thread counts to try (default: 1, 2, 4, ... up to the cores)")
+    tuning.add_argument("--tune-artifacts", type=lambda text: [t for t in text.split(",") if t], default=None,
+                        metavar="onnx,onnx-float32", help="only consider these artifacts (default: every one)")
+    tuning.add_argument("--tune-seconds", type=_non_negative_float, default=1.0,
+                        help="measuring time per round of candidates, at least (default 1)")
+    tuning.add_argument("--tune-report", type=Path, default=None,
+                        help="also write the measurements as a benchmark report (edgekit compare reads it)")
+    tuning.add_argument("--forget-tuned", action="store_true", help="remove the tuned choice for SOURCE and exit")
     bench = p.add_argument_group("benchmark (--bench)")
     bench.add_argument("--bench", action="store_true", help="benchmark instead of predicting; writes a JSON report")
     bench.add_argument("--runs", type=positive_int, default=100, help="steady-state samples at least (default 100)")
@@ -115,7 +129,7 @@ def execute(args: argparse.Namespace) -> int:
               profile=args.profile, prediction_cache=predictions, require_signature=args.require_signature,
               trusted_keys=args.trusted_keys) as model:
         if args.verbose:
-            chosen = {"profile": model.profile.name, "artifact": model.artifact.target, **model.backend.describe()}
+            chosen = {"profile": model.profile.name, "artifact": model.artifact.key, **model.backend.describe()}
             print("using " + ", ".join(f"{k}={v}" for k, v in chosen.items()), file=sys.stderr)
         names, rows = predict_rows(model, named, args.raw)
         labels, output_names = model.labels, model.output_names
@@ -237,6 +251,12 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
 
         os.environ["EDGEKIT_VERBOSE"] = "1"  # runtimes' own load messages too; INFO diagnostics
     refuse_mixed_modes(cli, args, _modes(cli))
+    if args.forget_tuned or (args.tune and not (args.inputs or args.bench or args.serve)):
+        return guarded(lambda: tune_command(args), debug)
+    if args.tune:
+        code = guarded(lambda: tune_command(args, only_if_untuned=True), debug)
+        if code:
+            return code
     if args.serve:
         return guarded(lambda: _serve(args), debug)
     if not args.bench and not args.inputs:
@@ -264,6 +284,26 @@ def _serve(args: argparse.Namespace) -> int:
 
     serve([args.source], args.host, args.port, options, args.artifact, args.backend, args.threads,
           args.profile, args.require_signature, args.trusted_keys)
+    return 0
+
+
+def tune_command(args: argparse.Namespace, only_if_untuned: bool = False) -> int:
+    """``--tune`` / ``edgekit tune``: measure, decide, remember, and print what was decided."""
+    from .tune import forget, print_tuning, resolve_package, tune, tuned_for
+
+    root, manifest = resolve_package(args.source)
+    if args.forget_tuned:
+        print(f"{'removed' if forget(root) else 'there was no'} tuned choice for {manifest.name}", file=sys.stderr)
+        return 0
+    if only_if_untuned and tuned_for(root, manifest, args.profile) is not None:
+        return 0
+    report = tune(str(root), min_seconds=args.tune_seconds, threads=args.tune_threads, profile=args.profile,
+                  artifacts=args.tune_artifacts)
+    print_tuning(report)
+    if args.tune_report is not None:
+        from .bench.report import write_report
+
+        print(f"wrote {write_report(report, args.tune_report)}", file=sys.stderr)
     return 0
 
 

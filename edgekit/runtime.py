@@ -70,20 +70,21 @@ def load(
     if path.is_file() and timings is not None:  # hashing the archive twice only when asked to report it
         clock.note("cache_hit", unpacked_exists(path))
     root, manifest = open_package(path)
-    _check_signature(root, chosen_profile, require_signature, trusted_keys)
-    entry, backend_cls = choose(manifest, chosen_profile, artifact, backend)
+    signed = _check_signature(root, chosen_profile, require_signature, trusted_keys)
+    entry, backend_cls, tuned_threads = _choose_for_device(root, manifest, chosen_profile, facts, artifact, backend)
+    threads = threads or tuned_threads
     clock.lap("open_package_s")
     try:
-        artifact_path = verified_artifact_path(root, entry)
+        artifact_path = verified_artifact_path(root, entry, use_stamps=not signed)
     except PackageError:
         if not path.is_file():
             raise
         cache.remove(root)  # a cached unpacked copy went bad: unpack the archive again
         root, manifest = open_package(path)
-        artifact_path = verified_artifact_path(root, entry)
+        artifact_path = verified_artifact_path(root, entry, use_stamps=not signed)
     clock.lap("verify_s")
     runtime = _create(backend_cls, artifact_path, entry.sha256, chosen_profile, facts, threads, spin)
-    log.debug("loaded %s: profile %s, artifact %s, backend %s", manifest.name, chosen_profile.name, entry.target,
+    log.debug("loaded %s: profile %s, artifact %s, backend %s", manifest.name, chosen_profile.name, entry.key,
              runtime.describe())
     clock.lap("create_runtime_s")
     if warmup:
@@ -92,11 +93,33 @@ def load(
     return Model(root, manifest, entry, runtime, chosen_profile, prediction_cache)
 
 
-def _check_signature(root: Path, profile: Profile, require: bool | None, trusted: Any) -> None:
+def _choose_for_device(root: Path, manifest: Manifest, profile: Profile, facts: DeviceFacts, artifact: str | None,
+                       backend: str | None) -> tuple[Artifact, type[Backend], int | None]:
+    """What ``edgekit tune`` measured fastest here (when nothing is asked for and the profile
+    lets it), else the profile's order; and the tuned thread count, if any."""
+    if artifact is None and backend is None and profile.use_tuned:
+        from .tune import tuned_choice
+
+        tuned = tuned_choice(root, manifest, facts)
+        if tuned is not None:
+            try:
+                entry, backend_cls = choose(manifest, profile, tuned.artifact, tuned.backend)
+            except EdgekitError:  # its runtime is gone: tuned_choice saw the change; the default then
+                pass
+            else:
+                log.info("%s: using the choice edgekit tune measured fastest on this device: %s", manifest.name,
+                         tuned.describe())
+                return entry, backend_cls, tuned.threads
+    entry, backend_cls = choose(manifest, profile, artifact, backend)
+    return entry, backend_cls, None
+
+
+def _check_signature(root: Path, profile: Profile, require: bool | None, trusted: Any) -> bool:
+    """Verify the package's signature when required or keys are given; whether it was."""
     required = profile.require_signature if require is None else require
     trusted = trusted or profile.trusted_keys or None
     if not required and trusted is None:
-        return
+        return False
     from .signing import trusted_keys, verify_signature
 
     if trusted is None:
@@ -105,6 +128,7 @@ def _check_signature(root: Path, profile: Profile, require: bool | None, trusted
         raise EdgekitError("--require-signature needs --trusted-keys DIR (the public keys you trust)",
                            hint="pass --trusted-keys DIR, or set trusted_keys in the device profile")
     verify_signature(root, trusted_keys(trusted))
+    return True
 
 
 class _Phases:
@@ -130,12 +154,16 @@ class _Phases:
 
 def candidates(manifest: Manifest, profile: Profile) -> list[tuple[Artifact, type[Backend]]]:
     """Every (artifact, backend) pair of the package, in the profile's order of preference."""
-    present = {a.target: a for a in manifest.artifacts}
+    present = {a.key: a for a in manifest.artifacts}
     known = backends()
     order = [pair for pair in profile.prefer if pair[0] in present and pair[1] in known]
-    for name in present:
-        fmt = FORMATS.get(name)
-        order += [(name, b.name) for b in (fmt.backends if fmt else ()) if (name, b.name) not in order]
+    quantized_first = [a for a in manifest.artifacts if not a.is_float] + [a for a in manifest.artifacts if a.is_float]
+    for preferred, backend in profile.prefer:  # a format the profile prefers: its float fallback in the same place
+        order += [(a.key, backend) for a in quantized_first if a.is_float and a.target == preferred
+                  and backend in known and (a.key, backend) not in order]
+    for entry in quantized_first:
+        fmt = FORMATS.get(entry.target)
+        order += [(entry.key, b.name) for b in (fmt.backends if fmt else ()) if (entry.key, b.name) not in order]
     return [(present[f], known[b]) for f, b in order]
 
 
@@ -152,14 +180,16 @@ def choose(
         manifest.artifact(artifact)  # a clear error if the package lacks it
     if backend is not None:
         get_backend(backend)
+    if artifact is not None and artifact not in {a.key for a in manifest.artifacts}:
+        artifact = manifest.artifact(artifact).key  # a format's name: its quantized artifact
     wanted = [(a, b) for a, b in candidates(manifest, profile)
-              if artifact in (None, a.target) and backend in (None, b.name)]
+              if artifact in (None, a.key) and backend in (None, b.name)]
     for entry, backend_cls in wanted:
         if backend_cls.available():
             return entry, backend_cls
-    missing = [f"{a.target} needs {b.name} ({_extra(b)})" for a, b in wanted]
+    missing = [f"{a.key} needs {b.name} ({_extra(b)})" for a, b in wanted]
     narrowed = " ".join(x for x in (artifact, backend) if x)
-    present = ", ".join(a.target for a in manifest.artifacts)
+    present = ", ".join(a.key for a in manifest.artifacts)
     detail = "; ".join(missing) or f"no {narrowed + ' ' if narrowed else ''}artifact among: {present}"
     here = [f.name for f in FORMATS.values() if any(b.available() for b in f.backends)]
     raise BackendUnavailableError(

@@ -101,21 +101,21 @@ def render(manifest: Manifest, console: Console | None = None) -> None:
         title=f"{manifest.name}: INT8 vs float on {data.get('samples', '?')} {data.get('split', 'samples')}",
         title_justify="left",
     )
-    columns = ("target", "precision", "size", "float acc", "int8 acc", "change", "top-1 agree", "cosine", "SQNR")
+    columns = ("artifact", "precision", "size", "float acc", "artifact acc", "change", "top-1 agree", "cosine", "SQNR")
     for column in columns:
-        table.add_column(column, justify="left" if column in ("target", "precision") else "right")
+        table.add_column(column, justify="left" if column in ("artifact", "precision") else "right")
     float_acc = validation.get("float", {}).get("accuracy")
     notes = []
     for artifact in manifest.artifacts:
-        metrics = validation.get("artifacts", {}).get(artifact.target, {})
+        metrics = validation.get("artifacts", {}).get(artifact.key, {})
         if metrics.get("measured") is False:
-            table.add_row(artifact.target, artifact.precision, _size(artifact.bytes), _pct(float_acc),
+            table.add_row(artifact.key, artifact.precision, _size(artifact.bytes), _pct(float_acc),
                           "not measurable here", "", "", "", "")
-            notes.append(f"{artifact.target}: {metrics.get('reason', 'not measured')}")
+            notes.append(f"{artifact.key}: {metrics.get('reason', 'not measured')}")
             continue
         drop = metrics.get("accuracy_drop_pp")
         table.add_row(
-            artifact.target,
+            artifact.key,
             artifact.precision,
             _size(artifact.bytes),
             _pct(float_acc),
@@ -128,11 +128,11 @@ def render(manifest: Manifest, console: Console | None = None) -> None:
         for name, values in (metrics.get("outputs") or {}).items():  # every output on its own row
             table.add_row(f"  {name}", "", "", "", "", "", _pct(values.get("top1_agreement")),
                           _num(values.get("cosine"), ".5f"), _sqnr(values.get("sqnr_db"), True))
-        notes += _slice_notes(artifact.target, metrics)
-        notes += _quantization_note(artifact.target, metrics)
-        notes += _task_notes(artifact.target, metrics)
-        notes += _fix_notes(artifact.target, metrics)
-        notes += [f"{artifact.target}: FAILED {gate['what']}" for gate in metrics.get("gates") or []]
+        notes += _slice_notes(artifact.key, metrics)
+        notes += _quantization_note(artifact.key, metrics)
+        notes += _task_notes(artifact.key, metrics)
+        notes += _fix_notes(artifact.key, metrics)
+        notes += [f"{artifact.key}: FAILED {gate['what']}" for gate in metrics.get("gates") or []]
     for failure in manifest.failed:
         table.add_row(failure["target"], "failed", "", "", "", "", "", "", "")
         notes.append(f"{failure['target']} failed: {failure['error']}")

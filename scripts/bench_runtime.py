@@ -9,7 +9,11 @@ Packages digits and MobileNetV2 224 (INT8 TFLite + ONNX), then, in one run:
   LiteRT ``set_tensor/invoke/get_tensor``; for ONNX (float IO QDQ models) both vs a raw
   ``session.run``; same artifact, interleaved round by round;
 * cold start: ``python -m edgekit.run PKG --input x.npy`` vs a minimal raw-LiteRT script, wall
-  time to first output and peak RSS of the process (wait4 in a small launcher), alternating runs.
+  time to first output and peak RSS of the process (wait4 in a small launcher), alternating runs;
+* INT8 vs float: every artifact of the package (INT8 and its float fallback, per runtime),
+  model-only latency interleaved by the benchmark harness, with this CPU's int8 features;
+* tuning: ``edgekit tune`` restricted to one runtime's INT8 + float artifacts, then the tuned
+  ``load`` against the INT8 artifact, interleaved: the speed the decision buys.
 Prints and saves JSON; compare ratios within one run (the machine is shared and noisy).
 """
 
@@ -198,6 +202,45 @@ def cold_start(package: Path, sample: Path, runs: int, threads: int, work: Path)
     }
 
 
+def int8_vs_float(package: Path, threads: int, runs: int) -> dict:
+    """Median model-only latency of every artifact this machine runs, interleaved, and per
+    runtime the INT8 artifact's speed relative to its float fallback (>1: INT8 is faster)."""
+    from edgekit.bench.harness import BenchOptions, bench
+    from edgekit.devices import DeviceFacts, detect, int8_kernel_features
+    from edgekit.runtime import runnable
+    from edgekit.tune import resolve_package
+
+    root, manifest = resolve_package(str(package))
+    pairs = [(a.key, b.name, threads) for a, b in runnable(manifest, detect(DeviceFacts.read()))]
+    report = bench(str(root), BenchOptions(runs=runs, warmup=10, min_seconds=2.0), choices=pairs)
+    p50 = {(r["config"]["artifact"], r["config"]["backend"]): r["latency"]["p50"] for r in report["results"]}
+    by_runtime = {}
+    for (key, backend), median in p50.items():
+        floats = [k for (k, b) in p50 if b == backend and k.startswith(f"{key}-float")]
+        if floats:
+            fallback = p50[(floats[0], backend)]
+            by_runtime[backend] = {"int8": key, "int8_p50_ms": round(median, 4), "float": floats[0],
+                                   "float_p50_ms": round(fallback, 4), "int8_speed_vs_float": round(fallback / median, 3)}
+    return {"threads": threads, "cpu_int8": int8_kernel_features(), "p50_ms": {f"{k} ({b})": round(v, 4)
+            for (k, b), v in p50.items()}, "by_runtime": by_runtime}
+
+
+def tuned_vs_int8(package: Path, artifacts: list[str], threads: int, runs: int) -> dict:
+    """``edgekit tune`` among ``artifacts`` (one runtime's INT8 and float), then what ``load``
+    picks afterwards against the INT8 artifact, interleaved (>1: the tuned choice is faster)."""
+    from edgekit.bench.harness import BenchOptions, bench
+    from edgekit.tune import tune
+
+    decision = tune(str(package), threads=[threads], artifacts=artifacts, min_seconds=1.0)["tuning"]
+    int8 = artifacts[0]
+    report = bench(str(package), BenchOptions(runs=runs, warmup=10, min_seconds=2.0),
+                   choices=[(None, None, None), (int8, decision["decision"]["backend"], threads)])
+    tuned, forced = (r["latency"]["p50"] for r in report["results"])
+    return {"artifacts": artifacts, "decision": decision["decision"], "evidence": decision["evidence"],
+            "tuned_load": report["results"][0]["config"]["artifact"], "tuned_p50_ms": round(tuned, 4),
+            "int8_p50_ms": round(forced, 4), "tuned_speed_vs_int8": round(forced / tuned, 3)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=40)
@@ -227,6 +270,7 @@ def main() -> None:
             "per_call": per_call(digits, digit[None].astype(np.float32) / 255, args.rounds, args.per_round * 4,
                                  args.threads),
             "cold_start": cold_start(digits, work / "digit.npy", args.cold_runs, args.threads, work),
+            "int8_vs_float": int8_vs_float(digits, args.threads, 300),
         }
         if not args.skip_mobilenet:
             subprocess.run([sys.executable, str(ROOT / "models/mobilenet_v2/build.py"), "--output", str(work),
@@ -241,7 +285,12 @@ def main() -> None:
             report["mobilenet_v2_int8_top1_agreement"] = require_signal(mobilenet.manifest)
             mobilenet = mobilenet.path
             x = np.random.default_rng(0).uniform(-1, 1, (1, 224, 224, 3)).astype(np.float32)
-            report["mobilenet_v2"] = {"per_call": per_call(mobilenet, x, args.rounds // 2, args.per_round, args.threads)}
+            report["mobilenet_v2"] = {
+                "per_call": per_call(mobilenet, x, args.rounds // 2, args.per_round, args.threads),
+                "int8_vs_float": int8_vs_float(mobilenet, args.threads, 60),
+                "tuned_onnx": tuned_vs_int8(mobilenet, ["onnx", "onnx-float32"], args.threads, 60),
+                "tuned_tflite": tuned_vs_int8(mobilenet, ["tflite", "tflite-float16"], args.threads, 60),
+            }
     print_and_save(report, args.output)
 
 

@@ -15,10 +15,10 @@ pytestmark = pytest.mark.slow
 
 def test_all_targets_share_one_calibration_and_preprocessing(digits_all_package):
     manifest = Manifest.from_json((digits_all_package / "manifest.json").read_bytes())
-    assert [a.target for a in manifest.artifacts] == list(TARGETS) == ["tflite", "onnx", "coreml"]
+    assert [a.target for a in manifest.artifacts if not a.is_float] == list(TARGETS) == ["tflite", "onnx", "coreml"]
     assert manifest.failed == []
     assert manifest.calibration["samples"] == 300
-    assert set(manifest.validation["artifacts"]) == {"tflite", "onnx", "coreml"}
+    assert set(manifest.validation["artifacts"]) == {a.key for a in manifest.artifacts}
     for target in ("tflite", "onnx", "coreml"):  # every cell measured on Linux, CoreML by the MIL evaluator
         assert manifest.validation["artifacts"][target]["measured"] is True
         assert manifest.validation["artifacts"][target]["top1_agreement"] >= 0.98

@@ -18,7 +18,7 @@ def runnable_artifacts(source: str, profile: str) -> list[str]:
 
     _, manifest = open_package(source)
     chosen = detect() if profile == "auto" else get_profile(profile)
-    return list(dict.fromkeys(artifact.target for artifact, _ in runnable(manifest, chosen)))
+    return list(dict.fromkeys(artifact.key for artifact, _ in runnable(manifest, chosen)))
 
 
 def run_bench(args: argparse.Namespace) -> int:

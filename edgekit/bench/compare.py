@@ -34,6 +34,7 @@ class Row:
     samples: np.ndarray
     speedup: float | None = None
     verdict: dict[str, Any] | None = None
+    tuned: bool = False  # the configuration `edgekit tune` chose on that device (a tune report)
 
     @property
     def key(self) -> tuple[Any, ...]:
@@ -139,7 +140,7 @@ def compare(
     rows = [
         Row(report=name, device=r["device"].get("name", "?"), model=r["model"].get("name", "?"),
             config=res["config"], result=res, throttled=bool((r.get("thermal") or {}).get("throttled")),
-            samples=np.asarray(res["latency"]["samples_ms"], dtype=np.float64))
+            samples=np.asarray(res["latency"]["samples_ms"], dtype=np.float64), tuned=_is_tuned(r, res["config"]))
         for name, r in reports for res in r["results"]
     ]
     names = [name for name, _ in reports]
@@ -163,6 +164,12 @@ def compare(
         return Comparison(rows=rows, baseline=base_name, skipped=skipped, threshold_pct=threshold_pct)
 
 
+def _is_tuned(report: dict[str, Any], config: dict[str, Any]) -> bool:
+    decision = (report.get("tuning") or {}).get("decision") or {}
+    return bool(decision) and (decision.get("artifact"), decision.get("backend"), decision.get("threads")) == (
+        config.get("artifact"), config.get("backend"), config.get("threads"))
+
+
 def table_rows(comparison: Comparison) -> list[list[str]]:
     out = []
     several_models = len({row.model for row in comparison.rows}) > 1  # --allow-different-models
@@ -178,7 +185,7 @@ def table_rows(comparison: Comparison) -> list[list[str]]:
             verdict = row.verdict["verdict"] if row.verdict else "no matching baseline configuration"
         out.append([
             row.device + (f" / {row.model}" if several_models else "") + (" (throttled)" if row.throttled else ""),
-            str(row.config.get("artifact")),
+            str(row.config.get("artifact")) + (" (tuned)" if row.tuned else ""),
             str(row.config.get("backend")),
             str(row.config.get("precision", "")),
             str(row.config.get("threads")),

@@ -87,10 +87,11 @@ def _native(model: Model, feeds: list[np.ndarray]) -> list[np.ndarray]:
             for x, info in zip(feeds, model.backend.inputs)]
 
 
-def load_model(source: str, options: BenchOptions, artifact: str | None, threads: int | None) -> tuple[Model, dict]:
+def load_model(source: str, options: BenchOptions, artifact: str | None, threads: int | None,
+               backend: str | None = None) -> tuple[Model, dict]:
     timings: dict[str, Any] = {}
     start = time.perf_counter()
-    model = load(source, artifact=artifact, backend=options.backend, threads=threads, profile=options.profile,
+    model = load(source, artifact=artifact, backend=backend or options.backend, threads=threads, profile=options.profile,
                  warmup=False, timings=timings, require_signature=options.require_signature,
                  trusted_keys=options.trusted_keys)
     timings["total_s"] = time.perf_counter() - start
@@ -149,9 +150,10 @@ def accuracy(model: Model, data: str) -> dict[str, Any] | None:
 
 @dataclass
 class _Config:
-    artifact: str
+    artifact: str | None
     threads: int | None
     batch: int
+    backend: str | None = None
     model: Model | None = None
     load: dict = field(default_factory=dict)
     x: np.ndarray | None = None
@@ -162,7 +164,7 @@ class _Config:
 
 
 def _prepare(source: str, options: BenchOptions, config: _Config) -> None:
-    config.model, config.load = load_model(source, options, config.artifact, config.threads)
+    config.model, config.load = load_model(source, options, config.artifact, config.threads, config.backend)
     x = _native(config.model, _sample_input(config.model, options, config.batch))
     backend = config.model.backend
     config.x = x
@@ -187,13 +189,18 @@ def _measure(configs: list[_Config], options: BenchOptions) -> None:
                 config.samples.append(_timed(config.call))
 
 
-def bench(source: str, options: BenchOptions, artifacts: list[str] | None = None) -> dict[str, Any]:
-    """Benchmark one artifact (or, with ``artifacts``/sweep options, several configurations)."""
+def bench(source: str, options: BenchOptions, artifacts: list[str] | None = None,
+          choices: list[tuple[str, str, int]] | None = None) -> dict[str, Any]:
+    """Benchmark one artifact (or, with ``artifacts``/sweep options, several configurations;
+    ``choices``: exactly these (artifact, backend, threads) at ``options.batch``)."""
     before = thermal_state()
-    targets = artifacts or [options.artifact]
-    threads_list = options.sweep_threads or [options.threads]
-    batches = options.sweep_batches or [options.batch]
-    configs = [_Config(artifact=a, threads=t, batch=b) for a in targets for t in threads_list for b in batches]
+    if choices:
+        configs = [_Config(artifact=a, threads=t, batch=options.batch, backend=b) for a, b, t in choices]
+    else:
+        targets = artifacts or [options.artifact]
+        threads_list = options.sweep_threads or [options.threads]
+        batches = options.sweep_batches or [options.batch]
+        configs = [_Config(artifact=a, threads=t, batch=b) for a in targets for t in threads_list for b in batches]
     for config in configs:
         _prepare(source, options, config)
     _measure(configs, options)
@@ -215,7 +222,7 @@ def bench(source: str, options: BenchOptions, artifacts: list[str] | None = None
                       "from": "median latency"}
         result = {
             "config": {
-                "artifact": model.artifact.target,
+                "artifact": model.artifact.key,
                 "precision": model.artifact.precision,
                 "threads": config.threads or model.profile.resolved_threads(_facts()),
                 "batch": config.batch,
@@ -240,7 +247,7 @@ def bench(source: str, options: BenchOptions, artifacts: list[str] | None = None
         "schema_version": 1,
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "edgekit_version": __version__,
-        "model": {"name": first.manifest.name, "source": str(source), "artifacts": [a.target for a in first.manifest.artifacts]},
+        "model": {"name": first.manifest.name, "source": str(source), "artifacts": [a.key for a in first.manifest.artifacts]},
         "device": fingerprint(profile=first.profile.name) | {"name": options.device_name or _hostname()},
         "settings": {"runs": options.runs, "warmup": options.warmup, "min_seconds": options.min_seconds,
                      "batch": options.batch, "sweep_threads": options.sweep_threads,

@@ -38,6 +38,7 @@ from .options import PackageOptions, PackageResult
 from .preflight import TEMP_PREFIX, Plan, preflight
 from .autofix import Candidate, auto_fix
 from .gates import GateFailure, check, failure_hint, failure_message, saturation_note
+from .fallback import discard, fallback_result, wants_float_fallback
 from .validate import Judging, Measured, measure, validation_record
 
 EXPLAIN_SAMPLES = 32
@@ -170,7 +171,8 @@ def build_context(options: PackageOptions, loaded: LoadedSource, data: PreparedD
         allow_float_ops=options.allow_float_ops,
         explain_npy=explain_npy,
         timeout_s=options.timeout_s,
-        options=MappingProxyType(options.options_for_formats()),
+        options=MappingProxyType({**options.options_for_formats(),
+                                  "also_float": wants_float_fallback(options.also_float, options.model)}),
     )
 
 
@@ -221,12 +223,35 @@ def build_formats(builders: list[Builder], context: BuildContext, data: Prepared
             continue
         with progress.step(f"Validating {builder.name} against the float model"):
             comparison = measure(built, builder, staged, data, reference, gating.judging)
-        outcomes.append(judge(builder, context, built, comparison, data, reference, staged, gating, progress))
+        outcome = judge(builder, context, built, comparison, data, reference, staged, gating, progress)
+        outcomes.append(outcome)
+        fallback = float_fallback(builder, outcome.built or built, context, data, reference, staged, gating, progress)
+        if fallback is not None:
+            outcomes.append(fallback)
     if not any(o.built for o in outcomes):
         details = "; ".join(f"{o.name}: {o.error.message}" for o in outcomes if o.error)
         first = next((o.error.hint for o in outcomes if o.error), "")
         raise EdgekitError(f"no target could be built (every requested format failed: {details})", hint=first)
     return outcomes
+
+
+def float_fallback(builder: Builder, built: BuildResult, context: BuildContext, data: PreparedData,
+                   reference: dict[str, np.ndarray], staged: Path, gating: Gating,
+                   progress: Progress) -> FormatOutcome | None:
+    """The format's float fallback, validated like the INT8 artifact; one that fails a gate is
+    left out of the package (it is optional) with a warning saying why."""
+    fallback = fallback_result(builder, built, staged)
+    if fallback is None:
+        return None
+    key = fallback.artifact.key
+    with progress.step(f"Validating {key} (float fallback) against the float model"):
+        measured = measure(fallback, builder, staged, data, reference, gating.judging, quantized=False)
+    failures = check(key, measured, gating.options.min_sqnr_db, gating.producers) if measured else []
+    if failures:
+        progress.warn(f"{key} (float fallback) left out: it failed validation ({failures[0].what})")
+        discard(staged / fallback.artifact.path)
+        return None
+    return FormatOutcome(key, built=fallback, comparison=measured, context=context)
 
 
 def judge(builder: Builder, context: BuildContext, built: BuildResult, comparison: Measured | None,
@@ -259,9 +284,10 @@ def assemble(plan: Plan, options: PackageOptions, loaded: LoadedSource, data: Pr
               for o in outcomes if o.error]
     failures = {o.name: list(o.failures) for o in built}
     notes = {o.name: [n for n in [saturation_note(o.name, o.comparison)] if n] for o in built if o.comparison}
+    unmeasured = {b.name: b.unmeasured_reason for b in builders}
     validation = validation_record(
         measured, options, data, reference, plan.held_out,
-        unmeasured={b.name: b.unmeasured_reason for b in builders},
+        unmeasured={o.name: unmeasured.get(o.built.artifact.target, "") for o in built},
         measured_by={o.name: o.built.evaluated_by for o in built if o.comparison and o.built.evaluated_by},
         failures=failures, notes=notes,
     )

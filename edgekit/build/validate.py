@@ -59,8 +59,9 @@ class Measured:
 
 
 def measure(built: BuildResult, builder: Builder, staged: Path, data: PreparedData,
-            reference: dict[str, np.ndarray], judging: Judging | None = None) -> Measured | None:
-    """The artifact's outputs vs the float reference; None when nothing here can run it."""
+            reference: dict[str, np.ndarray], judging: Judging | None = None, quantized: bool = True) -> Measured | None:
+    """The artifact's outputs vs the float reference; None when nothing here can run it.
+    ``quantized=False`` (a float fallback): no unfused run and no separate float conversion."""
     judging = judging or Judging()
     names = list(reference)
     if built.evaluated_npy is not None and get_backend(builder.backend).available() is None:
@@ -88,12 +89,12 @@ def measure(built: BuildResult, builder: Builder, staged: Path, data: PreparedDa
     if judging.metric is not None and judging.metric_spec is not None:
         metric = run_metric(judging.metric_spec, judging.metric, reference, candidate, data.targets_y)
     quantization = None
-    unfused = builder.unfused_backend_options()
+    unfused = builder.unfused_backend_options() if quantized else None
     if unfused is not None:
         plain = _run_artifact(staged / built.artifact.path, builder.backend, data.evaluation, names, built, **unfused)
         if plain is not None:
             quantization = {n: compare_outputs(reference[n], plain[n]) for n in names}
-    conversion = _float_conversion(built, builder, data, reference)
+    conversion = _float_conversion(built, builder, data, reference) if quantized else None
     return Measured(outputs, summary, tasks, metric, quantization, conversion, built.float_by if conversion else "")
 
 

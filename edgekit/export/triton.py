@@ -156,9 +156,9 @@ def _export_python(root: Path, manifest: Manifest, repo: Path, max_batch_size: i
     """NAME/config.pbtxt (Python backend) + NAME/1/model.py + NAME/1/package/ (every artifact verified)."""
     from .triton_python import MODEL_PY, parameters_block
 
-    if artifact is not None and not any(a.target == artifact for a in manifest.artifacts):
+    if artifact is not None and not any(artifact in (a.key, a.target) for a in manifest.artifacts):
         raise EdgekitError(f"package {manifest.name!r} has no {artifact} artifact",
-                           hint=f"choose one of {', '.join(a.target for a in manifest.artifacts)}")
+                           hint=f"choose one of {', '.join(a.key for a in manifest.artifacts)}")
     for entry in manifest.artifacts:
         verified_artifact_path(root, entry)  # a tampered package is refused here, not on the Triton host
 

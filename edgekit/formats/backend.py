@@ -42,6 +42,7 @@ class TensorInfo:
 class Backend(ABC):
     name: ClassVar[str]  # also the name of its device-profile table, [runtime.NAME]
     suffixes: ClassVar[tuple[str, ...]]  # artifact file suffixes this backend runs
+    libraries: ClassVar[tuple[str, ...]] = ()  # top-level modules of the runtime library (a tuned choice's identity)
 
     @classmethod
     def profile_options(cls, section: dict[str, Any], cache_dir: Callable[[str], Path | None]) -> dict[str, Any]:

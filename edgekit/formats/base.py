@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from ..manifest import Artifact
+from ..manifest import Artifact, QuantParams
 
 if TYPE_CHECKING:
     from .backend import Backend
@@ -97,6 +97,11 @@ class BuildResult:
     float_model: str | None = None  # the converted float model, run by the format's backend
     float_evaluated_npy: str | None = None  # or its outputs on the validation samples, computed by the builder
     float_by: str = ""  # what the float model is and what ran it
+    # the float fallback artifact (BuildContext.option("also_float")): a file or .mlpackage in the
+    # workdir, its precision, and its outputs on the validation samples when no runtime here runs it
+    fallback_model: str | None = None
+    fallback_precision: str = ""
+    fallback_evaluated_npy: str | None = None
 
 
 def save_samples(path_without_suffix: Path, arrays: Mapping[str, Any]) -> str:
@@ -172,3 +177,9 @@ class Builder(ABC):
         """Backend options that evaluate the quantization itself rather than this CPU's fused int8
         kernels (which may saturate where a device's would not); None when the runtime does not fuse."""
         return None
+
+    def fallback_io(self, path: Path, quantized: Artifact) -> tuple[list[QuantParams], list[QuantParams]]:
+        """The float fallback's inputs and outputs: the quantized artifact's names, float32 (a
+        format whose float file could name them differently reads them from the file)."""
+        return ([QuantParams(name=q.name, dtype="float32") for q in quantized.inputs],
+                [QuantParams(name=q.name, dtype="float32") for q in quantized.outputs])

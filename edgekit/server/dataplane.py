@@ -71,7 +71,7 @@ class ServedModel:
             "platform": fmt.serving_platform if fmt is not None else "",
             "inputs": [{"name": s.name, "datatype": _datatype(s.dtype), "shape": s.shape} for s in manifest.inputs],
             "outputs": [{"name": s.name, "datatype": _datatype(s.dtype), "shape": s.shape} for s in manifest.outputs],
-            "parameters": {"artifact": self.model.artifact.target, "precision": self.model.artifact.precision,
+            "parameters": {"artifact": self.model.artifact.key, "precision": self.model.artifact.precision,
                            "labels": self.model.labels or []},
         }
 

@@ -47,7 +47,8 @@ def test_sweep_report_follows_the_schema(digits_all_package, tmp_path):
     schema = json.loads(SCHEMA_FILE.read_text())
     _check_required(schema, report, "report", schema["$defs"])
     configs = [(r["config"]["artifact"], r["config"]["threads"]) for r in report["results"]]
-    assert sorted(configs) == [("onnx", 1), ("onnx", 2), ("tflite", 1), ("tflite", 2)]  # coreml: not on Linux
+    assert sorted(configs) == [(a, t) for a in ("onnx", "onnx-float32", "tflite", "tflite-float16")
+                               for t in (1, 2)]  # every artifact, the float fallbacks too; coreml: not on Linux
     for entry in report["results"]:
         latency = entry["latency"]
         assert latency["count"] == len(latency["samples_ms"]) >= 40
@@ -59,7 +60,7 @@ def test_sweep_report_follows_the_schema(digits_all_package, tmp_path):
     assert report["device"]["name"] == "ci" and report["device"]["libraries"]["numpy"]
     assert "thermal" in report and report["thermal"]["throttled"] in (True, False)
     assert "end to end p50" in result.stdout and f"report: {report_path}" in result.stdout
-    assert (tmp_path / "r.csv").read_text().count("\n") == 5
+    assert (tmp_path / "r.csv").read_text().count("\n") == 1 + len(configs)
 
 
 def test_archive_bench_reports_cache_miss_then_hit(digits_package, tmp_path):

@@ -19,6 +19,7 @@ from ..backend import Backend, TensorInfo
 
 class CoreMLBackend(Backend):
     name = "coreml"
+    libraries = ("coremltools",)
     suffixes = (".mlpackage", ".mlmodel")
 
     @classmethod

@@ -66,6 +66,7 @@ class CoreMLBuilder(Builder):
             eval_output_npy=evaluated,
             output_names=list(context.output_names),
             float_eval_output_npy=float_evaluated,
+            float_output=str(Path(context.workdir) / "coreml.float16.mlpackage") if context.option("also_float") else None,
         )
         artifact = Artifact(
             target=self.name,
@@ -92,8 +93,12 @@ class CoreMLBuilder(Builder):
                 "structure": info["structure"],
             },
         )
-        float_side = {"float_evaluated_npy": float_evaluated, "float_by": "float ML program (coremltools), edgekit "
-                      "MIL evaluator"} if info["float_evaluated"] else {}
+        float_side: dict[str, Any] = {"float_evaluated_npy": float_evaluated, "float_by": "float ML program "
+                                      "(coremltools), edgekit MIL evaluator"} if info["float_evaluated"] else {}
+        if context.option("also_float"):
+            float_side.update(fallback_model=str(Path(context.workdir) / "coreml.float16.mlpackage"),
+                              fallback_precision="float16",
+                              fallback_evaluated_npy=float_evaluated if info["float_evaluated"] else None)
         if info["evaluated_by"] and evaluated:
             return BuildResult(artifact, evaluated_npy=evaluated, evaluated_by=info["evaluated_by"], **float_side)
         return BuildResult(artifact, **float_side)
@@ -108,6 +113,7 @@ def convert(
     source_path: str, source_format: str, saved_model: str | None, output: str, calibration_npy: str,
     activations_mode: str = "int8", eval_npy: str | None = None, eval_output_npy: str | None = None,
     output_names: list[str] | None = None, float_eval_output_npy: str | None = None,
+    float_output: str | None = None,
 ) -> dict[str, Any]:
     import coremltools as ct
     import coremltools.optimize.coreml as cto
@@ -157,6 +163,8 @@ def convert(
         raise _explain(exc) from None
 
     float_evaluated = _evaluate_float(mlmodel, eval_npy, float_eval_output_npy)
+    if float_output:  # the float fallback artifact: the ML program before quantization (float16)
+        mlmodel.save(float_output)
     name = mlmodel.get_spec().description.input[0].name
     data = [{name: np.asarray(samples[i : i + 1], dtype=np.float32)} for i in range(len(samples))]
     config = cto.OptimizationConfig(

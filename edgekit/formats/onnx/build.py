@@ -99,7 +99,9 @@ class ONNXBuilder(Builder):
                               (OPS_CONFIG_PATH, "required operators for --include_ops_by_config"))
         ]
         converted = float_onnx if context.onnx_model != context.source_path else None
-        return BuildResult(float_model=converted, float_by="float ONNX (exported), ONNX Runtime", artifact=Artifact(
+        fallback = {"fallback_model": float_onnx, "fallback_precision": "float32"} if context.option("also_float") else {}
+        return BuildResult(float_model=converted, float_by="float ONNX (exported), ONNX Runtime", **fallback,
+                           artifact=Artifact(
             target=self.name,
             path=ARTIFACT_PATH,
             sha256=sha256_file(output),

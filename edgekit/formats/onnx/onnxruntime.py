@@ -91,6 +91,7 @@ def _cache_unusable(directory: Path, reason: str) -> None:
 
 class OnnxRuntimeBackend(Backend):
     name = "onnxruntime"
+    libraries = ("onnxruntime",)
     suffixes = (".onnx", ".ort")
 
     @classmethod

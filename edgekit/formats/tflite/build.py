@@ -52,6 +52,7 @@ class TFLiteBuilder(Builder):
             explain_npy=context.explain_npy,
             layer_names=list(context.layer_names),
             float_output=str(Path(context.workdir) / "tflite.float.tflite"),
+            float16_output=str(Path(context.workdir) / "tflite.float16.tflite") if context.option("also_float") else None,
         )
         _, output_tensors = _tensor_names(output.read_bytes())
         named = {output_tensors[o]: layer for o, layer in context.output_layers.items() if output_tensors.get(o)}
@@ -59,7 +60,9 @@ class TFLiteBuilder(Builder):
         if not context.allow_float_ops:
             _refuse_unexpected_float_ops(float_ops, context.keep_float)
         inputs, outputs = io_quantization(str(output))
-        return BuildResult(float_model=str(Path(context.workdir) / "tflite.float.tflite"),
+        fallback = {"fallback_model": str(Path(context.workdir) / "tflite.float16.tflite"),
+                    "fallback_precision": "float16"} if context.option("also_float") else {}
+        return BuildResult(float_model=str(Path(context.workdir) / "tflite.float.tflite"), **fallback,
                            float_by="float TFLite (TFLiteConverter), LiteRT", artifact=Artifact(
             target=self.name,
             path=ARTIFACT_PATH,
@@ -83,6 +86,9 @@ class TFLiteBuilder(Builder):
         ))
 
 
+    def fallback_io(self, path: Path, quantized: Artifact) -> tuple[list[QuantParams], list[QuantParams]]:
+        return io_quantization(str(path))
+
     def _build_from_torch(self, context: BuildContext, on_progress: Callable[[int, int], None] | None) -> BuildResult:
         """litert-torch in its own environment (PT2E static INT8), then the same checks as above. An
         ONNX source gets there as a PyTorch module (``edgekit.sources.onnx_torch``)."""
@@ -102,7 +108,9 @@ class TFLiteBuilder(Builder):
         if not context.allow_float_ops:
             _refuse_unexpected_float_ops(float_ops, context.keep_float)
         inputs, outputs = io_quantization(str(output))
-        return BuildResult(float_model=str(Path(context.workdir) / "tflite.float.tflite"),
+        fallback = {"fallback_model": str(Path(context.workdir) / "tflite.float.tflite"),  # litert-torch: float32
+                    "fallback_precision": "float32"} if context.option("also_float") else {}
+        return BuildResult(float_model=str(Path(context.workdir) / "tflite.float.tflite"), **fallback,
                            float_by="float TFLite (litert-torch), LiteRT", artifact=Artifact(
             target=self.name, path=ARTIFACT_PATH, sha256=sha256_file(output), bytes=output.stat().st_size,
             precision="int8" if not float_ops else "int8+float", inputs=inputs, outputs=outputs, float_ops=float_ops,
@@ -202,9 +210,11 @@ def convert(
     layer_names: list[str] | None = None,
     output_layers: dict[str, str] | None = None,
     float_output: str | None = None,
+    float16_output: str | None = None,
 ) -> dict[str, Any]:
     """Run TFLiteConverter (float, or full-integer INT8 calibrated on ``calibration_npy``);
-    ``float_output`` also gets the float conversion, to tell conversion from quantization error.
+    ``float_output`` also gets the float conversion, to tell conversion from quantization error,
+    and ``float16_output`` the float fallback artifact (float16 weights, float32 arithmetic).
 
     ``keep_float`` layers are excluded with the quantization debugger's node denylist (the
     model then has float IO); ``explain_npy`` adds a per-layer SQNR report.
@@ -228,6 +238,14 @@ def convert(
     if float_output:
         try:
             Path(float_output).write_bytes(tf.lite.TFLiteConverter.from_saved_model(saved_model).convert())
+        except Exception as exc:
+            raise _converter_error(exc) from None
+    if float16_output:
+        halved = tf.lite.TFLiteConverter.from_saved_model(saved_model)
+        halved.optimizations = [tf.lite.Optimize.DEFAULT]
+        halved.target_spec.supported_types = [tf.float16]
+        try:
+            Path(float16_output).write_bytes(halved.convert())
         except Exception as exc:
             raise _converter_error(exc) from None
     explained = None

@@ -130,6 +130,7 @@ def _info(detail: dict[str, Any]) -> TensorInfo:
 
 class LiteRTBackend(Backend):
     name = "litert"
+    libraries = tuple(dict.fromkeys(m.split(".")[0] for m in _MODULES))
     suffixes = (".tflite",)
 
     @classmethod

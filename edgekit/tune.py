@@ -1,0 +1,274 @@
+"""Measured choice on the device: ``edgekit tune PACKAGE`` (``python -m edgekit.run PACKAGE --tune``).
+
+INT8 is not faster everywhere (x86 CPUs without VNNI often run float faster), and thread
+counts matter as much. Tuning benchmarks every artifact x backend x thread count this device
+can run, among the artifacts that passed the package's accuracy gates, interleaved, with the
+benchmark harness's statistics. The fastest wins only when it is significantly faster than
+what ``load`` picks untuned (the whole bootstrap confidence interval of the ratio of medians
+below 1); otherwise the untuned choice stays. The decision is kept in the cache under the
+digest of the package's manifest, with the identities of the device and of the installed
+runtime libraries it was measured with: ``load`` uses it when nothing else is asked for, and
+ignores it (saying so at ``-v``) when the package, the device or a runtime changed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import logging
+import os
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from . import __version__, cache
+from .devices import SYSROOT_ENV, DeviceFacts, Profile
+from .errors import EdgekitError
+from .manifest import Manifest
+
+log = logging.getLogger("edgekit.runtime")
+KIND = "tuned"
+SIGNIFICANT = 0.95  # the fastest must be faster than this ratio of the default's median, at 95% confidence
+
+
+@dataclass(frozen=True)
+class Choice:
+    artifact: str  # the artifact's key (tflite, onnx-float32, ...)
+    backend: str
+    threads: int
+
+    def describe(self) -> str:
+        return f"{self.artifact} on {self.backend}, {self.threads} thread{'s' if self.threads != 1 else ''}"
+
+
+# --- identities a decision holds for ---------------------------------------------------------
+
+
+def manifest_digest(root: Path) -> str:
+    """The package's identity: its manifest lists every artifact's sha256."""
+    return hashlib.sha256((root / "manifest.json").read_bytes()).hexdigest()
+
+
+def device_identity(facts: DeviceFacts) -> dict[str, Any]:
+    """What makes one device's timings another's: OS, architecture, board, CPU model, cores, GPU."""
+    return {"os": facts.os, "arch": facts.arch, "board": facts.device_tree_model, "tegra": facts.nv_tegra_release,
+            "cuda": facts.cuda, "cores": facts.cpu_count, "cpu": _cpu_model()}
+
+
+def _cpu_model() -> str:
+    root = Path(os.environ.get(SYSROOT_ENV) or "/")
+    try:
+        with open(root / "proc/cpuinfo", errors="replace") as lines:
+            for line in lines:
+                key, _, value = line.partition(":")
+                if key.strip() in ("model name", "Hardware", "Model", "cpu model"):
+                    return value.strip()
+    except OSError:
+        pass
+    return os.uname().machine
+
+
+def runtime_identity() -> dict[str, str]:
+    """Each installed runtime library, by where it is and when it was installed (found without
+    importing it: an upgrade rewrites its files)."""
+    from .formats import backends
+
+    found = {}
+    for backend in backends().values():
+        for module in backend.libraries:
+            try:
+                spec = importlib.util.find_spec(module)
+            except (ImportError, ValueError):
+                spec = None
+            if spec is None:
+                continue
+            origin = spec.origin or next(iter(spec.submodule_search_locations or []), "")
+            try:
+                stat = os.stat(origin)
+            except OSError:
+                continue
+            found[module] = f"{origin}:{stat.st_size}:{stat.st_mtime_ns}"
+    return found
+
+
+# --- the stored decision ------------------------------------------------------------------------
+
+
+def decision_path(digest: str) -> Path:
+    return cache.entry_path(KIND, f"{digest}.json")
+
+
+def tuned_choice(root: Path, manifest: Manifest, facts: DeviceFacts) -> Choice | None:
+    """The decision ``edgekit tune`` stored for this package on this device with these runtimes,
+    or None (with the reason logged) when there is none or it is stale."""
+    path = decision_path(manifest_digest(root))
+    try:
+        record = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        log.info("the tuned decision at %s cannot be read: ignored", path)
+        return None
+    stale = [what for what, now in (("device", device_identity(facts)), ("runtime libraries", runtime_identity()))
+             if record.get(what.split()[0]) != now]
+    if stale:
+        log.info("tuned decision for %s ignored: the %s changed since it was measured; run `edgekit tune` again",
+                 manifest.name, " and the ".join(stale))
+        return None
+    try:
+        choice = Choice(**record["decision"])
+    except (KeyError, TypeError):
+        return None
+    if choice.artifact not in {a.key for a in manifest.artifacts}:
+        return None
+    return choice
+
+
+def store(root: Path, facts: DeviceFacts, choice: Choice, measured: dict[str, Any]) -> Path:
+    from .fsutil import write_text_atomic
+
+    path = decision_path(manifest_digest(root))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    record = {"decision": asdict(choice), "device": device_identity(facts), "runtime": runtime_identity(),
+              "edgekit_version": __version__, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+              "measured": measured}
+    write_text_atomic(path, json.dumps(record, indent=2) + "\n")
+    return path
+
+
+def forget(root: Path) -> bool:
+    """Remove this package's tuned decision (``edgekit tune --reset``)."""
+    path = decision_path(manifest_digest(root))
+    existed = path.exists()
+    path.unlink(missing_ok=True)
+    return existed
+
+
+# --- measuring ----------------------------------------------------------------------------------
+
+
+def thread_counts(cores: int) -> list[int]:
+    """1, 2, 4, ... up to the cores this process may use, and that count itself."""
+    counts, n = [], 1
+    while n < cores:
+        counts.append(n)
+        n *= 2
+    return sorted(set(counts) | {max(cores, 1)})
+
+
+def passed_gates(manifest: Manifest, key: str) -> bool:
+    """Whether the package's validation let this artifact through (unmeasured ones count as
+    passed only when nothing failed: the packager refuses failed ones unless told otherwise)."""
+    record = (manifest.validation.get("artifacts") or {}).get(key) or {}
+    return record.get("passed", True) is not False
+
+
+def candidates(manifest: Manifest, profile: Profile, threads: list[int],
+               artifacts: list[str] | None = None) -> list[Choice]:
+    """Every runnable (artifact, backend) pair that passed the gates (among ``artifacts``, when
+    given), at every thread count."""
+    from .runtime import runnable
+
+    if artifacts:
+        artifacts = [manifest.artifact(name).key for name in artifacts]  # unknown names: a clear error
+    pairs = [(a.key, b.name) for a, b in runnable(manifest, profile)
+             if passed_gates(manifest, a.key) and (not artifacts or a.key in artifacts)]
+    return [Choice(a, b, t) for a, b in dict.fromkeys(pairs) for t in threads]
+
+
+def decide(default: Choice, medians_ms: dict[Choice, float], samples_s: dict[Choice, list[float]]) -> tuple[Choice, dict]:
+    """The fastest choice when significantly faster than ``default``, else ``default``."""
+    from .bench.stats import bootstrap_ratio
+
+    fastest = min(medians_ms, key=medians_ms.__getitem__)
+    if fastest == default or default not in samples_s:
+        return fastest, {"ratio": 1.0 if fastest == default else None, "reason": "fastest measured"}
+    import numpy as np
+
+    ratio = bootstrap_ratio(np.asarray(samples_s[default]), np.asarray(samples_s[fastest]))
+    if ratio["ci_high"] < SIGNIFICANT:
+        return fastest, ratio | {"reason": f"{ratio['ratio']:.2f}x the default's median latency "
+                                           f"(95% CI {ratio['ci_low']:.2f}-{ratio['ci_high']:.2f})"}
+    return default, ratio | {"reason": f"the fastest ({fastest.describe()}) is not significantly faster than the "
+                                       f"default (ratio {ratio['ratio']:.2f}, 95% CI {ratio['ci_low']:.2f}-"
+                                       f"{ratio['ci_high']:.2f}): the default stays"}
+
+
+def tune(source: str, runs: int = 60, min_seconds: float = 1.0, threads: list[int] | None = None,
+         profile: str = "auto", save: bool = True, artifacts: list[str] | None = None) -> dict[str, Any]:
+    """Measure every candidate on this device (``artifacts``: only these), decide, store the
+    decision; the bench report with a ``tuning`` section (decision, default, every candidate's median)."""
+    from .bench.harness import BenchOptions, bench
+    from .package_io import open_package
+    from .runtime import _profile, choose, default_threads
+
+    facts = DeviceFacts.read()
+    chosen_profile = _profile(profile, facts)
+    root, manifest = open_package(Path(source))
+    counts = threads or thread_counts(facts.cpu_count)
+    found = candidates(manifest, chosen_profile, counts, artifacts)
+    if not found:
+        raise EdgekitError(f"nothing in package {manifest.name!r} can run here and passed its accuracy gates",
+                           hint="install the runtime for one of its formats (edgekit[tflite] or edgekit[onnx])")
+    entry, backend_cls = choose(manifest, chosen_profile)  # what load picks untuned
+    default = Choice(entry.key, backend_cls.name, default_threads(chosen_profile))
+    if artifacts and default not in found:  # the untuned choice is not among those asked for
+        default = next((c for c in found if c.threads == default.threads), found[0])
+    if default not in found:
+        found.append(default)
+    options = BenchOptions(runs=runs, warmup=5, min_seconds=min_seconds, profile=profile)
+    report = bench(str(root), options, choices=[(c.artifact, c.backend, c.threads) for c in found])
+    samples = {c: [ms / 1e3 for ms in r["latency"]["samples_ms"]] for r, c in zip(report["results"], found)}
+    medians = {c: float(sorted(s)[len(s) // 2]) * 1e3 for c, s in samples.items()}
+    decision, evidence = decide(default, medians, samples)
+    measured = {"default": asdict(default), "evidence": evidence,
+                "candidates": [asdict(c) | {"p50_ms": round(medians[c], 4)} for c in sorted(medians, key=medians.get)]}
+    report["tuning"] = {"decision": asdict(decision), **measured}
+    if save:
+        report["tuning"]["stored"] = str(store(root, facts, decision, measured))
+    return report
+
+
+# --- command-line helpers -------------------------------------------------------------------------
+
+
+def resolve_package(source: str) -> tuple[Path, Manifest]:
+    """A package directory, ``.ekpkg`` or URL as its unpacked root and manifest (tuning needs a
+    package: a bare .tflite/.onnx has nothing to choose between)."""
+    from .formats import format_for_file
+    from .package_io import open_package
+    from .runtime import _URL
+
+    path = cache.fetch(source) if _URL.match(source) else Path(source)
+    if path.is_file() and format_for_file(path) is not None:
+        raise EdgekitError(f"{source} is a single model file: there is nothing to tune between",
+                           hint="package it (edgekit package ... --also-float) and tune the package")
+    return open_package(path)
+
+
+def tuned_for(root: Path, manifest: Manifest, profile: str = "auto") -> Choice | None:
+    """The tuned choice ``load`` would use for this package here (None: none, stale, or the
+    profile ignores tuned choices)."""
+    from .runtime import _profile
+
+    facts = DeviceFacts.read()
+    return tuned_choice(root, manifest, facts) if _profile(profile, facts).use_tuned else None
+
+
+def print_tuning(report: dict[str, Any]) -> None:
+    """Every candidate's median, fastest first, and the decision with its evidence."""
+    import sys
+
+    tuning = report["tuning"]
+    default = Choice(**tuning["default"])
+    decided = Choice(**tuning["decision"])
+    print(f"{'artifact':<18} {'backend':<12} {'threads':>7} {'p50 ms':>10}", file=sys.stderr)
+    for row in tuning["candidates"]:
+        choice = Choice(row["artifact"], row["backend"], row["threads"])
+        mark = " <- chosen" if choice == decided else (" (untuned default)" if choice == default else "")
+        print(f"{choice.artifact:<18} {choice.backend:<12} {choice.threads:>7} {row['p50_ms']:>10.3f}{mark}",
+              file=sys.stderr)
+    print(f"tuned: {decided.describe()} ({tuning['evidence']['reason']})"
+          + (f"; stored in {tuning['stored']}" if tuning.get("stored") else ""), file=sys.stderr)
