@@ -43,9 +43,9 @@ def cache_root() -> Path:
     override = os.environ.get("EDGEKIT_CACHE_DIR")
     if override:
         return Path(override)
-    from platformdirs import user_cache_dir
+    from .userdirs import user_cache_dir
 
-    return Path(user_cache_dir("edgekit", appauthor=False))
+    return user_cache_dir()
 
 
 def describe_space(path: Path) -> str:

@@ -149,9 +149,9 @@ def profile_dirs() -> list[Path]:
         Path(sys.prefix) / "share" / "edgekit" / "targets",  # wheel install (data files)
     ]
     try:
-        from platformdirs import user_config_dir
+        from .userdirs import user_config_dir
 
-        dirs.append(Path(user_config_dir("edgekit", appauthor=False)) / "targets")
+        dirs.append(user_config_dir() / "targets")
     except ImportError:  # platformdirs is a dependency; keep detection working without it
         pass
     extra = os.environ.get(PROFILE_DIRS_ENV, "")

@@ -127,7 +127,7 @@ def execute(args: argparse.Namespace) -> int:
         predictions = PredictionCache(sqlite_path=cache.cache_root() / "predictions.sqlite")
     with load(args.source, artifact=args.artifact, backend=args.backend, threads=args.threads,
               profile=args.profile, prediction_cache=predictions, require_signature=args.require_signature,
-              trusted_keys=args.trusted_keys) as model:
+              trusted_keys=args.trusted_keys, warmup=False) as model:  # one prediction: a warm-up run is waste
         if args.verbose:
             chosen = {"profile": model.profile.name, "artifact": model.artifact.key, **model.backend.describe()}
             print("using " + ", ".join(f"{k}={v}" for k, v in chosen.items()), file=sys.stderr)
