@@ -166,15 +166,15 @@ def passed_gates(manifest: Manifest, key: str) -> bool:
 
 
 def candidates(manifest: Manifest, profile: Profile, threads: list[int],
-               artifacts: list[str] | None = None) -> list[Choice]:
+               artifacts: list[str] | None = None, include_failed: bool = False) -> list[Choice]:
     """Every runnable (artifact, backend) pair that passed the gates (among ``artifacts``, when
-    given), at every thread count."""
+    given; failed ones too with ``include_failed``), at every thread count."""
     from .runtime import runnable
 
     if artifacts:
         artifacts = [manifest.artifact(name).key for name in artifacts]  # unknown names: a clear error
     pairs = [(a.key, b.name) for a, b in runnable(manifest, profile)
-             if passed_gates(manifest, a.key) and (not artifacts or a.key in artifacts)]
+             if (include_failed or passed_gates(manifest, a.key)) and (not artifacts or a.key in artifacts)]
     return [Choice(a, b, t) for a, b in dict.fromkeys(pairs) for t in threads]
 
 
@@ -197,9 +197,12 @@ def decide(default: Choice, medians_ms: dict[Choice, float], samples_s: dict[Cho
 
 
 def tune(source: str, runs: int = 60, min_seconds: float = 1.0, threads: list[int] | None = None,
-         profile: str = "auto", save: bool = True, artifacts: list[str] | None = None) -> dict[str, Any]:
+         profile: str = "auto", save: bool = True, artifacts: list[str] | None = None,
+         include_failed: bool = False) -> dict[str, Any]:
     """Measure every candidate on this device (``artifacts``: only these), decide, store the
-    decision; the bench report with a ``tuning`` section (decision, default, every candidate's median)."""
+    decision; the bench report with a ``tuning`` section (decision, default, every candidate's median).
+    ``include_failed`` also measures artifacts that failed the package's gates: for speed studies
+    of models whose accuracy is not the point (benchmarks with random weights), never for use."""
     from .bench.harness import BenchOptions, bench
     from .package_io import open_package
     from .runtime import _profile, choose, default_threads
@@ -208,7 +211,7 @@ def tune(source: str, runs: int = 60, min_seconds: float = 1.0, threads: list[in
     chosen_profile = _profile(profile, facts)
     root, manifest = open_package(Path(source))
     counts = threads or thread_counts(facts.cpu_count)
-    found = candidates(manifest, chosen_profile, counts, artifacts)
+    found = candidates(manifest, chosen_profile, counts, artifacts, include_failed)
     if not found:
         raise EdgekitError(f"nothing in package {manifest.name!r} can run here and passed its accuracy gates",
                            hint="install the runtime for one of its formats (edgekit[tflite] or edgekit[onnx])")

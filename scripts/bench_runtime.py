@@ -12,8 +12,9 @@ Packages digits and MobileNetV2 224 (INT8 TFLite + ONNX), then, in one run:
   time to first output and peak RSS of the process (wait4 in a small launcher), alternating runs;
 * INT8 vs float: every artifact of the package (INT8 and its float fallback, per runtime),
   model-only latency interleaved by the benchmark harness, with this CPU's int8 features;
-* tuning: ``edgekit tune`` restricted to one runtime's INT8 + float artifacts, then the tuned
-  ``load`` against the INT8 artifact, interleaved: the speed the decision buys.
+* tuning: ``edgekit tune`` on digits (where float is faster here) and on a dense model
+  (``models/dense_mlp``, where INT8 is), then the tuned ``load`` against the other precision,
+  interleaved: what the decision is and the speed it buys.
 Prints and saves JSON; compare ratios within one run (the machine is shared and noisy).
 """
 
@@ -225,20 +226,23 @@ def int8_vs_float(package: Path, threads: int, runs: int) -> dict:
             for (k, b), v in p50.items()}, "by_runtime": by_runtime}
 
 
-def tuned_vs_int8(package: Path, artifacts: list[str], threads: int, runs: int) -> dict:
-    """``edgekit tune`` among ``artifacts`` (one runtime's INT8 and float), then what ``load``
-    picks afterwards against the INT8 artifact, interleaved (>1: the tuned choice is faster)."""
+def tuned_vs(package: Path, against: str, threads: int, runs: int, artifacts: list[str] | None = None,
+             include_failed: bool = False) -> dict:
+    """``edgekit tune`` (among ``artifacts``, when given), then what ``load`` picks afterwards
+    against the ``against`` artifact, interleaved (>1: the tuned choice is faster)."""
     from edgekit.bench.harness import BenchOptions, bench
     from edgekit.tune import tune
 
-    decision = tune(str(package), threads=[threads], artifacts=artifacts, min_seconds=1.0)["tuning"]
-    int8 = artifacts[0]
+    tuning = tune(str(package), threads=[threads], artifacts=artifacts, include_failed=include_failed,
+                  min_seconds=2.0)["tuning"]
+    backend = "litert" if against.startswith("tflite") else "onnxruntime"
     report = bench(str(package), BenchOptions(runs=runs, warmup=10, min_seconds=2.0),
-                   choices=[(None, None, None), (int8, decision["decision"]["backend"], threads)])
+                   choices=[(None, None, None), (against, backend, threads)])
     tuned, forced = (r["latency"]["p50"] for r in report["results"])
-    return {"artifacts": artifacts, "decision": decision["decision"], "evidence": decision["evidence"],
-            "tuned_load": report["results"][0]["config"]["artifact"], "tuned_p50_ms": round(tuned, 4),
-            "int8_p50_ms": round(forced, 4), "tuned_speed_vs_int8": round(forced / tuned, 3)}
+    return {"artifacts": artifacts or "all", "decision": tuning["decision"], "evidence": tuning["evidence"],
+            "candidates": tuning["candidates"], "tuned_load": report["results"][0]["config"]["artifact"],
+            "tuned_p50_ms": round(tuned, 4), "against": against, "against_p50_ms": round(forced, 4),
+            "tuned_speed_vs_against": round(forced / tuned, 3)}
 
 
 def main() -> None:
@@ -271,6 +275,15 @@ def main() -> None:
                                  args.threads),
             "cold_start": cold_start(digits, work / "digit.npy", args.cold_runs, args.threads, work),
             "int8_vs_float": int8_vs_float(digits, args.threads, 300),
+            "tuned": tuned_vs(digits, "tflite", args.threads, 300),  # float is faster here: tune should see it
+        }
+        subprocess.run([sys.executable, str(ROOT / "models/dense_mlp/build.py"), "--output", str(work / "mlp")],
+                       check=True, stdout=subprocess.DEVNULL, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+        mlp = edgekit.package(str(work / "mlp" / "dense_mlp.keras"), str(work / "mlp" / "calibration.npz"),
+                              str(work / "mlp"), formats=["tflite", "onnx"], also_float=True).path
+        report["dense_mlp"] = {
+            "int8_vs_float": int8_vs_float(mlp, args.threads, 200),
+            "tuned": tuned_vs(mlp, "onnx-float32", args.threads, 200),  # INT8 is faster here
         }
         if not args.skip_mobilenet:
             subprocess.run([sys.executable, str(ROOT / "models/mobilenet_v2/build.py"), "--output", str(work),
@@ -288,8 +301,6 @@ def main() -> None:
             report["mobilenet_v2"] = {
                 "per_call": per_call(mobilenet, x, args.rounds // 2, args.per_round, args.threads),
                 "int8_vs_float": int8_vs_float(mobilenet, args.threads, 60),
-                "tuned_onnx": tuned_vs_int8(mobilenet, ["onnx", "onnx-float32"], args.threads, 60),
-                "tuned_tflite": tuned_vs_int8(mobilenet, ["tflite", "tflite-float16"], args.threads, 60),
             }
     print_and_save(report, args.output)
 

@@ -173,6 +173,14 @@ def _prepare(source: str, options: BenchOptions, config: _Config) -> None:
     config.warmup_ms = sum(_timed(config.call) for _ in range(options.warmup)) * 1e3
 
 
+# Interleaving is fair only if a configuration's turn does not pay for the previous one: ONNX
+# Runtime's intra-op threads spin for a while after each run and took the next runtime's cores
+# (MobileNetV2 INT8 TFLite measured 9.2 ms after ONNX Runtime turns, 5.2 ms with this pause),
+# and the first call of a turn finds the caches full of the other model's weights (one untimed
+# call re-warms them).
+SETTLE_S = 0.02
+
+
 def _measure(configs: list[_Config], options: BenchOptions) -> None:
     """Round-robin in shuffled order until every config has ``runs`` samples and ``min_seconds``."""
     rng = random.Random(options.seed)
@@ -185,6 +193,9 @@ def _measure(configs: list[_Config], options: BenchOptions) -> None:
         order = list(configs)
         rng.shuffle(order)
         for config in order:
+            if len(configs) > 1:
+                time.sleep(SETTLE_S)  # the previous runtime's worker threads stop spinning first
+                config.call()  # untimed: its weights back in the caches the previous config used
             for _ in range(chunk):
                 config.samples.append(_timed(config.call))
 
