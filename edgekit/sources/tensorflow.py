@@ -162,7 +162,10 @@ def _output_layers(model: Any) -> dict[str, str]:
     dict key for dict outputs, ``output_N`` for a list or one tensor."""
     import keras
 
-    structure = model.output
+    try:
+        structure = model.output
+    except AttributeError:  # a Sequential model saved before it was ever called: only `outputs` is set
+        structure = model.outputs
     if isinstance(structure, dict):
         named = structure.items()
     else:

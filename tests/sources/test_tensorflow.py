@@ -1,0 +1,29 @@
+"""Keras sources the way users save them."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import edgekit
+from tests.conftest import run_tf
+
+pytestmark = pytest.mark.slow
+
+
+def test_a_sequential_model_saved_before_it_was_ever_called_packages(tmp_path):
+    """Keras 3 leaves ``model.output`` undefined on such a model (only ``outputs`` is set)."""
+    run_tf(f"""
+        import keras
+        keras.utils.set_random_seed(0)
+        model = keras.Sequential([keras.Input((16,)), keras.layers.Dense(32, activation="relu"),
+                                  keras.layers.Dense(4, activation="softmax", name="scores")])
+        model.save({str(tmp_path / "seq.keras")!r})
+    """)
+    x = np.random.default_rng(0).normal(0, 1, (120, 16)).astype(np.float32)
+    np.savez(tmp_path / "calibration.npz", x=x)
+    built = edgekit.package(str(tmp_path / "seq.keras"), str(tmp_path / "calibration.npz"), str(tmp_path / "out"),
+                            formats=["tflite"], also_float=False)
+    assert built.manifest.validation["artifacts"]["tflite"]["passed"]
+    with edgekit.load(built.path) as model:
+        assert model.predict_tensor(x[:3]).shape == (3, 4)
