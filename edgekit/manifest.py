@@ -209,8 +209,9 @@ class Artifact:
 
     @property
     def is_float(self) -> bool:
-        """A float fallback (``float16``/``float32``), next to the format's quantized artifact."""
-        return self.precision.startswith("float")
+        """A float fallback (``--also-float``) next to the format's quantized artifact; a format
+        whose only artifact is float (no quantizer) is not one and keeps the format's name."""
+        return bool(self.converter.get("float_fallback_for"))
 
     @property
     def key(self) -> str:

@@ -163,3 +163,20 @@ def test_a_tuned_choice_is_dropped_when_the_package_device_or_runtime_changes(pa
     with edgekit.load(package) as model:
         assert model.artifact.key == "tflite"
     assert decision.artifact  # the measured run picked something real
+
+
+def test_edgekit_tune_writes_a_report_that_compare_marks(package, tmp_path, capsys):
+    from tests.conftest import edgekit_cli, run_cli
+
+    report = tmp_path / "pi.tune.json"
+    result = edgekit_cli("tune", package, "--tune-threads", "1", "--tune-seconds", "0.2", "--tune-artifacts",
+                         "onnx,onnx-float32", "--tune-report", report,
+                         env={"EDGEKIT_CACHE_DIR": str(tmp_path / "cache")})
+    assert result.returncode == 0, result.stderr[-2000:]
+    tuning = json.loads(report.read_text())["tuning"]
+    assert {c["artifact"] for c in tuning["candidates"]} == {"onnx", "onnx-float32"}
+    code, out, _ = run_cli(capsys, "compare", report, "--markdown")
+    assert code == 0 and out.count("(tuned)") == 1 and f"{tuning['decision']['artifact']} (tuned)" in out
+    refused = edgekit_cli("tune", package, "--tune-artifacts", "onnx-float16",
+                          env={"EDGEKIT_CACHE_DIR": str(tmp_path / "cache")})
+    assert refused.returncode == 1 and "has no onnx-float16 artifact" in refused.stderr

@@ -43,11 +43,10 @@ def fallback_result(builder: Builder, built: BuildResult, staged: Path) -> Build
     relative = f"{builder.name}/model.{built.fallback_precision}{'.mlpackage' if source.is_dir() else source.suffix}"
     target = staged / relative
     target.parent.mkdir(parents=True, exist_ok=True)
-    if source.is_dir():
-        shutil.copytree(source, target)
+    builder.place_fallback(source, target)
+    if target.is_dir():
         digest, size = sha256_tree(target), tree_bytes(target)
     else:
-        shutil.copyfile(source, target)
         digest, size = sha256_file(target), target.stat().st_size
     quantized = built.artifact
     inputs, outputs = builder.fallback_io(target, quantized)

@@ -178,6 +178,15 @@ class Builder(ABC):
         kernels (which may saturate where a device's would not); None when the runtime does not fuse."""
         return None
 
+    def place_fallback(self, source: Path, target: Path) -> None:
+        """Put the float fallback file (or .mlpackage folder) into the package."""
+        import shutil
+
+        if source.is_dir():
+            shutil.copytree(source, target)
+        else:
+            shutil.copyfile(source, target)
+
     def fallback_io(self, path: Path, quantized: Artifact) -> tuple[list[QuantParams], list[QuantParams]]:
         """The float fallback's inputs and outputs: the quantized artifact's names, float32 (a
         format whose float file could name them differently reads them from the file)."""

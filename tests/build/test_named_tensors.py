@@ -78,7 +78,7 @@ def package(models, name, *extra, formats=("tflite", "onnx")):
     does): the gates still run and record their verdict, and the package is kept either way."""
     flags = [f for fmt in formats for f in ("--format", fmt)]
     result = edgekit_cli("package", models / f"{name}.keras", "-c", models / f"{name}.npz", *flags,
-                         "-o", models / "out", "--force", "--allow-accuracy-drop", *extra)
+                         "-o", models / "out", "--force", "--allow-accuracy-drop", "--no-also-float", *extra)
     assert result.returncode == 0, result.stderr[-3000:]
     return models / "out" / f"{name}.edgekit"
 
@@ -261,7 +261,7 @@ def test_a_missing_input_array_is_named(models, tmp_path):
 def test_one_input_two_heads_for_every_format(models):
     """CoreML refuses several outputs clearly; the table says n/a where top-1 means nothing."""
     result = edgekit_cli("package", models / "heads.keras", "-c", models / "heads.npz", "--format", "all",
-                         "-o", models / "out", "--force", "--allow-partial")
+                         "-o", models / "out", "--force", "--allow-partial", "--no-also-float")
     assert result.returncode == 0, result.stderr[-3000:]
     assert "nan%" not in result.stdout
     manifest = json.loads((models / "out" / "heads.edgekit" / "manifest.json").read_text())

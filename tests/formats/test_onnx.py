@@ -119,7 +119,8 @@ def test_an_onnx_source_packages_for_tflite_and_coreml(digits_onnx, tmp_path, ca
     TFLite and CoreML through edgekit's ONNX -> PyTorch module, validated against ONNX Runtime
     on the source, with the float conversion measured apart from quantization."""
     code, out, err = run_cli(capsys, "package", digits_onnx, "--target", "tflite", "--target", "coreml",
-                             "--calibration", CALIBRATION, "--eval", EVAL, "-o", tmp_path, "--allow-float-ops")
+                             "--calibration", CALIBRATION, "--eval", EVAL, "-o", tmp_path, "--allow-float-ops",
+                             "--no-also-float")
     assert code == 0, err
     manifest = json.loads((tmp_path / "digits.edgekit" / "manifest.json").read_text())
     assert [a["target"] for a in manifest["artifacts"]] == ["tflite", "coreml"]

@@ -133,15 +133,18 @@ def device_runs_like_pytorch(models, package_dir):
         assert got.shape == expected.shape and np.abs(got - expected).max() < 0.05, artifact
 
 
-def package(models, model, data, *extra):
-    result = edgekit_cli("package", model, "-c", models / data, "-o", models / "out", "--force", *extra)
+def package(models, model, data, *extra, also_float=False):
+    """Without float fallbacks unless asked (they cost a conversion per format; tests/test_tune.py
+    and the factory test below cover them)."""
+    flag = "--also-float" if also_float else "--no-also-float"
+    result = edgekit_cli("package", model, "-c", models / data, "-o", models / "out", "--force", flag, *extra)
     assert result.returncode == 0, result.stderr[-3000:]
     return result
 
 
 def test_a_factory_file_packages_onnx_and_coreml_validated_against_pytorch(models):
     result = package(models, f"{models / 'nets.py'}:residual_cnn", "images.npy", "--format", "all",
-                     "--allow-float-ops")  # litert-torch leaves the final softmax in float
+                     "--allow-float-ops", also_float=True)  # litert-torch leaves the final softmax in float
     manifest = json.loads((models / "out" / "nets.edgekit" / "manifest.json").read_text())
     assert manifest["source"]["format"] == "torch_factory"
     assert "torch.onnx.export" in manifest["source"]["onnx_exporter"]
@@ -155,6 +158,8 @@ def test_a_factory_file_packages_onnx_and_coreml_validated_against_pytorch(model
         assert record["measured"] and record["passed"] and record["sqnr_db"] >= 20, (fmt, record)
     assert manifest["inputs"][0]["name"] == "image" and manifest["inputs"][0]["shape"][1:] == [3, 16, 16]
     assert "│ coreml" in result.stdout and "│ onnx" in result.stdout and "│ tflite" in result.stdout
+    for fallback in ("tflite-float32", "onnx-float32", "coreml-float16"):  # the ONNX export keeps its weights in
+        assert manifest["validation"]["artifacts"][fallback]["passed"], fallback  # a .onnx.data file: embedded
     device_runs_like_pytorch(models, models / "out" / "nets.edgekit")
 
 

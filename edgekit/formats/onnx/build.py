@@ -49,6 +49,13 @@ class ONNXBuilder(Builder):
     def unfused_backend_options(self) -> dict[str, Any] | None:
         return {"graph_optimizations": False}
 
+    def place_fallback(self, source: Path, target: Path) -> None:
+        """The float model with its weights inside: an exported model may keep them in a
+        ``.onnx.data`` file beside it, which a copy of the ``.onnx`` alone would lose."""
+        import onnx
+
+        onnx.save(onnx.load(str(source)), str(target))
+
     def calibration_method(self, context: BuildContext) -> str:
         return str(context.option("calibration_method", "minmax"))  # minmax, entropy or percentile
 
