@@ -224,7 +224,7 @@ def tune(source: str, runs: int = 60, min_seconds: float = 1.0, threads: list[in
     options = BenchOptions(runs=runs, warmup=5, min_seconds=min_seconds, profile=profile)
     report = bench(str(root), options, choices=[(c.artifact, c.backend, c.threads) for c in found])
     samples = {c: [ms / 1e3 for ms in r["latency"]["samples_ms"]] for r, c in zip(report["results"], found)}
-    medians = {c: float(sorted(s)[len(s) // 2]) * 1e3 for c, s in samples.items()}
+    medians = {c: float(r["latency"]["p50"]) for r, c in zip(report["results"], found)}  # the harness's summary
     decision, evidence = decide(default, medians, samples)
     measured = {"default": asdict(default), "evidence": evidence,
                 "candidates": [asdict(c) | {"p50_ms": round(medians[c], 4)} for c in sorted(medians, key=medians.get)]}
