@@ -26,6 +26,16 @@ def at_least(minimum: int):  # noqa: ANN201 - an argparse type
     return parse
 
 
+def artifact_key(text: str) -> str:
+    """A format name or an artifact key (``onnx-float32``); the package says whether it has it."""
+    import re
+
+    if not re.fullmatch(r"[a-z0-9][a-z0-9_-]{0,40}", text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not an artifact key (a format such as onnx, or a key such as "
+                                         "onnx-float32)")
+    return text
+
+
 def add_load_options(p: argparse.ArgumentParser) -> None:
     """How a package is loaded on this device: profile, artifact, backend, threads, trust."""
     from .formats import FORMATS, backends
@@ -33,8 +43,10 @@ def add_load_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--profile", "--target", dest="profile", default="auto",
                    help="device profile (see `edgekit profiles`), or auto to detect this device (default); "
                         "--target is its former name")
-    p.add_argument("--artifact", "--format", dest="artifact", choices=list(FORMATS), default=None,
-                   help="artifact format to run (default: the profile's first choice this device can run)")
+    p.add_argument("--artifact", "--format", dest="artifact", type=artifact_key, default=None, metavar="ARTIFACT",
+                   help=f"artifact to run: a format ({', '.join(FORMATS)}: its INT8 artifact) or any artifact key "
+                        "of the package, such as onnx-float32 (default: the profile's first choice this device "
+                        "can run among those that passed validation)")
     p.add_argument("--backend", choices=list(backends()), default=None,
                    help="runtime to use (default: the profile's first choice that is installed)")
     p.add_argument("--threads", type=positive_int, default=None, help="runtime threads (default: the profile's)")

@@ -102,6 +102,10 @@ class CacheWarning(UserWarning):
     """The local cache cannot be used (full, read-only): edgekit runs without it and says so."""
 
 
+class FailedArtifactWarning(UserWarning):
+    """The artifact chosen failed its validation gate when it was packaged (kept by --allow-accuracy-drop)."""
+
+
 class InputRangeWarning(UserWarning):
     """Input values lie far outside the range the model was calibrated on (INT8 inputs saturate there)."""
 

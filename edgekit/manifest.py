@@ -266,6 +266,15 @@ class Manifest:
             hint="repackage with --format " + fmt + (" --also-float" if "-float" in name else ""),
         )
 
+    def failed_gates(self, key: str) -> list[str] | None:
+        """What an artifact failed when it was validated (kept by --allow-accuracy-drop); None when
+        it passed or was not measured."""
+        record = (self.validation.get("artifacts") or {}).get(key) or {}
+        if record.get("passed") is not False:
+            return None
+        return [str(g.get("what", g)) if isinstance(g, dict) else str(g) for g in record.get("gates") or []] or [
+            "validation"]
+
     @property
     def labels(self) -> list[str] | None:
         """The class labels (of the one output that has them)."""

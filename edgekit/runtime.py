@@ -47,6 +47,7 @@ def load(
     require_signature: bool | None = None,
     trusted_keys: str | os.PathLike[str] | None = None,
     spin: bool = True,
+    allow_failed: bool = True,
 ) -> Model:
     """Load a package with the best artifact this device can run.
 
@@ -57,6 +58,9 @@ def load(
     by one of the keys in ``trusted_keys`` (a folder of ``*.pub`` files).
     ``spin=False`` lets the runtime's worker threads sleep between runs instead of spinning
     (ONNX Runtime's default): right for a server, whose request decoding needs the same cores.
+    An artifact that failed its validation gate (kept by ``--allow-accuracy-drop``) is chosen only
+    when asked for or when nothing else runs here; it loads with a ``FailedArtifactWarning``, or
+    is refused with ``allow_failed=False``.
     """
     clock = _Phases(timings)
     facts = DeviceFacts.read()
@@ -72,6 +76,7 @@ def load(
     root, manifest = open_package(path)
     signed = _check_signature(root, chosen_profile, require_signature, trusted_keys)
     entry, backend_cls, tuned_threads = _choose_for_device(root, manifest, chosen_profile, facts, artifact, backend)
+    _say_failed(manifest, entry, allow_failed)
     threads = threads or tuned_threads
     clock.lap("open_package_s")
     try:
@@ -112,6 +117,22 @@ def _choose_for_device(root: Path, manifest: Manifest, profile: Profile, facts: 
                 return entry, backend_cls, tuned.threads
     entry, backend_cls = choose(manifest, profile, artifact, backend)
     return entry, backend_cls, None
+
+
+def _say_failed(manifest: Manifest, entry: Artifact, allow_failed: bool) -> None:
+    """An artifact that failed its gate is never loaded silently."""
+    failed = manifest.failed_gates(entry.key)
+    if failed is None:
+        return
+    what = f"artifact {entry.key!r} of package {manifest.name!r} failed validation when it was packaged: {failed[0]}"
+    if not allow_failed:
+        raise PackageError(what, hint="serve an artifact that passed (--artifact), repackage it (--auto-fix), or pass "
+                                      "--allow-failed-artifact to serve it anyway")
+    import warnings
+
+    from .errors import FailedArtifactWarning
+
+    warnings.warn(FailedArtifactWarning(what + " (its outputs may differ from the float model's)"), stacklevel=3)
 
 
 def _check_signature(root: Path, profile: Profile, require: bool | None, trusted: Any) -> bool:
@@ -164,6 +185,8 @@ def candidates(manifest: Manifest, profile: Profile) -> list[tuple[Artifact, typ
     for entry in quantized_first:
         fmt = FORMATS.get(entry.target)
         order += [(entry.key, b.name) for b in (fmt.backends if fmt else ()) if (entry.key, b.name) not in order]
+    # artifacts that failed their gate (kept by --allow-accuracy-drop) only after every one that passed
+    order.sort(key=lambda pair: manifest.failed_gates(pair[0]) is not None)
     return [(present[f], known[b]) for f, b in order]
 
 
@@ -268,6 +291,7 @@ def _load_bare(
     facts: DeviceFacts,
     prediction_cache: PredictionCache | None,
     spin: bool = True,
+    allow_failed: bool = True,
 ) -> Model:
     """A plain artifact file (``.tflite``, ``.onnx``): no manifest, so no preprocessing and no labels."""
     digest = sha256_file(path)

@@ -24,7 +24,7 @@ def _num(value: Any, fmt: str) -> str:
 
 
 def _slice_notes(target: str, metrics: dict[str, Any]) -> list[str]:
-    """Channel groups of different magnitude: the worst group's numbers, per output."""
+    """Quantities the graph joins into one output: the worst one's numbers, per output."""
     per_output = metrics.get("outputs") or {"": metrics}
     notes = []
     for name, values in per_output.items():
@@ -35,10 +35,17 @@ def _slice_notes(target: str, metrics: dict[str, Any]) -> list[str]:
         low, high = worst["range"]
         sqnr = worst.get("sqnr_db")
         where = f"output {name!r} " if name else ""
-        notes.append(f"{target}: {where}channels {start}..{end - 1} (values {low:.3g}..{high:.3g}, the worst of "
-                     f"{worst['groups']} groups of different magnitude): SQNR "
+        axis = worst.get("axis", -1)
+        notes.append(f"{target}: {where}rows {start}..{end - 1} of axis {axis} ({worst.get('what', 'value')} rows, "
+                     f"values {low:.3g}..{high:.3g}, the worst of {worst['groups']} joined quantities): SQNR "
                      f"{'inf' if sqnr is None else format(sqnr, '.1f')} dB, {worst['distinct_values']} distinct values")
     return notes
+
+
+def kind_lines(validation: dict[str, Any]) -> list[str]:
+    """What each output is and how it is judged, with the evidence (``validation.kinds``)."""
+    return [f"output {kind['output']}: {kind['kind']}, {kind['evidence']}"
+            for kind in (validation.get("kinds") or {}).values()]
 
 
 def _task_notes(target: str, metrics: dict[str, Any]) -> list[str]:
@@ -81,16 +88,22 @@ def _conversion_line(validation: dict[str, Any]) -> str | None:
 def _fix_notes(target: str, metrics: dict[str, Any]) -> list[str]:
     notes = []
     for attempt in metrics.get("auto_fix") or []:
-        before = attempt["before"].get("worst_sqnr_db")
-        after = (attempt.get("after") or {}).get("worst_sqnr_db")
         if attempt.get("error"):
             notes.append(f"{target}: auto-fix {attempt['change']}: failed to build ({attempt['error']})")
             continue
+        before = attempt["before"].get("gates") or {}
+        after = attempt["after"].get("gates") or {}
+        changes = "; ".join(f"{gate} {_margin(value)} -> {_margin(after[gate]) if gate in after else 'passes'}"
+                            for gate, value in before.items())
         left = len(attempt["after"]["failed_gates"])
-        notes.append(f"{target}: auto-fix {attempt['change']}: worst gated SQNR {_num(before, '.1f')} -> "
-                     f"{_num(after, '.1f')} dB, {'every gate passes' if not left else f'{left} gate(s) still fail'}"
+        notes.append(f"{target}: auto-fix {attempt['change']}: failing gates' margin vs floor {changes or 'n/a'}, "
+                     f"{'every gate passes' if not left else f'{left} gate(s) still fail'}"
                      f"{'' if attempt.get('kept') else ' (not kept)'}")
     return notes
+
+
+def _margin(value: Any) -> str:
+    return "-inf" if value is None else f"{value:+.3g}"
 
 
 def render(manifest: Manifest, console: Console | None = None) -> None:
@@ -140,14 +153,15 @@ def render(manifest: Manifest, console: Console | None = None) -> None:
     conversion = _conversion_line(validation)
     if conversion:
         notes.insert(0, conversion)
+    notes = list(validation.get("notes") or []) + notes  # the kinds were said before building
     for note in notes:
         console.print(note, highlight=False)
     measured = [a for a in validation.get("artifacts", {}).values() if a.get("measured")]
     if measured and "min_sqnr_db" in validation:
         verdict = "pass" if validation.get("passed") else "FAIL"
-        console.print(f"gates {verdict}: every output needs SQNR >= {validation['min_sqnr_db']:g} dB (and each group "
-                      f"of channels) unless a task metric judges it; labelled class scores may drop at most "
-                      f"{validation.get('max_accuracy_drop_pp')} pp", highlight=False)
+        console.print(f"gates {verdict}: each output is judged by its kind's task metric (above); values need SQNR >= "
+                      f"{validation['min_sqnr_db']:g} dB, and so does each quantity joined into one output; labelled "
+                      f"class scores may drop at most {validation.get('max_accuracy_drop_pp')} pp", highlight=False)
     elif validation.get("data", {}).get("labeled"):
         verdict = "within" if validation.get("passed") else "EXCEEDS"
         console.print(f"accuracy drop {verdict} the {validation.get('max_accuracy_drop_pp')} pp limit")

@@ -133,6 +133,8 @@ def accuracy(model: Model, data: str) -> dict[str, Any] | None:
     if len(model.input_names) != 1 or len(model.output_names) != 1:
         return {"samples": 0, "accuracy": None, "reason": "accuracy is measured for one-input, one-output classifiers"}
     source = open_data(data, "evaluation")
+    if model.labels:  # class folders numbered as the model's outputs, by name, as when it was packaged
+        source.in_class_order(list(model.labels), f"the package's labels ({len(model.labels)} classes)")
     spec = model.manifest.inputs[0].preprocessing
     batch = source.load(np.arange(source.count), tuple(spec.resize) if spec and spec.resize else None,
                         spec.color_order if spec else "RGB")

@@ -39,7 +39,7 @@ from .preflight import TEMP_PREFIX, Plan, preflight
 from .autofix import Candidate, auto_fix
 from .gates import GateFailure, check, failure_hint, failure_message, saturation_note
 from .fallback import discard, fallback_result, wants_float_fallback
-from .validate import Judging, Measured, measure, validation_record
+from .validate import Judging, Measured, infer_kinds, measure, silent_outputs, validation_record
 
 EXPLAIN_SAMPLES = 32
 
@@ -92,17 +92,29 @@ def build_package(options: PackageOptions, progress: Progress | None = None) -> 
     with temp_dir(TEMP_PREFIX) as work:
         loaded = load_source(source, kind, options, work, progress, source_hints(options, plan))
         data = prepare_data(plan, options, loaded.described, progress)
-        judging = Judging(kinds=resolve_kinds(options.output_kinds, loaded.described), metric_spec=options.metric,
-                          metric=metric, max_accuracy_drop=options.max_accuracy_drop)
+        given = resolve_kinds(options.output_kinds, loaded.described)
         reference = float_reference(loaded, data, work, progress)
+        kinds = infer_kinds(loaded.described, reference, data, given)
+        say_kinds(kinds, reference, progress)
+        judging = Judging(kinds=kinds, metric_spec=options.metric, metric=metric,
+                          max_accuracy_drop=options.max_accuracy_drop)
         with staging_dir(plan.destination) as staged:
             context = build_context(options, loaded, data, staged, work)
             outcomes = build_formats(builders, context, data, reference, staged, progress,
                                      Gating(judging, options, loaded.described.get("output_layers") or {}))
-            result = assemble(plan, options, loaded, data, reference, builders, context, outcomes, staged, progress)
+            result = assemble(plan, options, loaded, data, reference, builders, context, outcomes, staged, progress,
+                              kinds)
     if plan.archive is not None:
         write_archive(plan.destination, plan.archive, replace=options.force)
     return result
+
+
+def say_kinds(kinds: dict[str, Any], reference: dict[str, np.ndarray], progress: Progress) -> None:
+    """Each output's kind with its evidence, before anything is judged by it; silent outputs warned."""
+    for kind in kinds.values():
+        progress.say(f"output {kind.describe()}")
+    for note in silent_outputs(reference).values():
+        progress.warn(note)
 
 
 def source_hints(options: PackageOptions, plan: Plan) -> dict[str, Any]:
@@ -246,7 +258,8 @@ def float_fallback(builder: Builder, built: BuildResult, context: BuildContext, 
     key = fallback.artifact.key
     with progress.step(f"Validating {key} (float fallback) against the float model"):
         measured = measure(fallback, builder, staged, data, reference, gating.judging, quantized=False)
-    failures = check(key, measured, gating.options.min_sqnr_db, gating.producers) if measured else []
+    failures = check(key, measured, gating.options.min_sqnr_db, gating.producers,
+                     gating.judging.kinds) if measured else []
     if failures:
         progress.warn(f"{key} (float fallback) left out: it failed validation ({failures[0].what})")
         discard(staged / fallback.artifact.path)
@@ -261,7 +274,8 @@ def judge(builder: Builder, context: BuildContext, built: BuildResult, compariso
     if comparison is None:
         return FormatOutcome(builder.name, built=built, context=context)
     floor = gating.options.min_sqnr_db
-    candidate = Candidate(context, built, comparison, check(builder.name, comparison, floor, gating.producers))
+    candidate = Candidate(context, built, comparison,
+                          check(builder.name, comparison, floor, gating.producers, gating.judging.kinds))
     attempts: list[dict[str, Any]] = []
     if candidate.failures and gating.options.auto_fix:
         candidate, attempts = auto_fix(builder, candidate, staged, data, reference, gating.judging, floor,
@@ -276,7 +290,7 @@ def judge(builder: Builder, context: BuildContext, built: BuildResult, compariso
 def assemble(plan: Plan, options: PackageOptions, loaded: LoadedSource, data: PreparedData,
              reference: dict[str, np.ndarray],
              builders: list[Builder], context: BuildContext, outcomes: list[FormatOutcome], staged: Path,
-             progress: Progress) -> PackageResult:
+             progress: Progress, kinds: dict[str, Any] | None = None) -> PackageResult:
     """Manifest, gates, signature and publication of the staged package."""
     built = [o for o in outcomes if o.built is not None]
     measured = {o.name: o.comparison for o in built}
@@ -289,7 +303,7 @@ def assemble(plan: Plan, options: PackageOptions, loaded: LoadedSource, data: Pr
         measured, options, data, reference, plan.held_out,
         unmeasured={o.name: unmeasured.get(o.built.artifact.target, "") for o in built},
         measured_by={o.name: o.built.evaluated_by for o in built if o.comparison and o.built.evaluated_by},
-        failures=failures, notes=notes,
+        failures=failures, notes=notes, kinds=kinds,
     )
     for o in built:
         if o.fixes:

@@ -1,11 +1,15 @@
 """``--auto-fix``: rebuild a format whose gates failed with the fixes its failures point to.
 
-Each failure names its fixes (``gates.py``): keep the layer that joins a collapsed group of
-channels in float, ``--reduce-range`` where this CPU's fused int8 kernels saturate, percentile
-calibration where a range is dominated by outliers (ONNX). They are tried one at a time, in
-that order, each on top of the fixes kept so far; a rebuild is kept only when it fails fewer
-gates or the same gates by less. At most ``MAX_ATTEMPTS`` rebuilds per format, and a fix is
-never tried twice, so the loop always ends. Every attempt is recorded in the manifest.
+Each failure names its fixes (``gates.py``): keep the node that joins quantities into one
+output (the Concat of box and score rows) in float, ``--reduce-range`` where this CPU's fused
+int8 kernels saturate, percentile calibration where a range is dominated by outliers (ONNX).
+They are tried one at a time, in that order, each on top of the fixes kept so far.
+
+A rebuild is judged by the gates that failed, on their own numbers (``GateFailure.margin``):
+it is kept only when no gate that passed starts failing, no failing gate's metric gets worse,
+and one of them improves (or passes). A rebuild that raises the output's SQNR while detection
+recall falls is not kept. At most ``MAX_ATTEMPTS`` rebuilds per format, and a fix is never tried
+twice, so the loop always ends. Every attempt is recorded in the manifest.
 """
 
 from __future__ import annotations
@@ -36,15 +40,18 @@ class Candidate:
     failures: list[GateFailure]
 
 
-def badness(candidate: Candidate) -> tuple[int, float]:
-    """Fewer failed gates first, then the worse gated SQNR (slices included) counts against it."""
-    worst = float("inf")
-    for f in candidate.failures:
-        c = candidate.measured.outputs.get(f.output) if f.output is not None else None
-        if c is None:
-            continue
-        worst = min(worst, c.sqnr_db, c.worst_slice["sqnr_db"] if c.worst_slice else float("inf"))
-    return len(candidate.failures), -worst
+IMPROVEMENT = 1e-6  # margins are dB or fractions: anything above rounding noise counts
+
+
+def improves(new: Candidate, old: Candidate) -> bool:
+    """Whether ``new`` is better than ``old`` by the gates ``old`` failed, on their own metrics."""
+    before = {f.key: f.margin for f in old.failures}
+    after = {f.key: f.margin for f in new.failures}
+    if any(key not in before for key in after):  # a gate that passed now fails
+        return False
+    if any(after[key] < before[key] - IMPROVEMENT for key in after):  # a failing gate got worse
+        return False
+    return len(after) < len(before) or any(after[key] > before[key] + IMPROVEMENT for key in after)
 
 
 def with_fix(context: BuildContext, fix: str) -> BuildContext | None:
@@ -96,9 +103,10 @@ def auto_fix(builder: Builder, first: Candidate, staged: Path, data: Any, refere
         if measured is None:
             _restore(backup, artifact_dir)
             break
-        candidate = Candidate(context, built, measured, check(builder.name, measured, min_sqnr_db, producers))
+        candidate = Candidate(context, built, measured,
+                              check(builder.name, measured, min_sqnr_db, producers, judging.kinds))
         record["after"] = _numbers(candidate)
-        record["kept"] = badness(candidate) < badness(best)
+        record["kept"] = improves(candidate, best)
         if record["kept"]:
             best = candidate
             shutil.rmtree(backup, ignore_errors=True)
@@ -106,9 +114,8 @@ def auto_fix(builder: Builder, first: Candidate, staged: Path, data: Any, refere
             _restore(backup, artifact_dir)
         attempts.append(record)
         verdict = "passes" if not candidate.failures else f"{len(candidate.failures)} gate(s) still fail"
-        progress.say(f"auto-fix {builder.name}: {fix}: worst gated SQNR {_db(record['before']['worst_sqnr_db'])} -> "
-                     f"{_db(record['after']['worst_sqnr_db'])}, {verdict}"
-                     f"{'' if record['kept'] else ' (not kept: no better)'}")
+        progress.say(f"auto-fix {builder.name}: {fix}: {_gate_change(record)}, {verdict}"
+                     f"{'' if record['kept'] else ' (not kept: the failing gates did not improve)'}")
     return best, attempts
 
 
@@ -125,17 +132,34 @@ def _next_fix(best: Candidate, tried: set[str]) -> tuple[str | None, BuildContex
 
 
 def _numbers(candidate: Candidate) -> dict[str, Any]:
-    """What the manifest records before and after a fix: failed gates and the worst gated SQNR."""
-    worst = -badness(candidate)[1]
-    if worst == float("-inf") or not candidate.failures:
-        worst = min((min(c.sqnr_db, c.worst_slice["sqnr_db"] if c.worst_slice else float("inf"))
-                     for c in candidate.measured.outputs.values()), default=float("inf"))
+    """What the manifest records before and after a fix: failed gates, each with its own margin,
+    and the worst SQNR (slices included) for reference."""
+    worst = min((min(c.sqnr_db, c.worst_slice["sqnr_db"] if c.worst_slice else float("inf"))
+                 for c in candidate.measured.outputs.values()), default=float("inf"))
     return {"failed_gates": [f.what for f in candidate.failures],
+            "gates": {_gate_name(f): round(f.margin, 4) if math.isfinite(f.margin) else None
+                      for f in candidate.failures},
             "worst_sqnr_db": round(worst, 2) if math.isfinite(worst) else None}
 
 
-def _db(value: float | None) -> str:
-    return "exact" if value is None else f"{value:.1f} dB"
+def _gate_name(failure: GateFailure) -> str:
+    where = failure.output if failure.output is not None else "artifact"
+    rows = f" rows {failure.channels[0]}..{failure.channels[1] - 1}" if failure.channels else ""
+    return f"{where} {failure.cause}{rows}"
+
+
+def _gate_change(record: dict[str, Any]) -> str:
+    """The failing gates' margins before -> after (what decided), e.g. ``output0 task -0.61 -> -0.02``."""
+    before = record["before"]["gates"]
+    after = (record.get("after") or {}).get("gates") or {}
+    shown = [f"{name} {_margin(value)} -> {_margin(after[name]) if name in after else 'passes'}"
+             for name, value in before.items()]
+    shown += [f"{name} now fails ({_margin(value)})" for name, value in after.items() if name not in before]
+    return "margin vs floor: " + "; ".join(shown) if shown else "no failing gates"
+
+
+def _margin(value: float | None) -> str:
+    return "-inf" if value is None else f"{value:+.3g}"
 
 
 def _restore(backup: Path, artifact_dir: Path) -> None:

@@ -3,10 +3,12 @@
 Every output of every artifact is judged, labels or not:
 
 1. outputs that carry no signal (constant) always fail;
-2. an output with a task metric (labels, ``--output-kind``) is judged by the task's rule;
-3. every other output needs SQNR >= ``--min-sqnr`` (20 dB by default); the worst group of
-   channels of an output that mixes quantities (boxes 0..300 next to scores 0..1) needs it
-   too, task metric or not (collapsed scores may still pick the right class, but not rank);
+2. an output whose kind has a task (``kinds.py``: inferred from the graph and values, labels,
+   or ``--output-kind``) is judged by the task's rule: top-1 agreement for classes, argmax
+   within one bin for bins, detection recall/precision/class agreement, IoU, cosine;
+3. every other output (values) needs SQNR >= ``--min-sqnr`` (20 dB by default); each quantity
+   the graph joins into one output (a Concat of box rows and sigmoid score rows) needs it too,
+   task metric or not (collapsed scores may still pick the right class, but not rank);
 4. a ``--metric`` function that returns ``passed`` decides for the whole artifact (it replaces
    rule 3, since the user's task measure is the better judge).
 
@@ -18,10 +20,12 @@ artifact on saturating x86 kernels). 20 dB sits between the two with margin on b
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from ..devices import int8_kernel_features
+from ..quantize.kinds import OutputKind
 from ..quantize.tasks import show_value
 from .validate import Measured
 
@@ -31,7 +35,7 @@ SATURATION_GAP_DB = 3.0  # fused kernels this much worse than the quantization i
 
 @dataclass(frozen=True)
 class GateFailure:
-    """One failed gate: where (format, output, channels), what was measured, and what fixes it."""
+    """One failed gate: where (format, output, slice), what was measured, and what fixes it."""
 
     format: str
     output: str | None  # None: the artifact as a whole (a --metric function)
@@ -39,23 +43,41 @@ class GateFailure:
     what: str
     fixes: tuple[str, ...]
     saturated: bool = False  # this CPU's fused int8 kernels measured well below the quantization itself
-    channels: tuple[int, int] | None = None  # the collapsed channel group, for cause "slice"
+    channels: tuple[int, int] | None = None  # the collapsed slice (start, stop) along ``axis``, for cause "slice"
+    axis: int | None = None
+    # the failing gate's own number relative to its floor (negative: below it): SQNR dB minus the
+    # floor, or the task metric's worst gated value minus its floor. --auto-fix compares these.
+    margin: float = float("-inf")
+
+    @property
+    def key(self) -> tuple[Any, ...]:
+        """Which gate this is, the same across rebuilds: output, cause and slice."""
+        return (self.output, self.cause, self.channels)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        found = asdict(self)
+        found["margin"] = round(self.margin, 4) if math.isfinite(self.margin) else None
+        return found
 
 
-def check(fmt: str, measured: Measured, min_sqnr_db: float, producers: dict[str, str]) -> list[GateFailure]:
-    """Every gate this artifact fails; ``producers`` names the layer that computes each output."""
+def check(fmt: str, measured: Measured, min_sqnr_db: float, producers: dict[str, str],
+          kinds: dict[str, OutputKind] | None = None) -> list[GateFailure]:
+    """Every gate this artifact fails; ``producers`` names the layer that computes each output,
+    ``kinds`` what each output is (its task, and the node joining its groups)."""
+    kinds = kinds or {}
     failures = []
     user_decides = measured.metric is not None and measured.metric.passed is not None
     saturation = saturated_outputs(measured)
     for name, c in measured.outputs.items():
         saturated = name in saturation
+        kind = kinds.get(name)
         where = f"output {name!r}" if len(measured.outputs) > 1 or name else "the output"
-        collapsed = c.worst_slice is not None and c.worst_slice["sqnr_db"] < min_sqnr_db
-        # a group of channels collapsed by a shared scale: the layer that joins them is the first suspect
-        fixes = _fixes(fmt, saturated, producers.get(name) if collapsed else None)
+        worst = c.worst_slice
+        collapsed = worst is not None and worst["sqnr_db"] < min_sqnr_db
+        # quantities joined into one tensor share one INT8 scale: the node joining them is the first suspect
+        joiner = (kind.joined_by if kind is not None and kind.joined_by else None) or producers.get(name)
+        grouped = kind is not None and bool(kind.groups)
+        fixes = _fixes(fmt, saturated, joiner if collapsed or grouped else None)
         task = measured.tasks.get(name)
         if c.degenerate:
             failures.append(GateFailure(fmt, name, "degenerate", f"{where} carries no signal: {c.degenerate} "
@@ -65,23 +87,26 @@ def check(fmt: str, measured: Measured, min_sqnr_db: float, producers: dict[str,
             if not task.passed:
                 shown = ", ".join(f"{k} {show_value(k, v)}" for k, v in task.values.items())
                 failures.append(GateFailure(fmt, name, "task", f"{where} ({task.task}): {shown}; needs {task.rule}",
-                                            fixes, saturated))
+                                            fixes, saturated,
+                                            margin=task.margin if task.margin is not None else float("-inf")))
         elif not user_decides and not c.degenerate and c.sqnr_db < min_sqnr_db:
             failures.append(GateFailure(fmt, name, "sqnr", f"{where}: SQNR {c.sqnr_db:.1f} dB < {min_sqnr_db:g} dB "
-                                        f"({c.distinct_values} distinct values)", fixes, saturated))
-        if not user_decides and not c.degenerate:
-            # a collapsed group of channels fails even when a task metric passes: scores squeezed to a
-            # few values can still pick the right class on the validation set, but they no longer rank
-            worst = c.worst_slice
-            if worst is not None and worst["sqnr_db"] < min_sqnr_db:
-                start, end = worst["channels"]
-                low, high = worst["range"]
-                failures.append(GateFailure(
-                    fmt, name, "slice",
-                    f"{where} channels {start}..{end - 1} (values {low:.3g}..{high:.3g}, one of {worst['groups']} "
-                    f"groups of different magnitude sharing one INT8 scale): SQNR {worst['sqnr_db']:.1f} dB < "
-                    f"{min_sqnr_db:g} dB, {worst['distinct_values']} distinct values",
-                    fixes, saturated, (start, end)))
+                                        f"({c.distinct_values} distinct values)", fixes, saturated,
+                                        margin=c.sqnr_db - min_sqnr_db))
+        if not user_decides and not c.degenerate and collapsed:
+            # a collapsed quantity fails even when a task metric passes: scores squeezed to a few
+            # values can still pick the right class on the validation set, but they no longer rank
+            assert worst is not None
+            start, end = worst["channels"]
+            low, high = worst["range"]
+            joined = f"; {joiner!r} joins {worst['groups']} quantities" if joiner else ""
+            failures.append(GateFailure(
+                fmt, name, "slice",
+                f"{where} rows {start}..{end - 1} of axis {worst.get('axis', -1)} ({worst.get('what', 'value')} rows, "
+                f"values {low:.3g}..{high:.3g}, sharing one INT8 scale with {worst['groups'] - 1} other "
+                f"quantit{'y' if worst['groups'] == 2 else 'ies'}{joined}): SQNR {worst['sqnr_db']:.1f} dB < "
+                f"{min_sqnr_db:g} dB, {worst['distinct_values']} distinct values",
+                fixes, saturated, (start, end), worst.get("axis"), margin=worst["sqnr_db"] - min_sqnr_db))
     failures = [_blame_conversion(f, measured, min_sqnr_db) for f in failures]
     if measured.metric is not None and measured.metric.passed is False:
         shown = ", ".join(f"{k} {v:.4g}" for k, v in measured.metric.values.items())

@@ -23,6 +23,11 @@ from .options import PackageOptions
 
 MIN_RECOMMENDED_SAMPLES = 100
 HOLDOUT_FRACTION = 0.2
+# Held-out samples the verdict needs at least. Gates read agreement rates: with 12 samples one
+# flipped decision is 8 points and a detector judged on 12 images proves little; with 50, one
+# sample is 2 points and a collapse shows on several. Without --eval, up to half of a small
+# calibration set is held out to reach it (calibration ranges need fewer samples than a verdict).
+MIN_VALIDATION_SAMPLES = 50
 TEMP_PREFIX = "edgekit-package-"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 
@@ -76,6 +81,10 @@ def preflight(options: PackageOptions, progress: Progress) -> Plan:
         source_data.check_readable(indices)  # a corrupt image is found now, not after the model loads
     labels = _read_labels(options.labels_file)
     _check_label_count(labels, calibration, evaluation)
+    if labels is not None:  # class folders numbered in the model's output order, by name
+        for source_data in (calibration, evaluation):
+            if source_data is not None:
+                source_data.in_class_order(labels, f"--labels {options.labels_file}")
     return Plan(name, destination, archive, calibration, evaluation, calib_idx, eval_idx, held_out, labels)
 
 
@@ -117,7 +126,8 @@ def _split(
         evals = evaluation.select(options.eval_samples, options.seed)
         held_out = True
     elif calibration.count >= 10:
-        n_hold = max(1, int(round(calibration.count * HOLDOUT_FRACTION)))
+        n_hold = max(1, int(round(calibration.count * HOLDOUT_FRACTION)),
+                     min(MIN_VALIDATION_SAMPLES, calibration.count // 2))
         if options.eval_samples:
             n_hold = min(n_hold, options.eval_samples)
         evals = calibration.select(n_hold, options.seed + 1)
@@ -130,6 +140,12 @@ def _split(
         progress.warn(
             f"only {calibration.count} samples and no --eval: validating on the calibration samples "
             "themselves (not held out)"
+        )
+    if held_out and len(evals) < MIN_VALIDATION_SAMPLES:
+        progress.warn(
+            f"validating on {len(evals)} held-out samples; {MIN_VALIDATION_SAMPLES}+ are needed for a verdict "
+            "that a collapsed output cannot slip through (give --eval with more samples"
+            + (", or more --calibration data)" if evaluation is None else ")")
         )
     if len(calib) < MIN_RECOMMENDED_SAMPLES:
         progress.warn(

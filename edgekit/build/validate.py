@@ -18,11 +18,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..formats import Builder, BuildResult, get_backend
+from ..quantize.kinds import OutputKind, infer
 from ..quantize.metrics import OutputComparison, compare_outputs
 from ..quantize.tasks import TaskResult, evaluate, run_metric
 from ..model import align
 from .data import PreparedData
 from .options import PackageOptions
+from .preflight import MIN_VALIDATION_SAMPLES
 
 if TYPE_CHECKING:
     from .gates import GateFailure
@@ -30,9 +32,9 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Judging:
-    """How outputs are judged: their kinds (``--output-kind``, labels), a ``--metric`` function."""
+    """How outputs are judged: their kinds (inferred, or ``--output-kind``), a ``--metric`` function."""
 
-    kinds: dict[str, str] = field(default_factory=dict)  # output name -> kind spec
+    kinds: dict[str, OutputKind] = field(default_factory=dict)  # output name -> its kind
     metric_spec: str | None = None
     metric: Callable[..., Any] | None = None
     max_accuracy_drop: float = 1.0
@@ -58,6 +60,29 @@ class Measured:
         return {name: c.degenerate for name, c in self.outputs.items() if c.degenerate}
 
 
+def infer_kinds(described: dict[str, Any], reference: dict[str, np.ndarray], data: PreparedData,
+                given: dict[str, str]) -> dict[str, OutputKind]:
+    """Every output's kind: ``--output-kind`` (``given``, by output name), labels, the source's
+    graph structure, then the float values on the validation samples."""
+    structure = described.get("output_structure") or {}
+    labelled = data.labels is not None or data.targets_y is not None
+    return {name: infer(name, values, structure.get(name), labelled and name == data.labelled_output,
+                        given.get(name)) for name, values in reference.items()}
+
+
+def silent_outputs(reference: dict[str, np.ndarray]) -> dict[str, str]:
+    """Outputs the float model gives the same value for on every validation sample: nothing there
+    can tell a good artifact from a broken one, so the verdict on them says little."""
+    found = {}
+    for name, values in reference.items():
+        flat = values.reshape(len(values), -1)
+        if len(flat) > 1 and flat.size and not np.any(np.ptp(flat, axis=0) > 0):
+            found[name] = (f"the float model's output {name!r} is the same for all {len(flat)} validation samples: "
+                           "the data does not exercise it, so its verdict says little (give --eval data that "
+                           "makes the model's answers differ)")
+    return found
+
+
 def measure(built: BuildResult, builder: Builder, staged: Path, data: PreparedData,
             reference: dict[str, np.ndarray], judging: Judging | None = None, quantized: bool = True) -> Measured | None:
     """The artifact's outputs vs the float reference; None when nothing here can run it.
@@ -70,8 +95,8 @@ def measure(built: BuildResult, builder: Builder, staged: Path, data: PreparedDa
         candidate = _run_artifact(staged / built.artifact.path, builder.backend, data.evaluation, names, built)
     if candidate is None:
         return None
-    outputs = {n: compare_outputs(reference[n], candidate[n], data.targets_y if n == data.labelled_output else None)
-               for n in names}
+    outputs = {n: compare_outputs(reference[n], candidate[n], data.targets_y if n == data.labelled_output else None,
+                                  judging.kinds.get(n)) for n in names}
     if data.labelled_output is not None:
         summary = outputs[data.labelled_output]
     else:
@@ -79,10 +104,11 @@ def measure(built: BuildResult, builder: Builder, staged: Path, data: PreparedDa
     tasks = {}
     for name in names:
         labelled = name == data.labelled_output and data.targets_y is not None
-        spec = judging.kinds.get(name) or ("classes" if labelled else None)
-        if spec is not None:
+        kind = judging.kinds.get(name) or (infer(name, reference[name], None, labelled) if labelled else None)
+        if kind is not None:
             targets = data.targets_y if labelled else None
-            result = evaluate(spec, reference[name], candidate[name], targets, judging.max_accuracy_drop)
+            result = evaluate(kind.spec, reference[name], candidate[name], targets, judging.max_accuracy_drop,
+                              kind.axis)
             if result is not None:
                 tasks[name] = result
     metric = None
@@ -93,13 +119,13 @@ def measure(built: BuildResult, builder: Builder, staged: Path, data: PreparedDa
     if unfused is not None:
         plain = _run_artifact(staged / built.artifact.path, builder.backend, data.evaluation, names, built, **unfused)
         if plain is not None:
-            quantization = {n: compare_outputs(reference[n], plain[n]) for n in names}
-    conversion = _float_conversion(built, builder, data, reference) if quantized else None
+            quantization = {n: compare_outputs(reference[n], plain[n], kind=judging.kinds.get(n)) for n in names}
+    conversion = _float_conversion(built, builder, data, reference, judging) if quantized else None
     return Measured(outputs, summary, tasks, metric, quantization, conversion, built.float_by if conversion else "")
 
 
 def _float_conversion(built: BuildResult, builder: Builder, data: PreparedData,
-                      reference: dict[str, np.ndarray]) -> dict[str, OutputComparison] | None:
+                      reference: dict[str, np.ndarray], judging: Judging) -> dict[str, OutputComparison] | None:
     """The converted float model vs the source, per output; None when the builder left none to run."""
     names = list(reference)
     produced: dict[str, np.ndarray] | None = None
@@ -109,7 +135,7 @@ def _float_conversion(built: BuildResult, builder: Builder, data: PreparedData,
         produced = _evaluated(built.float_evaluated_npy, names)
     if produced is None:
         return None
-    return {n: compare_outputs(reference[n], produced[n]) for n in names}
+    return {n: compare_outputs(reference[n], produced[n], kind=judging.kinds.get(n)) for n in names}
 
 
 def _evaluated(path: str, names: list[str]) -> dict[str, np.ndarray] | None:
@@ -153,6 +179,7 @@ def validation_record(
     measured_by: dict[str, str],
     failures: dict[str, list[GateFailure]],
     notes: dict[str, list[str]],
+    kinds: dict[str, OutputKind] | None = None,
 ) -> dict[str, Any]:
     """``manifest.validation``: what was measured, on which data, and whether the gates passed."""
     targets_y = data.targets_y
@@ -194,13 +221,18 @@ def validation_record(
             if notes.get(name):
                 artifacts[name]["notes"] = notes[name]
     from_calibration = options.eval is None
+    silent = silent_outputs(reference)
     return {
+        # what each output is and how it was judged (kinds.py), with the evidence
+        "kinds": {name: kind.to_dict() for name, kind in (kinds or {}).items()},
+        **({"notes": list(silent.values())} if silent else {}),
         "data": {
             "source": data.evaluation_source.description,
             "split": ("held-out calibration samples" if held_out else "calibration samples")
             if from_calibration
             else "evaluation data",
             "samples": data.evaluation_count,
+            "minimum_for_a_verdict": MIN_VALIDATION_SAMPLES,
             "sha256": data.evaluation_raw.sha256,
             "labeled": targets_y is not None,
         },

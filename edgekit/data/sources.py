@@ -74,6 +74,29 @@ class DataSource:
     def sample_shape(self) -> tuple[int, ...] | None:
         return None if self._x is None else tuple(self._x.shape[1:])
 
+    def in_class_order(self, labels: list[str], where: str) -> None:
+        """Number an image folder's classes by ``labels`` (the model's output order), by name.
+
+        Class folders are found in alphabetical order; the model's outputs are in the order it was
+        trained with. Class indices follow the labels, so accuracy is measured against the class the
+        model means. Folders and labels that do not name the same classes are an error.
+        """
+        if self.kind != "images" or self.labels is None:
+            return
+        folders, wanted = set(self.labels), list(labels)
+        if folders != set(wanted) or len(set(wanted)) != len(wanted):
+            unknown = sorted(folders - set(wanted))
+            absent = [label for label in wanted if label not in folders]
+            repeated = sorted({label for label in wanted if wanted.count(label) > 1})
+            details = "; ".join(part for part in (
+                f"folders without a label: {', '.join(unknown[:8])}" if unknown else "",
+                f"labels without a folder: {', '.join(absent[:8])}" if absent else "",
+                f"labels given twice: {', '.join(repeated[:8])}" if repeated else "") if part)
+            raise DataError(f"the class folders of {self.description} do not match {where} ({details})",
+                            hint="name each class folder exactly as its label (one label per line, in the model's "
+                                 "output order)")
+        self.labels = wanted
+
     def select(self, n: int | None, seed: int, exclude: Sequence[int] = ()) -> np.ndarray:
         """Deterministic (seeded) choice of up to ``n`` sample indices, skipping ``exclude``."""
         order = np.random.default_rng(seed).permutation(self.count)

@@ -12,11 +12,13 @@ from typing import Any
 
 import numpy as np
 
+from .kinds import OutputKind
+
 
 @dataclass
 class OutputComparison:
     samples: int
-    top1_agreement: float
+    top1_agreement: float  # NaN unless the output holds class scores or bins
     cosine: float
     sqnr_db: float
     max_abs_error: float
@@ -24,10 +26,13 @@ class OutputComparison:
     accuracy: float | None = None
     distinct_values: int = 0  # distinct values among the candidate's outputs
     degenerate: str | None = None  # why the outputs carry no signal (constant), else None
-    # When the last axis mixes quantities of different magnitude (box coordinates 0..300 next to
-    # class scores 0..1), the worst group of channels: a collapsed score block shows here even when
-    # the whole output's SQNR looks fine.
+    # When the graph joins different quantities into this output (a Concat of 4 box rows and the
+    # sigmoid score rows), the worst group: a collapsed score block shows here even when the
+    # whole output's SQNR looks fine. Groups come from the graph, never from value ranges.
     worst_slice: dict[str, Any] | None = None
+    # units (positions of a sample) that are the same for every sample in float: dead ReLUs,
+    # border pixels. They take part in the whole output's SQNR but are never a group of their own.
+    dead_units: int = 0
 
     @property
     def accuracy_drop_pp(self) -> float | None:
@@ -41,31 +46,35 @@ class OutputComparison:
         return data
 
 
-def compare_outputs(reference: np.ndarray, candidate: np.ndarray, targets: np.ndarray | None = None) -> OutputComparison:
-    """Compare a candidate's outputs with the float reference, sample by sample (axis 0)."""
+def compare_outputs(reference: np.ndarray, candidate: np.ndarray, targets: np.ndarray | None = None,
+                    kind: OutputKind | None = None) -> OutputComparison:
+    """Compare a candidate's outputs with the float reference, sample by sample (axis 0). ``kind``
+    (``kinds.infer``) says which axis holds classes and which slices are separate quantities."""
     if reference.shape != candidate.shape:
         raise ValueError(f"output shapes differ: {reference.shape} vs {candidate.shape}")
+    if kind is None:  # no graph at hand: what the values (and targets) say
+        from .kinds import infer
+
+        kind = infer("", reference, None, labelled=targets is not None)
     ref = reference.reshape(reference.shape[0], -1).astype(np.float64)
     out = candidate.reshape(candidate.shape[0], -1).astype(np.float64)
-    # top-1 agreement means something for class scores only: (N, classes), one kind of quantity;
-    # argmax over box coordinates or a segmentation map's flattened pixels is noise
-    scores = reference.ndim == 2 and reference.shape[1] > 1 and len(channel_groups(reference)) == 1
-    agreement = float(np.mean(ref.argmax(axis=1) == out.argmax(axis=1))) if scores else float("nan")
-    noise = out - ref
-    signal_power = float(np.sum(ref**2))
-    noise_power = float(np.sum(noise**2))
-    if noise_power == 0:
-        sqnr = float("inf")
-    elif signal_power == 0:
-        sqnr = float("-inf")
-    else:
-        sqnr = 10.0 * np.log10(signal_power / noise_power)
+    # top-1 agreement means something for class scores and bins only; argmax over box coordinates,
+    # landmarks or a segmentation map's flattened pixels is noise
+    agreement = float("nan")
     float_accuracy = accuracy = None
-    if targets is not None:
-        float_accuracy = float(np.mean(ref.argmax(axis=1) == targets))
-        accuracy = float(np.mean(out.argmax(axis=1) == targets))
+    if kind is not None and kind.kind in ("classes", "bins") and reference.ndim >= 2:
+        from .tasks import _decisions
+
+        ref_top, out_top = _decisions(reference, kind.axis), _decisions(candidate, kind.axis)
+        agreement = float(np.mean(ref_top == out_top))
+        if targets is not None and len(ref_top) == len(targets):
+            float_accuracy = float(np.mean(ref_top == targets))
+            accuracy = float(np.mean(out_top == targets))
+    noise = out - ref
+    sqnr = _sqnr(float(np.sum(ref**2)), float(np.sum(noise**2)))
+    dead = int(np.sum(np.ptp(ref, axis=0) == 0)) if ref.shape[0] > 1 else 0
     return OutputComparison(
-        worst_slice=worst_slice(reference, candidate),
+        worst_slice=worst_slice(reference, candidate, kind),
         distinct_values=int(np.unique(out).size),
         degenerate=degenerate_reason(ref, out),
         samples=int(ref.shape[0]),
@@ -75,51 +84,35 @@ def compare_outputs(reference: np.ndarray, candidate: np.ndarray, targets: np.nd
         max_abs_error=float(np.max(np.abs(noise))) if noise.size else 0.0,
         float_accuracy=float_accuracy,
         accuracy=accuracy,
+        dead_units=dead,
     )
 
 
-MAGNITUDE_RATIO = 10.0  # channels whose value ranges differ more than this are different quantities
+def _sqnr(signal_power: float, noise_power: float) -> float:
+    if noise_power == 0:
+        return float("inf")
+    if signal_power == 0:
+        return float("-inf")
+    return float(10.0 * np.log10(signal_power / noise_power))
 
 
-def channel_groups(reference: np.ndarray) -> list[tuple[int, int]]:
-    """Runs of adjacent channels (last axis) whose value ranges agree within ``MAGNITUDE_RATIO``;
-    one run when the output holds one kind of quantity."""
-    if reference.ndim < 2 or reference.shape[-1] < 2 or _probabilities(reference):
-        return [(0, reference.shape[-1] if reference.ndim else 1)]  # one quantity: class probabilities
-    ranges = np.abs(reference.reshape(-1, reference.shape[-1])).max(axis=0).astype(np.float64)
-    ranges = np.maximum(ranges, 1e-12)
-    groups, start = [], 0
-    for c in range(1, len(ranges)):
-        low, high = sorted((ranges[c], ranges[start]))
-        if high / low > MAGNITUDE_RATIO:
-            groups.append((start, c))
-            start = c
-    groups.append((start, len(ranges)))
-    return groups
-
-
-def _probabilities(reference: np.ndarray) -> bool:
-    """Rows of class probabilities (0..1, summing to 1): rare classes have small maxima, yet all
-    channels hold the same quantity."""
-    flat = reference.reshape(-1, reference.shape[-1])
-    return bool(flat.min() >= 0 and flat.max() <= 1 and np.allclose(flat.sum(axis=1), 1.0, atol=1e-2))
-
-
-def worst_slice(reference: np.ndarray, candidate: np.ndarray) -> dict[str, Any] | None:
-    """The group of channels with the lowest SQNR, when the output has several groups."""
-    groups = channel_groups(reference)
-    if len(groups) < 2:
+def worst_slice(reference: np.ndarray, candidate: np.ndarray, kind: OutputKind | None) -> dict[str, Any] | None:
+    """The group (``kind.groups``, from the graph) with the lowest SQNR, when there are several.
+    A group that is constant in float (a constant part, dead units) has no SQNR of its own."""
+    if kind is None or len(kind.groups) < 2 or kind.groups_axis is None:
         return None
+    axis = kind.groups_axis
     found = []
-    for start, end in groups:
-        ref = reference[..., start:end].astype(np.float64)
-        out = candidate[..., start:end].astype(np.float64)
-        noise = float(np.sum((out - ref) ** 2))
-        signal = float(np.sum(ref**2))
-        sqnr = float("inf") if noise == 0 else (float("-inf") if signal == 0 else 10 * np.log10(signal / noise))
-        found.append({"channels": [start, end], "sqnr_db": float(sqnr), "distinct_values": int(np.unique(out).size),
-                      "range": [float(ref.min()), float(ref.max())], "groups": len(groups)})
-    return min(found, key=lambda g: g["sqnr_db"])
+    for group in kind.groups:
+        ref = np.take(reference, range(group.start, group.stop), axis=axis).astype(np.float64)
+        out = np.take(candidate, range(group.start, group.stop), axis=axis).astype(np.float64)
+        if group.op == "constant" or not np.any(np.ptp(ref.reshape(len(ref), -1), axis=0) > 0):
+            continue
+        sqnr = _sqnr(float(np.sum(ref**2)), float(np.sum((out - ref) ** 2)))
+        found.append({"channels": [group.start, group.stop], "axis": axis, "what": group.what,
+                      "sqnr_db": sqnr, "distinct_values": int(np.unique(out).size),
+                      "range": [float(ref.min()), float(ref.max())], "groups": len(kind.groups)})
+    return min(found, key=lambda g: g["sqnr_db"]) if found else None
 
 
 def degenerate_reason(reference: np.ndarray, candidate: np.ndarray) -> str | None:

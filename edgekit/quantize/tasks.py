@@ -31,11 +31,17 @@ DETECTION_IOU = 0.5  # a kept box matches a float box at IoU >= 0.5 (the PASCAL 
 NMS_IOU = 0.45  # non-maximum suppression before matching, as YOLO's post-processing does
 DEFAULT_SCORE_THRESHOLD = 0.25  # YOLO's default confidence threshold
 
-KINDS = ("classes", "segmentation", "detections:yolo", "detections:yolov5", "values")
+EMBEDDING_MIN_MEAN_COSINE = 0.98  # about 14 dB SQNR on unit vectors; healthy INT8 encoders give 0.995+
+EMBEDDING_MIN_COSINE = 0.90  # no single sample's vector may turn away from float's more than this
+BINARY_THRESHOLD = 0.5  # a sigmoid probability (or a mask pixel) is "yes" at 0.5
+
+KINDS = ("classes", "bins", "segmentation", "detections:yolo", "detections:yolov5", "embedding", "values")
 KIND_HELP = (
-    "classes (class scores: top-1 agreement, accuracy with labels), segmentation (per-pixel class scores: "
-    "IoU of the argmax masks), detections:yolo[:THRESHOLD] (boxes cx,cy,w,h then class scores, either axis "
-    "order), detections:yolov5[:THRESHOLD] (boxes, objectness, class scores), values (SQNR only)"
+    "classes (class scores: top-1 agreement, accuracy with labels), bins (per-bin probabilities over ordered "
+    "bins: argmax agreement within one bin), segmentation (per-pixel class scores or a sigmoid mask: IoU), "
+    "detections:yolo[:THRESHOLD] (boxes cx,cy,w,h then class scores, either axis order), "
+    "detections:yolov5[:THRESHOLD] (boxes, objectness, class scores), embedding (vectors: cosine), "
+    "values (SQNR only)"
 )
 
 
@@ -47,6 +53,9 @@ class TaskResult:
     values: dict[str, float]
     passed: bool | None  # None: the metric reports numbers only
     rule: str
+    # how far the gated numbers are above their floors (the worst one; negative: failing). What
+    # --auto-fix compares between attempts: a rebuild is kept only when this improves.
+    margin: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -98,57 +107,137 @@ def resolve_kinds(specs: Mapping[str, str], outputs: list[str],
 
 
 def evaluate(spec: str, reference: np.ndarray, candidate: np.ndarray, targets: np.ndarray | None,
-             max_accuracy_drop_pp: float, layout: str = "channels_last") -> TaskResult | None:
-    """The task metric of one output kind; None for ``values`` (judged by SQNR alone)."""
+             max_accuracy_drop_pp: float, axis: int | None = None) -> TaskResult | None:
+    """The task metric of one output kind; None for ``values`` (judged by SQNR alone). ``axis``:
+    the class / bin / mask-channel / box-attribute / embedding axis (default: the last)."""
     kind, threshold = parse_kind(spec)
     if kind == "classes":
-        return classification(reference, candidate, targets, max_accuracy_drop_pp)
+        return classification(reference, candidate, targets, max_accuracy_drop_pp, axis)
+    if kind == "bins":
+        return bins(reference, candidate, max_accuracy_drop_pp, axis)
     if kind == "segmentation":
-        return segmentation(reference, candidate, layout)
+        return segmentation(reference, candidate, axis)
+    if kind == "embedding":
+        return embedding(reference, candidate, axis)
     if kind.startswith("detections:"):
-        return detections(reference, candidate, kind.split(":")[1], threshold or DEFAULT_SCORE_THRESHOLD)
+        return detections(reference, candidate, kind.split(":")[1], threshold or DEFAULT_SCORE_THRESHOLD, axis)
     return None
 
 
+def _last(array: np.ndarray, axis: int | None) -> np.ndarray:
+    """The array with ``axis`` (default: the last) moved last and every other position as a row."""
+    axis = array.ndim - 1 if axis is None else axis % array.ndim
+    moved = np.moveaxis(array, axis, -1)
+    return moved.reshape(-1, moved.shape[-1])
+
+
+def _decisions(array: np.ndarray, axis: int | None) -> np.ndarray:
+    """Argmax over the class axis; a single column is a yes/no at 0.5 (probabilities) or 0 (logits)."""
+    rows = _last(array, axis)
+    if rows.shape[1] == 1:
+        cut = BINARY_THRESHOLD if rows.min() >= 0 and rows.max() <= 1 else 0.0
+        return (rows[:, 0] >= cut).astype(np.int64)
+    return rows.argmax(axis=1)
+
+
 def classification(reference: np.ndarray, candidate: np.ndarray, targets: np.ndarray | None,
-                   max_accuracy_drop_pp: float) -> TaskResult:
-    ref = reference.reshape(len(reference), -1).argmax(axis=1)
-    out = candidate.reshape(len(candidate), -1).argmax(axis=1)
+                   max_accuracy_drop_pp: float, axis: int | None = None) -> TaskResult:
+    if reference.ndim < 2:
+        reference, candidate = reference[:, None], candidate[:, None]
+    ref = _decisions(reference, axis)
+    out = _decisions(candidate, axis)
     values = {"top1_agreement": float(np.mean(ref == out))}
-    if targets is not None:
+    if targets is not None and len(ref) == len(targets):
         values["float_accuracy"] = float(np.mean(ref == targets))
         values["accuracy"] = float(np.mean(out == targets))
         values["accuracy_drop_pp"] = round(100 * (values["float_accuracy"] - values["accuracy"]), 4)
         return TaskResult("classes", values, values["accuracy_drop_pp"] <= max_accuracy_drop_pp,
-                          f"accuracy drop <= {max_accuracy_drop_pp:g} pp (--max-accuracy-drop)")
+                          f"accuracy drop <= {max_accuracy_drop_pp:g} pp (--max-accuracy-drop)",
+                          (max_accuracy_drop_pp - values["accuracy_drop_pp"]) / 100)
     floor = 1 - max_accuracy_drop_pp / 100
     return TaskResult("classes", values, values["top1_agreement"] >= floor - 1e-12,
                       f"top-1 agreement with float >= {100 * floor:g}% (bounds the accuracy drop by "
-                      f"--max-accuracy-drop {max_accuracy_drop_pp:g} pp)")
+                      f"--max-accuracy-drop {max_accuracy_drop_pp:g} pp)", values["top1_agreement"] - floor)
 
 
-def segmentation(reference: np.ndarray, candidate: np.ndarray, layout: str = "channels_last") -> TaskResult:
-    """Argmax masks (class axis last, or axis 1 for channels-first models) compared pixel by pixel."""
+def bins(reference: np.ndarray, candidate: np.ndarray, max_accuracy_drop_pp: float,
+         axis: int | None = None) -> TaskResult:
+    """Ordered bins (pitch, angle, age): the peak bin may move to a neighbour, which is the same
+    answer to within the bins' resolution; anything further is a different answer."""
+    ref = _last(reference, axis).argmax(axis=1)
+    out = _last(candidate, axis).argmax(axis=1)
+    values = {"argmax_agreement": float(np.mean(ref == out)),
+              "within_one_bin": float(np.mean(np.abs(ref - out) <= 1)),
+              "bins": float(_last(reference, axis).shape[1])}
+    floor = 1 - max_accuracy_drop_pp / 100
+    return TaskResult("bins", values, values["within_one_bin"] >= floor - 1e-12,
+                      f"argmax bin within one bin of float's >= {100 * floor:g}% (--max-accuracy-drop "
+                      f"{max_accuracy_drop_pp:g} pp)", values["within_one_bin"] - floor)
+
+
+def embedding(reference: np.ndarray, candidate: np.ndarray, axis: int | None = None) -> TaskResult:
+    """Cosine of each INT8 vector with float's, and whether each sample's nearest neighbour among
+    the others stays the same (what retrieval and verification read)."""
+    ref = _last(reference, axis).astype(np.float64)
+    out = _last(candidate, axis).astype(np.float64)
+    norms = np.linalg.norm(ref, axis=1) * np.linalg.norm(out, axis=1)
+    cos = np.where(norms > 0, np.sum(ref * out, axis=1) / np.where(norms > 0, norms, 1), 0.0)
+    values = {"mean_cosine": float(np.mean(cos)), "min_cosine": float(np.min(cos))}
+    if len(ref) >= 3:
+        values["nearest_neighbour_agreement"] = float(np.mean(_nearest(ref) == _nearest(out)))
+    margin = min(values["mean_cosine"] - EMBEDDING_MIN_MEAN_COSINE, values["min_cosine"] - EMBEDDING_MIN_COSINE)
+    return TaskResult("embedding", values, margin >= -1e-12,
+                      f"mean cosine with float >= {EMBEDDING_MIN_MEAN_COSINE:g} and every sample's >= "
+                      f"{EMBEDDING_MIN_COSINE:g}", margin)
+
+
+def _nearest(vectors: np.ndarray) -> np.ndarray:
+    unit = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+    similarity = unit @ unit.T
+    np.fill_diagonal(similarity, -np.inf)
+    return similarity.argmax(axis=1)
+
+
+def segmentation(reference: np.ndarray, candidate: np.ndarray, axis: int | None = None) -> TaskResult:
+    """Masks compared pixel by pixel: the argmax over the class axis, or for a one-channel (or
+    sigmoid) map each channel's pixels at >= 0.5."""
     if reference.ndim < 3:
         raise EdgekitError(f"--output-kind segmentation: the output has shape {list(reference.shape)}, not "
                            "(N, H, W, classes) or (N, classes, H, W)", hint="use classes or values for this output")
-    axis = 1 if layout == "channels_first" else -1
-    ref = reference.argmax(axis=axis)
-    out = candidate.argmax(axis=axis)
+    axis = reference.ndim - 1 if axis is None else axis % reference.ndim
+    channels = reference.shape[axis]
+    sigmoid = reference.min() >= 0 and reference.max() <= 1 and not np.allclose(reference.sum(axis=axis), 1, atol=1e-2)
     ious = []
-    for c in np.union1d(np.unique(ref), np.unique(out)):
-        union = np.sum((ref == c) | (out == c))
-        ious.append(np.sum((ref == c) & (out == c)) / union)
-    values = {"mean_iou": float(np.mean(ious)), "pixel_agreement": float(np.mean(ref == out)),
-              "classes": float(reference.shape[axis])}
+    if channels == 1 or sigmoid:
+        agree = []
+        for c in range(channels):
+            ref = np.take(reference, c, axis=axis) >= BINARY_THRESHOLD
+            out = np.take(candidate, c, axis=axis) >= BINARY_THRESHOLD
+            union = np.sum(ref | out)
+            ious.append(np.sum(ref & out) / union if union else 1.0)
+            agree.append(np.mean(ref == out))
+        pixel_agreement = float(np.mean(agree))
+    else:
+        ref = reference.argmax(axis=axis)
+        out = candidate.argmax(axis=axis)
+        for c in np.union1d(np.unique(ref), np.unique(out)):
+            union = np.sum((ref == c) | (out == c))
+            ious.append(np.sum((ref == c) & (out == c)) / union)
+        pixel_agreement = float(np.mean(ref == out))
+    values = {"mean_iou": float(np.mean(ious)), "pixel_agreement": pixel_agreement, "classes": float(channels)}
     return TaskResult("segmentation", values, values["mean_iou"] >= SEGMENTATION_MIN_IOU,
-                      f"mean IoU of the INT8 argmax masks vs float >= {100 * SEGMENTATION_MIN_IOU:g}%")
+                      f"mean IoU of the INT8 masks vs float >= {100 * SEGMENTATION_MIN_IOU:g}%",
+                      values["mean_iou"] - SEGMENTATION_MIN_IOU)
 
 
-def detections(reference: np.ndarray, candidate: np.ndarray, layout: str, threshold: float) -> TaskResult:
-    """Boxes both models keep (score >= threshold, after NMS), matched at IoU >= 0.5."""
-    found_ref = [_decode(sample, layout, threshold) for sample in _boxes_rows(reference, layout)]
-    found_out = [_decode(sample, layout, threshold) for sample in _boxes_rows(candidate, layout)]
+def detections(reference: np.ndarray, candidate: np.ndarray, layout: str, threshold: float,
+               axis: int | None = None) -> TaskResult:
+    """Boxes both models keep (score >= threshold, after NMS), matched at IoU >= 0.5. ``axis``: the
+    box-attribute axis (4 + classes), when the graph says; else it is found from the shape."""
+    if axis is not None and reference.ndim == 3 and axis % 3 == 1:
+        reference, candidate = np.swapaxes(reference, 1, 2), np.swapaxes(candidate, 1, 2)
+    found_ref = [_decode(sample, layout, threshold) for sample in _boxes_rows(reference, layout, axis is not None)]
+    found_out = [_decode(sample, layout, threshold) for sample in _boxes_rows(candidate, layout, axis is not None)]
     matched = same_class = 0
     for (rb, rc), (ob, oc) in zip(found_ref, found_out):
         for i, j in _greedy_matches(rb, ob):
@@ -164,18 +253,21 @@ def detections(reference: np.ndarray, candidate: np.ndarray, layout: str, thresh
         "class_agreement": same_class / matched if matched else (1.0 if not n_ref and not n_out else 0.0),
         "score_threshold": threshold,
     }
-    passed = all(values[k] >= DETECTION_MIN_MATCH for k in ("recall", "precision", "class_agreement"))
-    return TaskResult(f"detections:{layout}", values, passed,
+    margin = min(values[k] for k in ("recall", "precision", "class_agreement")) - DETECTION_MIN_MATCH
+    return TaskResult(f"detections:{layout}", values, margin >= 0,
                       f"recall, precision and class agreement of the INT8 detections (score >= {threshold:g}, "
-                      f"matched at IoU >= {DETECTION_IOU:g}) vs float >= {100 * DETECTION_MIN_MATCH:g}%")
+                      f"matched at IoU >= {DETECTION_IOU:g}) vs float >= {100 * DETECTION_MIN_MATCH:g}%", margin)
 
 
-def _boxes_rows(output: np.ndarray, layout: str) -> list[np.ndarray]:
+def _boxes_rows(output: np.ndarray, layout: str, attributes_last: bool = False) -> list[np.ndarray]:
     """Per sample, one row per candidate box: (N, 4+C) is one box per sample; (N, B, 4+C) as is;
-    (N, 4+C, B), as YOLOv8 exports it (1x84x8400), transposed."""
+    (N, 4+C, B), as YOLOv8 exports it (1x84x8400), transposed (unless the graph said the
+    attributes are last)."""
     minimum = 6 if layout == "yolov5" else 5
     if output.ndim == 2:
         rows = [row[None, :] for row in output]
+    elif output.ndim == 3 and attributes_last:
+        rows = list(output)
     elif output.ndim == 3:
         # the box attributes (4+C) lie along the axis long enough to hold them; when both are,
         # along the shorter one (YOLOv8: 84 x 8400)
@@ -247,7 +339,9 @@ def show_value(key: str, value: float | None) -> str:
         return "n/a"
     if key.endswith("_pp"):
         return f"{value:.2f} pp"
-    if key in ("float_detections", "int8_detections", "classes"):
+    if "cosine" in key:
+        return f"{value:.4f}"
+    if key in ("float_detections", "int8_detections", "classes", "bins"):
         return f"{value:.0f}"
     if key != "score_threshold" and 0 <= value <= 1:
         return f"{100 * value:.1f}%"

@@ -279,7 +279,8 @@ def serve_here(launch: Launch, sock: Any, on_ready: Any) -> None:
 
     models = [load(source, artifact=launch.artifact, backend=launch.backend, threads=launch.threads,
                    profile=launch.profile, require_signature=launch.require_signature,
-                   trusted_keys=launch.trusted_keys, spin=False)
+                   trusted_keys=launch.trusted_keys, spin=False,
+                   allow_failed=launch.options.allow_failed_artifact)
               for source in launch.sources]  # spin=False: the cores are shared with request decoding
     app = create_app(models, launch.options)
     app.state.on_ready = lambda: on_ready(list(app.state.served), app.state.grpc_port)

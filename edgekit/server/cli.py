@@ -54,6 +54,9 @@ def add_server_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--max-image-mpixels", type=_positive_float, default=25.0,
                        help="largest image /infer/image decodes, megapixels (default 25)")
     group.add_argument("--reports-dir", default=None, help="store benchmark reports POSTed to /v2/reports here")
+    group.add_argument("--allow-failed-artifact", action="store_true",
+                       help="serve an artifact that failed its validation gate when it was packaged (refused "
+                            "otherwise)")
 
 
 def require_server_extra() -> None:
@@ -80,6 +83,7 @@ def options_from(args: argparse.Namespace):  # noqa: ANN201 - ServerOptions, imp
         max_queue_size=args.max_queue_size, max_body_bytes=int(args.max_body_mb * (1 << 20)),
         reports_dir=args.reports_dir, cache_predictions=getattr(args, "cache_predictions", False),
         max_image_pixels=int(args.max_image_mpixels * 1e6), grpc_port=args.grpc_port, workers=args.workers,
+        allow_failed_artifact=args.allow_failed_artifact,
     )
 
 

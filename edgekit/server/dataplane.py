@@ -51,6 +51,7 @@ class ServerOptions:
     grpc_port: int | None = None  # KServe v2 gRPC on this port too (0 picks a free one); None: REST only
     grpc_host: str = "127.0.0.1"
     workers: int = 1  # server processes sharing the port (each its own GIL, batcher and model session)
+    allow_failed_artifact: bool = False  # serve an artifact that failed its validation gate
 
 
 @dataclass

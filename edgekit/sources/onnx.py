@@ -49,7 +49,18 @@ def describe_onnx(model_path: str) -> dict[str, Any]:
         # the node computing each output: what --keep-float (and --auto-fix) names to keep it in float
         "output_layers": {o.name: n.name for o in model.graph.output for n in model.graph.node
                           if o.name in n.output and n.name},
+        # what each output is made of (softmax, sigmoid, a Concat of parts): how it will be judged
+        "output_structure": _structure(model),
     }
+
+
+def _structure(model: Any) -> dict[str, Any]:
+    from ..quantize.structure import describe_onnx_outputs
+
+    try:
+        return describe_onnx_outputs(model)
+    except Exception:  # structure sharpens the verdict; its absence leaves the values to decide
+        return {}
 
 
 def float_reference(prepared: dict[str, Any], inputs_npz: str, output_npz: str, batch_size: int = 64) -> None:

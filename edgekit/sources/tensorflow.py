@@ -69,6 +69,7 @@ def prepare(model_path: str, kind: str, export_dir: str, hints: dict[str, Any] |
         info["layers"] = [layer.name for layer in _walk_layers(model)]
         info["rescales"] = _starts_with_rescaling(model)
         info["output_layers"] = _output_layers(model)
+        info["output_structure"] = _output_structure(model)
         model.export(export_dir, format="tf_saved_model", verbose=False)
         saved_model = export_dir
     try:
@@ -177,6 +178,103 @@ def _output_layers(model: Any) -> dict[str, str]:
         if operation is not None:
             found[str(name)] = operation.name
     return found
+
+
+def _named_outputs(model: Any) -> list[tuple[str, Any]]:
+    """(name ``model.export`` gives the output, its Keras tensor)."""
+    import keras
+
+    try:
+        structure = model.output
+    except AttributeError:
+        structure = model.outputs
+    if isinstance(structure, dict):
+        return [(str(k), v) for k, v in structure.items()]
+    return [(f"output_{i}", t) for i, t in enumerate(keras.tree.flatten(structure))]
+
+
+KERAS_PASS_THROUGH = {"Identity", "Activation:linear", "Dropout", "InputLayer"}
+KERAS_PART_PASS_THROUGH = KERAS_PASS_THROUGH | {"Reshape", "Permute", "Flatten", "Cropping1D", "Cropping2D"}
+
+
+def _output_structure(model: Any) -> dict[str, dict[str, Any]]:
+    """Each output's structure as ``edgekit.quantize.structure`` describes it, from the Keras layers
+    (a functional model; anything else gives no structure and the values decide)."""
+    found = {}
+    for name, tensor in _named_outputs(model):
+        try:
+            found[name] = _keras_walk(tensor)
+        except Exception:  # an unusual layer graph: no structure, never a failed package
+            continue
+    return found
+
+
+def _keras_op(tensor: Any) -> tuple[Any, str, list[Any]]:
+    """The operation making ``tensor``, its kind (class name, with the activation of a layer that has
+    one), and the tensors it reads."""
+    history = getattr(tensor, "_keras_history", None)
+    operation = getattr(history, "operation", None)
+    if operation is None:
+        return None, "", []
+    kind = type(operation).__name__
+    activation = getattr(operation, "activation", None)
+    if activation is not None and kind != "Activation" or kind == "Activation":
+        kind = f"{kind}:{getattr(activation, '__name__', '')}"
+    if hasattr(operation, "outputs") and hasattr(operation, "layers"):  # a nested model: walk into it
+        inner = operation.outputs[history.tensor_index]
+        return _keras_op(inner) if inner is not tensor else (operation, kind, [])
+    nodes = getattr(operation, "_inbound_nodes", [])
+    inputs = list(nodes[history.node_index].input_tensors) if len(nodes) > history.node_index else []
+    return operation, kind, inputs
+
+
+def _keras_kind(kind: str) -> str | None:
+    base, _, activation = kind.partition(":")
+    if base in ("Softmax",) or activation == "softmax":
+        return "softmax"
+    if base in ("Sigmoid",) or activation in ("sigmoid", "hard_sigmoid"):
+        return "sigmoid"
+    if base in ("UnitNormalization", "Normalize"):
+        return "l2norm"
+    return None
+
+
+def _keras_walk(tensor: Any) -> dict[str, Any]:
+    rank = len(tensor.shape)
+    for _ in range(12):
+        operation, kind, inputs = _keras_op(tensor)
+        if operation is None:
+            break
+        if kind.split(":")[0] in KERAS_PASS_THROUGH or kind in KERAS_PASS_THROUGH:
+            if not inputs:
+                break
+            tensor = inputs[0]
+            continue
+        op = _keras_kind(kind)
+        if op is not None:
+            axis = getattr(operation, "axis", -1)
+            axis = axis[0] if isinstance(axis, (list, tuple)) and len(axis) == 1 else axis
+            axis = int(axis) % rank if isinstance(axis, int) and rank else None
+            return {"op": op, "axis": axis if op != "sigmoid" else None, "node": operation.name}
+        if kind.split(":")[0] == "Concatenate" and rank:
+            axis = int(getattr(operation, "axis", -1)) % rank
+            parts = [{"size": None if t.shape[axis] is None else int(t.shape[axis]), "op": _keras_part(t)}
+                     for t in inputs]
+            return {"op": "concat", "axis": axis, "node": operation.name, "parts": parts}
+        return {"op": "values", "axis": None, "node": operation.name}
+    return {"op": "values", "axis": None, "node": None}
+
+
+def _keras_part(tensor: Any) -> str:
+    for _ in range(12):
+        operation, kind, inputs = _keras_op(tensor)
+        if operation is None:
+            return "values"
+        if (kind.split(":")[0] in KERAS_PART_PASS_THROUGH or kind in KERAS_PART_PASS_THROUGH) and inputs:
+            tensor = inputs[0]
+            continue
+        return _keras_kind(kind) or "values"
+    return "values"
 
 
 def _describe(name: str, spec: Any) -> dict[str, Any]:

@@ -46,12 +46,24 @@ def models(tmp_path_factory):
         s = keras.layers.Conv2D(8, 3, padding="same", activation="relu")(img)
         mask = keras.layers.Conv2D(4, 1, name="mask")(s)  # per-pixel class logits, as DeepLab-style heads emit
         keras.Model(img, mask).save(root + "/seg.keras")
+        # the same head trained for seconds to label each pixel by its dominant colour (or dark): a
+        # trained model's class margins, not a random one's near-ties
+        import numpy as np
+        rng = np.random.default_rng(1)
+        fields = rng.uniform(0, 1, (400, 4, 4, 3)).astype(np.float32).repeat(4, axis=1).repeat(4, axis=2)
+        targets = np.where(fields.max(axis=-1) < 0.3, 3, fields.argmax(axis=-1))
+        img = keras.Input((16, 16, 3), name="image")
+        s = keras.layers.Conv2D(16, 3, padding="same", activation="relu")(img)
+        trained = keras.Model(img, keras.layers.Conv2D(4, 1, name="mask")(s))
+        trained.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        trained.fit(fields, targets, epochs=30, batch_size=32, verbose=0)
+        trained.save(root + "/segtrained.keras")
     """)
     rng = np.random.default_rng(0)
     images = rng.uniform(0, 1, (120, 16, 16, 3)).astype(np.float32)
     np.savez(root / "images.npz", image=images)
     # photos are smooth: 4x4 colour fields scaled up, so neighbouring pixels agree as in real scenes
-    fields = rng.uniform(0, 1, (120, 4, 4, 3)).astype(np.float32)
+    fields = rng.uniform(0, 1, (250, 4, 4, 3)).astype(np.float32)
     np.savez(root / "smooth.npz", image=fields.repeat(4, axis=1).repeat(4, axis=2))
     t = np.linspace(0, 1, 256, dtype=np.float32)
     clips = np.stack([np.sin(2 * np.pi * rng.uniform(5, 40) * t) * rng.uniform(0.1, 1) for _ in range(150)])
@@ -80,8 +92,12 @@ def manifest_of(models, name):
 def test_a_collapsed_score_slice_fails_the_default_gate_and_auto_fix_repairs_it(models):
     failed = package(models, "detector", "images.npz")
     assert failed.returncode == 1, failed.stdout
-    for fmt in ("tflite", "onnx"):  # named: format, output, channels, the numbers, and the fix
-        assert f"{fmt}: output 'output_0' channels 4..6" in failed.stderr
+    # the kind comes from the graph: a Concatenate of 4 box values and 3 softmax scores
+    assert "output_0: detections:yolo, YOLO layout [N, 7] (one box per sample), from Concat(axis=1) of 4 box rows " \
+           "and 3 softmax rows" in failed.stdout
+    for fmt in ("tflite", "onnx"):  # named: format, output, rows of the axis, the numbers, and the fix
+        assert f"{fmt}: output 'output_0' rows 4..6 of axis 1 (softmax rows" in failed.stderr
+        assert f"{fmt}: output 'output_0' (detections:yolo)" in failed.stderr
     assert "SQNR" in failed.stderr and "< 20 dB" in failed.stderr and "distinct values" in failed.stderr
     assert "(fix: --keep-float detections" in failed.stderr and "--auto-fix" in failed.stderr
     assert "Traceback" not in failed.stderr
@@ -96,6 +112,7 @@ def test_a_collapsed_score_slice_fails_the_default_gate_and_auto_fix_repairs_it(
         assert record["worst_slice"]["sqnr_db"] >= 20, record["worst_slice"]
         assert record["auto_fix"][0]["change"] == "--keep-float detections" and record["auto_fix"][0]["kept"]
         assert record["auto_fix"][0]["before"]["worst_sqnr_db"] < 20
+        assert record["auto_fix"][0]["before"]["gates"]["output_0 slice rows 4..6"] < 0
         artifact = next(a for a in manifest["artifacts"] if a["format"] == fmt)
         assert artifact["details"]["keep_float"] == ["detections"]
     assert "auto-fix --keep-float detections" in fixed.stdout
@@ -119,8 +136,11 @@ def test_an_unlabeled_model_under_the_floor_fails_naming_the_output(models):
     --auto-fix tries what the failure names, keeps nothing that does not help, and stops."""
     result = package(models, "long", "long_click.npz", "--eval", models / "long_eval.npz", "--auto-fix")
     assert_user_error(result, "INT8 validation failed", "--allow-accuracy-drop")
-    for fmt in ("tflite", "onnx"):
-        assert f"{fmt}: output 'output_0': SQNR" in result.stderr
+    assert "tflite: output 'output_0': SQNR" in result.stderr  # nothing to try for TFLite
+    # ONNX: percentile calibration ignores the click; on some CPUs that is enough, on others the
+    # fused kernels still lose it (then the failure is named too)
+    assert "onnx: output 'output_0': SQNR" in result.stderr or "percentile: margin vs floor: output_0 sqnr" \
+        in result.stdout
     assert "< 20 dB" in result.stderr
     assert "auto-fix onnx: --calibration-method percentile" in result.stdout  # tried, once
     assert result.stdout.count("auto-fix onnx:") <= 3 and "auto-fix tflite" not in result.stdout  # nothing to try
@@ -148,9 +168,9 @@ def test_onnx_reports_the_quantization_and_this_cpus_kernels(models):
 
 
 def test_segmentation_masks_are_judged_by_iou(models):
-    result = package(models, "seg", "smooth.npz", "--output-kind", "segmentation", "--reduce-range")
+    result = package(models, "segtrained", "smooth.npz", "--output-kind", "segmentation", "--reduce-range")
     assert result.returncode == 0, result.stderr[-2000:]
-    tasks = {fmt: manifest_of(models, "seg")["validation"]["artifacts"][fmt]["tasks"]["output_0"]
+    tasks = {fmt: manifest_of(models, "segtrained")["validation"]["artifacts"][fmt]["tasks"]["output_0"]
              for fmt in ("tflite", "onnx")}
     for task in tasks.values():
         assert task["task"] == "segmentation" and task["values"]["mean_iou"] >= 0.9 and task["passed"]
@@ -182,7 +202,7 @@ def test_a_metric_function_lands_in_the_table_and_the_manifest(models, tmp_path)
     assert good.returncode == 0, good.stderr[-2000:]
     record = manifest_of(models, "audio")["validation"]["artifacts"]["tflite"]["metric"]
     assert record["task"].endswith("onset_metric.py:onset_recall") and record["passed"] is True
-    assert 0.5 <= record["values"]["onset_recall"] <= 1 and record["values"]["samples"] == 24
+    assert 0.5 <= record["values"]["onset_recall"] <= 1 and record["values"]["samples"] == 50  # 120 clips: 50 held out (MIN_VALIDATION_SAMPLES)
     assert "onset_recall" in good.stdout and "passes" in good.stdout
     bad = package(models, "audio", "audio.npz", "--metric", f"{tmp_path}/onset_metric.py:strict", formats=("tflite",))
     assert_user_error(bad, "onset_metric.py:strict: onset_recall 0.1 (passed: False)", "--allow-accuracy-drop")

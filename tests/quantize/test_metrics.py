@@ -5,7 +5,7 @@ from edgekit.quantize.metrics import compare_outputs
 
 
 def test_identical_outputs_are_perfect():
-    ref = np.random.default_rng(0).random((20, 5)).astype(np.float32)
+    ref = np.random.default_rng(0).dirichlet(np.ones(5), 20).astype(np.float32)  # class probabilities
     result = compare_outputs(ref, ref.copy())
     assert result.top1_agreement == 1.0
     assert result.cosine == pytest.approx(1.0)
@@ -57,20 +57,36 @@ def test_constant_outputs_are_degenerate_whatever_else_agrees():
     assert compare_outputs(flat_reference, flat_reference).degenerate is None  # nothing to lose
 
 
-def test_a_collapsed_score_block_next_to_box_coordinates_shows_in_the_worst_slice():
-    """Boxes 0..300 and scores 0..1 in one output: the whole output's SQNR hides collapsed scores."""
-    from edgekit.quantize.metrics import channel_groups
+def test_a_collapsed_score_block_joined_to_box_coordinates_shows_in_the_worst_slice():
+    """Boxes 0..300 and scores 0..1 joined by a Concat: the whole output's SQNR hides collapsed scores."""
+    from edgekit.quantize.kinds import infer
 
     rng = np.random.default_rng(0)
     reference = np.concatenate([rng.uniform(0, 300, (50, 4)), rng.dirichlet(np.ones(3), 50)], axis=1)
     candidate = reference.copy()
     candidate[:, 4:] = np.round(candidate[:, 4:] * 2) / 2  # three distinct score values left
-    assert channel_groups(reference) == [(0, 4), (4, 7)]
-    comparison = compare_outputs(reference.astype(np.float32), candidate.astype(np.float32))
+    structure = {"op": "concat", "axis": 1, "node": "head", "parts": [{"size": 4, "op": "values"},
+                                                                      {"size": 3, "op": "softmax"}]}
+    kind = infer("out", reference, structure)
+    assert [(g.start, g.stop, g.op) for g in kind.groups] == [(0, 4, "values"), (4, 7, "softmax")]
+    comparison = compare_outputs(reference.astype(np.float32), candidate.astype(np.float32), kind=kind)
     assert comparison.sqnr_db > 50  # the whole output looks fine
     worst = comparison.worst_slice
-    assert worst["channels"] == [4, 7] and worst["sqnr_db"] < 10 and worst["distinct_values"] == 3
-    assert compare_outputs(reference[:, :4], reference[:, :4]).worst_slice is None  # one kind of quantity
+    assert worst["channels"] == [4, 7] and worst["axis"] == 1 and worst["sqnr_db"] < 10
+    assert worst["distinct_values"] == 3
+    # value ranges alone never split an output: without the graph there is one quantity
+    assert compare_outputs(reference, candidate).worst_slice is None
+
+
+def test_dead_units_are_counted_not_failed():
+    """Two units always zero in float (dead ReLUs): counted, never a group with SQNR -inf."""
+    rng = np.random.default_rng(2)
+    reference = rng.normal(size=(30, 16))
+    reference[:, 5:7] = 0
+    reference /= np.linalg.norm(reference, axis=1, keepdims=True)
+    candidate = reference + rng.normal(scale=1e-3, size=reference.shape)
+    comparison = compare_outputs(reference, candidate)
+    assert comparison.dead_units == 2 and comparison.worst_slice is None and comparison.sqnr_db > 40
 
 
 def test_top1_agreement_only_for_class_scores():

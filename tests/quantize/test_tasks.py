@@ -56,7 +56,7 @@ def test_segmentation_iou_along_the_class_axis_in_either_layout():
     result = segmentation(logits, flipped)
     assert not result.passed and result.values["mean_iou"] < 0.5
     channels_first = logits.transpose(0, 3, 1, 2)
-    assert segmentation(channels_first, channels_first.copy(), "channels_first").values["classes"] == 4
+    assert segmentation(channels_first, channels_first.copy(), 1).values["classes"] == 4
 
 
 def test_classification_without_labels_bounds_the_drop_by_agreement():

@@ -1,0 +1,247 @@
+"""Small models whose INT8 verdict is known: the cases validation must get right in both directions.
+
+    python models/verdict/build.py NAME [NAME ...] --output DIR
+
+Each NAME writes DIR/NAME/ with the model, its calibration data and (where the task needs it)
+labels; seconds each, seeded. They stand for model families users bring:
+
+- ``yolo``: a YOLOv8-style detector head exported to ONNX from PyTorch (dynamic batch): one output
+  ``[N, 4+C, A]``, box rows in pixels joined to sigmoid class rows by ``Concat(axis=1)``. As is,
+  INT8 gives the joined tensor one scale sized for the pixels and the scores collapse; with the
+  Concat in float, they do not.
+- ``pitch``: a 1-D CNN on 1024-sample frames, ``Dense(360, sigmoid)``: one probability per pitch
+  bin (CREPE's head), trained for seconds on sines. Its quietest bins are four decades below
+  the loudest; INT8 keeps the peak bin.
+- ``embedding``: a convolutional speaker-style encoder ending in ``UnitNormalization`` (256-d),
+  with two units that are always zero (dead ReLUs). INT8 keeps every vector's direction.
+- ``probmap``: a PyTorch segmentation net with one sigmoid channel, ``[N, 1, H, W]``, exported to
+  ONNX: a probability map whose border pixels stay near zero.
+- ``shapes``: a three-class image classifier (square, vbar, hbar, in that output order), trained
+  to 100%, with an image folder whose alphabetical order (hbar, square, vbar) is not the model's.
+
+``scripts/bench_quality.py`` packages these (and more) and checks every verdict against a task
+metric computed from the artifacts' outputs on its own; ``tests/build/test_verdict.py`` holds
+the same cases as tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+SHAPE_CLASSES = ["square", "vbar", "hbar"]  # the model's output order
+PITCH_BINS = 360
+
+
+def yolo(out: Path) -> Path:
+    import numpy as np
+    import torch
+    from torch import nn
+
+    torch.manual_seed(0)
+
+    class Head(nn.Module):
+        """Stride-8 features; per cell: box (cx, cy, w, h in pixels) and sigmoid class scores."""
+
+        def __init__(self, classes: int = 18) -> None:
+            super().__init__()
+            self.backbone = nn.Sequential(nn.Conv2d(3, 16, 3, 2, 1), nn.ReLU(), nn.Conv2d(16, 32, 3, 2, 1), nn.ReLU(),
+                                          nn.Conv2d(32, 32, 3, 2, 1), nn.ReLU())
+            self.box = nn.Conv2d(32, 4, 1)
+            self.cls = nn.Conv2d(32, classes, 1)
+            with torch.no_grad():
+                self.cls.weight.mul_(150.0)  # decisive class scores, as a trained head has
+                self.cls.bias.fill_(-11.5)
+
+        def forward(self, images: torch.Tensor) -> torch.Tensor:
+            f = self.backbone(images)
+            n, _, h, w = f.shape
+            ys, xs = torch.meshgrid(torch.arange(h, dtype=f.dtype), torch.arange(w, dtype=f.dtype), indexing="ij")
+            t = self.box(f)
+            cx = (xs + torch.sigmoid(t[:, 0])) * 8.0
+            cy = (ys + torch.sigmoid(t[:, 1])) * 8.0
+            wh = torch.exp(t[:, 2:4].clamp(-2, 2)) * 16.0
+            boxes = torch.cat([cx[:, None], cy[:, None], wh], dim=1).reshape(n, 4, h * w)
+            scores = torch.sigmoid(self.cls(f)).reshape(n, -1, h * w)
+            return torch.cat([boxes, scores], dim=1)
+
+    folder = out / "yolo"
+    folder.mkdir(parents=True, exist_ok=True)
+    model = Head().eval()
+    example = torch.zeros(2, 3, 64, 64)
+    torch.onnx.export(model, (example,), str(folder / "yolo.onnx"), input_names=["images"], output_names=["output0"],
+                      dynamic_axes={"images": {0: "batch"}, "output0": {0: "batch"}}, opset_version=17, dynamo=False)
+    rng = np.random.default_rng(0)
+    fields = rng.uniform(0, 1, (200, 3, 8, 8)).astype(np.float32)  # smooth colour fields, as photos are
+    np.savez(folder / "images.npz", images=fields.repeat(8, axis=2).repeat(8, axis=3))
+    return folder / "yolo.onnx"
+
+
+def pitch(out: Path) -> Path:
+    import keras
+    import numpy as np
+
+    keras.utils.set_random_seed(0)
+    folder = out / "pitch"
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(0)
+    t = np.arange(1024, dtype=np.float32) / 16000.0
+
+    def frames(n: int) -> tuple[np.ndarray, np.ndarray]:
+        bins = rng.integers(20, PITCH_BINS - 20, n)
+        hz = 32.7 * 2 ** (bins * 20 / 1200)  # CREPE's bins: 20 cents apart from C1
+        x = np.stack([np.sin(2 * np.pi * f * t + rng.uniform(0, 6.28)) * rng.uniform(0.3, 1) for f in hz])
+        target = np.exp(-0.5 * ((np.arange(PITCH_BINS)[None] - bins[:, None]) / 1.25) ** 2)
+        return x.astype(np.float32), target.astype(np.float32)
+
+    x, y = frames(6000)
+    frame = keras.Input((1024,), name="frame")
+    h = keras.layers.Reshape((1024, 1))(frame)
+    h = keras.layers.Conv1D(32, 64, strides=4, activation="relu")(h)
+    h = keras.layers.MaxPooling1D(4)(h)
+    h = keras.layers.Conv1D(32, 16, activation="relu")(h)
+    h = keras.layers.GlobalMaxPooling1D()(h)
+    h = keras.layers.Dense(256, activation="relu")(h)
+    model = keras.Model(frame, keras.layers.Dense(PITCH_BINS, activation="sigmoid", name="pitch")(h))
+    model.compile(keras.optimizers.Adam(2e-3), "binary_crossentropy")
+    model.fit(x, y, epochs=30, batch_size=64, verbose=0)
+    model.save(folder / "pitch.keras")
+    calibration, _ = frames(200)
+    np.savez(folder / "frames.npz", frame=calibration)
+    return folder / "pitch.keras"
+
+
+def embedding(out: Path) -> Path:
+    import keras
+    import numpy as np
+
+    keras.utils.set_random_seed(0)
+    folder = out / "embedding"
+    folder.mkdir(parents=True, exist_ok=True)
+    mel = keras.Input((40, 32), name="mel")  # 40 frames x 32 mel bands
+    h = keras.layers.Conv1D(64, 3, activation="relu")(mel)
+    h = keras.layers.Conv1D(64, 3, activation="relu")(h)
+    h = keras.layers.GlobalAveragePooling1D()(h)
+    dense = keras.layers.Dense(256, activation="relu")
+    h = dense(h)
+    model = keras.Model(mel, keras.layers.UnitNormalization(name="embedding")(h))
+    kernel, bias = dense.get_weights()
+    bias[[65, 66]] = -1e3  # two dead ReLU units: always exactly zero
+    dense.set_weights([kernel, bias])
+    model.save(folder / "embedding.keras")
+    rng = np.random.default_rng(0)
+    speakers = rng.normal(0, 1, (20, 1, 32))
+    mel_frames = speakers[rng.integers(0, 20, 200)] + rng.normal(0, 0.5, (200, 40, 32))
+    np.savez(folder / "mel.npz", mel=mel_frames.astype(np.float32))
+    return folder / "embedding.keras"
+
+
+def probmap(out: Path) -> Path:
+    import numpy as np
+    import torch
+    from torch import nn
+
+    torch.manual_seed(0)
+    folder = out / "probmap"
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(0)
+
+    def scenes(n: int) -> tuple[np.ndarray, np.ndarray]:
+        """Grey images with one bright disc; the mask is the disc."""
+        yy, xx = np.mgrid[0:32, 0:32]
+        x = rng.uniform(0, 0.3, (n, 1, 32, 32)).astype(np.float32)
+        masks = np.zeros((n, 1, 32, 32), np.float32)
+        for i in range(n):
+            cy, cx, r = rng.uniform(8, 24), rng.uniform(8, 24), rng.uniform(3, 7)
+            disc = (yy - cy) ** 2 + (xx - cx) ** 2 <= r**2
+            x[i, 0][disc] += 0.6
+            masks[i, 0][disc] = 1
+        return x, masks
+
+    model = nn.Sequential(nn.Conv2d(1, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 8, 3, padding=1), nn.ReLU(),
+                          nn.Conv2d(8, 1, 1), nn.Sigmoid())
+    x, masks = scenes(400)
+    optimizer = torch.optim.Adam(model.parameters(), 1e-2)
+    for _ in range(150):
+        optimizer.zero_grad()
+        loss = nn.functional.binary_cross_entropy(model(torch.from_numpy(x)), torch.from_numpy(masks))
+        loss.backward()
+        optimizer.step()
+    model.eval()
+    torch.onnx.export(model, (torch.zeros(2, 1, 32, 32),), str(folder / "probmap.onnx"), input_names=["image"],
+                      output_names=["mask"], dynamic_axes={"image": {0: "batch"}, "mask": {0: "batch"}},
+                      opset_version=17, dynamo=False)
+    calibration, _ = scenes(200)
+    np.savez(folder / "scenes.npz", image=calibration)
+    return folder / "probmap.onnx"
+
+
+def shape_images(n: int, seed: int) -> tuple[list, list[int]]:
+    """24x24 grey images: a filled square, a vertical bar or a horizontal bar, with noise."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    images, classes = [], []
+    for i in range(n):
+        c = i % 3
+        img = rng.uniform(0, 60, (24, 24))
+        y, x = rng.integers(2, 10, 2)
+        if c == 0:
+            img[y : y + 12, x : x + 12] += 180
+        elif c == 1:
+            img[2:22, x + 4 : x + 8] += 180
+        else:
+            img[y + 4 : y + 8, 2:22] += 180
+        images.append(np.clip(img, 0, 255).astype(np.uint8))
+        classes.append(c)
+    return images, classes
+
+
+def shapes(out: Path) -> Path:
+    import keras
+    import numpy as np
+    from PIL import Image
+
+    keras.utils.set_random_seed(0)
+    folder = out / "shapes"
+    images, classes = shape_images(600, 0)
+    x = np.stack(images)[..., None].astype(np.float32) / 255.0
+    inputs = keras.Input((24, 24, 1), name="image")
+    h = keras.layers.Conv2D(8, 5, activation="relu")(inputs)
+    h = keras.layers.MaxPooling2D(2)(h)
+    h = keras.layers.Conv2D(16, 3, activation="relu")(h)
+    h = keras.layers.GlobalMaxPooling2D()(h)
+    model = keras.Model(inputs, keras.layers.Dense(3, activation="softmax", name="shape")(h))
+    model.compile(keras.optimizers.Adam(1e-2), "sparse_categorical_crossentropy", metrics=["accuracy"])
+    model.fit(x, np.asarray(classes), epochs=15, batch_size=32, verbose=0)
+    folder.mkdir(parents=True, exist_ok=True)
+    model.save(folder / "shapes.keras")
+    (folder / "labels.txt").write_text("\n".join(SHAPE_CLASSES) + "\n")
+    held_out, held_classes = shape_images(150, 1)
+    for i, (image, c) in enumerate(zip(held_out, held_classes)):
+        target = folder / "images" / SHAPE_CLASSES[c]
+        target.mkdir(parents=True, exist_ok=True)
+        Image.fromarray(image, mode="L").save(target / f"{i:03d}.png")
+    accuracy = float(np.mean(model.predict(np.stack(held_out)[..., None] / 255.0, verbose=0).argmax(1)
+                             == np.asarray(held_classes)))
+    (folder / "float_accuracy.txt").write_text(f"{accuracy}\n")
+    return folder / "shapes.keras"
+
+
+BUILDERS = {"yolo": yolo, "pitch": pitch, "embedding": embedding, "probmap": probmap, "shapes": shapes}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("names", nargs="+", choices=sorted(BUILDERS))
+    parser.add_argument("--output", type=Path, required=True)
+    args = parser.parse_args()
+    for name in args.names:
+        print(BUILDERS[name](args.output))
+
+
+if __name__ == "__main__":
+    main()

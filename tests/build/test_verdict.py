@@ -1,0 +1,132 @@
+"""The verdict is right in both directions on the model families of ``models/verdict``: a collapsed
+detector is refused and repaired, good bins/embedding/mask artifacts pass, spatial axes are
+never channels, and image folders are numbered as the model's labels say.
+
+The models are built here in seconds (PyTorch -> ONNX, Keras in a child process) and packaged for real.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.conftest import ROOT, assert_user_error, built_once, device_cli, edgekit_cli
+
+pytestmark = pytest.mark.slow
+
+
+def _build(name: str):
+    def build(folder: Path) -> Path:
+        subprocess.run([sys.executable, str(ROOT / "models/verdict/build.py"), name, "--output", str(folder)],
+                       check=True, capture_output=True, env={"TF_CPP_MIN_LOG_LEVEL": "3", **__import__("os").environ})
+        return folder / name
+
+    return build
+
+
+@pytest.fixture(scope="module")
+def zoo(tmp_path_factory):
+    def get(name: str) -> Path:
+        return built_once(tmp_path_factory, f"verdict-{name}", _build(name))
+
+    return get
+
+
+def manifest_of(out: Path, name: str) -> dict:
+    return json.loads((out / f"{name}.edgekit" / "manifest.json").read_text())
+
+
+def test_a_a_yolo_head_whose_scores_collapse_is_refused_and_auto_fix_repairs_it(zoo, tmp_path):
+    pytest.importorskip("torch")
+    yolo = zoo("yolo")
+    args = ("package", yolo / "yolo.onnx", "-c", yolo / "images.npz", "--format", "onnx", "-o", tmp_path, "--force")
+    refused = edgekit_cli(*args)
+    assert_user_error(refused, "INT8 validation failed")
+    # the kind, with its evidence, before anything is judged by it
+    assert "output0: detections:yolo, YOLO layout [N, 22, A], from Concat(axis=1) of 4 box rows and 18 sigmoid rows" \
+        in refused.stdout
+    # named: the score rows of axis 1, the detection metric, and the Concat as the first fix
+    assert "output 'output0' rows 4..21 of axis 1 (sigmoid rows" in refused.stderr
+    assert "(detections:yolo)" in refused.stderr and "recall" in refused.stderr
+    assert "fix: --keep-float /Concat_6" in refused.stderr
+    assert not (tmp_path / "yolo.edgekit").exists()
+
+    fixed = edgekit_cli(*args, "--auto-fix", "--no-also-float")
+    assert fixed.returncode == 0, fixed.stderr[-3000:]
+    record = manifest_of(tmp_path, "yolo")["validation"]
+    onnx = record["artifacts"]["onnx"]
+    assert record["kinds"]["output0"]["kind"] == "detections:yolo"
+    assert record["kinds"]["output0"]["groups_axis"] == 1 and record["kinds"]["output0"]["joined_by"] == "/Concat_6"
+    assert onnx["auto_fix"][0]["change"] == "--keep-float /Concat_6" and onnx["auto_fix"][0]["kept"]
+    task = onnx["tasks"]["output0"]["values"]
+    assert task["recall"] >= 0.9 and task["class_agreement"] >= 0.9 and task["float_detections"] > 0
+    # the scores themselves match float now (not just the decisions)
+    assert onnx["worst_slice"]["channels"] == [4, 22] and onnx["worst_slice"]["sqnr_db"] >= 20
+    assert onnx["passed"] is True
+
+
+def test_b_a_360_bin_sigmoid_head_that_keeps_its_peak_passes_by_default(zoo, tmp_path):
+    pitch = zoo("pitch")
+    result = edgekit_cli("package", pitch / "pitch.keras", "-c", pitch / "frames.npz", "--format", "tflite",
+                         "-o", tmp_path, "--force", "--no-also-float")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "output_0: bins, [N, 360], Sigmoid over 360 bins on axis 1" in result.stdout
+    record = manifest_of(tmp_path, "pitch")["validation"]["artifacts"]["tflite"]
+    assert record["worst_slice"] is None  # the bins are one quantity, whatever their magnitudes
+    assert record["tasks"]["output_0"]["task"] == "bins" and record["tasks"]["output_0"]["passed"]
+    assert "groups of different magnitude" not in result.stdout + result.stderr
+
+
+def test_b_an_l2_embedding_with_dead_units_passes_by_cosine(zoo, tmp_path):
+    embedding = zoo("embedding")
+    result = edgekit_cli("package", embedding / "embedding.keras", "-c", embedding / "mel.npz", "--format", "onnx",
+                         "-o", tmp_path, "--force", "--no-also-float")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "output_0: embedding, [N, 256], L2-normalised vectors" in result.stdout
+    record = manifest_of(tmp_path, "embedding")["validation"]["artifacts"]["onnx"]
+    assert record["dead_units"] >= 2 and record["worst_slice"] is None
+    task = record["tasks"]["output_0"]
+    assert task["task"] == "embedding" and task["passed"] and task["values"]["min_cosine"] >= 0.9
+    assert "-inf" not in result.stdout + result.stderr
+
+
+def test_c_a_probability_map_never_reports_spatial_columns_as_channels(zoo, tmp_path):
+    pytest.importorskip("torch")
+    probmap = zoo("probmap")
+    result = edgekit_cli("package", probmap / "probmap.onnx", "-c", probmap / "scenes.npz", "--format", "onnx",
+                         "-o", tmp_path, "--force", "--no-also-float")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "mask: segmentation, [N, 1, 32, 32], Sigmoid map" in result.stdout
+    record = manifest_of(tmp_path, "probmap")["validation"]["artifacts"]["onnx"]
+    assert record["worst_slice"] is None and "channels" not in result.stdout
+    assert record["tasks"]["mask"]["task"] == "segmentation" and record["tasks"]["mask"]["values"]["mean_iou"] >= 0.9
+    assert np.isnan(record["top1_agreement"]) if record["top1_agreement"] is not None else True
+
+
+def test_e_image_folders_follow_the_labels_order_on_the_build_and_on_the_device(zoo, tmp_path):
+    shapes = zoo("shapes")
+    assert float((shapes / "float_accuracy.txt").read_text()) == 1.0
+    assert sorted(p.name for p in (shapes / "images").iterdir()) == ["hbar", "square", "vbar"]  # not the model's order
+    result = edgekit_cli("package", shapes / "shapes.keras", "-c", shapes / "images", "--labels",
+                         shapes / "labels.txt", "-o", tmp_path, "--force", "--no-also-float")
+    assert result.returncode == 0, result.stderr[-3000:]
+    validation = manifest_of(tmp_path, "shapes")["validation"]
+    assert validation["float"]["accuracy"] == 1.0
+    assert validation["artifacts"]["tflite"]["accuracy"] == 1.0
+    bench = device_cli(tmp_path / "shapes.edgekit", "--bench", "--eval", shapes / "images", "--runs", "3",
+                       "--warmup", "1", "--min-seconds", "0", "--report", tmp_path / "report.json")
+    assert bench.returncode == 0, bench.stderr[-2000:]
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["results"][0]["accuracy"]["accuracy"] == 1.0, report["results"][0].get("accuracy")
+    # labels that do not name the folders: refused, never a silent renumbering
+    wrong = tmp_path / "wrong.txt"
+    wrong.write_text("square\nvertical\nhbar\n")
+    refused = edgekit_cli("package", shapes / "shapes.keras", "-c", shapes / "images", "--labels", wrong,
+                          "-o", tmp_path / "w", "--force")
+    assert_user_error(refused, "do not match --labels", "folders without a label: vbar",
+                      "labels without a folder: vertical")
