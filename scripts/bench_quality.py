@@ -1,15 +1,21 @@
 #!/usr/bin/env python
-"""Benchmark INT8 quality: per-output SQNR of every format, before and after ``--auto-fix``.
+"""The verdict matrix: is edgekit's pass/fail right, model by model and format by format?
 
-    .venv/bin/python scripts/bench_quality.py [--output out/bench/bench_quality.json]
+    .venv/bin/python scripts/bench_quality.py [--output out/bench/bench_quality.json] [--only NAME ...]
 
-Models, built locally in seconds: the bundled digits classifier (labelled), a detector head
-concatenating boxes (0..300) and class scores, a segmentation head (per-pixel logits, trained
-briefly on a colour task) and a 1-D audio model (four onset strengths). Each is packaged for every format twice, as is and with
-``--auto-fix`` (both with ``--allow-accuracy-drop`` so the numbers are kept whatever the gates
-say), and the validation record is reduced to: per output SQNR, the worst group of channels,
-the ONNX quantization without fused kernels, task metrics, gate failures and fixes kept.
-Prints a table and the JSON, saves the JSON.
+Models, built locally in seconds (``models/verdict/build.py`` and below): classifiers with labels
+(digits, shapes from an image folder whose order is not the model's), a Keras detector head and a
+YOLOv8-style ONNX head (boxes joined to scores: collapsed by default), 360 sigmoid pitch bins, an
+L2 embedding with dead units, a sigmoid probability map, a trained segmentation head, and an
+audio model whose calibration holds one click (its INT8 ranges are wasted on it).
+
+Each is packaged with default flags (``--allow-accuracy-drop`` so that failed artifacts are kept
+to be measured), giving edgekit's verdict per format. The truth comes from this script alone: a
+task metric on a separate test set, computed from the float source (Keras, ONNX Runtime) and
+from the INT8 artifact run through ``edgekit.load``, with each task's own rule (accuracy drop,
+raw pitch accuracy within 50 cents, speaker identification, mask IoU against the true masks,
+detection class agreement and score error, relative error of regressed values). It prints verdict
+vs truth for every model x format and saves the JSON; the run fails (exit 1) if any verdict is wrong.
 """
 
 from __future__ import annotations
@@ -21,6 +27,8 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -29,15 +37,18 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
+sys.path.insert(0, str(ROOT / "models" / "verdict"))
 
 from benchio import print_and_save  # noqa: E402
 
+import build as verdict_models  # noqa: E402
 import edgekit  # noqa: E402
 from edgekit.devices import int8_kernel_features  # noqa: E402
-from edgekit.formats import FORMATS  # noqa: E402
 
-BUILD = """
-import keras
+ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+
+EXTRA_KERAS = """
+import keras, numpy as np
 keras.utils.set_random_seed(0)
 root = {root!r}
 image = keras.Input((16, 16, 3), name="image")
@@ -45,9 +56,6 @@ d = keras.layers.GlobalAveragePooling2D()(keras.layers.Conv2D(8, 3, activation="
 boxes = keras.layers.Rescaling(300.0)(keras.layers.Dense(4, activation="sigmoid")(d))
 scores = keras.layers.Dense(3, activation="softmax")(d)
 keras.Model(image, keras.layers.Concatenate(name="detections")([boxes, scores])).save(root + "/detector.keras")
-# segmentation: trained for a few seconds to label each pixel by its dominant colour (or dark),
-# so its class margins are a trained model's, not a random one's near-ties
-import numpy as np
 rng = np.random.default_rng(1)
 fields = rng.uniform(0, 1, (400, 4, 4, 3)).astype(np.float32).repeat(4, axis=1).repeat(4, axis=2)
 masks = np.where(fields.max(axis=-1) < 0.3, 3, fields.argmax(axis=-1))
@@ -57,111 +65,224 @@ segmenter = keras.Model(img, keras.layers.Conv2D(4, 1, name="mask")(s))
 segmenter.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
 segmenter.fit(fields, masks, epochs=30, batch_size=32, verbose=0)
 segmenter.save(root + "/segmentation.keras")
-audio = keras.Input((256,), name="audio")
-a = keras.layers.Reshape((256, 1))(audio)
+long = keras.Input((4096,), name="audio")
+a = keras.layers.Reshape((4096, 1))(long)
 a = keras.layers.GlobalAveragePooling1D()(keras.layers.Conv1D(8, 9, strides=4, activation="relu")(a))
-keras.Model(audio, keras.layers.Dense(4, name="onsets")(a)).save(root + "/audio.keras")
+keras.Model(long, keras.layers.Dense(4, name="onsets")(a)).save(root + "/onsets.keras")
 """
 
 
-def build_models(work: Path) -> dict[str, dict[str, Any]]:
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
-    subprocess.run([sys.executable, "-c", textwrap.dedent(BUILD.format(root=str(work)))], check=True, env=env)
+@dataclass
+class Case:
+    """One model: how to package it, its test inputs (model-ready) and the truth rule."""
+
+    model: Path
+    calibration: Path
+    formats: list[str]
+    test_x: np.ndarray
+    truth: Callable[[np.ndarray, np.ndarray], tuple[bool, str]]  # (float outputs, INT8 outputs) -> good?, why
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+def _smooth(n: int, seed: int) -> np.ndarray:
+    fields = np.random.default_rng(seed).uniform(0, 1, (n, 4, 4, 3)).astype(np.float32)
+    return fields.repeat(4, axis=1).repeat(4, axis=2)
+
+
+def build_cases(work: Path) -> dict[str, Case]:
+    subprocess.run([sys.executable, str(ROOT / "models/verdict/build.py"), *verdict_models.BUILDERS,
+                    "--output", str(work)], check=True, env=ENV, capture_output=True)
+    subprocess.run([sys.executable, "-c", textwrap.dedent(EXTRA_KERAS.format(root=str(work)))], check=True, env=ENV)
+    np.savez(work / "smooth.npz", image=_smooth(200, 0))
     rng = np.random.default_rng(0)
-    fields = rng.uniform(0, 1, (150, 4, 4, 3)).astype(np.float32)
-    np.savez(work / "images.npz", image=fields.repeat(4, axis=1).repeat(4, axis=2))
-    t = np.linspace(0, 1, 256, dtype=np.float32)
-    clips = np.stack([np.sin(2 * np.pi * rng.uniform(5, 40) * t) * rng.uniform(0.1, 1) for _ in range(150)])
-    np.savez(work / "audio.npz", audio=clips.astype(np.float32))
+    t = np.linspace(0, 1, 4096, dtype=np.float32)
+    clips = np.stack([np.sin(2 * np.pi * rng.uniform(50, 400) * t) * rng.uniform(0.1, 1) for _ in range(260)])
+    clips = clips.astype(np.float32)
+    click = clips[:200].copy()
+    click[7, 1000] = 200  # one click at 200x the clips' level: min/max spends the INT8 range on it
+    np.savez(work / "click.npz", audio=click)
+    np.savez(work / "clean.npz", audio=clips[200:230])  # the user's evaluation clips: no click
+    digits = np.load(ROOT / "models/digits/data/eval.npz")
+    pitch_x, pitch_bins = verdict_models.pitch_frames(300, 7, with_bins=True)
+    mel_x, speakers = verdict_models.mel_frames(300, 7)
+    scenes_x, scenes_masks = verdict_models.disc_scenes(150, 7)
+    shapes, shape_classes = verdict_models.shape_images(150, 7)
+    yolo_fields = np.random.default_rng(7).uniform(0, 1, (100, 3, 8, 8)).astype(np.float32)
+    test_fields = _smooth(150, 7)
     return {
-        "classifier (digits, labelled)": {"model": ROOT / "models/digits/digits.keras",
-                                          "calibration": ROOT / "models/digits/data/calibration.npz",
-                                          "eval": ROOT / "models/digits/data/eval.npz"},
-        "detector head (boxes 0..300 + scores)": {"model": work / "detector.keras",
-                                                  "calibration": work / "images.npz",
-                                                  "output_kinds": {"": "detections:yolo"}},
-        "segmentation head (logits)": {"model": work / "segmentation.keras", "calibration": work / "images.npz",
-                                       "output_kinds": {"": "segmentation"}},
-        "audio (onset strengths)": {"model": work / "audio.keras", "calibration": work / "audio.npz"},
+        "digits classifier (labelled .npz)": Case(
+            ROOT / "models/digits/digits.keras", ROOT / "models/digits/data/calibration.npz", ["tflite", "onnx"],
+            digits["x"].reshape(-1, 8, 8, 1).astype(np.float32) / 255.0,
+            lambda f, q: _accuracy_drop(f, q, digits["y"]),
+            {"eval": str(ROOT / "models/digits/data/eval.npz")}),
+        "shapes classifier (image folder, --labels)": Case(
+            work / "shapes/shapes.keras", work / "shapes/images", ["tflite", "onnx"],
+            np.stack(shapes)[..., None].astype(np.float32) / 255.0,
+            lambda f, q: _accuracy_drop(f, q, np.asarray(shape_classes)),
+            {"labels_file": str(work / "shapes/labels.txt")}),
+        "detector head, Keras (boxes + softmax, concat)": Case(
+            work / "detector.keras", work / "smooth.npz", ["tflite", "onnx"], test_fields, _detector_truth),
+        "YOLOv8-style head, ONNX [N, 22, A]": Case(
+            work / "yolo/yolo.onnx", work / "yolo/images.npz", ["onnx"],
+            yolo_fields.repeat(8, axis=2).repeat(8, axis=3), _detector_truth),
+        "pitch, 360 sigmoid bins": Case(
+            work / "pitch/pitch.keras", work / "pitch/frames.npz", ["tflite", "onnx"], pitch_x,
+            lambda f, q: _pitch_truth(f, q, pitch_bins)),
+        "speaker embedding, L2 + dead units": Case(
+            work / "embedding/embedding.keras", work / "embedding/mel.npz", ["onnx"], mel_x,
+            lambda f, q: _speaker_truth(f, q, speakers)),
+        "probability map [N, 1, H, W]": Case(
+            work / "probmap/probmap.onnx", work / "probmap/scenes.npz", ["onnx"], scenes_x,
+            lambda f, q: _mask_truth(f, q, scenes_masks)),
+        "segmentation, trained (logits)": Case(
+            work / "segmentation.keras", work / "smooth.npz", ["tflite", "onnx"], test_fields, _segmentation_truth,
+            {"output_kinds": {"": "segmentation"}}),
+        "onset strengths, one click in calibration": Case(
+            work / "onsets.keras", work / "click.npz", ["tflite", "onnx"], clips[230:], _values_truth,
+            {"eval": str(work / "clean.npz")}),
     }
 
 
-def reduce(manifest: Any) -> dict[str, Any]:
-    """Per format: every output's SQNR, its worst group of channels, the unfused ONNX numbers."""
-    found = {}
-    for fmt, record in manifest.validation["artifacts"].items():
-        if not record.get("measured"):
-            found[fmt] = {"measured": False, "reason": record.get("reason")}
+# --- the truth: task metrics computed here, from outputs only ---------------------------------
+
+
+def _accuracy_drop(f: np.ndarray, q: np.ndarray, y: np.ndarray) -> tuple[bool, str]:
+    drop = 100 * (np.mean(f.argmax(1) == y) - np.mean(q.argmax(1) == y))
+    return drop <= 1.0, f"accuracy {100 * np.mean(f.argmax(1) == y):.1f}% -> {100 * np.mean(q.argmax(1) == y):.1f}%"
+
+
+def _detector_truth(f: np.ndarray, q: np.ndarray) -> tuple[bool, str]:
+    """Scores are what a detector ranks and thresholds by: on the anchors float is confident about
+    (best score >= 0.25), the INT8 class must be float's and the score within 0.05."""
+    if f.ndim == 3:  # [N, 4+C, A] -> one row per anchor
+        f, q = f.transpose(0, 2, 1).reshape(-1, f.shape[1]), q.transpose(0, 2, 1).reshape(-1, q.shape[1])
+    confident = f[:, 4:].max(axis=1) >= 0.25
+    if not confident.any():
+        return True, "no confident anchors"
+    same = np.mean(f[confident, 4:].argmax(1) == q[confident, 4:].argmax(1))
+    error = float(np.mean(np.abs(f[confident, 4:].max(1) - q[confident, 4:].max(1))))
+    return bool(same >= 0.95 and error <= 0.05), f"class agreement {100 * same:.1f}%, score error {error:.3f}"
+
+
+def _pitch_truth(f: np.ndarray, q: np.ndarray, bins: np.ndarray) -> tuple[bool, str]:
+    """Raw pitch accuracy: the peak bin within 50 cents (2.5 bins) of the true pitch."""
+    rpa_f = np.mean(np.abs(f.argmax(1) - bins) <= 2.5)
+    rpa_q = np.mean(np.abs(q.argmax(1) - bins) <= 2.5)
+    return bool(100 * (rpa_f - rpa_q) <= 1.0), f"raw pitch accuracy {100 * rpa_f:.1f}% -> {100 * rpa_q:.1f}%"
+
+
+def _speaker_truth(f: np.ndarray, q: np.ndarray, speakers: np.ndarray) -> tuple[bool, str]:
+    """Speaker identification by nearest neighbour among the other test samples."""
+    def accuracy(e: np.ndarray) -> float:
+        similarity = e @ e.T
+        np.fill_diagonal(similarity, -np.inf)
+        return float(np.mean(speakers[similarity.argmax(1)] == speakers))
+
+    a_f, a_q = accuracy(f), accuracy(q)
+    return bool(100 * (a_f - a_q) <= 1.0), f"speaker identification {100 * a_f:.1f}% -> {100 * a_q:.1f}%"
+
+
+def _mask_truth(f: np.ndarray, q: np.ndarray, masks: np.ndarray) -> tuple[bool, str]:
+    def iou(p: np.ndarray) -> float:
+        pred, true = p >= 0.5, masks >= 0.5
+        return float(np.sum(pred & true) / max(np.sum(pred | true), 1))
+
+    return bool(100 * (iou(f) - iou(q)) <= 1.0), f"IoU with the true discs {100 * iou(f):.1f}% -> {100 * iou(q):.1f}%"
+
+
+def _segmentation_truth(f: np.ndarray, q: np.ndarray) -> tuple[bool, str]:
+    """Pixel accuracy against the task's own labels (dominant colour, or dark), from the inputs."""
+    inputs = _smooth(150, 7)
+    truth = np.where(inputs.max(axis=-1) < 0.3, 3, inputs.argmax(axis=-1))
+    a_f, a_q = np.mean(f.argmax(-1) == truth), np.mean(q.argmax(-1) == truth)
+    return bool(100 * (a_f - a_q) <= 1.0), f"pixel accuracy {100 * a_f:.1f}% -> {100 * a_q:.1f}%"
+
+
+def _values_truth(f: np.ndarray, q: np.ndarray) -> tuple[bool, str]:
+    """Regressed values: the RMS error within 10% of the values' RMS."""
+    relative = float(np.sqrt(np.mean((q - f) ** 2)) / np.sqrt(np.mean(f**2)))
+    return bool(relative <= 0.10), f"relative RMS error {100 * relative:.1f}%"
+
+
+# --- running ----------------------------------------------------------------------------------
+
+
+def float_outputs(model: Path, x: np.ndarray, work: Path) -> np.ndarray:
+    """The float source on the test inputs: ONNX Runtime for .onnx, Keras (in a child) otherwise."""
+    if model.suffix == ".onnx":
+        import onnxruntime
+
+        session = onnxruntime.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+        return session.run(None, {session.get_inputs()[0].name: x})[0]
+    np.save(work / "x.npy", x)
+    subprocess.run([sys.executable, "-c", textwrap.dedent(f"""
+        import keras, numpy as np
+        model = keras.models.load_model({str(model)!r}, compile=False)
+        np.save({str(work / 'y.npy')!r}, np.asarray(model.predict(np.load({str(work / 'x.npy')!r}), verbose=0)))
+    """)], check=True, env=ENV)
+    return np.load(work / "y.npy")
+
+
+def run_case(title: str, case: Case, work: Path) -> dict[str, Any]:
+    options = dict(case.options)
+    result = edgekit.package(str(case.model), str(case.calibration), str(work / "out"), formats=case.formats,
+                             allow_accuracy_drop=True, force=True, also_float=False, **options)
+    validation = result.manifest.validation
+    reference = float_outputs(case.model, case.test_x, work)
+    rows = {}
+    for fmt in case.formats:
+        record = validation["artifacts"].get(fmt)
+        if record is None or not record.get("measured"):
+            rows[fmt] = {"verdict": None, "note": "not built or not measurable here"}
             continue
-        outputs = record.get("outputs") or {manifest.outputs[0].name: record}
-        found[fmt] = {
-            "outputs": {name: {"sqnr_db": _round(o["sqnr_db"]),
-                               "worst_slice_sqnr_db": _round(o["worst_slice"]["sqnr_db"]) if o.get("worst_slice")
-                               else None,
-                               "distinct_values": o["distinct_values"]} for name, o in outputs.items()},
-            "quantization_sqnr_db": _round(record["quantization"]["sqnr_db"]) if record.get("quantization") else None,
-            "tasks": {name: {k: _round(v) for k, v in t["values"].items()} | {"passed": t["passed"]}
-                      for name, t in (record.get("tasks") or {}).items()},
-            "failed_gates": [g["what"] for g in record.get("gates", [])],
-            "fixes_kept": [a["change"] for a in record.get("auto_fix", []) if a.get("kept")],
-            "passed": record.get("passed"),
-        }
-    return found
-
-
-def _round(value: Any) -> Any:
-    return None if value is None else round(float(value), 2)
+        with edgekit.load(result.path, artifact=fmt) as model:
+            int8 = np.concatenate([model.predict_tensor(case.test_x[i : i + 32])
+                                   for i in range(0, len(case.test_x), 32)])
+        good, why = case.truth(reference, int8)
+        verdict = bool(record["passed"])
+        rows[fmt] = {"verdict": "pass" if verdict else "fail", "truth": "good" if good else "broken",
+                     "right": bool(verdict == good), "truth_metric": why,
+                     "failed_gates": [g["what"] for g in record.get("gates", [])]}
+    kinds = {name: f"{k['kind']}: {k['evidence']}" for name, k in (validation.get("kinds") or {}).items()}
+    return {"kinds": kinds, "formats": rows}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--output", type=Path, default=ROOT / "out" / "bench" / "bench_quality.json")
+    parser.add_argument("--only", nargs="*", default=None, help="titles (substrings) of the models to run")
     args = parser.parse_args()
     report: dict[str, Any] = {
         "benchmark": "bench_quality",
         "machine": {"python": platform.python_version(), "machine": platform.machine(),
                     "int8_kernels": int8_kernel_features()},
-        "min_sqnr_db": 20.0,
         "models": {},
     }
     with tempfile.TemporaryDirectory(prefix="edgekit-bench-quality-") as tmp:
         work = Path(tmp)
-        for title, spec in build_models(work).items():
-            runs = {}
-            for label, auto_fix in (("before", False), ("after_auto_fix", True)):
-                result = edgekit.package(
-                    str(spec["model"]), str(spec["calibration"]), str(work / label), eval=_str(spec.get("eval")),
-                    formats=list(FORMATS), output_kinds=spec.get("output_kinds", {}), auto_fix=auto_fix,
-                    allow_accuracy_drop=True, force=True,
-                )
-                runs[label] = reduce(result.manifest)
-            report["models"][title] = runs
+        for title, case in build_cases(work).items():
+            if args.only and not any(o in title for o in args.only):
+                continue
+            print(f"packaging {title} ...", file=sys.stderr)
+            report["models"][title] = run_case(title, case, work)
+    rows = [(t, f, r) for t, m in report["models"].items() for f, r in m["formats"].items() if r.get("verdict")]
+    report["verdicts"] = len(rows)
+    report["right"] = sum(1 for _, _, r in rows if r["right"])
     print_table(report)
     print_and_save(report, args.output)
-
-
-def _str(path: Any) -> str | None:
-    return None if path is None else str(path)
+    sys.exit(0 if report["right"] == report["verdicts"] else 1)
 
 
 def print_table(report: dict[str, Any]) -> None:
-    print(f"{'model':40} {'format':7} {'output':10} {'SQNR before':>12} {'worst slice':>12} "
-          f"{'SQNR after':>11} {'worst slice':>12}  fixes kept", file=sys.stderr)
-    for title, runs in report["models"].items():
-        for fmt, before in runs["before"].items():
-            after = runs["after_auto_fix"].get(fmt, {})
-            if not before.get("outputs"):
-                print(f"{title:40} {fmt:7} {'':10} {'not measurable here':>12}", file=sys.stderr)
+    print(f"{'model':46} {'format':7} {'verdict':8} {'truth':7} {'right':6} truth metric", file=sys.stderr)
+    for title, model in report["models"].items():
+        for fmt, row in model["formats"].items():
+            if not row.get("verdict"):
+                print(f"{title:46} {fmt:7} {row.get('note')}", file=sys.stderr)
                 continue
-            for name, b in before["outputs"].items():
-                a = after.get("outputs", {}).get(name, {})
-                print(f"{title:40} {fmt:7} {name:10} {_db(b['sqnr_db']):>12} {_db(b['worst_slice_sqnr_db']):>12} "
-                      f"{_db(a.get('sqnr_db')):>11} {_db(a.get('worst_slice_sqnr_db')):>12}  "
-                      f"{', '.join(after.get('fixes_kept', [])) or '-'}", file=sys.stderr)
-
-
-def _db(value: Any) -> str:
-    return "-" if value is None else f"{value:.1f} dB"
+            print(f"{title:46} {fmt:7} {row['verdict']:8} {row['truth']:7} {'yes' if row['right'] else 'NO':6} "
+                  f"{row['truth_metric']}", file=sys.stderr)
+    print(f"verdicts right: {report['right']} of {report['verdicts']}", file=sys.stderr)
 
 
 if __name__ == "__main__":

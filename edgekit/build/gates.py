@@ -5,7 +5,7 @@ Every output of every artifact is judged, labels or not:
 1. outputs that carry no signal (constant) always fail;
 2. an output whose kind has a task (``kinds.py``: inferred from the graph and values, labels,
    or ``--output-kind``) is judged by the task's rule: top-1 agreement for classes, argmax
-   within one bin for bins, detection recall/precision/class agreement, IoU, cosine;
+   peak within one bin for bins, detection recall/precision/class agreement, IoU, cosine;
 3. every other output (values) needs SQNR >= ``--min-sqnr`` (20 dB by default); each quantity
    the graph joins into one output (a Concat of box rows and sigmoid score rows) needs it too,
    task metric or not (collapsed scores may still pick the right class, but not rank);

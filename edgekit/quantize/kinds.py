@@ -5,7 +5,7 @@ Kinds and their gates (``tasks.py``):
 - ``classes``: class scores (a softmax, labels, or rows of probabilities): top-1 agreement with
   float, accuracy with labels;
 - ``bins``: per-bin probabilities (a sigmoid over ordered bins: pitch, angle, age): argmax
-  agreement within one bin;
+  peak (CREPE-style weighted mean around the argmax) within one bin of float's;
 - ``detections:yolo`` / ``detections:yolov5``: boxes joined to sigmoid scores by a Concat:
   detection recall, precision and class agreement against float;
 - ``segmentation``: per-pixel class scores (softmax over a class axis, or a sigmoid map): IoU;
@@ -146,7 +146,7 @@ def _same_magnitude(reference: np.ndarray, axis: int, a: Group, b: Group) -> boo
 def _from_structure(name: str, reference: np.ndarray, structure: dict[str, Any], groups: tuple[Group, ...],
                     groups_axis: int | None) -> dict[str, Any] | None:
     op, axis, rank = structure.get("op"), structure.get("axis"), reference.ndim
-    node = structure.get("node") or "the output node"
+    node = structure.get("node") or "the output"
     shape = list(reference.shape)
     if op == "concat" and len(groups) > 1 and groups_axis is not None:
         detection = _detection(name, structure, groups, groups_axis, rank, shape)

@@ -38,7 +38,7 @@ BINARY_THRESHOLD = 0.5  # a sigmoid probability (or a mask pixel) is "yes" at 0.
 KINDS = ("classes", "bins", "segmentation", "detections:yolo", "detections:yolov5", "embedding", "values")
 KIND_HELP = (
     "classes (class scores: top-1 agreement, accuracy with labels), bins (per-bin probabilities over ordered "
-    "bins: argmax agreement within one bin), segmentation (per-pixel class scores or a sigmoid mask: IoU), "
+    "bins: the peak within one bin of float's), segmentation (per-pixel class scores or a sigmoid mask: IoU), "
     "detections:yolo[:THRESHOLD] (boxes cx,cy,w,h then class scores, either axis order), "
     "detections:yolov5[:THRESHOLD] (boxes, objectness, class scores), embedding (vectors: cosine), "
     "values (SQNR only)"
@@ -160,19 +160,37 @@ def classification(reference: np.ndarray, candidate: np.ndarray, targets: np.nda
                       f"--max-accuracy-drop {max_accuracy_drop_pp:g} pp)", values["top1_agreement"] - floor)
 
 
+PEAK_HALF_WIDTH = 4  # bins each side of the argmax that locate a peak (CREPE's local weighted average)
+
+
 def bins(reference: np.ndarray, candidate: np.ndarray, max_accuracy_drop_pp: float,
          axis: int | None = None) -> TaskResult:
-    """Ordered bins (pitch, angle, age): the peak bin may move to a neighbour, which is the same
-    answer to within the bins' resolution; anything further is a different answer."""
-    ref = _last(reference, axis).argmax(axis=1)
-    out = _last(candidate, axis).argmax(axis=1)
-    values = {"argmax_agreement": float(np.mean(ref == out)),
-              "within_one_bin": float(np.mean(np.abs(ref - out) <= 1)),
-              "bins": float(_last(reference, axis).shape[1])}
+    """Ordered bins (pitch, angle, age): the answer is where the peak is. A flat-topped peak's
+    argmax jumps between neighbouring bins on noise (measured: 3 bins on a pitch head whose raw
+    pitch accuracy INT8 kept exactly), so the peak is located as pitch trackers decode it, the
+    probability-weighted mean of the bins within ``PEAK_HALF_WIDTH`` of the argmax, and must stay
+    within one bin of float's."""
+    ref_rows, out_rows = _last(reference, axis).astype(np.float64), _last(candidate, axis).astype(np.float64)
+    ref, out = ref_rows.argmax(axis=1), out_rows.argmax(axis=1)
+    moved = np.abs(_peak(ref_rows) - _peak(out_rows))
+    values = {"peak_within_one_bin": float(np.mean(moved <= 1.0)), "argmax_agreement": float(np.mean(ref == out)),
+              "worst_peak_shift_bins": float(moved.max()) if moved.size else 0.0,
+              "bins": float(ref_rows.shape[1])}
     floor = 1 - max_accuracy_drop_pp / 100
-    return TaskResult("bins", values, values["within_one_bin"] >= floor - 1e-12,
-                      f"argmax bin within one bin of float's >= {100 * floor:g}% (--max-accuracy-drop "
-                      f"{max_accuracy_drop_pp:g} pp)", values["within_one_bin"] - floor)
+    return TaskResult("bins", values, values["peak_within_one_bin"] >= floor - 1e-12,
+                      f"peak (weighted mean of the bins within {PEAK_HALF_WIDTH} of the argmax) within one bin of "
+                      f"float's for >= {100 * floor:g}% of the samples (--max-accuracy-drop {max_accuracy_drop_pp:g} pp)",
+                      values["peak_within_one_bin"] - floor)
+
+
+def _peak(rows: np.ndarray) -> np.ndarray:
+    """Each row's peak position in bins: the weighted mean around its argmax."""
+    top = rows.argmax(axis=1)
+    index = np.arange(rows.shape[1])
+    window = np.abs(index[None, :] - top[:, None]) <= PEAK_HALF_WIDTH
+    weights = np.where(window, np.clip(rows, 0, None), 0.0)
+    total = weights.sum(axis=1)
+    return np.where(total > 0, (weights * index).sum(axis=1) / np.where(total > 0, total, 1), top)
 
 
 def embedding(reference: np.ndarray, candidate: np.ndarray, axis: int | None = None) -> TaskResult:
@@ -341,7 +359,7 @@ def show_value(key: str, value: float | None) -> str:
         return f"{value:.2f} pp"
     if "cosine" in key:
         return f"{value:.4f}"
-    if key in ("float_detections", "int8_detections", "classes", "bins"):
+    if key in ("float_detections", "int8_detections", "classes", "bins", "worst_peak_shift_bins"):
         return f"{value:.0f}"
     if key != "score_threshold" and 0 <= value <= 1:
         return f"{100 * value:.1f}%"

@@ -98,7 +98,82 @@ def prepare(model_path: str, kind: str, export_dir: str, hints: dict[str, Any] |
     info["outputs"] = [_describe(name, spec) for name, spec in sorted(outputs.items())]
     if "output_layers" not in info:  # no Keras layers: --keep-float names an output by itself
         info["output_layers"] = {o["name"]: o["name"] for o in info["outputs"]}
+    if "output_structure" not in info:  # no Keras layers: the graph itself says what the outputs are
+        info["output_structure"] = _graph_structure(signature)
     return info
+
+
+TF_PASS_THROUGH = {"Identity", "IdentityN", "Cast", "StopGradient"}
+TF_PART_PASS_THROUGH = TF_PASS_THROUGH | {"Reshape", "Transpose", "Squeeze", "ExpandDims", "StridedSlice", "Split",
+                                          "SplitV", "Slice"}
+
+
+def _graph_structure(signature: Any) -> dict[str, dict[str, Any]]:
+    """Each output's structure (``edgekit.quantize.structure``'s form) from the TensorFlow graph,
+    with the variables folded in so the layers' ops are visible (not a StatefulPartitionedCall)."""
+    try:
+        from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
+
+        frozen = convert_variables_to_constants_v2(signature)
+        names = sorted(signature.structured_outputs)  # the frozen function's outputs, in flattened (key) order
+        return {str(name): _tf_walk(tensor) for name, tensor in zip(names, frozen.outputs)}
+    except Exception:  # a graph that cannot be frozen or read: no structure, the values decide
+        return {}
+
+
+def _tf_walk(tensor: Any) -> dict[str, Any]:
+    """The output's structure. Node names are left out: a frozen graph's op names are not what
+    --keep-float accepts for a SavedModel (the output's own name is)."""
+    rank = tensor.shape.rank or 0
+    axes = list(range(rank))
+    for _ in range(12):
+        op = tensor.op
+        if op.type in TF_PASS_THROUGH and op.inputs:
+            tensor = op.inputs[0]
+            continue
+        if op.type == "Transpose" and len(op.inputs) == 2:
+            perm = _tf_constant(op.inputs[1])
+            if perm is None or len(perm) != len(axes):
+                break
+            moved = [0] * len(axes)
+            for out_axis, in_axis in enumerate(perm):
+                moved[int(in_axis)] = axes[out_axis]
+            axes, tensor = moved, op.inputs[0]
+            continue
+        if op.type in ("Softmax", "LogSoftmax"):
+            return {"op": "softmax", "axis": axes[-1] if axes else None, "node": None}
+        if op.type == "Sigmoid":
+            return {"op": "sigmoid", "axis": None, "node": None}
+        if op.type == "ConcatV2" and axes:
+            axis = _tf_constant(op.inputs[-1])
+            if axis is None:
+                break
+            axis = int(axis) % len(axes)
+            parts = [{"size": t.shape[axis] if t.shape.rank == len(axes) else None, "op": _tf_part(t)}
+                     for t in op.inputs[:-1]]
+            return {"op": "concat", "axis": axes[axis], "node": None, "parts": parts}
+        break
+    return {"op": "values", "axis": None, "node": None}
+
+
+def _tf_part(tensor: Any) -> str:
+    for _ in range(12):
+        op = tensor.op
+        if op.type in TF_PART_PASS_THROUGH and op.inputs:
+            tensor = op.inputs[0]
+            continue
+        return {"Sigmoid": "sigmoid", "Softmax": "softmax", "Const": "constant"}.get(op.type, "values")
+    return "values"
+
+
+def _tf_constant(tensor: Any) -> Any:
+    """The value of a constant tensor (an axis, a permutation), else None."""
+    from tensorflow.python.framework import tensor_util
+
+    if tensor.op.type != "Const":
+        return None
+    value = tensor_util.MakeNdarray(tensor.op.get_attr("value"))
+    return value.tolist()
 
 
 def _frozen_copy(signature: Any, export_dir: str) -> str | None:

@@ -80,6 +80,48 @@ def yolo(out: Path) -> Path:
     return folder / "yolo.onnx"
 
 
+def pitch_frames(n: int, seed: int, with_bins: bool = False):  # noqa: ANN201
+    """1024-sample sine frames at 16 kHz with random phase and level; targets: a Gaussian around the
+    true bin (CREPE's 360 bins, 20 cents apart from C1). ``with_bins``: the true bin indices too."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    t = np.arange(1024, dtype=np.float32) / 16000.0
+    bins = rng.integers(20, PITCH_BINS - 20, n)
+    hz = 32.7 * 2 ** (bins * 20 / 1200)
+    x = np.stack([np.sin(2 * np.pi * f * t + rng.uniform(0, 6.28)) * rng.uniform(0.3, 1) for f in hz])
+    target = np.exp(-0.5 * ((np.arange(PITCH_BINS)[None] - bins[:, None]) / 1.25) ** 2)
+    if with_bins:
+        return x.astype(np.float32), bins
+    return x.astype(np.float32), target.astype(np.float32)
+
+
+def mel_frames(n: int, seed: int):  # noqa: ANN201
+    """Mel-like frames of 20 speakers (a speaker's mean spectrum plus noise) and the speaker ids."""
+    import numpy as np
+
+    speakers = np.random.default_rng(0).normal(0, 1, (20, 1, 32))
+    rng = np.random.default_rng(seed)
+    who = rng.integers(0, 20, n)
+    return (speakers[who] + rng.normal(0, 0.5, (n, 40, 32))).astype(np.float32), who
+
+
+def disc_scenes(n: int, seed: int):  # noqa: ANN201
+    """Grey 32x32 images with one bright disc, NCHW; the masks are the discs."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    yy, xx = np.mgrid[0:32, 0:32]
+    x = rng.uniform(0, 0.3, (n, 1, 32, 32)).astype(np.float32)
+    masks = np.zeros((n, 1, 32, 32), np.float32)
+    for i in range(n):
+        cy, cx, r = rng.uniform(8, 24), rng.uniform(8, 24), rng.uniform(3, 7)
+        disc = (yy - cy) ** 2 + (xx - cx) ** 2 <= r**2
+        x[i, 0][disc] += 0.6
+        masks[i, 0][disc] = 1
+    return x, masks
+
+
 def pitch(out: Path) -> Path:
     import keras
     import numpy as np
@@ -87,17 +129,7 @@ def pitch(out: Path) -> Path:
     keras.utils.set_random_seed(0)
     folder = out / "pitch"
     folder.mkdir(parents=True, exist_ok=True)
-    rng = np.random.default_rng(0)
-    t = np.arange(1024, dtype=np.float32) / 16000.0
-
-    def frames(n: int) -> tuple[np.ndarray, np.ndarray]:
-        bins = rng.integers(20, PITCH_BINS - 20, n)
-        hz = 32.7 * 2 ** (bins * 20 / 1200)  # CREPE's bins: 20 cents apart from C1
-        x = np.stack([np.sin(2 * np.pi * f * t + rng.uniform(0, 6.28)) * rng.uniform(0.3, 1) for f in hz])
-        target = np.exp(-0.5 * ((np.arange(PITCH_BINS)[None] - bins[:, None]) / 1.25) ** 2)
-        return x.astype(np.float32), target.astype(np.float32)
-
-    x, y = frames(6000)
+    x, y = pitch_frames(6000, 0)
     frame = keras.Input((1024,), name="frame")
     h = keras.layers.Reshape((1024, 1))(frame)
     h = keras.layers.Conv1D(32, 64, strides=4, activation="relu")(h)
@@ -109,7 +141,7 @@ def pitch(out: Path) -> Path:
     model.compile(keras.optimizers.Adam(2e-3), "binary_crossentropy")
     model.fit(x, y, epochs=30, batch_size=64, verbose=0)
     model.save(folder / "pitch.keras")
-    calibration, _ = frames(200)
+    calibration, _ = pitch_frames(200, 1)
     np.savez(folder / "frames.npz", frame=calibration)
     return folder / "pitch.keras"
 
@@ -132,10 +164,7 @@ def embedding(out: Path) -> Path:
     bias[[65, 66]] = -1e3  # two dead ReLU units: always exactly zero
     dense.set_weights([kernel, bias])
     model.save(folder / "embedding.keras")
-    rng = np.random.default_rng(0)
-    speakers = rng.normal(0, 1, (20, 1, 32))
-    mel_frames = speakers[rng.integers(0, 20, 200)] + rng.normal(0, 0.5, (200, 40, 32))
-    np.savez(folder / "mel.npz", mel=mel_frames.astype(np.float32))
+    np.savez(folder / "mel.npz", mel=mel_frames(200, 1)[0])
     return folder / "embedding.keras"
 
 
@@ -147,23 +176,9 @@ def probmap(out: Path) -> Path:
     torch.manual_seed(0)
     folder = out / "probmap"
     folder.mkdir(parents=True, exist_ok=True)
-    rng = np.random.default_rng(0)
-
-    def scenes(n: int) -> tuple[np.ndarray, np.ndarray]:
-        """Grey images with one bright disc; the mask is the disc."""
-        yy, xx = np.mgrid[0:32, 0:32]
-        x = rng.uniform(0, 0.3, (n, 1, 32, 32)).astype(np.float32)
-        masks = np.zeros((n, 1, 32, 32), np.float32)
-        for i in range(n):
-            cy, cx, r = rng.uniform(8, 24), rng.uniform(8, 24), rng.uniform(3, 7)
-            disc = (yy - cy) ** 2 + (xx - cx) ** 2 <= r**2
-            x[i, 0][disc] += 0.6
-            masks[i, 0][disc] = 1
-        return x, masks
-
     model = nn.Sequential(nn.Conv2d(1, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 8, 3, padding=1), nn.ReLU(),
                           nn.Conv2d(8, 1, 1), nn.Sigmoid())
-    x, masks = scenes(400)
+    x, masks = disc_scenes(400, 0)
     optimizer = torch.optim.Adam(model.parameters(), 1e-2)
     for _ in range(150):
         optimizer.zero_grad()
@@ -174,7 +189,7 @@ def probmap(out: Path) -> Path:
     torch.onnx.export(model, (torch.zeros(2, 1, 32, 32),), str(folder / "probmap.onnx"), input_names=["image"],
                       output_names=["mask"], dynamic_axes={"image": {0: "batch"}, "mask": {0: "batch"}},
                       opset_version=17, dynamo=False)
-    calibration, _ = scenes(200)
+    calibration, _ = disc_scenes(200, 1)
     np.savez(folder / "scenes.npz", image=calibration)
     return folder / "probmap.onnx"
 

@@ -130,3 +130,31 @@ def test_e_image_folders_follow_the_labels_order_on_the_build_and_on_the_device(
                           "-o", tmp_path / "w", "--force")
     assert_user_error(refused, "do not match --labels", "folders without a label: vbar",
                       "labels without a folder: vertical")
+
+
+def test_the_runtime_respects_the_verdict(zoo, tmp_path):
+    """A failed artifact kept by --allow-accuracy-drop: never chosen by default, loaded with a warning
+    when asked for, refused by the server without --allow-failed-artifact; every artifact key works."""
+    pytest.importorskip("torch")
+    yolo = zoo("yolo")
+    kept = edgekit_cli("package", yolo / "yolo.onnx", "-c", yolo / "images.npz", "--format", "onnx", "-o", tmp_path,
+                       "--force", "--allow-accuracy-drop", "--also-float")
+    assert kept.returncode == 0, kept.stderr[-3000:]
+    package = tmp_path / "yolo.edgekit"
+    manifest = manifest_of(tmp_path, "yolo")
+    assert manifest["validation"]["artifacts"]["onnx"]["passed"] is False
+    assert manifest["validation"]["artifacts"]["onnx-float32"]["passed"] is True
+    with np.load(yolo / "images.npz") as data:
+        np.save(tmp_path / "x.npy", data["images"][:1])
+    default = device_cli(package, "-i", tmp_path / "x.npy", "-o", tmp_path / "y.npy", "--verbose")
+    assert default.returncode == 0, default.stderr[-2000:]
+    assert "onnx-float32" in default.stdout + default.stderr and "failed validation" not in default.stderr
+    chosen = device_cli(package, "--artifact", "onnx", "-i", tmp_path / "x.npy", "-o", tmp_path / "y.npy")
+    assert chosen.returncode == 0, chosen.stderr[-2000:]
+    assert "artifact 'onnx' of package 'yolo' failed validation when it was packaged" in chosen.stderr
+    by_key = device_cli(package, "--artifact", "onnx-float32", "-i", tmp_path / "x.npy", "-o", tmp_path / "y.npy")
+    assert by_key.returncode == 0, by_key.stderr[-2000:]
+    missing = device_cli(package, "--artifact", "tflite-float16", "-i", tmp_path / "x.npy")
+    assert_user_error(missing, "has no tflite-float16 artifact")
+    served = device_cli(package, "--serve", "--artifact", "onnx", "--port", "0", timeout=120)
+    assert_user_error(served, "failed validation", "--allow-failed-artifact")

@@ -17,6 +17,8 @@ from tests.conftest import ROOT, assert_user_error, device_cli, edgekit_cli
 pytestmark = pytest.mark.slow
 torch = pytest.importorskip("torch")
 
+COLOURS = [[0.9, 0.1, 0.1], [0.1, 0.8, 0.2], [0.2, 0.2, 0.9], [0.9, 0.9, 0.1], [0.5, 0.5, 0.5]]
+
 MODELS = '''
 import torch
 from torch import nn
@@ -51,6 +53,32 @@ class TwoHeads(nn.Module):
         return torch.softmax(self.kind(f), dim=1), self.age(f)
 
 
+# photos are one of five colours plus texture; the class is the colour
+COLOURS = torch.tensor(__COLOURS__)
+
+
+def photos(n, seed):
+    g = torch.Generator().manual_seed(seed)
+    classes = torch.randint(0, 5, (n,), generator=g)
+    x = COLOURS[classes][:, :, None, None] + 0.1 * torch.randn(n, 3, 16, 16, generator=g)
+    return x, classes
+
+
+def _trained(model, scores, classes=5):
+    """A few seconds of Adam on the colour task: a trained model's class margins, not the near-ties of
+    random weights (whose decisions INT8 rightly changes)."""
+    x, y = photos(256, 0)
+    y = y % classes
+    optimizer = torch.optim.Adam(model.parameters(), 1e-2)
+    with torch.enable_grad():  # callers may build the model under no_grad
+        for _ in range(120):
+            optimizer.zero_grad()
+            loss = nn.functional.nll_loss(torch.log(scores(model(x)) + 1e-9), y)
+            loss.backward()
+            optimizer.step()
+    return model.eval()
+
+
 def residual_cnn():
     torch.manual_seed(0)
     model = ResidualCNN()
@@ -58,17 +86,13 @@ def residual_cnn():
         for bn in (model.stem[1], model.block[1]):
             bn.running_mean.uniform_(-0.2, 0.2)
             bn.running_var.uniform_(0.5, 2.0)
-        model.head.weight.mul_(20)  # decisive class scores, as a trained head gives, not near-ties
-    return model.eval()
+    return _trained(model.eval(), lambda out: out)
 
 
 def two_heads():
     torch.manual_seed(1)
-    model = TwoHeads()
-    with torch.no_grad():
-        model.kind.weight.mul_(20)
-    return model.eval()
-'''
+    return _trained(TwoHeads().eval(), lambda out: out[0], classes=4)
+'''.replace("__COLOURS__", repr(COLOURS))
 
 
 @pytest.fixture(scope="module")
@@ -94,8 +118,9 @@ def models(tmp_path_factory):
     subprocess.run([sys.executable, "-c", textwrap.dedent(code)], check=True, cwd=ROOT)
     rng = np.random.default_rng(0)
 
-    def photos(n):  # a colour per image plus texture: global pooling sees a different image each time
-        return (rng.uniform(0, 1, (n, 3, 1, 1)) + rng.normal(0, 0.1, (n, 3, 16, 16))).astype(np.float32)
+    def photos(n):  # one of the five colours per image plus texture, as the models were trained on
+        colours = np.asarray(COLOURS, np.float32)[rng.integers(0, 5, n)]
+        return (colours[:, :, None, None] + rng.normal(0, 0.1, (n, 3, 16, 16))).astype(np.float32)
 
     np.save(root / "images.npy", photos(120))
     np.savez(root / "photos.npz", photo=photos(120))
