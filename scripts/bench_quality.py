@@ -4,8 +4,9 @@
     .venv/bin/python scripts/bench_quality.py [--output out/bench/bench_quality.json] [--only NAME ...]
 
 Models, built locally in seconds (``models/verdict/build.py`` and below): classifiers with labels
-(digits, shapes from an image folder whose order is not the model's), a Keras detector head and a
-YOLOv8-style ONNX head (boxes joined to scores: collapsed by default), 360 sigmoid pitch bins, an
+(digits, shapes from an image folder whose order is not the model's), a detector head as Keras
+and as a SavedModel and a YOLOv8-style ONNX head (boxes joined to scores: collapsed by default;
+with ``--auto-fix`` repaired), 360 sigmoid pitch bins, an
 L2 embedding with dead units, a sigmoid probability map, a trained segmentation head, and an
 audio model whose calibration holds one click (its INT8 ranges are wasted on it).
 
@@ -55,7 +56,10 @@ image = keras.Input((16, 16, 3), name="image")
 d = keras.layers.GlobalAveragePooling2D()(keras.layers.Conv2D(8, 3, activation="relu")(image))
 boxes = keras.layers.Rescaling(300.0)(keras.layers.Dense(4, activation="sigmoid")(d))
 scores = keras.layers.Dense(3, activation="softmax")(d)
-keras.Model(image, keras.layers.Concatenate(name="detections")([boxes, scores])).save(root + "/detector.keras")
+detector = keras.Model(image, keras.layers.Concatenate(name="detections")([boxes, scores]))
+detector.save(root + "/detector.keras")
+import tensorflow as tf
+tf.saved_model.save(detector, root + "/detector_savedmodel")  # a SavedModel: its graph, not Keras layers
 rng = np.random.default_rng(1)
 fields = rng.uniform(0, 1, (400, 4, 4, 3)).astype(np.float32).repeat(4, axis=1).repeat(4, axis=2)
 masks = np.where(fields.max(axis=-1) < 0.3, 3, fields.argmax(axis=-1))
@@ -122,9 +126,17 @@ def build_cases(work: Path) -> dict[str, Case]:
             {"labels_file": str(work / "shapes/labels.txt")}),
         "detector head, Keras (boxes + softmax, concat)": Case(
             work / "detector.keras", work / "smooth.npz", ["tflite", "onnx"], test_fields, _detector_truth),
+        "detector head, Keras, --auto-fix": Case(
+            work / "detector.keras", work / "smooth.npz", ["tflite", "onnx"], test_fields, _detector_truth,
+            {"auto_fix": True}),
+        "detector head, SavedModel (tf.saved_model.save)": Case(
+            work / "detector_savedmodel", work / "smooth.npz", ["tflite", "onnx"], test_fields, _detector_truth),
         "YOLOv8-style head, ONNX [N, 22, A]": Case(
             work / "yolo/yolo.onnx", work / "yolo/images.npz", ["onnx"],
             yolo_fields.repeat(8, axis=2).repeat(8, axis=3), _detector_truth),
+        "YOLOv8-style head, ONNX, --auto-fix": Case(
+            work / "yolo/yolo.onnx", work / "yolo/images.npz", ["onnx"],
+            yolo_fields.repeat(8, axis=2).repeat(8, axis=3), _detector_truth, {"auto_fix": True}),
         "pitch, 360 sigmoid bins": Case(
             work / "pitch/pitch.keras", work / "pitch/frames.npz", ["tflite", "onnx"], pitch_x,
             lambda f, q: _pitch_truth(f, q, pitch_bins)),
@@ -209,6 +221,15 @@ def _values_truth(f: np.ndarray, q: np.ndarray) -> tuple[bool, str]:
 
 def float_outputs(model: Path, x: np.ndarray, work: Path) -> np.ndarray:
     """The float source on the test inputs: ONNX Runtime for .onnx, Keras (in a child) otherwise."""
+    if model.is_dir():  # a SavedModel: its serving signature
+        np.save(work / "x.npy", x)
+        subprocess.run([sys.executable, "-c", textwrap.dedent(f"""
+            import numpy as np, tensorflow as tf
+            serve = tf.saved_model.load({str(model)!r}).signatures["serving_default"]
+            out = serve(tf.constant(np.load({str(work / 'x.npy')!r})))
+            np.save({str(work / 'y.npy')!r}, next(iter(out.values())).numpy())
+        """)], check=True, env=ENV)
+        return np.load(work / "y.npy")
     if model.suffix == ".onnx":
         import onnxruntime
 
@@ -243,6 +264,7 @@ def run_case(title: str, case: Case, work: Path) -> dict[str, Any]:
         rows[fmt] = {"verdict": "pass" if verdict else "fail", "truth": "good" if good else "broken",
                      "right": bool(verdict == good), "truth_metric": why,
                      "failed_gates": [g["what"] for g in record.get("gates", [])]}
+        rows[fmt]["fixes_kept"] = [a["change"] for a in record.get("auto_fix", []) if a.get("kept")]
     kinds = {name: f"{k['kind']}: {k['evidence']}" for name, k in (validation.get("kinds") or {}).items()}
     return {"kinds": kinds, "formats": rows}
 
@@ -274,14 +296,15 @@ def main() -> None:
 
 
 def print_table(report: dict[str, Any]) -> None:
-    print(f"{'model':46} {'format':7} {'verdict':8} {'truth':7} {'right':6} truth metric", file=sys.stderr)
+    print(f"{'model':50} {'format':7} {'verdict':8} {'truth':7} {'right':6} truth metric", file=sys.stderr)
     for title, model in report["models"].items():
         for fmt, row in model["formats"].items():
             if not row.get("verdict"):
-                print(f"{title:46} {fmt:7} {row.get('note')}", file=sys.stderr)
+                print(f"{title:50} {fmt:7} {row.get('note')}", file=sys.stderr)
                 continue
-            print(f"{title:46} {fmt:7} {row['verdict']:8} {row['truth']:7} {'yes' if row['right'] else 'NO':6} "
-                  f"{row['truth_metric']}", file=sys.stderr)
+            fixes = f" (kept {', '.join(row['fixes_kept'])})" if row.get("fixes_kept") else ""
+            print(f"{title:50} {fmt:7} {row['verdict']:8} {row['truth']:7} {'yes' if row['right'] else 'NO':6} "
+                  f"{row['truth_metric']}{fixes}", file=sys.stderr)
     print(f"verdicts right: {report['right']} of {report['verdicts']}", file=sys.stderr)
 
 

@@ -98,7 +98,7 @@ def test_bad_cli_usage_exits_2_without_traceback(tmp_path, capsys):
 def test_calibration_with_wrong_shape(tmp_path, capsys):
     np.save(tmp_path / "small.npy", np.zeros((50, 7, 7, 1), np.float32))
     code, _, err = package(capsys, tmp_path / "out", calibration=tmp_path / "small.npy")
-    assert_clean_failure(code, err, tmp_path / "out", "has shape (40, 7, 7, 1); the model expects (N, 8, 8, 1)")
+    assert_clean_failure(code, err, tmp_path / "out", "has shape (25, 7, 7, 1); the model expects (N, 8, 8, 1)")
 
 
 @pytest.mark.slow

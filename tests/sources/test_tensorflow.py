@@ -14,10 +14,15 @@ pytestmark = pytest.mark.slow
 def test_a_sequential_model_saved_before_it_was_ever_called_packages(tmp_path):
     """Keras 3 leaves ``model.output`` undefined on such a model (only ``outputs`` is set)."""
     run_tf(f"""
-        import keras
+        import keras, numpy as np
         keras.utils.set_random_seed(0)
         model = keras.Sequential([keras.Input((16,)), keras.layers.Dense(32, activation="relu"),
                                   keras.layers.Dense(4, activation="softmax", name="scores")])
+        # trained for a moment (the class is the largest of the first four features): a trained
+        # model's margins, not the near-ties of random weights that INT8 rightly flips
+        x = np.random.default_rng(0).normal(0, 1, (120, 16)).astype(np.float32)
+        model.compile(keras.optimizers.Adam(1e-2), "sparse_categorical_crossentropy")
+        model.fit(x, x[:, :4].argmax(1), epochs=60, verbose=0)
         model.save({str(tmp_path / "seq.keras")!r})
     """)
     x = np.random.default_rng(0).normal(0, 1, (120, 16)).astype(np.float32)
@@ -25,5 +30,6 @@ def test_a_sequential_model_saved_before_it_was_ever_called_packages(tmp_path):
     built = edgekit.package(str(tmp_path / "seq.keras"), str(tmp_path / "calibration.npz"), str(tmp_path / "out"),
                             formats=["tflite"], also_float=False)
     assert built.manifest.validation["artifacts"]["tflite"]["passed"]
+    assert built.manifest.validation["kinds"]["output_0"]["kind"] == "classes"  # the Softmax, from the layers
     with edgekit.load(built.path) as model:
         assert model.predict_tensor(x[:3]).shape == (3, 4)
