@@ -107,10 +107,11 @@ def format_build_options(command: Any) -> Any:
 @click.option("--allow-accuracy-drop", is_flag=True,
               help="Keep the package even if a validation gate fails (recorded as failed in the manifest).")
 @click.option("--min-sqnr", "min_sqnr_db", type=float, default=20.0, show_default=True, metavar="DB",
-              help="SQNR floor for every output (and group of channels) that no task metric judges.")
+              help="SQNR floor for every values output, and for each quantity joined into one output.")
 @click.option("--output-kind", "output_kinds", multiple=True, metavar="[OUTPUT=]KIND",
-              help="Judge an output by its task: classes, segmentation, detections:yolo[:THRESHOLD], "
-                   "detections:yolov5[:THRESHOLD] or values (repeatable).")
+              help="Judge an output by this task instead of the kind inferred from the graph and values (printed "
+                   "before building): classes, bins, segmentation, detections:yolo[:THRESHOLD], "
+                   "detections:yolov5[:THRESHOLD], embedding or values (repeatable).")
 @click.option("--metric", default=None, metavar="MODULE:FUNCTION",
               help="Your metric: called with (float_outputs, int8_outputs, labels), returns named numbers and "
                    "optionally passed=True/False, which then decides the gate.")
@@ -129,7 +130,8 @@ def format_build_options(command: Any) -> Any:
 @click.option("--force", is_flag=True, help="Replace an existing package of the same name.")
 @click.option("--archive", is_flag=True, help="Also write the package as one NAME.ekpkg zip.")
 @click.option("--labels", "labels_file", type=click.Path(path_type=Path), default=None,
-              help="Text file with one class label per line (model output order).")
+              help="Text file with one class label per line, in the model's output order; class folders of an "
+                   "image folder are numbered by these labels (by name), not alphabetically.")
 @click.option("--scale", type=float, default=None, help="Preprocessing: multiply raw values (e.g. 0.00392157 = 1/255).")
 @click.option("--mean", default=None, metavar="M[,M,M]", help="Preprocessing: subtract after scaling, per channel.")
 @click.option("--std", default=None, metavar="S[,S,S]", help="Preprocessing: divide after subtracting, per channel.")
