@@ -155,6 +155,8 @@ def _from_structure(name: str, reference: np.ndarray, structure: dict[str, Any],
         listed = ", ".join(f"rows {g.start}..{g.stop - 1} ({g.what})" for g in groups)
         return {"output": name, "kind": "values", "axis": None, "source": "graph",
                 "evidence": f"Concat(axis={groups_axis}) of {len(groups)} quantities: {listed}; each judged by SQNR"}
+    if op == "softmax" and axis is None and rank == 2:  # a softmax before a flatten: classes on axis 1
+        axis = 1
     if op == "softmax" and axis is not None and rank >= 2:
         if rank == 4 and axis in (1, 3):
             return {"output": name, "kind": "segmentation", "axis": axis, "source": "graph",

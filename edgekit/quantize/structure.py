@@ -14,7 +14,9 @@ into one JSON-able form, read by ``kinds.py``:
 
 Only structure that provably survives to the output is followed: Identity, Cast and Transpose
 (whose permutation is tracked, so a Concat on axis 1 under a Transpose(0, 2, 1) is reported on
-axis 2). Anything else that reshapes ends the walk, and the output is described by that op alone.
+axis 2). Past a Reshape, Flatten or Squeeze a Softmax or Sigmoid is still recognised, without an
+axis (a rank-2 output then has its classes on axis 1); a Concat is not. Anything else ends the
+walk, and the output is described by that op alone.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ PASS_THROUGH = {"Identity", "Cast"}  # neither values nor axes change
 PART_PASS_THROUGH = PASS_THROUGH | {"Transpose", "Reshape", "Split", "Slice", "Flatten", "Squeeze", "Unsqueeze",
                                     "Gather"}  # a part's op survives re-shaping (its axis does not matter)
 SIGMOID_OPS = {"Sigmoid", "HardSigmoid"}
+RESHAPES = {"Reshape", "Flatten", "Squeeze", "Unsqueeze"}
 SOFTMAX_OPS = {"Softmax", "LogSoftmax"}
 MAX_STEPS = 12  # how far back through pass-through nodes; real graphs put the head op right before
 
@@ -78,6 +81,7 @@ def _attr(node: Any, name: str, default: Any = None) -> Any:
 def _walk(tensor: str, axes: list[int], producers: dict[str, Any], shapes: dict[str, list[int | None]],
           constants: set[str]) -> dict[str, Any]:
     """``axes[i]``: which output axis axis ``i`` of ``tensor`` becomes (after the Transposes passed)."""
+    reshaped = False  # past a Reshape/Flatten/Squeeze: an op is still found, its axis no longer known
     for _ in range(MAX_STEPS):
         node = producers.get(tensor)
         if node is None:
@@ -86,6 +90,15 @@ def _walk(tensor: str, axes: list[int], producers: dict[str, Any], shapes: dict[
         if node.op_type in PASS_THROUGH:
             tensor = node.input[0]
             continue
+        if node.op_type in RESHAPES:
+            reshaped, tensor = True, node.input[0]
+            continue
+        if reshaped:  # a softmax/sigmoid before a flatten (SqueezeNet's [N, C, 1, 1]) still says what it is
+            if node.op_type in SOFTMAX_OPS:
+                return {"op": "softmax", "axis": None, "node": node.name}
+            if node.op_type in SIGMOID_OPS:
+                return {"op": "sigmoid", "axis": None, "node": node.name}
+            break
         if node.op_type == "Transpose":
             perm = list(_attr(node, "perm", list(reversed(range(rank)))))
             if len(perm) != rank:

@@ -83,3 +83,17 @@ def test_parts_of_one_op_and_magnitude_are_one_group():
     kind = infer("m", mixed, {"op": "concat", "axis": 1, "node": "c",
                               "parts": [{"size": None, "op": "values"}, {"size": 9, "op": "sigmoid"}]})
     assert [(g.start, g.stop) for g in kind.groups] == [(0, 2), (2, 11)]
+
+
+def test_a_softmax_before_a_flatten_still_makes_classes():
+    """SqueezeNet-style: Softmax over [N, C, 1, 1], then Flatten to [N, C]."""
+    graph = helper.make_graph(
+        [helper.make_node("Softmax", ["x"], ["p"], axis=1, name="probs"),
+         helper.make_node("Flatten", ["p"], ["scores"], axis=1, name="flat")],
+        "squeeze", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 10, 1, 1])],
+        [helper.make_tensor_value_info("scores", TensorProto.FLOAT, None)])
+    structure = describe_onnx_outputs(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))["scores"]
+    assert structure == {"op": "softmax", "axis": None, "node": "probs"}
+    rng = np.random.default_rng(3)
+    kind = infer("scores", rng.dirichlet(np.ones(10), 20), structure)
+    assert kind.kind == "classes" and kind.axis == 1 and kind.source == "graph"
