@@ -82,8 +82,9 @@ def infer(name: str, reference: np.ndarray, structure: dict[str, Any] | None, la
     ``structure`` and its float values on the validation samples (``reference``, batch first)."""
     structure = structure or {}
     groups, groups_axis = _groups(reference, structure)
+    joiner = (structure.get("levels") or {}).get("node") or structure.get("node")
     common = {"groups": groups if len(groups) > 1 else (), "groups_axis": groups_axis if len(groups) > 1 else None,
-              "joined_by": structure.get("node") if len(groups) > 1 else None}
+              "joined_by": joiner if len(groups) > 1 else None}
     if given is not None:
         from .tasks import parse_kind
 
@@ -198,7 +199,11 @@ def _detection(name: str, structure: dict[str, Any], groups: tuple[Group, ...], 
         boxes_end += sizes[i]
         i += 1
     score_parts = sizes[i:]
-    v5 = len(score_parts) == 2 and score_parts[0] == 1 and score_parts[1] >= 1
+    levels = structure.get("levels")
+    # an objectness row of its own, or YOLOv5/v7's export: per-level [box | sigmoid(obj + classes)]
+    # tensors joined on the anchor axis (YOLOv8 joins boxes and classes once, with no objectness)
+    v5 = (len(score_parts) == 2 and score_parts[0] == 1 and score_parts[1] >= 1) or (
+        levels is not None and len(score_parts) == 1 and score_parts[0] >= 2)
     kind = "detections:yolov5" if v5 else "detections:yolo"
     scores = shape[axis] - 4
     if rank == 3:
@@ -206,8 +211,10 @@ def _detection(name: str, structure: dict[str, Any], groups: tuple[Group, ...], 
     else:
         layout = f"[N, {shape[axis]}] (one box per sample)"
     what = f"1 objectness row and {scores - 1} class rows" if v5 else f"{scores} {rest[0].op} rows"
-    return {"output": name, "kind": kind, "axis": axis, "source": "graph",
-            "evidence": f"YOLO layout {layout}, from Concat(axis={axis}) of 4 box rows and {what}"}
+    evidence = f"YOLO{'v5' if v5 else ''} layout {layout}, from Concat(axis={axis}) of 4 box rows and {what}"
+    if levels is not None:
+        evidence += f", {levels['count']} levels joined on axis {levels['axis']} by {levels['node']}"
+    return {"output": name, "kind": kind, "axis": axis, "source": "graph", "evidence": evidence}
 
 
 def _from_values(name: str, reference: np.ndarray, common: dict[str, Any]) -> OutputKind:

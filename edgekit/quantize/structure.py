@@ -10,7 +10,8 @@ into one JSON-able form, read by ``kinds.py``:
     {"op": "softmax" | "sigmoid" | "l2norm" | "concat" | "values",
      "axis": int | None,        # softmax/l2norm/concat axis, as an axis of the output itself
      "node": str | None,        # the node that makes it (the Concat: what --keep-float names)
-     "parts": [{"size": int | None, "op": ...}, ...]}   # concat only, in order along "axis"
+     "parts": [{"size": int | None, "op": ...}, ...],   # concat only, in order along "axis"
+     "levels": {"axis": int, "count": int, "node": str}}  # parts joined again on another axis (YOLOv5)
 
 Only structure that provably survives to the output is followed: Identity, Cast and Transpose
 (whose permutation is tracked, so a Concat on axis 1 under a Transpose(0, 2, 1) is reported on
@@ -90,6 +91,12 @@ def _walk(tensor: str, axes: list[int], producers: dict[str, Any], shapes: dict[
         if node.op_type in PASS_THROUGH:
             tensor = node.input[0]
             continue
+        if node.op_type == "Reshape" and not reshaped and axes and axes[-1] is not None:
+            before, after = shapes.get(node.input[0]) or [], shapes.get(node.output[0]) or []
+            if before and after and before[-1] is not None and before[-1] == after[-1]:
+                # the last axis keeps its size: it is the same axis (YOLOv5's [N, na, ny, nx, 85] -> [N, A, 85])
+                axes, tensor = [None] * (len(before) - 1) + [axes[-1]], node.input[0]
+                continue
         if node.op_type in RESHAPES:
             reshaped, tensor = True, node.input[0]
             continue
@@ -120,8 +127,17 @@ def _walk(tensor: str, axes: list[int], producers: dict[str, Any], shapes: dict[
             return {"op": "l2norm", "axis": axes[-1] if rank else None, "node": node.name}
         if node.op_type == "Concat" and rank:
             axis = _attr(node, "axis", 0) % rank
+            if axes[axis] is None:
+                break
             parts = [{"size": (shapes.get(i) or [None] * rank)[axis] if len(shapes.get(i) or []) == rank else None,
                       "op": _part_op(i, producers, constants)} for i in node.input]
+            if len({p["op"] for p in parts}) == 1 and len(parts) > 1:
+                # one kind of part joined along one axis (a detector's levels along the anchors): the
+                # quantities, if any, are joined inside each part, on another axis
+                inner = _walk(node.input[0], list(axes), producers, shapes, constants)
+                if inner.get("op") == "concat" and inner.get("axis") not in (None, axes[axis]) and \
+                        len({p["op"] for p in inner.get("parts") or []}) > 1:
+                    return {**inner, "levels": {"axis": axes[axis], "count": len(parts), "node": node.name}}
             return {"op": "concat", "axis": axes[axis], "node": node.name, "parts": parts}
         break
     return {"op": "values", "axis": None, "node": producers[tensor].name if tensor in producers else None}

@@ -9,6 +9,8 @@ labels; seconds each, seeded. They stand for model families users bring:
   ``[N, 4+C, A]``, box rows in pixels joined to sigmoid class rows by ``Concat(axis=1)``. As is,
   INT8 gives the joined tensor one scale sized for the pixels and the scores collapse; with the
   Concat in float, they do not.
+- ``yolov5``: YOLOv5's export of its Detect head: per level ``[box | sigmoid(objectness + classes)]``
+  joined on the last axis, the levels joined on the anchor axis: ``[N, A, 5+C]``.
 - ``pitch``: a 1-D CNN on 1024-sample frames, ``Dense(360, sigmoid)``: one probability per pitch
   bin (CREPE's head), trained for seconds on sines. Its quietest bins are four decades below
   the loudest; INT8 keeps the peak bin.
@@ -78,6 +80,53 @@ def yolo(out: Path) -> Path:
     fields = rng.uniform(0, 1, (200, 3, 8, 8)).astype(np.float32)  # smooth colour fields, as photos are
     np.savez(folder / "images.npz", images=fields.repeat(8, axis=2).repeat(8, axis=3))
     return folder / "yolo.onnx"
+
+
+def yolov5(out: Path) -> Path:
+    """YOLOv5's Detect head as its export writes it: per level, sigmoid of the conv output split into
+    xy, wh and objectness + classes, boxes decoded to pixels, joined on the last axis, reshaped to
+    [N, anchors, 5 + C]; the levels joined on the anchor axis."""
+    import numpy as np
+    import torch
+    from torch import nn
+
+    torch.manual_seed(0)
+
+    class Detect(nn.Module):
+        def __init__(self, classes: int = 5, anchors: int = 3) -> None:
+            super().__init__()
+            self.na, self.no = anchors, classes + 5
+            self.stem = nn.Sequential(nn.Conv2d(3, 16, 3, 2, 1), nn.ReLU(), nn.Conv2d(16, 16, 3, 2, 1), nn.ReLU())
+            self.down = nn.Sequential(nn.Conv2d(16, 16, 3, 2, 1), nn.ReLU())
+            self.m = nn.ModuleList(nn.Conv2d(16, self.na * self.no, 1) for _ in range(2))
+            with torch.no_grad():
+                for conv in self.m:
+                    conv.weight.mul_(30.0)
+
+        def forward(self, images: torch.Tensor) -> torch.Tensor:
+            p1 = self.stem(images)
+            outputs = []
+            for i, (x, stride) in enumerate(((p1, 4.0), (self.down(p1), 8.0))):
+                x = self.m[i](x)
+                bs, _, ny, nx = x.shape
+                x = x.view(bs, self.na, self.no, ny, nx).permute(0, 1, 3, 4, 2).contiguous()
+                ys, xs = torch.meshgrid(torch.arange(ny, dtype=x.dtype), torch.arange(nx, dtype=x.dtype),
+                                        indexing="ij")
+                grid = torch.stack((xs, ys), 2).view(1, 1, ny, nx, 2)
+                xy, wh, conf = x.sigmoid().split((2, 2, self.no - 4), 4)
+                xy = (xy * 2 - 0.5 + grid) * stride
+                wh = (wh * 2) ** 2 * (stride * 2)
+                outputs.append(torch.cat((xy, wh, conf), 4).view(bs, self.na * nx * ny, self.no))
+            return torch.cat(outputs, 1)
+
+    folder = out / "yolov5"
+    folder.mkdir(parents=True, exist_ok=True)
+    torch.onnx.export(Detect().eval(), (torch.zeros(2, 3, 64, 64),), str(folder / "yolov5.onnx"),
+                      input_names=["images"], output_names=["output0"],
+                      dynamic_axes={"images": {0: "batch"}, "output0": {0: "batch"}}, opset_version=17, dynamo=False)
+    fields = np.random.default_rng(0).uniform(0, 1, (200, 3, 8, 8)).astype(np.float32)
+    np.savez(folder / "images.npz", images=fields.repeat(8, axis=2).repeat(8, axis=3))
+    return folder / "yolov5.onnx"
 
 
 def pitch_frames(n: int, seed: int, with_bins: bool = False):  # noqa: ANN201
@@ -246,7 +295,7 @@ def shapes(out: Path) -> Path:
     return folder / "shapes.keras"
 
 
-BUILDERS = {"yolo": yolo, "pitch": pitch, "embedding": embedding, "probmap": probmap, "shapes": shapes}
+BUILDERS = {"yolo": yolo, "yolov5": yolov5, "pitch": pitch, "embedding": embedding, "probmap": probmap, "shapes": shapes}
 
 
 def main() -> None:

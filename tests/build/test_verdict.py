@@ -158,3 +158,16 @@ def test_the_runtime_respects_the_verdict(zoo, tmp_path):
     assert_user_error(missing, "has no tflite-float16 artifact")
     served = device_cli(package, "--serve", "--artifact", "onnx", "--port", "0", timeout=120)
     assert_user_error(served, "failed validation", "--allow-failed-artifact")
+
+
+def test_a_yolov5_export_levels_joined_on_the_anchor_axis_is_a_detector(zoo, tmp_path):
+    """YOLOv5 joins [box | sigmoid(obj + classes)] per level on the last axis, then the levels on the
+    anchor axis: the quantities are found inside the levels, through the Reshape that keeps the last
+    axis, and the collapsed scores are refused."""
+    pytest.importorskip("torch")
+    yolo = zoo("yolov5")
+    refused = edgekit_cli("package", yolo / "yolov5.onnx", "-c", yolo / "images.npz", "--format", "onnx",
+                          "-o", tmp_path, "--force", "--no-also-float")
+    assert_user_error(refused, "INT8 validation failed", "(detections:yolov5)", "rows 4..9 of axis 2")
+    assert ("output0: detections:yolov5, YOLOv5 layout [N, A, 10], from Concat(axis=2) of 4 box rows and 1 "
+            "objectness row and 5 class rows, 2 levels joined on axis 1") in refused.stdout
