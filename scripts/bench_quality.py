@@ -6,7 +6,7 @@
 Models, built locally in seconds (``models/verdict/build.py`` and below): classifiers with labels
 (digits, shapes from an image folder whose order is not the model's), a detector head as Keras
 and as a SavedModel and a YOLOv8-style ONNX head (boxes joined to scores: collapsed by default;
-with ``--auto-fix`` repaired), 360 sigmoid pitch bins, an
+with ``--auto-fix`` repaired), a YOLOv5-style export (levels joined on the anchor axis), 360 sigmoid pitch bins, an
 L2 embedding with dead units, a sigmoid probability map, a trained segmentation head, and an
 audio model whose calibration holds one click (its INT8 ranges are wasted on it).
 
@@ -137,6 +137,9 @@ def build_cases(work: Path) -> dict[str, Case]:
         "YOLOv8-style head, ONNX, --auto-fix": Case(
             work / "yolo/yolo.onnx", work / "yolo/images.npz", ["onnx"],
             yolo_fields.repeat(8, axis=2).repeat(8, axis=3), _detector_truth, {"auto_fix": True}),
+        "YOLOv5-style head, ONNX [N, A, 5+C], 2 levels": Case(
+            work / "yolov5/yolov5.onnx", work / "yolov5/images.npz", ["onnx"],
+            yolo_fields.repeat(8, axis=2).repeat(8, axis=3), _yolov5_truth),
         "pitch, 360 sigmoid bins": Case(
             work / "pitch/pitch.keras", work / "pitch/frames.npz", ["tflite", "onnx"], pitch_x,
             lambda f, q: _pitch_truth(f, q, pitch_bins)),
@@ -174,6 +177,15 @@ def _detector_truth(f: np.ndarray, q: np.ndarray) -> tuple[bool, str]:
     same = np.mean(f[confident, 4:].argmax(1) == q[confident, 4:].argmax(1))
     error = float(np.mean(np.abs(f[confident, 4:].max(1) - q[confident, 4:].max(1))))
     return bool(same >= 0.95 and error <= 0.05), f"class agreement {100 * same:.1f}%, score error {error:.3f}"
+
+
+def _yolov5_truth(f: np.ndarray, q: np.ndarray) -> tuple[bool, str]:
+    """YOLOv5 rows [box, objectness, classes]: the score is objectness x class probability."""
+    def scored(rows: np.ndarray) -> np.ndarray:
+        rows = rows.reshape(-1, rows.shape[-1])
+        return np.concatenate([rows[:, :4], rows[:, 4:5] * rows[:, 5:]], axis=1)
+
+    return _detector_truth(scored(f), scored(q))
 
 
 def _pitch_truth(f: np.ndarray, q: np.ndarray, bins: np.ndarray) -> tuple[bool, str]:
