@@ -61,7 +61,12 @@ class ServerMetrics:
         return generate_latest(self.registry)
 
     def observer(self, model: str, version: str = "1"):
+        """What the batcher calls per executed batch; the model's series exist (at 0) from now on,
+        as Triton exposes every loaded model's counters before its first request."""
         labels = {"model": model, "version": version}
+        for total in (self.success, self.inference_count, self.exec_count, self.queue_us, self.compute_us,
+                      self.cache_hits, self.cache_misses):
+            total.labels(**labels)
 
         def observe(requests: int, items: int, queued_s: float, compute_s: float) -> None:
             self.inference_count.labels(**labels).inc(items)

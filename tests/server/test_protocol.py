@@ -254,3 +254,14 @@ def test_the_dataplane_answers_without_http(digits_all_package):
     assert outputs["shape"] == [2, 10] and content == again
     assert missing.status == 404
     assert plane.served["digits"].model.prediction_cache.hits == 1  # one cache, keyed once
+
+
+def test_every_served_model_has_its_counters_at_zero_before_its_first_request():
+    """As Triton: a dashboard's rate() and a before/after reading need the series from the start."""
+    from edgekit.server.metrics import ServerMetrics
+
+    metrics = ServerMetrics()
+    metrics.observer("fresh")
+    text = metrics.exposition().decode()
+    for name in ("nv_cache_num_hits_per_model", "nv_inference_request_success", "nv_inference_count"):
+        assert f'{name}{{model="fresh",version="1"}} 0.0' in text, name
