@@ -24,7 +24,7 @@ class PackageOptions:
     seed: int = 0
     max_accuracy_drop: float = 1.0
     allow_accuracy_drop: bool = False
-    min_sqnr_db: float = 20.0  # floor for every output (and group of channels) without a task metric
+    min_sqnr_db: float = 20.0  # floor for values outputs and for each quantity joined into one output
     output_kinds: dict[str, str] = field(default_factory=dict)  # output name ("" = the only one) -> kind
     metric: str | None = None  # module:function judging float vs INT8 outputs
     auto_fix: bool = False  # rebuild a failing format with the fixes its failures point to

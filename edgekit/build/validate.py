@@ -1,7 +1,7 @@
 """Stage 5: every artifact against the float model, output by output.
 
 Outputs are compared on the validation samples (device runtime on this machine, or outputs
-a builder computed itself): SQNR, cosine and error per output and per group of channels, the
+a builder computed itself): SQNR, cosine and error per output and per joined quantity, the
 task metric of outputs whose kind is known, the user's ``--metric``, and for formats whose
 runtime fuses int8 kernels (ONNX) the quantization itself without fusion. The float model each
 format converted (before quantization) is compared too, so that a loss in conversion is told
