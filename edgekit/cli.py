@@ -143,7 +143,9 @@ def format_build_options(command: Any) -> Any:
                    "raw; --scale/--mean/--std override its fields.")
 @click.option("--input-shape", "input_shapes", multiple=True, metavar="NAME=DxDxD",
               help="Fix an input's dynamic dimensions, e.g. images=1x3x320x320 (repeatable).")
-@click.option("--timeout", type=click.FloatRange(min=1), default=None, help="Seconds allowed per conversion.")
+@click.option("--timeout", type=click.FloatRange(min=1), default=None,
+              help="Seconds allowed per step run in a child process: loading the model (a file.py:factory "
+                   "included), the float reference, each conversion (default 1800).")
 @click.option("--allow-partial", is_flag=True,
               help="With several targets: exit 0 even if some fail (the package records what failed and why).")
 @click.option("--keep-float", "keep_float", multiple=True, metavar="LAYER",

@@ -26,6 +26,26 @@ def at_least(minimum: int):  # noqa: ANN201 - an argparse type
     return parse
 
 
+def thread_count(text: str) -> int:
+    """A runtime thread count this device can hold (at most a few per core)."""
+    from .devices import check_threads
+    from .errors import EdgekitError
+
+    value = positive_int(text)
+    try:
+        return check_threads(value)
+    except EdgekitError as exc:
+        raise argparse.ArgumentTypeError(exc.message) from None
+
+
+def thread_counts(text: str) -> list[int]:
+    """Comma-separated thread counts (``1,2,4``), each one ``thread_count``."""
+    values = [thread_count(v.strip()) for v in text.split(",") if v.strip()]
+    if not values:
+        raise argparse.ArgumentTypeError(f"expected comma-separated thread counts, got {text!r}")
+    return values
+
+
 def artifact_key(text: str) -> str:
     """A format name or an artifact key (``onnx-float32``); the package says whether it has it."""
     import re
@@ -49,7 +69,7 @@ def add_load_options(p: argparse.ArgumentParser) -> None:
                         "can run among those that passed validation)")
     p.add_argument("--backend", choices=list(backends()), default=None,
                    help="runtime to use (default: the profile's first choice that is installed)")
-    p.add_argument("--threads", type=positive_int, default=None, help="runtime threads (default: the profile's)")
+    p.add_argument("--threads", type=thread_count, default=None, help="runtime threads (default: the profile's)")
     p.add_argument("--require-signature", action="store_true", default=None,
                    help="refuse packages not signed by a key in --trusted-keys")
     p.add_argument("--trusted-keys", default=None, metavar="DIR", help="folder of trusted KEY.pub files")

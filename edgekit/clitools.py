@@ -45,12 +45,15 @@ def guarded(body: Callable[[], Any], debug: bool) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
-    except OSError as exc:
-        from .errors import storage_error
+    except (OSError, MemoryError, RuntimeError) as exc:
+        from .errors import resource_error, storage_error
 
-        found = storage_error(exc)
-        if found is not None:  # a full or read-only disk is the machine's state, not an edgekit bug
+        # a full or read-only disk, or an exhausted machine, is its state, not an edgekit bug
+        found = (storage_error(exc) if isinstance(exc, OSError) else None) or resource_error(exc)
+        if found is not None:
             return _report(found, debug)
+        if type(exc).__module__.startswith("click"):
+            return _click_failure(exc, debug)
         return _internal(exc, debug)
     except Exception as exc:
         if type(exc).__module__.startswith("click"):

@@ -26,6 +26,30 @@ PROFILE_DIRS_ENV = "EDGEKIT_PROFILES"
 SYSROOT_ENV = "EDGEKIT_SYSROOT"
 
 
+# Runtime threads beyond this many per core only contend: LiteRT crashes (rc 139) and ONNX
+# Runtime holds one OS thread each, which can exhaust the machine's thread limit for every
+# other process. A count above the bound is a usage error, never attempted.
+THREADS_PER_CORE_LIMIT = 4
+
+
+def max_threads(cpu_count: int | None = None) -> int:
+    """The most runtime threads edgekit accepts on a machine with ``cpu_count`` cores (this one's by default)."""
+    cores = cpu_count or DeviceFacts.read().cpu_count
+    return THREADS_PER_CORE_LIMIT * max(1, cores)
+
+
+def check_threads(threads: object, what: str = "threads", cpu_count: int | None = None) -> int:
+    """``threads`` when it is a whole number from 1 to ``max_threads()``; else a usage error."""
+    from .errors import InputError
+
+    limit = max_threads(cpu_count)
+    if not isinstance(threads, int) or isinstance(threads, bool) or not 1 <= threads <= limit:
+        raise InputError(f"{what} must be from 1 to {limit} on this device ({limit // THREADS_PER_CORE_LIMIT} "
+                         f"cores, at most {THREADS_PER_CORE_LIMIT} threads each), got {threads!r}",
+                         hint="leave it out to use the profile's count, or run `edgekit tune` to measure the best")
+    return threads
+
+
 @dataclass(frozen=True)
 class DeviceFacts:
     """What edgekit knows about the machine it runs on."""

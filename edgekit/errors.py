@@ -98,6 +98,12 @@ class StorageError(EdgekitError):
     default_hint = "free space on that disk or choose a writable location"
 
 
+class ResourceError(EdgekitError):
+    """The machine ran out of threads, processes, memory or file handles: its state, not a bug."""
+
+    default_hint = "close other programs (or raise the limit) and rerun; lower --samples or --threads if edgekit used it"
+
+
 class CacheWarning(UserWarning):
     """The local cache cannot be used (full, read-only): edgekit runs without it and says so."""
 
@@ -125,8 +131,30 @@ ERROR_CLASSES: dict[str, type[EdgekitError]] = {
         BackendUnavailableError,
         InputError,
         StorageError,
+        ResourceError,
     )
 }
+
+_RESOURCE_ERRNOS = {
+    11: "the machine is out of threads or processes (EAGAIN)",  # EAGAIN: fork/pthread_create refused
+    12: "the machine is out of memory (ENOMEM)",
+    23: "the system is out of file handles (ENFILE)",
+    24: "this process has too many open files (EMFILE)",
+}
+
+
+def resource_error(exc: BaseException) -> ResourceError | None:
+    """A ``ResourceError`` naming the exhausted resource, when ``exc`` is one (EAGAIN from a
+    starved machine once read ``internal error: BlockingIOError``)."""
+    if isinstance(exc, MemoryError):
+        return ResourceError("the machine is out of memory (MemoryError)",
+                             hint="close other programs or lower --samples (or --threads), then rerun")
+    if isinstance(exc, OSError) and exc.errno in _RESOURCE_ERRNOS:
+        what = f" while starting {exc.filename}" if exc.filename else ""
+        return ResourceError(f"{_RESOURCE_ERRNOS[exc.errno]}{what}: {exc.strerror or exc}")
+    if isinstance(exc, RuntimeError) and "can't start new thread" in str(exc):
+        return ResourceError(f"the machine is out of threads ({exc})")
+    return None
 
 _STORAGE_ERRNOS = {
     28: "no space left on the device",  # ENOSPC

@@ -20,6 +20,7 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from .errors import PackageError
+from .names import check_name
 
 SCHEMA_VERSION = 1
 MANIFEST_NAME = "manifest.json"
@@ -322,9 +323,8 @@ class Manifest:
             )
         if version < 1:
             raise PackageError(f"manifest: unknown schema_version {version}")
-        name = data.get("name")
-        if not isinstance(name, str) or not name:
-            raise PackageError("manifest: name must be a non-empty string")
+        name = check_name(data.get("name"), "manifest: package name", PackageError,
+                          hint="the package was made or edited by hand: rebuild it with `edgekit package`")
         for key in ("inputs", "outputs", "artifacts"):
             if not isinstance(data.get(key), list) or not data[key]:
                 raise PackageError(f"manifest: {key} must be a non-empty list")

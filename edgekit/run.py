@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .cliopts import add_load_options, positive_int, refuse_mixed_modes
+from .cliopts import add_load_options, positive_int, refuse_mixed_modes, thread_counts
 from .clitools import guarded, split_debug
 
 PROG = "python -m edgekit.run"
@@ -49,7 +49,7 @@ def parser(prog: str = PROG) -> argparse.ArgumentParser:
                         help="measure every artifact x runtime x thread count this device runs (among those that "
                              "passed the package's gates) and remember the fastest for later loads; with --input, "
                              "--bench or --serve: only when no tuned choice holds yet, then carry on")
-    tuning.add_argument("--tune-threads", type=_int_list, default=None, metavar="1,2,4",
+    tuning.add_argument("--tune-threads", type=thread_counts, default=None, metavar="1,2,4",
                         help="thread counts to try (default: 1, 2, 4, ... up to the cores)")
     tuning.add_argument("--tune-artifacts", type=lambda text: [t for t in text.split(",") if t], default=None,
                         metavar="onnx,onnx-float32", help="only consider these artifacts (default: every one)")
@@ -67,7 +67,7 @@ def parser(prog: str = PROG) -> argparse.ArgumentParser:
     bench.add_argument("--batch", type=positive_int, default=1, help="batch size for throughput (default 1)")
     bench.add_argument("--sweep", action="store_true",
                        help="every artifact this device runs x --sweep-threads x --sweep-batch, interleaved")
-    bench.add_argument("--sweep-threads", type=_int_list, default=None, metavar="1,2,4",
+    bench.add_argument("--sweep-threads", type=thread_counts, default=None, metavar="1,2,4",
                        help="thread counts for --sweep (default: the profile's)")
     bench.add_argument("--sweep-batch", type=_int_list, default=None, metavar="1,8", help="batch sizes for --sweep")
     bench.add_argument("--eval", default=None, metavar="DATA", help="measure accuracy on the device on this data")

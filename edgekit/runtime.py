@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import __version__, cache
-from .devices import DeviceFacts, Profile, detect, get_profile
+from .devices import DeviceFacts, Profile, check_threads, detect, get_profile, max_threads
 from .errors import BackendUnavailableError, EdgekitError, PackageError
 from .formats import FORMATS, Backend, Format, backends, format_for_file, format_of_backend, get_backend
 from .fsutil import sha256_file
@@ -64,6 +64,8 @@ def load(
     """
     clock = _Phases(timings)
     facts = DeviceFacts.read()
+    if threads is not None:
+        check_threads(threads, "threads", facts.cpu_count)
     chosen_profile = _profile(profile, facts)
     clock.lap("profile_s")
     text = os.fspath(source)
@@ -251,7 +253,12 @@ def _create(
         return _compiled_dir(sha256, backend_cls, key, facts)
 
     options = backend_cls.profile_options(profile.section(backend_cls.name), cache_dir)
-    return backend_cls(str(path), threads=threads or profile.resolved_threads(facts), spin=spin, **options)
+    count = threads or profile.resolved_threads(facts)
+    limit = max_threads(facts.cpu_count)
+    if count > limit:  # a profile or tuned record written for a bigger machine: never oversubscribe
+        log.warning("%d threads is more than this device runs well (%d cores); using %d", count, facts.cpu_count, limit)
+        count = limit
+    return backend_cls(str(path), threads=count, spin=spin, **options)
 
 
 def _compiled_dir(sha256: str, backend_cls: type[Backend], key: str, facts: DeviceFacts) -> Path | None:

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from . import __version__, cache
-from .devices import SYSROOT_ENV, DeviceFacts, Profile
+from .devices import SYSROOT_ENV, DeviceFacts, Profile, check_threads
 from .errors import EdgekitError
 from .manifest import Manifest
 
@@ -210,15 +210,16 @@ def tune(source: str, runs: int = 60, min_seconds: float = 1.0, threads: list[in
     facts = DeviceFacts.read()
     chosen_profile = _profile(profile, facts)
     root, manifest = open_package(Path(source))
-    counts = threads or thread_counts(facts.cpu_count)
+    counts = [check_threads(t, "--tune-threads", facts.cpu_count) for t in threads] if threads else \
+        thread_counts(facts.cpu_count)
     found = candidates(manifest, chosen_profile, counts, artifacts, include_failed)
     if not found:
         raise EdgekitError(f"nothing in package {manifest.name!r} can run here and passed its accuracy gates",
                            hint="install the runtime for one of its formats (edgekit[tflite] or edgekit[onnx])")
     entry, backend_cls = choose(manifest, chosen_profile)  # what load picks untuned
+    # The untuned default is always measured, whatever --tune-artifacts/--tune-threads ask for:
+    # a choice is stored only when it beats what every run would do without it.
     default = Choice(entry.key, backend_cls.name, default_threads(chosen_profile))
-    if artifacts and default not in found:  # the untuned choice is not among those asked for
-        default = next((c for c in found if c.threads == default.threads), found[0])
     if default not in found:
         found.append(default)
     options = BenchOptions(runs=runs, warmup=5, min_seconds=min_seconds, profile=profile)

@@ -35,6 +35,11 @@ log = logging.getLogger("edgekit.worker")
 _PROGRESS_ENV = "EDGEKIT_WORKER_PROGRESS"
 _PARENT_ENV = "EDGEKIT_WORKER_PARENT"
 TEMP_PREFIX = "edgekit-worker-"
+# Seconds one child step may take when no timeout is given: far above any conversion of a model
+# edgekit targets (minutes), short enough that a hung factory or converter ends the run.
+DEFAULT_STEP_TIMEOUT_S = 1800.0
+# A child that has written its answer gets this long to exit before it is killed.
+EXIT_GRACE_S = 10.0
 _PR_SET_PDEATHSIG = 1
 
 
@@ -78,10 +83,19 @@ def _watch_parent() -> None:
     threading.Thread(target=watch, name="edgekit-parent-watchdog", daemon=True).start()
 
 
+def _scratch_env(folder: Path) -> dict[str, str]:
+    """Point a child's temporary files into ``folder`` (inside edgekit's per-call temp dir, removed
+    with it): converters leave caches there (torch's ``torchinductor_<user>/``, session files)
+    that no later run would remove from the system temp folder."""
+    folder.mkdir(parents=True, exist_ok=True)
+    return {"TMPDIR": str(folder), "TEMP": str(folder), "TMP": str(folder),
+            "TORCHINDUCTOR_CACHE_DIR": str(folder / "torchinductor")}
+
+
 def call(
     function: Callable[..., Any],
     what: str,
-    timeout: float | None = None,
+    timeout: float | None = DEFAULT_STEP_TIMEOUT_S,
     on_progress: Callable[[int, int], None] | None = None,
     python: str | None = None,
     **kwargs: Any,
@@ -102,7 +116,8 @@ def call(
         response = Path(tmp) / "response.json"
         progress = Path(tmp) / "progress"
         request.write_text(json.dumps(kwargs))
-        env = {**os.environ, **_QUIET_ENV, _PROGRESS_ENV: str(progress), _PARENT_ENV: str(os.getpid())}
+        env = {**os.environ, **_QUIET_ENV, **_scratch_env(Path(tmp) / "tmp"), _PROGRESS_ENV: str(progress),
+               _PARENT_ENV: str(os.getpid())}
         if python is not None:
             here = str(Path(__file__).resolve().parent.parent)
             env["PYTHONPATH"] = os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH", "")) if p)
@@ -115,7 +130,7 @@ def call(
                 stderr=stderr,
                 preexec_fn=_die_with_parent(os.getpid()),
             )
-            _wait(proc, timeout, what, progress, on_progress)
+            _wait(proc, timeout, what, progress, on_progress, response)
             stderr.seek(0)
             child_stderr = stderr.read().decode(errors="replace")
         if response.exists():
@@ -147,7 +162,7 @@ def reference(function: Callable[..., Any]) -> str:
 
 
 def run_tool(
-    argv: list[str], what: str, timeout: float | None = None, env: dict[str, str] | None = None
+    argv: list[str], what: str, timeout: float | None = DEFAULT_STEP_TIMEOUT_S, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
     """Run a converter's command line (tf2onnx, ORT tools) as a child that dies with edgekit.
 
@@ -158,7 +173,8 @@ def run_tool(
     try:
         with tempfile.TemporaryDirectory(prefix=TEMP_PREFIX + f"{os.getpid()}-") as scratch:
             return subprocess.run(
-                argv, capture_output=True, text=True, timeout=timeout, env={**(env or os.environ), **_QUIET_ENV},
+                argv, capture_output=True, text=True, timeout=timeout,
+                env={**(env or os.environ), **_QUIET_ENV, **_scratch_env(Path(scratch))},
                 preexec_fn=_die_with_parent(os.getpid()), cwd=scratch,
             )
     except subprocess.TimeoutExpired:
@@ -172,8 +188,12 @@ def _wait(
     what: str,
     progress: Path,
     on_progress: Callable[[int, int], None] | None,
+    response: Path | None = None,
 ) -> None:
+    """Until the child exits, ``timeout`` passes (an error), or the child has answered and then
+    not exited within ``EXIT_GRACE_S`` (it is ended: some converters leave threads that never stop)."""
     deadline = None if timeout is None else time.monotonic() + timeout
+    answered_at: float | None = None
     last = ""
     try:
         while True:
@@ -182,11 +202,20 @@ def _wait(
                 return
             except subprocess.TimeoutExpired:
                 pass
+            if response is not None and answered_at is None and response.exists():
+                answered_at = time.monotonic()
+            if answered_at is not None and time.monotonic() - answered_at > EXIT_GRACE_S:
+                log.debug("%s answered but did not exit within %.0f s: ended", what, EXIT_GRACE_S)
+                proc.kill()
+                proc.wait()
+                return
             if deadline is not None and time.monotonic() > deadline:
                 proc.kill()
                 proc.wait()
                 raise ConversionError(
-                    f"{what} did not finish within {timeout:.0f} s", hint="raise --timeout or lower --samples"
+                    f"{what} did not finish within {timeout:.0f} s (the child process was ended)",
+                    hint="raise --timeout if it only needs longer; a model factory or converter that waits on "
+                         "input, the network or a lock never finishes",
                 )
             if on_progress is not None:
                 try:
@@ -278,10 +307,10 @@ def _main(argv: list[str]) -> int:
             }
         }
         code = 1
-    except OSError as exc:
-        from .errors import storage_error
+    except Exception as exc:  # a full disk or an exhausted machine is named; anything else keeps its traceback
+        from .errors import resource_error, storage_error
 
-        found = storage_error(exc)
+        found = (storage_error(exc) if isinstance(exc, OSError) else None) or resource_error(exc)
         payload = {
             "error": {
                 "type": type(found).__name__ if found else "ConversionError",
@@ -291,17 +320,9 @@ def _main(argv: list[str]) -> int:
             }
         }
         code = 1
-    except Exception as exc:  # unexpected: keep the child's traceback for --debug
-        payload = {
-            "error": {
-                "type": "ConversionError",
-                "message": f"{type(exc).__name__}: {exc}",
-                "hint": "rerun with --debug for the converter's traceback",
-                "traceback": traceback.format_exc(),
-            }
-        }
-        code = 1
-    Path(response_path).write_text(json.dumps(payload))
+    partial = Path(response_path + ".partial")
+    partial.write_text(json.dumps(payload))
+    os.replace(partial, response_path)  # the parent takes a response that exists as complete
     return code
 
 

@@ -174,7 +174,8 @@ def test_edgekit_tune_writes_a_report_that_compare_marks(package, tmp_path, caps
                          env={"EDGEKIT_CACHE_DIR": str(tmp_path / "cache")})
     assert result.returncode == 0, result.stderr[-2000:]
     tuning = json.loads(report.read_text())["tuning"]
-    assert {c["artifact"] for c in tuning["candidates"]} == {"onnx", "onnx-float32"}
+    measured = {c["artifact"] for c in tuning["candidates"]}  # those asked for, and the untuned default
+    assert measured == {"onnx", "onnx-float32", tuning["default"]["artifact"]}
     code, out, _ = run_cli(capsys, "compare", report, "--markdown")
     assert code == 0 and out.count("(tuned)") == 1 and f"{tuning['decision']['artifact']} (tuned)" in out
     refused = edgekit_cli("tune", package, "--tune-artifacts", "onnx-float16",

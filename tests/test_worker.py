@@ -54,3 +54,63 @@ def test_python_errors_in_a_child_keep_their_type_and_text():
 def test_only_module_level_functions_can_be_sent():
     with pytest.raises(TypeError, match="module-level function"):
         worker.call(lambda: None, what="nothing")
+
+
+def answers_then_hangs() -> str:
+    """A converter that returns but leaves a non-daemon thread running (litert-torch once did)."""
+    import threading
+    import time
+
+    threading.Thread(target=lambda: time.sleep(3600), daemon=False).start()
+    return "done"
+
+
+def writes_temp_files() -> str:
+    """Caches a converter drops in the temp folder (torch's torchinductor_<user>/, a .ses file)."""
+    import tempfile
+    from pathlib import Path
+
+    folder = Path(tempfile.gettempdir())
+    (folder / "torchinductor_someone").mkdir()
+    (folder / ".ses").write_text("session")
+    return str(folder)
+
+
+def runs_out_of_threads() -> None:
+    raise RuntimeError("can't start new thread")
+
+
+def blocks_forever() -> None:
+    import time
+
+    time.sleep(3600)
+
+
+def test_a_child_that_answered_but_does_not_exit_is_ended(monkeypatch):
+    import time
+
+    monkeypatch.setattr(worker, "EXIT_GRACE_S", 1.0)
+    started = time.monotonic()
+    assert worker.call(answers_then_hangs, what="a converter") == "done"
+    assert time.monotonic() - started < 60
+
+
+def test_a_child_that_blocks_is_ended_at_its_timeout():
+    with pytest.raises(ConversionError, match="did not finish within 2 s"):
+        worker.call(blocks_forever, what="loading the model", timeout=2)
+
+
+def test_children_keep_their_temp_files_in_edgekits_own_temp_dir():
+    import tempfile
+    from pathlib import Path
+
+    folder = Path(worker.call(writes_temp_files, what="a converter"))
+    assert folder != Path(tempfile.gettempdir()) and not folder.exists()
+    assert worker.TEMP_PREFIX in str(folder)
+
+
+def test_an_exhausted_machine_in_a_child_is_named():
+    from edgekit.errors import ResourceError
+
+    with pytest.raises(ResourceError, match="out of threads"):
+        worker.call(runs_out_of_threads, what="a converter")

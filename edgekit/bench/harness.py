@@ -288,5 +288,7 @@ def _hostname() -> str:
 
 
 def default_report_path(source: str) -> Path:
-    name = Path(source.rstrip("/")).name.split(".")[0] or "model"
+    from ..names import name_from_source
+
+    name = name_from_source(source)
     return Path(f"{name}.{_hostname()}.bench.json")

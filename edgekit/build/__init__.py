@@ -93,7 +93,7 @@ def build_package(options: PackageOptions, progress: Progress | None = None) -> 
         loaded = load_source(source, kind, options, work, progress, source_hints(options, plan))
         data = prepare_data(plan, options, loaded.described, progress)
         given = resolve_kinds(options.output_kinds, loaded.described)
-        reference = float_reference(loaded, data, work, progress)
+        reference = float_reference(loaded, data, work, progress, options.step_timeout_s)
         kinds = infer_kinds(loaded.described, reference, data, given)
         say_kinds(kinds, reference, progress)
         judging = Judging(kinds=kinds, metric_spec=options.metric, metric=metric,
@@ -134,10 +134,15 @@ def load_source(source: Source, kind: str, options: PackageOptions, work: Path, 
     if kind == "torch_factory":  # file.py:factory: resolve the file, keep the function
         file, _, function = options.model.rpartition(":")
         model = f"{Path(file).resolve()}:{function}"
+    runs = source.runs_code.get(kind)
+    if runs:  # said before anything loads: the user decides whether they trust the file
+        progress.warn(f"loading {options.model} {runs}; package only models from sources you trust "
+                      "(README: Security model)")
     with progress.step(f"Loading {kind} model {options.model}"):
         described = worker.call(
             source.prepare,
             what="loading the model",
+            timeout=options.step_timeout_s,
             model_path=model,
             kind=kind,
             export_dir=str(work / "saved_model"),
@@ -146,12 +151,14 @@ def load_source(source: Source, kind: str, options: PackageOptions, work: Path, 
     return LoadedSource(source, kind, described)
 
 
-def float_reference(loaded: LoadedSource, data: PreparedData, work: Path, progress: Progress) -> dict[str, np.ndarray]:
+def float_reference(loaded: LoadedSource, data: PreparedData, work: Path, progress: Progress,
+                    timeout_s: float | None = None) -> dict[str, np.ndarray]:
     """Every output of the float model on the validation samples, by output name."""
     inputs, outputs = work / "eval_inputs.npz", work / "reference.npz"
     np.savez(inputs, **data.evaluation)
     with progress.step(f"Float reference outputs on {data.evaluation_count} samples"):
-        worker.call(loaded.source.float_reference, what="running the float model", prepared=loaded.described,
+        worker.call(loaded.source.float_reference, what="running the float model", timeout=timeout_s,
+                    prepared=loaded.described,
                     inputs_npz=str(inputs), output_npz=str(outputs))
     with np.load(outputs) as stored:
         found = {name: stored[name].astype(np.float32) for name in stored.files}
@@ -182,7 +189,7 @@ def build_context(options: PackageOptions, loaded: LoadedSource, data: PreparedD
         keep_float=tuple(options.keep_float),
         allow_float_ops=options.allow_float_ops,
         explain_npy=explain_npy,
-        timeout_s=options.timeout_s,
+        timeout_s=options.step_timeout_s,
         options=MappingProxyType({**options.options_for_formats(),
                                   "also_float": wants_float_fallback(options.also_float, options.model)}),
     )

@@ -8,7 +8,7 @@ from typing import Any
 
 from ..manifest import Manifest
 from ..quantize.metrics import OutputComparison
-
+from ..worker import DEFAULT_STEP_TIMEOUT_S
 
 
 @dataclass
@@ -33,7 +33,7 @@ class PackageOptions:
     archive: bool = False
     labels_file: str | None = None
     preprocessing: dict[str, Any] = field(default_factory=dict)  # scale, mean, std, color_order, resize
-    timeout_s: float | None = None
+    timeout_s: float | None = None  # per child step (loading, float reference, each conversion); None: the default
     allow_partial: bool = False  # with several formats: keep the package if some of them fail
     calibration_method: str = "minmax"  # ONNX: minmax | entropy | percentile
     onnx_activations: str = "s8"  # ONNX: s8 (S8S8) | u8 (U8S8)
@@ -55,6 +55,12 @@ class PackageOptions:
             raise ValueError("pass formats= (targets= is its former name), not both")
         self.formats = list(self.formats or self.targets or ["tflite"])
         self.targets = self.formats
+
+    @property
+    def step_timeout_s(self) -> float:
+        """Seconds each child step (loading the model, the float reference, a conversion) may take:
+        a model whose factory blocks, or a converter that hangs, ends with an error, never waits forever."""
+        return self.timeout_s or DEFAULT_STEP_TIMEOUT_S
 
     def options_for_formats(self) -> dict[str, Any]:
         """Every registered format's options: its default, then a field of the same name above

@@ -7,7 +7,6 @@ the user a second instead of a TensorFlow start.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,8 +15,9 @@ import numpy as np
 
 from .. import worker
 from ..data.sources import DataSource, open_data
-from ..errors import DataError, EdgekitError, OutputExistsError
+from ..errors import DataError, OutputExistsError
 from ..fsutil import ensure_writable, remove_stale, remove_stale_temp
+from ..names import check_name, slug
 from ..progress import Progress
 from .options import PackageOptions
 
@@ -29,7 +29,6 @@ HOLDOUT_FRACTION = 0.2
 # calibration set is held out to reach it (calibration ranges need fewer samples than a verdict).
 MIN_VALIDATION_SAMPLES = 50
 TEMP_PREFIX = "edgekit-package-"
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 
 
 @dataclass(frozen=True)
@@ -49,11 +48,7 @@ class Plan:
 
 def preflight(options: PackageOptions, progress: Progress) -> Plan:
     name = options.name or _default_name(Path(options.model))
-    if not _NAME.match(name):
-        raise EdgekitError(
-            f"package name {name!r} is not usable as a file name",
-            hint="use --name with letters, digits, '.', '_' or '-'",
-        )
+    check_name(name, "package name", hint="use --name with letters, digits, '.', '_' or '-' (a letter or digit first)")
     out = Path(options.output_dir).absolute()
     if out.exists() and not out.is_dir():
         raise OutputExistsError(f"output {out} exists and is not a directory", hint="choose another -o")
@@ -89,9 +84,7 @@ def preflight(options: PackageOptions, progress: Progress) -> Plan:
 
 
 def _default_name(model: Path) -> str:
-    stem = model.name if model.is_dir() else model.stem
-    cleaned = re.sub(r"[^A-Za-z0-9._-]+", "-", stem).strip("-.") or "model"
-    return cleaned
+    return slug(model.name if model.is_dir() else model.stem)
 
 
 def _check_compatible(calibration: DataSource, evaluation: DataSource | None) -> None:

@@ -10,6 +10,8 @@ repository with Triton over the v2 protocol.
 
 from __future__ import annotations
 
+import json
+import re
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -17,7 +19,49 @@ from pathlib import Path
 from ..errors import EdgekitError, OutputExistsError
 from ..fsutil import ensure_writable, publish, staging_dir, write_text_atomic
 from ..manifest import Manifest
+from ..names import check_name, kubernetes_name
 from ..package_io import open_package, verified_artifact_path
+
+# Written into every model directory edgekit exports: --force replaces only directories that
+# carry it, never a model (or anything else) that someone else put in the repository.
+EXPORT_MARKER = ".edgekit-export"
+_YAML_HEADER = "# written by edgekit export triton\n"
+# Bounds that keep a typo from writing a config Triton refuses or a server cannot hold:
+# Triton allocates max_batch_size x the largest input per instance, and starts every instance.
+MAX_BATCH_SIZE = 4096
+MAX_INSTANCES = 64
+MAX_QUEUE_DELAY_US = 10_000_000
+MAX_HOST_THREADS = 1024  # the Triton host's cores are unknown here; more than this is a typo on any server
+# Where KServe's storage initializer can fetch a model repository from.
+_STORAGE_URI = re.compile(r"^(gs|s3|pvc|hdfs|webhdfs|oci|hf|https?)://[^\s\x00-\x1f\"'`]+$")
+
+
+def pbtxt_string(value: str, what: str) -> str:
+    """``value`` as a quoted protobuf text-format string; control characters are refused (a
+    newline in a path is a typo, never a directory someone meant)."""
+    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in value):
+        raise EdgekitError(f"{what} {value!r} contains control characters", hint="pass a plain path")
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def check_export_options(max_batch_size: int, instances: int, queue_delay_us: int,
+                         kserve_storage_uri: str | None, threads: int | None) -> None:
+    """Refuse values Triton or KServe cannot represent, before anything is written."""
+    for flag, value, low, high in (("--max-batch-size", max_batch_size, 1, MAX_BATCH_SIZE),
+                                   ("--instances", instances, 1, MAX_INSTANCES),
+                                   ("--max-queue-delay-us", queue_delay_us, 0, MAX_QUEUE_DELAY_US)):
+        if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+            raise EdgekitError(f"{flag} must be an integer from {low} to {high}, got {value!r}",
+                               hint=f"e.g. {flag} {max(low, min(8, high))}")
+    if threads is not None and not 1 <= threads <= MAX_HOST_THREADS:
+        raise EdgekitError(f"--threads must be from 1 to {MAX_HOST_THREADS}, got {threads}",
+                           hint="leave it out to use the Triton host's cores")
+    if kserve_storage_uri is not None and not _STORAGE_URI.match(kserve_storage_uri):
+        raise EdgekitError(
+            f"--kserve {kserve_storage_uri!r} is not a storage URI KServe can fetch from",
+            hint="e.g. --kserve gs://bucket/models, s3://bucket/models or pvc://claim/models "
+                 "(no spaces or quotes)",
+        )
 
 
 def _dims(shape: list[int]) -> str:
@@ -35,7 +79,7 @@ def _tensors(kind: str, specs: list) -> list[str]:
     for index, spec in enumerate(specs):
         if spec.dtype not in _TRITON_TYPES:
             raise EdgekitError(f"{kind} {spec.name!r} has dtype {spec.dtype}, which Triton's config cannot name")
-        lines += ["  {", f'    name: "{spec.name}"', f"    data_type: {_TRITON_TYPES[spec.dtype]}",
+        lines += ["  {", f"    name: {pbtxt_string(spec.name, kind + ' name')}", f"    data_type: {_TRITON_TYPES[spec.dtype]}",
                   f"    dims: {_dims(spec.shape)}"]
         if kind == "output" and spec.labels:
             lines.append('    label_filename: "labels.txt"')
@@ -47,7 +91,7 @@ def config_pbtxt(manifest: Manifest, max_batch_size: int, gpu: bool, instances: 
                  backend: str = "onnxruntime", parameters: list[str] | None = None) -> str:
     """Every input and output of the package (never only the first), with its datatype."""
     lines = [
-        f'name: "{manifest.name}"',
+        f"name: {pbtxt_string(manifest.name, 'package name')}",
         f'backend: "{backend}"',
         f"max_batch_size: {max_batch_size}",
         *(parameters or []),
@@ -84,10 +128,10 @@ def config_pbtxt(manifest: Manifest, max_batch_size: int, gpu: bool, instances: 
 
 def inference_service_yaml(name: str, storage_uri: str, gpu: bool) -> str:
     resources = '          nvidia.com/gpu: "1"\n' if gpu else '          cpu: "2"\n          memory: 2Gi\n'
-    return f"""apiVersion: serving.kserve.io/v1beta1
+    return _YAML_HEADER + f"""apiVersion: serving.kserve.io/v1beta1
 kind: InferenceService
 metadata:
-  name: {name.lower().replace('_', '-')}
+  name: {kubernetes_name(name)}
 spec:
   predictor:
     model:
@@ -95,7 +139,7 @@ spec:
         name: triton
       protocolVersion: v2
       runtime: kserve-tritonserver
-      storageUri: {storage_uri}
+      storageUri: {json.dumps(storage_uri)}
       resources:
         limits:
 {resources}"""
@@ -107,6 +151,7 @@ def export_triton(
     backend: str = "onnxruntime", artifact: str | None = None, threads: int | None = None,
     python_path: str | None = None,
 ) -> Path:
+    check_export_options(max_batch_size, instances, queue_delay_us, kserve_storage_uri, threads)
     root, manifest = open_package(package)
     if backend == "python":
         return _export_python(root, manifest, Path(output), max_batch_size, instances, queue_delay_us, force,
@@ -118,8 +163,6 @@ def export_triton(
             f"package {manifest.name!r} has no ONNX artifact; Triton export serves the ONNX model",
             hint="repackage with --format onnx (formerly --target onnx), or --format all",
         )
-    if max_batch_size < 1:
-        raise EdgekitError("--max-batch-size must be at least 1")
     model_file = verified_artifact_path(root, manifest.artifact("onnx"))
 
     def fill(version: Path) -> str:
@@ -133,21 +176,45 @@ def _write_model(repo: Path, manifest: Manifest, force: bool, fill: Callable[[Pa
                  kserve_storage_uri: str | None, gpu: bool) -> Path:
     """REPO/NAME staged and published by rename: ``fill(NAME/1)`` writes the version's files and
     returns config.pbtxt; labels.txt and the optional InferenceService come with it."""
-    destination = repo / manifest.name
-    if destination.exists() and not force:
-        raise OutputExistsError(f"{destination} already exists")
+    name = check_name(manifest.name, "package name")  # read checked already; a path is built from it here
+    destination = repo / name
+    service = repo / f"{name}.inferenceservice.yaml"
+    _check_replaceable(destination, force, lambda path: (path / EXPORT_MARKER).is_file(), "model directory")
+    if kserve_storage_uri is not None:
+        _check_replaceable(service, force, _is_our_yaml, "InferenceService manifest")
     ensure_writable(repo, "Triton model repository", is_dir=True)
     with staging_dir(destination) as staged:
         (staged / "1").mkdir(parents=True)
+        (staged / EXPORT_MARKER).write_text(json.dumps({"package": manifest.name}) + "\n")
         (staged / "config.pbtxt").write_text(fill(staged / "1"))
         if manifest.labels:
             (staged / "labels.txt").write_text("\n".join(manifest.labels) + "\n")
         repo.mkdir(parents=True, exist_ok=True)
         publish(staged, destination, replace=force)
     if kserve_storage_uri is not None:
-        write_text_atomic(repo / f"{manifest.name}.inferenceservice.yaml",
-                          inference_service_yaml(manifest.name, kserve_storage_uri, gpu))
+        write_text_atomic(service, inference_service_yaml(name, kserve_storage_uri, gpu))
     return destination
+
+
+def _is_our_yaml(path: Path) -> bool:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as file:
+            return file.readline() == _YAML_HEADER
+    except OSError:
+        return False
+
+
+def _check_replaceable(path: Path, force: bool, ours: Callable[[Path], bool], what: str) -> None:
+    """``path`` may be written: it does not exist, or ``--force`` and edgekit wrote it."""
+    if not (path.exists() or path.is_symlink()):
+        return
+    if not force:
+        raise OutputExistsError(f"{path} already exists", hint="pass --force to replace what edgekit exported there")
+    if path.is_symlink() or not ours(path):
+        raise OutputExistsError(
+            f"{path} exists and was not written by edgekit export; --force replaces only edgekit's own exports",
+            hint="remove it yourself if it should go, or export into another -o",
+        )
 
 
 def _export_python(root: Path, manifest: Manifest, repo: Path, max_batch_size: int, instances: int,
@@ -156,9 +223,16 @@ def _export_python(root: Path, manifest: Manifest, repo: Path, max_batch_size: i
     """NAME/config.pbtxt (Python backend) + NAME/1/model.py + NAME/1/package/ (every artifact verified)."""
     from .triton_python import MODEL_PY, parameters_block
 
+    if artifact is not None and artifact.split("-")[0] == "coreml":
+        raise EdgekitError(
+            "--backend python --artifact coreml cannot run on Triton: Triton servers run Linux and "
+            "CoreML runs only on macOS/iOS",
+            hint="choose --artifact tflite or onnx (or leave it out to pick the best on the Triton host)",
+        )
     if artifact is not None and not any(artifact in (a.key, a.target) for a in manifest.artifacts):
         raise EdgekitError(f"package {manifest.name!r} has no {artifact} artifact",
                            hint=f"choose one of {', '.join(a.key for a in manifest.artifacts)}")
+    parameters = parameters_block(artifact, threads, python_path)  # refused before anything is written
     for entry in manifest.artifacts:
         verified_artifact_path(root, entry)  # a tampered package is refused here, not on the Triton host
 
@@ -166,6 +240,6 @@ def _export_python(root: Path, manifest: Manifest, repo: Path, max_batch_size: i
         shutil.copytree(root, version / "package")
         (version / "model.py").write_text(MODEL_PY)
         return config_pbtxt(manifest, max_batch_size, False, instances, queue_delay_us, backend="python",
-                            parameters=parameters_block(artifact, threads, python_path))
+                            parameters=parameters)
 
     return _write_model(repo, manifest, force, fill, kserve_storage_uri, gpu)

@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from pathlib import Path
 from typing import Any
 
 from ..bench.report import ReportError, validate_report
 from ..fsutil import write_text_atomic
-
-_SAFE = re.compile(r"[^A-Za-z0-9._-]+")
+from ..names import is_safe_name, slug
 
 
 class ReportStore:
@@ -23,8 +21,8 @@ class ReportStore:
         validate_report(report, "pushed report")
         text = json.dumps(report, indent=1)
         digest = hashlib.sha256(text.encode()).hexdigest()[:12]
-        device = _SAFE.sub("-", str(report["device"].get("name", "device")))[:60]
-        model = _SAFE.sub("-", str(report["model"].get("name", "model")))[:60]
+        device = slug(str(report["device"].get("name", "device")), "device")[:40].strip("-._") or "device"
+        model = slug(str(report["model"].get("name", "model")))[:40].strip("-._") or "model"
         report_id = f"{model}.{device}.{digest}"
         write_text_atomic(self.directory / f"{report_id}.json", text + "\n")
         return report_id
@@ -42,7 +40,7 @@ class ReportStore:
         return entries
 
     def get(self, report_id: str) -> dict[str, Any]:
-        if _SAFE.search(report_id) or report_id.startswith("."):
+        if not is_safe_name(report_id):
             raise ReportError(f"invalid report id {report_id!r}")
         path = self.directory / f"{report_id}.json"
         if not path.is_file():

@@ -12,7 +12,7 @@ from (``saved_model``, ``onnx_model``).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,8 @@ class Source:
     detect: Callable[[Path], str | None]  # the kind of model at path ("keras", "onnx", ...), or None if not ours
     prepare: Callable[..., dict[str, Any]]  # child: (model_path, kind, export_dir) -> description
     float_reference: Callable[..., None]  # child: (prepared, inputs_npy, output_npy) -> writes the outputs
+    # kind -> what code loading that kind runs (printed before loading; see README "Security model")
+    runs_code: dict[str, str] = field(default_factory=dict)
 
 
 def first_line(exc: BaseException) -> str:

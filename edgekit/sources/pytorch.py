@@ -18,6 +18,8 @@ import importlib.util
 import inspect
 import re
 import zipfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -113,7 +115,8 @@ def _load(model_path: str, kind: str, example: dict[str, Any] | None = None) -> 
         return onnx_torch.load(model_path, shaped).eval(), names, None
     try:
         if kind == "torch_export":
-            program = torch.export.load(model_path)
+            with _weights_only_unpickling(model_path):
+                program = torch.export.load(model_path)
             names = [str(n) for n in program.graph_signature.user_inputs]
             return program.module(), names, program
         if kind == "torchscript":
@@ -132,6 +135,48 @@ def _load(model_path: str, kind: str, example: dict[str, Any] | None = None) -> 
         raise ModelSourceError(f"cannot load {model_path} as a PyTorch model: {type(exc).__name__}: {first_line(exc)}",
                                hint="save a torch.export program (.pt2), a TorchScript file, or pass "
                                     "path/to/file.py:factory") from None
+
+
+@contextmanager
+def _weights_only_unpickling(model_path: str) -> Iterator[None]:
+    """Load a ``.pt2`` without running code from it: every pickle inside (weights, constants,
+    sample inputs) is read by PyTorch's restricted ``weights_only`` unpickler, and plain pickled
+    Python objects are refused. ``torch.export.load`` itself falls back to the full unpickler
+    (``weights_only=False``) when the restricted one fails, which runs whatever a tampered
+    archive's ``__reduce__`` names."""
+    import pickle
+
+    import torch
+
+    original_load = torch.load
+
+    def restricted_load(*args: Any, **kwargs: Any) -> Any:
+        kwargs["weights_only"] = True
+        try:
+            return original_load(*args, **kwargs)
+        except pickle.UnpicklingError as exc:
+            raise ModelSourceError(
+                f"{model_path} holds pickled Python objects that could run code when loaded; edgekit loads only "
+                f"tensors and plain values from a .pt2 ({first_line(exc)})",
+                hint="re-save it from the model's own code with torch.export.save (tensors only), or pass "
+                     "path/to/file.py:factory if you trust that code",
+            ) from None
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise ModelSourceError(f"{model_path} holds a pickled Python object among its constants; edgekit does not "
+                               "unpickle objects from model files (that can run code)",
+                               hint="pass path/to/file.py:factory if you trust the model's code")
+
+    from torch.export.pt2_archive import _package
+
+    original_pickle = _package.pickle
+    shim = type("RestrictedPickle", (), {"loads": staticmethod(refuse), "load": staticmethod(refuse),
+                                         "dumps": pickle.dumps, "dump": pickle.dump})
+    torch.load, _package.pickle = restricted_load, shim  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        torch.load, _package.pickle = original_load, original_pickle  # type: ignore[assignment]
 
 
 def _call_factory(file: str, function: str) -> Any:
@@ -243,4 +288,8 @@ SOURCE = Source(
     detect=detect,
     prepare=prepare,
     float_reference=float_reference,
+    runs_code={
+        "torch_factory": "runs that file's Python code (the factory and everything it imports) to build the model",
+        "torchscript": "runs the TorchScript code saved in it (TorchScript operators, not arbitrary Python)",
+    },
 )

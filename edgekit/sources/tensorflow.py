@@ -60,8 +60,16 @@ def prepare(model_path: str, kind: str, export_dir: str, hints: dict[str, Any] |
 
         info["keras"] = keras.__version__
         try:
-            model = keras.models.load_model(model_path, compile=False)
+            # safe_mode: a Lambda layer's Python bytecode is refused, never run
+            model = keras.models.load_model(model_path, compile=False, safe_mode=True)
         except Exception as exc:
+            if "safe_mode" in str(exc) or "Lambda" in str(exc):
+                raise ModelSourceError(
+                    f"{model_path} contains a Lambda layer: its Python bytecode would run when loaded, and edgekit "
+                    "does not run code from model files",
+                    hint="replace the Lambda with a registered custom layer (keras.saving.register_keras_serializable) "
+                         "or with built-in layers, and save the model again",
+                ) from None
             raise ModelSourceError(
                 f"cannot load {model_path} as a Keras model: {type(exc).__name__}: {first_line(exc)}",
                 hint="check that it was saved by Keras (custom layers must be importable and registered)",
@@ -381,4 +389,5 @@ SOURCE = Source(
     detect=detect,
     prepare=prepare,
     float_reference=float_reference,
+    runs_code={"saved_model": "runs the TensorFlow graph saved in it (graph ops can read and write files)"},
 )

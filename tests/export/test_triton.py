@@ -44,7 +44,7 @@ def test_gpu_repository_uses_tensorrt_int8_and_kserve_manifest(digits_all_packag
     accelerator = config.optimization.execution_accelerators.gpu_execution_accelerator[0]
     assert accelerator.name == "tensorrt" and accelerator.parameters["precision_mode"] == "INT8"
     yaml = (tmp_path / "repo" / "digits.inferenceservice.yaml").read_text()
-    assert "kind: InferenceService" in yaml and "storageUri: s3://bucket/repo" in yaml and "protocolVersion: v2" in yaml
+    assert "kind: InferenceService" in yaml and 'storageUri: "s3://bucket/repo"' in yaml and "protocolVersion: v2" in yaml
     code, _, err = run_cli(capsys, "export", "triton", digits_all_package, "-o", tmp_path / "repo")
     assert code == 1 and "already exists" in err
 

@@ -267,3 +267,35 @@ def test_an_onnx_export_with_two_outputs_keeps_them_apart_in_tflite(models):
     with edgekit.load(models / "out" / "heads.edgekit", artifact="tflite") as model:
         got = model.predict({"photo": x})
     assert np.abs(got["kind"] - kind).max() < 0.05 and np.abs(got["age"] - age).max() < 0.1
+
+
+def test_a_pt2_with_a_pickled_payload_is_refused_without_running_it(models, tmp_path):
+    """A .pt2 whose sample-inputs member was replaced by a pickle calling os.system once ran it
+    during `edgekit package` (torch.export.load falls back to the full unpickler)."""
+    import zipfile
+
+    marker = tmp_path / "pwned"
+    payload = tmp_path / "payload.pt"
+    code = f"""
+        import os, torch
+        class Payload:
+            def __reduce__(self):
+                return (os.system, ({f"touch {marker}"!r},))
+        torch.save(Payload(), {str(payload)!r})
+    """
+    subprocess.run([sys.executable, "-c", textwrap.dedent(code)], check=True, cwd=ROOT)
+    hostile = tmp_path / "hostile.pt2"
+    with zipfile.ZipFile(models / "residual.pt2") as original, zipfile.ZipFile(hostile, "w") as out:
+        for item in original.infolist():
+            data = payload.read_bytes() if item.filename.endswith("sample_inputs/model.pt") else original.read(item)
+            out.writestr(item, data)
+    result = edgekit_cli("package", hostile, "-c", models / "images.npy", "-o", tmp_path / "out")
+    assert_user_error(result, "pickled Python objects", "could run code")
+    assert not marker.exists()
+
+
+def test_sources_that_run_code_say_so_before_loading(models):
+    result = package(models, f"{models / 'nets.py'}:residual_cnn", "images.npy", "--format", "onnx")
+    assert "runs that file's Python code" in result.stderr and "Security model" in result.stderr
+    result = package(models, models / "residual.pt2", "images.npy", "--format", "onnx", "--name", "plain")
+    assert "Security model" not in result.stderr  # a .pt2 loads tensors only (weights-only unpickling): no notice
