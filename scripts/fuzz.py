@@ -4,8 +4,12 @@
     .venv/bin/python scripts/fuzz.py [--cases 100000] [--seed 0] [--output out/bench/fuzz.json]
 
 Targets: the manifest parser, the .ekpkg reader (open_package), the KServe v2 request decoder
-(JSON and binary extension) and the benchmark report reader. Inputs are seeded mutations of
-valid documents (byte flips, truncation, splices, JSON node replacement) plus random bytes.
+(JSON and binary extension), the benchmark report reader, names and paths in manifests (the
+package then exported to a Triton repository and its artifacts resolved: nothing may be
+written or read outside the output folder and the package), and gRPC ModelInferRequest bytes
+(decoded as the server decodes them: INVALID_ARGUMENT or a 4xx status, never UNKNOWN or
+INTERNAL). Inputs are seeded mutations of valid documents (byte flips, truncation, splices,
+JSON node replacement) plus random bytes and hostile names.
 The only acceptable outcome is a clear edgekit error (or a 4xx ProtocolError); any other
 exception is a failure, and a case taking longer than --hang-seconds is reported as a hang.
 Failures are printed with the input that caused them (saved under out/fuzz-failures/).
@@ -153,9 +157,97 @@ def case_archive(rng, base, workdir: Path):
         path.unlink(missing_ok=True)
 
 
+HOSTILE_NAMES = ["../victim", "..", ".", "/etc/passwd", "a/../../b", "..\\x", "x\0y", ".hidden", "a\nb", "~root",
+                 "C:\\Windows", "%2e%2e%2fx", "con", "a" * 200, "\u202e", "digits/../..", "digits/.", "", " "]
+
+
+def hostile_name(rng: random.Random) -> str:
+    if rng.random() < 0.6:
+        return rng.choice(HOSTILE_NAMES)
+    alphabet = "ab./\\\0-_~:\n%" + "\u00e9\u202e"
+    return "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 12)))
+
+
+def snapshot(folder: Path) -> set[str]:
+    return {str(p.relative_to(folder)) for p in folder.rglob("*")}
+
+
+def case_manifest_names(rng, base, workdir: Path):
+    """Hostile names and paths in a manifest on disk: it is refused, or exported and resolved
+    without a file appearing outside ``repo/`` or a path resolving outside the package."""
+    import shutil
+
+    from edgekit.export.triton import _write_model
+    from edgekit.package_io import open_package, verified_artifact_path
+
+    document = json.loads(json.dumps(base))
+    for _ in range(rng.randint(1, 3)):
+        where = rng.random()
+        if where < 0.5:
+            document["name"] = hostile_name(rng)
+        elif where < 0.8:
+            document["artifacts"][0]["path"] = hostile_name(rng)
+        else:
+            document["outputs"][0]["name"] = hostile_name(rng)
+    sandbox = workdir / f"sandbox{rng.randrange(10**9)}"
+    package, repo = sandbox / "pkg.edgekit", sandbox / "out" / "repo"
+    package.mkdir(parents=True)
+    (package / "manifest.json").write_text(json.dumps(document))
+    before = snapshot(sandbox)
+    try:
+        root, manifest = open_package(package)
+        for artifact in manifest.artifacts:
+            try:
+                path = verified_artifact_path(root, artifact)
+            except EdgekitError:
+                continue
+            if not Path(path).resolve().is_relative_to(root.resolve()):
+                raise AssertionError(f"artifact path {artifact.path!r} resolves outside the package")
+        _write_model(repo, manifest, True, lambda version: "", None, False)
+    finally:
+        after = snapshot(sandbox)
+        outside = {p for p in after - before if not p.startswith("out/repo") and p != "out"}
+        escaped = [p for p in (workdir.parent.iterdir() if workdir.parent.exists() else []) if "victim" in p.name]
+        shutil.rmtree(sandbox, ignore_errors=True)
+        if outside or escaped:
+            raise AssertionError(f"written outside the output folder: {sorted(outside) or escaped}")
+
+
+def valid_grpc_request() -> bytes:
+    import numpy as np
+
+    from edgekit.server.grpc_messages import messages
+
+    request = messages()["ModelInferRequest"](model_name="digits", id="r1")
+    request.inputs.add(name="image", datatype="FP32", shape=[1, 4])
+    request.raw_input_contents.append(np.arange(4, dtype=np.float32).tobytes())
+    typed = request.inputs.add(name="mask", datatype="INT32", shape=[1, 2])
+    typed.contents.int_contents.extend([1, 2])
+    request.outputs.add(name="y")
+    return request.SerializeToString()
+
+
+def case_grpc(rng, base: bytes):
+    """Bytes as the gRPC server receives them: decoded, then the tensors read. Undecodable is
+    INVALID_ARGUMENT and a ProtocolError must be 4xx; anything else would reach clients as
+    UNKNOWN or INTERNAL."""
+    from edgekit.server.grpc_app import Undecodable, _decoder, decode_inputs
+    from edgekit.server.grpc_messages import messages
+
+    data = mutate_bytes(rng, base) if rng.random() < 0.9 else bytes(rng.randrange(256) for _ in range(64))
+    request = _decoder(messages()["ModelInferRequest"])(data)
+    if isinstance(request, Undecodable):
+        return
+    try:
+        decode_inputs(request)
+    except ProtocolError as exc:
+        if not 400 <= exc.status < 500:
+            raise AssertionError(f"status {exc.status}") from None
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--cases", type=int, default=100_000, help="total cases, split over the four targets")
+    parser.add_argument("--cases", type=int, default=100_000, help="total cases, split over the targets")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--hang-seconds", type=float, default=2.0)
     parser.add_argument("--output", type=Path, default=ROOT / "out" / "bench" / "fuzz.json")
@@ -172,6 +264,9 @@ def main() -> None:
             "kserve_request": (case_request, None),
             "report": (case_report, valid_report()),
             "ekpkg": (lambda rng, base: case_archive(rng, base, Path(tmp)), valid_manifest()),
+            "manifest_names": (lambda rng, base: case_manifest_names(rng, base, Path(tmp) / "names"),
+                               valid_manifest()),
+            "grpc_request": (case_grpc, valid_grpc_request()),
         }
         per_target = args.cases // len(targets)
         for name, (case, base) in targets.items():

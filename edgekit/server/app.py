@@ -24,7 +24,7 @@ from typing import Any
 import uvicorn
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
@@ -32,7 +32,7 @@ from ..bench.report import ReportError
 from ..errors import EdgekitError
 from ..runtime import Model
 from .dataplane import VERSION, DataPlane, ServedModel, ServerOptions
-from .protocol import HEADER_LENGTH, ProtocolError
+from .protocol import CLIENT_CLOSED, HEADER_LENGTH, ProtocolError
 from .reports import ReportStore
 
 log = logging.getLogger("edgekit.server")
@@ -110,11 +110,14 @@ class RestEndpoints:
         if declared is not None and declared.isdigit() and int(declared) > limit:
             raise ProtocolError(413, f"request body of {declared} bytes exceeds the {limit}-byte limit")
         chunks, size = [], 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > limit:
-                raise ProtocolError(413, f"request body exceeds the {limit}-byte limit")
-            chunks.append(chunk)
+        try:
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > limit:
+                    raise ProtocolError(413, f"request body exceeds the {limit}-byte limit")
+                chunks.append(chunk)
+        except ClientDisconnect:  # the client hung up mid-body: its choice, not a server failure
+            raise ProtocolError(CLIENT_CLOSED, "the client disconnected before sending the whole body") from None
         return b"".join(chunks)
 
     async def model_body(self, request: Request) -> bytes:
@@ -191,6 +194,8 @@ class RestEndpoints:
 
 async def _protocol_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, ProtocolError)
+    if exc.status == CLIENT_CLOSED:  # nobody is there to read an answer: one debug line
+        log.debug("%s %s: %s", request.method, request.url.path, exc.message)
     return error(exc.status, exc.message)
 
 

@@ -33,7 +33,7 @@ VERSION = "1"
 OFF_LOOP_BYTES = 64 << 10
 log = logging.getLogger("edgekit.server")
 T = TypeVar("T")
-_REASONS = {400: "BAD_REQUEST", 413: "TOO_LARGE", 503: "OVERLOADED"}
+_REASONS = {400: "BAD_REQUEST", 413: "TOO_LARGE", 499: "CLIENT_DISCONNECTED", 503: "OVERLOADED"}
 
 
 @dataclass

@@ -84,6 +84,11 @@ def decode_inputs(request: Any) -> dict[str, np.ndarray]:
     raw = list(request.raw_input_contents)
     if raw and len(raw) != len(request.inputs):
         raise ProtocolError(400, f"{len(raw)} raw_input_contents for {len(request.inputs)} inputs")
+    if raw:
+        typed = [t.name for t in request.inputs if t.contents.ListFields()]
+        if typed:  # which values are meant? the protocol allows one or the other, never both
+            raise ProtocolError(400, f"input {typed[0]!r} has typed contents and the request also has "
+                                     "raw_input_contents: send every tensor one way")
     inputs: dict[str, np.ndarray] = {}
     for index, tensor in enumerate(request.inputs):
         if tensor.datatype not in DATATYPES:
@@ -114,10 +119,33 @@ def decode_inputs(request: Any) -> dict[str, np.ndarray]:
     return inputs
 
 
+class Undecodable:
+    """What the deserializer hands on for bytes that are not the rpc's message: the handler
+    answers INVALID_ARGUMENT (grpc itself would answer UNKNOWN, as for a server bug)."""
+
+    def __init__(self, message_type: str, exc: Exception) -> None:
+        self.reason = f"the request is not a valid {message_type} message ({type(exc).__name__}: {exc})"
+
+
+def _decoder(message_class: Any) -> Callable[[bytes], Any]:
+    from google.protobuf.message import DecodeError
+
+    def decode(data: bytes) -> Any:
+        try:
+            return message_class.FromString(data)
+        except (DecodeError, ValueError, RecursionError) as exc:
+            return Undecodable(message_class.DESCRIPTOR.name, exc)
+
+    return decode
+
+
 def _handler(method: Callable[[Any, Any], Awaitable[Any]]) -> Callable[[Any, Any], Awaitable[Any]]:
     """Turn ProtocolErrors (and bugs) into gRPC statuses with the same messages REST gives."""
 
     async def handle(request: Any, context: Any) -> Any:
+        if isinstance(request, Undecodable):
+            log.debug("gRPC %s: %s", method.__name__, request.reason)
+            await context.abort(_status(400), request.reason)
         try:
             return await method(request, context)
         except ProtocolError as exc:
@@ -142,7 +170,7 @@ class GrpcServer:
         handlers = {
             name: grpc.unary_unary_rpc_method_handler(
                 _handler(getattr(service, name)),
-                request_deserializer=types[request].FromString,
+                request_deserializer=_decoder(types[request]),
                 response_serializer=types[response].SerializeToString,
             )
             for name, (request, response) in METHODS.items()

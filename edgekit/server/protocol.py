@@ -31,6 +31,11 @@ NAMES = {np.dtype(v): k for k, v in DATATYPES.items()}
 HEADER_LENGTH = "inference-header-content-length"
 
 
+# The status a request gets when its client hung up before sending it whole (nginx's 499): no
+# one reads the answer; the code names the failure in metrics and logs.
+CLIENT_CLOSED = 499
+
+
 class ProtocolError(Exception):
     def __init__(self, status: int, message: str) -> None:
         super().__init__(message)
