@@ -106,6 +106,9 @@ class TensorSpec:
         labels = data.get("labels")
         if labels is not None and (not isinstance(labels, list) or not all(isinstance(v, str) for v in labels)):
             raise PackageError(f"manifest: {where}.labels must be a list of strings")
+        if labels is not None and any("\n" in v or "\r" in v or "\0" in v for v in labels):
+            raise PackageError(f"manifest: {where}.labels contains a line break or NUL (labels.txt has one per line)",
+                               hint="the package was made or edited by hand: rebuild it with `edgekit package`")
         pre = data.get("preprocessing")
         value_range = data.get("range")
         if value_range is not None and (

@@ -190,3 +190,27 @@ def test_exhausted_threads_or_memory_are_named_not_internal_errors():
     result = subprocess.run([sys.executable, "-c", code, "/tmp/edgekit-never-written"], capture_output=True,
                             text=True, cwd=Path(__file__).resolve().parents[2], timeout=120)
     assert_user_error(result, "out of threads or processes")
+
+
+def test_a_factory_that_blocks_ends_at_the_timeout(tmp_path):
+    """`--timeout` once bounded only conversions: a blocking factory hung `edgekit package` forever."""
+    pytest.importorskip("torch")
+    import numpy as np
+
+    factory = tmp_path / "blocking.py"
+    factory.write_text("import time\n\ndef build():\n    time.sleep(3600)\n")
+    np.save(tmp_path / "x.npy", np.random.default_rng(0).random((60, 4), dtype=np.float32))
+    result = edgekit_cli("package", f"{factory}:build", "-c", tmp_path / "x.npy", "-o", tmp_path / "out",
+                         "--format", "onnx", "--timeout", "15", timeout=240)
+    assert_user_error(result, "loading the model did not finish within 15 s", "--timeout")
+    assert "runs that file's Python code" in result.stderr
+
+
+def test_a_label_with_a_line_break_is_refused_where_it_is_read():
+    """labels.txt holds one label per line: a label with a newline would shift every later class."""
+    from tests.test_manifest import _manifest
+
+    document = _manifest().to_dict()
+    document["outputs"][0]["labels"] = ["cat", "dog\nbird"]
+    with pytest.raises(PackageError, match="line break"):
+        Manifest.from_dict(document)
