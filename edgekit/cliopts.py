@@ -26,6 +26,28 @@ def at_least(minimum: int):  # noqa: ANN201 - an argparse type
     return parse
 
 
+def bounded(minimum: int, maximum: int):  # noqa: ANN201 - an argparse type
+    def parse(text: str) -> int:
+        value = at_least(minimum)(text)
+        if value > maximum:
+            raise argparse.ArgumentTypeError(f"must be at most {maximum}, got {value}")
+        return value
+
+    return parse
+
+
+def worker_count(text: str) -> int:
+    """Server processes: bounded like threads (a few per core), so a typo cannot fork thousands."""
+    from .devices import THREADS_PER_CORE_LIMIT, max_threads
+
+    value = positive_int(text)
+    limit = max_threads()
+    if value > limit:
+        raise argparse.ArgumentTypeError(f"must be at most {limit} on this device ({limit // THREADS_PER_CORE_LIMIT} "
+                                         f"cores, at most {THREADS_PER_CORE_LIMIT} workers each), got {value}")
+    return value
+
+
 def thread_count(text: str) -> int:
     """A runtime thread count this device can hold (at most a few per core)."""
     from .devices import check_threads

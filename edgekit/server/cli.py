@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from ..cliopts import at_least
+from ..cliopts import at_least, bounded, worker_count
 from ..clitools import guarded, split_debug
 
 
@@ -40,11 +40,11 @@ def add_server_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--port", type=_port, default=8000, help="port (default 8000; 0 picks a free port)")
     group.add_argument("--grpc-port", type=_port, default=None,
                        help="also serve KServe v2 over gRPC on this port (0 picks a free port)")
-    group.add_argument("--workers", type=at_least(1), default=1,
+    group.add_argument("--workers", type=worker_count, default=1,
                        help="server processes sharing the port, each with its own model session and batcher "
                             "(default 1); JSON decoding scales with them, memory too. --threads is per worker "
                             "(default: the device's threads divided among the workers)")
-    group.add_argument("--max-batch-size", type=at_least(1), default=8,
+    group.add_argument("--max-batch-size", type=bounded(1, 4096), default=8,
                        help="dynamic batching: largest batch (default 8)")
     group.add_argument("--max-queue-delay-us", type=at_least(0), default=500,
                        help="dynamic batching: longest wait for a batch to fill, microseconds (default 500)")

@@ -135,6 +135,8 @@ def test_thread_counts_above_the_device_bound_are_usage_errors(digits_package):
         assert "threads" in result.stderr and "Traceback" not in result.stderr and "cores" in result.stderr
     result = edgekit_cli("tune", digits_package, "--tune-threads", too_many, timeout=120)
     assert result.returncode == 2 and "cores" in result.stderr, result.stderr[-2000:]
+    result = edgekit_cli("serve", digits_package, "--workers", too_many, timeout=120)  # not a fork bomb either
+    assert result.returncode == 2 and "at most" in result.stderr and "workers each" in result.stderr
 
 
 def test_the_api_refuses_unbounded_threads_too(digits_package):
