@@ -191,9 +191,18 @@ def package_command(model: Path, formats: tuple[str, ...], calibration: str, eva
     if explain:
         render_explanations(result.manifest)
     for artifact in result.manifest.artifacts:
-        if artifact.float_ops:
-            ops = ", ".join(sorted({f"{op['op']} ({op['layer']})" for op in artifact.float_ops}))
+        for companion, reason in (artifact.details.get("companions_failed") or {}).items():
+            click.echo(f"warning: {artifact.key}: {companion} was not written ({reason}); the artifact itself "
+                       "passed and is in the package", err=True)
+        tail = [op for op in artifact.float_ops if op.get("tail")]
+        inner = [op for op in artifact.float_ops if not op.get("tail")]
+        if inner:
+            ops = ", ".join(sorted({f"{op['op']} ({op['layer']})" for op in inner}))
             click.echo(f"note: {artifact.key} keeps these ops in float: {ops}")
+        if tail:
+            ops = ", ".join(sorted({f"{op['op']} ({op['layer']})" for op in tail}))
+            click.echo(f"note: {artifact.key} computes its output tail in float after the last INT8 op: {ops} "
+                       "(as ONNX Runtime and CoreML run it; the label says int8+float tail)")
     click.echo(f"package: {result.path}")
     if result.archive:
         click.echo(f"archive: {result.archive}")

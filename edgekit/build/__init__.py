@@ -17,6 +17,7 @@ success (some formats failed) is part of the result: ``build_package`` returns i
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
@@ -75,9 +76,13 @@ def package(options: PackageOptions, progress: Progress | None = None) -> Packag
 def partial_error(result: PackageResult) -> PartialPackageError:
     """What a package with failed formats is, as the error ``package`` and the CLI raise."""
     listed = "; ".join(f"{f['target']}: {f['error']}" for f in result.failed)
+    failed = {f["target"] for f in result.failed}
+    built = list(dict.fromkeys(a.target for a in result.manifest.artifacts if a.target not in failed))
+    keep = " ".join(f"--format {fmt}" for fmt in built)
     return PartialPackageError(
         f"package written to {result.path} without {', '.join(f['target'] for f in result.failed)} ({listed})",
-        hint="fix the model for those formats, drop them from --format, or pass --allow-partial",
+        hint=f"fix the model for those formats, keep the ones that passed ({keep}), or pass --allow-partial"
+        if built else "fix the model for those formats (no format passed)",
         result=result,
     )
 
@@ -234,14 +239,15 @@ def build_formats(builders: list[Builder], context: BuildContext, data: Prepared
             if not written.exists() or (written.is_file() and written.stat().st_size == 0):
                 raise ConversionError(f"the {builder.name} converter reported success but wrote no artifact at "
                                       f"{built.artifact.path}", hint="rerun with --debug and report the log")
-        except EdgekitError as exc:
+            with progress.step(f"Validating {builder.name} against the float model"):
+                comparison = measure(built, builder, staged, data, reference, gating.judging)
+        except EdgekitError as exc:  # one format's failure (converting, or its runtime refusing the result)
             if len(builders) == 1:
                 raise
             progress.warn(f"{builder.name} failed: {exc.message}")
             outcomes.append(FormatOutcome(builder.name, error=exc))
+            shutil.rmtree(staged / builder.name, ignore_errors=True)  # its half-made files never ship
             continue
-        with progress.step(f"Validating {builder.name} against the float model"):
-            comparison = measure(built, builder, staged, data, reference, gating.judging)
         outcome = judge(builder, context, built, comparison, data, reference, staged, gating, progress)
         outcomes.append(outcome)
         fallback = float_fallback(builder, outcome.built or built, context, data, reference, staged, gating, progress)

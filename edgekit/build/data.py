@@ -85,6 +85,7 @@ def prepare_data(plan: Plan, options: PackageOptions, described: dict[str, Any],
     if not inputs or not outputs:
         raise ModelSourceError(f"the model has {len(inputs)} inputs and {len(outputs)} outputs",
                                hint="export a model that takes and returns tensors")
+    _refuse_unbatched(inputs)
     calibration = plan.calibration
     eval_source = plan.evaluation or calibration
     bindings = bind_inputs([i["name"] for i in inputs], calibration)
@@ -130,6 +131,21 @@ def say_preprocessing(plans: list[InputPlan], progress: Progress) -> None:
                 f"the preprocessing of input {p.name!r} is a guess (no normalization layer in the model, no "
                 "options): if the model was trained on other values, pass --preprocessing 0..1|-1..1|imagenet|raw "
                 "or --scale/--mean/--std"
+            )
+
+
+def _refuse_unbatched(inputs: list[dict[str, Any]]) -> None:
+    """Every input must take samples stacked on axis 0 (calibration, validation and the runtime all
+    feed them that way): a scalar input (a sample rate, a threshold) cannot be, and is refused
+    here by name instead of failing later in a converter."""
+    for model_input in inputs:
+        if len(model_input["shape"]) == 0:
+            raise ModelSourceError(
+                f"model input {model_input['name']!r} is a scalar (rank 0): edgekit feeds every input as a batch of "
+                "samples on axis 0, so a scalar input (a sample rate, a threshold, a state flag) cannot be calibrated "
+                "or served",
+                hint=f"fold the value into the model as a constant (e.g. a wrapper module that passes "
+                     f"{model_input['name']}=16000), or give it a batch axis (shape [N, 1]) and re-export",
             )
 
 

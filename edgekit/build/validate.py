@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..errors import ConversionError, PackageError
 from ..formats import Builder, BuildResult, get_backend
 from ..quantize.kinds import OutputKind, infer
 from ..quantize.metrics import OutputComparison, compare_outputs
@@ -156,7 +157,15 @@ def _run_artifact(artifact: Path, backend_name: str, inputs: dict[str, np.ndarra
     backend_cls = get_backend(backend_name)
     if backend_cls.available() is None:
         return None
-    backend = backend_cls(str(artifact), **backend_options)
+    try:
+        backend = backend_cls(str(artifact), **backend_options)
+    except PackageError as exc:  # the runtime refuses what the converter wrote: name the artifact, not a temp path
+        raise ConversionError(
+            f"{backend_name} cannot load the {built.artifact.key} artifact the converter wrote: "
+            f"{exc.message.split(': ', 1)[-1]}",
+            hint=f"package without --format {built.artifact.target} (or report the model: the converter produced "
+                 "a file its own runtime refuses)",
+        ) from None
     try:
         order = align(names, [t.name for t in backend.outputs], "output", built.artifact)
         total = len(next(iter(inputs.values())))

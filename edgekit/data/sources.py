@@ -213,8 +213,8 @@ def _open_npz(path: Path, role: str) -> DataSource:
     labels = None
     if "labels" in arrays:
         labels = [str(v) for v in arrays["labels"].tolist()]
-    if "x" not in arrays:
-        named = {k: v for k, v in arrays.items() if k not in ("y", "labels")}
+    named = {k: v for k, v in arrays.items() if k not in ("y", "labels")}
+    if list(named) != ["x"]:  # arrays by input name (one of them may be an input called x: never dropped)
         if not named:
             raise DataError(
                 f"{role} file {path} has no input arrays (it has: {', '.join(arrays) or 'nothing'})",

@@ -26,10 +26,16 @@ def describe_onnx(model_path: str) -> dict[str, Any]:
     import onnx
 
     try:
-        model = onnx.load(model_path)
-        onnx.checker.check_model(model)
+        # the structure only: external weights (model.onnx.data) stay on disk, so a model over
+        # protobuf's 2 GiB limit is described too; the checker reads the file by path for the same reason
+        model = onnx.load(model_path, load_external_data=False)
+        onnx.checker.check_model(model_path)
     except Exception as exc:
-        raise ModelSourceError(f"{model_path} is not a valid ONNX model: {first_line(exc)}") from None
+        raise ModelSourceError(
+            f"{model_path} is not a valid ONNX model: {first_line(exc)}",
+            hint="check that the file is complete and that its external weights file (if it has one, e.g. "
+                 "model.onnx.data) is beside it; re-export it (torch.onnx.export, tf2onnx) if it is damaged",
+        ) from None
     initializers = {i.name for i in model.graph.initializer}
     elem = {1: "float32", 10: "float16", 2: "uint8", 3: "int8", 6: "int32", 7: "int64"}
 
@@ -70,7 +76,16 @@ def float_reference(prepared: dict[str, Any], inputs_npz: str, output_npz: str, 
 
     from ..formats.onnx.onnxruntime import OnnxRuntimeBackend
 
-    backend = OnnxRuntimeBackend(prepared["onnx_model"])
+    from ..errors import PackageError
+
+    try:
+        backend = OnnxRuntimeBackend(prepared["onnx_model"])
+    except PackageError as exc:  # the source model, not a package: the fix is on the model's side
+        raise ModelSourceError(
+            exc.message.replace("ONNX Runtime cannot load", "ONNX Runtime cannot run the source model"),
+            hint="ONNX Runtime must run the float model to validate against it: re-export it with ops and types "
+                 "ONNX Runtime implements (e.g. int64 indices and depth for OneHot), or check the file is complete",
+        ) from None
     with np.load(inputs_npz) as stored:
         inputs = {name: stored[name] for name in stored.files}
     total = len(next(iter(inputs.values())))

@@ -61,7 +61,10 @@ def prepare(model_path: str, kind: str, export_dir: str, hints: dict[str, Any] |
 
     hints = hints or {}
     module, names, program = _load(model_path, kind)
-    example = _example_inputs(names, program, hints)
+    static = _static_batch(program)
+    # a program exported with a fixed batch (torch.export's default) keeps it: its graph may bake
+    # the batch into reshapes; the runtime runs bigger batches in slices of it, as for TFLite
+    example = _example_inputs(names, program, {} if static else hints)
     with torch.no_grad():
         produced = module(*example)
     outputs = _output_names(produced)
@@ -85,7 +88,9 @@ def float_reference(prepared: dict[str, Any], inputs_npz: str, output_npz: str, 
     import numpy as np
     import torch
 
-    module, names, _ = _load(prepared["source_model"], prepared["torch_kind"])
+    module, names, program = _load(prepared["source_model"], prepared["torch_kind"])
+    static = _static_batch(program)
+    batch_size = static or batch_size
     outputs = [o["name"] for o in prepared["outputs"]]
     with np.load(inputs_npz) as stored:
         inputs = {name: stored[name] for name in stored.files}
@@ -93,10 +98,14 @@ def float_reference(prepared: dict[str, Any], inputs_npz: str, output_npz: str, 
     chunks: dict[str, list[Any]] = {name: [] for name in outputs}
     with torch.no_grad():
         for start in range(0, total, batch_size):
-            args = [torch.from_numpy(np.ascontiguousarray(inputs[n][start : start + batch_size])) for n in names]
+            parts = [inputs[n][start : start + batch_size] for n in names]
+            rows = len(parts[0])
+            if static and rows < static:  # a fixed-batch program: the last slice padded, the padding dropped
+                parts = [np.concatenate([p, np.repeat(p[-1:], static - rows, axis=0)]) for p in parts]
+            args = [torch.from_numpy(np.ascontiguousarray(p)) for p in parts]
             produced = _flatten(module(*args))
             for name, value in zip(outputs, produced):
-                chunks[name].append(value.detach().float().numpy())
+                chunks[name].append(value.detach().float().numpy()[:rows])
     np.savez(output_npz, **{name: np.concatenate(parts) for name, parts in chunks.items()})
 
 
@@ -230,6 +239,19 @@ def _example_inputs(names: list[str], program: Any, hints: dict[str, Any]) -> li
     return found
 
 
+def _static_batch(program: Any) -> int | None:
+    """The batch size a torch.export program was exported with, when its first dimension is
+    fixed (``torch.export.export(model, (x,))`` without ``dynamic_shapes``); None when dynamic."""
+    if program is None:
+        return None
+    user = {str(u) for u in program.graph_signature.user_inputs}
+    dims = [node.meta["val"].shape[0] for node in program.graph.nodes
+            if node.op == "placeholder" and node.name in user and getattr(node.meta.get("val"), "ndim", 0) > 0]
+    if dims and all(isinstance(d, int) for d in dims):
+        return int(dims[0])
+    return None
+
+
 def _program_shape(program: Any, index: int) -> list[int]:
     placeholders = [n for n in program.graph.nodes if n.op == "placeholder"
                     and n.name in {str(u) for u in program.graph_signature.user_inputs}]
@@ -255,7 +277,8 @@ def _output_names(produced: Any) -> list[str]:
 
 
 def _export_onnx(model: Any, example: list[Any], inputs: list[str], outputs: list[str], path: str) -> str:
-    """ONNX with a dynamic batch dimension: the dynamo exporter, else the TorchScript exporter."""
+    """ONNX with a dynamic batch dimension (a fixed-batch program keeps its batch): the dynamo
+    exporter, else the TorchScript exporter."""
     import torch
 
     first_error = ""
@@ -269,9 +292,11 @@ def _export_onnx(model: Any, example: list[Any], inputs: list[str], outputs: lis
         except Exception as exc:  # not every model exports with dynamo: fall back, keep the reason
             first_error = f"{type(exc).__name__}: {first_line(exc)}"[:300]
     module = model.module() if isinstance(model, torch.export.ExportedProgram) else model
+    static = isinstance(model, torch.export.ExportedProgram) and _static_batch(model) is not None
     try:
         torch.onnx.export(module, tuple(example), path, dynamo=False, opset_version=17, input_names=inputs,
-                          output_names=outputs, dynamic_axes={n: {0: "batch"} for n in inputs + outputs})
+                          output_names=outputs,
+                          dynamic_axes=None if static else {n: {0: "batch"} for n in inputs + outputs})
     except Exception as exc:
         raise ModelSourceError(
             f"PyTorch could not export the model to ONNX: {type(exc).__name__}: {first_line(exc)}"

@@ -84,7 +84,11 @@ def prepare(model_path: str, kind: str, export_dir: str, hints: dict[str, Any] |
         loaded = tf.saved_model.load(saved_model)
     except Exception as exc:
         raise ModelSourceError(
-            f"cannot load SavedModel {saved_model}: {type(exc).__name__}: {first_line(exc)}"
+            f"TensorFlow {tf.__version__} cannot load the SavedModel {saved_model}: {type(exc).__name__}: "
+            f"{first_line(exc)}",
+            hint="it was probably saved by another TensorFlow version or with ops this one lacks: load it where it "
+                 "was made and export ONNX from there (python -m tf2onnx.convert --saved-model DIR --output "
+                 "model.onnx), then package model.onnx",
         ) from None
     signature = loaded.signatures.get("serving_default")
     if kind == "saved_model" and signature is not None and signature.captured_inputs:

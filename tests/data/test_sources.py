@@ -95,3 +95,15 @@ def test_missing_and_unsupported_sources(tmp_path):
         open_data(str(tmp_path / "data.csv"))
     with pytest.raises(DataError, match="cannot import"):
         open_data("no_such_module_xyz:fn")
+
+
+def test_an_input_named_x_beside_other_inputs_is_never_dropped(tmp_path):
+    """`x` is the single-array convention; with other arrays beside it, it is one input among
+    them (an .npz with `x` and `sample_rate` once lost `sample_rate` silently)."""
+    np.savez(tmp_path / "two.npz", x=np.zeros((6, 16), np.float32), sample_rate=np.full((6, 1), 16000.0, np.float32),
+             y=np.arange(6))
+    source = open_data(str(tmp_path / "two.npz"), "calibration")
+    assert sorted(source.names) == ["sample_rate", "x"] and source.has_targets
+    single = tmp_path / "one.npz"
+    np.savez(single, x=np.zeros((6, 16), np.float32), y=np.arange(6))
+    assert open_data(str(single), "calibration").names == []  # the x/y convention: one unnamed input

@@ -168,3 +168,28 @@ def test_unknown_ops_are_refused_by_name():
 
     with pytest.raises(EvaluatorError, match="not supported by the evaluator: erf"):
         Evaluator(program)
+
+
+@pytest.mark.parametrize("stride, pad_type, pad, dilation, groups", [
+    (2, "custom", [3, 1], 2, 2), (1, "same", None, 1, 1), (1, "valid", None, 1, 4)])
+def test_1d_convolution_and_pooling_match_pytorch(stride, pad_type, pad, dilation, groups):
+    """Audio and keyword models convolve over time (N, C, L): their CoreML numerics were "not
+    measurable" on Linux while the evaluator knew only 2-D convolutions."""
+    torch = pytest.importorskip("torch")
+    import torch.nn.functional as F
+
+    from edgekit.formats.coreml.evaluator import OPS
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(2, 4, 37)).astype(np.float32)
+    w = rng.normal(size=(8, 4 // groups, 5)).astype(np.float32)
+    b = rng.normal(size=8).astype(np.float32)
+    got = OPS["conv"](x, w, b, strides=[stride], pad_type=pad_type, pad=pad, dilations=[dilation], groups=groups)
+    tx = F.pad(torch.from_numpy(x), tuple(pad)) if pad else torch.from_numpy(x)
+    expected = F.conv1d(tx, torch.from_numpy(w), torch.from_numpy(b), stride=stride, dilation=dilation, groups=groups,
+                        padding="same" if pad_type == "same" else 0).numpy()
+    np.testing.assert_allclose(got, expected, atol=1e-4)
+    np.testing.assert_allclose(OPS["max_pool"](x, [3], strides=[2], pad_type="valid"),
+                               F.max_pool1d(torch.from_numpy(x), 3, 2).numpy(), atol=1e-6)
+    np.testing.assert_allclose(OPS["avg_pool"](x, [4], strides=[4], pad_type="valid"),
+                               F.avg_pool1d(torch.from_numpy(x), 4, 4).numpy(), atol=1e-6)

@@ -126,3 +126,71 @@ def test_preprocessing_is_said_and_a_guess_is_a_warning(tmp_path):
     if preset.returncode == 0:
         manifest = json.loads((tmp_path / "out2" / "img.edgekit" / "manifest.json").read_text())
         assert manifest["inputs"][0]["preprocessing"]["mean"] == [0.485, 0.456, 0.406]
+
+
+def lstm_model(path):
+    """An LSTM + Gemm sequence classifier saved with its weights in ``NAME.onnx.data``, as
+    ``torch.onnx.export`` writes larger models."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    hidden, features, steps = 64, 8, 12
+    weights = [
+        numpy_helper.from_array(rng.normal(0, 0.2, (1, 4 * hidden, features)).astype(np.float32), "W"),
+        numpy_helper.from_array(rng.normal(0, 0.2, (1, 4 * hidden, hidden)).astype(np.float32), "R"),
+        numpy_helper.from_array(np.zeros((1, 8 * hidden), np.float32), "B"),
+        numpy_helper.from_array(rng.normal(0, 0.5, (hidden, 4)).astype(np.float32), "fc_w"),
+        numpy_helper.from_array(np.zeros(4, np.float32), "fc_b"),
+        numpy_helper.from_array(np.asarray([-1, hidden], np.int64), "shape"),
+    ]
+    nodes = [
+        helper.make_node("Transpose", ["seq"], ["t"], perm=[1, 0, 2]),  # [N, T, F] -> [T, N, F]
+        helper.make_node("LSTM", ["t", "W", "R", "B"], ["", "h"], hidden_size=hidden),
+        helper.make_node("Reshape", ["h", "shape"], ["last"]),  # the last hidden state, [1, N, H] -> [N, H]
+        helper.make_node("Gemm", ["last", "fc_w", "fc_b"], ["scores"]),
+    ]
+    graph = helper.make_graph(nodes, "lstm",
+                              [helper.make_tensor_value_info("seq", TensorProto.FLOAT, ["N", steps, features])],
+                              [helper.make_tensor_value_info("scores", TensorProto.FLOAT, ["N", 4])],
+                              initializer=weights)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.save(model, path, save_as_external_data=True, all_tensors_to_one_file=True,
+              location=path.name + ".data", size_threshold=1024)  # as exporters do
+    return rng.normal(0, 1, (120, steps, features)).astype(np.float32)
+
+
+def test_external_data_quantizes_and_the_precision_label_counts_what_stayed_float(tmp_path):
+    """quant_pre_process once lost `model.onnx.data` (it copies the model into its own temp
+    folder); and ORT leaves LSTM in float while the artifact was labelled int8."""
+    data = lstm_model(tmp_path / "lstm.onnx")
+    assert (tmp_path / "lstm.onnx.data").stat().st_size > 50_000
+    np.save(tmp_path / "seq.npy", data)
+    result = edgekit_cli("package", tmp_path / "lstm.onnx", "-c", tmp_path / "seq.npy", "-o", tmp_path / "out",
+                         "--format", "onnx", "--no-also-float")
+    assert result.returncode == 0, result.stderr[-3000:]
+    manifest = json.loads((tmp_path / "out" / "lstm.edgekit" / "manifest.json").read_text())
+    artifact = manifest["artifacts"][0]
+    counts = artifact["details"]["precision"]
+    assert artifact["precision"] == "int8+float" and "LSTM" in {op["op"] for op in artifact["float_ops"]}
+    assert counts["integer_weight_fraction"] < 0.2 and counts["ops"]["int8"] >= 1
+    assert "keeps these ops in float: LSTM" in result.stdout
+    run = device_cli(tmp_path / "out" / "lstm.edgekit", "-i", tmp_path / "seq.npy", "--output", tmp_path / "y.npy")
+    assert run.returncode == 0, run.stderr
+    assert np.load(tmp_path / "y.npy").shape == (120, 4)
+
+
+def test_a_scalar_input_is_refused_up_front_by_name(tmp_path):
+    """A sample-rate style scalar input cannot be fed as a batch: said before any conversion."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph([helper.make_node("Mul", ["audio", "gain"], ["y"])], "gain",
+                              [helper.make_tensor_value_info("audio", TensorProto.FLOAT, ["N", 16]),
+                               helper.make_tensor_value_info("gain", TensorProto.FLOAT, [])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 16])])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "gain.onnx")
+    np.savez(tmp_path / "data.npz", audio=np.zeros((60, 16), np.float32), gain=np.ones((60, 1), np.float32))
+    result = edgekit_cli("package", tmp_path / "gain.onnx", "-c", tmp_path / "data.npz", "-o", tmp_path / "out",
+                         "--format", "onnx")
+    assert_user_error(result, "model input 'gain' is a scalar (rank 0)", "constant")

@@ -53,6 +53,19 @@ class TwoHeads(nn.Module):
         return torch.softmax(self.kind(f), dim=1), self.age(f)
 
 
+class ViewNet(nn.Module):
+    """Flattens with x.view(x.shape[0], -1): shape arithmetic in the TorchScript trace."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, stride=4, padding=1)
+        self.fc = nn.Linear(4 * 4 * 4, 5)
+
+    def forward(self, image):
+        x = torch.relu(self.conv(image))
+        return torch.softmax(self.fc(x.view(x.shape[0], -1)), dim=1)
+
+
 # photos are one of five colours plus texture; the class is the colour
 COLOURS = torch.tensor(__COLOURS__)
 
@@ -89,6 +102,11 @@ def residual_cnn():
     return _trained(model.eval(), lambda out: out)
 
 
+def view_net():
+    torch.manual_seed(0)
+    return _trained(ViewNet().eval(), lambda out: out)
+
+
 def two_heads():
     torch.manual_seed(1)
     return _trained(TwoHeads().eval(), lambda out: out[0], classes=4)
@@ -107,6 +125,9 @@ def models(tmp_path_factory):
         batch = torch.export.Dim("batch", min=1, max=1024)
         program = torch.export.export(model, (x,), dynamic_shapes={{"image": {{0: batch}}}})
         torch.export.save(program, {str(root / "residual.pt2")!r})
+        # the default export: no dynamic_shapes, so the batch is fixed at 1
+        torch.export.save(torch.export.export(nets.view_net(), (torch.zeros(1, 3, 16, 16),)),
+                          {str(root / "static.pt2")!r})
         torch.jit.save(torch.jit.trace(model, x), {str(root / "residual_ts.pt")!r})
         # ONNX files as a user exports them: the TorchScript exporter, and the dynamo exporter
         torch.onnx.export(model, (x,), {str(root / "residual.onnx")!r}, dynamo=False, opset_version=17,
@@ -144,12 +165,12 @@ def torch_outputs(models, factory, x):
         return [stored[f"arr_{i}"] for i in range(len(stored.files))]
 
 
-def device_runs_like_pytorch(models, package_dir):
+def device_runs_like_pytorch(models, package_dir, factory="residual_cnn"):
     """``python -m edgekit.run`` on the TFLite and ONNX artifacts, NCHW arrays as the PyTorch model
-    takes them, gives the residual CNN's own outputs."""
+    takes them, gives the PyTorch model's own outputs (the residual CNN's unless ``factory``)."""
     x = np.load(models / "images.npy")[:4]
     np.save(models / "four.npy", x)
-    expected = torch_outputs(models, "residual_cnn", x)[0]
+    expected = torch_outputs(models, factory, x)[0]
     for artifact in ("tflite", "onnx"):
         run = device_cli(package_dir, "-i", models / "four.npy", "--artifact", artifact,
                          "--output", models / "four_out.npy")
@@ -188,14 +209,15 @@ def test_a_factory_file_packages_onnx_and_coreml_validated_against_pytorch(model
     device_runs_like_pytorch(models, models / "out" / "nets.edgekit")
 
 
-@pytest.mark.parametrize("file, formats", [("residual.pt2", ["all"]), ("residual_ts.pt", ["onnx"])])
+@pytest.mark.parametrize("file, formats", [("residual.pt2", ["all"]), ("residual_ts.pt", ["tflite", "onnx"])])
 def test_export_programs_and_torchscript_files_package_with_a_dynamic_batch(models, file, formats):
     package(models, models / file, "images.npy", *[a for f in formats for a in ("--format", f)], "--name", "residual",
             "--allow-float-ops")
     manifest = json.loads((models / "out" / "residual.edgekit" / "manifest.json").read_text())
     assert manifest["inputs"][0]["shape"][0] == -1  # the batch stays dynamic
     built = [a["format"] for a in manifest["artifacts"]]
-    assert built == (["tflite", "onnx", "coreml"] if formats == ["all"] else ["onnx"])
+    assert built == (["tflite", "onnx", "coreml"] if formats == ["all"] else formats)  # TorchScript -> TFLite: once
+    # a SpecViolationError (torch.export cannot trace a ScriptModule); now through the model's ONNX export
     for fmt in built:
         assert manifest["validation"]["artifacts"][fmt]["passed"], fmt
     import edgekit
@@ -299,3 +321,31 @@ def test_sources_that_run_code_say_so_before_loading(models):
     assert "runs that file's Python code" in result.stderr and "Security model" in result.stderr
     result = package(models, models / "residual.pt2", "images.npy", "--format", "onnx", "--name", "plain")
     assert "Security model" not in result.stderr  # a .pt2 loads tensors only (weights-only unpickling): no notice
+
+
+def test_a_default_static_batch_pt2_packages_for_every_format_without_flags(models):
+    """`torch.export.export(model, (torch.zeros(1, ...),))` fixes the batch at 1; it once failed
+    with `AssertionError: Guard failed: x.size()[0] == 1`, and its trailing softmax (left in float
+    by litert-torch) cost the TFLite artifact unless --allow-float-ops was given."""
+    result = package(models, models / "static.pt2", "images.npy", "--format", "all", "--name", "static")
+    manifest = json.loads((models / "out" / "static.edgekit" / "manifest.json").read_text())
+    assert manifest["inputs"][0]["shape"] == [1, 3, 16, 16]  # the program's batch, kept
+    by_format = {a["format"]: a for a in manifest["artifacts"]}
+    assert set(by_format) == {"tflite", "onnx", "coreml"}
+    for fmt in by_format:
+        assert manifest["validation"]["artifacts"][fmt]["passed"], fmt
+    tflite = by_format["tflite"]
+    assert tflite["precision"] == "int8+float tail" and [op["op"] for op in tflite["float_ops"]] == ["SOFTMAX"]
+    counts = tflite["details"]["precision"]
+    assert counts["ops"]["float"] == counts["ops"]["float_tail"] == 1 and counts["integer_weight_fraction"] == 1.0
+    assert "output tail in float after the last INT8 op: SOFTMAX" in result.stdout
+    device_runs_like_pytorch(models, models / "out" / "static.edgekit", "view_net")  # 4 samples in slices of 1
+
+
+def test_shape_arithmetic_in_forward_reaches_coreml(models):
+    """`x.view(x.shape[0], -1)` once failed the CoreML route (`TypeError: only 0-dimensional arrays
+    can be converted to Python scalars` from the TorchScript trace); torch.export at batch 1 folds it."""
+    package(models, f"{models / 'nets.py'}:view_net", "images.npy", "--format", "coreml", "--name", "viewnet")
+    manifest = json.loads((models / "out" / "viewnet.edgekit" / "manifest.json").read_text())
+    assert manifest["validation"]["artifacts"]["coreml"]["passed"]
+    assert [o["name"] for o in manifest["outputs"]] == ["output"] and manifest["inputs"][0]["name"] == "image"

@@ -160,7 +160,11 @@ def convert(
             **source,
         )
     except Exception as exc:
-        raise _explain(exc) from None
+        if not (named_outputs and _traced_shape_arithmetic(exc)):
+            raise _explain(exc) from None
+        # the trace recorded shape arithmetic (x.view(x.shape[0], -1)) coremltools cannot fold:
+        # torch.export at the fixed CoreML batch of 1 makes those shapes constants
+        mlmodel = _convert_exported(source_path, source_format, samples, input_name, output_names or [], exc)
 
     float_evaluated = _evaluate_float(mlmodel, eval_npy, float_eval_output_npy)
     if float_output:  # the float fallback artifact: the ML program before quantization (float16)
@@ -387,6 +391,49 @@ def _string_attr(op: Any, produced_by: dict[str, Any], name: str) -> str:
         return ""
     strings = value.immediateValue.tensor.strings.values
     return strings[0] if strings else ""
+
+
+def _traced_shape_arithmetic(exc: Exception) -> bool:
+    """coremltools' TorchScript frontend failing on ``aten::size``/``aten::Int`` values."""
+    text = str(exc)
+    return isinstance(exc, TypeError) and ("0-dimensional arrays" in text or "length-1 arrays" in text)
+
+
+def _convert_exported(source_path: str, source_format: str, samples: Any, input_name: str,
+                      output_names: list[str], first: Exception) -> Any:
+    """The model through coremltools' torch.export frontend (batch 1, as every CoreML artifact),
+    its inputs and outputs renamed to the source's names."""
+    import coremltools as ct
+    import torch
+
+    from ...sources.pytorch import _load
+
+    module, _, _ = _load(source_path, source_format, example={"": np.asarray(samples[:1])})
+    example = torch.from_numpy(np.ascontiguousarray(samples[:1]))
+    try:
+        with torch.no_grad():
+            program = torch.export.export(module, (example,)).run_decompositions({})
+        mlmodel = ct.convert(program, convert_to="mlprogram",
+                             minimum_deployment_target=getattr(ct.target, DEPLOYMENT_TARGET))
+    except Exception as exc:
+        raise ConversionError(
+            f"coremltools cannot convert this model: its TorchScript trace holds shape arithmetic "
+            f"({first_line_of(first)}) and torch.export failed too ({type(exc).__name__}: {first_line_of(exc)})",
+            hint="write the reshape without reading shapes (x.flatten(1) instead of x.view(x.shape[0], -1)), "
+                 "or package without --format coreml",
+        ) from None
+    spec = mlmodel.get_spec()
+    renames = [(spec.description.input[0].name, input_name)]
+    renames += [(o.name, n) for o, n in zip(spec.description.output, output_names)]
+    for old, new in renames:
+        if old != new:
+            ct.utils.rename_feature(spec, old, new)
+    return ct.models.MLModel(spec, weights_dir=mlmodel.weights_dir)
+
+
+def first_line_of(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return (text.splitlines()[0] if text else type(exc).__name__)[:200]
 
 
 def _explain(exc: Exception) -> Exception:

@@ -194,12 +194,22 @@ def _windows(x: np.ndarray, kernel: tuple[int, int], strides: tuple[int, int], d
     return view
 
 
+def _as_2d(x: np.ndarray, strides: Any, pad: Any, dilations: Any, fill: Any = 1) -> tuple[np.ndarray, Any, Any, Any]:
+    """A 1-D (N, C, L) op as its 2-D (N, C, 1, L) twin: strides, pads and dilations get a unit height."""
+    return (x[:, :, None, :], None if strides is None else (1, *[int(v) for v in np.asarray(strides).reshape(-1)]),
+            None if pad is None else (0, 0, *[int(v) for v in np.asarray(pad).reshape(-1)]),
+            None if dilations is None else (fill, *[int(v) for v in np.asarray(dilations).reshape(-1)]))
+
+
 def _conv(x: Any, weight: Any, bias: Any = None, strides: Any = None, pad_type: str = "valid", pad: Any = None,
           dilations: Any = None, groups: Any = 1) -> np.ndarray:
     x = _f(x)
     w = _f(weight)
+    if x.ndim == 3:  # 1-D convolution (audio, keyword spotting): the 2-D one over a unit height
+        x2, strides2, pad2, dilations2 = _as_2d(x, strides, pad, dilations)
+        return _conv(x2, w[:, :, None, :], bias, strides2, pad_type, pad2, dilations2, groups)[:, :, 0, :]
     if x.ndim != 4:
-        raise EvaluatorError(f"conv with {x.ndim - 2}-D input is not supported by the evaluator (2-D only)")
+        raise EvaluatorError(f"conv with {x.ndim - 2}-D input is not supported by the evaluator (1-D and 2-D only)")
     kernel = tuple(w.shape[2:])
     strides = tuple(int(s) for s in (strides if strides is not None else (1, 1)))
     dilations = tuple(int(d) for d in (dilations if dilations is not None else (1, 1)))
@@ -225,6 +235,11 @@ def _pool(reduce: str) -> Callable[..., np.ndarray]:
     def pool(x: Any, kernel_sizes: Any, strides: Any = None, pad_type: str = "valid", pad: Any = None,
              exclude_padding_from_average: bool = False, ceil_mode: bool = False) -> np.ndarray:
         x = _f(x)
+        if x.ndim == 3:  # 1-D pooling over (N, C, L)
+            x2, strides2, pad2, _ = _as_2d(x, strides, pad, None)
+            kernel2 = (1, *[int(k) for k in np.asarray(kernel_sizes).reshape(-1)])
+            return pool(x2, kernel2, strides2 or kernel2, pad_type, pad2, exclude_padding_from_average,
+                        ceil_mode)[:, :, 0, :]
         if ceil_mode:
             raise EvaluatorError(f"{reduce}_pool with ceil_mode is not supported by the evaluator")
         kernel = tuple(int(k) for k in kernel_sizes)

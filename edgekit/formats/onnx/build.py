@@ -34,6 +34,8 @@ from ...errors import ConversionError, EdgekitError, UnsupportedOpError
 from ...fsutil import sha256_file
 from ...manifest import Artifact, QuantParams
 from ..base import BuildContext, Builder, BuildResult, in_layer, layer_of, read_samples, worst_layers
+from ...sources.base import first_line
+from .precision import analyse as analyse_precision
 
 ARTIFACT_PATH = "onnx/model.int8.onnx"
 ORT_PATH = "onnx/model.int8.ort"
@@ -88,7 +90,8 @@ class ONNXBuilder(Builder):
             max_intermediate_outputs=context.option("max_intermediate_outputs"),
             workdir=str(context.workdir),
         )
-        _convert_to_ort(output, context)
+        precision = analyse_precision(str(output), context.layer_names)  # from the graph: ORT leaves ops it cannot quantize in float
+        ort_failure = _convert_to_ort(output, context)  # a companion: its failure never costs the .onnx
         explained = None
         if context.explain_npy:
             explained = worker.call(
@@ -104,6 +107,7 @@ class ONNXBuilder(Builder):
              "bytes": (context.package_dir / rel).stat().st_size, "role": role}
             for rel, role in ((ORT_PATH, "ort-format model (minimal builds)"),
                               (OPS_CONFIG_PATH, "required operators for --include_ops_by_config"))
+            if ort_failure is None
         ]
         converted = float_onnx if context.onnx_model != context.source_path else None
         fallback = {"fallback_model": float_onnx, "fallback_precision": "float32"} if context.option("also_float") else {}
@@ -113,10 +117,10 @@ class ONNXBuilder(Builder):
             path=ARTIFACT_PATH,
             sha256=sha256_file(output),
             bytes=output.stat().st_size,
-            precision="int8" if not info["excluded_nodes"] else "int8+float",
+            precision=precision.label,
             inputs=[QuantParams(name=n, dtype="float32") for n in info["inputs"]],
             outputs=[QuantParams(name=n, dtype="float32") for n in info["outputs"]],
-            float_ops=[{"op": op, "layer": layer, "tensor": node} for node, op, layer in info["excluded_nodes"]],
+            float_ops=precision.float_ops,
             converter={
                 "tool": ("tf2onnx + " if tf2onnx_version else "")
                 + "onnxruntime.quantization.quantize_static (QDQ)",
@@ -130,7 +134,9 @@ class ONNXBuilder(Builder):
             },
             companions=companions,
             details={
+                **({"companions_failed": {ORT_PATH: ort_failure}} if ort_failure else {}),
                 "mobile_usability": mobile,
+                "precision": precision.record(),
                 "keep_float": list(context.keep_float),
                 **({"explain": explained} if explained is not None else {}),
             },
@@ -181,7 +187,17 @@ def explain_tf2onnx_failure(log: str, layer_names: list[str] | None = None) -> E
     return ConversionError(f"tf2onnx failed: {detail}")
 
 
-def _convert_to_ort(model: Path, context: BuildContext) -> None:
+def _convert_to_ort(model: Path, context: BuildContext) -> str | None:
+    """The ``.ort`` companion (and its operator config) beside the QDQ model; None when written,
+    else why not (ORT's own type inference can refuse a graph the full runtime runs)."""
+    try:
+        _write_ort(model, context)
+    except ConversionError as exc:
+        return exc.message
+    return None
+
+
+def _write_ort(model: Path, context: BuildContext) -> None:
     staging = Path(context.workdir) / "ort"
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
@@ -312,7 +328,12 @@ def quantize(
     except EdgekitError:
         raise
     except Exception as exc:
-        raise ConversionError(f"ONNX Runtime quantize_static failed: {type(exc).__name__}: {exc}") from None
+        raise ConversionError(
+            f"ONNX Runtime quantize_static failed: {type(exc).__name__}: {first_line(exc)[:300]}",
+            hint="keep the part it fails on in float (--keep-float LAYER; --explain lists the layers), often an "
+                 "integer front end (OneHot, Gather/embedding) next to float ops; or package the other formats "
+                 "(--format tflite --format coreml)",
+        ) from None
     quantized = onnx.load(output)
     return {
         "seconds": round(time.perf_counter() - started, 3),
@@ -330,16 +351,41 @@ def quantize(
 MIN_QDQ_OPSET = 13  # per-channel DequantizeLinear (its axis attribute) needs opset 13
 
 
+# protobuf cannot serialise a message over 2 GiB: such a model keeps its weights outside
+_PROTOBUF_LIMIT = 2**31 - 1
+
+
+def _self_contained(float_onnx: str, model: Any, work: Path) -> str:
+    """``float_onnx`` itself, or, when its weights live in external data files, one file with them
+    inside: ORT's quant_pre_process copies the model into its own temp folder and would lose them."""
+    import onnx
+    from onnx.external_data_helper import uses_external_data
+
+    skeleton = onnx.load(float_onnx, load_external_data=False)  # as stored: which tensors live outside
+    if not any(uses_external_data(t) for t in skeleton.graph.initializer):
+        return float_onnx
+    if model.ByteSize() > _PROTOBUF_LIMIT:
+        raise ConversionError(
+            f"{Path(float_onnx).name} holds {model.ByteSize() / 2**30:.1f} GiB of weights: INT8 quantization here "
+            "needs the model in one protobuf (at most 2 GiB)",
+            hint="package a smaller model, or quantize it with onnxruntime.quantization's "
+                 "use_external_data_format and pass the QDQ model as an ONNX source",
+        )
+    path = work / "model.self_contained.onnx"
+    onnx.save(model, path)  # the external tensors were loaded by onnx.load: now stored inline
+    return str(path)
+
+
 def _upgrade_opset(float_onnx: str, work: Path) -> tuple[str, int | None]:
     """Models below opset 13 get an invalid QDQ graph ("Unrecognized attribute: axis for operator
     DequantizeLinear"): upgrade them with onnx.version_converter and check the result first."""
     import onnx
     from onnx import version_converter
 
-    model = onnx.load(float_onnx)
+    model = onnx.load(float_onnx)  # external data (model.onnx.data beside it) loaded with it
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), OPSET)
     if opset >= MIN_QDQ_OPSET:
-        return float_onnx, None
+        return _self_contained(float_onnx, model, work), None
     try:
         upgraded = version_converter.convert_version(model, MIN_QDQ_OPSET)
         onnx.checker.check_model(upgraded)

@@ -22,10 +22,9 @@ from ...errors import EdgekitError, UnsupportedOpError
 from ...fsutil import sha256_file
 from ...manifest import Artifact, QuantParams
 from ..base import BuildContext, Builder, BuildResult, in_layer, layer_of, read_samples, worst_layers
+from .precision import analyse
 
 ARTIFACT_PATH = "tflite/model.int8.tflite"
-_NOT_FLOAT_OPS = {"QUANTIZE", "DEQUANTIZE", "DELEGATE"}
-_FLOAT_TYPES = {np.dtype(np.float32), np.dtype(np.float16), np.dtype(np.float64)}
 
 
 class TFLiteBuilder(Builder):
@@ -56,9 +55,9 @@ class TFLiteBuilder(Builder):
         )
         _, output_tensors = _tensor_names(output.read_bytes())
         named = {output_tensors[o]: layer for o, layer in context.output_layers.items() if output_tensors.get(o)}
-        float_ops = find_float_ops(str(output), list(context.layer_names), named)
+        precision = analyse(str(output), list(context.layer_names), named)
         if not context.allow_float_ops:
-            _refuse_unexpected_float_ops(float_ops, context.keep_float)
+            _refuse_unexpected_float_ops(precision.inner, context.keep_float)
         inputs, outputs = io_quantization(str(output))
         fallback = {"fallback_model": str(Path(context.workdir) / "tflite.float16.tflite"),
                     "fallback_precision": "float16"} if context.option("also_float") else {}
@@ -68,10 +67,10 @@ class TFLiteBuilder(Builder):
             path=ARTIFACT_PATH,
             sha256=sha256_file(output),
             bytes=output.stat().st_size,
-            precision="int8" if not float_ops else "int8+float",
+            precision=precision.label,
             inputs=inputs,
             outputs=outputs,
-            float_ops=float_ops,
+            float_ops=precision.float_ops,
             converter={
                 "tool": "tensorflow.lite.TFLiteConverter.from_saved_model",
                 "tensorflow": info["tensorflow"],
@@ -81,6 +80,7 @@ class TFLiteBuilder(Builder):
             },
             details={
                 "keep_float": list(context.keep_float),
+                "precision": precision.record(),
                 **({"explain": info["explain"]} if info.get("explain") is not None else {}),
             },
         ))
@@ -98,27 +98,32 @@ class TFLiteBuilder(Builder):
         output = context.package_dir / ARTIFACT_PATH
         output.parent.mkdir(parents=True, exist_ok=True)
         python = toolenv.python_for(toolenv.LITERT_TORCH)
+        source_path, kind = context.source_path, context.source_kind
+        if kind == "torchscript" and context.onnx_model:
+            # torch.export (which litert-torch needs) cannot trace a ScriptModule (SpecViolationError): go
+            # through the model's own ONNX export, rebuilt as a PyTorch module, as ONNX sources do
+            source_path, kind = context.onnx_model, "onnx"
         info = worker.call(
             convert_torch, what="TFLite conversion (litert-torch)", timeout=context.timeout_s,
-            on_progress=on_progress, python=python, source_path=context.source_path, kind=context.source_kind,
+            on_progress=on_progress, python=python, source_path=source_path, kind=kind,
             calibration_npy=context.calibration_npy, output=str(output), output_names=list(context.output_names),
             float_output=str(Path(context.workdir) / "tflite.float.tflite"),
         )
-        float_ops = find_float_ops(str(output), list(context.layer_names))
+        precision = analyse(str(output), list(context.layer_names))
         if not context.allow_float_ops:
-            _refuse_unexpected_float_ops(float_ops, context.keep_float)
+            _refuse_unexpected_float_ops(precision.inner, context.keep_float)
         inputs, outputs = io_quantization(str(output))
         fallback = {"fallback_model": str(Path(context.workdir) / "tflite.float.tflite"),  # litert-torch: float32
                     "fallback_precision": "float32"} if context.option("also_float") else {}
         return BuildResult(float_model=str(Path(context.workdir) / "tflite.float.tflite"), **fallback,
                            float_by="float TFLite (litert-torch), LiteRT", artifact=Artifact(
             target=self.name, path=ARTIFACT_PATH, sha256=sha256_file(output), bytes=output.stat().st_size,
-            precision="int8" if not float_ops else "int8+float", inputs=inputs, outputs=outputs, float_ops=float_ops,
-            converter={"tool": ("edgekit ONNX -> PyTorch module, then " if context.source_kind == "onnx" else "")
+            precision=precision.label, inputs=inputs, outputs=outputs, float_ops=precision.float_ops,
+            converter={"tool": ("edgekit ONNX -> PyTorch module, then " if kind == "onnx" else "")
                        + "litert_torch.convert + PT2E static INT8 (symmetric, per-channel)",
                        "torch": info["torch"], "litert_torch": info["litert_torch"], "calibration_method": "minmax",
                        "seconds": info["seconds"]},
-            details={"keep_float": [], "environment": python},
+            details={"keep_float": [], "environment": python, "precision": precision.record()},
         ))
 
 
@@ -149,25 +154,6 @@ def io_quantization(path: str) -> tuple[list[QuantParams], list[QuantParams]]:
         return [convert(t) for t in backend.inputs], [convert(t) for t in backend.outputs]
     finally:
         backend.close()
-
-
-def find_float_ops(path: str, layer_names: list[str], named: dict[str, str] | None = None) -> list[dict[str, str]]:
-    """Ops of a TFLite model that compute in float, with the layer each comes from (``named``: the
-    layers of tensors whose names do not say it, such as the model's outputs)."""
-    from .litert import open_interpreter
-
-    interpreter = open_interpreter(path, with_delegates=False)
-    names = {d["index"]: d["name"] for d in interpreter.get_tensor_details()}
-    found: list[dict[str, str]] = []
-    for op in interpreter._get_ops_details():  # the public API has no op list
-        if op["op_name"] in _NOT_FLOAT_OPS:
-            continue
-        types = [np.dtype(t) for t in list(op.get("operand_types", [])) + list(op.get("result_types", []))]
-        if any(t in _FLOAT_TYPES for t in types):
-            tensor = names.get(int(op["outputs"][0]), "") if len(op["outputs"]) else ""
-            layer = (named or {}).get(tensor) or layer_of(tensor, layer_names)
-            found.append({"op": op["op_name"], "layer": layer, "tensor": tensor})
-    return found
 
 
 # --- child-process side -------------------------------------------------------------------

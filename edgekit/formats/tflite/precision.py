@@ -1,0 +1,77 @@
+"""What a ``.tflite`` really computes in: ops and weights counted by precision, read from the
+artifact itself (converters leave ops in float silently: a "INT8" LSTM can be all float).
+
+An op computes in float when any of its operands or results is a float tensor (QUANTIZE and
+DEQUANTIZE only convert). A *float tail* is a float op whose results reach the model's outputs
+through float (or converting) ops only, and that is cheap next to the network: a final softmax,
+sigmoid or normalisation, as other tools ship classifiers (and as ONNX Runtime and CoreML run
+them). A tail is accepted by default and named in the precision label; float ops inside the
+network are refused unless ``--allow-float-ops`` or ``--keep-float`` says so.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..base import layer_of
+from ..precision import Precision
+
+CONVERTING_OPS = {"QUANTIZE", "DEQUANTIZE"}
+_NOT_COMPUTE = CONVERTING_OPS | {"DELEGATE"}
+_FLOAT_TYPES = {np.dtype(np.float32), np.dtype(np.float16), np.dtype(np.float64)}
+# Ops a float tail may hold: activations, normalisations and shape ops, never a layer with weights.
+TAIL_OPS = {"SOFTMAX", "LOG_SOFTMAX", "LOGISTIC", "TANH", "L2_NORMALIZATION", "RESHAPE", "SQUEEZE", "EXPAND_DIMS",
+            "TRANSPOSE", "CONCATENATION", "MUL", "DIV", "ADD", "SUB", "SQRT", "RSQRT", "SQUARE", "EXP", "SUM",
+            "MEAN", "MAXIMUM", "MINIMUM", "CAST", "SLICE", "STRIDED_SLICE", "PACK", "UNPACK", "SPLIT", "GATHER"}
+
+
+def analyse(path: str, layer_names: list[str], named: dict[str, str] | None = None) -> Precision:
+    """Every compute op of the model at ``path`` by precision, float tails marked, weights sized
+    (``named``: layers of tensors whose names do not say it, such as the model's outputs)."""
+    from .litert import open_interpreter
+
+    interpreter = open_interpreter(path, with_delegates=False)
+    details = {d["index"]: d for d in interpreter.get_tensor_details()}
+    ops = interpreter._get_ops_details()  # the public API has no op list
+    outputs = {int(d["index"]) for d in interpreter.get_output_details()}
+    inputs = {int(d["index"]) for d in interpreter.get_input_details()}
+    consumers: dict[int, list[int]] = {}
+    produced: set[int] = set()
+    for position, op in enumerate(ops):
+        for tensor in op["inputs"]:
+            consumers.setdefault(int(tensor), []).append(position)
+        produced.update(int(t) for t in op["outputs"])
+
+    def is_float(op: dict[str, Any]) -> bool:
+        types = [np.dtype(t) for t in list(op.get("operand_types", [])) + list(op.get("result_types", []))]
+        return op["op_name"] not in _NOT_COMPUTE and any(t in _FLOAT_TYPES for t in types)
+
+    # ops run in order: walking backwards, an op is in the tail when everything it feeds is
+    tail = [False] * len(ops)
+    for position in range(len(ops) - 1, -1, -1):
+        op = ops[position]
+        eligible = op["op_name"] in CONVERTING_OPS or (is_float(op) and op["op_name"] in TAIL_OPS)
+        results = [int(t) for t in op["outputs"]]
+        tail[position] = eligible and bool(results) and all(
+            all(tail[c] for c in consumers.get(t, [])) and (consumers.get(t) or t in outputs) for t in results)
+    found = Precision()
+    for position, op in enumerate(ops):
+        if op["op_name"] in _NOT_COMPUTE:
+            continue
+        if not is_float(op):
+            found.int8_ops += 1
+            continue
+        tensor = details.get(int(op["outputs"][0]), {}).get("name", "") if len(op["outputs"]) else ""
+        layer = (named or {}).get(tensor) or layer_of(tensor, layer_names)
+        found.float_ops.append({"op": op["op_name"], "layer": layer, "tensor": tensor, "tail": tail[position]})
+    for index, detail in details.items():
+        if index in produced or index in inputs or index not in consumers or not len(detail["shape"]):
+            continue  # weights are what ops read and no op computes (scratch buffers are read by none)
+        size = int(np.prod(detail["shape"])) * np.dtype(detail["dtype"]).itemsize
+        if np.dtype(detail["dtype"]) in _FLOAT_TYPES:
+            found.float_weight_bytes += size
+        elif np.dtype(detail["dtype"]).kind in "iu":
+            found.int8_weight_bytes += size
+    return found
