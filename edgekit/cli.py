@@ -194,6 +194,9 @@ def package_command(model: Path, formats: tuple[str, ...], calibration: str, eva
         for companion, reason in (artifact.details.get("companions_failed") or {}).items():
             click.echo(f"warning: {artifact.key}: {companion} was not written ({reason}); the artifact itself "
                        "passed and is in the package", err=True)
+        reason = str(artifact.details.get("activations_reason") or "")
+        if artifact.details.get("activations") == "float16" and not reason.startswith("--coreml-activations"):
+            click.echo(f"note: {artifact.key}: {reason}")  # weights-only INT8, and why: said, not only recorded
         tail = [op for op in artifact.float_ops if op.get("tail")]
         inner = [op for op in artifact.float_ops if not op.get("tail")]
         if inner:

@@ -66,6 +66,33 @@ class ViewNet(nn.Module):
         return torch.softmax(self.fc(x.view(x.shape[0], -1)), dim=1)
 
 
+class KeywordSpotter(nn.Module):
+    """An audio front end: reflect padding (MirrorPad), 1-D convolutions over time, a softmax."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv1d(1, 8, 9, stride=4)
+        self.conv2 = nn.Conv1d(8, 16, 5, stride=2)
+        self.fc = nn.Linear(16, 4)
+
+    def forward(self, audio):
+        x = nn.functional.pad(audio, (4, 4), mode="reflect")
+        x = torch.relu(self.conv2(torch.relu(self.conv1(x))))
+        return torch.softmax(self.fc(x.mean(dim=2)), dim=1)
+
+
+def gelu_net():
+    """A GELU: outside the MIL evaluator's ops, so CoreML activations stay float16 on Linux."""
+    torch.manual_seed(0)
+    return _trained(nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.GELU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+                                  nn.Linear(8, 5), nn.Softmax(dim=1)).eval(), lambda out: out)
+
+
+def keyword_spotter():
+    torch.manual_seed(0)
+    return KeywordSpotter().eval()
+
+
 # photos are one of five colours plus texture; the class is the colour
 COLOURS = torch.tensor(__COLOURS__)
 
@@ -145,6 +172,7 @@ def models(tmp_path_factory):
 
     np.save(root / "images.npy", photos(120))
     np.savez(root / "photos.npz", photo=photos(120))
+    np.save(root / "waves.npy", rng.normal(0, 0.3, (120, 1, 400)).astype(np.float32))
     return root
 
 
@@ -349,3 +377,33 @@ def test_shape_arithmetic_in_forward_reaches_coreml(models):
     manifest = json.loads((models / "out" / "viewnet.edgekit" / "manifest.json").read_text())
     assert manifest["validation"]["artifacts"]["coreml"]["passed"]
     assert [o["name"] for o in manifest["outputs"]] == ["output"] and manifest["inputs"][0]["name"] == "image"
+
+
+def test_an_audio_front_end_reaches_every_format_and_runs_like_pytorch(models):
+    """Reflect padding (MirrorPad) and 1-D convolutions: every format builds, CoreML's numbers are
+    measured on Linux (the MIL evaluator once knew only 2-D convolutions: "not measurable"), and the
+    device runs the TFLite and ONNX artifacts like the PyTorch model."""
+    package(models, f"{models / 'nets.py'}:keyword_spotter", "waves.npy", "--format", "all", "--name", "kws",
+            "--allow-accuracy-drop")  # random weights: the verdict is not the point here, the route is
+    manifest = json.loads((models / "out" / "kws.edgekit" / "manifest.json").read_text())
+    assert {a["format"] for a in manifest["artifacts"]} == {"tflite", "onnx", "coreml"}
+    coreml = manifest["validation"]["artifacts"]["coreml"]
+    assert coreml["measured"] and "MIL evaluator" in coreml["measured_by"]
+    x = np.load(models / "waves.npy")[:6]
+    np.save(models / "six.npy", x)
+    expected = torch_outputs(models, "keyword_spotter", x)[0]
+    for artifact in ("tflite", "onnx"):
+        run = device_cli(models / "out" / "kws.edgekit", "-i", models / "six.npy", "--artifact", artifact,
+                         "--output", models / "six_out.npy")
+        assert run.returncode == 0, run.stderr
+        assert np.abs(np.load(models / "six_out.npy") - expected).max() < 0.05, artifact
+
+
+def test_coreml_weights_only_int8_is_said_with_its_reason(models):
+    """When activations cannot be calibrated on Linux the artifact is weights-only INT8: the reason
+    was only in the manifest."""
+    result = package(models, f"{models / 'nets.py'}:gelu_net", "images.npy", "--format", "coreml", "--name", "gelu")
+    manifest = json.loads((models / "out" / "gelu.edgekit" / "manifest.json").read_text())
+    details = manifest["artifacts"][0]["details"]
+    assert details["activations"] == "float16"
+    assert f"note: coreml: {details['activations_reason']}" in result.stdout
