@@ -194,3 +194,44 @@ def test_a_scalar_input_is_refused_up_front_by_name(tmp_path):
     result = edgekit_cli("package", tmp_path / "gain.onnx", "-c", tmp_path / "data.npz", "-o", tmp_path / "out",
                          "--format", "onnx")
     assert_user_error(result, "model input 'gain' is a scalar (rank 0)", "constant")
+
+
+def yolo_head(path):
+    """A YOLO-style head: box rows and sigmoid class rows concatenated into [N, 7, anchors]."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    weights = [numpy_helper.from_array(rng.normal(0, 0.3, (8, 3, 3, 3)).astype(np.float32), "stem_w"),
+               numpy_helper.from_array(rng.normal(0, 0.3, (4, 8, 1, 1)).astype(np.float32), "box_w"),
+               numpy_helper.from_array(rng.normal(0, 0.3, (3, 8, 1, 1)).astype(np.float32), "cls_w"),
+               numpy_helper.from_array(np.asarray([1, 4, -1], np.int64), "box_shape"),
+               numpy_helper.from_array(np.asarray([1, 3, -1], np.int64), "cls_shape"),
+               numpy_helper.from_array(np.asarray(16.0, np.float32), "stride")]
+    nodes = [helper.make_node("Conv", ["images", "stem_w"], ["s"], strides=[2, 2], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["s"], ["f"]),
+             helper.make_node("Conv", ["f", "box_w"], ["b4"]), helper.make_node("Reshape", ["b4", "box_shape"], ["b"]),
+             helper.make_node("Mul", ["b", "stride"], ["boxes"]),
+             helper.make_node("Conv", ["f", "cls_w"], ["c4"]), helper.make_node("Reshape", ["c4", "cls_shape"], ["c"]),
+             helper.make_node("Sigmoid", ["c"], ["scores"]),
+             helper.make_node("Concat", ["boxes", "scores"], ["output0"], axis=1)]
+    graph = helper.make_graph(nodes, "head", [helper.make_tensor_value_info("images", TensorProto.FLOAT, [1, 3, 32, 32])],
+                              [helper.make_tensor_value_info("output0", TensorProto.FLOAT, [1, 7, 256])],
+                              initializer=weights)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return rng.random((120, 3, 32, 32), dtype=np.float32)
+
+
+def test_a_tflite_its_runtime_refuses_fails_that_format_alone_and_names_the_op(tmp_path):
+    """litert-torch shares one scale over a concatenation, so a sigmoid beside box rows gets an
+    int8 LOGISTIC that LiteRT refuses; the message once named a staging path that no longer
+    existed, and it ended the whole package instead of that format."""
+    np.save(tmp_path / "images.npy", yolo_head(tmp_path / "head.onnx"))
+    result = edgekit_cli("package", tmp_path / "head.onnx", "-c", tmp_path / "images.npy", "-o", tmp_path / "out",
+                         "--format", "tflite", "--format", "onnx", "--no-also-float", "--allow-accuracy-drop")
+    assert_user_error(result, "tflite: LiteRT cannot load the INT8 TFLite model litert-torch wrote", "LOGISTIC",
+                      "--format onnx")
+    assert ".partial" not in result.stderr
+    manifest = json.loads((tmp_path / "out" / "head.edgekit" / "manifest.json").read_text())
+    assert [a["format"] for a in manifest["artifacts"]] == ["onnx"]
+    assert not (tmp_path / "out" / "head.edgekit" / "tflite").exists()  # the refused file is not shipped

@@ -18,10 +18,11 @@ from typing import Any
 import numpy as np
 
 from ... import worker
-from ...errors import EdgekitError, UnsupportedOpError
+from ...errors import ConversionError, EdgekitError, UnsupportedOpError
 from ...fsutil import sha256_file
 from ...manifest import Artifact, QuantParams
 from ..base import BuildContext, Builder, BuildResult, in_layer, layer_of, read_samples, worst_layers
+from ..precision import Precision
 from .precision import analyse
 
 ARTIFACT_PATH = "tflite/model.int8.tflite"
@@ -55,7 +56,7 @@ class TFLiteBuilder(Builder):
         )
         _, output_tensors = _tensor_names(output.read_bytes())
         named = {output_tensors[o]: layer for o, layer in context.output_layers.items() if output_tensors.get(o)}
-        precision = analyse(str(output), list(context.layer_names), named)
+        precision = _loadable(lambda: analyse(str(output), list(context.layer_names), named), "TFLiteConverter")
         if not context.allow_float_ops:
             _refuse_unexpected_float_ops(precision.inner, context.keep_float)
         inputs, outputs = io_quantization(str(output))
@@ -109,7 +110,7 @@ class TFLiteBuilder(Builder):
             calibration_npy=context.calibration_npy, output=str(output), output_names=list(context.output_names),
             float_output=str(Path(context.workdir) / "tflite.float.tflite"),
         )
-        precision = analyse(str(output), list(context.layer_names))
+        precision = _loadable(lambda: analyse(str(output), list(context.layer_names)), "litert-torch")
         if not context.allow_float_ops:
             _refuse_unexpected_float_ops(precision.inner, context.keep_float)
         inputs, outputs = io_quantization(str(output))
@@ -125,6 +126,22 @@ class TFLiteBuilder(Builder):
                        "seconds": info["seconds"]},
             details={"keep_float": [], "environment": python, "precision": precision.record()},
         ))
+
+
+def _loadable(read: Callable[[], Precision], converter: str) -> Precision:
+    """``read()`` of the artifact just written; LiteRT refusing it is this format's failure, named
+    by the op (an int8 LOGISTIC whose output scale is not 1/256: a sigmoid concatenated with other
+    values, as in YOLO heads), never a path in the staging folder."""
+    try:
+        return read()
+    except EdgekitError as exc:
+        reason = exc.message.split(": ", 1)[-1]
+        raise ConversionError(
+            f"LiteRT cannot load the INT8 TFLite model {converter} wrote: {reason}",
+            hint="package this model for the other formats (--format onnx, --format coreml); a sigmoid or softmax "
+                 "whose output is concatenated with other values needs its own output scale, which this converter "
+                 "does not give it",
+        ) from None
 
 
 def _refuse_unexpected_float_ops(float_ops: list[dict[str, str]], kept: tuple[str, ...]) -> None:
