@@ -235,3 +235,48 @@ def test_a_tflite_its_runtime_refuses_fails_that_format_alone_and_names_the_op(t
     manifest = json.loads((tmp_path / "out" / "head.edgekit" / "manifest.json").read_text())
     assert [a["format"] for a in manifest["artifacts"]] == ["onnx"]
     assert not (tmp_path / "out" / "head.edgekit" / "tflite").exists()  # the refused file is not shipped
+
+
+def one_hot_classifier(path):
+    """Byte features: int32 ids -> OneHot(depth 32) -> Gemm -> Softmax over 214 classes."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    weights = [numpy_helper.from_array(np.asarray(32, np.int32), "depth"),
+               numpy_helper.from_array(np.asarray([0, 1], np.float32), "values"),
+               numpy_helper.from_array(np.asarray([-1, 512], np.int64), "shape"),
+               numpy_helper.from_array(rng.normal(0, 0.5, (512, 214)).astype(np.float32), "w"),
+               numpy_helper.from_array(np.zeros(214, np.float32), "b")]
+    nodes = [helper.make_node("OneHot", ["bytes", "depth", "values"], ["hot"], axis=-1),
+             helper.make_node("Reshape", ["hot", "shape"], ["flat"]), helper.make_node("Gemm", ["flat", "w", "b"], ["l"]),
+             helper.make_node("Softmax", ["l"], ["scores"], axis=1)]
+    graph = helper.make_graph(nodes, "bytes", [helper.make_tensor_value_info("bytes", TensorProto.INT32, ["N", 16])],
+                              [helper.make_tensor_value_info("scores", TensorProto.FLOAT, ["N", 214])],
+                              initializer=weights)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), path)
+    return rng.integers(0, 32, (120, 16)).astype(np.int32)
+
+
+def test_an_integer_one_hot_front_end_reaches_every_format(tmp_path):
+    """OneHot over int32 ids: once refused for TFLite and CoreML ("cannot convert these ONNX ops:
+    OneHot"); now a comparison every target quantizes around, CoreML weights-only with the reason."""
+    import onnxruntime
+
+    ids = one_hot_classifier(tmp_path / "bytes.onnx")
+    np.save(tmp_path / "ids.npy", ids)
+    result = edgekit_cli("package", tmp_path / "bytes.onnx", "-c", tmp_path / "ids.npy", "-o", tmp_path / "out",
+                         "--format", "all", "--no-also-float", "--allow-accuracy-drop")
+    assert result.returncode == 0, result.stderr[-3000:]
+    manifest = json.loads((tmp_path / "out" / "bytes.edgekit" / "manifest.json").read_text())
+    assert {a["format"] for a in manifest["artifacts"]} == {"tflite", "onnx", "coreml"}
+    assert "integer input(s) bytes" in result.stdout  # CoreML: weights-only INT8, said
+    onnx_precision = next(a for a in manifest["artifacts"] if a["format"] == "onnx")["precision"]
+    assert onnx_precision == "int8"  # the OneHot is a lookup, not float compute
+    expected = onnxruntime.InferenceSession(str(tmp_path / "bytes.onnx")).run(None, {"bytes": ids[:8]})[0]
+    np.save(tmp_path / "eight.npy", ids[:8])
+    for artifact in ("tflite", "onnx"):
+        run = device_cli(tmp_path / "out" / "bytes.edgekit", "-i", tmp_path / "eight.npy", "--artifact", artifact,
+                         "--output", tmp_path / "y.npy")
+        assert run.returncode == 0, run.stderr
+        assert np.abs(np.load(tmp_path / "y.npy") - expected).max() < 0.1, artifact

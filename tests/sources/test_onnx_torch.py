@@ -221,6 +221,14 @@ def test_token_ids_feed_an_embedding():
     _compare(model, {"ids": RNG.integers(-50, 50, (2, 6)).astype(np.int64)})
 
 
+@pytest.mark.parametrize("axis", [-1, 1])
+def test_one_hot_over_ids_with_negative_indices(axis):
+    nodes = [helper.make_node("OneHot", ["ids", "depth", "values"], ["y"], axis=axis)]
+    model = _model(nodes, [("ids", (2, 6), np.int64)], [("y", None)],
+                   [("depth", np.array(7, np.int64)), ("values", np.array([-1.0, 2.0], np.float32))])
+    _compare(model, {"ids": RNG.integers(-7, 7, (2, 6)).astype(np.int64)})
+
+
 def test_several_outputs_keep_their_order():
     nodes = [helper.make_node("Sigmoid", ["x"], ["second"]), helper.make_node("Tanh", ["x"], ["first"])]
     model = _model(nodes, [("x", (2, 3), np.float32)], [("first", None), ("second", None)])

@@ -286,14 +286,24 @@ def calibrate_activations_on_linux(mlmodel: Any, data: list[dict[str, np.ndarray
         _update_tensor_range,
     )
 
-    from .evaluator import Evaluator, load_program_from_model
+    from .evaluator import Evaluator, EvaluatorError, load_program_from_model
 
     debugger = ModelDebugger(mlmodel)
     outputs = {o.name for o in mlmodel.get_spec().description.output}
     wanted = set(debugger.get_intermediate_output_names(lambda op: op.spec.type != "const")) - outputs
     stats: dict[str, dict[str, float]] = defaultdict(dict)
     evaluator = Evaluator(load_program_from_model(mlmodel))
-    observe = lambda name, value: _update_tensor_range(name, value, stats) if name in wanted else None  # noqa: E731
+    def observe(name: str, value: Any) -> None:  # float activations only: indices and masks are never quantized
+        if name in wanted and np.asarray(value).dtype.kind == "f":
+            _update_tensor_range(name, value, stats)
+
+    from coremltools.proto import FeatureTypes_pb2
+
+    integer_inputs = [f.name for f in mlmodel.get_spec().description.input
+                      if f.type.multiArrayType.dataType == FeatureTypes_pb2.ArrayFeatureType.INT32]
+    if integer_inputs:  # coremltools' activation passes quantize what follows every input: not indices
+        raise EvaluatorError(f"integer input(s) {', '.join(integer_inputs)}: coremltools' activation passes "
+                             "would quantize them")
     for i, sample in enumerate(data):
         for name, value in sample.items():
             _update_tensor_range(name, value, stats)

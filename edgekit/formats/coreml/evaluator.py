@@ -338,6 +338,13 @@ OPS: dict[str, Callable[..., Any]] = {
     "mul": _binary(np.multiply),
     "real_div": _binary(np.divide),
     "maximum": _binary(np.maximum),
+    "equal": lambda x, y: np.equal(np.asarray(x), np.asarray(y)),  # exact: indices compared as they are
+    "not_equal": lambda x, y: np.not_equal(np.asarray(x), np.asarray(y)),
+    "less": lambda x, y: np.less(np.asarray(x), np.asarray(y)),
+    "less_equal": lambda x, y: np.less_equal(np.asarray(x), np.asarray(y)),
+    "greater": lambda x, y: np.greater(np.asarray(x), np.asarray(y)),
+    "greater_equal": lambda x, y: np.greater_equal(np.asarray(x), np.asarray(y)),
+    "select": lambda cond, a, b: np.where(np.asarray(cond, bool), np.asarray(a), np.asarray(b)),
     "minimum": _binary(np.minimum),
     "relu": lambda x: np.maximum(_f(x), 0),
     "relu6": lambda x: np.clip(_f(x), 0, 6),

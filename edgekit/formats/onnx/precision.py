@@ -19,7 +19,8 @@ CONVERTING_OPS = {"QuantizeLinear", "DequantizeLinear"}
 # data movement and shape bookkeeping: runs on whatever it is given, computes nothing
 NEUTRAL_OPS = {"Reshape", "Transpose", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Shape", "Constant", "Cast",
                "Gather", "Slice", "Concat", "Split", "Expand", "Tile", "Pad", "Size", "ConstantOfShape", "Range",
-               "DepthToSpace", "SpaceToDepth", "MaxPool", "GlobalMaxPool", "Resize", "Dropout"}
+               "DepthToSpace", "SpaceToDepth", "MaxPool", "GlobalMaxPool", "Resize", "Dropout", "OneHot",
+               "Equal", "Less", "Greater", "Where", "Not", "And", "Or"}
 TAIL_OPS = {"Softmax", "LogSoftmax", "Sigmoid", "Tanh", "LpNormalization", "Div", "Mul", "Add", "Sub", "Sqrt",
             "Pow", "ReduceSum", "ReduceL2", "ReduceMean", "Exp", "Max", "Min", "Clip"}
 _FLOAT = {1, 10, 11, 16}  # TensorProto FLOAT, FLOAT16, DOUBLE, BFLOAT16
@@ -76,7 +77,7 @@ def analyse(path: str, layer_names: list[str] | tuple[str, ...] = ()) -> Precisi
         if kinds[position] == "int8":
             found.int8_ops += 1
         elif kinds[position] == "float":
-            layer = layer_of(node.name, list(layer_names)) if layer_names else _layer(node.name)
+            layer = (layer_of(node.name, list(layer_names)) if layer_names else _layer(node.name)) or node.op_type
             found.float_ops.append({"op": node.op_type, "layer": layer, "tensor": node.name,
                                     "tail": tail[position]})
     quant_params = {name for node in graph.node if node.op_type in CONVERTING_OPS for name in node.input[1:]}

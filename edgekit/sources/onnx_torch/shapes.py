@@ -315,3 +315,25 @@ def _cumsum(a: Args) -> Any:
     if a.attr("exclusive", 0):
         y = y - x
     return torch.flip(y, [axis]) if a.attr("reverse", 0) else y
+
+
+@op("OneHot")
+def _one_hot(a: Args) -> Any:
+    """Byte or token features: ``indices == arange(depth)`` (a comparison and a select, which every
+    target quantizes around), never a one_hot op (TFLite's has no INT8 operand)."""
+    torch = _torch()
+    indices = a.t(0).long()
+    depth = a.number(1)
+    values = a.const(2)
+    if depth is None or values is None:
+        raise DataDependent(f"ONNX node {a.node.name} (OneHot) takes its depth or values from the input data",
+                            hint="package the model for ONNX only (--format onnx)")
+    depth = int(depth)
+    off, on = (float(v) for v in np.asarray(values).reshape(-1)[:2])
+    indices = torch.where(indices < 0, indices + depth, indices)  # ONNX: negative indices count from the end
+    classes = a.derived("classes", lambda: np.arange(depth, dtype=np.int64))
+    hot = indices.unsqueeze(-1) == classes
+    result = torch.where(hot, torch.tensor(on), torch.tensor(off))
+    axis = int(a.attr("axis", -1))
+    rank = result.dim()
+    return result if axis in (-1, rank - 1) else result.movedim(-1, _axis(axis, rank))
