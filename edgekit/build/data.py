@@ -138,7 +138,18 @@ def _refuse_unbatched(inputs: list[dict[str, Any]]) -> None:
     """Every input must take samples stacked on axis 0 (calibration, validation and the runtime all
     feed them that way): a scalar input (a sample rate, a threshold) cannot be, and is refused
     here by name instead of failing later in a converter."""
+    batch_names = {i["dim_names"][0] for i in inputs if i.get("dim_names") and i["dim_names"][0]}
     for model_input in inputs:
+        names = model_input.get("dim_names") or []
+        later = [axis for axis, name in enumerate(names) if axis and name in batch_names]
+        if later and (not names[0] or names[0] not in batch_names):
+            raise ModelSourceError(
+                f"model input {model_input['name']!r} has its batch dimension ({names[later[0]]!r}) on axis "
+                f"{later[0]} (shape {['?' if d == -1 else d for d in model_input['shape']]}), not on axis 0: edgekit "
+                "stacks samples on axis 0, so its values would be split across samples",
+                hint="re-export the model with this input batch-first (e.g. an LSTM's initial state as [N, layers, "
+                     "hidden], transposed inside the model), or fold it into the model (zeros as the initial state)",
+            )
         if len(model_input["shape"]) == 0:
             raise ModelSourceError(
                 f"model input {model_input['name']!r} is a scalar (rank 0): edgekit feeds every input as a batch of "

@@ -42,7 +42,11 @@ def describe_onnx(model_path: str) -> dict[str, Any]:
     def describe(value: Any) -> dict[str, Any]:
         tensor = value.type.tensor_type
         shape = [d.dim_value if d.HasField("dim_value") else -1 for d in tensor.shape.dim]
-        return {"name": value.name, "shape": shape, "dtype": elem.get(tensor.elem_type, str(tensor.elem_type))}
+        described = {"name": value.name, "shape": shape, "dtype": elem.get(tensor.elem_type, str(tensor.elem_type))}
+        names = [d.dim_param if d.HasField("dim_param") else "" for d in tensor.shape.dim]
+        if any(names):  # symbolic dimensions: which axis of each input is the batch
+            described["dim_names"] = names
+        return described
 
     return {
         "saved_model": None,

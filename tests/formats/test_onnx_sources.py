@@ -280,3 +280,27 @@ def test_an_integer_one_hot_front_end_reaches_every_format(tmp_path):
                          "--output", tmp_path / "y.npy")
         assert run.returncode == 0, run.stderr
         assert np.abs(np.load(tmp_path / "y.npy") - expected).max() < 0.1, artifact
+
+
+def test_a_state_input_batched_on_axis_1_is_refused_by_name(tmp_path):
+    """A seq-first recurrent state [layers, N, hidden] beside [N, T, F] frames: its batch is on
+    axis 1, and stacking samples on axis 0 would mix them up silently."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    hidden = 8
+    rng = np.random.default_rng(0)
+    nodes = [helper.make_node("Transpose", ["frames"], ["t"], perm=[1, 0, 2]),
+             helper.make_node("GRU", ["t", "W", "R", "", "", "h0"], ["", "h"], hidden_size=hidden)]
+    graph = helper.make_graph(
+        nodes, "gru",
+        [helper.make_tensor_value_info("frames", TensorProto.FLOAT, ["batch", 5, 4]),
+         helper.make_tensor_value_info("h0", TensorProto.FLOAT, [1, "batch", hidden])],
+        [helper.make_tensor_value_info("h", TensorProto.FLOAT, [1, "batch", hidden])],
+        initializer=[numpy_helper.from_array(rng.normal(0, 0.3, (1, 3 * hidden, 4)).astype(np.float32), "W"),
+                     numpy_helper.from_array(rng.normal(0, 0.3, (1, 3 * hidden, hidden)).astype(np.float32), "R")])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "gru.onnx")
+    np.savez(tmp_path / "data.npz", frames=np.zeros((60, 5, 4), np.float32), h0=np.zeros((60, 1, hidden), np.float32))
+    result = edgekit_cli("package", tmp_path / "gru.onnx", "-c", tmp_path / "data.npz", "-o", tmp_path / "out",
+                         "--format", "onnx")
+    assert_user_error(result, "model input 'h0' has its batch dimension ('batch') on axis 1", "batch-first")
