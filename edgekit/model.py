@@ -159,6 +159,14 @@ class Model:
         else:
             raise InputError(f"this model has {len(self._ports)} inputs ({', '.join(self.input_names)})",
                              hint="pass a mapping {input name: array}")
+        scalar = next((p.spec.name for p in self._ports if len(p.spec.shape) == 0), None)
+        if scalar is not None:  # said plainly: "different numbers of samples" would blame the data
+            raise InputError(
+                f"model input {scalar!r} is a scalar (rank 0): edgekit runs every input as a batch of samples on "
+                "axis 0 and cannot feed a scalar",
+                hint=f"fold {scalar} into the model as a constant, or re-export the model with a batch axis on it "
+                     "(shape [N, 1])",
+            )
         feeds = [self._check_one(port, value) for port, value in zip(self._ports, given)]
         if len({len(f) for f in feeds}) > 1:
             raise InputError(f"the inputs hold different numbers of samples ({[len(f) for f in feeds]})",

@@ -194,6 +194,11 @@ def test_a_scalar_input_is_refused_up_front_by_name(tmp_path):
     result = edgekit_cli("package", tmp_path / "gain.onnx", "-c", tmp_path / "data.npz", "-o", tmp_path / "out",
                          "--format", "onnx")
     assert_user_error(result, "model input 'gain' is a scalar (rank 0)", "constant")
+    np.save(tmp_path / "audio.npy", np.ones((3, 16), np.float32))  # the bare runtime says the same
+    np.save(tmp_path / "gain.npy", np.asarray(2.0, np.float32))  # (it blamed "different numbers of samples")
+    run = device_cli(tmp_path / "gain.onnx", "-i", f"audio={tmp_path / 'audio.npy'}", "-i",
+                     f"gain={tmp_path / 'gain.npy'}")
+    assert_user_error(run, "model input 'gain' is a scalar (rank 0)", "constant")
 
 
 def yolo_head(path):
