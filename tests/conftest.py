@@ -219,3 +219,15 @@ def assert_user_error(result: subprocess.CompletedProcess[str], *needles: str) -
     assert any(line.strip().startswith("fix: ") for line in result.stderr.splitlines()), result.stderr
     for needle in needles:
         assert needle in result.stderr, (needle, result.stderr)
+
+
+def device_matches(package: Path, x: np.ndarray, expected: np.ndarray, tolerance: float, work: Path,
+                   artifacts: tuple[str, ...] = ("tflite", "onnx")) -> None:
+    """``python -m edgekit.run`` on each artifact, ``x`` saved as .npy, gives ``expected`` within ``tolerance``."""
+    np.save(work / "device_in.npy", x)
+    for artifact in artifacts:
+        run = device_cli(package, "-i", work / "device_in.npy", "--artifact", artifact,
+                         "--output", work / "device_out.npy")
+        assert run.returncode == 0, run.stderr
+        got = np.load(work / "device_out.npy")
+        assert got.shape == expected.shape and np.abs(got - expected).max() < tolerance, artifact

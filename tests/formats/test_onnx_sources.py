@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import edgekit
-from tests.conftest import assert_user_error, device_cli, edgekit_cli
+from tests.conftest import assert_user_error, device_cli, device_matches, edgekit_cli
 
 pytestmark = pytest.mark.slow
 
@@ -279,12 +279,7 @@ def test_an_integer_one_hot_front_end_reaches_every_format(tmp_path):
     onnx_precision = next(a for a in manifest["artifacts"] if a["format"] == "onnx")["precision"]
     assert onnx_precision == "int8"  # the OneHot is a lookup, not float compute
     expected = onnxruntime.InferenceSession(str(tmp_path / "bytes.onnx")).run(None, {"bytes": ids[:8]})[0]
-    np.save(tmp_path / "eight.npy", ids[:8])
-    for artifact in ("tflite", "onnx"):
-        run = device_cli(tmp_path / "out" / "bytes.edgekit", "-i", tmp_path / "eight.npy", "--artifact", artifact,
-                         "--output", tmp_path / "y.npy")
-        assert run.returncode == 0, run.stderr
-        assert np.abs(np.load(tmp_path / "y.npy") - expected).max() < 0.1, artifact
+    device_matches(tmp_path / "out" / "bytes.edgekit", ids[:8], expected, 0.1, tmp_path)
 
 
 def test_a_state_input_batched_on_axis_1_is_refused_by_name(tmp_path):

@@ -12,7 +12,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from tests.conftest import ROOT, assert_user_error, device_cli, edgekit_cli
+from tests.conftest import ROOT, assert_user_error, device_matches, edgekit_cli
 
 pytestmark = pytest.mark.slow
 torch = pytest.importorskip("torch")
@@ -197,14 +197,7 @@ def device_runs_like_pytorch(models, package_dir, factory="residual_cnn"):
     """``python -m edgekit.run`` on the TFLite and ONNX artifacts, NCHW arrays as the PyTorch model
     takes them, gives the PyTorch model's own outputs (the residual CNN's unless ``factory``)."""
     x = np.load(models / "images.npy")[:4]
-    np.save(models / "four.npy", x)
-    expected = torch_outputs(models, factory, x)[0]
-    for artifact in ("tflite", "onnx"):
-        run = device_cli(package_dir, "-i", models / "four.npy", "--artifact", artifact,
-                         "--output", models / "four_out.npy")
-        assert run.returncode == 0, run.stderr
-        got = np.load(models / "four_out.npy")
-        assert got.shape == expected.shape and np.abs(got - expected).max() < 0.05, artifact
+    device_matches(package_dir, x, torch_outputs(models, factory, x)[0], 0.05, models)
 
 
 def package(models, model, data, *extra, also_float=False):
@@ -390,13 +383,7 @@ def test_an_audio_front_end_reaches_every_format_and_runs_like_pytorch(models):
     coreml = manifest["validation"]["artifacts"]["coreml"]
     assert coreml["measured"] and "MIL evaluator" in coreml["measured_by"]
     x = np.load(models / "waves.npy")[:6]
-    np.save(models / "six.npy", x)
-    expected = torch_outputs(models, "keyword_spotter", x)[0]
-    for artifact in ("tflite", "onnx"):
-        run = device_cli(models / "out" / "kws.edgekit", "-i", models / "six.npy", "--artifact", artifact,
-                         "--output", models / "six_out.npy")
-        assert run.returncode == 0, run.stderr
-        assert np.abs(np.load(models / "six_out.npy") - expected).max() < 0.05, artifact
+    device_matches(models / "out" / "kws.edgekit", x, torch_outputs(models, "keyword_spotter", x)[0], 0.05, models)
 
 
 def test_coreml_weights_only_int8_is_said_with_its_reason(models):

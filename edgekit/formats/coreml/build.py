@@ -28,6 +28,7 @@ from ... import worker
 from ...errors import ConversionError
 from ...fsutil import sha256_tree, tree_bytes
 from ...manifest import Artifact, QuantParams
+from ...sources.base import first_line
 from ..base import BuildContext, Builder, BuildResult
 
 ARTIFACT_PATH = "coreml/model.int8.mlpackage"
@@ -428,7 +429,7 @@ def _convert_exported(source_path: str, source_format: str, samples: Any, input_
     except Exception as exc:
         raise ConversionError(
             f"coremltools cannot convert this model: its TorchScript trace holds shape arithmetic "
-            f"({first_line_of(first)}) and torch.export failed too ({type(exc).__name__}: {first_line_of(exc)})",
+            f"({first_line(first)[:200]}) and torch.export failed too ({type(exc).__name__}: {first_line(exc)[:200]})",
             hint="write the reshape without reading shapes (x.flatten(1) instead of x.view(x.shape[0], -1)), "
                  "or package without --format coreml",
         ) from None
@@ -439,11 +440,6 @@ def _convert_exported(source_path: str, source_format: str, samples: Any, input_
         if old != new:
             ct.utils.rename_feature(spec, old, new)
     return ct.models.MLModel(spec, weights_dir=mlmodel.weights_dir)
-
-
-def first_line_of(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return (text.splitlines()[0] if text else type(exc).__name__)[:200]
 
 
 def _explain(exc: Exception) -> Exception:
