@@ -227,19 +227,44 @@ def yolo_head(path):
     return rng.random((120, 3, 32, 32), dtype=np.float32)
 
 
-def test_a_tflite_its_runtime_refuses_fails_that_format_alone_and_names_the_op(tmp_path):
-    """litert-torch shares one scale over a concatenation, so a sigmoid beside box rows gets an
-    int8 LOGISTIC that LiteRT refuses; the message once named a staging path that no longer
-    existed, and it ended the whole package instead of that format."""
-    np.save(tmp_path / "images.npy", yolo_head(tmp_path / "head.onnx"))
+def test_a_yolo_head_sigmoid_beside_box_rows_gets_the_int8_scale_litert_kernels_need(tmp_path):
+    """litert-torch shares one scale over a concatenation, so a sigmoid beside box rows came out
+    as an int8 LOGISTIC with the box scale, which LiteRT's kernels refuse to prepare; the
+    LOGISTIC now writes 1/256 and a QUANTIZE takes it to the concat's scale."""
+    import onnxruntime as ort
+
+    from edgekit.formats.tflite.litert import open_interpreter
+
+    images = yolo_head(tmp_path / "head.onnx")
+    np.save(tmp_path / "images.npy", images)
     result = edgekit_cli("package", tmp_path / "head.onnx", "-c", tmp_path / "images.npy", "-o", tmp_path / "out",
                          "--format", "tflite", "--format", "onnx", "--no-also-float", "--allow-accuracy-drop")
-    assert_user_error(result, "tflite: LiteRT cannot load the INT8 TFLite model litert-torch wrote", "LOGISTIC",
-                      "--format onnx")
-    assert ".partial" not in result.stderr
-    manifest = json.loads((tmp_path / "out" / "head.edgekit" / "manifest.json").read_text())
-    assert [a["format"] for a in manifest["artifacts"]] == ["onnx"]
-    assert not (tmp_path / "out" / "head.edgekit" / "tflite").exists()  # the refused file is not shipped
+    assert result.returncode == 0, result.stderr
+    package = tmp_path / "out" / "head.edgekit"
+    manifest = json.loads((package / "manifest.json").read_text())
+    tflite = next(a for a in manifest["artifacts"] if a["format"] == "tflite")
+    assert tflite["details"]["requantized_outputs"] == ["LOGISTIC"]
+    open_interpreter(str(package / tflite["path"]), with_delegates=False).allocate_tensors()  # refused before
+    session = ort.InferenceSession(str(tmp_path / "head.onnx"))  # a batch-1 head: one sample per call
+    expected = np.concatenate([session.run(None, {"images": images[i : i + 1]})[0] for i in range(6)])
+    # box rows reach ~27 on one shared int8 scale (~0.23 per step): a few steps is INT8's error here
+    device_matches(package, images[:6], expected, 1.5, tmp_path)
+
+
+def test_a_tflite_artifact_litert_refuses_is_named_by_its_converter_not_a_staging_path(tmp_path):
+    """The safety net behind every rewrite: LiteRT refusing what a converter wrote is that format's
+    ConversionError, and the message holds no path of the staging folder."""
+    from edgekit.errors import ConversionError
+    from edgekit.formats.tflite.build import _loadable
+    from edgekit.formats.tflite.precision import analyse
+
+    broken = tmp_path / "staged.partial" / "model.tflite"
+    broken.parent.mkdir()
+    broken.write_bytes(b"TFL3" + bytes(64))
+    with pytest.raises(ConversionError) as raised:
+        _loadable(lambda: analyse(str(broken), []), "litert-torch")
+    assert "LiteRT cannot load the INT8 TFLite model litert-torch wrote" in raised.value.message
+    assert "staged.partial" not in raised.value.message and "--format onnx" in raised.value.hint
 
 
 def one_hot_classifier(path):

@@ -124,23 +124,25 @@ class TFLiteBuilder(Builder):
                        + "litert_torch.convert + PT2E static INT8 (symmetric, per-channel)",
                        "torch": info["torch"], "litert_torch": info["litert_torch"], "calibration_method": "minmax",
                        "seconds": info["seconds"]},
-            details={"keep_float": [], "environment": python, "precision": precision.record()},
+            details={"keep_float": [], "environment": python, "precision": precision.record(),
+                     # ops given the fixed output scale TFLite's int8 kernels need, requantized after
+                     **({"requantized_outputs": info["fixed_output_scales"]} if info.get("fixed_output_scales") else {})},
         ))
 
 
 def _loadable(read: Callable[[], Precision], converter: str) -> Precision:
     """``read()`` of the artifact just written; LiteRT refusing it is this format's failure, named
     by the op (an int8 LOGISTIC whose output scale is not 1/256: a sigmoid concatenated with other
-    values, as in YOLO heads), never a path in the staging folder."""
+    values, as in YOLO heads, is rewritten before this: ``requantize``), never a path in the staging
+    folder."""
     try:
         return read()
     except EdgekitError as exc:
         reason = exc.message.split(": ", 1)[-1]
         raise ConversionError(
             f"LiteRT cannot load the INT8 TFLite model {converter} wrote: {reason}",
-            hint="package this model for the other formats (--format onnx, --format coreml); a sigmoid or softmax "
-                 "whose output is concatenated with other values needs its own output scale, which this converter "
-                 "does not give it",
+            hint="package this model for the other formats (--format onnx, --format coreml), and report the op "
+                 "named above with the model: the converter wrote a model LiteRT's reference kernels cannot prepare",
         ) from None
 
 

@@ -3,7 +3,8 @@
 Runs in litert-torch's own environment (``edgekit.toolenv.LITERT_TORCH``): the model is wrapped
 so that the LiteRT signature carries the source's input and output names, exported with
 ``torch.export`` on one calibration sample (batch 1), prepared with litert-torch's symmetric
-per-channel PT2E quantizer, calibrated on every calibration sample, converted, and written.
+per-channel PT2E quantizer, calibrated on every calibration sample, converted, and written
+(an int8 sigmoid/softmax given the output scale LiteRT's kernels need: ``requantize``).
 The result takes int8 inputs in the source's layout (NCHW for images: litert-torch inserts the
 transposes) and returns float outputs.
 """
@@ -28,6 +29,7 @@ def convert_torch(source_path: str, kind: str, calibration_npy: str, output: str
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
     from ...sources.pytorch import _flatten, _load
+    from .requantize import fix_int8_output_scales
 
     samples = read_samples(calibration_npy)
     module, names, _ = _load(source_path, kind, example={k: np.asarray(v[:1]) for k, v in samples.items()})
@@ -67,10 +69,12 @@ def convert_torch(source_path: str, kind: str, calibration_npy: str, output: str
     graph = convert_pt2e(graph, fold_quantize=False)
     edge = litert_torch.convert(graph, (), sample_kwargs=sample(0), quant_config=QuantConfig(pt2e_quantizer=quantizer))
     edge.export(output)
+    fixed_scales = fix_int8_output_scales(output)  # a sigmoid sharing a concat's scale, as LiteRT's kernels need it
     seconds = time.perf_counter() - started
     if float_output:  # the float conversion, to tell conversion error from quantization error
         litert_torch.convert(Named().eval(), (), sample_kwargs=sample(0)).export(float_output)
-    return {"torch": torch.__version__, "litert_torch": _version("litert-torch"), "seconds": round(seconds, 3)}
+    return {"torch": torch.__version__, "litert_torch": _version("litert-torch"), "seconds": round(seconds, 3),
+            "fixed_output_scales": fixed_scales}
 
 
 def _model_dtype(x: np.ndarray) -> np.ndarray:
