@@ -55,6 +55,22 @@ def _input_shapes(values: tuple[str, ...]) -> dict[str, list[int]]:
     return shapes
 
 
+def _fixed_inputs(values: tuple[str, ...]) -> dict[str, dict[str, object]]:
+    """``--input NAME=VALUE``, each value read and checked before any model loads."""
+    from .sources.fixed_inputs import parse_value
+
+    fixed: dict[str, dict[str, object]] = {}
+    for text in values:
+        name, sep, value = text.partition("=")
+        if not sep or not name or not value:
+            raise click.BadParameter(f"expected NAME=VALUE such as sample_rate=16000 or h0=state.npy, got {text!r}",
+                                     param_hint="--input")
+        if name in fixed:
+            raise click.BadParameter(f"{name!r} is given twice", param_hint="--input")
+        fixed[name] = parse_value(name, value)
+    return fixed
+
+
 def _output_kinds(values: tuple[str, ...]) -> dict[str, str]:
     """``OUTPUT=KIND`` or a bare ``KIND`` (the model's only output), checked before any model loads."""
     from .errors import EdgekitError
@@ -143,6 +159,10 @@ def format_build_options(command: Any) -> Any:
                    "raw; --scale/--mean/--std override its fields.")
 @click.option("--input-shape", "input_shapes", multiple=True, metavar="NAME=DxDxD",
               help="Fix an input's dynamic dimensions, e.g. images=1x3x320x320 (repeatable).")
+@click.option("--input", "fixed_inputs", multiple=True, metavar="NAME=VALUE",
+              help="Fix a model input that is not a batch of samples (a scalar sample rate, a recurrent state of "
+                   "zeros) to a number or a .npy tensor; it is folded into every artifact as a constant and "
+                   "recorded in the manifest (repeatable; ONNX and PyTorch sources).")
 @click.option("--timeout", type=click.FloatRange(min=1), default=None,
               help="Seconds allowed per step run in a child process: loading the model (a file.py:factory "
                    "included), the float reference, each conversion (default 1800).")
@@ -161,7 +181,8 @@ def package_command(model: Path, formats: tuple[str, ...], calibration: str, eva
                     labels_file: Path | None, scale: float | None, mean: str | None, std: str | None,
                     color_order: str | None, resize: str | None, timeout: float | None, allow_partial: bool,
                     keep_float: tuple[str, ...], explain: bool, sign_key: Path | None, preset: str | None,
-                    input_shapes: tuple[str, ...], also_float: bool | None, **format_values: object) -> None:
+                    input_shapes: tuple[str, ...], fixed_inputs: tuple[str, ...], also_float: bool | None,
+                    **format_values: object) -> None:
     """Convert MODEL (.keras, .h5, a SavedModel directory, or .onnx for --format onnx) into a validated INT8 package.
 
     Every artifact is calibrated on --calibration, then checked against the float model on
@@ -182,6 +203,7 @@ def package_command(model: Path, formats: tuple[str, ...], calibration: str, eva
         labels_file=str(labels_file) if labels_file else None, timeout_s=timeout, allow_partial=allow_partial,
         keep_float=list(keep_float), explain=explain, sign_key=str(sign_key) if sign_key else None,
         format_options=dict(format_values), input_shapes=_input_shapes(input_shapes), also_float=also_float,
+        fixed_inputs=_fixed_inputs(fixed_inputs),
         preprocessing={"scale": scale, "mean": float_list(mean), "std": float_list(std),
                        "color_order": color_order.upper() if color_order else None, "resize": _resize(resize),
                        "preset": preset},

@@ -112,7 +112,7 @@ class Model:
     def preprocess(self, inputs: Any) -> Any:
         """The model-ready batch(es) ``predict`` feeds: an array for a one-input model, else a dict."""
         if isinstance(inputs, Mapping):  # by input name, whatever the number of inputs
-            self._check_names(inputs)
+            self.check_input_names(inputs)
             loaded = {p.spec.name: self._load(p, inputs[p.spec.name]) for p in self._ports}
             return loaded if len(self._ports) > 1 else next(iter(loaded.values()))
         if len(self._ports) == 1:
@@ -120,7 +120,7 @@ class Model:
         if not isinstance(inputs, Mapping):
             raise InputError(f"this model has {len(self._ports)} inputs ({', '.join(self.input_names)})",
                              hint="pass a mapping {input name: value}")
-        self._check_names(inputs)
+        self.check_input_names(inputs)
         return {p.spec.name: self._load(p, inputs[p.spec.name]) for p in self._ports}
 
     def _load(self, port: _Port, value: Any) -> np.ndarray:
@@ -150,7 +150,7 @@ class Model:
         once (the server) then call ``run_checked``."""
         self._check_open()
         if isinstance(x, Mapping):
-            self._check_names(x)
+            self.check_input_names(x)
             given = [x[p.spec.name] for p in self._ports]
         elif len(self._ports) == 1:
             given = [x]
@@ -164,8 +164,8 @@ class Model:
             raise InputError(
                 f"model input {scalar!r} is a scalar (rank 0): edgekit runs every input as a batch of samples on "
                 "axis 0 and cannot feed a scalar",
-                hint=f"fold {scalar} into the model as a constant, or re-export the model with a batch axis on it "
-                     "(shape [N, 1])",
+                hint=f"package it with its value fixed (edgekit package MODEL --input {scalar}=VALUE), or re-export "
+                     "the model with a batch axis on it (shape [N, 1])",
             )
         feeds = [self._check_one(port, value) for port, value in zip(self._ports, given)]
         if len({len(f) for f in feeds}) > 1:
@@ -204,9 +204,21 @@ class Model:
         if self._closed:
             raise EdgekitError(f"model {self.manifest.name!r} was closed", hint="load it again with edgekit.load()")
 
-    def _check_names(self, given: Mapping[str, Any]) -> None:
+    def check_input_names(self, given: Mapping[str, Any]) -> None:
+        """The names given are exactly the model's inputs; a fixed (packaged-in) input is named as such."""
         missing = [n for n in self.input_names if n not in given]
         extra = [n for n in given if n not in self.input_names]
+        fixed = self.manifest.source.get("fixed_inputs") or {}
+        folded = [n for n in extra if n in fixed]
+        if folded:  # packaged with --input NAME=VALUE: the value is inside every artifact
+            name = folded[0]
+            value = fixed[name].get("value", fixed[name].get("file"))
+            raise InputError(f"input {name!r} was fixed to {value:g} when this package was made (edgekit package "
+                             f"--input {name}=...); it is part of the model now" if isinstance(value, float) else
+                             f"input {name!r} was fixed to the tensor in {value} when this package was made; it is "
+                             "part of the model now",
+                             hint=f"pass only {self.input_names}; to use another value, package the model again with "
+                                  f"--input {name}=VALUE")
         if missing or extra:
             raise InputError(
                 f"inputs {sorted(given)} do not match the model's inputs {self.input_names}"

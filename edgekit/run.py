@@ -171,6 +171,9 @@ def predict_rows(model: Any, named: list[tuple[str | None, Path]], raw: bool) ->
 
     sets: list[tuple[str, Any]] = []
     if len(model.input_names) == 1:
+        given = {name for name, _ in named if name is not None}
+        if given - set(model.input_names):  # a NAME= that is not this input: never fed to it as more samples
+            model.check_input_names({name: None for name in given | set(model.input_names)})
         sets = [(str(path), str(path)) for _, path in named]
     elif named and all(name is not None for name, _ in named):
         sets = [(" ".join(f"{n}={p}" for n, p in named), {n: str(p) for n, p in named})]

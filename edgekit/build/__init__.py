@@ -130,6 +130,10 @@ def source_hints(options: PackageOptions, plan: Plan) -> dict[str, Any]:
         "input_shapes": dict(options.input_shapes),
         "sample_shapes": {name: list(x.shape[1:]) for name, x in arrays.items()},
         "sample_dtypes": {name: str(x.dtype) for name, x in arrays.items()},
+        # each --input NAME=VALUE with its --input-shape, if one was given
+        "fixed_inputs": {name: {**spec, **({"given_shape": options.input_shapes[name]}
+                                           if name in options.input_shapes else {})}
+                         for name, spec in options.fixed_inputs.items()},
     }
 
 
@@ -186,8 +190,10 @@ def build_context(options: PackageOptions, loaded: LoadedSource, data: PreparedD
         workdir=work,
         saved_model=loaded.described.get("saved_model"),
         onnx_model=loaded.described.get("onnx_model"),
-        source_path=str(Path(options.model).resolve()),
+        # an ONNX source with --input NAME=VALUE converts from its copy with those inputs made constants
+        source_path=loaded.described.get("converted_model") or str(Path(options.model).resolve()),
         source_kind=loaded.kind,
+        torch_fixed_inputs=MappingProxyType(dict(loaded.described.get("torch_fixed_inputs") or {})),
         layer_names=tuple(loaded.described["layers"]),
         output_layers=MappingProxyType(dict(loaded.described.get("output_layers") or {})),
         output_names=tuple(o["name"] for o in loaded.described["outputs"]),

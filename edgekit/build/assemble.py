@@ -56,7 +56,7 @@ def make_manifest(
         edgekit_version=__version__,
         created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         source={"format": kind, "file": Path(options.model).name, "sha256": sha256_tree(_model_file(options.model)),
-                **{k: described[k] for k in ("onnx_exporter", "torch", "frozen_from") if k in described}},
+                **{k: described[k] for k in ("onnx_exporter", "torch", "frozen_from", "fixed_inputs") if k in described}},
         inputs=inputs,
         outputs=outputs,
         artifacts=artifacts,

@@ -85,7 +85,7 @@ def prepare_data(plan: Plan, options: PackageOptions, described: dict[str, Any],
     if not inputs or not outputs:
         raise ModelSourceError(f"the model has {len(inputs)} inputs and {len(outputs)} outputs",
                                hint="export a model that takes and returns tensors")
-    _refuse_unbatched(inputs)
+    _refuse_unbatched(inputs, outputs)
     calibration = plan.calibration
     eval_source = plan.evaluation or calibration
     bindings = bind_inputs([i["name"] for i in inputs], calibration)
@@ -134,11 +134,22 @@ def say_preprocessing(plans: list[InputPlan], progress: Progress) -> None:
             )
 
 
-def _refuse_unbatched(inputs: list[dict[str, Any]]) -> None:
+def _refuse_unbatched(inputs: list[dict[str, Any]], outputs: list[dict[str, Any]] = ()) -> None:
     """Every input must take samples stacked on axis 0 (calibration, validation and the runtime all
     feed them that way): a scalar input (a sample rate, a threshold) cannot be, and is refused
-    here by name instead of failing later in a converter."""
+    here by name instead of failing later in a converter; so is an output whose batch is on
+    another axis (a seq-first state), which would be joined across samples wrongly."""
     batch_names = {i["dim_names"][0] for i in inputs if i.get("dim_names") and i["dim_names"][0]}
+    for model_output in outputs:
+        names = model_output.get("dim_names") or []
+        later = [axis for axis, name in enumerate(names) if axis and name in batch_names]
+        if later and (not names[0] or names[0] not in batch_names):
+            raise ModelSourceError(
+                f"model output {model_output['name']!r} has its batch dimension ({names[later[0]]!r}) on axis "
+                f"{later[0]}, not on axis 0: edgekit joins samples on axis 0, so its values would be mixed up",
+                hint="re-export the model with this output batch-first (e.g. a recurrent state transposed to "
+                     "[N, layers, hidden] inside the model)",
+            )
     for model_input in inputs:
         names = model_input.get("dim_names") or []
         later = [axis for axis, name in enumerate(names) if axis and name in batch_names]
@@ -147,16 +158,16 @@ def _refuse_unbatched(inputs: list[dict[str, Any]]) -> None:
                 f"model input {model_input['name']!r} has its batch dimension ({names[later[0]]!r}) on axis "
                 f"{later[0]} (shape {['?' if d == -1 else d for d in model_input['shape']]}), not on axis 0: edgekit "
                 "stacks samples on axis 0, so its values would be split across samples",
-                hint="re-export the model with this input batch-first (e.g. an LSTM's initial state as [N, layers, "
-                     "hidden], transposed inside the model), or fold it into the model (zeros as the initial state)",
+                hint=f"fix it to a constant with --input {model_input['name']}=0 (zeros as the initial state, "
+                     "sized by the batch at run time), or re-export the model with this input batch-first",
             )
         if len(model_input["shape"]) == 0:
             raise ModelSourceError(
                 f"model input {model_input['name']!r} is a scalar (rank 0): edgekit feeds every input as a batch of "
                 "samples on axis 0, so a scalar input (a sample rate, a threshold, a state flag) cannot be calibrated "
                 "or served",
-                hint=f"fold the value into the model as a constant (e.g. a wrapper module that passes "
-                     f"{model_input['name']}=16000), or give it a batch axis (shape [N, 1]) and re-export",
+                hint=f"fix it to its value with --input {model_input['name']}=VALUE (e.g. 16000; it is folded into "
+                     "the model and recorded in the manifest), or give it a batch axis (shape [N, 1]) and re-export",
             )
 
 

@@ -46,6 +46,8 @@ class PackageOptions:
     targets: list[str] | None = None  # the former name of `formats`, accepted for one release
     format_options: dict[str, Any] = field(default_factory=dict)  # any format's own options, by name
     input_shapes: dict[str, list[int]] = field(default_factory=dict)  # --input-shape NAME=1x3x320x320
+    # --input NAME=VALUE: inputs folded into the model as constants (edgekit.sources.fixed_inputs.parse_value)
+    fixed_inputs: dict[str, dict[str, Any]] = field(default_factory=dict)
     # float fallback artifacts (float16 TFLite/CoreML, float32 ONNX) next to the INT8 ones, for
     # devices where INT8 is slower; None: when the model is at most FLOAT_FALLBACK_MAX_MB
     also_float: bool | None = None

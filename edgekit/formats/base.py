@@ -71,6 +71,8 @@ class BuildContext:
     onnx_model: str | None = None  # the model itself when the source is ONNX
     source_path: str = ""
     source_kind: str = ""  # keras, h5, saved_model, onnx, torch_export, torchscript, torch_factory
+    # a PyTorch source's --input NAME=VALUE (edgekit.sources.fixed_inputs): every load of it passes them
+    torch_fixed_inputs: Mapping[str, Any] = field(default_factory=dict)
     layer_names: tuple[str, ...] = ()  # to name layers in op errors
     output_layers: Mapping[str, str] = field(default_factory=dict)  # model output name -> the layer computing it
     output_names: tuple[str, ...] = ()  # the model's outputs, in order

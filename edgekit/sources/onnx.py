@@ -18,8 +18,17 @@ def detect(model: Path) -> str | None:
 
 
 def prepare(model_path: str, kind: str, export_dir: str, hints: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Check and describe the ONNX model (nothing to export: formats read it as it is)."""
-    return describe_onnx(model_path)
+    """Check and describe the ONNX model (nothing to export: formats read it as it is, or a copy
+    with the ``--input NAME=VALUE`` inputs made constants)."""
+    fixed = (hints or {}).get("fixed_inputs") or {}
+    if not fixed:
+        return describe_onnx(model_path)
+    from .fixed_inputs import freeze_onnx, record
+
+    describe_onnx(model_path)  # the source itself is checked first: its errors name it
+    converted = str(Path(export_dir).with_name("fixed_inputs.onnx"))
+    freeze_onnx(model_path, converted, fixed, {n: s["given_shape"] for n, s in fixed.items() if "given_shape" in s})
+    return {**describe_onnx(converted), "converted_model": converted, "fixed_inputs": record(fixed)}
 
 
 def describe_onnx(model_path: str) -> dict[str, Any]:

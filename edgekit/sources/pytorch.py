@@ -60,7 +60,8 @@ def prepare(model_path: str, kind: str, export_dir: str, hints: dict[str, Any] |
     import torch
 
     hints = hints or {}
-    module, names, program = _load(model_path, kind)
+    fixed = hints.get("fixed_inputs") or {}
+    module, names, program = _load(model_path, kind, fixed=fixed)
     static = _static_batch(program)
     # a program exported with a fixed batch (torch.export's default) keeps it: its graph may bake
     # the batch into reshapes; the runtime runs bigger batches in slices of it, as for TFLite
@@ -69,7 +70,9 @@ def prepare(model_path: str, kind: str, export_dir: str, hints: dict[str, Any] |
         produced = module(*example)
     outputs = _output_names(produced)
     onnx_path = str(Path(export_dir).with_name("torch_export.onnx"))
-    exporter = _export_onnx(program if program is not None else module, example, names, outputs, onnx_path)
+    # with fixed inputs the wrapper is exported (its constants inside), not the program itself
+    exporter = _export_onnx(program if program is not None and not fixed else module, example, names, outputs,
+                            onnx_path, static_batch=static is not None)
     from .onnx import describe_onnx
 
     info = describe_onnx(onnx_path)
@@ -80,6 +83,10 @@ def prepare(model_path: str, kind: str, export_dir: str, hints: dict[str, Any] |
         "source_model": model_path,
         "output_layers": {name: name for name in outputs},
     })
+    if fixed:
+        from .fixed_inputs import record
+
+        info.update({"fixed_inputs": record(fixed), "torch_fixed_inputs": fixed})
     return info
 
 
@@ -88,7 +95,8 @@ def float_reference(prepared: dict[str, Any], inputs_npz: str, output_npz: str, 
     import numpy as np
     import torch
 
-    module, names, program = _load(prepared["source_model"], prepared["torch_kind"])
+    module, names, program = _load(prepared["source_model"], prepared["torch_kind"],
+                                   fixed=prepared.get("torch_fixed_inputs"))
     static = _static_batch(program)
     batch_size = static or batch_size
     outputs = [o["name"] for o in prepared["outputs"]]
@@ -109,11 +117,24 @@ def float_reference(prepared: dict[str, Any], inputs_npz: str, output_npz: str, 
     np.savez(output_npz, **{name: np.concatenate(parts) for name, parts in chunks.items()})
 
 
-def _load(model_path: str, kind: str, example: dict[str, Any] | None = None) -> tuple[Any, list[str], Any]:
+def _load(model_path: str, kind: str, example: dict[str, Any] | None = None,
+          fixed: dict[str, Any] | None = None) -> tuple[Any, list[str], Any]:
     """The callable model, its input names, and the torch.export program when there is one.
 
     An ONNX model (``kind="onnx"``) becomes a module specialised to the shapes of ``example``
-    (arrays by input name; ``""`` for a one-input model)."""
+    (arrays by input name; ``""`` for a one-input model). ``fixed`` (``--input NAME=VALUE``)
+    wraps the model so those inputs get their values; the names returned are the others."""
+    module, names, program = _load_model(model_path, kind, example)
+    if not fixed:
+        return module, names, program
+    from .fixed_inputs import torch_fixed
+
+    wrapped, kept = torch_fixed(module, names, program, fixed,
+                                {n: s["given_shape"] for n, s in fixed.items() if "given_shape" in s})
+    return wrapped, kept, program
+
+
+def _load_model(model_path: str, kind: str, example: dict[str, Any] | None = None) -> tuple[Any, list[str], Any]:
     import torch
 
     if kind == "onnx":
@@ -221,13 +242,13 @@ def _example_inputs(names: list[str], program: Any, hints: dict[str, Any]) -> li
         if "" in dtypes:
             dtypes[names[0]] = dtypes.pop("")
     found = []
-    for index, name in enumerate(names):
+    for name in names:
         if name in shapes:
             shape = list(shapes[name])
         elif name in samples:
             shape = [EXAMPLE_BATCH, *samples[name]]
         elif program is not None:
-            shape = _program_shape(program, index)
+            shape = _program_shape(program, name)
         else:
             raise ModelSourceError(
                 f"the PyTorch model's input {name!r} has no known shape",
@@ -252,10 +273,8 @@ def _static_batch(program: Any) -> int | None:
     return None
 
 
-def _program_shape(program: Any, index: int) -> list[int]:
-    placeholders = [n for n in program.graph.nodes if n.op == "placeholder"
-                    and n.name in {str(u) for u in program.graph_signature.user_inputs}]
-    value = placeholders[index].meta.get("val")
+def _program_shape(program: Any, name: str) -> list[int]:
+    value = next(n for n in program.graph.nodes if n.op == "placeholder" and n.name == name).meta.get("val")
     return [int(d) if isinstance(d, int) else EXAMPLE_BATCH for d in value.shape]
 
 
@@ -276,23 +295,30 @@ def _output_names(produced: Any) -> list[str]:
         [f"output_{i}" for i in range(len(flat))]
 
 
-def _export_onnx(model: Any, example: list[Any], inputs: list[str], outputs: list[str], path: str) -> str:
+def _export_onnx(model: Any, example: list[Any], inputs: list[str], outputs: list[str], path: str,
+                 static_batch: bool = False) -> str:
     """ONNX with a dynamic batch dimension (a fixed-batch program keeps its batch): the dynamo
     exporter, else the TorchScript exporter."""
     import torch
 
     first_error = ""
-    if not isinstance(model, torch.jit.ScriptModule):
+    scripted = isinstance(model, torch.nn.Module) and any(isinstance(m, torch.jit.ScriptModule) for m in model.modules())
+    if not scripted:
         try:
             batch = torch.export.Dim("batch", min=1, max=4096)
-            dynamic = None if isinstance(model, torch.export.ExportedProgram) else tuple({0: batch} for _ in example)
+            fixed_batch = static_batch or isinstance(model, torch.export.ExportedProgram)
+            dynamic = None if fixed_batch else tuple({0: batch} for _ in example)
             torch.onnx.export(model, tuple(example), path, dynamo=True, input_names=inputs, output_names=outputs,
                               dynamic_shapes=dynamic, verbose=False)
             return f"torch.onnx.export(dynamo=True), torch {torch.__version__}"
         except Exception as exc:  # not every model exports with dynamo: fall back, keep the reason
             first_error = f"{type(exc).__name__}: {first_line(exc)}"[:300]
     module = model.module() if isinstance(model, torch.export.ExportedProgram) else model
-    static = isinstance(model, torch.export.ExportedProgram) and _static_batch(model) is not None
+    if scripted and not isinstance(module, torch.jit.ScriptModule):
+        # a wrapper around a TorchScript model (--input NAME=VALUE): the exporter cannot trace into a
+        # ScriptModule it did not start from, so the wrapper is traced first
+        module = torch.jit.trace(module, tuple(example), check_trace=False)
+    static = static_batch or (isinstance(model, torch.export.ExportedProgram) and _static_batch(model) is not None)
     try:
         torch.onnx.export(module, tuple(example), path, dynamo=False, opset_version=17, input_names=inputs,
                           output_names=outputs,

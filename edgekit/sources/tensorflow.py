@@ -51,6 +51,13 @@ def detect(model: Path) -> str | None:
 
 def prepare(model_path: str, kind: str, export_dir: str, hints: dict[str, Any] | None = None) -> dict[str, Any]:
     """Load the model, export a SavedModel (Keras sources) and describe its signature."""
+    if (hints or {}).get("fixed_inputs"):
+        raise ModelSourceError(
+            "--input NAME=VALUE (an input fixed to a constant) works for ONNX and PyTorch sources, not "
+            f"{'Keras' if kind in ('keras', 'h5') else 'SavedModel'} models",
+            hint="build the constant into the model (a Keras model whose input feeds a layer with the value), or "
+                 "export the model to ONNX (tf2onnx) and package that with --input",
+        )
     import tensorflow as tf
 
     info: dict[str, Any] = {"layers": [], "rescales": False, "tensorflow": tf.__version__}

@@ -180,25 +180,74 @@ def test_external_data_quantizes_and_the_precision_label_counts_what_stayed_floa
     assert np.load(tmp_path / "y.npy").shape == (120, 4)
 
 
-def test_a_scalar_input_is_refused_up_front_by_name(tmp_path):
-    """A sample-rate style scalar input cannot be fed as a batch: said before any conversion."""
+def gain_model(path):
+    """audio [N, 16] -> Gemm -> times a scalar ``gain`` input (rank 0): a sample-rate style input."""
     import onnx
-    from onnx import TensorProto, helper
+    from onnx import TensorProto, helper, numpy_helper
 
-    graph = helper.make_graph([helper.make_node("Mul", ["audio", "gain"], ["y"])], "gain",
+    weights = numpy_helper.from_array(np.random.default_rng(0).normal(0, 0.3, (16, 8)).astype(np.float32), "W")
+    graph = helper.make_graph([helper.make_node("MatMul", ["audio", "W"], ["m"]),
+                               helper.make_node("Mul", ["m", "gain"], ["y"])], "gain",
                               [helper.make_tensor_value_info("audio", TensorProto.FLOAT, ["N", 16]),
                                helper.make_tensor_value_info("gain", TensorProto.FLOAT, [])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 16])])
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "gain.onnx")
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 8])], initializer=[weights])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+
+
+def test_a_scalar_input_is_refused_up_front_by_name(tmp_path):
+    """A sample-rate style scalar input cannot be fed as a batch: said before any conversion,
+    with the option that fixes it."""
+    gain_model(tmp_path / "gain.onnx")
     np.savez(tmp_path / "data.npz", audio=np.zeros((60, 16), np.float32), gain=np.ones((60, 1), np.float32))
     result = edgekit_cli("package", tmp_path / "gain.onnx", "-c", tmp_path / "data.npz", "-o", tmp_path / "out",
                          "--format", "onnx")
-    assert_user_error(result, "model input 'gain' is a scalar (rank 0)", "constant")
+    assert_user_error(result, "model input 'gain' is a scalar (rank 0)", "--input gain=")
     np.save(tmp_path / "audio.npy", np.ones((3, 16), np.float32))  # the bare runtime says the same
     np.save(tmp_path / "gain.npy", np.asarray(2.0, np.float32))  # (it blamed "different numbers of samples")
     run = device_cli(tmp_path / "gain.onnx", "-i", f"audio={tmp_path / 'audio.npy'}", "-i",
                      f"gain={tmp_path / 'gain.npy'}")
-    assert_user_error(run, "model input 'gain' is a scalar (rank 0)", "constant")
+    assert_user_error(run, "model input 'gain' is a scalar (rank 0)", "--input gain=")
+
+
+def test_a_scalar_input_fixed_with_input_name_value_packages_for_every_format(tmp_path):
+    """``--input gain=2`` folds the scalar into every artifact; each runs on the device with the
+    one remaining input and matches the source fed gain=2."""
+    import onnxruntime as ort
+
+    gain_model(tmp_path / "gain.onnx")
+    audio = np.random.default_rng(1).normal(0, 1, (150, 16)).astype(np.float32)
+    np.save(tmp_path / "audio.npy", audio)
+    result = edgekit_cli("package", tmp_path / "gain.onnx", "-c", tmp_path / "audio.npy", "-o", tmp_path / "out",
+                         "--format", "all", "--input", "gain=2", "--no-also-float")
+    assert result.returncode == 0, result.stderr
+    package = tmp_path / "out" / "gain.edgekit"
+    manifest = json.loads((package / "manifest.json").read_text())
+    assert manifest["source"]["fixed_inputs"] == {"gain": {"value": 2.0}}
+    assert [i["name"] for i in manifest["inputs"]] == ["audio"]
+    assert sorted(a["format"] for a in manifest["artifacts"]) == ["coreml", "onnx", "tflite"]
+    expected = ort.InferenceSession(str(tmp_path / "gain.onnx")).run(
+        None, {"audio": audio[:8], "gain": np.asarray(2.0, np.float32)})[0]
+    device_matches(package, audio[:8], expected, 0.25 * np.abs(expected).max(), tmp_path)
+    given = device_cli(package, "-i", f"audio={tmp_path / 'audio.npy'}", "-i", f"gain={tmp_path / 'audio.npy'}")
+    assert_user_error(given, "'gain'", "fixed to 2")  # the fixed input is not an input any more: said so
+
+
+def test_input_name_value_is_checked_before_the_model_loads(tmp_path):
+    gain_model(tmp_path / "gain.onnx")
+    np.save(tmp_path / "audio.npy", np.zeros((60, 16), np.float32))
+    for value, message in (("loud", "neither a number nor a .npy file"), ("nan", "must be finite"),
+                           ("missing.npy", "does not exist")):
+        result = edgekit_cli("package", tmp_path / "gain.onnx", "-c", tmp_path / "audio.npy", "-o",
+                             tmp_path / "out", "--format", "onnx", "--input", f"gain={value}")
+        assert_user_error(result, message)
+    result = edgekit_cli("package", tmp_path / "gain.onnx", "-c", tmp_path / "audio.npy", "-o", tmp_path / "out",
+                         "--format", "onnx", "--input", "volume=2")
+    assert_user_error(result, "'volume'", "its inputs: ['audio', 'gain']")
+    from tests.conftest import DIGITS_MODEL
+
+    result = edgekit_cli("package", DIGITS_MODEL, "-c", tmp_path / "audio.npy", "-o", tmp_path / "out",
+                         "--input", "gain=2")
+    assert_user_error(result, "works for ONNX and PyTorch sources, not Keras models", "tf2onnx")
 
 
 def yolo_head(path):
@@ -307,25 +356,51 @@ def test_an_integer_one_hot_front_end_reaches_every_format(tmp_path):
     device_matches(tmp_path / "out" / "bytes.edgekit", ids[:8], expected, 0.1, tmp_path)
 
 
-def test_a_state_input_batched_on_axis_1_is_refused_by_name(tmp_path):
-    """A seq-first recurrent state [layers, N, hidden] beside [N, T, F] frames: its batch is on
-    axis 1, and stacking samples on axis 0 would mix them up silently."""
+def gru_model(path, hidden=8):
+    """frames [batch, 5, 4] -> GRU with a seq-first initial state h0 [1, batch, hidden] -> h [batch, hidden]."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
     hidden = 8
     rng = np.random.default_rng(0)
     nodes = [helper.make_node("Transpose", ["frames"], ["t"], perm=[1, 0, 2]),
-             helper.make_node("GRU", ["t", "W", "R", "", "", "h0"], ["", "h"], hidden_size=hidden)]
+             helper.make_node("GRU", ["t", "W", "R", "", "", "h0"], ["", "h1"], hidden_size=hidden),
+             helper.make_node("Squeeze", ["h1", "axis0"], ["h"])]
     graph = helper.make_graph(
         nodes, "gru",
         [helper.make_tensor_value_info("frames", TensorProto.FLOAT, ["batch", 5, 4]),
          helper.make_tensor_value_info("h0", TensorProto.FLOAT, [1, "batch", hidden])],
-        [helper.make_tensor_value_info("h", TensorProto.FLOAT, [1, "batch", hidden])],
+        [helper.make_tensor_value_info("h", TensorProto.FLOAT, ["batch", hidden])],
         initializer=[numpy_helper.from_array(rng.normal(0, 0.3, (1, 3 * hidden, 4)).astype(np.float32), "W"),
-                     numpy_helper.from_array(rng.normal(0, 0.3, (1, 3 * hidden, hidden)).astype(np.float32), "R")])
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "gru.onnx")
-    np.savez(tmp_path / "data.npz", frames=np.zeros((60, 5, 4), np.float32), h0=np.zeros((60, 1, hidden), np.float32))
+                     numpy_helper.from_array(rng.normal(0, 0.3, (1, 3 * hidden, hidden)).astype(np.float32), "R"),
+                     numpy_helper.from_array(np.array([0], np.int64), "axis0")])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+
+
+def test_a_state_input_batched_on_axis_1_is_refused_by_name(tmp_path):
+    """A seq-first recurrent state [layers, N, hidden] beside [N, T, F] frames: its batch is on
+    axis 1, and stacking samples on axis 0 would mix them up silently."""
+    gru_model(tmp_path / "gru.onnx")
+    np.savez(tmp_path / "data.npz", frames=np.zeros((60, 5, 4), np.float32), h0=np.zeros((60, 1, 8), np.float32))
     result = edgekit_cli("package", tmp_path / "gru.onnx", "-c", tmp_path / "data.npz", "-o", tmp_path / "out",
                          "--format", "onnx")
-    assert_user_error(result, "model input 'h0' has its batch dimension ('batch') on axis 1", "batch-first")
+    assert_user_error(result, "model input 'h0' has its batch dimension ('batch') on axis 1", "--input h0=0")
+
+
+def test_a_state_input_fixed_to_zeros_follows_the_batch_of_the_frames(tmp_path):
+    """``--input h0=0``: the initial state becomes zeros shaped [1, batch of frames, hidden] at run
+    time, so the package runs any batch and matches the source fed zeros."""
+    import onnxruntime as ort
+
+    gru_model(tmp_path / "gru.onnx")
+    frames = np.random.default_rng(2).normal(0, 1, (150, 5, 4)).astype(np.float32)
+    np.save(tmp_path / "frames.npy", frames)
+    result = edgekit_cli("package", tmp_path / "gru.onnx", "-c", tmp_path / "frames.npy", "-o", tmp_path / "out",
+                         "--format", "onnx", "--input", "h0=0", "--no-also-float")  # GRU: ONNX only
+    assert result.returncode == 0, result.stderr
+    package = tmp_path / "out" / "gru.edgekit"
+    manifest = json.loads((package / "manifest.json").read_text())
+    assert manifest["source"]["fixed_inputs"] == {"h0": {"value": 0.0}}
+    expected = ort.InferenceSession(str(tmp_path / "gru.onnx")).run(
+        None, {"frames": frames[:7], "h0": np.zeros((1, 7, 8), np.float32)})[0]
+    device_matches(package, frames[:7], expected, 0.1, tmp_path, artifacts=("onnx",))

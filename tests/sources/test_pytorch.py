@@ -66,6 +66,31 @@ class ViewNet(nn.Module):
         return torch.softmax(self.fc(x.view(x.shape[0], -1)), dim=1)
 
 
+class GainNet(nn.Module):
+    """A classifier with a second, scalar input (a temperature-like gain), as audio models take a sample rate."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, stride=4, padding=1)
+        self.fc = nn.Linear(4 * 4 * 4, 5)
+
+    def forward(self, image, gain):
+        x = torch.relu(self.conv(image)).flatten(1)
+        return torch.softmax(self.fc(x) * gain, dim=1)
+
+
+class ScaledNet(nn.Module):
+    """A TorchScript signature with a Python int argument beside the image."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, stride=4, padding=1)
+        self.fc = nn.Linear(4 * 4 * 4, 5)
+
+    def forward(self, image, scale: int):
+        return self.fc(torch.relu(self.conv(image)).flatten(1)) * float(scale)
+
+
 class KeywordSpotter(nn.Module):
     """An audio front end: reflect padding (MirrorPad), 1-D convolutions over time, a softmax."""
 
@@ -104,16 +129,17 @@ def photos(n, seed):
     return x, classes
 
 
-def _trained(model, scores, classes=5):
+def _trained(model, scores, classes=5, forward=None):
     """A few seconds of Adam on the colour task: a trained model's class margins, not the near-ties of
     random weights (whose decisions INT8 rightly changes)."""
+    forward = forward or model
     x, y = photos(256, 0)
     y = y % classes
     optimizer = torch.optim.Adam(model.parameters(), 1e-2)
     with torch.enable_grad():  # callers may build the model under no_grad
         for _ in range(120):
             optimizer.zero_grad()
-            loss = nn.functional.nll_loss(torch.log(scores(model(x)) + 1e-9), y)
+            loss = nn.functional.nll_loss(torch.log(scores(forward(x)) + 1e-9), y)
             loss.backward()
             optimizer.step()
     return model.eval()
@@ -132,6 +158,18 @@ def residual_cnn():
 def view_net():
     torch.manual_seed(0)
     return _trained(ViewNet().eval(), lambda out: out)
+
+
+def gain_net():
+    torch.manual_seed(3)
+    model = GainNet().eval()
+    return _trained(model, lambda out: out, forward=lambda x: model(x, torch.tensor(1.0)))
+
+
+def scaled_net():
+    torch.manual_seed(4)
+    model = ScaledNet().eval()
+    return _trained(model, lambda out: torch.softmax(out, 1), forward=lambda x: model(x, 1))
 
 
 def two_heads():
@@ -156,6 +194,9 @@ def models(tmp_path_factory):
         torch.export.save(torch.export.export(nets.view_net(), (torch.zeros(1, 3, 16, 16),)),
                           {str(root / "static.pt2")!r})
         torch.jit.save(torch.jit.trace(model, x), {str(root / "residual_ts.pt")!r})
+        torch.jit.save(torch.jit.script(nets.scaled_net()), {str(root / "scaled_ts.pt")!r})
+        torch.export.save(torch.export.export(nets.gain_net(), (torch.zeros(1, 3, 16, 16), torch.tensor(1.0))),
+                          {str(root / "gain.pt2")!r})
         # ONNX files as a user exports them: the TorchScript exporter, and the dynamo exporter
         torch.onnx.export(model, (x,), {str(root / "residual.onnx")!r}, dynamo=False, opset_version=17,
                           input_names=["image"], output_names=["probs"], dynamic_axes={{"image": {{0: "n"}}}})
@@ -394,3 +435,47 @@ def test_coreml_weights_only_int8_is_said_with_its_reason(models):
     details = manifest["artifacts"][0]["details"]
     assert details["activations"] == "float16"
     assert f"note: coreml: {details['activations_reason']}" in result.stdout
+
+
+def outputs_with(models, call, x):
+    """``call`` (Python code using ``nets``, ``torch`` and the tensor ``x``) run in a child on ``x``."""
+    np.save(models / "probe.npy", x)
+    code = f"""
+        import sys, numpy as np, torch
+        sys.path.insert(0, {str(models)!r})
+        import nets
+        x = torch.from_numpy(np.load({str(models / "probe.npy")!r}))
+        with torch.no_grad():
+            np.save({str(models / "probe_out.npy")!r}, ({call}).numpy())
+    """
+    subprocess.run([sys.executable, "-c", textwrap.dedent(code)], check=True)
+    return np.load(models / "probe_out.npy")
+
+
+@pytest.mark.parametrize("source", ["factory", "pt2"])
+def test_a_scalar_tensor_input_fixed_with_input_name_value_reaches_every_format(models, source):
+    """forward(image, gain) with a 0-d gain, as a factory and as a default (batch 1) export program:
+    ``--input gain=0.5`` folds it into every artifact (the float reference is the PyTorch model
+    called with it), and each artifact runs on the device like ``model(x, torch.tensor(0.5))``."""
+    model = f"{models / 'nets.py'}:gain_net" if source == "factory" else models / "gain.pt2"
+    result = package(models, model, "images.npy", "--format", "all", "--name", "gain", "--force",
+                     "--input", "gain=0.5")
+    manifest = json.loads((models / "out" / "gain.edgekit" / "manifest.json").read_text())
+    assert [i["name"] for i in manifest["inputs"]] == ["image"]
+    assert manifest["source"]["fixed_inputs"] == {"gain": {"value": 0.5}}
+    assert {a["format"] for a in manifest["artifacts"]} == {"tflite", "onnx", "coreml"}, result.stderr
+    x = np.load(models / "images.npy")[:4]
+    expected = outputs_with(models, "nets.gain_net()(x, torch.tensor(0.5))", x)
+    assert not np.allclose(expected, outputs_with(models, "nets.gain_net()(x, torch.tensor(1.0))", x), atol=1e-3)
+    device_matches(models / "out" / "gain.edgekit", x, expected, 0.05, models)
+
+
+def test_a_torchscript_int_argument_fixed_with_input_name_value(models):
+    """A scripted forward(image, scale: int): the value is passed as a Python int, as its schema says."""
+    package(models, models / "scaled_ts.pt", "images.npy", "--format", "onnx", "--format", "tflite",
+            "--name", "scaled", "--input", "scale=3", "--input-shape", "image=2x3x16x16")
+    manifest = json.loads((models / "out" / "scaled.edgekit" / "manifest.json").read_text())
+    assert [i["name"] for i in manifest["inputs"]] == ["image"]
+    x = np.load(models / "images.npy")[:4]
+    expected = outputs_with(models, "nets.scaled_net()(x, 3)", x)
+    device_matches(models / "out" / "scaled.edgekit", x, expected, 0.05 * np.abs(expected).max(), models)

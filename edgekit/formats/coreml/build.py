@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +60,7 @@ class CoreMLBuilder(Builder):
             on_progress=on_progress,
             source_path=context.source_path,
             source_format=context.source_kind,
+            fixed_inputs=dict(context.torch_fixed_inputs) or None,
             saved_model=context.saved_model,
             output=str(output),
             calibration_npy=context.calibration_npy,
@@ -114,7 +116,7 @@ def convert(
     source_path: str, source_format: str, saved_model: str | None, output: str, calibration_npy: str,
     activations_mode: str = "int8", eval_npy: str | None = None, eval_output_npy: str | None = None,
     output_names: list[str] | None = None, float_eval_output_npy: str | None = None,
-    float_output: str | None = None,
+    float_output: str | None = None, fixed_inputs: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     import coremltools as ct
     import coremltools.optimize.coreml as cto
@@ -132,7 +134,7 @@ def convert(
         input_name = model.inputs[0].name
         outputs = len(model.outputs)
     elif source_format.startswith("torch") or source_format == "onnx":  # coremltools' PyTorch frontend, traced
-        model, input_name, outputs = _traced_torch(source_path, source_format, samples)
+        model, input_name, outputs = _traced_torch(source_path, source_format, samples, fixed_inputs)
         source = {"source": "pytorch"}
     else:  # a SavedModel has several concrete functions; coremltools takes the serving one
         import tensorflow as tf
@@ -165,7 +167,8 @@ def convert(
             raise _explain(exc) from None
         # the trace recorded shape arithmetic (x.view(x.shape[0], -1)) coremltools cannot fold:
         # torch.export at the fixed CoreML batch of 1 makes those shapes constants
-        mlmodel = _convert_exported(source_path, source_format, samples, input_name, output_names or [], exc)
+        mlmodel = _convert_exported(source_path, source_format, samples, input_name, output_names or [], exc,
+                                    fixed_inputs)
 
     float_evaluated = _evaluate_float(mlmodel, eval_npy, float_eval_output_npy)
     if float_output:  # the float fallback artifact: the ML program before quantization (float16)
@@ -179,7 +182,8 @@ def convert(
     if activations_mode == "float16":
         activations, reason = "float16", "--coreml-activations float16: weights int8, activations float16"
     elif sys.platform == "darwin":  # CoreML prediction exists: coremltools' own calibration (W8A8)
-        mlmodel = cto.experimental.linear_quantize_activations(mlmodel, config, data)
+        with running_ranges():
+            mlmodel = cto.experimental.linear_quantize_activations(mlmodel, config, data)
         activations, reason = "int8", "calibrated with coremltools linear_quantize_activations on macOS"
         calibration = {"method": "minmax (coremltools linear_quantize_activations, CoreML prediction)",
                        "samples": len(data)}
@@ -248,14 +252,15 @@ def _evaluate_float(mlmodel: Any, eval_npy: str | None, output_npy: str | None) 
     return True
 
 
-def _traced_torch(source_path: str, source_format: str, samples: Any) -> tuple[Any, str, int]:
+def _traced_torch(source_path: str, source_format: str, samples: Any,
+                  fixed_inputs: dict[str, Any] | None = None) -> tuple[Any, str, int]:
     """The PyTorch model (or the ONNX model as a PyTorch module) traced on one calibration sample
     (coremltools converts TorchScript), its input name and its number of outputs."""
     import torch
 
     from ...sources.pytorch import _flatten, _load
 
-    module, names, _ = _load(source_path, source_format, example={"": np.asarray(samples[:1])})
+    module, names, _ = _load(source_path, source_format, example={"": np.asarray(samples[:1])}, fixed=fixed_inputs)
     if len(names) != 1:
         raise ConversionError("CoreML: models with several inputs are not supported yet",
                               hint="package them for tflite and onnx (--format tflite --format onnx)")
@@ -284,7 +289,6 @@ def calibrate_activations_on_linux(mlmodel: Any, data: list[dict[str, np.ndarray
     from coremltools.optimize.coreml.experimental._model_debugger import ModelDebugger
     from coremltools.optimize.coreml.experimental._post_training_quantization import (
         _adjust_concat_surrounding_activation_stats,
-        _update_tensor_range,
     )
 
     from .evaluator import Evaluator, EvaluatorError, load_program_from_model
@@ -296,7 +300,7 @@ def calibrate_activations_on_linux(mlmodel: Any, data: list[dict[str, np.ndarray
     evaluator = Evaluator(load_program_from_model(mlmodel))
     def observe(name: str, value: Any) -> None:  # float activations only: indices and masks are never quantized
         if name in wanted and np.asarray(value).dtype.kind == "f":
-            _update_tensor_range(name, value, stats)
+            track_range(name, value, stats)
 
     from coremltools.proto import FeatureTypes_pb2
 
@@ -307,7 +311,7 @@ def calibrate_activations_on_linux(mlmodel: Any, data: list[dict[str, np.ndarray
                              "would quantize them")
     for i, sample in enumerate(data):
         for name, value in sample.items():
-            _update_tensor_range(name, value, stats)
+            track_range(name, value, stats)
         evaluator.run(sample, observe=observe)
         if i % 10 == 0:
             worker.report_progress(i, len(data))
@@ -325,6 +329,38 @@ def calibrate_activations_on_linux(mlmodel: Any, data: list[dict[str, np.ndarray
         skip_model_load=True,
     )
     return quantized, stats
+
+
+def track_range(name: str, value: Any, stats: dict[str, dict[str, float]]) -> None:
+    """The running min/max of a tensor over every calibration sample. (coremltools'
+    ``_update_tensor_range`` overwrites the range with each sample's before comparing, so it keeps
+    the last sample's only: a dense layer's output range then came from one sample, and INT8
+    clipped everything larger, 8 dB SQNR on a plain MatMul.)"""
+    array = np.asarray(value)
+    if array.size == 0:
+        return
+    low, high = float(np.min(array)), float(np.max(array))
+    seen = stats.get(name)
+    if seen and "rmin" in seen:
+        low, high = min(low, seen["rmin"]), max(high, seen["rmax"])
+    stats[name] = {"rmin": low, "rmax": high}
+
+
+@contextmanager
+def running_ranges() -> Iterator[None]:
+    """coremltools' own calibration (macOS) with ``track_range`` in place of its two range
+    updates, which keep only the last sample's min/max."""
+    from coremltools.optimize.coreml.experimental import _model_debugger, _post_training_quantization
+
+    saved = (_post_training_quantization._update_tensor_range, _model_debugger.ModelDebugger.record_intermediate_output)
+    _post_training_quantization._update_tensor_range = track_range
+    _model_debugger.ModelDebugger.record_intermediate_output = staticmethod(
+        lambda value, name, stats: track_range(name, value, stats))
+    try:
+        yield
+    finally:
+        _post_training_quantization._update_tensor_range = saved[0]
+        _model_debugger.ModelDebugger.record_intermediate_output = staticmethod(saved[1])
 
 
 def check_structure(path: str, input_shape: tuple[int, ...]) -> dict[str, Any]:
@@ -411,7 +447,7 @@ def _traced_shape_arithmetic(exc: Exception) -> bool:
 
 
 def _convert_exported(source_path: str, source_format: str, samples: Any, input_name: str,
-                      output_names: list[str], first: Exception) -> Any:
+                      output_names: list[str], first: Exception, fixed_inputs: dict[str, Any] | None = None) -> Any:
     """The model through coremltools' torch.export frontend (batch 1, as every CoreML artifact),
     its inputs and outputs renamed to the source's names."""
     import coremltools as ct
@@ -419,7 +455,7 @@ def _convert_exported(source_path: str, source_format: str, samples: Any, input_
 
     from ...sources.pytorch import _load
 
-    module, _, _ = _load(source_path, source_format, example={"": np.asarray(samples[:1])})
+    module, _, _ = _load(source_path, source_format, example={"": np.asarray(samples[:1])}, fixed=fixed_inputs)
     example = torch.from_numpy(np.ascontiguousarray(samples[:1]))
     try:
         with torch.no_grad():

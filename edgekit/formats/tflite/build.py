@@ -100,15 +100,16 @@ class TFLiteBuilder(Builder):
         output.parent.mkdir(parents=True, exist_ok=True)
         python = toolenv.python_for(toolenv.LITERT_TORCH)
         source_path, kind = context.source_path, context.source_kind
+        fixed = dict(context.torch_fixed_inputs) or None  # a PyTorch source's --input NAME=VALUE
         if kind == "torchscript" and context.onnx_model:
             # torch.export (which litert-torch needs) cannot trace a ScriptModule (SpecViolationError): go
             # through the model's own ONNX export, rebuilt as a PyTorch module, as ONNX sources do
-            source_path, kind = context.onnx_model, "onnx"
+            source_path, kind, fixed = context.onnx_model, "onnx", None  # its ONNX export has them as constants
         info = worker.call(
             convert_torch, what="TFLite conversion (litert-torch)", timeout=context.timeout_s,
             on_progress=on_progress, python=python, source_path=source_path, kind=kind,
             calibration_npy=context.calibration_npy, output=str(output), output_names=list(context.output_names),
-            float_output=str(Path(context.workdir) / "tflite.float.tflite"),
+            float_output=str(Path(context.workdir) / "tflite.float.tflite"), fixed_inputs=fixed,
         )
         precision = _loadable(lambda: analyse(str(output), list(context.layer_names)), "litert-torch")
         if not context.allow_float_ops:

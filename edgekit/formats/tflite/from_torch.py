@@ -21,7 +21,8 @@ from ..base import read_samples
 
 
 def convert_torch(source_path: str, kind: str, calibration_npy: str, output: str,
-                  output_names: list[str], float_output: str | None = None) -> dict[str, Any]:
+                  output_names: list[str], float_output: str | None = None,
+                  fixed_inputs: dict[str, Any] | None = None) -> dict[str, Any]:
     import litert_torch
     import torch
     from litert_torch.quantize.pt2e_quantizer import PT2EQuantizer, get_symmetric_quantization_config
@@ -32,7 +33,8 @@ def convert_torch(source_path: str, kind: str, calibration_npy: str, output: str
     from .requantize import fix_int8_output_scales
 
     samples = read_samples(calibration_npy)
-    module, names, _ = _load(source_path, kind, example={k: np.asarray(v[:1]) for k, v in samples.items()})
+    module, names, _ = _load(source_path, kind, example={k: np.asarray(v[:1]) for k, v in samples.items()},
+                             fixed=fixed_inputs)
     if list(samples) == [""]:
         samples = {names[0]: samples[""]}
 
