@@ -1,9 +1,11 @@
-"""ONNX: QDQ INT8 ``.onnx`` (+ ``.ort``) for ONNX Runtime on phones, Jetson and servers."""
+"""ONNX: QDQ INT8 ``.onnx`` (+ ``.ort``) for ONNX Runtime on phones, Jetson and servers, and for
+OpenVINO on x86 CPUs."""
 
 from __future__ import annotations
 
 from ..base import Builder, Format, Option
 from .onnxruntime import OnnxRuntimeBackend
+from .openvino import OpenVINOBackend
 
 
 def _builder() -> Builder:
@@ -16,7 +18,7 @@ FORMAT = Format(
     name="onnx",
     description="ONNX QDQ INT8 (+ .ort): ONNX Runtime on phones, Jetson, servers",
     builder=_builder,
-    backends=(OnnxRuntimeBackend,),
+    backends=(OnnxRuntimeBackend, OpenVINOBackend),
     extra="edgekit[onnx]",
     serving_platform="onnxruntime_onnx",
     bare_suffixes=(".onnx",),

@@ -1,0 +1,106 @@
+"""OpenVINO backend: the package's ONNX artifacts (float and QDQ INT8) on Intel/AMD x86 CPUs.
+
+OpenVINO reads the ``.onnx`` file itself (no separate IR format: the QDQ graph is what its
+low-precision transformations turn into int8 kernels), compiles it once per device, and keeps
+the compiled blob in edgekit's compiled-model cache (``CACHE_DIR``), so the second load on a
+device skips compilation. Inference precision is pinned to f32 for the parts of the graph that
+are not quantized: on CPUs with bf16 support OpenVINO would otherwise run them in bf16, which is
+not what validation measured.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ...errors import BackendUnavailableError, PackageError
+from ..backend import Backend, TensorInfo, dequantize, quantize
+
+_OV_DTYPES = {"f32": np.float32, "f16": np.float16, "f64": np.float64, "i8": np.int8, "u8": np.uint8,
+              "i16": np.int16, "i32": np.int32, "i64": np.int64, "boolean": np.bool_}
+
+
+def _ov() -> Any:
+    try:
+        import openvino
+    except ImportError:
+        raise BackendUnavailableError(
+            "OpenVINO is not installed", hint="pip install 'edgekit[openvino]'  (installs openvino; x86-64 CPUs)"
+        ) from None
+    return openvino
+
+
+class OpenVINOBackend(Backend):
+    name = "openvino"
+    libraries = ("openvino",)
+    suffixes = (".onnx",)
+
+    @classmethod
+    def available(cls) -> str | None:
+        try:
+            return f"openvino {_ov().__version__.split('-')[0]}"
+        except BackendUnavailableError:
+            return None
+
+    @classmethod
+    def profile_options(cls, section: dict[str, Any], cache_dir: Callable[[str], Path | None]) -> dict[str, Any]:
+        """``[runtime.openvino]``: device (CPU) and precision hint; the compiled blob per device."""
+        device = str(section.get("device", "CPU"))
+        compiled = cache_dir(f"openvino-{device}")
+        return {"device": device, "precision": str(section.get("precision", "f32")),
+                "compiled_dir": str(compiled) if compiled is not None else None}
+
+    def __init__(self, path: str, threads: int | None = None, device: str = "CPU", precision: str = "f32",
+                 compiled_dir: str | None = None, **_: object) -> None:
+        ov = _ov()
+        self.path = path
+        self.threads = threads
+        self.device = device
+        core = ov.Core()
+        if compiled_dir is not None:
+            try:
+                Path(compiled_dir).mkdir(parents=True, exist_ok=True)
+                core.set_property({"CACHE_DIR": compiled_dir})
+            except (OSError, RuntimeError):
+                compiled_dir = None  # a cache that cannot be written costs the cached blob, never the model
+        self.compiled_dir = compiled_dir
+        config: dict[str, Any] = {"PERFORMANCE_HINT": "LATENCY", "INFERENCE_PRECISION_HINT": precision}
+        if threads:
+            config["INFERENCE_NUM_THREADS"] = int(threads)
+        try:
+            self._compiled = core.compile_model(core.read_model(path), device, config)
+        except Exception as exc:  # OpenVINO raises RuntimeError subclasses for models it cannot read or compile
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise PackageError(f"OpenVINO cannot load {path}: {first}",
+                               hint="run it with ONNX Runtime instead (--backend onnxruntime)") from None
+        self._request = self._compiled.create_infer_request()
+        self._inputs = [self._info(port) for port in self._compiled.inputs]
+        self._outputs = [self._info(port) for port in self._compiled.outputs]
+
+    @staticmethod
+    def _info(port: Any) -> TensorInfo:
+        shape = tuple(d.get_length() if d.is_static else -1 for d in port.get_partial_shape())
+        names = port.get_names()
+        name = port.get_any_name() if names else ""
+        dtype = _OV_DTYPES.get(port.get_element_type().get_type_name(), np.float32)
+        return TensorInfo(name=name, shape=shape, dtype=np.dtype(dtype))
+
+    def _invoke(self, feeds: list[np.ndarray], raw: bool) -> list[np.ndarray]:
+        given = [np.ascontiguousarray(x if x.dtype == info.dtype else quantize(x, info))
+                 for info, x in zip(self._inputs, feeds)]
+        results = self._request.infer(given)
+        produced = [np.array(results[port]) for port in self._compiled.outputs]  # copies: the request reuses its buffers
+        if raw:
+            return produced
+        return [dequantize(r, out) for r, out in zip(produced, self._outputs)]
+
+    def describe(self) -> dict[str, object]:
+        return {"backend": self.name, "library": self.available(), "threads": self.threads, "device": self.device,
+                "compiled_cache": self.compiled_dir is not None}
+
+    def close(self) -> None:
+        self._request = None
+        self._compiled = None
