@@ -219,6 +219,12 @@ def package_command(model: Path, formats: tuple[str, ...], calibration: str, eva
         reason = str(artifact.details.get("activations_reason") or "")
         if artifact.details.get("activations") == "float16" and not reason.startswith("--coreml-activations"):
             click.echo(f"note: {artifact.key}: {reason}")  # weights-only INT8, and why: said, not only recorded
+        graph = artifact.details.get("runtime_graph") or {}
+        if graph.get("float_ops") and (graph.get("int8_fraction") or 0) < 0.5:  # "INT8" that mostly runs in float
+            kinds = ", ".join(f"{op} x{n}" for op, n in sorted(graph["float_op_types"].items(), key=lambda i: -i[1])[:4])
+            click.echo(f"note: {artifact.key}: after ONNX Runtime's graph optimization on this CPU ({graph['cpu']}), "
+                       f"{graph['float_ops']} of {graph['float_ops'] + graph['int8_ops']} compute ops run in float "
+                       f"({kinds}); `edgekit tune` on the device measures whether it beats float there")
         tail = [op for op in artifact.float_ops if op.get("tail")]
         inner = [op for op in artifact.float_ops if not op.get("tail")]
         if inner:

@@ -28,6 +28,21 @@ def test_digits_onnx_accuracy_within_one_point_and_agreement_at_least_98_percent
     assert converter["opset"] >= 17 and converter["per_channel"] is True and converter["activation_type"] == "s8"
 
 
+def test_the_optimized_graph_count_says_what_onnx_runtime_runs_in_int8(digits_all_package):
+    """After ONNX Runtime's own graph optimization on this CPU: int8 kernels and float compute
+    nodes, counted and recorded (the float fallback of the same model counts all float)."""
+    from edgekit.formats.onnx.fused import runtime_graph
+
+    manifest = Manifest.from_json((digits_all_package / "manifest.json").read_bytes())
+    graph = manifest.artifact("onnx").details["runtime_graph"]
+    assert graph["runtime"].startswith("onnxruntime ") and graph["cpu"].startswith(("x86_64", "aarch64", "arm64"))
+    assert graph["int8_ops"] >= 8 and graph["int8_fraction"] >= 0.8  # the digits CNN's convolutions fuse
+    assert set(graph) >= {"float_ops", "float_op_types", "quantize_dequantize_ops"}
+    float_graph = runtime_graph(str(digits_all_package / manifest.artifact("onnx-float32").path))
+    assert float_graph["int8_ops"] == 0 and float_graph["float_ops"] >= 8 and float_graph["int8_fraction"] == 0.0
+    assert float_graph["float_op_types"].get("Conv", 0) + float_graph["float_op_types"].get("FusedConv", 0) >= 5
+
+
 def test_onnx_model_is_qdq_with_per_channel_int8_weights(digits_all_package):
     model = onnx.load(str(digits_all_package / "onnx" / "model.int8.onnx"))
     ops = [node.op_type for node in model.graph.node]

@@ -102,6 +102,7 @@ class ONNXBuilder(Builder):
         mobile = worker.call(
             mobile_usability, what="ONNX mobile usability check", model=str(output)
         )
+        fused = _runtime_graph(str(output))
         companions = [
             {"path": rel, "sha256": sha256_file(context.package_dir / rel),
              "bytes": (context.package_dir / rel).stat().st_size, "role": role}
@@ -137,6 +138,7 @@ class ONNXBuilder(Builder):
                 **({"companions_failed": {ORT_PATH: ort_failure}} if ort_failure else {}),
                 "mobile_usability": mobile,
                 "precision": precision.record(),
+                "runtime_graph": fused,
                 "keep_float": list(context.keep_float),
                 **({"explain": explained} if explained is not None else {}),
             },
@@ -482,3 +484,14 @@ def mobile_usability(model: str) -> dict[str, Any]:
                 }
             report[ep] = entry
     return report
+
+
+def _runtime_graph(path: str) -> dict[str, Any]:
+    """Int8 and float compute nodes after ONNX Runtime's own optimization on this CPU
+    (``fused.runtime_graph``); a failure to read it is recorded, never the artifact's failure."""
+    from .fused import runtime_graph
+
+    try:
+        return worker.call(runtime_graph, what="ONNX Runtime optimized-graph count", path=path)
+    except EdgekitError as exc:
+        return {"error": exc.message}
