@@ -159,6 +159,10 @@ def format_build_options(command: Any) -> Any:
                    "raw; --scale/--mean/--std override its fields.")
 @click.option("--input-shape", "input_shapes", multiple=True, metavar="NAME=DxDxD",
               help="Fix an input's dynamic dimensions, e.g. images=1x3x320x320 (repeatable).")
+@click.option("--profile", "profiles", multiple=True, metavar="PROFILE",
+              help="Device profile the package is for (repeatable; see `edgekit profiles`): decides which ONNX "
+                   "INT8 schemes are built (S8S8 for ARM and VNNI CPUs, U8S8 with 7-bit weights for x86 without "
+                   "VNNI, as onnx-u8s8). Default: every known profile.")
 @click.option("--input", "fixed_inputs", multiple=True, metavar="NAME=VALUE",
               help="Fix a model input that is not a batch of samples (a scalar sample rate, a recurrent state of "
                    "zeros) to a number or a .npy tensor; it is folded into every artifact as a constant and "
@@ -181,7 +185,8 @@ def package_command(model: Path, formats: tuple[str, ...], calibration: str, eva
                     labels_file: Path | None, scale: float | None, mean: str | None, std: str | None,
                     color_order: str | None, resize: str | None, timeout: float | None, allow_partial: bool,
                     keep_float: tuple[str, ...], explain: bool, sign_key: Path | None, preset: str | None,
-                    input_shapes: tuple[str, ...], fixed_inputs: tuple[str, ...], also_float: bool | None,
+                    input_shapes: tuple[str, ...], fixed_inputs: tuple[str, ...], profiles: tuple[str, ...],
+                    also_float: bool | None,
                     **format_values: object) -> None:
     """Convert MODEL (.keras, .h5, a SavedModel directory, or .onnx for --format onnx) into a validated INT8 package.
 
@@ -203,7 +208,7 @@ def package_command(model: Path, formats: tuple[str, ...], calibration: str, eva
         labels_file=str(labels_file) if labels_file else None, timeout_s=timeout, allow_partial=allow_partial,
         keep_float=list(keep_float), explain=explain, sign_key=str(sign_key) if sign_key else None,
         format_options=dict(format_values), input_shapes=_input_shapes(input_shapes), also_float=also_float,
-        fixed_inputs=_fixed_inputs(fixed_inputs),
+        fixed_inputs=_fixed_inputs(fixed_inputs), profiles=list(profiles) or None,
         preprocessing={"scale": scale, "mean": float_list(mean), "std": float_list(std),
                        "color_order": color_order.upper() if color_order else None, "resize": _resize(resize),
                        "preset": preset},

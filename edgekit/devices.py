@@ -60,6 +60,7 @@ class DeviceFacts:
     nv_tegra_release: str = ""
     cuda: bool = False
     cpu_count: int = 1
+    cpu_flags: frozenset[str] = frozenset()  # /proc/cpuinfo flags (x86) or Features (ARM): int8 kernels differ by them
 
     @classmethod
     def read(cls, root: str | os.PathLike[str] | None = None) -> DeviceFacts:
@@ -79,6 +80,7 @@ class DeviceFacts:
             nv_tegra_release=tegra.splitlines()[0] if tegra else "",
             cuda=cuda,
             cpu_count=cpus,
+            cpu_flags=_flags(_read(base / "proc/cpuinfo")),
         )
 
 
@@ -94,6 +96,8 @@ class Profile:
     require_signature: bool = False  # refuse packages not signed by a key in trusted_keys
     trusted_keys: str | None = None  # folder of KEY.pub files
     use_tuned: bool = True  # false: the prefer order always decides (a choice `edgekit tune` stored is ignored)
+    # [quantization] onnx: the ONNX INT8 schemes this profile's devices may need (edgekit.quantize.schemes)
+    onnx_schemes: list[str] = field(default_factory=lambda: ["s8s8"])
     path: str = ""
 
     @classmethod
@@ -115,6 +119,13 @@ class Profile:
         threads = runtime.get("threads", 0)
         if not isinstance(threads, int) or threads < 0:
             raise EdgekitError(f"device profile {path}: runtime.threads must be an integer >= 0")
+        schemes = (data.get("quantization") or {}).get("onnx", ["s8s8"])
+        if not isinstance(schemes, list) or not schemes or not all(isinstance(s, str) for s in schemes):
+            raise EdgekitError(f"device profile {path}: quantization.onnx must be a list of scheme names",
+                               hint='write [quantization] onnx = ["s8s8"]')
+        from .quantize.schemes import schemes_named
+
+        schemes_named(schemes, f"device profile {path}")
         return cls(
             name=str(name),
             description=str(data.get("description", "")),
@@ -126,6 +137,7 @@ class Profile:
             require_signature=bool(runtime.get("require_signature", False)),
             trusted_keys=runtime.get("trusted_keys"),
             use_tuned=bool(runtime.get("use_tuned", True)),
+            onnx_schemes=list(schemes),
             path=str(path),
         )
 
@@ -217,6 +229,14 @@ def get_profile(name: str, profiles: dict[str, Profile] | None = None) -> Profil
             hint="choose one of: auto, " + ", ".join(sorted(profiles)) + " (see `edgekit profiles`)",
         )
     return profiles[name]
+
+
+def _flags(cpuinfo: str) -> frozenset[str]:
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip().lower() in ("flags", "features"):
+            return frozenset(value.split())
+    return frozenset()
 
 
 def _read(path: Path) -> str:

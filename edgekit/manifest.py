@@ -168,6 +168,8 @@ class Artifact:
     converter: dict[str, Any] = field(default_factory=dict)
     companions: list[dict[str, Any]] = field(default_factory=list)  # extra files: path, sha256, bytes, role
     details: dict[str, Any] = field(default_factory=dict)  # target-specific records
+    # another build of the format's quantized artifact for other devices (ONNX "u8s8": its INT8 scheme)
+    variant: str = ""
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], where: str) -> Artifact:
@@ -192,7 +194,11 @@ class Artifact:
                 raise PackageError(f"manifest: {where}.companions[{i}].path must be a relative path inside the package")
             if not isinstance(companion.get("sha256"), str) or not _SHA256.match(companion["sha256"]):
                 raise PackageError(f"manifest: {where}.companions[{i}].sha256 must be 64 lowercase hex digits")
+        variant = data.get("variant", "")
+        if not isinstance(variant, str) or (variant and not re.fullmatch(r"[a-z0-9][a-z0-9_]{0,30}", variant)):
+            raise PackageError(f"manifest: {where}.variant must be a short lowercase name, got {variant!r}")
         return cls(
+            variant=variant,
             target=target,
             path=path,
             sha256=digest,
@@ -220,8 +226,11 @@ class Artifact:
     @property
     def key(self) -> str:
         """How the package names this artifact: the format for the quantized one (``tflite``),
-        format and precision for a float fallback (``tflite-float16``, ``onnx-float32``)."""
-        return f"{self.target}-{self.precision}" if self.is_float else self.target
+        format and precision for a float fallback (``tflite-float16``, ``onnx-float32``), format and
+        variant for another quantized build (``onnx-u8s8``)."""
+        if self.is_float:
+            return f"{self.target}-{self.precision}"
+        return f"{self.target}-{self.variant}" if self.variant else self.target
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -231,6 +240,7 @@ class Artifact:
             "sha256": self.sha256,
             "bytes": self.bytes,
             "precision": self.precision,
+            **({"variant": self.variant} if self.variant else {}),
             "io": {"inputs": [asdict(q) for q in self.inputs], "outputs": [asdict(q) for q in self.outputs]},
             "float_ops": self.float_ops,
             "converter": self.converter,

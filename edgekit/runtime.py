@@ -179,7 +179,8 @@ def candidates(manifest: Manifest, profile: Profile) -> list[tuple[Artifact, typ
     """Every (artifact, backend) pair of the package, in the profile's order of preference."""
     present = {a.key: a for a in manifest.artifacts}
     known = backends()
-    order = [pair for pair in profile.prefer if pair[0] in present and pair[1] in known]
+    mine = _for_this_cpu(manifest)  # "onnx" -> "onnx-u8s8" where this CPU runs that scheme better
+    order = [(mine.get(f, f), b) for f, b in profile.prefer if mine.get(f, f) in present and b in known]
     quantized_first = [a for a in manifest.artifacts if not a.is_float] + [a for a in manifest.artifacts if a.is_float]
     for preferred, backend in profile.prefer:  # a format the profile prefers: its float fallback in the same place
         order += [(a.key, backend) for a in quantized_first if a.is_float and a.target == preferred
@@ -190,6 +191,22 @@ def candidates(manifest: Manifest, profile: Profile) -> list[tuple[Artifact, typ
     # artifacts that failed their gate (kept by --allow-accuracy-drop) only after every one that passed
     order.sort(key=lambda pair: manifest.failed_gates(pair[0]) is not None)
     return [(present[f], known[b]) for f, b in order]
+
+
+def _for_this_cpu(manifest: Manifest) -> dict[str, str]:
+    """A format's quantized artifact built for this CPU's INT8 scheme, when the package has one
+    that passed its gates (``edgekit.quantize.schemes``): the profile's "onnx" means that one here."""
+    from .devices import DeviceFacts
+    from .quantize.schemes import scheme_for_cpu
+
+    facts = DeviceFacts.read()
+    if facts.cuda:  # TensorRT and CUDA take S8S8 QDQ (symmetric int8 activations), whatever the CPU
+        return {}
+    key = scheme_for_cpu(facts.arch, facts.cpu_flags).artifact_key
+    artifact = next((a for a in manifest.artifacts if a.key == key), None)
+    if key == "onnx" or artifact is None or manifest.failed_gates(key) is not None:
+        return {}
+    return {"onnx": key}
 
 
 def runnable(manifest: Manifest, profile: Profile) -> list[tuple[Artifact, type[Backend]]]:

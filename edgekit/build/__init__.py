@@ -18,7 +18,7 @@ success (some formats failed) is part of the result: ``build_package`` returns i
 from __future__ import annotations
 
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -92,6 +92,7 @@ def build_package(options: PackageOptions, progress: Progress | None = None) -> 
     progress = progress or Progress()
     source, kind = detect_source(options.model)
     builders = [get_format(name).builder() for name in expand_formats(options.formats or [])]
+    onnx_schemes(options.profiles)  # an unknown --profile is said before anything loads
     plan = preflight(options, progress)
     metric = load_metric(options.metric) if options.metric else None
     with temp_dir(TEMP_PREFIX) as work:
@@ -178,6 +179,16 @@ def float_reference(loaded: LoadedSource, data: PreparedData, work: Path, progre
     return {name: found[name] for name in expected}
 
 
+def onnx_schemes(profiles: list[str] | None) -> list[str]:
+    """The ONNX INT8 schemes the package's device profiles need (``--profile``; default: every
+    profile edgekit knows), in first-seen order."""
+    from ..devices import get_profile, load_profiles
+
+    known = load_profiles()
+    chosen = [get_profile(name, known) for name in profiles] if profiles else list(known.values())
+    return list(dict.fromkeys(scheme for profile in chosen for scheme in profile.onnx_schemes))
+
+
 def build_context(options: PackageOptions, loaded: LoadedSource, data: PreparedData, staged: Path,
                   work: Path) -> BuildContext:
     explain_npy = None
@@ -202,7 +213,8 @@ def build_context(options: PackageOptions, loaded: LoadedSource, data: PreparedD
         explain_npy=explain_npy,
         timeout_s=options.step_timeout_s,
         options=MappingProxyType({**options.options_for_formats(),
-                                  "also_float": wants_float_fallback(options.also_float, options.model)}),
+                                  "also_float": wants_float_fallback(options.also_float, options.model),
+                                  "onnx_schemes": onnx_schemes(options.profiles)}),
     )
 
 
@@ -259,6 +271,7 @@ def build_formats(builders: list[Builder], context: BuildContext, data: Prepared
         fallback = float_fallback(builder, outcome.built or built, context, data, reference, staged, gating, progress)
         if fallback is not None:
             outcomes.append(fallback)
+        outcomes += scheme_variants(builder, context, data, reference, staged, gating, progress)
     if not any(o.built for o in outcomes):
         details = "; ".join(f"{o.name}: {o.error.message}" for o in outcomes if o.error)
         first = next((o.error.hint for o in outcomes if o.error), "")
@@ -284,6 +297,34 @@ def float_fallback(builder: Builder, built: BuildResult, context: BuildContext, 
         discard(staged / fallback.artifact.path)
         return None
     return FormatOutcome(key, built=fallback, comparison=measured, context=context)
+
+
+def scheme_variants(builder: Builder, context: BuildContext, data: PreparedData, reference: dict[str, np.ndarray],
+                    staged: Path, gating: Gating, progress: Progress) -> list[FormatOutcome]:
+    """The format's other quantized builds (an ONNX INT8 scheme for other CPUs), each validated
+    like the main one. They are optional: one that fails to build or fails a gate is left out with
+    a warning, and devices that would have used it run the main artifact."""
+    outcomes = []
+    for override in builder.variants(context):
+        key = f"{builder.name}-{override['variant']}"
+        variant_context = replace(context, options=MappingProxyType({**context.options, **override}))
+        try:
+            with progress.step(f"Calibrating and converting {key} ({override.get('scheme', 'variant')})"):
+                built = builder.build(variant_context)
+            with progress.step(f"Validating {key} against the float model"):
+                measured = measure(built, builder, staged, data, reference, gating.judging)
+        except EdgekitError as exc:
+            progress.warn(f"{key} left out: {exc.message}")
+            continue
+        failures = check(key, measured, gating.options.min_sqnr_db, gating.producers,
+                         gating.judging.kinds) if measured else []
+        if failures:
+            progress.warn(f"{key} left out: it failed validation ({failures[0].what}); devices that would use "
+                          f"it run {builder.name}")
+            discard(staged / built.artifact.path)
+            continue
+        outcomes.append(FormatOutcome(key, built=built, comparison=measured, context=variant_context))
+    return outcomes
 
 
 def judge(builder: Builder, context: BuildContext, built: BuildResult, comparison: Measured | None,

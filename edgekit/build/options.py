@@ -48,6 +48,8 @@ class PackageOptions:
     input_shapes: dict[str, list[int]] = field(default_factory=dict)  # --input-shape NAME=1x3x320x320
     # --input NAME=VALUE: inputs folded into the model as constants (edgekit.sources.fixed_inputs.parse_value)
     fixed_inputs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # --profile: the device profiles the package is for (which ONNX INT8 schemes it needs); None: every known one
+    profiles: list[str] | None = None
     # float fallback artifacts (float16 TFLite/CoreML, float32 ONNX) next to the INT8 ones, for
     # devices where INT8 is slower; None: when the model is at most FLOAT_FALLBACK_MAX_MB
     also_float: bool | None = None

@@ -175,6 +175,11 @@ class Builder(ABC):
         """How activation ranges were chosen (recorded in the manifest)."""
         return "minmax"
 
+    def variants(self, context: BuildContext) -> list[dict[str, Any]]:
+        """Option overrides for more quantized builds of this format, one per device kind that
+        needs another scheme (each sets ``variant``, the artifact key's suffix); none by default."""
+        return []
+
     def unfused_backend_options(self) -> dict[str, Any] | None:
         """Backend options that evaluate the quantization itself rather than this CPU's fused int8
         kernels (which may saturate where a device's would not); None when the runtime does not fuse."""

@@ -55,19 +55,3 @@ def schemes_named(names: list[str], where: str) -> list[Scheme]:
         raise EdgekitError(f"{where}: unknown ONNX INT8 scheme(s) {unknown}",
                            hint=f"use {', '.join(SCHEMES)}")
     return [SCHEMES[n] for n in names]
-
-
-def cpu_flags(cpuinfo: str | None = None) -> frozenset[str]:
-    """This CPU's feature flags (Linux ``/proc/cpuinfo``: x86 ``flags``, ARM ``Features``); empty elsewhere."""
-    from pathlib import Path
-
-    if cpuinfo is None:
-        try:
-            cpuinfo = Path("/proc/cpuinfo").read_text(errors="replace")
-        except OSError:
-            return frozenset()
-    for line in cpuinfo.splitlines():
-        key, _, value = line.partition(":")
-        if key.strip().lower() in ("flags", "features"):
-            return frozenset(value.split())
-    return frozenset()

@@ -61,12 +61,26 @@ class ONNXBuilder(Builder):
     def calibration_method(self, context: BuildContext) -> str:
         return str(context.option("calibration_method", "minmax"))  # minmax, entropy or percentile
 
+    def variants(self, context: BuildContext) -> list[dict[str, Any]]:
+        """One more INT8 build per scheme the requested device profiles need beside S8S8
+        (``edgekit.quantize.schemes``); none when the user chose the scheme (--onnx-activations u8,
+        --reduce-range) or asked for per-layer fixes (--keep-float)."""
+        from ...quantize.schemes import schemes_named
+
+        if context.option("onnx_activations", "s8") != "s8" or context.option("reduce_range") or context.keep_float:
+            return []
+        wanted = schemes_named(list(context.option("onnx_schemes") or []), "--profile")
+        return [{"variant": s.variant, "scheme": s.name, "onnx_activations": s.activations,
+                 "reduce_range": s.reduce_range, "also_float": False} for s in wanted if s.variant]
+
     def build(self, context: BuildContext, on_progress: Callable[[int, int], None] | None = None) -> BuildResult:
         if context.onnx_model is not None:
             float_onnx, tf2onnx_version = context.onnx_model, ""
         else:
             float_onnx, tf2onnx_version = export_float_onnx(context)
-        output = context.package_dir / ARTIFACT_PATH
+        variant = str(context.option("variant") or "")  # another scheme's build: its own file, no .ort (ARM-only)
+        artifact_path = ARTIFACT_PATH.replace(".int8.", f".int8-{variant}.") if variant else ARTIFACT_PATH
+        output = context.package_dir / artifact_path
         output.parent.mkdir(parents=True, exist_ok=True)
         settings = {
             "calibration_method": self.calibration_method(context),
@@ -91,7 +105,7 @@ class ONNXBuilder(Builder):
             workdir=str(context.workdir),
         )
         precision = analyse_precision(str(output), context.layer_names)  # from the graph: ORT leaves ops it cannot quantize in float
-        ort_failure = _convert_to_ort(output, context)  # a companion: its failure never costs the .onnx
+        ort_failure = None if variant else _convert_to_ort(output, context)  # a companion: never costs the .onnx
         explained = None
         if context.explain_npy:
             explained = worker.call(
@@ -108,14 +122,15 @@ class ONNXBuilder(Builder):
              "bytes": (context.package_dir / rel).stat().st_size, "role": role}
             for rel, role in ((ORT_PATH, "ort-format model (minimal builds)"),
                               (OPS_CONFIG_PATH, "required operators for --include_ops_by_config"))
-            if ort_failure is None
+            if ort_failure is None and not variant
         ]
         converted = float_onnx if context.onnx_model != context.source_path else None
         fallback = {"fallback_model": float_onnx, "fallback_precision": "float32"} if context.option("also_float") else {}
         return BuildResult(float_model=converted, float_by="float ONNX (exported), ONNX Runtime", **fallback,
                            artifact=Artifact(
             target=self.name,
-            path=ARTIFACT_PATH,
+            variant=variant,
+            path=artifact_path,
             sha256=sha256_file(output),
             bytes=output.stat().st_size,
             precision=precision.label,
@@ -131,6 +146,7 @@ class ONNXBuilder(Builder):
                 "onnxruntime": info["onnxruntime"],
                 "tf2onnx": tf2onnx_version,
                 **settings,
+                **({"scheme": context.option("scheme")} if variant else {}),
                 "seconds": info["seconds"],
             },
             companions=companions,
