@@ -161,8 +161,8 @@ def format_build_options(command: Any) -> Any:
               help="Fix an input's dynamic dimensions, e.g. images=1x3x320x320 (repeatable).")
 @click.option("--profile", "profiles", multiple=True, metavar="PROFILE",
               help="Device profile the package is for (repeatable; see `edgekit profiles`): decides which ONNX "
-                   "INT8 schemes are built (S8S8 for ARM and VNNI CPUs, U8S8 with 7-bit weights for x86 without "
-                   "VNNI, as onnx-u8s8). Default: every known profile.")
+                   "INT8 schemes are built beside S8S8 (onnx, for ARM and TensorRT): U8S8 for x86 with VNNI "
+                   "(onnx-u8s8), U8S8 with 7-bit weights for x86 without (onnx-u8s7). Default: every known profile.")
 @click.option("--input", "fixed_inputs", multiple=True, metavar="NAME=VALUE",
               help="Fix a model input that is not a batch of samples (a scalar sample rate, a recurrent state of "
                    "zeros) to a number or a .npy tensor; it is folded into every artifact as a constant and "

@@ -197,16 +197,17 @@ def _for_this_cpu(manifest: Manifest) -> dict[str, str]:
     """A format's quantized artifact built for this CPU's INT8 scheme, when the package has one
     that passed its gates (``edgekit.quantize.schemes``): the profile's "onnx" means that one here."""
     from .devices import DeviceFacts
-    from .quantize.schemes import scheme_for_cpu
+    from .quantize.schemes import schemes_for_cpu
 
     facts = DeviceFacts.read()
     if facts.cuda:  # TensorRT and CUDA take S8S8 QDQ (symmetric int8 activations), whatever the CPU
         return {}
-    key = scheme_for_cpu(facts.arch, facts.cpu_flags).artifact_key
-    artifact = next((a for a in manifest.artifacts if a.key == key), None)
-    if key == "onnx" or artifact is None or manifest.failed_gates(key) is not None:
-        return {}
-    return {"onnx": key}
+    present = {a.key for a in manifest.artifacts}
+    for scheme in schemes_for_cpu(facts.arch, facts.cpu_flags):
+        key = scheme.artifact_key
+        if key in present and (key == "onnx" or manifest.failed_gates(key) is None):
+            return {} if key == "onnx" else {"onnx": key}
+    return {}
 
 
 def runnable(manifest: Manifest, profile: Profile) -> list[tuple[Artifact, type[Backend]]]:

@@ -9,15 +9,15 @@ import pytest
 import edgekit
 from edgekit.devices import SYSROOT_ENV, Profile, load_profiles
 from edgekit.errors import EdgekitError
-from edgekit.quantize.schemes import S8S8, U8S8_REDUCED, scheme_for_cpu
+from edgekit.quantize.schemes import S8S8, U8S8, U8S8_REDUCED, scheme_for_cpu, schemes_for_cpu
 from tests.conftest import CALIBRATION, DIGITS_MODEL, EVAL, run_cli
 
 
 @pytest.mark.parametrize("arch, flags, expected", [
     ("x86_64", {"avx2", "fma"}, U8S8_REDUCED),  # no VNNI: u8 x s8 in 16-bit lanes saturates; 7-bit weights
-    ("x86_64", {"avx2", "avx512f", "avx512_vnni"}, S8S8),
-    ("x86_64", {"avx2", "avx_vnni"}, S8S8),
-    ("x86_64", {"avx2", "amx_int8"}, S8S8),
+    ("x86_64", {"avx2", "avx512f", "avx512_vnni"}, U8S8),  # ONNX Runtime's x86 kernels are u8 x s8
+    ("x86_64", {"avx2", "avx_vnni"}, U8S8),
+    ("x86_64", {"avx2", "amx_int8"}, U8S8),
     ("aarch64", {"asimd", "asimddp"}, S8S8),
     ("aarch64", {"asimd"}, S8S8),  # ARM without dot product: ONNX Runtime's S8S8 kernels, no saturation path
     ("arm64", set(), S8S8),
@@ -26,9 +26,15 @@ def test_the_scheme_follows_the_cpu_features(arch, flags, expected):
     assert scheme_for_cpu(arch, frozenset(flags)) is expected
 
 
+def test_a_cpu_runs_the_schemes_it_computes_correctly_fastest_first():
+    assert schemes_for_cpu("x86_64", frozenset({"avx2", "avx512_vnni"})) == [U8S8, U8S8_REDUCED, S8S8]
+    assert schemes_for_cpu("x86_64", frozenset({"avx2"})) == [U8S8_REDUCED, S8S8]  # 8-bit weights could saturate
+    assert schemes_for_cpu("aarch64", frozenset({"asimddp"})) == [S8S8]
+
+
 def test_profiles_say_which_schemes_their_devices_need(tmp_path):
     profiles = load_profiles()
-    assert profiles["x86-cpu"].onnx_schemes == ["s8s8", "u8s8-reduce-range"]
+    assert profiles["x86-cpu"].onnx_schemes == ["u8s8", "u8s8-reduce-range"]
     assert profiles["rpi5"].onnx_schemes == ["s8s8"]
     bad = tmp_path / "odd.toml"
     bad.write_text('name = "odd"\n[quantization]\nonnx = ["s4s4"]\n')
@@ -36,16 +42,19 @@ def test_profiles_say_which_schemes_their_devices_need(tmp_path):
         Profile.from_file(bad)
 
 
-def test_every_known_profile_gets_both_onnx_schemes_each_validated(digits_all_package):
+def test_every_known_profile_gets_every_onnx_scheme_each_validated(digits_all_package):
     manifest = json.loads((digits_all_package / "manifest.json").read_text())
     onnx = {a.get("variant", ""): a for a in manifest["artifacts"] if a["format"] == "onnx" and a["precision"] != "float32"}
-    assert set(onnx) == {"", "u8s8"}
+    assert set(onnx) == {"", "u8s8", "u8s7"}
     assert onnx[""]["converter"]["activation_type"] == "s8" and onnx[""]["converter"]["reduce_range"] is False
-    variant = onnx["u8s8"]
-    assert variant["path"] == "onnx/model.int8-u8s8.onnx" and variant["companions"] == []  # .ort is for ARM builds
-    assert variant["converter"]["activation_type"] == "u8" and variant["converter"]["reduce_range"] is True
-    assert variant["converter"]["scheme"] == "u8s8-reduce-range"
-    assert manifest["validation"]["artifacts"]["onnx-u8s8"]["passed"] is True
+    for variant, reduce_range in (("u8s8", False), ("u8s7", True)):
+        built = onnx[variant]
+        assert built["path"] == f"onnx/model.int8-{variant}.onnx" and built["companions"] == []  # .ort: ARM builds
+        assert built["converter"]["activation_type"] == "u8" and built["converter"]["reduce_range"] is reduce_range
+        assert manifest["validation"]["artifacts"][f"onnx-{variant}"]["passed"] is True
+        # what the variant is for: every compute op an int8 kernel after ONNX Runtime's x86 optimization
+        assert built["details"]["runtime_graph"]["int8_fraction"] == 1.0 or "x86" not in built["details"][
+            "runtime_graph"]["cpu"]
 
 
 def test_a_package_for_arm_devices_builds_s8s8_only(tmp_path, capsys):
@@ -74,9 +83,9 @@ def test_the_runtime_runs_the_scheme_built_for_its_cpu(digits_all_package, tmp_p
         pytest.skip("the x86 scheme choice is checked on x86 (the CPU architecture is not faked)")
     monkeypatch.setenv(SYSROOT_ENV, str(_cpuinfo(tmp_path, "fpu sse2 avx2 fma")))
     with edgekit.load(digits_all_package, backend="onnxruntime", profile="x86-cpu") as model:
-        assert model.artifact.key == "onnx-u8s8"
+        assert model.artifact.key == "onnx-u8s7"
     monkeypatch.setenv(SYSROOT_ENV, str(_cpuinfo(tmp_path, "fpu sse2 avx2 fma avx512f avx512_vnni")))
     with edgekit.load(digits_all_package, backend="onnxruntime", profile="x86-cpu") as model:
-        assert model.artifact.key == "onnx"
-    with edgekit.load(digits_all_package, artifact="onnx-u8s8", profile="x86-cpu") as model:  # asked by name
         assert model.artifact.key == "onnx-u8s8"
+    with edgekit.load(digits_all_package, artifact="onnx", profile="x86-cpu") as model:  # asked by name
+        assert model.artifact.key == "onnx"
