@@ -302,8 +302,9 @@ def float_fallback(builder: Builder, built: BuildResult, context: BuildContext, 
 def scheme_variants(builder: Builder, context: BuildContext, data: PreparedData, reference: dict[str, np.ndarray],
                     staged: Path, gating: Gating, progress: Progress) -> list[FormatOutcome]:
     """The format's other quantized builds (an ONNX INT8 scheme for other CPUs), each validated
-    like the main one. They are optional: one that fails to build or fails a gate is left out with
-    a warning, and devices that would have used it run the main artifact."""
+    like the main one. They are optional: one that fails to build, or fails a gate (unless
+    --allow-accuracy-drop keeps it, recorded as failed, as it keeps the main artifact), is left
+    out with a warning; devices that would have used it run the main artifact."""
     outcomes = []
     for override in builder.variants(context):
         key = f"{builder.name}-{override['variant']}"
@@ -318,12 +319,13 @@ def scheme_variants(builder: Builder, context: BuildContext, data: PreparedData,
             continue
         failures = check(key, measured, gating.options.min_sqnr_db, gating.producers,
                          gating.judging.kinds) if measured else []
-        if failures:
+        if failures and not gating.options.allow_accuracy_drop:
             progress.warn(f"{key} left out: it failed validation ({failures[0].what}); devices that would use "
                           f"it run {builder.name}")
             discard(staged / built.artifact.path)
             continue
-        outcomes.append(FormatOutcome(key, built=built, comparison=measured, context=variant_context))
+        outcomes.append(FormatOutcome(key, built=built, comparison=measured, context=variant_context,
+                                      failures=tuple(failures)))
     return outcomes
 
 

@@ -16,6 +16,11 @@ latency figures are representative, and its outputs carry signal:
   images, so INT8 rounding stays visible (TFLite top-1 agreement about 58%). It is a speed and
   size reference, not an accuracy one.
 
+``--task colour`` gives images whose class is their colour instead (ten well-separated colours
+under a random gradient and noise): the random backbone's pooled features separate them with
+wide margins, so INT8 keeps the decisions and the artifacts pass their gates, as
+``scripts/bench_runtime.py`` needs for its INT8 speed figures.
+
 Preprocessing is MobileNetV2's: pixels / 127.5 - 1, i.e. --scale 0.00392157 --mean 0.5 --std 0.5.
 """
 
@@ -45,6 +50,26 @@ def synthetic_images(count: int, size: int = 224, seed: int = 0) -> tuple[np.nda
         ramp = np.cos(angle) * grid[None, :] + np.sin(angle) * grid[:, None]
         base = ramp[..., None] * rng.uniform(60, 200, 3) + rng.uniform(0, 55, 3)
         noise = rng.normal(0, rng.uniform(5, 30), (size, size, 3))
+        images[i] = np.clip(base + noise, 0, 255).astype(np.uint8)
+    return images, labels
+
+
+# ten well-separated colours: the class of an image is its colour (under a random gradient and noise),
+# which a random backbone's pooled features tell apart with wide margins (INT8 keeps the decisions)
+PALETTE = np.array([[230, 40, 40], [40, 200, 60], [50, 70, 230], [235, 220, 50], [210, 60, 210],
+                    [50, 210, 220], [245, 140, 30], [120, 120, 120], [140, 70, 30], [250, 250, 250]], np.float32)
+
+
+def colour_images(count: int, size: int = 224, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    grid = np.linspace(0.0, 1.0, size, dtype=np.float32)
+    images = np.empty((count, size, size, 3), np.uint8)
+    labels = rng.integers(len(PALETTE), size=count)
+    for i in range(count):
+        angle = rng.uniform(0, np.pi)
+        ramp = 0.6 + 0.4 * (np.cos(angle) * grid[None, :] + np.sin(angle) * grid[:, None]) / 1.5
+        base = ramp[..., None] * PALETTE[labels[i]]
+        noise = rng.normal(0, rng.uniform(5, 20), (size, size, 3))
         images[i] = np.clip(base + noise, 0, 255).astype(np.uint8)
     return images, labels
 
@@ -89,6 +114,9 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=100, help="calibration images")
     parser.add_argument("--train-samples", type=int, default=240, help="images the head is trained on")
     parser.add_argument("--eval-samples", type=int, default=60, help="held-out labelled images")
+    parser.add_argument("--task", choices=("direction", "colour"), default="direction",
+                        help="direction: the gradient's direction (weak margins: a size and speed reference); "
+                             "colour: the image's colour (wide margins: INT8 keeps the decisions)")
     args = parser.parse_args()
     args.output.mkdir(parents=True, exist_ok=True)
 
@@ -96,14 +124,15 @@ def main() -> None:
 
     keras.utils.set_random_seed(0)
     model = keras.applications.MobileNetV2(input_shape=(224, 224, 3), weights=None, classes=CLASSES)
-    train_x, train_y = synthetic_images(args.train_samples, seed=1)
+    images = colour_images if args.task == "colour" else synthetic_images
+    train_x, train_y = images(args.train_samples, seed=1)
     set_batchnorm_statistics(model, train_x[:64])
     train_accuracy = train_head(model, train_x, train_y)
-    eval_x, eval_y = synthetic_images(args.eval_samples, seed=2)
+    eval_x, eval_y = images(args.eval_samples, seed=2)
     predicted = np.concatenate([model.predict(preprocess(eval_x[i : i + 32]), verbose=0)
                                 for i in range(0, len(eval_x), 32)]).argmax(axis=1)
     model.save(args.output / "mobilenet_v2.keras")
-    calibration_x, _ = synthetic_images(args.samples, seed=0)
+    calibration_x, _ = images(args.samples, seed=0)
     np.savez(args.output / "calibration.npz", x=calibration_x)
     np.savez(args.output / "eval.npz", x=eval_x, y=eval_y)
     print(f"wrote {args.output / 'mobilenet_v2.keras'}, calibration.npz and eval.npz "

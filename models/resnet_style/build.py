@@ -2,14 +2,15 @@
 
     python models/resnet_style/build.py [--output DIR] [--samples N] [--train-samples M]
 
-Writes DIR/resnet_style.keras (about 45 MB: not committed), DIR/calibration.npz and DIR/eval.npz,
-the same synthetic gradient images as ``models/mobilenet_v2`` (their class is the gradient's
-direction). The network is ResNet-18's: a 7x7/2 stem and max pool, four stages of two basic
+Writes DIR/resnet_style.keras (about 45 MB: not committed), DIR/calibration.npz and DIR/eval.npz:
+synthetic images whose class is their colour (ten well-separated colours under a random
+gradient and noise), which the random backbone's pooled features separate with wide margins. The network is ResNet-18's: a 7x7/2 stem and max pool, four stages of two basic
 blocks (3x3 convolutions, BatchNorm, ReLU, identity or 1x1/2 projection shortcuts) at 64, 128,
 256 and 512 channels, global average pooling and a 10-class softmax. Dense 3x3 convolutions and
 residual Adds are where int8 kernels should pay most on CPUs, unlike MobileNetV2's depthwise
 ones. BatchNorm statistics come from real inputs and the head is trained on the backbone's
-features, as for MobileNetV2, so the INT8 outputs carry signal. A speed reference
+features (``models/mobilenet_v2``'s helpers), so the INT8 outputs carry signal and its
+decisions survive INT8. A speed reference
 (scripts/bench_runtime.py), not an accuracy one.
 
 Preprocessing: pixels / 127.5 - 1 (--scale 0.00392157 --mean 0.5 --std 0.5).
@@ -76,14 +77,14 @@ def main() -> None:
     recipe = _mobilenet_build()
     keras.utils.set_random_seed(0)
     model = resnet18_style(recipe.CLASSES)
-    train_x, train_y = recipe.synthetic_images(args.train_samples, seed=1)
+    train_x, train_y = recipe.colour_images(args.train_samples, seed=1)
     recipe.set_batchnorm_statistics(model, train_x[:64])
     train_accuracy = recipe.train_head(model, train_x, train_y)
-    eval_x, eval_y = recipe.synthetic_images(args.eval_samples, seed=2)
+    eval_x, eval_y = recipe.colour_images(args.eval_samples, seed=2)
     predicted = np.concatenate([model.predict(recipe.preprocess(eval_x[i : i + 32]), verbose=0)
                                 for i in range(0, len(eval_x), 32)]).argmax(axis=1)
     model.save(args.output / "resnet_style.keras")
-    calibration_x, _ = recipe.synthetic_images(args.samples, seed=0)
+    calibration_x, _ = recipe.colour_images(args.samples, seed=0)
     np.savez(args.output / "calibration.npz", x=calibration_x)
     np.savez(args.output / "eval.npz", x=eval_x, y=eval_y)
     print(f"wrote {args.output / 'resnet_style.keras'}, calibration.npz and eval.npz "
