@@ -96,7 +96,7 @@ class Profile:
     require_signature: bool = False  # refuse packages not signed by a key in trusted_keys
     trusted_keys: str | None = None  # folder of KEY.pub files
     use_tuned: bool = True  # false: the prefer order always decides (a choice `edgekit tune` stored is ignored)
-    # [quantization] onnx: the ONNX INT8 schemes this profile's devices may need (edgekit.quantize.schemes)
+    # [quantization] onnx: the ONNX INT8 schemes this profile's devices may need (edgekit.formats.onnx.schemes)
     onnx_schemes: list[str] = field(default_factory=lambda: ["s8s8"])
     path: str = ""
 
@@ -123,7 +123,7 @@ class Profile:
         if not isinstance(schemes, list) or not schemes or not all(isinstance(s, str) for s in schemes):
             raise EdgekitError(f"device profile {path}: quantization.onnx must be a list of scheme names",
                                hint='write [quantization] onnx = ["s8s8"]')
-        from .quantize.schemes import schemes_named
+        from .formats.onnx.schemes import schemes_named
 
         schemes_named(schemes, f"device profile {path}")
         return cls(

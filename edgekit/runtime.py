@@ -195,9 +195,9 @@ def candidates(manifest: Manifest, profile: Profile) -> list[tuple[Artifact, typ
 
 def _for_this_cpu(manifest: Manifest) -> dict[str, str]:
     """A format's quantized artifact built for this CPU's INT8 scheme, when the package has one
-    that passed its gates (``edgekit.quantize.schemes``): the profile's "onnx" means that one here."""
+    that passed its gates (``edgekit.formats.onnx.schemes``): the profile's "onnx" means that one here."""
     from .devices import DeviceFacts
-    from .quantize.schemes import schemes_for_cpu
+    from .formats.onnx.schemes import schemes_for_cpu
 
     facts = DeviceFacts.read()
     if facts.cuda:  # TensorRT and CUDA take S8S8 QDQ (symmetric int8 activations), whatever the CPU

@@ -63,9 +63,9 @@ class ONNXBuilder(Builder):
 
     def variants(self, context: BuildContext) -> list[dict[str, Any]]:
         """One more INT8 build per scheme the requested device profiles need beside S8S8
-        (``edgekit.quantize.schemes``); none when the user chose the scheme (--onnx-activations u8,
+        (``edgekit.formats.onnx.schemes``); none when the user chose the scheme (--onnx-activations u8,
         --reduce-range) or asked for per-layer fixes (--keep-float)."""
-        from ...quantize.schemes import schemes_named
+        from .schemes import schemes_named
 
         if context.option("onnx_activations", "s8") != "s8" or context.option("reduce_range") or context.keep_float:
             return []

@@ -9,7 +9,7 @@ import pytest
 import edgekit
 from edgekit.devices import SYSROOT_ENV, Profile, load_profiles
 from edgekit.errors import EdgekitError
-from edgekit.quantize.schemes import S8S8, U8S8, U8S8_REDUCED, scheme_for_cpu, schemes_for_cpu
+from edgekit.formats.onnx.schemes import S8S8, U8S8, U8S8_REDUCED, scheme_for_cpu, schemes_for_cpu
 from tests.conftest import CALIBRATION, DIGITS_MODEL, EVAL, run_cli
 
 

@@ -63,7 +63,7 @@ def scheme_for_cpu(arch: str, flags: set[str] | frozenset[str]) -> Scheme:
 
 def schemes_named(names: list[str], where: str) -> list[Scheme]:
     """Scheme names from a profile, checked: an unknown one is the profile's error."""
-    from ..errors import EdgekitError
+    from ...errors import EdgekitError
 
     unknown = [n for n in names if n not in SCHEMES]
     if unknown:
