@@ -91,6 +91,11 @@ def test_tune_measures_every_candidate_and_load_uses_its_choice(package):
     tried = {(c["artifact"], c["backend"], c["threads"]) for c in tuning["candidates"]}
     keys = {a for a, _, _ in tried}
     assert {"tflite", "tflite-float16", "onnx", "onnx-float32"} <= keys  # CoreML does not run on Linux
+    assert {"onnx-u8s8", "onnx-u8s7"} <= keys  # every ONNX INT8 scheme the package has
+    from edgekit.formats.onnx.openvino import OpenVINOBackend
+
+    if OpenVINOBackend.available():  # the x86 profile lists OpenVINO: measured beside ONNX Runtime and LiteRT
+        assert {("onnx", "openvino"), ("onnx-float32", "openvino")} <= {(a, b) for a, b, _ in tried}
     assert {t for _, _, t in tried} == {1, 2}
     decision = Choice(**tuning["decision"])
     assert (decision.artifact, decision.backend, decision.threads) in tried
