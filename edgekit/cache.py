@@ -22,7 +22,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import logging
 import os
 import time
 from collections.abc import Callable, Iterator
@@ -31,8 +30,8 @@ from pathlib import Path
 
 from .errors import PackageError, StorageError, storage_error
 from .fsutil import publish, remove_stale, sha256_file, staging_dir, tree_bytes
+from .logs import quiet
 
-log = logging.getLogger("edgekit.cache")
 DEFAULT_MAX_BYTES = 2 << 30
 KINDS = ("blobs", "packages", "compiled")
 STAMP = ".last_used"
@@ -78,7 +77,9 @@ def locked(name: str) -> Iterator[None]:
 
     lock_dir = cache_root() / "locks"
     lock_dir.mkdir(parents=True, exist_ok=True)
-    log.debug("waiting for cache lock %s", name)
+    log = quiet("edgekit.cache")
+    if log is not None:
+        log.debug("waiting for cache lock %s", name)
     with FileLock(str(lock_dir / f"{name}.lock")):
         yield
 

@@ -65,18 +65,11 @@ def guarded(body: Callable[[], Any], debug: bool) -> int:
 
 def configure_logging(debug: bool) -> None:
     """edgekit's library diagnostics (loggers under "edgekit"): quiet by default, -v for what was
-    chosen (INFO), --debug for everything (DEBUG). Only edgekit's own loggers are touched."""
-    import logging
+    chosen (INFO), --debug for everything (DEBUG). Only edgekit's own loggers are touched; at the
+    default level ``logging`` is configured when the first warning needs it (``edgekit.logs``)."""
+    from .logs import configure
 
-    level = logging.DEBUG if debug else logging.INFO if os.environ.get("EDGEKIT_VERBOSE") == "1" else logging.WARNING
-    logger = logging.getLogger("edgekit")
-    logger.setLevel(level)
-    if not any(getattr(h, "_edgekit", False) for h in logger.handlers):
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
-        handler._edgekit = True  # type: ignore[attr-defined]
-        logger.addHandler(handler)
-        logger.propagate = False
+    configure("DEBUG" if debug else "INFO" if os.environ.get("EDGEKIT_VERBOSE") == "1" else "WARNING")
 
 
 def _show_warning(message: Any, category: type[Warning], filename: str, lineno: int, file: Any = None,

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import threading
 import time
 from collections import OrderedDict
 from pathlib import Path
@@ -26,6 +25,8 @@ class PredictionCache:
         self.hits = 0
         self.misses = 0
         self._memory: OrderedDict[str, tuple[float, np.ndarray]] = OrderedDict()
+        import threading  # here: the runtime's cold start pays for it only when predictions are cached
+
         self._lock = threading.Lock()
         self._db: Any = None
         self._path = sqlite_path

@@ -11,7 +11,6 @@ preprocessing and returns float outputs.
 from __future__ import annotations
 
 import hashlib
-import logging
 import os
 import re
 from pathlib import Path
@@ -22,6 +21,7 @@ from .devices import DeviceFacts, Profile, check_threads, detect, get_profile, m
 from .errors import BackendUnavailableError, EdgekitError, PackageError
 from .formats import FORMATS, Backend, Format, backends, format_for_file, format_of_backend, get_backend
 from .fsutil import sha256_file
+from .logs import loud, quiet
 from .manifest import Artifact, Manifest, TensorSpec
 from .model import Model
 from .package_io import open_package, unpacked_exists, verified_artifact_path
@@ -31,7 +31,6 @@ __all__ = ["Model", "choose", "load", "runnable"]
 if TYPE_CHECKING:
     from .prediction_cache import PredictionCache
 
-log = logging.getLogger("edgekit.runtime")
 _URL = re.compile(r"^(https?|file)://", re.IGNORECASE)
 
 
@@ -91,8 +90,10 @@ def load(
         artifact_path = verified_artifact_path(root, entry, use_stamps=not signed)
     clock.lap("verify_s")
     runtime = _create(backend_cls, artifact_path, entry.sha256, chosen_profile, facts, threads, spin)
-    log.debug("loaded %s: profile %s, artifact %s, backend %s", manifest.name, chosen_profile.name, entry.key,
-             runtime.describe())
+    log = quiet("edgekit.runtime")
+    if log is not None:
+        log.debug("loaded %s: profile %s, artifact %s, backend %s", manifest.name, chosen_profile.name, entry.key,
+                  runtime.describe())
     clock.lap("create_runtime_s")
     if warmup:
         runtime.warmup()
@@ -114,8 +115,10 @@ def _choose_for_device(root: Path, manifest: Manifest, profile: Profile, facts: 
             except EdgekitError:  # its runtime is gone: tuned_choice saw the change; the default then
                 pass
             else:
-                log.info("%s: using the choice edgekit tune measured fastest on this device: %s", manifest.name,
-                         tuned.describe())
+                log = quiet("edgekit.runtime")
+                if log is not None:
+                    log.info("%s: using the choice edgekit tune measured fastest on this device: %s", manifest.name,
+                             tuned.describe())
                 return entry, backend_cls, tuned.threads
     entry, backend_cls = choose(manifest, profile, artifact, backend)
     return entry, backend_cls, None
@@ -274,7 +277,8 @@ def _create(
     count = threads or profile.resolved_threads(facts)
     limit = max_threads(facts.cpu_count)
     if count > limit:  # a profile or tuned record written for a bigger machine: never oversubscribe
-        log.warning("%d threads is more than this device runs well (%d cores); using %d", count, facts.cpu_count, limit)
+        loud("edgekit.runtime").warning("%d threads is more than this device runs well (%d cores); using %d", count,
+                                        facts.cpu_count, limit)
         count = limit
     return backend_cls(str(path), threads=count, spin=spin, **options)
 

@@ -95,7 +95,13 @@ def test_url_source_profile_choice_and_prediction_cache(digits_all_package, tmp_
     args = (archive.as_uri(), "-i", tmp_path / "a.npy", "--target", "gpu-server", "-v", "--cache-predictions")
     first = run_device(*args, env=env_cache)
     assert first.returncode == 0, first.stderr
-    assert "profile=gpu-server, artifact=onnx, backend=onnxruntime" in first.stderr
+    # no GPU here: ONNX Runtime on the CPU, with the ONNX INT8 scheme built for this CPU
+    from edgekit.devices import DeviceFacts
+    from edgekit.formats.onnx.schemes import scheme_for_cpu
+
+    facts = DeviceFacts.read()
+    key = scheme_for_cpu(facts.arch, facts.cpu_flags).artifact_key
+    assert f"profile=gpu-server, artifact={key}, backend=onnxruntime" in first.stderr
     assert "providers=['CPUExecutionProvider']" in first.stderr
     assert "0 hits, 1 misses" in first.stderr
     second = run_device(*args, env=env_cache)
