@@ -442,19 +442,23 @@ def export_triton_command(package: str, output: Path, max_batch_size: int, max_q
 def profiles_command(root: str | None) -> None:
     """List device profiles, which one matches this machine, and why; then the formats and runtimes here."""
     from .devices import DeviceFacts, detect, load_profiles, profile_dirs
+    from .formats.onnx.schemes import schemes_for_cpu
 
     facts = DeviceFacts.read(root)
     profiles = load_profiles()
     chosen = detect(facts, profiles)
     click.echo(f"this machine: {facts.os}/{facts.arch}, {facts.cpu_count} cores, "
                f"device-tree model {facts.device_tree_model or '(none)'}, "
-               f"Jetson {'yes' if facts.nv_tegra_release else 'no'}, NVIDIA driver {'yes' if facts.cuda else 'no'}")
+               f"Jetson {'yes' if facts.nv_tegra_release else 'no'}, NVIDIA driver {'yes' if facts.cuda else 'no'}, "
+               f"ONNX INT8 artifacts run here in order: "
+               f"{', '.join(s.artifact_key for s in schemes_for_cpu(facts.arch, facts.cpu_flags))}")
     for profile in sorted(profiles.values(), key=lambda p: (-p.priority, p.name)):
         matched, reasons = profile.match(facts)
         mark = "*" if profile.name == chosen.name else ("+" if matched else " ")
         prefer = ", ".join(f"{a}/{b}" for a, b in profile.prefer)
         click.echo(f"{mark} {profile.name:<18} priority {profile.priority:<3} {profile.description}")
-        click.echo(f"    prefers {prefer}; threads {profile.threads or 'all'}; {profile.path}")
+        click.echo(f"    prefers {prefer}; threads {profile.threads or 'all'}; ONNX INT8 schemes "
+                   f"{', '.join(profile.onnx_schemes)}; {profile.path}")
         for reason in reasons:
             click.echo(f"    {reason}")
     click.echo(f"selected: {chosen.name}" + ("" if chosen.name in profiles else f" ({chosen.description})"))
