@@ -15,7 +15,8 @@ pytestmark = pytest.mark.slow
 
 def test_all_targets_share_one_calibration_and_preprocessing(digits_all_package):
     manifest = Manifest.from_json((digits_all_package / "manifest.json").read_bytes())
-    assert [a.target for a in manifest.artifacts if not a.is_float] == list(TARGETS) == ["tflite", "onnx", "coreml"]
+    main = [a.target for a in manifest.artifacts if not a.is_float and not a.variant]  # not ONNX's scheme variants
+    assert main == list(TARGETS) == ["tflite", "onnx", "coreml"]
     assert manifest.failed == []
     assert manifest.calibration["samples"] == 300
     assert set(manifest.validation["artifacts"]) == {a.key for a in manifest.artifacts}

@@ -58,7 +58,7 @@ def test_no_also_float_packages_int8_only(tmp_path):
     from tests.conftest import CALIBRATION, DIGITS_MODEL
 
     built = edgekit.package(str(DIGITS_MODEL), str(CALIBRATION), str(tmp_path), formats=["onnx"], also_float=False)
-    assert [a.key for a in built.manifest.artifacts] == ["onnx"]
+    assert [a.key for a in built.manifest.artifacts] == ["onnx", "onnx-u8s8", "onnx-u8s7"]  # INT8 schemes, no float
 
 
 def test_untuned_load_prefers_int8_and_names_float_artifacts_on_request(package):

@@ -47,8 +47,9 @@ def test_sweep_report_follows_the_schema(digits_all_package, tmp_path):
     schema = json.loads(SCHEMA_FILE.read_text())
     _check_required(schema, report, "report", schema["$defs"])
     configs = [(r["config"]["artifact"], r["config"]["threads"]) for r in report["results"]]
-    assert sorted(configs) == [(a, t) for a in ("onnx", "onnx-float32", "tflite", "tflite-float16")
-                               for t in (1, 2)]  # every artifact, the float fallbacks too; coreml: not on Linux
+    # every artifact (each ONNX INT8 scheme, the float fallbacks too); coreml: not on Linux
+    assert sorted(configs) == [(a, t) for a in ("onnx", "onnx-float32", "onnx-u8s7", "onnx-u8s8", "tflite",
+                                                "tflite-float16") for t in (1, 2)]
     for entry in report["results"]:
         latency = entry["latency"]
         assert latency["count"] == len(latency["samples_ms"]) >= 40

@@ -227,7 +227,7 @@ def test_a_scalar_input_fixed_with_input_name_value_packages_for_every_format(tm
     manifest = json.loads((package / "manifest.json").read_text())
     assert manifest["source"]["fixed_inputs"] == {"gain": {"value": 2.0}}
     assert [i["name"] for i in manifest["inputs"]] == ["audio"]
-    assert sorted(a["format"] for a in manifest["artifacts"]) == ["coreml", "onnx", "tflite"]
+    assert sorted({a["format"] for a in manifest["artifacts"]}) == ["coreml", "onnx", "tflite"]
     expected = ort.InferenceSession(str(tmp_path / "gain.onnx")).run(
         None, {"audio": audio[:8], "gain": np.asarray(2.0, np.float32)})[0]
     device_matches(package, audio[:8], expected, 0.25 * np.abs(expected).max(), tmp_path)
