@@ -19,6 +19,7 @@ take of the graph (``check_onnx_model_mobile_usability``'s analysis) is recorded
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import sys
@@ -89,21 +90,33 @@ class ONNXBuilder(Builder):
             "per_channel": True,
             "reduce_range": bool(context.option("reduce_range", False)),
         }
-        info = worker.call(
-            quantize,
-            what="ONNX quantization",
-            timeout=context.timeout_s,
-            on_progress=on_progress,
-            float_onnx=float_onnx,
-            calibration_npy=context.calibration_npy,
-            output=str(output),
-            calibration_method=settings["calibration_method"],
-            activation_type=settings["activation_type"],
-            reduce_range=settings["reduce_range"],
-            keep_float=list(context.keep_float),
-            max_intermediate_outputs=context.option("max_intermediate_outputs"),
-            workdir=str(context.workdir),
-        )
+        prebuilt = _prebuilt_path(context, variant, settings)
+        if variant and prebuilt.is_file() and prebuilt.with_suffix(".json").is_file():
+            # quantized by the main build's child with the same settings (one process, one pre-processing)
+            shutil.copyfile(prebuilt, output)
+            info = json.loads(prebuilt.with_suffix(".json").read_text())
+        else:
+            others = [] if variant else [
+                {"path": str(_prebuilt_path(context, v["variant"], {**settings, "activation_type": v["onnx_activations"],
+                                                                    "reduce_range": v["reduce_range"]})),
+                 "activation_type": v["onnx_activations"], "reduce_range": v["reduce_range"]}
+                for v in self.variants(context)]
+            info = worker.call(
+                quantize,
+                what="ONNX quantization",
+                timeout=context.timeout_s,
+                on_progress=on_progress,
+                float_onnx=float_onnx,
+                calibration_npy=context.calibration_npy,
+                output=str(output),
+                calibration_method=settings["calibration_method"],
+                activation_type=settings["activation_type"],
+                reduce_range=settings["reduce_range"],
+                keep_float=list(context.keep_float),
+                max_intermediate_outputs=context.option("max_intermediate_outputs"),
+                workdir=str(context.workdir),
+                also=others,
+            )
         precision = analyse_precision(str(output), context.layer_names)  # from the graph: ORT leaves ops it cannot quantize in float
         ort_failure = None if variant else _convert_to_ort(output, context)  # a companion: never costs the .onnx
         explained = None
@@ -113,7 +126,8 @@ class ONNXBuilder(Builder):
                 float_onnx=info["prepared"], qdq_onnx=str(output), samples_npy=context.explain_npy,
                 layer_names=list(context.layer_names), workdir=str(context.workdir),
             )
-        mobile = worker.call(
+        # NNAPI / CoreML EP usability is a question for the ARM build; the x86 scheme variants skip it
+        mobile = None if variant else worker.call(
             mobile_usability, what="ONNX mobile usability check", model=str(output)
         )
         fused = _runtime_graph(str(output))
@@ -152,13 +166,19 @@ class ONNXBuilder(Builder):
             companions=companions,
             details={
                 **({"companions_failed": {ORT_PATH: ort_failure}} if ort_failure else {}),
-                "mobile_usability": mobile,
+                **({"mobile_usability": mobile} if mobile is not None else {}),
                 "precision": precision.record(),
                 "runtime_graph": fused,
                 "keep_float": list(context.keep_float),
                 **({"explain": explained} if explained is not None else {}),
             },
         ))
+
+
+def _prebuilt_path(context: BuildContext, variant: str, settings: dict[str, Any]) -> Path:
+    """Where the main build's child leaves a scheme variant quantized with these settings."""
+    key = f"{settings['calibration_method']}-{settings['activation_type']}-{int(bool(settings['reduce_range']))}"
+    return Path(context.workdir) / f"onnx.prebuilt-{variant or 'main'}-{key}.onnx"
 
 
 def export_float_onnx(context: BuildContext) -> tuple[str, str]:
@@ -269,7 +289,11 @@ def quantize(
     keep_float: list[str] | None = None,
     max_intermediate_outputs: int | None = None,
     workdir: str = "",
+    also: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
+    """``quantize_static`` of ``float_onnx`` into ``output``; ``also``: more schemes of the same
+    model (``path``, ``activation_type``, ``reduce_range``), each written with its info beside it,
+    so the scheme variants cost no process or pre-processing of their own."""
     import onnx
     import onnxruntime
     from onnxruntime.quantization import CalibrationDataReader, CalibrationMethod, QuantFormat, QuantType
@@ -328,42 +352,52 @@ def quantize(
     extra: dict[str, Any] = {}
     if max_intermediate_outputs:
         extra["CalibMaxIntermediateOutputs"] = int(max_intermediate_outputs)
-    started = time.perf_counter()
-    try:
-        quantize_static(
-            prepared,
-            output,
-            Reader(),
-            quant_format=QuantFormat.QDQ,
-            per_channel=True,
-            reduce_range=reduce_range,
-            activation_type=QuantType.QInt8 if activation_type == "s8" else QuantType.QUInt8,
-            weight_type=QuantType.QInt8,
-            calibrate_method=method,
-            nodes_to_exclude=[name for name, _, _ in excluded],
-            extra_options=extra,
-        )
-    except EdgekitError:
-        raise
-    except Exception as exc:
-        raise ConversionError(
-            f"ONNX Runtime quantize_static failed: {type(exc).__name__}: {first_line(exc)[:300]}",
-            hint="keep the part it fails on in float (--keep-float LAYER; --explain lists the layers), often an "
-                 "integer front end (OneHot, Gather/embedding) next to float ops; or package the other formats "
-                 "(--format tflite --format coreml)",
-        ) from None
-    quantized = onnx.load(output)
-    return {
-        "seconds": round(time.perf_counter() - started, 3),
-        "onnxruntime": onnxruntime.__version__,
-        "opset": next((o.version for o in quantized.opset_import if o.domain in ("", "ai.onnx")), OPSET),
-        "inputs": [i.name for i in quantized.graph.input],
-        "outputs": [o.name for o in quantized.graph.output],
-        "excluded_nodes": excluded,
-        "prepared": prepared,
-        "upgraded_from_opset": upgraded_from,
-        "shape_inference": shape_inference,
-    }
+    def run(path: str, activations: str, reduced: bool) -> dict[str, Any]:
+        started = time.perf_counter()
+        try:
+            quantize_static(
+                prepared,
+                path,
+                Reader(),
+                quant_format=QuantFormat.QDQ,
+                per_channel=True,
+                reduce_range=reduced,
+                activation_type=QuantType.QInt8 if activations == "s8" else QuantType.QUInt8,
+                weight_type=QuantType.QInt8,
+                calibrate_method=method,
+                nodes_to_exclude=[name for name, _, _ in excluded],
+                extra_options=extra,
+            )
+        except EdgekitError:
+            raise
+        except Exception as exc:
+            raise ConversionError(
+                f"ONNX Runtime quantize_static failed: {type(exc).__name__}: {first_line(exc)[:300]}",
+                hint="keep the part it fails on in float (--keep-float LAYER; --explain lists the layers), often an "
+                     "integer front end (OneHot, Gather/embedding) next to float ops; or package the other formats "
+                     "(--format tflite --format coreml)",
+            ) from None
+        quantized = onnx.load(path)
+        return {
+            "seconds": round(time.perf_counter() - started, 3),
+            "onnxruntime": onnxruntime.__version__,
+            "opset": next((o.version for o in quantized.opset_import if o.domain in ("", "ai.onnx")), OPSET),
+            "inputs": [i.name for i in quantized.graph.input],
+            "outputs": [o.name for o in quantized.graph.output],
+            "excluded_nodes": excluded,
+            "prepared": prepared,
+            "upgraded_from_opset": upgraded_from,
+            "shape_inference": shape_inference,
+        }
+
+    info = run(output, activation_type, reduce_range)
+    for other in also or []:
+        try:
+            produced = run(other["path"], other["activation_type"], bool(other["reduce_range"]))
+        except EdgekitError:  # that variant's own build tries again and reports its failure
+            continue
+        Path(other["path"]).with_suffix(".json").write_text(json.dumps(produced))
+    return info
 
 
 MIN_QDQ_OPSET = 13  # per-channel DequantizeLinear (its axis attribute) needs opset 13
@@ -504,10 +538,11 @@ def mobile_usability(model: str) -> dict[str, Any]:
 
 def _runtime_graph(path: str) -> dict[str, Any]:
     """Int8 and float compute nodes after ONNX Runtime's own optimization on this CPU
-    (``fused.runtime_graph``); a failure to read it is recorded, never the artifact's failure."""
+    (``fused.runtime_graph``, in this process: validation runs ONNX Runtime here anyway); a
+    failure to read it is recorded, never the artifact's failure."""
     from .fused import runtime_graph
 
     try:
-        return worker.call(runtime_graph, what="ONNX Runtime optimized-graph count", path=path)
-    except EdgekitError as exc:
-        return {"error": exc.message}
+        return runtime_graph(path)
+    except Exception as exc:  # noqa: BLE001 - ONNX Runtime raises its own types; the count is informative only
+        return {"error": f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ''}"}
