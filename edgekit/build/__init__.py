@@ -180,12 +180,13 @@ def float_reference(loaded: LoadedSource, data: PreparedData, work: Path, progre
 
 
 def onnx_schemes(profiles: list[str] | None) -> list[str]:
-    """The ONNX INT8 schemes the package's device profiles need (``--profile``; default: every
-    profile edgekit knows), in first-seen order."""
-    from ..devices import get_profile, load_profiles
+    """The ONNX INT8 schemes the package's device profiles need (``--profile``; ``auto`` is this
+    machine's; default: every profile edgekit knows), in first-seen order."""
+    from ..devices import detect, get_profile, load_profiles
 
     known = load_profiles()
-    chosen = [get_profile(name, known) for name in profiles] if profiles else list(known.values())
+    chosen = [detect(profiles=known) if name == "auto" else get_profile(name, known) for name in profiles] \
+        if profiles else list(known.values())
     return list(dict.fromkeys(scheme for profile in chosen for scheme in profile.onnx_schemes))
 
 

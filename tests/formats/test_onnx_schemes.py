@@ -89,3 +89,13 @@ def test_the_runtime_runs_the_scheme_built_for_its_cpu(digits_all_package, tmp_p
         assert model.artifact.key == "onnx-u8s8"
     with edgekit.load(digits_all_package, artifact="onnx", profile="x86-cpu") as model:  # asked by name
         assert model.artifact.key == "onnx"
+
+
+def test_the_schemes_a_package_needs_come_from_its_profiles():
+    from edgekit.build import onnx_schemes
+    from edgekit.devices import detect
+
+    assert onnx_schemes(["rpi5", "jetson-orin-nano"]) == ["s8s8"]
+    assert onnx_schemes(["rpi5", "x86-cpu"]) == ["s8s8", "u8s8", "u8s8-reduce-range"]
+    assert onnx_schemes(None) == ["s8s8", "u8s8", "u8s8-reduce-range"]  # every known profile
+    assert onnx_schemes(["auto"]) == detect().onnx_schemes  # this machine's profile
