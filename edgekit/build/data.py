@@ -141,22 +141,20 @@ def _refuse_unbatched(inputs: list[dict[str, Any]], outputs: list[dict[str, Any]
     another axis (a seq-first state), which would be joined across samples wrongly."""
     batch_names = {i["dim_names"][0] for i in inputs if i.get("dim_names") and i["dim_names"][0]}
     for model_output in outputs:
-        names = model_output.get("dim_names") or []
-        later = [axis for axis, name in enumerate(names) if axis and name in batch_names]
-        if later and (not names[0] or names[0] not in batch_names):
+        axis = _batch_axis_elsewhere(model_output, batch_names)
+        if axis is not None:
             raise ModelSourceError(
-                f"model output {model_output['name']!r} has its batch dimension ({names[later[0]]!r}) on axis "
-                f"{later[0]}, not on axis 0: edgekit joins samples on axis 0, so its values would be mixed up",
+                f"model output {model_output['name']!r} has its batch dimension "
+                f"({model_output['dim_names'][axis]!r}) on axis {axis}, not on axis 0: edgekit joins samples on axis 0, so its values would be mixed up",
                 hint="re-export the model with this output batch-first (e.g. a recurrent state transposed to "
                      "[N, layers, hidden] inside the model)",
             )
     for model_input in inputs:
-        names = model_input.get("dim_names") or []
-        later = [axis for axis, name in enumerate(names) if axis and name in batch_names]
-        if later and (not names[0] or names[0] not in batch_names):
+        axis = _batch_axis_elsewhere(model_input, batch_names)
+        if axis is not None:
             raise ModelSourceError(
-                f"model input {model_input['name']!r} has its batch dimension ({names[later[0]]!r}) on axis "
-                f"{later[0]} (shape {['?' if d == -1 else d for d in model_input['shape']]}), not on axis 0: edgekit "
+                f"model input {model_input['name']!r} has its batch dimension ({model_input['dim_names'][axis]!r}) "
+                f"on axis {axis} (shape {['?' if d == -1 else d for d in model_input['shape']]}), not on axis 0: edgekit "
                 "stacks samples on axis 0, so its values would be split across samples",
                 hint=f"fix it to a constant with --input {model_input['name']}=0 (zeros as the initial state, "
                      "sized by the batch at run time), or re-export the model with this input batch-first",
@@ -169,6 +167,13 @@ def _refuse_unbatched(inputs: list[dict[str, Any]], outputs: list[dict[str, Any]
                 hint=f"fix it to its value with --input {model_input['name']}=VALUE (e.g. 16000; it is folded into "
                      "the model and recorded in the manifest), or give it a batch axis (shape [N, 1]) and re-export",
             )
+
+
+def _batch_axis_elsewhere(tensor: dict[str, Any], batch_names: set[str]) -> int | None:
+    """The axis after 0 named like the inputs' batch dimension, when axis 0 is not (ONNX dim names)."""
+    names = tensor.get("dim_names") or []
+    later = [axis for axis, name in enumerate(names) if axis and name in batch_names]
+    return later[0] if later and (not names[0] or names[0] not in batch_names) else None
 
 
 def _with_given_shape(model_input: dict[str, Any], given: dict[str, list[int]]) -> dict[str, Any]:
