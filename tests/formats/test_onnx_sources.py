@@ -359,8 +359,9 @@ def test_an_integer_one_hot_front_end_reaches_every_format(tmp_path):
     device_matches(tmp_path / "out" / "bytes.edgekit", ids[:8], expected, 0.1, tmp_path)
 
 
-def gru_model(path, hidden=8):
-    """frames [batch, 5, 4] -> GRU with a seq-first initial state h0 [1, batch, hidden] -> h [batch, hidden]."""
+def gru_model(path, hidden=8, squeeze=True):
+    """frames [batch, 5, 4] -> GRU with a seq-first initial state h0 [1, batch, hidden] -> h [batch, hidden]
+    (``squeeze=False``: the GRU's own seq-first h [1, batch, hidden])."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
@@ -368,12 +369,12 @@ def gru_model(path, hidden=8):
     rng = np.random.default_rng(0)
     nodes = [helper.make_node("Transpose", ["frames"], ["t"], perm=[1, 0, 2]),
              helper.make_node("GRU", ["t", "W", "R", "", "", "h0"], ["", "h1"], hidden_size=hidden),
-             helper.make_node("Squeeze", ["h1", "axis0"], ["h"])]
+             helper.make_node("Squeeze", ["h1", "axis0"], ["h"]) if squeeze else helper.make_node("Identity", ["h1"], ["h"])]
     graph = helper.make_graph(
         nodes, "gru",
         [helper.make_tensor_value_info("frames", TensorProto.FLOAT, ["batch", 5, 4]),
          helper.make_tensor_value_info("h0", TensorProto.FLOAT, [1, "batch", hidden])],
-        [helper.make_tensor_value_info("h", TensorProto.FLOAT, ["batch", hidden])],
+        [helper.make_tensor_value_info("h", TensorProto.FLOAT, ["batch", hidden] if squeeze else [1, "batch", hidden])],
         initializer=[numpy_helper.from_array(rng.normal(0, 0.3, (1, 3 * hidden, 4)).astype(np.float32), "W"),
                      numpy_helper.from_array(rng.normal(0, 0.3, (1, 3 * hidden, hidden)).astype(np.float32), "R"),
                      numpy_helper.from_array(np.array([0], np.int64), "axis0")])
@@ -407,3 +408,12 @@ def test_a_state_input_fixed_to_zeros_follows_the_batch_of_the_frames(tmp_path):
     expected = ort.InferenceSession(str(tmp_path / "gru.onnx")).run(
         None, {"frames": frames[:7], "h0": np.zeros((1, 7, 8), np.float32)})[0]
     device_matches(package, frames[:7], expected, 0.1, tmp_path, artifacts=("onnx",))
+
+
+def test_an_output_batched_on_axis_1_is_refused_by_name(tmp_path):
+    """A seq-first state as an output would be joined across samples on axis 0: refused, named."""
+    gru_model(tmp_path / "gru.onnx", squeeze=False)
+    np.save(tmp_path / "frames.npy", np.zeros((60, 5, 4), np.float32))
+    result = edgekit_cli("package", tmp_path / "gru.onnx", "-c", tmp_path / "frames.npy", "-o", tmp_path / "out",
+                         "--format", "onnx", "--input", "h0=0")
+    assert_user_error(result, "model output 'h' has its batch dimension ('batch') on axis 1", "batch-first")
