@@ -20,16 +20,15 @@ recently used entries are evicted.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from .errors import PackageError, StorageError, storage_error
-from .fsutil import publish, remove_stale, sha256_file, staging_dir, tree_bytes
+from .fsutil import OPENSSL_FROM_BYTES, new_sha256, publish, remove_stale, sha256_file, sha256_hex, staging_dir, tree_bytes
 from .logs import quiet
 
 DEFAULT_MAX_BYTES = 2 << 30
@@ -139,8 +138,7 @@ def remove(entry: Path) -> None:
     entry.with_name(entry.name + STAMP).unlink(missing_ok=True)
 
 
-@dataclass
-class Entry:
+class Entry(NamedTuple):
     kind: str
     key: str
     path: Path
@@ -199,7 +197,7 @@ def fetch(url: str, refresh: bool = False) -> Path:
     The download goes to a temporary file and is renamed to ``blobs/SHA256.ekpkg`` only when
     complete; a failed fetch leaves the cache as it was.
     """
-    record = entry_path("urls", hashlib.sha256(url.encode()).hexdigest() + ".json")
+    record = entry_path("urls", sha256_hex(url.encode()) + ".json")
     if not refresh and record.is_file():
         with contextlib.suppress(ValueError, OSError, KeyError):
             digest = json.loads(record.read_text())["sha256"]
@@ -243,7 +241,7 @@ def _download(url: str, destination: Path) -> str:
     import urllib.error  # imported here: urllib costs 20 ms of every cold start otherwise
     import urllib.request
 
-    digest = hashlib.sha256()
+    digest = new_sha256(expected_bytes=OPENSSL_FROM_BYTES)
     try:
         with urllib.request.urlopen(url, timeout=FETCH_TIMEOUT_S) as response, open(destination, "wb") as out:
             for chunk in iter(lambda: response.read(1 << 20), b""):

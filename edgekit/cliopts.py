@@ -7,6 +7,31 @@ argparse, not click: the device entry point must start fast.
 from __future__ import annotations
 
 import argparse
+import os
+import sys
+
+
+class HelpFormatter(argparse.HelpFormatter):
+    """argparse's own formatter, given the terminal width: argparse would import shutil (and with
+    it bz2 and lzma) for it on every ``add_argument``, a cost every cold start paid."""
+
+    def __init__(self, prog: str, indent_increment: int = 2, max_help_position: int = 24,
+                 width: int | None = None) -> None:
+        super().__init__(prog, indent_increment, max_help_position, _terminal_columns() - 2 if width is None else width)
+
+
+def _terminal_columns() -> int:
+    """What ``shutil.get_terminal_size().columns`` says: $COLUMNS, else the terminal's, else 80."""
+    try:
+        columns = int(os.environ.get("COLUMNS", "0"))
+    except ValueError:
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns
+        except (AttributeError, ValueError, OSError):
+            columns = 0
+    return columns or 80
 
 
 def positive_int(text: str) -> int:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import sys
-import traceback
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -91,6 +90,8 @@ def _report(exc: EdgekitError, debug: bool) -> int:
         child = getattr(exc, "child_traceback", "")
         if child:
             print(child, file=sys.stderr)
+        import traceback  # here: only --debug pays for it
+
         traceback.print_exc()
     print(exc.render(), file=sys.stderr)
     return exc.exit_code
@@ -98,6 +99,8 @@ def _report(exc: EdgekitError, debug: bool) -> int:
 
 def _internal(exc: BaseException, debug: bool) -> int:
     if debug:  # a bug in edgekit: say so plainly
+        import traceback
+
         traceback.print_exc()
     print(f"error: internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
     print("  fix: rerun with --debug and report the traceback", file=sys.stderr)

@@ -13,14 +13,9 @@ import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from .errors import EdgekitError
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # Python 3.10 (Jetson JetPack 6)
-    import tomli as tomllib
 
 PROFILE_DIRS_ENV = "EDGEKIT_PROFILES"
 SYSROOT_ENV = "EDGEKIT_SYSROOT"
@@ -50,9 +45,8 @@ def check_threads(threads: object, what: str = "threads", cpu_count: int | None 
     return threads
 
 
-@dataclass(frozen=True)
-class DeviceFacts:
-    """What edgekit knows about the machine it runs on."""
+class DeviceFacts(NamedTuple):
+    """What edgekit knows about the machine it runs on (a NamedTuple: cheap to define at start-up)."""
 
     os: str
     arch: str
@@ -86,6 +80,8 @@ class DeviceFacts:
 
 @dataclass
 class Profile:
+    """A device profile (``targets/NAME.toml``): how to recognise the device and how to run on it."""
+
     name: str
     description: str = ""
     priority: int = 0
@@ -102,10 +98,13 @@ class Profile:
 
     @classmethod
     def from_file(cls, path: Path) -> Profile:
-        try:
-            data = tomllib.loads(path.read_text())
-        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-            raise EdgekitError(f"device profile {path} is not valid TOML: {exc}", hint="fix or remove the file") from None
+        from .profile_store import parse_profile
+
+        return cls.from_table(parse_profile(path), path)
+
+    @classmethod
+    def from_table(cls, data: dict[str, Any], path: Path) -> Profile:
+        """A profile from its parsed TOML (``path`` names it in errors)."""
         name = data.get("name") or path.stem
         runtime = data.get("runtime", {})
         prefer = []
@@ -119,13 +118,14 @@ class Profile:
         threads = runtime.get("threads", 0)
         if not isinstance(threads, int) or threads < 0:
             raise EdgekitError(f"device profile {path}: runtime.threads must be an integer >= 0")
-        schemes = (data.get("quantization") or {}).get("onnx", ["s8s8"])
-        if not isinstance(schemes, list) or not schemes or not all(isinstance(s, str) for s in schemes):
-            raise EdgekitError(f"device profile {path}: quantization.onnx must be a list of scheme names",
-                               hint='write [quantization] onnx = ["s8s8"]')
-        from .formats.onnx.schemes import schemes_named
+        schemes = (data.get("quantization") or {}).get("onnx")
+        if schemes is not None:
+            if not isinstance(schemes, list) or not schemes or not all(isinstance(s, str) for s in schemes):
+                raise EdgekitError(f"device profile {path}: quantization.onnx must be a list of scheme names",
+                                   hint='write [quantization] onnx = ["s8s8"]')
+            from .formats.onnx.schemes import schemes_named
 
-        schemes_named(schemes, f"device profile {path}")
+            schemes_named(schemes, f"device profile {path}")
         return cls(
             name=str(name),
             description=str(data.get("description", "")),
@@ -137,7 +137,7 @@ class Profile:
             require_signature=bool(runtime.get("require_signature", False)),
             trusted_keys=runtime.get("trusted_keys"),
             use_tuned=bool(runtime.get("use_tuned", True)),
-            onnx_schemes=list(schemes),
+            onnx_schemes=list(schemes or ["s8s8"]),
             path=str(path),
         )
 
@@ -196,12 +196,16 @@ def profile_dirs() -> list[Path]:
 
 
 def load_profiles(dirs: list[Path] | None = None) -> dict[str, Profile]:
-    profiles: dict[str, Profile] = {}
+    from .profile_store import read_profile_tables
+
+    files = []
     for directory in profile_dirs() if dirs is None else dirs:
         if directory.is_dir():
-            for file in sorted(directory.glob("*.toml")):
-                profile = Profile.from_file(file)
-                profiles[profile.name] = profile
+            files.extend(sorted(directory.glob("*.toml")))
+    profiles: dict[str, Profile] = {}
+    for file, table in zip(files, read_profile_tables(files)):
+        profile = Profile.from_table(table, file)
+        profiles[profile.name] = profile
     return profiles
 
 

@@ -17,7 +17,7 @@ import math
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import PurePosixPath
-from typing import Any
+from typing import Any, NamedTuple
 
 from .errors import PackageError
 from .names import check_name
@@ -81,8 +81,10 @@ class Preprocessing:
         )
 
 
-@dataclass
-class TensorSpec:
+class TensorSpec(NamedTuple):
+    """One model input or output as the package describes it. (Immutable records are NamedTuples:
+    every cold start defines them, and a dataclass costs about a millisecond to create.)"""
+
     name: str
     shape: list[int]  # -1 for a dynamic dimension (the batch)
     dtype: str = "float32"
@@ -132,8 +134,7 @@ class TensorSpec:
         )
 
 
-@dataclass
-class QuantParams:
+class QuantParams(NamedTuple):
     """How an artifact's IO tensor maps to float: ``real = (q - zero_point) * scale``."""
 
     name: str
@@ -157,6 +158,8 @@ class QuantParams:
 
 @dataclass
 class Artifact:
+    """One file (or folder) of the package that a runtime runs, and what was recorded about it."""
+
     target: str
     path: str
     sha256: str
@@ -241,7 +244,7 @@ class Artifact:
             "bytes": self.bytes,
             "precision": self.precision,
             **({"variant": self.variant} if self.variant else {}),
-            "io": {"inputs": [asdict(q) for q in self.inputs], "outputs": [asdict(q) for q in self.outputs]},
+            "io": {"inputs": [q._asdict() for q in self.inputs], "outputs": [q._asdict() for q in self.outputs]},
             "float_ops": self.float_ops,
             "converter": self.converter,
             "companions": self.companions,
@@ -251,6 +254,9 @@ class Artifact:
 
 @dataclass
 class Manifest:
+    """The package's ``manifest.json``: the model's inputs and outputs, its artifacts, and how it
+    was calibrated and validated."""
+
     name: str
     edgekit_version: str
     created: str

@@ -18,9 +18,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -37,8 +36,7 @@ RANGE_MARGIN = 0.25  # beyond the expected range by more than this fraction of i
 _NAN_HINT = "replace the NaN/Inf values: they have no INT8 value and the outputs would be meaningless"
 
 
-@dataclass
-class _Port:
+class _Port(NamedTuple):
     """One model input: its manifest spec and the backend tensor it feeds."""
 
     spec: TensorSpec

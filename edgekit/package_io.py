@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import stat
 import struct
-import zlib
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -71,11 +70,10 @@ def _stamp(path: Path) -> dict[str, int]:
 
 
 def _stamp_path(path: Path) -> Path:
-    import hashlib
-
     from .cache import entry_path
+    from .fsutil import sha256_hex
 
-    return entry_path("verified", hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:40] + ".json")
+    return entry_path("verified", sha256_hex(str(path.resolve()).encode())[:40] + ".json")
 
 
 def _read_stamp(path: Path, sha256: str) -> dict[str, int] | None:
@@ -136,6 +134,7 @@ def extract_archive(archive: Path, work: Path) -> None:
     (full, read-only) propagate as ``OSError`` so the caller can unpack elsewhere.
     """
     import zipfile
+    import zlib
 
     try:
         with zipfile.ZipFile(archive) as zf:

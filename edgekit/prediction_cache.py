@@ -8,7 +8,6 @@ counts are kept for reports and metrics.
 
 from __future__ import annotations
 
-import hashlib
 import io
 import time
 from collections import OrderedDict
@@ -16,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from .fsutil import new_sha256
 
 
 class PredictionCache:
@@ -47,8 +48,9 @@ class PredictionCache:
     @staticmethod
     def key(model_sha256: str, x: np.ndarray | list[np.ndarray]) -> str:
         """Keyed by the model and the exact bytes, dtype and shape of every input array."""
-        digest = hashlib.sha256(model_sha256.encode())
-        for array in x if isinstance(x, list) else [x]:
+        arrays = x if isinstance(x, list) else [x]
+        digest = new_sha256(model_sha256.encode(), expected_bytes=sum(a.nbytes for a in arrays))
+        for array in arrays:
             digest.update(f"{array.dtype.str}{array.shape}".encode())
             digest.update(np.ascontiguousarray(array).tobytes())
         return digest.hexdigest()

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .cliopts import add_load_options, positive_int, refuse_mixed_modes, thread_counts
+from .cliopts import HelpFormatter, add_load_options, positive_int, refuse_mixed_modes, thread_counts
 from .clitools import guarded, split_debug
 
 PROG = "python -m edgekit.run"
@@ -23,7 +23,7 @@ PROG = "python -m edgekit.run"
 
 def parser(prog: str = PROG) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog=prog,
+        prog=prog, formatter_class=HelpFormatter,
         description="Load SOURCE and predict on each --input. SOURCE: a NAME.edgekit directory, a NAME.ekpkg, "
         "an http(s):// or file:// URL to an .ekpkg (fetched once into the cache), or a plain .tflite/.onnx "
         "file (inputs as .npy/.json arrays).",

@@ -10,7 +10,6 @@ preprocessing and returns float outputs.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 from pathlib import Path
@@ -20,7 +19,7 @@ from . import __version__, cache
 from .devices import DeviceFacts, Profile, check_threads, detect, get_profile, max_threads
 from .errors import BackendUnavailableError, EdgekitError, PackageError
 from .formats import FORMATS, Backend, Format, backends, format_for_file, format_of_backend, get_backend
-from .fsutil import sha256_file
+from .fsutil import sha256_file, sha256_hex
 from .logs import loud, quiet
 from .manifest import Artifact, Manifest, TensorSpec
 from .model import Model
@@ -106,7 +105,7 @@ def _choose_for_device(root: Path, manifest: Manifest, profile: Profile, facts: 
     """What ``edgekit tune`` measured fastest here (when nothing is asked for and the profile
     lets it), else the profile's order; and the tuned thread count, if any."""
     if artifact is None and backend is None and profile.use_tuned:
-        from .tune import tuned_choice
+        from .tuned import tuned_choice
 
         tuned = tuned_choice(root, manifest, facts)
         if tuned is not None:
@@ -288,9 +287,9 @@ def _compiled_dir(sha256: str, backend_cls: type[Backend], key: str, facts: Devi
 
     None when the cache cannot be written: the model then runs without a compiled copy.
     """
-    digest = hashlib.sha256(
+    digest = sha256_hex(
         f"{sha256}|{backend_cls.available()}|{facts.arch}|{facts.device_tree_model}|{key}|{__version__}".encode()
-    ).hexdigest()[:32]
+    )[:32]
     directory = cache.entry_path("compiled", digest)
     try:
         directory.mkdir(parents=True, exist_ok=True)

@@ -7,146 +7,22 @@ benchmark harness's statistics. The fastest wins only when it is significantly f
 what ``load`` picks untuned (the whole bootstrap confidence interval of the ratio of medians
 below 1); otherwise the untuned choice stays. The decision is kept in the cache under the
 digest of the package's manifest, with the identities of the device and of the installed
-runtime libraries it was measured with: ``load`` uses it when nothing else is asked for, and
-ignores it (saying so at ``-v``) when the package, the device or a runtime changed.
+runtime libraries it was measured with (``edgekit.tuned``): ``load`` uses it when nothing else
+is asked for, and ignores it (saying so at ``-v``) when the package, the device or a runtime changed.
 """
 
 from __future__ import annotations
 
-import hashlib
-import importlib.util
-import json
-import logging
-import os
-import time
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from . import __version__, cache
-from .devices import SYSROOT_ENV, DeviceFacts, Profile, check_threads
+from . import cache
+from .devices import DeviceFacts, Profile, check_threads
 from .errors import EdgekitError
 from .manifest import Manifest
+from .tuned import Choice, decision_path, device_identity, forget, manifest_digest, runtime_identity, store, tuned_choice
 
-log = logging.getLogger("edgekit.runtime")
-KIND = "tuned"
 SIGNIFICANT = 0.95  # the fastest must be faster than this ratio of the default's median, at 95% confidence
-
-
-@dataclass(frozen=True)
-class Choice:
-    artifact: str  # the artifact's key (tflite, onnx-float32, ...)
-    backend: str
-    threads: int
-
-    def describe(self) -> str:
-        return f"{self.artifact} on {self.backend}, {self.threads} thread{'s' if self.threads != 1 else ''}"
-
-
-# --- identities a decision holds for ---------------------------------------------------------
-
-
-def manifest_digest(root: Path) -> str:
-    """The package's identity: its manifest lists every artifact's sha256."""
-    return hashlib.sha256((root / "manifest.json").read_bytes()).hexdigest()
-
-
-def device_identity(facts: DeviceFacts) -> dict[str, Any]:
-    """What makes one device's timings another's: OS, architecture, board, CPU model, cores, GPU."""
-    return {"os": facts.os, "arch": facts.arch, "board": facts.device_tree_model, "tegra": facts.nv_tegra_release,
-            "cuda": facts.cuda, "cores": facts.cpu_count, "cpu": _cpu_model()}
-
-
-def _cpu_model() -> str:
-    root = Path(os.environ.get(SYSROOT_ENV) or "/")
-    try:
-        with open(root / "proc/cpuinfo", errors="replace") as lines:
-            for line in lines:
-                key, _, value = line.partition(":")
-                if key.strip() in ("model name", "Hardware", "Model", "cpu model"):
-                    return value.strip()
-    except OSError:
-        pass
-    return os.uname().machine
-
-
-def runtime_identity() -> dict[str, str]:
-    """Each installed runtime library, by where it is and when it was installed (found without
-    importing it: an upgrade rewrites its files)."""
-    from .formats import backends
-
-    found = {}
-    for backend in backends().values():
-        for module in backend.libraries:
-            try:
-                spec = importlib.util.find_spec(module)
-            except (ImportError, ValueError):
-                spec = None
-            if spec is None:
-                continue
-            origin = spec.origin or next(iter(spec.submodule_search_locations or []), "")
-            try:
-                stat = os.stat(origin)
-            except OSError:
-                continue
-            found[module] = f"{origin}:{stat.st_size}:{stat.st_mtime_ns}"
-    return found
-
-
-# --- the stored decision ------------------------------------------------------------------------
-
-
-def decision_path(digest: str) -> Path:
-    return cache.entry_path(KIND, f"{digest}.json")
-
-
-def tuned_choice(root: Path, manifest: Manifest, facts: DeviceFacts) -> Choice | None:
-    """The decision ``edgekit tune`` stored for this package on this device with these runtimes,
-    or None (with the reason logged) when there is none or it is stale."""
-    path = decision_path(manifest_digest(root))
-    try:
-        record = json.loads(path.read_text())
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError):
-        log.info("the tuned decision at %s cannot be read: ignored", path)
-        return None
-    stale = [what for what, now in (("device", device_identity(facts)), ("runtime libraries", runtime_identity()))
-             if record.get(what.split()[0]) != now]
-    if stale:
-        log.info("tuned decision for %s ignored: the %s changed since it was measured; run `edgekit tune` again",
-                 manifest.name, " and the ".join(stale))
-        return None
-    try:
-        choice = Choice(**record["decision"])
-    except (KeyError, TypeError):
-        return None
-    if choice.artifact not in {a.key for a in manifest.artifacts}:
-        return None
-    return choice
-
-
-def store(root: Path, facts: DeviceFacts, choice: Choice, measured: dict[str, Any]) -> Path:
-    from .fsutil import write_text_atomic
-
-    path = decision_path(manifest_digest(root))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    record = {"decision": asdict(choice), "device": device_identity(facts), "runtime": runtime_identity(),
-              "edgekit_version": __version__, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-              "measured": measured}
-    write_text_atomic(path, json.dumps(record, indent=2) + "\n")
-    return path
-
-
-def forget(root: Path) -> bool:
-    """Remove this package's tuned decision (``edgekit tune --reset``)."""
-    path = decision_path(manifest_digest(root))
-    existed = path.exists()
-    path.unlink(missing_ok=True)
-    return existed
-
-
-# --- measuring ----------------------------------------------------------------------------------
 
 
 def thread_counts(cores: int) -> list[int]:
@@ -227,9 +103,9 @@ def tune(source: str, runs: int = 60, min_seconds: float = 1.0, threads: list[in
     samples = {c: [ms / 1e3 for ms in r["latency"]["samples_ms"]] for r, c in zip(report["results"], found)}
     medians = {c: float(r["latency"]["p50"]) for r, c in zip(report["results"], found)}  # the harness's summary
     decision, evidence = decide(default, medians, samples)
-    measured = {"default": asdict(default), "evidence": evidence,
-                "candidates": [asdict(c) | {"p50_ms": round(medians[c], 4)} for c in sorted(medians, key=medians.get)]}
-    report["tuning"] = {"decision": asdict(decision), **measured}
+    measured = {"default": default._asdict(), "evidence": evidence,
+                "candidates": [c._asdict() | {"p50_ms": round(medians[c], 4)} for c in sorted(medians, key=medians.get)]}
+    report["tuning"] = {"decision": decision._asdict(), **measured}
     if save:
         report["tuning"]["stored"] = str(store(root, facts, decision, measured))
     return report

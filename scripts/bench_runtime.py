@@ -27,6 +27,8 @@ import argparse
 import json
 import os
 import platform
+import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -189,6 +191,7 @@ def cold_start(package: Path, sample: Path, runs: int, threads: int, work: Path)
             seconds, peak = run_child(commands[name], env)
             timings[name].append(seconds)
             rss[name].append(peak)
+    instructions = {name: instruction_count(command, env) for name, command in commands.items()}
     raw_s = statistics.median(timings["raw_litert_script"])
     ours_s = statistics.median(timings["edgekit_run"])
     raw_rss = statistics.median(rss["raw_litert_script"]) / 1024
@@ -203,7 +206,25 @@ def cold_start(package: Path, sample: Path, runs: int, threads: int, work: Path)
         "raw_script_peak_rss_mib": round(raw_rss, 1),
         "edgekit_run_peak_rss_mib": round(ours_rss, 1),
         "rss_delta_mib": round(ours_rss - raw_rss, 1),
+        # instructions executed (valgrind): the same on a busy machine as on a quiet one
+        "instructions_millions": instructions,
+        "instructions_ratio": (round(instructions["edgekit_run"] / instructions["raw_litert_script"], 3)
+                               if all(instructions.values()) else None),
     }
+
+
+def instruction_count(command: list[str], env: dict[str, str]) -> float | None:
+    """Millions of instructions one run executes, counted by valgrind (None without it): wall time
+    on a shared machine drifts by tens of percent, this count by well under one. Hash seed,
+    address-space layout and BLAS threads are fixed so that two runs count the same."""
+    if shutil.which("valgrind") is None:
+        return None
+    prefix = ["setarch", "-R"] if shutil.which("setarch") else []
+    result = subprocess.run([*prefix, "valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", *command],
+                            capture_output=True, text=True,
+                            env={**env, "PYTHONHASHSEED": "0", "OPENBLAS_NUM_THREADS": "1"})
+    found = re.search(r"I\s+refs:\s+([\d,]+)", result.stderr)
+    return round(int(found.group(1).replace(",", "")) / 1e6, 1) if result.returncode == 0 and found else None
 
 
 def int8_vs_float(package: Path, threads: int | list[int], runs: int) -> dict:

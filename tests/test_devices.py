@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 import pytest
 
@@ -32,7 +30,7 @@ def fake_root(tmp_path, model: str | None = None, tegra: bool = False, nvidia: b
 
 
 def facts_on(root, arch: str, os_name: str = "linux") -> DeviceFacts:
-    return dataclasses.replace(DeviceFacts.read(root), arch=arch, os=os_name)
+    return DeviceFacts.read(root)._replace(arch=arch, os=os_name)
 
 
 @pytest.mark.parametrize(

@@ -45,6 +45,24 @@ def test_run_prints_top_k_labels_without_importing_tensorflow(digits_package, tm
     assert "HEAVY:\n" in result.stdout or result.stdout.rstrip().endswith("HEAVY:")
 
 
+_START_UP_COSTS = ("tomllib", "_hashlib", "shutil", "bz2", "lzma", "logging", "traceback", "tempfile",
+                   "urllib.request", "pkgutil", "edgekit.tune", "edgekit.formats.building")
+
+
+def test_a_prediction_loads_none_of_the_start_up_costs(digits_package, tmp_path):
+    """What each of these cost a cold start is in the README; the second start (profiles parsed
+    and cached by the first) loads none of them."""
+    x, _ = load_npz(EVAL)
+    np.save(tmp_path / "a.npy", x[0])
+    probe = _PROBE.replace('print("HEAVY:"', f'print("COSTS:" + ",".join(m for m in {_START_UP_COSTS!r} if m in sys.modules))\nprint("HEAVY:"')
+    env = {**os.environ, "EDGEKIT_CACHE_DIR": str(tmp_path / "cache")}
+    for _ in range(2):
+        result = subprocess.run([sys.executable, "-c", probe, str(digits_package), "-i", str(tmp_path / "a.npy")],
+                                capture_output=True, text=True, env=env, cwd=ROOT)
+        assert result.returncode == 0, result.stderr
+    assert "COSTS:\n" in result.stdout, result.stdout
+
+
 def test_run_writes_json_output(digits_package, tmp_path):
     x, _ = load_npz(EVAL)
     np.save(tmp_path / "a.npy", x[0])

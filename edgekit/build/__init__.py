@@ -28,7 +28,7 @@ import numpy as np
 from .. import worker
 from ..errors import AccuracyDropError, ConversionError, EdgekitError, PartialPackageError
 from ..formats import Builder, BuildContext, BuildResult, expand_formats, get_format
-from ..formats.base import save_samples
+from ..formats.building import save_samples
 from ..fsutil import staging_dir, temp_dir
 from ..package_io import write_archive
 from ..progress import Progress

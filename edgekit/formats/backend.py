@@ -11,16 +11,17 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from functools import cached_property
+from functools import lru_cache
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 
 
-@dataclass(frozen=True)
-class TensorInfo:
+class TensorInfo(NamedTuple):
+    """One input or output as the runtime sees it. (A NamedTuple, like the other records every
+    cold start defines: a dataclass costs about a millisecond to create at import.)"""
+
     name: str
     shape: tuple[int, ...]  # -1 where the dimension is dynamic
     dtype: np.dtype
@@ -31,12 +32,17 @@ class TensorInfo:
     def quantized(self) -> bool:
         return self.scale != 0.0 and self.dtype.kind in "iu"
 
-    @cached_property
+    @property
     def _constants(self) -> tuple[np.float32, np.float32, np.float32, np.float32, np.float32]:
-        """1/scale, zero point, dtype limits and scale as float32 scalars, computed once per tensor."""
-        limits = np.iinfo(self.dtype)
-        return (np.float32(1.0 / self.scale), np.float32(self.zero_point), np.float32(limits.min),
-                np.float32(limits.max), np.float32(self.scale))
+        return _quantization_constants(self.dtype, self.scale, self.zero_point)
+
+
+@lru_cache(maxsize=1024)
+def _quantization_constants(dtype: np.dtype, scale: float, zero_point: int) -> tuple[np.float32, ...]:
+    """1/scale, zero point, dtype limits and scale as float32 scalars, computed once per tensor."""
+    limits = np.iinfo(dtype)
+    return (np.float32(1.0 / scale), np.float32(zero_point), np.float32(limits.min), np.float32(limits.max),
+            np.float32(scale))
 
 
 class Backend(ABC):

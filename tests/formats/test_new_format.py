@@ -70,7 +70,7 @@ import numpy as np
 from ... import worker
 from ...fsutil import sha256_file
 from ...manifest import Artifact
-from ..base import Builder, BuildResult
+from ..building import Builder, BuildResult
 
 PATH = "toy/model.linear.npz"
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import onnx
 from onnx import TensorProto, helper
 
-from edgekit.formats.base import BuildContext
+from edgekit.formats.building import BuildContext
 from edgekit.formats.onnx.build import ORT_PATH, _convert_to_ort
 
 

@@ -30,7 +30,7 @@ from ...errors import ConversionError
 from ...fsutil import sha256_tree, tree_bytes
 from ...manifest import Artifact, QuantParams
 from ...sources.base import first_line
-from ..base import BuildContext, Builder, BuildResult
+from ..building import BuildContext, Builder, BuildResult
 
 ARTIFACT_PATH = "coreml/model.int8.mlpackage"
 DEPLOYMENT_TARGET = "iOS17"

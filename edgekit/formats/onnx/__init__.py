@@ -3,9 +3,14 @@ OpenVINO on x86 CPUs."""
 
 from __future__ import annotations
 
-from ..base import Builder, Format, Option
+from typing import TYPE_CHECKING
+
+from ..base import Format, Option
 from .onnxruntime import OnnxRuntimeBackend
 from .openvino import OpenVINOBackend
+
+if TYPE_CHECKING:
+    from ..building import Builder
 
 
 def _builder() -> Builder:

@@ -34,7 +34,7 @@ from ... import worker
 from ...errors import ConversionError, EdgekitError, UnsupportedOpError
 from ...fsutil import sha256_file
 from ...manifest import Artifact, QuantParams
-from ..base import BuildContext, Builder, BuildResult, in_layer, layer_of, read_samples, worst_layers
+from ..building import BuildContext, Builder, BuildResult, in_layer, layer_of, read_samples, worst_layers
 from ...sources.base import first_line
 from .precision import analyse as analyse_precision
 

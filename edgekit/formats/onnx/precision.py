@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..base import layer_of
+from ..building import layer_of
 from ..precision import Precision
 
 CONVERTING_OPS = {"QuantizeLinear", "DequantizeLinear"}

@@ -17,13 +17,12 @@ validated; the runtime runs the best one the package has for its own CPU.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 X86 = ("x86_64", "amd64", "AMD64", "i686", "i386")
 
 
-@dataclass(frozen=True)
-class Scheme:
+class Scheme(NamedTuple):
     name: str
     activations: str  # "s8" or "u8"
     reduce_range: bool  # 7-bit weights

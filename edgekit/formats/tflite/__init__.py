@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
-from ..base import Builder, Format
+from typing import TYPE_CHECKING
+
+from ..base import Format
 from .litert import LiteRTBackend
+
+if TYPE_CHECKING:
+    from ..building import Builder
 
 
 def _builder() -> Builder:

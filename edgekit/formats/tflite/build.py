@@ -21,7 +21,7 @@ from ... import worker
 from ...errors import ConversionError, EdgekitError, UnsupportedOpError
 from ...fsutil import sha256_file
 from ...manifest import Artifact, QuantParams
-from ..base import BuildContext, Builder, BuildResult, in_layer, layer_of, read_samples, worst_layers
+from ..building import BuildContext, Builder, BuildResult, in_layer, layer_of, read_samples, worst_layers
 from ..precision import Precision
 from .precision import analyse
 

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from ... import worker
-from ..base import read_samples
+from ..building import read_samples
 
 
 def convert_torch(source_path: str, kind: str, calibration_npy: str, output: str,

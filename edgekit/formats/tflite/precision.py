@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from ..base import layer_of
+from ..building import layer_of
 from ..precision import Precision
 
 CONVERTING_OPS = {"QUANTIZE", "DEQUANTIZE"}

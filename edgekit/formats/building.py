@@ -1,0 +1,159 @@
+"""The build side of a format: what a ``Builder`` reads (``BuildContext``), what it returns
+(``BuildResult``), and helpers the builders share. Imported only when packaging."""
+
+from __future__ import annotations
+
+import re
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from ..manifest import Artifact, QuantParams
+
+
+@dataclass(frozen=True)
+class BuildContext:
+    """What every format's builder reads; one per packaging run, never written to.
+
+    Format-specific settings (``--calibration-method``, ``--coreml-activations``, ...) are in
+    ``options``; each builder reads the keys it knows.
+    """
+
+    calibration_npy: str  # preprocessed float32 calibration inputs, shape (N, ...)
+    eval_npy: str  # validation inputs (for formats that validate without a runtime)
+    package_dir: Path  # the package being staged; artifacts go below it
+    workdir: Path  # scratch space for intermediates (float ONNX, ...), removed afterwards
+    saved_model: str | None = None  # float SavedModel exported from a TensorFlow source
+    onnx_model: str | None = None  # the model itself when the source is ONNX
+    source_path: str = ""
+    source_kind: str = ""  # keras, h5, saved_model, onnx, torch_export, torchscript, torch_factory
+    # a PyTorch source's --input NAME=VALUE (edgekit.sources.fixed_inputs): every load of it passes them
+    torch_fixed_inputs: Mapping[str, Any] = field(default_factory=dict)
+    layer_names: tuple[str, ...] = ()  # to name layers in op errors
+    output_layers: Mapping[str, str] = field(default_factory=dict)  # model output name -> the layer computing it
+    output_names: tuple[str, ...] = ()  # the model's outputs, in order
+    keep_float: tuple[str, ...] = ()  # layers to leave in float
+    allow_float_ops: bool = False
+    explain_npy: str | None = None  # samples for the per-layer error report (--explain); None = no report
+    timeout_s: float | None = None
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+    def option(self, name: str, default: Any = None) -> Any:
+        return self.options.get(name, default)
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    """What a builder made: the manifest entry, outputs it computed without a device runtime
+    (CoreML on Linux, by edgekit's MIL evaluator) for the validation step, and the float model it
+    converted before quantizing, so that validation can tell a conversion loss from a
+    quantization loss."""
+
+    artifact: Artifact
+    evaluated_npy: str | None = None
+    evaluated_by: str = ""
+    float_model: str | None = None  # the converted float model, run by the format's backend
+    float_evaluated_npy: str | None = None  # or its outputs on the validation samples, computed by the builder
+    float_by: str = ""  # what the float model is and what ran it
+    # the float fallback artifact (BuildContext.option("also_float")): a file or .mlpackage in the
+    # workdir, its precision, and its outputs on the validation samples when no runtime here runs it
+    fallback_model: str | None = None
+    fallback_precision: str = ""
+    fallback_evaluated_npy: str | None = None
+
+
+def save_samples(path_without_suffix: Path, arrays: Mapping[str, Any]) -> str:
+    """Model-ready samples for converters: ``.npy`` for a one-input model, ``.npz`` by input name."""
+    import numpy as np
+
+    if len(arrays) == 1:
+        path = path_without_suffix.with_suffix(".npy")
+        np.save(path, next(iter(arrays.values())))
+    else:
+        path = path_without_suffix.with_suffix(".npz")
+        np.savez(path, **dict(arrays))
+    return str(path)
+
+
+def read_samples(path: str) -> dict[str, Any]:
+    """What ``save_samples`` wrote: ``{"": array}`` for one input, else arrays by input name."""
+    import numpy as np
+
+    if path.endswith(".npz"):
+        with np.load(path) as stored:
+            return {name: stored[name] for name in stored.files}
+    return {"": np.load(path, mmap_mode="r")}
+
+
+_WRAPPER = re.compile(r"(Stateful)?PartitionedCall(_\d+)?|Func|input|_\d+")
+
+
+def layer_of(tensor_name: str, layer_names: list[str]) -> str:
+    """The Keras layer a converted tensor came from (TF adds ``_1`` suffixes to layer scopes)."""
+    known = set(layer_names)
+    parts = tensor_name.split(";")[0].split("/")
+    for part in parts[1:] + parts[:1]:
+        if part in known:
+            return part
+        base = re.sub(r"_\d+$", "", part)
+        if base in known:
+            return base
+    # no layer list (a SavedModel): the scope just above the op, below the call wrappers
+    scopes = [p for p in parts[:-1] if not _WRAPPER.fullmatch(p)]
+    return scopes[-1] if len(scopes) >= 2 else (scopes[0] if scopes else tensor_name)
+
+
+def in_layer(node_name: str, layer: str) -> bool:
+    """Whether a converted node (``model/LAYER_1/op``, fused names joined by ';') comes from ``layer``."""
+    pattern = re.compile(rf"(^|/){re.escape(layer)}(_\d+)?(/|$)")
+    return node_name == layer or any(pattern.search(part) for part in node_name.split(";"))
+
+
+def worst_layers(rows: list[dict], limit: int = 20) -> list[dict]:
+    """Per-layer error rows sorted worst first (lowest SQNR), non-finite SQNR (exact) last."""
+    finite = [r for r in rows if r.get("sqnr_db") is not None and r["sqnr_db"] == r["sqnr_db"] and abs(r["sqnr_db"]) != float("inf")]
+    exact = [r for r in rows if r not in finite]
+    return (sorted(finite, key=lambda r: r["sqnr_db"]) + exact)[:limit]
+
+
+class Builder(ABC):
+    """The build side of a format: converts, calibrates, writes one artifact."""
+
+    name: ClassVar[str]
+    backend: ClassVar[str]  # the backend that validates the artifact on the build machine
+    unmeasured_reason: ClassVar[str] = "no runtime for it on this machine"
+
+    @abstractmethod
+    def build(self, context: BuildContext, on_progress: Callable[[int, int], None] | None = None) -> BuildResult:
+        """Convert, calibrate and write the artifact; ``on_progress(done, total)`` during calibration."""
+
+    def calibration_method(self, context: BuildContext) -> str:
+        """How activation ranges were chosen (recorded in the manifest)."""
+        return "minmax"
+
+    def variants(self, context: BuildContext) -> list[dict[str, Any]]:
+        """Option overrides for more quantized builds of this format, one per device kind that
+        needs another scheme (each sets ``variant``, the artifact key's suffix); none by default."""
+        return []
+
+    def unfused_backend_options(self) -> dict[str, Any] | None:
+        """Backend options that evaluate the quantization itself rather than this CPU's fused int8
+        kernels (which may saturate where a device's would not); None when the runtime does not fuse."""
+        return None
+
+    def place_fallback(self, source: Path, target: Path) -> None:
+        """Put the float fallback file (or .mlpackage folder) into the package."""
+        import shutil
+
+        if source.is_dir():
+            shutil.copytree(source, target)
+        else:
+            shutil.copyfile(source, target)
+
+    def fallback_io(self, path: Path, quantized: Artifact) -> tuple[list[QuantParams], list[QuantParams]]:
+        """The float fallback's inputs and outputs: the quantized artifact's names, float32 (a
+        format whose float file could name them differently reads them from the file)."""
+        return ([QuantParams(name=q.name, dtype="float32") for q in quantized.inputs],
+                [QuantParams(name=q.name, dtype="float32") for q in quantized.outputs])
