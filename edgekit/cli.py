@@ -297,13 +297,16 @@ def serve_command(args: tuple[str, ...]) -> int:
               help="Write a self-contained HTML report with charts.")
 @click.option("--markdown", is_flag=True, help="Print the table as Markdown.")
 @click.option("--csv", "csv_path", type=click.Path(path_type=Path), default=None, help="Write the summary as CSV.")
+@click.option("--margin", type=click.FloatRange(min=0), default=5.0, show_default=True, metavar="PCT",
+              help="Equivalence margin: a difference is stated only when it is significant (bootstrap 95% CI of "
+                   "the ratio of medians, from the raw samples) and larger than PCT percent.")
 @click.option("--fail-on-regression", type=click.FloatRange(min=0), default=None, metavar="PCT",
-              help="Exit 1 if any configuration is slower than the baseline by more than PCT percent "
-                   "(bootstrap 95% CI of the ratio of medians, from the raw samples).")
+              help="Exit 1 if any configuration is significantly slower than the baseline by more than PCT percent "
+                   "(PCT is then the margin).")
 @click.option("--strict", is_flag=True, help="Fail on files that are not readable reports instead of skipping them.")
 @click.option("--allow-different-models", is_flag=True, help="Compare reports of different models.")
 def compare_command(reports: tuple[str, ...], baseline: str | None, html_path: Path | None, markdown: bool,
-                    csv_path: Path | None, fail_on_regression: float | None, strict: bool,
+                    csv_path: Path | None, margin: float, fail_on_regression: float | None, strict: bool,
                     allow_different_models: bool) -> int:
     """Compare benchmark REPORTS (files or folders of them) across devices, formats and precisions."""
     from rich.console import Console
@@ -318,7 +321,8 @@ def compare_command(reports: tuple[str, ...], baseline: str | None, html_path: P
     for path, what in ((html_path, "HTML report"), (csv_path, "CSV")):
         if path is not None:
             ensure_writable(path, what)
-    comparison = compare(list(reports), baseline, fail_on_regression, strict, allow_different_models)
+    threshold = margin if fail_on_regression is None else fail_on_regression
+    comparison = compare(list(reports), baseline, threshold, strict, allow_different_models)
     for skipped in comparison.skipped:
         click.echo(f"warning: skipped {skipped}", err=True)
     if markdown:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from typing import NoReturn
 
 
 class HelpFormatter(argparse.HelpFormatter):
@@ -18,6 +19,20 @@ class HelpFormatter(argparse.HelpFormatter):
     def __init__(self, prog: str, indent_increment: int = 2, max_help_position: int = 24,
                  width: int | None = None) -> None:
         super().__init__(prog, indent_increment, max_help_position, _terminal_columns() - 2 if width is None else width)
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse with edgekit's usage errors: one ``error:`` line and a ``fix:`` line naming
+    ``--help``, exit 2, as ``edgekit``'s commands print them (argparse prints its whole usage
+    block, 25 lines for ``python -m edgekit.run``, before the one line that matters)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, usage_error(message, f"{self.prog} --help"))
+
+
+def usage_error(message: str, help_command: str) -> str:
+    """How both entry points word a usage error."""
+    return f"error: {message}\n  fix: see `{help_command}`\n"
 
 
 def _terminal_columns() -> int:

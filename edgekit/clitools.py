@@ -116,6 +116,12 @@ def _click_failure(exc: Exception, debug: bool) -> int:
             return _internal(cause, debug)
         print("aborted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    if isinstance(exc, click.UsageError):  # one error line and where help is, as python -m edgekit.run says it
+        from .cliopts import usage_error
+
+        command = exc.ctx.command_path if exc.ctx is not None else "edgekit"
+        sys.stderr.write(usage_error(exc.format_message(), f"{command} --help"))
+        return exc.exit_code
     if isinstance(exc, click.ClickException):
         exc.show()
         return exc.exit_code

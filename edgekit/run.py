@@ -15,14 +15,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .cliopts import HelpFormatter, add_load_options, positive_int, refuse_mixed_modes, thread_counts
+from .cliopts import ArgumentParser, HelpFormatter, add_load_options, positive_int, refuse_mixed_modes, thread_counts
 from .clitools import guarded, split_debug
 
 PROG = "python -m edgekit.run"
 
 
 def parser(prog: str = PROG) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = ArgumentParser(
         prog=prog, formatter_class=HelpFormatter,
         description="Load SOURCE and predict on each --input. SOURCE: a NAME.edgekit directory, a NAME.ekpkg, "
         "an http(s):// or file:// URL to an .ekpkg (fetched once into the cache), or a plain .tflite/.onnx "
@@ -76,8 +76,9 @@ def parser(prog: str = PROG) -> argparse.ArgumentParser:
     bench.add_argument("--csv", type=Path, default=None, help="also write the summary as CSV")
     bench.add_argument("--device-name", default=None, help="name for this device in reports (default: hostname)")
     bench.add_argument("--push", default=None, metavar="URL", help="POST the report to an edgekit server")
-    bench.add_argument("--cv-warn", type=_non_negative_float, default=0.10,
-                       help="warn when the latency spread, IQR / median, exceeds this (default 0.10)")
+    bench.add_argument("--cv-warn", type=_non_negative_float, default=0.05,
+                       help="warn when the p50's 95%% confidence interval is wider than this fraction of the p50: "
+                            "differences of that size cannot then be told apart (default 0.05)")
     return p
 
 

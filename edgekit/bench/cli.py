@@ -58,22 +58,26 @@ def print_summary(report: dict[str, Any]) -> None:
     device = report["device"]
     print(f"{report['model']['name']} on {device['name']} ({device['arch']}, {device['cpu']['model']}, "
           f"{device['cores']} cores, profile {device.get('profile')})")
-    header = f"{'artifact':<8} {'backend':<12} {'thr':>3} {'batch':>5} {'p50 ms':>9} {'p90 ms':>9} {'p99 ms':>9} " \
+    rows = summary_rows(report)
+    # columns as wide as their longest entry: artifact keys run from "onnx" to "tflite-float16"
+    aw = max([len("artifact"), *(len(str(r["artifact"])) for r in rows)])
+    bw = max([len("backend"), *(len(str(r["backend"])) for r in rows)])
+    header = f"{'artifact':<{aw}} {'backend':<{bw}} {'thr':>3} {'batch':>5} {'p50 ms':>9} {'p90 ms':>9} {'p99 ms':>9} " \
              f"{'p50 95% CI':>19} {'spread':>6} {'per s':>9} {'RSS MiB':>8}"
     print(header)
-    for row, result in zip(summary_rows(report), report["results"]):
+    for row, result in zip(rows, report["results"]):
         ci = result["latency"].get("p50_ci95")
         ci_text = f"{ci[0]:.3f}-{ci[1]:.3f}" if ci else "n/a"
-        print(f"{row['artifact']:<8} {row['backend']:<12} {row['threads']!s:>3} {row['batch']:>5} {row['p50_ms']:>9.3f} "
+        print(f"{row['artifact']:<{aw}} {row['backend']:<{bw}} {row['threads']!s:>3} {row['batch']:>5} {row['p50_ms']:>9.3f} "
               f"{row['p90_ms']:>9.3f} {row['p99_ms']:>9.3f} {ci_text:>19} {row['spread']:>6.1%} "
               f"{row['throughput_per_s']:>9.1f} {row['peak_rss_mib']:>8.1f}")
         e2e = result.get("end_to_end")
         if e2e:
-            print(f"{'':<8} end to end p50: preprocess {e2e['preprocess']['p50_ms']:.3f} + invoke "
+            print(f"{'':<{aw}} end to end p50: preprocess {e2e['preprocess']['p50_ms']:.3f} + invoke "
                   f"{e2e['invoke']['p50_ms']:.3f} + postprocess {e2e['postprocess']['p50_ms']:.3f} = "
                   f"{e2e['total']['p50_ms']:.3f} ms (model only {row['p50_ms']:.3f} ms)")
         acc = (result.get("accuracy") or {}).get("accuracy")
         if acc is not None:
-            print(f"{'':<8} accuracy on device: {100 * acc:.2f}% ({result['accuracy']['samples']} samples)")
+            print(f"{'':<{aw}} accuracy on device: {100 * acc:.2f}% ({result['accuracy']['samples']} samples)")
     if report["thermal"]["throttled"]:
         print("THROTTLED during this run: " + "; ".join(report["thermal"]["reasons"]))

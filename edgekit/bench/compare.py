@@ -3,8 +3,9 @@
 Reports are gathered from files and folders (a fleet's reports copied into one folder is the
 cross-device comparison). Each result row gets a speedup against the row of the baseline
 report with the same configuration (artifact, backend, threads, batch) and, from the raw
-samples, a bootstrap verdict: "regression" only when the whole confidence interval of the
-slowdown is above the threshold, so noise is not called a regression. A row whose
+samples, a bootstrap verdict: a difference ("regression", "improvement") only when it is
+significant (the 95% confidence interval of the ratio of medians excludes 1) and larger than
+the equivalence margin (5% unless stated), so run-to-run noise is "no change". A row whose
 configuration the baseline did not measure gets no speedup: comparing unlike configurations
 (batch 8 against batch 1) would print a number that means nothing.
 """
@@ -20,7 +21,7 @@ import numpy as np
 
 from ..errors import EdgekitError
 from .report import ReportError, read_report
-from .stats import regression_verdict
+from .stats import DEFAULT_MARGIN_PCT, regression_verdict
 
 
 @dataclass
@@ -43,13 +44,14 @@ class Row:
 
     @property
     def config_label(self) -> str:
+        """The model and configuration: one row of the device matrix (two models never share one)."""
         c = self.config
-        return f"{c.get('artifact')}/{c.get('backend')} t{c.get('threads')} b{c.get('batch')}"
+        return f"{self.model} {c.get('artifact')}/{c.get('backend')} t{c.get('threads')} b{c.get('batch')}"
 
     @property
     def label(self) -> str:
-        c = self.config
-        return f"{self.device} {c.get('artifact')}/{c.get('backend')} t{c.get('threads')} b{c.get('batch')}"
+        """Device, model and configuration: what names this row in every chart and message."""
+        return f"{self.device} {self.config_label}"
 
 
 @dataclass
@@ -157,7 +159,8 @@ def compare(
         if match is None:
             continue  # the baseline did not measure this configuration (of this model): no speedup to state
         row.speedup = float(np.median(match.samples) / np.median(row.samples))
-        row.verdict = regression_verdict(match.samples, row.samples, threshold_pct or 0.0)
+        row.verdict = regression_verdict(match.samples, row.samples,
+                                         DEFAULT_MARGIN_PCT if threshold_pct is None else threshold_pct)
         row.verdict["baseline"] = match.label
     with _warnings.catch_warnings():
         _warnings.simplefilter("ignore")
@@ -182,7 +185,8 @@ def table_rows(comparison: Comparison) -> list[list[str]]:
         elif row.model not in baseline_models:
             verdict = "another model: no speedup stated"
         else:
-            verdict = row.verdict["verdict"] if row.verdict else "no matching baseline configuration"
+            verdict = (f"{row.verdict['verdict']} ({row.verdict['reason']})" if row.verdict
+                       else "no matching baseline configuration")
         out.append([
             row.device + (f" / {row.model}" if several_models else "") + (" (throttled)" if row.throttled else ""),
             str(row.config.get("artifact")) + (" (tuned)" if row.tuned else ""),

@@ -226,9 +226,12 @@ def bench(source: str, options: BenchOptions, artifacts: list[str] | None = None
         summary = summarize(config.samples, options.cv_warn)
         warnings = []
         if summary["noisy"]:
+            width = summary["p50_ci_width"]
             warnings.append(
-                f"latency spread (IQR / median) {summary['spread']:.1%} is above {options.cv_warn:.0%}: "
-                "the machine is noisy or throttling; do not trust small differences"
+                (f"the p50 is known only to {width:.1%} (95% CI width; spread IQR / median {summary['spread']:.0%})"
+                 if width is not None else f"latency spread (IQR / median) {summary['spread']:.0%} with few samples")
+                + f": differences under {options.cv_warn:.0%} cannot be told apart; measure longer "
+                "(--runs, --min-seconds) or on a quieter machine"
             )
         # from the median: a mean moves 3x between identical runs when a few samples stall
         throughput = {"batch": config.batch, "per_s": round(config.batch * 1e3 / summary["p50"], 2),
@@ -267,12 +270,32 @@ def bench(source: str, options: BenchOptions, artifacts: list[str] | None = None
                      "sweep_batches": options.sweep_batches, "seed": options.seed, "cv_warn": options.cv_warn},
         "thermal": {"before": before, "after": after, "throttled": bool(reasons), "reasons": reasons},
         "results": results,
-        "warnings": ([f"THROTTLED: {r}" for r in reasons]) + [w for r in results for w in r["warnings"]],
+        "warnings": ([f"THROTTLED: {r}" for r in reasons]) + [w for r in results for w in r["warnings"]]
+        + _fastest_unresolved(results),
     }
     for config in configs:
         if config.model is not None:
             config.model.close()
     return report
+
+
+def _fastest_unresolved(results: list[dict[str, Any]]) -> list[str]:
+    """The conclusion a sweep is read for is which configuration is fastest: say so when the
+    runner-up's p50 95% CI overlaps the fastest's, so either could be."""
+    ranked = sorted((r for r in results if r["latency"].get("p50_ci95") and r["config"]["batch"] == 1),
+                    key=lambda r: r["latency"]["p50"])
+    if len(ranked) < 2:
+        return []
+    first, second = ranked[0], ranked[1]
+    if second["latency"]["p50_ci95"][0] > first["latency"]["p50_ci95"][1]:
+        return []
+    return [f"{_config_name(first)} and {_config_name(second)} are the fastest and their p50 95% CIs overlap: either may be "
+            "fastest here (edgekit tune decides only on a significant difference)"]
+
+
+def _config_name(result: dict[str, Any]) -> str:
+    config = result["config"]
+    return f"{config['artifact']}/{config['backend']} t{config['threads']}"
 
 
 def _facts() -> Any:

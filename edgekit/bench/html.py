@@ -228,7 +228,8 @@ def render(comparison: Comparison, title: str = "edgekit benchmark comparison") 
         charts.append(("Accuracy vs latency", scatter))
     notes = "".join(f"<li>{_esc(s)}</li>" for s in comparison.skipped)
     sections = "".join(f"<section><h2>{_esc(name)}</h2>{svg}</section>" for name, svg in charts)
-    threshold = "" if comparison.threshold_pct is None else f" (regression threshold {comparison.threshold_pct}%)"
+    margin = 5.0 if comparison.threshold_pct is None else comparison.threshold_pct
+    threshold = f": a difference only when significant and larger than the {margin:g}% equivalence margin"
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
 <title>{_esc(title)}</title>

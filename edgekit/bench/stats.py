@@ -4,7 +4,10 @@
   of samples below the true q-quantile is Binomial(n, q)).
 * The MLPerf-style early-stopping estimate: a one-sided upper confidence bound on the true
   p90 — the latency the device stays under with 99% confidence given only n samples.
-* Coefficient of variation, warned about above a threshold (noise or throttling).
+* A noise warning only when the noise could change a conclusion: when the p50's own 95%
+  confidence interval is wider than the equivalence margin (5%), so that two configurations
+  that far apart could not be told apart. A wide spread with many samples pins the median down
+  and is not warned about.
 * Regression verdicts from the raw samples: a seeded bootstrap confidence interval of the ratio
   of medians (candidate / baseline), so two noisy runs of the same thing are not called a
   regression because their medians differ.
@@ -17,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-CV_WARN = 0.10
+CV_WARN = 0.05  # the widest p50 95% CI, as a fraction of the p50, not warned about (the compare margin)
 Z95 = 1.959963984540054
 
 
@@ -81,6 +84,8 @@ def summarize(samples_s: list[float] | np.ndarray, cv_warn: float = CV_WARN) -> 
     q25, q75 = float(np.percentile(x, 25)), float(np.percentile(x, 75))
     spread = (q75 - q25) / percentiles["p50"] if percentiles["p50"] > 0 else 0.0
     ci50, ci90 = quantile_ci(x, 0.50), quantile_ci(x, 0.90)
+    p50 = percentiles["p50"]
+    ci_width = (ci50[1] - ci50[0]) / p50 if ci50 and p50 > 0 else None
     return {
         "unit": "ms",
         "count": int(x.size),
@@ -95,8 +100,10 @@ def summarize(samples_s: list[float] | np.ndarray, cv_warn: float = CV_WARN) -> 
         "p50_ci95": list(ci50) if ci50 else None,
         "p90_ci95": list(ci90) if ci90 else None,
         "p90_early_stopping": early_stopping_upper_bound(x, 0.90, 0.99),
-        "noisy": spread > cv_warn,
-        "cv_warn_threshold": cv_warn,  # compared with "spread" (IQR / median); "cv" (std / mean) is kept as data
+        "p50_ci_width": ci_width,  # (CI high - CI low) / p50
+        # too few samples for a CI: the spread decides (twice the margin, as IQR / median)
+        "noisy": bool(ci_width > cv_warn) if ci_width is not None else spread > 2 * cv_warn,
+        "cv_warn_threshold": cv_warn,  # compared with "p50_ci_width"; "spread" and "cv" are kept as data
     }
 
 
@@ -120,17 +127,27 @@ def bootstrap_ratio(
     }
 
 
+# Two runs of one package on one machine differ by a few percent (medians of back-to-back runs
+# measured 3% apart here): a difference smaller than this is not called one.
+DEFAULT_MARGIN_PCT = 5.0
+
+
 def regression_verdict(
-    baseline_s: np.ndarray, candidate_s: np.ndarray, threshold_pct: float = 0.0, seed: int = 0
+    baseline_s: np.ndarray, candidate_s: np.ndarray, threshold_pct: float = DEFAULT_MARGIN_PCT, seed: int = 0
 ) -> dict[str, Any]:
-    """"regression" only when the whole CI of the slowdown lies above ``threshold_pct``;
-    "improvement" when it lies below -threshold; otherwise "no significant change"."""
+    """A difference only when it is both significant and larger than the equivalence margin, as
+    asv and pyperf decide: "regression" when the 95% CI of the ratio of medians lies above 1 and
+    the ratio exceeds ``1 + threshold_pct``; "improvement" the other way round; otherwise
+    "no change", with why (``reason``: within the margin, or not significant)."""
     result = bootstrap_ratio(baseline_s, candidate_s, seed=seed)
     limit = 1 + threshold_pct / 100
-    if result["ci_low"] > limit:
-        verdict = "regression"
-    elif result["ci_high"] < 1 / limit:
-        verdict = "improvement"
+    significant = result["ci_low"] > 1 or result["ci_high"] < 1
+    if result["ci_low"] > 1 and result["ratio"] > limit:
+        verdict, reason = "regression", f"{100 * (result['ratio'] - 1):.1f}% slower"
+    elif result["ci_high"] < 1 and result["ratio"] < 1 / limit:
+        verdict, reason = "improvement", f"{100 * (1 / result['ratio'] - 1):.1f}% faster"
+    elif significant:
+        verdict, reason = "no change", f"within the {threshold_pct:g}% margin"
     else:
-        verdict = "no significant change"
-    return {**result, "threshold_pct": threshold_pct, "verdict": verdict}
+        verdict, reason = "no change", "not significant"
+    return {**result, "threshold_pct": threshold_pct, "verdict": verdict, "reason": reason}

@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from ..cliopts import HelpFormatter, at_least, bounded, worker_count
+from ..cliopts import ArgumentParser, HelpFormatter, at_least, bounded, worker_count
 from ..clitools import guarded, split_debug
 
 
@@ -89,7 +89,7 @@ def options_from(args: argparse.Namespace):  # noqa: ANN201 - ServerOptions, imp
 
 def main(argv: Sequence[str] | None = None, prog: str = "edgekit serve") -> int:
     args_list, debug = split_debug(argv)
-    parser = argparse.ArgumentParser(prog=prog, formatter_class=HelpFormatter, description="Serve packages over KServe v2 (Open Inference Protocol) "
+    parser = ArgumentParser(prog=prog, formatter_class=HelpFormatter, description="Serve packages over KServe v2 (Open Inference Protocol) "
                                      "with dynamic batching and Prometheus metrics.")
     parser.add_argument("sources", nargs="+", help="package directories, .ekpkg files or URLs (one model each)")
     from ..cliopts import add_load_options

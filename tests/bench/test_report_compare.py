@@ -100,6 +100,29 @@ def test_regression_gate_uses_the_raw_samples(tmp_path, capsys):
     assert code == 1 and "REGRESSION:" in err and "% slower than" in err
 
 
+def _wide_report(device: str, scale: float, seed: int) -> dict:
+    """A normal run on a busy machine: IQR / median around 50%."""
+    report = make_report(device, scale=scale, seed=seed, artifacts=("tflite",))
+    samples = (scale * np.random.default_rng(seed).lognormal(0, 0.4, 3000)).round(6).tolist()
+    report["results"][0]["latency"] |= {"samples_ms": samples, "p50": float(np.median(samples))}
+    return report
+
+
+def test_two_runs_of_one_package_are_no_change(tmp_path, capsys):
+    """Back-to-back runs whose medians drift 3% with spreads near 50% were called "improvement"
+    with the former zero threshold."""
+    write_report(_wide_report("vm", 1.0, 1), tmp_path / "first.json")
+    write_report(_wide_report("vm", 0.97, 2), tmp_path / "second.json")
+    comparison = compare([str(tmp_path / "first.json"), str(tmp_path / "second.json")])
+    (row,) = [r for r in comparison.rows if r.report == "second"]
+    assert row.verdict["verdict"] == "no change" and row.verdict["threshold_pct"] == 5.0
+    code, out, _ = run_cli(capsys, "compare", tmp_path / "first.json", tmp_path / "second.json", "--markdown")
+    assert code == 0 and "no change (" in out and "improvement" not in out
+    write_report(_wide_report("vm", 0.6, 3), tmp_path / "faster.json")  # a real difference is still stated
+    comparison = compare([str(tmp_path / "first.json"), str(tmp_path / "faster.json")])
+    assert [r.verdict["verdict"] for r in comparison.rows if r.verdict] == ["improvement"]
+
+
 def test_different_models_are_refused_unless_allowed(tmp_path, capsys):
     write_report(make_report(model="digits"), tmp_path / "a.json")
     write_report(make_report(model="mobilenet_v2"), tmp_path / "b.json")
@@ -168,6 +191,28 @@ def test_html_report_renders_its_charts_in_headless_chromium(fleet, tmp_path, ca
     subprocess.run([browser, *flags, "--window-size=1000,1400", f"--screenshot={shot}", html_path.as_uri()],
                    capture_output=True, timeout=120)
     assert shot.exists() and shot.stat().st_size > 20_000
+
+
+def test_two_models_keep_their_own_labels_and_matrix_rows(tmp_path, capsys):
+    """Two models measured with one configuration on one device: every label names its model and
+    the device matrix keeps one row per model (they were merged under one label)."""
+    write_report(make_report("vm", model="digits", seed=1, artifacts=("tflite",)), tmp_path / "a.json")
+    write_report(make_report("vm", model="digits_torch", seed=2, artifacts=("tflite",)), tmp_path / "b.json")
+    html_path = tmp_path / "two.html"
+    code, out, err = run_cli(capsys, "compare", tmp_path / "a.json", tmp_path / "b.json", "--allow-different-models",
+                             "--html", html_path)
+    assert code == 0, err
+    comparison = compare([str(tmp_path / "a.json"), str(tmp_path / "b.json")], allow_different_models=True)
+    labels = [r.label for r in comparison.rows]
+    assert labels == ["vm digits tflite/litert t4 b1", "vm digits_torch tflite/litert t4 b1"]
+    browser = _required_chromium()
+    dom = subprocess.run([browser, *_browser_flags(tmp_path), "--dump-dom", html_path.as_uri()], capture_output=True,
+                         text=True, timeout=120).stdout
+    assert 'data-charts-rendered="' in dom
+    for label in labels:
+        assert f"<title>{label}</title>" in dom  # each chart row names its model
+    matrix = dom.split("p50 per configuration and device")[1].split("</table>")[0]
+    assert matrix.count("<tr>") == 1 + 2 and "digits tflite/litert" in matrix and "digits_torch tflite/litert" in matrix
 
 
 class _Collector(http.server.BaseHTTPRequestHandler):
