@@ -29,13 +29,35 @@ def load(
     return _load(source, artifact=artifact, backend=backend, threads=threads, profile=profile, **options)
 
 
-def package(model: str, calibration: str, output_dir: str, **options: Any) -> Any:
-    """Build a validated INT8 package; keyword options as in ``edgekit.build.PackageOptions``
-    (``formats=["tflite", "onnx"]`` or ``["all"]``)."""
+def package(model: Any, calibration: Any, output_dir: Any = ".", *, eval: Any = None, example_inputs: Any = None,
+            **options: Any) -> Any:
+    """Build a validated INT8 package and return its ``PackageResult`` (path, ``verdicts``,
+    ``table()``; a notebook shows both).
+
+    ``model``: a path as on the command line, or the object itself: a ``keras.Model``, a
+    ``torch.nn.Module`` (traced with ``example_inputs``, else the first calibration samples, else
+    zeros of ``input_shapes={"x": [1, 3, 224, 224]}``) or an ``onnx.ModelProto``.
+    ``calibration``/``eval``: a path, an array, ``(x, y)``, a dict of arrays by input name, or an
+    iterable (generator, PyTorch ``DataLoader``). Other keyword options as in
+    ``edgekit.build.PackageOptions`` (``formats=["all"]``, ``name=``, ``samples=``, ...).
+    """
     from .build import PackageOptions
     from .build import package as _package
+    from .build.in_memory import data_file, input_ranks, is_path, model_file
+    from .fsutil import temp_dir
 
-    return _package(PackageOptions(model=model, calibration=calibration, output_dir=output_dir, **options))
+    with temp_dir("edgekit-objects-") as folder:
+        if not is_path(model):
+            path, name = model_file(model, folder, options.get("name"), example_inputs, options.get("input_shapes"),
+                                    calibration)
+            ranks = input_ranks(model)
+            options.setdefault("name", name)
+        else:
+            path, ranks = str(model), {}
+        return _package(PackageOptions(
+            model=path, calibration=data_file(calibration, folder, "calibration", ranks),
+            eval=None if eval is None else data_file(eval, folder, "eval", ranks), output_dir=str(output_dir),
+            **options))
 
 
 __all__ = ["__version__", "load", "package"]

@@ -95,3 +95,46 @@ class PackageResult:
     @property
     def complete(self) -> bool:
         return not self.failed
+
+    @property
+    def verdicts(self) -> dict[str, str]:
+        """Each artifact's verdict: "passed", "FAILED: <first gate>", or "not measured: <why>";
+        formats that did not build: "not built: <error>"."""
+        records = self.manifest.validation.get("artifacts") or {}
+        found = {}
+        for artifact in self.manifest.artifacts:
+            record = records.get(artifact.key) or {}
+            failed = self.manifest.failed_gates(artifact.key)
+            if record.get("measured") is False:
+                found[artifact.key] = f"not measured: {record.get('reason', 'no runtime here')}"
+            else:
+                found[artifact.key] = "passed" if failed is None else f"FAILED: {failed[0]}"
+        for entry in self.failed:
+            found[entry["target"]] = f"not built: {entry['error']}"
+        return found
+
+    def table(self, width: int = 120) -> str:
+        """The validation table ``edgekit package`` prints, as text."""
+        import io
+
+        from rich.console import Console
+
+        from ..validation_table import render
+
+        buffer = io.StringIO()
+        render(self.manifest, Console(file=buffer, width=width, force_terminal=False, color_system=None))
+        return buffer.getvalue()
+
+    def __repr__(self) -> str:
+        verdicts = ", ".join(f"{key}: {verdict}" for key, verdict in self.verdicts.items())
+        return f"PackageResult({str(self.path)!r}, {verdicts})"
+
+    def __str__(self) -> str:
+        lines = [f"package: {self.path}", *(f"  {k}: {v}" for k, v in self.verdicts.items())]
+        return "\n".join(lines) + "\n" + self.table()
+
+    def _repr_html_(self) -> str:
+        """How a notebook shows the result: path, verdicts and the validation table."""
+        from html import escape
+
+        return f"<pre>{escape(str(self))}</pre>"

@@ -1,0 +1,144 @@
+"""``edgekit.package()`` from a notebook's objects: a Keras model, a PyTorch module, an ONNX
+ModelProto, and calibration as arrays, generators and DataLoaders; no files written by the user.
+
+The packaging runs go through a child process (the model object lives where the user made it,
+and TensorFlow stays out of the test workers)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from edgekit.build.in_memory import data_file, model_file
+from edgekit.errors import DataError, ModelSourceError
+from tests.conftest import ROOT
+
+TRAINING = """
+import json, sys, tempfile
+import numpy as np
+import edgekit
+rng = np.random.default_rng(0)
+x = rng.normal(size=(400, 16)).astype("float32")
+y = (x @ rng.normal(size=(16, 4))).argmax(1)
+out = tempfile.mkdtemp()
+"""
+
+
+def run_script(body: str) -> dict:
+    result = subprocess.run([sys.executable, "-c", TRAINING + textwrap.dedent(body)], capture_output=True, text=True,
+                            cwd=ROOT, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.slow
+def test_an_in_memory_keras_model_with_a_generator_and_arrays():
+    found = run_script("""
+        import keras
+        keras.utils.set_random_seed(0)
+        inputs = keras.Input((16,), name="features")
+        outputs = keras.layers.Dense(4, activation="softmax")(keras.layers.Dense(32, activation="relu")(inputs))
+        model = keras.Model(inputs, outputs, name="tiny")
+        model.compile("adam", "sparse_categorical_crossentropy")
+        model.fit(x, y, epochs=30, verbose=0)
+
+        def samples():  # a generator of single samples, as a notebook writes one
+            for row in x[:300]:
+                yield row
+
+        result = edgekit.package(model, samples(), out, eval=(x[300:], y[300:]), formats=["tflite"],
+                                 also_float=False)
+        prediction = edgekit.load(result.path).predict(x[300:310])
+        print(json.dumps({"name": result.manifest.name, "verdicts": result.verdicts, "table": result.table(),
+                          "html": result._repr_html_(), "repr": repr(result),
+                          "agree": float((prediction.argmax(1) == model.predict(x[300:310], verbose=0).argmax(1)).mean()),
+                          "samples": result.manifest.validation["data"]["samples"]}))
+    """)
+    assert found["name"] == "tiny" and found["verdicts"] == {"tflite": "passed"}
+    assert "tflite" in found["table"] and "SQNR" in found["table"] and found["html"].startswith("<pre>")
+    assert "tflite: passed" in found["repr"] and found["agree"] >= 0.9 and found["samples"] == 100
+
+
+@pytest.mark.slow
+def test_an_in_memory_torch_module_with_a_dataloader():
+    found = run_script("""
+        import torch
+        torch.manual_seed(0)
+
+        class Net(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.a, self.b = torch.nn.Linear(16, 32), torch.nn.Linear(32, 4)
+
+            def forward(self, x):
+                return self.b(torch.relu(self.a(x)))
+
+        net = Net()
+        optimizer = torch.optim.Adam(net.parameters(), 1e-2)
+        for _ in range(200):
+            optimizer.zero_grad()
+            torch.nn.functional.cross_entropy(net(torch.from_numpy(x)), torch.from_numpy(y)).backward()
+            optimizer.step()
+        loader = torch.utils.data.DataLoader(
+            torch.utils.data.TensorDataset(torch.from_numpy(x[:300]), torch.from_numpy(y[:300])), batch_size=32)
+        result = edgekit.package(net, loader, out, eval=(x[300:], y[300:]), formats=["onnx"], profiles=["rpi5"],
+                                 also_float=False)
+        outputs = edgekit.load(result.path).predict(x[300:340])
+        with torch.no_grad():
+            expected = net(torch.from_numpy(x[300:340])).numpy()
+        print(json.dumps({"name": result.manifest.name, "verdicts": result.verdicts,
+                          "agree": float((outputs.argmax(1) == expected.argmax(1)).mean())}))
+    """)
+    assert found["name"] == "net" and found["verdicts"] == {"onnx": "passed"}
+    assert found["agree"] >= 0.9
+
+
+def test_data_objects_become_the_npz_the_packager_reads(tmp_path):
+    x = np.arange(24, dtype=np.float32).reshape(6, 4)
+    y = np.array([0, 1, 0, 1, 0, 1])
+
+    def read(path):
+        with np.load(path) as stored:
+            return {k: stored[k] for k in stored.files}
+
+    assert read(data_file(x, tmp_path, "calibration"))["x"].shape == (6, 4)
+    pair = read(data_file((x, y), tmp_path, "eval"))
+    assert pair["x"].shape == (6, 4) and pair["y"].tolist() == y.tolist()
+    named = read(data_file({"tokens": x.astype(np.int64), "mask": x}, tmp_path, "calibration"))
+    assert set(named) == {"tokens", "mask"}
+    # samples, (sample, label) pairs, TFLite-style lists of batches, and batches told by the input's rank
+    assert read(data_file((row for row in x), tmp_path, "calibration"))["x"].shape == (6, 4)
+    labelled = read(data_file(((row, int(label)) for row, label in zip(x, y)), tmp_path, "calibration"))
+    assert labelled["x"].shape == (6, 4) and labelled["y"].tolist() == y.tolist()
+    assert read(data_file(([x[i:i + 2]] for i in range(0, 6, 2)), tmp_path, "calibration"))["x"].shape == (6, 4)
+    batches = read(data_file((x[i:i + 3] for i in range(0, 6, 3)), tmp_path, "calibration", {"features": 2}))
+    assert batches["x"].shape == (6, 4)
+    assert data_file("data.npz", tmp_path, "calibration") == "data.npz"  # a path stays a path
+
+
+def test_bad_objects_are_clear_errors(tmp_path):
+    with pytest.raises(DataError, match="the calibration data is empty"):
+        data_file(iter([]), tmp_path, "calibration")
+    with pytest.raises(DataError, match="different shapes"):
+        data_file(iter([np.zeros(3), np.zeros(4)]), tmp_path, "calibration")
+    with pytest.raises(DataError, match="is a int"):
+        data_file(7, tmp_path, "calibration")
+    with pytest.raises(ModelSourceError, match="edgekit.package\\(\\) got a builtins.dict") as info:
+        model_file({"weights": 1}, tmp_path, None)
+    assert "torch.nn.Module" in info.value.hint
+
+
+def test_an_onnx_model_proto_is_written_with_its_graph_name(tmp_path):
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "relu_net",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4])])
+    path, name = model_file(helper.make_model(graph), tmp_path, None)
+    assert name == "relu_net" and onnx.load(path).graph.node[0].op_type == "Relu"
