@@ -173,7 +173,9 @@ def format_build_options(command: Any) -> Any:
 @click.option("--allow-partial", is_flag=True,
               help="With several targets: exit 0 even if some fail (the package records what failed and why).")
 @click.option("--keep-float", "keep_float", multiple=True, metavar="LAYER",
-              help="Keep this layer in float (repeatable; recorded in the manifest). See --explain for candidates.")
+              help="Keep this layer in float (repeatable; recorded in the manifest). See --explain for candidates. "
+                   "Read by the TFLite route from Keras/SavedModel and by ONNX; CoreML and TFLite from "
+                   "ONNX/PyTorch sources ignore it for now.")
 @click.option("--explain", is_flag=True, help="Report per-layer quantization error (worst layers by SQNR).")
 @click.option("--sign", "sign_key", type=click.Path(path_type=Path), default=None, metavar="KEY",
               help="Sign manifest.json with this Ed25519 key (edgekit keys generate).")
@@ -188,7 +190,11 @@ def package_command(model: Path, formats: tuple[str, ...], calibration: str, eva
                     input_shapes: tuple[str, ...], fixed_inputs: tuple[str, ...], profiles: tuple[str, ...],
                     also_float: bool | None,
                     **format_values: object) -> None:
-    """Convert MODEL (.keras, .h5, a SavedModel directory, or .onnx for --format onnx) into a validated INT8 package.
+    """Convert MODEL into a validated INT8 package for every --format.
+
+    MODEL: Keras .keras/.h5, a TF SavedModel directory, .onnx, or PyTorch (.pt2 from torch.export,
+    a TorchScript .pt, or file.py:factory returning an nn.Module); each reaches tflite, onnx and
+    coreml (routes: docs/formats.md).
 
     Every artifact is calibrated on --calibration, then checked against the float model on
     held-out data; the measured accuracy, top-1 agreement, cosine similarity and SQNR are

@@ -33,7 +33,8 @@ class EdgekitError(Exception):
 class ModelSourceError(EdgekitError):
     """The model to package is missing, unreadable or not a model edgekit can read."""
 
-    default_hint = "pass a Keras .keras or .h5 file or a TF SavedModel directory"
+    default_hint = ("pass a Keras .keras/.h5 file, a TF SavedModel directory, an .onnx file, or a PyTorch .pt2, "
+                    "TorchScript .pt or file.py:factory")
 
 
 class DataError(EdgekitError):

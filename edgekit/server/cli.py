@@ -87,17 +87,23 @@ def options_from(args: argparse.Namespace):  # noqa: ANN201 - ServerOptions, imp
     )
 
 
-def main(argv: Sequence[str] | None = None, prog: str = "edgekit serve") -> int:
-    args_list, debug = split_debug(argv)
-    parser = ArgumentParser(prog=prog, formatter_class=HelpFormatter, description="Serve packages over KServe v2 (Open Inference Protocol) "
-                                     "with dynamic batching and Prometheus metrics.")
-    parser.add_argument("sources", nargs="+", help="package directories, .ekpkg files or URLs (one model each)")
+def parser(prog: str = "edgekit serve") -> argparse.ArgumentParser:
+    """``edgekit serve``'s options (also what its command reference is generated from)."""
     from ..cliopts import add_load_options
 
-    add_load_options(parser)
-    parser.add_argument("--cache-predictions", action="store_true", help="answer repeated inputs from a cache")
-    add_server_options(parser)
-    args = parser.parse_args(args_list)
+    p = ArgumentParser(prog=prog, formatter_class=HelpFormatter,
+                       description="Serve packages over KServe v2 (Open Inference Protocol) with dynamic batching and "
+                                   "Prometheus metrics.")
+    p.add_argument("sources", nargs="+", help="package directories, .ekpkg files or URLs (one model each)")
+    add_load_options(p)
+    p.add_argument("--cache-predictions", action="store_true", help="answer repeated inputs from a cache")
+    add_server_options(p)
+    return p
+
+
+def main(argv: Sequence[str] | None = None, prog: str = "edgekit serve") -> int:
+    args_list, debug = split_debug(argv)
+    args = parser(prog).parse_args(args_list)
 
     def body() -> int:
         options = options_from(args)

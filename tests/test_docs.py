@@ -1,0 +1,50 @@
+"""The documentation: a README that fits on a screen, a site that builds strictly, a command
+reference that names every option, and a notebook that runs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from edgekit.cli_reference import option_strings, render
+from tests.conftest import ROOT
+
+REFERENCE = ROOT / "docs" / "reference" / "cli.md"
+
+
+def test_the_readme_starts_with_the_two_setup_commands_and_fits_on_a_screen():
+    lines = (ROOT / "README.md").read_text().splitlines()
+    assert len(lines) <= 250
+    commands = [line.split("#")[0].strip() for line in lines[:6] if line.startswith("./scripts/")]
+    assert commands == ["./scripts/demo.sh", "./scripts/test.sh"]
+
+
+def test_the_command_reference_is_generated_and_names_every_option():
+    text = REFERENCE.read_text()
+    assert text == render(), "docs/reference/cli.md is stale: run python -m edgekit.cli_reference"
+    missing = sorted(option for option in option_strings() if option not in text)
+    assert not missing, f"options missing from the reference: {missing}"
+    assert {"--calibration", "--fail-on-regression", "--margin", "--grpc-port", "--sweep-threads"} <= option_strings()
+
+
+def test_the_site_builds_strictly(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(tmp_path / "site")],
+                            cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert (tmp_path / "site" / "reference" / "cli" / "index.html").is_file()
+
+
+@pytest.mark.slow
+def test_the_notebook_runs(tmp_path):
+    notebook = json.loads((ROOT / "docs" / "notebook.ipynb").read_text())
+    cells = ["".join(cell["source"]) for cell in notebook["cells"] if cell["cell_type"] == "code"]
+    # a bare last expression is the cell's displayed value, as in a notebook
+    script = "\n\n".join(f"_value = None\nexec(compile({cell!r}, 'cell-{i}', 'exec'))" for i, cell in enumerate(cells))
+    script += "\nprint(repr(result))\nprint(result._repr_html_()[:5])"
+    result = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "tflite: passed" in result.stdout and "onnx: passed" in result.stdout and "<pre>" in result.stdout
+    assert "INT8 accuracy on the device runtime:" in result.stdout
