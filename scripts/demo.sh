@@ -12,7 +12,7 @@ started=$SECONDS
 
 echo "== 1/4 edgekit package: models/digits/digits.keras -> INT8 TFLite, ONNX (one build per INT8 scheme"
 echo "       this machine's CPU runs fastest), CoreML; every artifact checked against the float model"
-edgekit package models/digits/digits.keras --format all --profile auto --no-also-float \
+edgekit package models/digits/digits.keras --format all --profile auto --no-also-float --preprocessing 0..1 \
   --calibration models/digits/data/calibration.npz --eval models/digits/data/eval.npz \
   -o "$out" --force --archive
 
@@ -36,7 +36,7 @@ echo "-- coreml: runs on macOS only (built and validated here by edgekit's MIL e
 
 echo
 echo "== 3/4 benchmark every artifact x runtime this machine runs (interleaved, raw samples kept, accuracy on device)"
-python -m edgekit.run "$out/digits.edgekit" --bench --sweep --sweep-threads 1 --runs 100 --min-seconds 0.3 \
+python -m edgekit.run "$out/digits.edgekit" --bench --sweep --sweep-threads 1 --runs 2000 --min-seconds 0.5 \
   --input "$out"/digit0_label*.npy --eval models/digits/data/eval.npz --report "$out/digits.bench.json"
 
 echo
