@@ -39,12 +39,18 @@ def test_the_site_builds_strictly(tmp_path):
 
 @pytest.mark.slow
 def test_the_notebook_runs(tmp_path):
+    """The worked example: an in-memory Keras model, a generator of samples as calibration and
+    (x, y) arrays as held-out data, packaged for TFLite and ONNX and run with the device runtime."""
     notebook = json.loads((ROOT / "docs" / "notebook.ipynb").read_text())
     cells = ["".join(cell["source"]) for cell in notebook["cells"] if cell["cell_type"] == "code"]
     # a bare last expression is the cell's displayed value, as in a notebook
     script = "\n\n".join(f"_value = None\nexec(compile({cell!r}, 'cell-{i}', 'exec'))" for i, cell in enumerate(cells))
-    script += "\nprint(repr(result))\nprint(result._repr_html_()[:5])"
+    script += ("\nprint(repr(result))\nprint(result._repr_html_()[:5])\nprint('NAME:' + result.manifest.name)"
+               "\nprint('TABLE:' + str('SQNR' in result.table()))")
     result = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "tflite: passed" in result.stdout and "onnx: passed" in result.stdout and "<pre>" in result.stdout
     assert "INT8 accuracy on the device runtime:" in result.stdout
+    assert "NAME:notebook_classifier" in result.stdout and "TABLE:True" in result.stdout
+    accuracy = float(result.stdout.split("INT8 accuracy on the device runtime:")[1].split()[0])
+    assert accuracy >= 0.8
