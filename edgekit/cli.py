@@ -1,61 +1,101 @@
-"""The ``edgekit`` command line: ``package`` (build side) and ``run`` (device side)."""
+"""The ``edgekit`` command line: ``package`` (build side), the device commands, and the tools
+around them.
+
+argparse, as ``python -m edgekit.run`` uses (a CLI framework would cost the device's cold start
+more than argparse does): one library for both entry points, so their usage errors read the
+same (one ``error:`` line and a ``fix:`` line, exit 2). ``edgekit run``, ``bench``, ``tune`` and
+``serve`` hand their arguments to the device parsers unchanged.
+"""
 
 from __future__ import annotations
 
+import argparse
 import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import click
-
 from . import __version__
-from .clitools import float_list, invoke
+from .cliopts import ArgumentParser, HelpFormatter
+from .clitools import guarded, split_debug
+
+PROG = "edgekit"
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
-@click.version_option(__version__, prog_name="edgekit")
-@click.option("--debug", is_flag=True, help="Show full tracebacks (also EDGEKIT_DEBUG=1).")
-def cli(debug: bool) -> None:
-    """Package trained models as calibrated INT8 artifacts and run them on edge devices.
+def _run(argv: list[str], command: str) -> int:
+    from .run import main as run_main
 
-    \b
-    edgekit package model.keras --format tflite --calibration data/ -o dist/
-    edgekit run dist/model.edgekit --input cat.jpg
-    """
+    extra = {"bench": ["--bench"], "tune": ["--tune"]}.get(command, [])
+    return run_main([*argv, *extra], prog=f"edgekit {command}")
 
 
-def _format_names() -> list[str]:
-    from .formats import FORMATS
+def _serve(argv: list[str], command: str) -> int:
+    from .server.cli import main as serve_main
 
-    return list(FORMATS) + ["all"]
+    return serve_main(argv)
 
 
-def _resize(text: str | None) -> list[int] | None:
-    if text is None:
-        return None
+# commands whose options are the device parsers' (python -m edgekit.run, edgekit serve)
+DELEGATED: dict[str, tuple[Callable[[list[str], str], int], str]] = {
+    "run": (_run, "predict on this device: same as `python -m edgekit.run` (see `edgekit run --help`)"),
+    "bench": (_run, "benchmark on this device: same as `python -m edgekit.run SOURCE --bench`"),
+    "tune": (_run, "measure which artifact, runtime and thread count is fastest here and remember it"),
+    "serve": (_serve, "serve packages over KServe v2 with dynamic batching (see `edgekit serve --help`)"),
+}
+
+
+# --- argument types: a bad value is a usage error naming the option ----------------------------
+
+
+def _positive_float(minimum: float) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        if not value >= minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum:g}, got {text}")
+        return value
+
+    return parse
+
+
+def _int_at_least(minimum: int) -> Callable[[str], int]:
+    from .cliopts import at_least
+
+    return at_least(minimum)
+
+
+def _float_list(text: str) -> list[float]:
+    try:
+        values = [float(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
+    if not values:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}")
+    return values
+
+
+def _resize(text: str) -> list[int]:
     try:
         height, width = (int(v) for v in text.lower().split("x"))
     except ValueError:
-        raise click.BadParameter(f"expected HEIGHTxWIDTH such as 224x224, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"expected HEIGHTxWIDTH such as 224x224, got {text!r}") from None
     return [height, width]
 
 
-def _input_shapes(values: tuple[str, ...]) -> dict[str, list[int]]:
-    shapes = {}
-    for text in values:
-        name, sep, dims = text.partition("=")
-        try:
-            shape = [int(d) for d in dims.lower().split("x")]
-        except ValueError:
-            shape = []
-        if not sep or not name or not shape or any(d < 1 for d in shape):
-            raise click.BadParameter(f"expected NAME=DxDxD such as images=1x3x320x320, got {text!r}",
-                                     param_hint="--input-shape")
-        shapes[name] = shape
-    return shapes
+def _input_shape(text: str) -> tuple[str, list[int]]:
+    name, sep, dims = text.partition("=")
+    try:
+        shape = [int(d) for d in dims.lower().split("x")]
+    except ValueError:
+        shape = []
+    if not sep or not name or not shape or any(d < 1 for d in shape):
+        raise argparse.ArgumentTypeError(f"expected NAME=DxDxD such as images=1x3x320x320, got {text!r}")
+    return name, shape
 
 
-def _fixed_inputs(values: tuple[str, ...]) -> dict[str, dict[str, object]]:
+def _fixed_inputs(parser: argparse.ArgumentParser, values: list[str]) -> dict[str, dict[str, object]]:
     """``--input NAME=VALUE``, each value read and checked before any model loads."""
     from .sources.fixed_inputs import parse_value
 
@@ -63,15 +103,14 @@ def _fixed_inputs(values: tuple[str, ...]) -> dict[str, dict[str, object]]:
     for text in values:
         name, sep, value = text.partition("=")
         if not sep or not name or not value:
-            raise click.BadParameter(f"expected NAME=VALUE such as sample_rate=16000 or h0=state.npy, got {text!r}",
-                                     param_hint="--input")
+            parser.error(f"argument --input: expected NAME=VALUE such as sample_rate=16000 or h0=state.npy, got {text!r}")
         if name in fixed:
-            raise click.BadParameter(f"{name!r} is given twice", param_hint="--input")
+            parser.error(f"argument --input: {name!r} is given twice")
         fixed[name] = parse_value(name, value)
     return fixed
 
 
-def _output_kinds(values: tuple[str, ...]) -> dict[str, str]:
+def _output_kinds(parser: argparse.ArgumentParser, values: list[str]) -> dict[str, str]:
     """``OUTPUT=KIND`` or a bare ``KIND`` (the model's only output), checked before any model loads."""
     from .errors import EdgekitError
     from .quantize.tasks import parse_kind
@@ -82,124 +121,183 @@ def _output_kinds(values: tuple[str, ...]) -> dict[str, str]:
         try:
             parse_kind(kind)
         except EdgekitError as exc:
-            raise click.BadParameter(f"{exc.message}; {exc.hint}", param_hint="--output-kind") from None
+            parser.error(f"argument --output-kind: {exc.message}; {exc.hint}")
         if name in kinds:
-            raise click.BadParameter(f"output {name or '(the only one)'} is given two kinds", param_hint="--output-kind")
+            parser.error(f"argument --output-kind: output {name or '(the only one)'} is given two kinds")
         kinds[name] = kind
     return kinds
 
 
-def format_build_options(command: Any) -> Any:
-    """Each registered format's own build options (``Format.options``) as flags of `edgekit package`."""
+def _help(text: str, default: Any) -> str:
+    return f"{text} (default: {default})"
+
+
+# --- the parser ----------------------------------------------------------------------------
+
+
+def parser() -> ArgumentParser:
+    """Every ``edgekit`` command (the command reference is generated from this)."""
+    p = ArgumentParser(prog=PROG, formatter_class=HelpFormatter,
+                       description="Package trained models as calibrated INT8 artifacts and run them on edge devices: "
+                                   "`edgekit package model.keras --format all --calibration data/ -o dist/`, then "
+                                   "`edgekit run dist/model.edgekit --input cat.jpg`.")
+    p.add_argument("--version", action="version", version=f"edgekit {__version__}")
+    p.add_argument("--debug", action="store_true", help="show full tracebacks (anywhere on the line; also EDGEKIT_DEBUG=1)")
+    commands = p.add_subparsers(dest="command", metavar="COMMAND", title="commands")
+    commands.required = True
+    _add_package(commands)
+    for name, (_, summary) in DELEGATED.items():
+        commands.add_parser(name, help=summary, add_help=False)  # listed here; parsed by the device parsers
+    _add_compare(commands)
+    _add_keys(commands)
+    _add_export(commands)
+    profiles = _command(commands, "profiles", _profiles,
+                        "list device profiles, which one matches this machine, and why; then the formats and "
+                        "runtimes here")
+    profiles.add_argument("--root", default=None, help="read device facts below this directory instead of / (tests)")
+    targets = commands.add_parser("targets", formatter_class=HelpFormatter)  # the former name of profiles, unlisted
+    targets.add_argument("--root", default=None)
+    targets.set_defaults(handler=_profiles, parser=targets)
+    _add_cache(commands)
+    return p
+
+
+def _command(commands: Any, name: str, handler: Callable[[argparse.Namespace], Any], summary: str,
+             description: str | None = None) -> ArgumentParser:
+    sub = commands.add_parser(name, help=summary, description=description or summary[0].upper() + summary[1:] + ".",
+                              formatter_class=HelpFormatter)
+    sub.set_defaults(handler=handler, parser=sub)
+    return sub
+
+
+def _group(commands: Any, name: str, summary: str) -> Any:
+    """A command with sub-commands (``edgekit keys generate``): its sub-command table."""
+    group = commands.add_parser(name, help=summary, description=summary[0].upper() + summary[1:] + ".",
+                                formatter_class=HelpFormatter)
+    table = group.add_subparsers(dest=f"{name}_command", metavar="COMMAND", title="commands")
+    table.required = True
+    return table
+
+
+def _add_package(commands: Any) -> None:
+    from .formats import FORMATS, build_options
+
+    p = _command(commands, "package", _package, "convert MODEL into a validated INT8 package for every --format",
+                 "Convert MODEL into a validated INT8 package for every --format. MODEL: Keras .keras/.h5, a TF "
+                 "SavedModel directory, .onnx, or PyTorch (.pt2 from torch.export, a TorchScript .pt, or "
+                 "file.py:factory returning an nn.Module); each reaches tflite, onnx and coreml (routes: "
+                 "docs/formats.md). Every artifact is calibrated on --calibration, then checked against the float "
+                 "model on held-out data; the measured accuracy, top-1 agreement, cosine similarity and SQNR are "
+                 "printed and recorded in the package's manifest.json.")
+    p.add_argument("model", type=Path, help="the trained model (see above)")
+    p.add_argument("-f", "--format", "-t", "--target", dest="formats", action="append", choices=[*FORMATS, "all"],
+                   metavar="FORMAT", help=f"output format: {', '.join(FORMATS)}; repeat for several, or 'all' "
+                                          "(default: tflite; --target is its former name)")
+    p.add_argument("--calibration", "-c", required=True, metavar="DATA",
+                   help="representative data: image folder (class sub-folders give labels), .npy/.npz (x, y), or "
+                        "module:function / file.py:function returning arrays")
+    p.add_argument("--eval", dest="eval_data", metavar="DATA", default=None,
+                   help="held-out data to validate on (same forms; default: hold out 20%% of --calibration)")
+    p.add_argument("--samples", type=int, default=300,
+                   help=_help("calibration samples to use (seeded choice)", 300))
+    p.add_argument("--eval-samples", type=_int_at_least(1), default=None, help="validate on at most this many samples")
+    p.add_argument("--seed", type=int, default=0, help=_help("seed for sample selection", 0))
+    p.add_argument("--max-accuracy-drop", type=_positive_float(0), default=1.0, metavar="PP",
+                   help=_help("largest INT8 accuracy drop (percentage points) before packaging fails", 1.0))
+    p.add_argument("--allow-accuracy-drop", action="store_true",
+                   help="keep the package even if a validation gate fails (recorded as failed in the manifest)")
+    p.add_argument("--min-sqnr", dest="min_sqnr_db", type=float, default=20.0, metavar="DB",
+                   help=_help("SQNR floor for every values output, and for each quantity joined into one output", 20.0))
+    p.add_argument("--output-kind", dest="output_kinds", action="append", default=[], metavar="[OUTPUT=]KIND",
+                   help="judge an output by this task instead of the kind inferred from the graph and values (printed "
+                        "before building): classes, bins, segmentation, detections:yolo[:THRESHOLD], "
+                        "detections:yolov5[:THRESHOLD], embedding or values (repeatable)")
+    p.add_argument("--metric", default=None, metavar="MODULE:FUNCTION",
+                   help="your metric: called with (float_outputs, int8_outputs, labels), returns named numbers and "
+                        "optionally passed=True/False, which then decides the gate")
+    p.add_argument("--auto-fix", action="store_true",
+                   help="when a gate fails, rebuild with the fixes it names (--keep-float, --reduce-range, percentile "
+                        "calibration), keep what helps, record it")
+    p.add_argument("--allow-float-ops", action="store_true",
+                   help="keep ops that cannot be INT8 in float (recorded in the manifest) instead of failing")
+    p.add_argument("--also-float", dest="also_float", action=argparse.BooleanOptionalAction, default=None,
+                   help="also package a validated float artifact per format (float16 TFLite and CoreML, float32 ONNX) "
+                        "for devices where INT8 is slower; `edgekit tune` measures which is faster (default: on for "
+                        "models up to 50 MB)")
+    p.add_argument("--name", default=None, help="package name (default: the model file's name)")
+    p.add_argument("--output", "-o", dest="output_dir", required=True, type=Path,
+                   help="directory that receives NAME.edgekit/ (and NAME.ekpkg with --archive)")
+    p.add_argument("--force", action="store_true", help="replace an existing package of the same name")
+    p.add_argument("--archive", action="store_true", help="also write the package as one NAME.ekpkg zip")
+    p.add_argument("--labels", dest="labels_file", type=Path, default=None,
+                   help="text file with one class label per line, in the model's output order; class folders of an "
+                        "image folder are numbered by these labels (by name), not alphabetically")
+    p.add_argument("--scale", type=float, default=None,
+                   help="preprocessing: multiply raw values (e.g. 0.00392157 = 1/255)")
+    p.add_argument("--mean", type=_float_list, default=None, metavar="M[,M,M]",
+                   help="preprocessing: subtract after scaling, per channel")
+    p.add_argument("--std", type=_float_list, default=None, metavar="S[,S,S]",
+                   help="preprocessing: divide after subtracting, per channel")
+    p.add_argument("--color-order", type=str.upper, choices=["RGB", "BGR", "L"], default=None,
+                   help="preprocessing: channel order images are fed in")
+    p.add_argument("--resize", type=_resize, default=None, metavar="HxW",
+                   help="preprocessing: resize images (default: the model's input)")
+    p.add_argument("--preprocessing", dest="preset", choices=["0..1", "-1..1", "imagenet", "raw"], default=None,
+                   help="preprocessing preset for 0..255 pixels: 0..1 (x/255), -1..1 (x/127.5-1), imagenet "
+                        "(mean/std), raw; --scale/--mean/--std override its fields")
+    p.add_argument("--input-shape", dest="input_shapes", action="append", type=_input_shape, default=[],
+                   metavar="NAME=DxDxD", help="fix an input's dynamic dimensions, e.g. images=1x3x320x320 (repeatable)")
+    p.add_argument("--profile", dest="profiles", action="append", default=[], metavar="PROFILE",
+                   help="device profile the package is for (repeatable; see `edgekit profiles`): decides which ONNX "
+                        "INT8 schemes are built beside S8S8 (onnx, for ARM and TensorRT): U8S8 for x86 with VNNI "
+                        "(onnx-u8s8), U8S8 with 7-bit weights for x86 without (onnx-u8s7); 'auto': this machine's "
+                        "(default: every known profile)")
+    p.add_argument("--input", dest="fixed_inputs", action="append", default=[], metavar="NAME=VALUE",
+                   help="fix a model input that is not a batch of samples (a scalar sample rate, a recurrent state of "
+                        "zeros) to a number or a .npy tensor; it is folded into every artifact as a constant and "
+                        "recorded in the manifest (repeatable; ONNX and PyTorch sources)")
+    p.add_argument("--timeout", type=_positive_float(1), default=None,
+                   help="seconds allowed per step run in a child process: loading the model (a file.py:factory "
+                        "included), the float reference, each conversion (default 1800)")
+    p.add_argument("--allow-partial", action="store_true",
+                   help="with several formats: exit 0 even if some fail (the package records what failed and why)")
+    p.add_argument("--keep-float", dest="keep_float", action="append", default=[], metavar="LAYER",
+                   help="keep this layer in float (repeatable; recorded in the manifest); see --explain for "
+                        "candidates. Read by the TFLite route from Keras/SavedModel and by ONNX; CoreML and TFLite "
+                        "from ONNX/PyTorch sources ignore it for now")
+    p.add_argument("--explain", action="store_true", help="report per-layer quantization error (worst layers by SQNR)")
+    p.add_argument("--sign", dest="sign_key", type=Path, default=None, metavar="KEY",
+                   help="sign manifest.json with this Ed25519 key (edgekit keys generate)")
+    own = p.add_argument_group("format options (each read by one format)")
+    for _, option in build_options():
+        if option.kind is bool:
+            own.add_argument(option.flag, dest=option.name, action="store_true", default=option.default,
+                             help=option.help)
+        elif option.choices:
+            own.add_argument(option.flag, dest=option.name, choices=list(option.choices), default=option.default,
+                             help=_help(option.help, option.default))
+        elif option.kind is int:
+            own.add_argument(option.flag, dest=option.name, type=_int_at_least(option.minimum or 0),
+                             default=option.default, metavar=option.metavar or "N", help=option.help)
+        else:
+            own.add_argument(option.flag, dest=option.name, default=option.default, metavar=option.metavar,
+                             help=option.help)
+
+
+def _package(args: argparse.Namespace) -> None:
     from .formats import build_options
 
-    for _, option in reversed(build_options()):
-        kwargs: dict[str, Any] = {"help": option.help, "default": option.default}
-        if option.kind is bool:
-            kwargs["is_flag"] = True
-        elif option.choices:
-            kwargs.update(type=click.Choice(list(option.choices)), show_default=True)
-        elif option.kind is int:
-            kwargs.update(type=click.IntRange(min=option.minimum), metavar=option.metavar or "N")
-        command = click.option(option.flag, option.name, **kwargs)(command)
-    return command
+    model, calibration, output_dir, eval_data = args.model, args.calibration, args.output_dir, args.eval_data
+    formats = args.formats or ["tflite"]
+    name, samples, eval_samples, seed = args.name, args.samples, args.eval_samples, args.seed
+    max_accuracy_drop, allow_accuracy_drop, min_sqnr_db = args.max_accuracy_drop, args.allow_accuracy_drop, args.min_sqnr_db
+    output_kinds, metric, auto_fix, allow_float_ops = args.output_kinds, args.metric, args.auto_fix, args.allow_float_ops
+    force, archive, labels_file, timeout, allow_partial = args.force, args.archive, args.labels_file, args.timeout, args.allow_partial
+    keep_float, explain, sign_key, also_float = args.keep_float, args.explain, args.sign_key, args.also_float
+    input_shapes, fixed_inputs, profiles = args.input_shapes, args.fixed_inputs, args.profiles
+    scale, mean, std, color_order, resize, preset = args.scale, args.mean, args.std, args.color_order, args.resize, args.preset
+    format_values = {option.name: getattr(args, option.name) for _, option in build_options()}
 
-
-@cli.command("package")
-@click.argument("model", type=click.Path(path_type=Path))
-@click.option("--format", "--target", "-f", "-t", "formats", multiple=True, default=("tflite",), show_default=True,
-              type=click.Choice(_format_names()),
-              help="Output format; repeat for several, or 'all'. (--target is its former name.)")
-@click.option("--calibration", "-c", required=True, metavar="DATA",
-              help="Representative data: image folder (class sub-folders give labels), .npy/.npz (x, y), "
-                   "or module:function / file.py:function returning arrays.")
-@click.option("--eval", "eval_data", metavar="DATA", default=None,
-              help="Held-out data to validate on (same forms). Default: hold out 20% of --calibration.")
-@click.option("--samples", type=int, default=300, show_default=True, help="Calibration samples to use (seeded choice).")
-@click.option("--eval-samples", type=click.IntRange(min=1), default=None, help="Validate on at most this many samples.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed for sample selection.")
-@click.option("--max-accuracy-drop", type=click.FloatRange(min=0), default=1.0, show_default=True, metavar="PP",
-              help="Largest INT8 accuracy drop (percentage points) before packaging fails.")
-@click.option("--allow-accuracy-drop", is_flag=True,
-              help="Keep the package even if a validation gate fails (recorded as failed in the manifest).")
-@click.option("--min-sqnr", "min_sqnr_db", type=float, default=20.0, show_default=True, metavar="DB",
-              help="SQNR floor for every values output, and for each quantity joined into one output.")
-@click.option("--output-kind", "output_kinds", multiple=True, metavar="[OUTPUT=]KIND",
-              help="Judge an output by this task instead of the kind inferred from the graph and values (printed "
-                   "before building): classes, bins, segmentation, detections:yolo[:THRESHOLD], "
-                   "detections:yolov5[:THRESHOLD], embedding or values (repeatable).")
-@click.option("--metric", default=None, metavar="MODULE:FUNCTION",
-              help="Your metric: called with (float_outputs, int8_outputs, labels), returns named numbers and "
-                   "optionally passed=True/False, which then decides the gate.")
-@click.option("--auto-fix", is_flag=True,
-              help="When a gate fails, rebuild with the fixes it names (--keep-float, --reduce-range, percentile "
-                   "calibration), keep what helps, record it.")
-@click.option("--allow-float-ops", is_flag=True,
-              help="Keep ops that cannot be INT8 in float (recorded in the manifest) instead of failing.")
-@click.option("--also-float/--no-also-float", "also_float", default=None,
-              help="Also package a validated float artifact per format (float16 TFLite and CoreML, float32 ONNX) "
-                   "for devices where INT8 is slower; `edgekit tune` measures which is faster. "
-                   "Default: on for models up to 50 MB.")
-@click.option("--name", default=None, help="Package name. Default: the model file's name.")
-@click.option("--output", "-o", "output_dir", required=True, type=click.Path(path_type=Path),
-              help="Directory that receives NAME.edgekit/ (and NAME.ekpkg with --archive).")
-@click.option("--force", is_flag=True, help="Replace an existing package of the same name.")
-@click.option("--archive", is_flag=True, help="Also write the package as one NAME.ekpkg zip.")
-@click.option("--labels", "labels_file", type=click.Path(path_type=Path), default=None,
-              help="Text file with one class label per line, in the model's output order; class folders of an "
-                   "image folder are numbered by these labels (by name), not alphabetically.")
-@click.option("--scale", type=float, default=None, help="Preprocessing: multiply raw values (e.g. 0.00392157 = 1/255).")
-@click.option("--mean", default=None, metavar="M[,M,M]", help="Preprocessing: subtract after scaling, per channel.")
-@click.option("--std", default=None, metavar="S[,S,S]", help="Preprocessing: divide after subtracting, per channel.")
-@click.option("--color-order", type=click.Choice(["RGB", "BGR", "L"], case_sensitive=False), default=None,
-              help="Preprocessing: channel order images are fed in.")
-@click.option("--resize", default=None, metavar="HxW", help="Preprocessing: resize images (default: the model's input).")
-@click.option("--preprocessing", "preset", type=click.Choice(["0..1", "-1..1", "imagenet", "raw"]), default=None,
-              help="Preprocessing preset for 0..255 pixels: 0..1 (x/255), -1..1 (x/127.5-1), imagenet (mean/std), "
-                   "raw; --scale/--mean/--std override its fields.")
-@click.option("--input-shape", "input_shapes", multiple=True, metavar="NAME=DxDxD",
-              help="Fix an input's dynamic dimensions, e.g. images=1x3x320x320 (repeatable).")
-@click.option("--profile", "profiles", multiple=True, metavar="PROFILE",
-              help="Device profile the package is for (repeatable; see `edgekit profiles`): decides which ONNX "
-                   "INT8 schemes are built beside S8S8 (onnx, for ARM and TensorRT): U8S8 for x86 with VNNI "
-                   "(onnx-u8s8), U8S8 with 7-bit weights for x86 without (onnx-u8s7). Default: every known profile.")
-@click.option("--input", "fixed_inputs", multiple=True, metavar="NAME=VALUE",
-              help="Fix a model input that is not a batch of samples (a scalar sample rate, a recurrent state of "
-                   "zeros) to a number or a .npy tensor; it is folded into every artifact as a constant and "
-                   "recorded in the manifest (repeatable; ONNX and PyTorch sources).")
-@click.option("--timeout", type=click.FloatRange(min=1), default=None,
-              help="Seconds allowed per step run in a child process: loading the model (a file.py:factory "
-                   "included), the float reference, each conversion (default 1800).")
-@click.option("--allow-partial", is_flag=True,
-              help="With several targets: exit 0 even if some fail (the package records what failed and why).")
-@click.option("--keep-float", "keep_float", multiple=True, metavar="LAYER",
-              help="Keep this layer in float (repeatable; recorded in the manifest). See --explain for candidates. "
-                   "Read by the TFLite route from Keras/SavedModel and by ONNX; CoreML and TFLite from "
-                   "ONNX/PyTorch sources ignore it for now.")
-@click.option("--explain", is_flag=True, help="Report per-layer quantization error (worst layers by SQNR).")
-@click.option("--sign", "sign_key", type=click.Path(path_type=Path), default=None, metavar="KEY",
-              help="Sign manifest.json with this Ed25519 key (edgekit keys generate).")
-@format_build_options
-def package_command(model: Path, formats: tuple[str, ...], calibration: str, eval_data: str | None, samples: int,
-                    eval_samples: int | None, seed: int, max_accuracy_drop: float, allow_accuracy_drop: bool,
-                    min_sqnr_db: float, output_kinds: tuple[str, ...], metric: str | None, auto_fix: bool,
-                    allow_float_ops: bool, name: str | None, output_dir: Path, force: bool, archive: bool,
-                    labels_file: Path | None, scale: float | None, mean: str | None, std: str | None,
-                    color_order: str | None, resize: str | None, timeout: float | None, allow_partial: bool,
-                    keep_float: tuple[str, ...], explain: bool, sign_key: Path | None, preset: str | None,
-                    input_shapes: tuple[str, ...], fixed_inputs: tuple[str, ...], profiles: tuple[str, ...],
-                    also_float: bool | None,
-                    **format_values: object) -> None:
-    """Convert MODEL into a validated INT8 package for every --format.
-
-    MODEL: Keras .keras/.h5, a TF SavedModel directory, .onnx, or PyTorch (.pt2 from torch.export,
-    a TorchScript .pt, or file.py:factory returning an nn.Module); each reaches tflite, onnx and
-    coreml (routes: docs/formats.md).
-
-    Every artifact is calibrated on --calibration, then checked against the float model on
-    held-out data; the measured accuracy, top-1 agreement, cosine similarity and SQNR are
-    printed and recorded in the package's manifest.json.
-    """
     from .build import PackageOptions, build_package, partial_error
     from .formats import expand_formats
     from .progress import Progress
@@ -210,13 +308,13 @@ def package_command(model: Path, formats: tuple[str, ...], calibration: str, eva
         eval=eval_data,
         name=name, samples=samples, eval_samples=eval_samples, seed=seed, max_accuracy_drop=max_accuracy_drop,
         allow_accuracy_drop=allow_accuracy_drop, allow_float_ops=allow_float_ops, force=force, archive=archive,
-        min_sqnr_db=min_sqnr_db, output_kinds=_output_kinds(output_kinds), metric=metric, auto_fix=auto_fix,
+        min_sqnr_db=min_sqnr_db, output_kinds=_output_kinds(args.parser, output_kinds), metric=metric, auto_fix=auto_fix,
         labels_file=str(labels_file) if labels_file else None, timeout_s=timeout, allow_partial=allow_partial,
         keep_float=list(keep_float), explain=explain, sign_key=str(sign_key) if sign_key else None,
-        format_options=dict(format_values), input_shapes=_input_shapes(input_shapes), also_float=also_float,
-        fixed_inputs=_fixed_inputs(fixed_inputs), profiles=list(profiles) or None,
-        preprocessing={"scale": scale, "mean": float_list(mean), "std": float_list(std),
-                       "color_order": color_order.upper() if color_order else None, "resize": _resize(resize),
+        format_options=dict(format_values), input_shapes=dict(input_shapes), also_float=also_float,
+        fixed_inputs=_fixed_inputs(args.parser, fixed_inputs), profiles=list(profiles) or None,
+        preprocessing={"scale": scale, "mean": mean, "std": std,
+                       "color_order": color_order.upper() if color_order else None, "resize": resize,
                        "preset": preset},
     )
     result = build_package(options, Progress())
@@ -225,96 +323,62 @@ def package_command(model: Path, formats: tuple[str, ...], calibration: str, eva
         render_explanations(result.manifest)
     for artifact in result.manifest.artifacts:
         for companion, reason in (artifact.details.get("companions_failed") or {}).items():
-            click.echo(f"warning: {artifact.key}: {companion} was not written ({reason}); the artifact itself "
-                       "passed and is in the package", err=True)
+            print(f"warning: {artifact.key}: {companion} was not written ({reason}); the artifact itself "
+                       "passed and is in the package", file=sys.stderr)
         reason = str(artifact.details.get("activations_reason") or "")
         if artifact.details.get("activations") == "float16" and not reason.startswith("--coreml-activations"):
-            click.echo(f"note: {artifact.key}: {reason}")  # weights-only INT8, and why: said, not only recorded
+            print(f"note: {artifact.key}: {reason}")  # weights-only INT8, and why: said, not only recorded
         graph = artifact.details.get("runtime_graph") or {}
         if graph.get("float_ops") and (graph.get("int8_fraction") or 0) < 0.5:  # "INT8" that mostly runs in float
             kinds = ", ".join(f"{op} x{n}" for op, n in sorted(graph["float_op_types"].items(), key=lambda i: -i[1])[:4])
-            click.echo(f"note: {artifact.key}: after ONNX Runtime's graph optimization on this CPU ({graph['cpu']}), "
+            print(f"note: {artifact.key}: after ONNX Runtime's graph optimization on this CPU ({graph['cpu']}), "
                        f"{graph['float_ops']} of {graph['float_ops'] + graph['int8_ops']} compute ops run in float "
                        f"({kinds}); `edgekit tune` on the device measures whether it beats float there")
         tail = [op for op in artifact.float_ops if op.get("tail")]
         inner = [op for op in artifact.float_ops if not op.get("tail")]
         if inner:
             ops = ", ".join(sorted({f"{op['op']} ({op['layer']})" for op in inner}))
-            click.echo(f"note: {artifact.key} keeps these ops in float: {ops}")
+            print(f"note: {artifact.key} keeps these ops in float: {ops}")
         if tail:
             ops = ", ".join(sorted({f"{op['op']} ({op['layer']})" for op in tail}))
-            click.echo(f"note: {artifact.key} computes its output tail in float after the last INT8 op: {ops} "
+            print(f"note: {artifact.key} computes its output tail in float after the last INT8 op: {ops} "
                        "(as ONNX Runtime and CoreML run it; the label says int8+float tail)")
-    click.echo(f"package: {result.path}")
+    print(f"package: {result.path}")
     if result.archive:
-        click.echo(f"archive: {result.archive}")
+        print(f"archive: {result.archive}")
     if not result.manifest.validation.get("passed", True):
-        click.echo("warning: validation failed (see above); the package was kept because of --allow-accuracy-drop "
-                   "and its manifest says passed: false", err=True)
+        print("warning: validation failed (see above); the package was kept because of --allow-accuracy-drop "
+                   "and its manifest says passed: false", file=sys.stderr)
     if result.failed and not allow_partial:
         raise partial_error(result)
 
 
-@cli.command("run", add_help_option=False,
-             context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
-@click.argument("args", nargs=-1, type=click.UNPROCESSED)
-def run_command(args: tuple[str, ...]) -> int:
-    """Predict on this device: same as `python -m edgekit.run` (see `edgekit run --help`)."""
-    from .run import main as run_main
-
-    return run_main(list(args), prog="edgekit run")
-
-
-@cli.command("bench", add_help_option=False,
-             context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
-@click.argument("args", nargs=-1, type=click.UNPROCESSED)
-def bench_command(args: tuple[str, ...]) -> int:
-    """Benchmark on this device: same as `python -m edgekit.run SOURCE --bench` (see `edgekit bench --help`)."""
-    from .run import main as run_main
-
-    return run_main([*args, "--bench"], prog="edgekit bench")
-
-
-@cli.command("tune", add_help_option=False,
-             context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
-@click.argument("args", nargs=-1, type=click.UNPROCESSED)
-def tune_command(args: tuple[str, ...]) -> int:
-    """Measure which artifact, runtime and thread count is fastest here and remember it (see `edgekit tune --help`)."""
-    from .run import main as run_main
-
-    return run_main([*args, "--tune"], prog="edgekit tune")
+def _add_compare(commands: Any) -> None:
+    p = _command(commands, "compare", _compare,
+                 "compare benchmark REPORTS (files or folders of them) across devices, formats and precisions")
+    p.add_argument("reports", nargs="+", help="report files, or folders of them")
+    p.add_argument("--baseline", default=None,
+                   help="report file name (without .json) or device name to compare against (default: the first report)")
+    p.add_argument("--html", dest="html_path", type=Path, default=None,
+                   help="write a self-contained HTML report with charts")
+    p.add_argument("--markdown", action="store_true", help="print the table as Markdown")
+    p.add_argument("--csv", dest="csv_path", type=Path, default=None, help="write the summary as CSV")
+    p.add_argument("--margin", type=_positive_float(0), default=5.0, metavar="PCT",
+                   help="equivalence margin: a difference is stated only when it is significant (bootstrap 95%% CI of "
+                        "the ratio of medians, from the raw samples) and larger than PCT percent (default: 5)")
+    p.add_argument("--fail-on-regression", type=_positive_float(0), default=None, metavar="PCT",
+                   help="exit 1 if any configuration is significantly slower than the baseline by more than PCT "
+                        "percent (PCT is then the margin)")
+    p.add_argument("--strict", action="store_true",
+                   help="fail on files that are not readable reports instead of skipping them")
+    p.add_argument("--allow-different-models", action="store_true", help="compare reports of different models")
 
 
-@cli.command("serve", add_help_option=False,
-             context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
-@click.argument("args", nargs=-1, type=click.UNPROCESSED)
-def serve_command(args: tuple[str, ...]) -> int:
-    """Serve packages over KServe v2 with dynamic batching (see `edgekit serve --help`)."""
-    from .server.cli import main as serve_main
+def _compare(args: argparse.Namespace) -> int:
+    reports, baseline, html_path, markdown = args.reports, args.baseline, args.html_path, args.markdown
+    csv_path, margin, fail_on_regression = args.csv_path, args.margin, args.fail_on_regression
+    strict, allow_different_models = args.strict, args.allow_different_models
 
-    return serve_main(list(args))
-
-
-@cli.command("compare")
-@click.argument("reports", nargs=-1, required=True)
-@click.option("--baseline", default=None, help="Report file name (without .json) or device name to compare against. "
-              "Default: the first report.")
-@click.option("--html", "html_path", type=click.Path(path_type=Path), default=None,
-              help="Write a self-contained HTML report with charts.")
-@click.option("--markdown", is_flag=True, help="Print the table as Markdown.")
-@click.option("--csv", "csv_path", type=click.Path(path_type=Path), default=None, help="Write the summary as CSV.")
-@click.option("--margin", type=click.FloatRange(min=0), default=5.0, show_default=True, metavar="PCT",
-              help="Equivalence margin: a difference is stated only when it is significant (bootstrap 95% CI of "
-                   "the ratio of medians, from the raw samples) and larger than PCT percent.")
-@click.option("--fail-on-regression", type=click.FloatRange(min=0), default=None, metavar="PCT",
-              help="Exit 1 if any configuration is significantly slower than the baseline by more than PCT percent "
-                   "(PCT is then the margin).")
-@click.option("--strict", is_flag=True, help="Fail on files that are not readable reports instead of skipping them.")
-@click.option("--allow-different-models", is_flag=True, help="Compare reports of different models.")
-def compare_command(reports: tuple[str, ...], baseline: str | None, html_path: Path | None, markdown: bool,
-                    csv_path: Path | None, margin: float, fail_on_regression: float | None, strict: bool,
-                    allow_different_models: bool) -> int:
-    """Compare benchmark REPORTS (files or folders of them) across devices, formats and precisions."""
     from rich.console import Console
     from rich.table import Table
 
@@ -330,9 +394,9 @@ def compare_command(reports: tuple[str, ...], baseline: str | None, html_path: P
     threshold = margin if fail_on_regression is None else fail_on_regression
     comparison = compare(list(reports), baseline, threshold, strict, allow_different_models)
     for skipped in comparison.skipped:
-        click.echo(f"warning: skipped {skipped}", err=True)
+        print(f"warning: skipped {skipped}", file=sys.stderr)
     if markdown:
-        click.echo(to_markdown(comparison), nl=False)
+        print(to_markdown(comparison), end="")
     else:
         console = Console(width=None if Console().is_terminal else 160)
         table = Table(title=f"baseline: {comparison.baseline}", title_justify="left")
@@ -356,108 +420,106 @@ def compare_command(reports: tuple[str, ...], baseline: str | None, html_path: P
 
         found, _ = gather(list(reports), strict)
         write_text_atomic(csv_path, to_csv([r for _, r in found]))
-        click.echo(f"csv: {csv_path}")
+        print(f"csv: {csv_path}")
     if html_path:
         from .bench.html import render as render_html
 
         write_text_atomic(html_path, render_html(comparison))
-        click.echo(f"html: {html_path}")
+        print(f"html: {html_path}")
     if fail_on_regression is not None and comparison.regressions:
         for row in comparison.regressions:
             v = row.verdict
-            click.echo(f"REGRESSION: {row.label} is {100 * (v['ratio'] - 1):.1f}% slower than {v['baseline']} "
-                       f"(95% CI {100 * (v['ci_low'] - 1):.1f}% to {100 * (v['ci_high'] - 1):.1f}%)", err=True)
+            print(f"REGRESSION: {row.label} is {100 * (v['ratio'] - 1):.1f}% slower than {v['baseline']} "
+                       f"(95% CI {100 * (v['ci_low'] - 1):.1f}% to {100 * (v['ci_high'] - 1):.1f}%)", file=sys.stderr)
         return 1
     return 0
 
 
-@cli.group("keys")
-def keys_group() -> None:
-    """Signing keys for packages (Ed25519)."""
+def _add_keys(commands: Any) -> None:
+    keys_commands = _group(commands, "keys", "signing keys for packages (Ed25519)")
+    generate = _command(keys_commands, "generate", _keys_generate,
+                        "write a private KEY (mode 0600) and its public KEY.pub (give KEY.pub to devices)")
+    generate.add_argument("key", type=Path, help="where to write the private key")
+    generate.add_argument("--force", action="store_true", help="overwrite an existing key")
+    sign = _command(commands, "sign", _sign, "sign PACKAGE (a NAME.edgekit directory or NAME.ekpkg) with KEY")
+    sign.add_argument("package", type=Path)
+    sign.add_argument("--key", required=True, type=Path, help="Ed25519 private key")
+    verify = _command(commands, "verify", _verify,
+                      "check PACKAGE's signature and every artifact's sha256 against its manifest")
+    verify.add_argument("package")
+    verify.add_argument("--trusted-keys", type=Path, default=None,
+                        help="folder of trusted KEY.pub files (default: accept any valid signature)")
+    verify.add_argument("--allow-unsigned", action="store_true", help="check the artifacts of an unsigned package")
 
 
-@keys_group.command("generate")
-@click.argument("key", type=click.Path(path_type=Path))
-@click.option("--force", is_flag=True, help="Overwrite an existing key.")
-def keys_generate(key: Path, force: bool) -> None:
-    """Write a private KEY (mode 0600) and its public KEY.pub (give KEY.pub to devices)."""
+def _keys_generate(args: argparse.Namespace) -> None:
     from .signing import generate_keys
 
-    private, public, kid = generate_keys(key, force)
-    click.echo(f"private key: {private}\npublic key:  {public}\nkey id: {kid}")
+    private, public, kid = generate_keys(args.key, args.force)
+    print(f"private key: {private}\npublic key:  {public}\nkey id: {kid}")
 
 
-@cli.command("sign")
-@click.argument("package", type=click.Path(path_type=Path))
-@click.option("--key", required=True, type=click.Path(path_type=Path), help="Ed25519 private key.")
-def sign_command(package: Path, key: Path) -> None:
-    """Sign PACKAGE (a NAME.edgekit directory or NAME.ekpkg) with KEY."""
+def _sign(args: argparse.Namespace) -> None:
     from .package_io import sign_package
 
-    click.echo(f"signed {package} with key {sign_package(package, key)}")
+    print(f"signed {args.package} with key {sign_package(args.package, args.key)}")
 
 
-@cli.command("verify")
-@click.argument("package")
-@click.option("--trusted-keys", type=click.Path(path_type=Path), default=None,
-              help="Folder of trusted KEY.pub files (default: accept any valid signature).")
-@click.option("--allow-unsigned", is_flag=True, help="Check the artifacts of an unsigned package.")
-def verify_command(package: str, trusted_keys: Path | None, allow_unsigned: bool) -> None:
-    """Check PACKAGE's signature and every artifact's sha256 against its manifest."""
+def _verify(args: argparse.Namespace) -> None:
     from .package_io import verify_package
 
-    for line in verify_package(package, str(trusted_keys) if trusted_keys else None, allow_unsigned):
-        click.echo(line)
+    for line in verify_package(args.package, str(args.trusted_keys) if args.trusted_keys else None,
+                               args.allow_unsigned):
+        print(line)
 
 
-@cli.group("export")
-def export_group() -> None:
-    """Hand a package to other serving systems."""
+def _add_export(commands: Any) -> None:
+    export_commands = _group(commands, "export", "hand a package to other serving systems")
+    p = _command(export_commands, "triton", _export_triton,
+                 "write PACKAGE as a Triton model repository entry",
+                 "Write PACKAGE as a Triton model repository entry: config.pbtxt + 1/model.onnx for Triton's "
+                 "onnxruntime backend, or config.pbtxt + 1/model.py + 1/package/ for its Python backend.")
+    p.add_argument("package")
+    p.add_argument("--output", "-o", required=True, type=Path, help="Triton model repository directory")
+    p.add_argument("--max-batch-size", type=_int_at_least(1), default=8, help=_help("Triton's max_batch_size", 8))
+    p.add_argument("--max-queue-delay-us", type=_int_at_least(0), default=500,
+                   help=_help("Triton's dynamic batching delay, microseconds", 500))
+    p.add_argument("--instances", type=_int_at_least(1), default=1, help=_help("model instances", 1))
+    p.add_argument("--gpu", action="store_true", help="KIND_GPU instances with the TensorRT accelerator (INT8)")
+    p.add_argument("--kserve", dest="kserve_uri", default=None, metavar="STORAGE_URI",
+                   help="also write a KServe InferenceService manifest serving the repository from STORAGE_URI")
+    p.add_argument("--backend", choices=["onnxruntime", "python"], default="onnxruntime",
+                   help=_help("onnxruntime: Triton runs the ONNX artifact; python: Triton's Python backend runs the "
+                              "package with edgekit's runtime (any artifact)", "onnxruntime"))
+    p.add_argument("--artifact", default=None, help="--backend python: the artifact to run (default: the best here)")
+    p.add_argument("--threads", type=_int_at_least(1), default=None, help="--backend python: runtime threads")
+    p.add_argument("--python-path", default=None, metavar="DIRS",
+                   help="--backend python: where edgekit is installed if the backend's Python lacks it (e.g. a "
+                        "venv's site-packages; os.pathsep-separated)")
+    p.add_argument("--force", action="store_true", help="replace an existing model directory")
 
 
-@export_group.command("triton")
-@click.argument("package")
-@click.option("--output", "-o", required=True, type=click.Path(path_type=Path), help="Triton model repository directory.")
-@click.option("--max-batch-size", type=click.IntRange(min=1), default=8, show_default=True)
-@click.option("--max-queue-delay-us", type=click.IntRange(min=0), default=500, show_default=True)
-@click.option("--instances", type=click.IntRange(min=1), default=1, show_default=True, help="Model instances.")
-@click.option("--gpu", is_flag=True, help="KIND_GPU instances with the TensorRT accelerator (INT8).")
-@click.option("--kserve", "kserve_uri", default=None, metavar="STORAGE_URI",
-              help="Also write a KServe InferenceService manifest serving the repository from STORAGE_URI.")
-@click.option("--backend", type=click.Choice(["onnxruntime", "python"]), default="onnxruntime", show_default=True,
-              help="onnxruntime: Triton runs the ONNX artifact; python: Triton's Python backend runs the package "
-                   "with edgekit's runtime (any artifact).")
-@click.option("--artifact", default=None, help="--backend python: the artifact to run (default: the best here).")
-@click.option("--threads", type=click.IntRange(min=1), default=None, help="--backend python: runtime threads.")
-@click.option("--python-path", default=None, metavar="DIRS",
-              help="--backend python: where edgekit is installed if the backend's Python lacks it "
-                   "(e.g. a venv's site-packages; os.pathsep-separated).")
-@click.option("--force", is_flag=True, help="Replace an existing model directory.")
-def export_triton_command(package: str, output: Path, max_batch_size: int, max_queue_delay_us: int, instances: int,
-                          gpu: bool, kserve_uri: str | None, backend: str, artifact: str | None, threads: int | None,
-                          python_path: str | None, force: bool) -> None:
-    """Write PACKAGE as a Triton model repository entry: config.pbtxt + 1/model.onnx for Triton's
-    onnxruntime backend, or config.pbtxt + 1/model.py + 1/package/ for its Python backend."""
+def _export_triton(args: argparse.Namespace) -> None:
     from .export.triton import export_triton
 
-    path = export_triton(package, str(output), max_batch_size, gpu, instances, max_queue_delay_us, kserve_uri, force,
-                         backend=backend, artifact=artifact, threads=threads, python_path=python_path)
-    click.echo(f"triton model: {path}")
-    if kserve_uri:
-        click.echo(f"kserve: {output / (path.name + '.inferenceservice.yaml')}")
+    path = export_triton(args.package, str(args.output), args.max_batch_size, args.gpu, args.instances,
+                         args.max_queue_delay_us, args.kserve_uri, args.force, backend=args.backend,
+                         artifact=args.artifact, threads=args.threads, python_path=args.python_path)
+    print(f"triton model: {path}")
+    if args.kserve_uri:
+        print(f"kserve: {args.output / (path.name + '.inferenceservice.yaml')}")
 
 
-@cli.command("profiles")
-@click.option("--root", default=None, help="Read device facts below this directory instead of / (for testing).")
-def profiles_command(root: str | None) -> None:
-    """List device profiles, which one matches this machine, and why; then the formats and runtimes here."""
+def _profiles(args: argparse.Namespace) -> None:
+    root = args.root
+
     from .devices import DeviceFacts, detect, load_profiles, profile_dirs
     from .formats.onnx.schemes import schemes_for_cpu
 
     facts = DeviceFacts.read(root)
     profiles = load_profiles()
     chosen = detect(facts, profiles)
-    click.echo(f"this machine: {facts.os}/{facts.arch}, {facts.cpu_count} cores, "
+    print(f"this machine: {facts.os}/{facts.arch}, {facts.cpu_count} cores, "
                f"device-tree model {facts.device_tree_model or '(none)'}, "
                f"Jetson {'yes' if facts.nv_tegra_release else 'no'}, NVIDIA driver {'yes' if facts.cuda else 'no'}, "
                f"ONNX INT8 artifacts run here in order: "
@@ -466,37 +528,30 @@ def profiles_command(root: str | None) -> None:
         matched, reasons = profile.match(facts)
         mark = "*" if profile.name == chosen.name else ("+" if matched else " ")
         prefer = ", ".join(f"{a}/{b}" for a, b in profile.prefer)
-        click.echo(f"{mark} {profile.name:<18} priority {profile.priority:<3} {profile.description}")
-        click.echo(f"    prefers {prefer}; threads {profile.threads or 'all'}; ONNX INT8 schemes "
+        print(f"{mark} {profile.name:<18} priority {profile.priority:<3} {profile.description}")
+        print(f"    prefers {prefer}; threads {profile.threads or 'all'}; ONNX INT8 schemes "
                    f"{', '.join(profile.onnx_schemes)}; {profile.path}")
         for reason in reasons:
-            click.echo(f"    {reason}")
-    click.echo(f"selected: {chosen.name}" + ("" if chosen.name in profiles else f" ({chosen.description})"))
-    click.echo("profiles are read from: " + ", ".join(str(d) for d in profile_dirs()))
+            print(f"    {reason}")
+    print(f"selected: {chosen.name}" + ("" if chosen.name in profiles else f" ({chosen.description})"))
+    print("profiles are read from: " + ", ".join(str(d) for d in profile_dirs()))
     from .formats import FORMATS
 
-    click.echo("formats:")
+    print("formats:")
     for fmt in FORMATS.values():
         runtimes = ", ".join(f"{b.name} ({b.available() or 'not installed: ' + fmt.extra})" for b in fmt.backends)
-        click.echo(f"  {fmt.name:<8} {fmt.description}; runs on {runtimes}")
+        print(f"  {fmt.name:<8} {fmt.description}; runs on {runtimes}")
 
 
-@cli.command("targets", hidden=True)
-@click.option("--root", default=None, help="Read device facts below this directory instead of / (for testing).")
-@click.pass_context
-def targets_command(ctx: click.Context, root: str | None) -> None:
-    """The former name of `edgekit profiles`."""
-    ctx.invoke(profiles_command, root=root)
+def _add_cache(commands: Any) -> None:
+    cache_commands = _group(commands, "cache", "inspect and manage the local cache (EDGEKIT_CACHE_DIR)")
+    _command(cache_commands, "ls", _cache_ls, "list cache entries, least recently used first")
+    _command(cache_commands, "verify", _cache_verify,
+             "check every entry's checksums; remove the ones that fail (they are rebuilt on next use)")
+    _command(cache_commands, "clear", _cache_clear, "remove every cache entry")
 
 
-@cli.group("cache")
-def cache_group() -> None:
-    """Inspect and manage the local cache (EDGEKIT_CACHE_DIR)."""
-
-
-@cache_group.command("ls")
-def cache_ls() -> None:
-    """List cache entries, least recently used first."""
+def _cache_ls(args: argparse.Namespace) -> None:
     import time
 
     from . import cache
@@ -504,33 +559,43 @@ def cache_ls() -> None:
     found = sorted(cache.entries(), key=lambda e: e.last_used)
     for entry in found:
         age = time.time() - entry.last_used
-        click.echo(f"{entry.kind:<9} {entry.key[:40]:<40} {entry.bytes / 1024:>10.1f} KiB  used {age / 60:.0f} min ago")
+        print(f"{entry.kind:<9} {entry.key[:40]:<40} {entry.bytes / 1024:>10.1f} KiB  used {age / 60:.0f} min ago")
     total = sum(e.bytes for e in found)
-    click.echo(f"{len(found)} entries, {total / (1 << 20):.1f} MiB of {cache.max_bytes() / (1 << 20):.0f} MiB "
-               f"in {cache.cache_root()}")
+    print(f"{len(found)} entries, {total / (1 << 20):.1f} MiB of {cache.max_bytes() / (1 << 20):.0f} MiB "
+          f"in {cache.cache_root()}")
 
 
-@cache_group.command("verify")
-def cache_verify() -> None:
-    """Check every entry's checksums; remove the ones that fail (they are rebuilt on next use)."""
+def _cache_verify(args: argparse.Namespace) -> None:
     from .cache_verify import verify_all
 
     bad = verify_all()
     for entry, problem in bad:
-        click.echo(f"removed {entry.kind}/{entry.key}: {problem}")
-    click.echo(f"{len(bad)} bad entries removed" if bad else "all entries verified")
+        print(f"removed {entry.kind}/{entry.key}: {problem}")
+    print(f"{len(bad)} bad entries removed" if bad else "all entries verified")
 
 
-@cache_group.command("clear")
-def cache_clear() -> None:
-    """Remove every cache entry."""
+def _cache_clear(args: argparse.Namespace) -> None:
     from . import cache
 
-    click.echo(f"removed {cache.clear()} entries from {cache.cache_root()}")
+    print(f"removed {cache.clear()} entries from {cache.cache_root()}")
+
+
+def run(argv: Sequence[str] | None = None) -> int:
+    """``edgekit ARGS`` in this process: the exit code (0, 1 for an edgekit error, 2 for a usage error)."""
+    args_list, debug = split_debug(argv)
+    if args_list and args_list[0] in DELEGATED:
+        handler, _ = DELEGATED[args_list[0]]
+        return handler(args_list[1:] + (["--debug"] if debug else []), args_list[0])
+    try:
+        args = parser().parse_args(args_list)
+    except SystemExit as exc:  # --help, --version, or a usage error already printed
+        return exc.code if isinstance(exc.code, int) else 0
+    return guarded(lambda: args.handler(args), debug)
 
 
 def main() -> None:
-    sys.exit(invoke(cli))
+    """The console script."""
+    sys.exit(run())
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """The command reference (``docs/reference/cli.md``), generated from the command-line parsers
-themselves so that it cannot go stale: every ``edgekit`` command (click) and the device entry
-point ``python -m edgekit.run`` with ``edgekit run/bench/tune/serve`` (argparse), each with the
-``--help`` text its parser prints. ``python -m edgekit.cli_reference`` rewrites the file; a test
+themselves so that it cannot go stale: every ``edgekit`` command and the device entry point
+``python -m edgekit.run`` (which ``edgekit run/bench/tune`` hand their arguments to) and
+``edgekit serve``, each with the ``--help`` text its parser prints. ``python -m edgekit.cli_reference`` rewrites the file; a test
 checks that the committed file is what this prints and that it names every option."""
 
 from __future__ import annotations
@@ -10,32 +10,31 @@ import argparse
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 WIDTH = 100
-DELEGATED = {"run", "bench", "tune", "serve"}  # click commands that hand their arguments to an argparse parser
+DELEGATED = {"run", "bench", "tune", "serve"}  # commands that hand their arguments to the device parsers
 
 
-def click_commands() -> Iterator[tuple[str, Any, Any]]:
-    """(command path, click command, its context) for every visible edgekit command, depth first."""
-    import click
+HIDDEN = {"targets"}  # former names, still accepted, not documented
 
-    from .cli import cli
 
-    def walk(command: click.Command, path: str, parent: click.Context | None) -> Iterator[tuple[str, Any, Any]]:
-        context = click.Context(command, info_name=path.split()[-1], parent=parent, terminal_width=WIDTH,
-                                max_content_width=WIDTH)
-        yield path, command, context
-        if isinstance(command, click.Group):
-            for name in sorted(command.commands):
-                sub = command.commands[name]
-                if not sub.hidden and name not in DELEGATED:
-                    yield from walk(sub, f"{path} {name}", context)
+def edgekit_commands() -> Iterator[tuple[str, argparse.ArgumentParser]]:
+    """(command path, parser) for every documented ``edgekit`` command, depth first."""
+    from .cli import parser
 
-    yield from walk(cli, "edgekit", None)
+    def walk(path: str, command: argparse.ArgumentParser) -> Iterator[tuple[str, argparse.ArgumentParser]]:
+        yield path, command
+        for action in command._actions:  # noqa: SLF001 - argparse keeps its sub-commands here
+            if isinstance(action, argparse._SubParsersAction):  # noqa: SLF001
+                for name, sub in action.choices.items():
+                    if name not in DELEGATED and name not in HIDDEN:
+                        yield from walk(f"{path} {name}", sub)
+
+    yield from walk("edgekit", parser())
 
 
 def argparse_parsers() -> list[tuple[str, argparse.ArgumentParser]]:
+    """The device parsers that ``edgekit run/bench/tune/serve`` hand their arguments to."""
     from .run import parser as run_parser
     from .server.cli import parser as serve_parser
 
@@ -45,10 +44,7 @@ def argparse_parsers() -> list[tuple[str, argparse.ArgumentParser]]:
 def option_strings() -> set[str]:
     """Every option flag of every command: what the reference must name."""
     found: set[str] = set()
-    for _, command, _ in click_commands():
-        for param in command.params:
-            found.update(o for o in (*param.opts, *param.secondary_opts) if o.startswith("-"))
-    for _, parser in argparse_parsers():
+    for _, parser in [*edgekit_commands(), *argparse_parsers()]:
         for action in parser._actions:  # noqa: SLF001 - argparse keeps its option table here
             found.update(action.option_strings)
     return found
@@ -73,9 +69,7 @@ def _render() -> str:
              "Generated from the parsers by `python -m edgekit.cli_reference` (a test keeps it current).",
              "`edgekit run`, `edgekit bench` and `edgekit tune` take the options of `python -m edgekit.run`",
              "(with `--bench` or `--tune` implied); `edgekit serve` has its own.", ""]
-    for path, command, context in click_commands():
-        lines += [f"## `{path}`", "", "```text", command.get_help(context).rstrip(), "```", ""]
-    for path, parser in argparse_parsers():
+    for path, parser in [*edgekit_commands(), *argparse_parsers()]:
         lines += [f"## `{path}`", "", "```text", parser.format_help().rstrip(), "```", ""]
     return "\n".join(lines)
 

@@ -1,6 +1,7 @@
 """How every edgekit command line ends: one clear error line, an exit code, a traceback only with --debug.
 
-Kept free of click at import time: ``python -m edgekit.run`` uses argparse to start fast.
+Both entry points (``edgekit`` and ``python -m edgekit.run``) are argparse parsers; their usage
+errors are printed by ``cliopts.ArgumentParser``.
 """
 
 from __future__ import annotations
@@ -51,12 +52,8 @@ def guarded(body: Callable[[], Any], debug: bool) -> int:
         found = (storage_error(exc) if isinstance(exc, OSError) else None) or resource_error(exc)
         if found is not None:
             return _report(found, debug)
-        if type(exc).__module__.startswith("click"):
-            return _click_failure(exc, debug)
         return _internal(exc, debug)
     except Exception as exc:
-        if type(exc).__module__.startswith("click"):
-            return _click_failure(exc, debug)
         return _internal(exc, debug)
     finally:
         warnings.showwarning = previous
@@ -105,43 +102,3 @@ def _internal(exc: BaseException, debug: bool) -> int:
     print(f"error: internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
     print("  fix: rerun with --debug and report the traceback", file=sys.stderr)
     return EXIT_INTERNAL
-
-
-def _click_failure(exc: Exception, debug: bool) -> int:
-    import click
-
-    if isinstance(exc, click.exceptions.Abort):
-        cause = exc.__context__
-        if isinstance(cause, EOFError):  # click turns any EOFError into Abort: it was not an interrupt
-            return _internal(cause, debug)
-        print("aborted", file=sys.stderr)
-        return EXIT_INTERRUPTED
-    if isinstance(exc, click.UsageError):  # one error line and where help is, as python -m edgekit.run says it
-        from .cliopts import usage_error
-
-        command = exc.ctx.command_path if exc.ctx is not None else "edgekit"
-        sys.stderr.write(usage_error(exc.format_message(), f"{command} --help"))
-        return exc.exit_code
-    if isinstance(exc, click.ClickException):
-        exc.show()
-        return exc.exit_code
-    if isinstance(exc, click.exceptions.Exit):
-        return exc.exit_code
-    raise exc
-
-
-def invoke(command: Any, argv: Sequence[str] | None = None, prog_name: str = "edgekit") -> int:
-    """Run a click command with edgekit's error handling."""
-    args, debug = split_debug(argv)
-    return guarded(lambda: command.main(args=args, prog_name=prog_name, standalone_mode=False), debug)
-
-
-def float_list(text: str | None) -> list[float] | None:
-    import click
-
-    if text is None:
-        return None
-    try:
-        return [float(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise click.BadParameter(f"expected comma-separated numbers, got {text!r}") from None

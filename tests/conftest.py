@@ -17,8 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edgekit.cli import cli
-from edgekit.clitools import invoke
+from edgekit.cli import run as edgekit_main
 
 ROOT = Path(__file__).resolve().parents[1]
 DIGITS = ROOT / "models" / "digits"
@@ -55,7 +54,7 @@ def built_once(tmp_path_factory: pytest.TempPathFactory, name: str, build: Calla
 
 def run_cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
     """Run ``edgekit ARGS`` in-process as the console script does; (exit code, stdout, stderr)."""
-    code = invoke(cli, [str(a) for a in args])
+    code = edgekit_main([str(a) for a in args])
     captured = capsys.readouterr()
     return code, captured.out, captured.err
 

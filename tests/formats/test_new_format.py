@@ -105,7 +105,7 @@ PROBE = '''
 import json, subprocess, sys
 import numpy as np
 import edgekit
-from edgekit.cli import cli
+from edgekit.cli import parser
 from edgekit.server.app import ServerOptions
 from edgekit.server.dataplane import DataPlane
 
