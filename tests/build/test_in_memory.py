@@ -38,7 +38,9 @@ def run_script(body: str) -> dict:
 
 
 @pytest.mark.slow
-def test_an_in_memory_torch_module_with_a_dataloader():
+def test_an_in_memory_torch_module_with_arrays_and_a_dataloader():
+    """Calibration as a numpy array (the module is traced with its first samples), held-out data
+    as a DataLoader of (x, y) batches."""
     found = run_script("""
         import torch
         torch.manual_seed(0)
@@ -57,17 +59,18 @@ def test_an_in_memory_torch_module_with_a_dataloader():
             optimizer.zero_grad()
             torch.nn.functional.cross_entropy(net(torch.from_numpy(x)), torch.from_numpy(y)).backward()
             optimizer.step()
-        loader = torch.utils.data.DataLoader(
-            torch.utils.data.TensorDataset(torch.from_numpy(x[:300]), torch.from_numpy(y[:300])), batch_size=32)
-        result = edgekit.package(net, loader, out, eval=(x[300:], y[300:]), formats=["onnx"], profiles=["rpi5"],
+        held_out = torch.utils.data.DataLoader(
+            torch.utils.data.TensorDataset(torch.from_numpy(x[300:]), torch.from_numpy(y[300:])), batch_size=32)
+        result = edgekit.package(net, x[:300], out, eval=held_out, formats=["onnx"], profiles=["rpi5"],
                                  also_float=False)
         outputs = edgekit.load(result.path).predict(x[300:340])
         with torch.no_grad():
             expected = net(torch.from_numpy(x[300:340])).numpy()
         print(json.dumps({"name": result.manifest.name, "verdicts": result.verdicts,
+                          "samples": result.manifest.validation["data"]["samples"],
                           "agree": float((outputs.argmax(1) == expected.argmax(1)).mean())}))
     """)
-    assert found["name"] == "net" and found["verdicts"] == {"onnx": "passed"}
+    assert found["name"] == "net" and found["verdicts"] == {"onnx": "passed"} and found["samples"] == 100
     assert found["agree"] >= 0.9
 
 
