@@ -39,11 +39,11 @@ def package(model: Any, calibration: Any, output_dir: Any = ".", *, eval: Any = 
     zeros of ``input_shapes={"x": [1, 3, 224, 224]}``) or an ``onnx.ModelProto``.
     ``calibration``/``eval``: a path, an array, ``(x, y)``, a dict of arrays by input name, or an
     iterable (generator, PyTorch ``DataLoader``). Other keyword options as in
-    ``edgekit.build.PackageOptions`` (``formats=["all"]``, ``name=``, ``samples=``, ...).
+    ``edgekit.packaging.PackageOptions`` (``formats=["all"]``, ``name=``, ``samples=``, ...).
     """
-    from .build import PackageOptions
-    from .build import package as _package
-    from .build.in_memory import data_file, input_ranks, is_path, model_file
+    from .packaging import PackageOptions
+    from .packaging import package as _package
+    from .packaging.in_memory import data_file, input_ranks, is_path, model_file
     from .fsutil import temp_dir
 
     with temp_dir("edgekit-objects-") as folder:

@@ -298,7 +298,7 @@ def _package(args: argparse.Namespace) -> None:
     scale, mean, std, color_order, resize, preset = args.scale, args.mean, args.std, args.color_order, args.resize, args.preset
     format_values = {option.name: getattr(args, option.name) for _, option in build_options()}
 
-    from .build import PackageOptions, build_package, partial_error
+    from .packaging import PackageOptions, build_package, partial_error
     from .formats import expand_formats
     from .progress import Progress
     from .validation_table import render, render_explanations

@@ -92,7 +92,7 @@ def test_the_runtime_runs_the_scheme_built_for_its_cpu(digits_all_package, tmp_p
 
 
 def test_the_schemes_a_package_needs_come_from_its_profiles():
-    from edgekit.build import onnx_schemes
+    from edgekit.packaging import onnx_schemes
     from edgekit.devices import detect
 
     assert onnx_schemes(["rpi5", "jetson-orin-nano"]) == ["s8s8"]

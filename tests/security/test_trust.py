@@ -181,10 +181,10 @@ def test_exhausted_threads_or_memory_are_named_not_internal_errors():
         error = resource_error(exc)
         assert isinstance(error, EdgekitError) and needle in error.message, (exc, error)
     assert resource_error(ValueError("x")) is None
-    code = ("import sys, edgekit.build.preflight as p\n"
+    code = ("import sys, edgekit.packaging.preflight as p\n"
             "def starved(*a, **k): raise BlockingIOError(11, 'Resource temporarily unavailable')\n"
             "p.preflight = starved\n"
-            "import edgekit.build as b; b.preflight = starved\n"
+            "import edgekit.packaging as b; b.preflight = starved\n"
             "sys.argv = ['edgekit', 'package', 'models/digits/digits.keras', '--calibration',"
             " 'models/digits/data/calibration.npz', '-o', sys.argv[1]]\n"
             "from edgekit.cli import main\n"

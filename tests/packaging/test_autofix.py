@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from edgekit.build.autofix import Candidate, improves
-from edgekit.build.gates import check
-from edgekit.build.validate import Measured
+from edgekit.packaging.autofix import Candidate, improves
+from edgekit.packaging.gates import check
+from edgekit.packaging.validate import Measured
 from edgekit.quantize.kinds import infer
 from edgekit.quantize.metrics import compare_outputs
 from edgekit.quantize.tasks import evaluate
