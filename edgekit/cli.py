@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from . import __version__
-from .cliopts import ArgumentParser, HelpFormatter
+from .cliopts import ArgumentParser, HelpFormatter, at_least
 from .clitools import guarded, split_debug
 
 PROG = "edgekit"
@@ -58,12 +58,6 @@ def _positive_float(minimum: float) -> Callable[[str], float]:
         return value
 
     return parse
-
-
-def _int_at_least(minimum: int) -> Callable[[str], int]:
-    from .cliopts import at_least
-
-    return at_least(minimum)
 
 
 def _float_list(text: str) -> list[float]:
@@ -200,7 +194,7 @@ def _add_package(commands: Any) -> None:
                    help="held-out data to validate on (same forms; default: hold out 20%% of --calibration)")
     p.add_argument("--samples", type=int, default=300,
                    help=_help("calibration samples to use (seeded choice)", 300))
-    p.add_argument("--eval-samples", type=_int_at_least(1), default=None, help="validate on at most this many samples")
+    p.add_argument("--eval-samples", type=at_least(1), default=None, help="validate on at most this many samples")
     p.add_argument("--seed", type=int, default=0, help=_help("seed for sample selection", 0))
     p.add_argument("--max-accuracy-drop", type=_positive_float(0), default=1.0, metavar="PP",
                    help=_help("largest INT8 accuracy drop (percentage points) before packaging fails", 1.0))
@@ -277,7 +271,7 @@ def _add_package(commands: Any) -> None:
             own.add_argument(option.flag, dest=option.name, choices=list(option.choices), default=option.default,
                              help=_help(option.help, option.default))
         elif option.kind is int:
-            own.add_argument(option.flag, dest=option.name, type=_int_at_least(option.minimum or 0),
+            own.add_argument(option.flag, dest=option.name, type=at_least(option.minimum or 0),
                              default=option.default, metavar=option.metavar or "N", help=option.help)
         else:
             own.add_argument(option.flag, dest=option.name, default=option.default, metavar=option.metavar,
@@ -285,37 +279,27 @@ def _add_package(commands: Any) -> None:
 
 
 def _package(args: argparse.Namespace) -> None:
-    from .formats import build_options
-
-    model, calibration, output_dir, eval_data = args.model, args.calibration, args.output_dir, args.eval_data
-    formats = args.formats or ["tflite"]
-    name, samples, eval_samples, seed = args.name, args.samples, args.eval_samples, args.seed
-    max_accuracy_drop, allow_accuracy_drop, min_sqnr_db = args.max_accuracy_drop, args.allow_accuracy_drop, args.min_sqnr_db
-    output_kinds, metric, auto_fix, allow_float_ops = args.output_kinds, args.metric, args.auto_fix, args.allow_float_ops
-    force, archive, labels_file, timeout, allow_partial = args.force, args.archive, args.labels_file, args.timeout, args.allow_partial
-    keep_float, explain, sign_key, also_float = args.keep_float, args.explain, args.sign_key, args.also_float
-    input_shapes, fixed_inputs, profiles = args.input_shapes, args.fixed_inputs, args.profiles
-    scale, mean, std, color_order, resize, preset = args.scale, args.mean, args.std, args.color_order, args.resize, args.preset
-    format_values = {option.name: getattr(args, option.name) for _, option in build_options()}
-
+    from .formats import build_options, expand_formats
     from .packaging import PackageOptions, build_package, partial_error
-    from .formats import expand_formats
     from .progress import Progress
     from .validation_table import render, render_explanations
 
+    explain, allow_partial = args.explain, args.allow_partial  # read again after building
     options = PackageOptions(
-        model=str(model), calibration=calibration, output_dir=str(output_dir), formats=expand_formats(list(formats)),
-        eval=eval_data,
-        name=name, samples=samples, eval_samples=eval_samples, seed=seed, max_accuracy_drop=max_accuracy_drop,
-        allow_accuracy_drop=allow_accuracy_drop, allow_float_ops=allow_float_ops, force=force, archive=archive,
-        min_sqnr_db=min_sqnr_db, output_kinds=_output_kinds(args.parser, output_kinds), metric=metric, auto_fix=auto_fix,
-        labels_file=str(labels_file) if labels_file else None, timeout_s=timeout, allow_partial=allow_partial,
-        keep_float=list(keep_float), explain=explain, sign_key=str(sign_key) if sign_key else None,
-        format_options=dict(format_values), input_shapes=dict(input_shapes), also_float=also_float,
-        fixed_inputs=_fixed_inputs(args.parser, fixed_inputs), profiles=list(profiles) or None,
-        preprocessing={"scale": scale, "mean": mean, "std": std,
-                       "color_order": color_order.upper() if color_order else None, "resize": resize,
-                       "preset": preset},
+        model=str(args.model), calibration=args.calibration, output_dir=str(args.output_dir),
+        formats=expand_formats(args.formats or ["tflite"]), eval=args.eval_data, name=args.name,
+        samples=args.samples, eval_samples=args.eval_samples, seed=args.seed,
+        max_accuracy_drop=args.max_accuracy_drop, allow_accuracy_drop=args.allow_accuracy_drop,
+        allow_float_ops=args.allow_float_ops, force=args.force, archive=args.archive, min_sqnr_db=args.min_sqnr_db,
+        output_kinds=_output_kinds(args.parser, args.output_kinds), metric=args.metric, auto_fix=args.auto_fix,
+        labels_file=str(args.labels_file) if args.labels_file else None, timeout_s=args.timeout,
+        allow_partial=allow_partial, keep_float=args.keep_float, explain=explain,
+        sign_key=str(args.sign_key) if args.sign_key else None,
+        format_options={option.name: getattr(args, option.name) for _, option in build_options()},
+        input_shapes=dict(args.input_shapes), also_float=args.also_float,
+        fixed_inputs=_fixed_inputs(args.parser, args.fixed_inputs), profiles=args.profiles or None,
+        preprocessing={"scale": args.scale, "mean": args.mean, "std": args.std, "color_order": args.color_order,
+                       "resize": args.resize, "preset": args.preset},
     )
     result = build_package(options, Progress())
     render(result.manifest)
@@ -481,10 +465,10 @@ def _add_export(commands: Any) -> None:
                  "onnxruntime backend, or config.pbtxt + 1/model.py + 1/package/ for its Python backend.")
     p.add_argument("package")
     p.add_argument("--output", "-o", required=True, type=Path, help="Triton model repository directory")
-    p.add_argument("--max-batch-size", type=_int_at_least(1), default=8, help=_help("Triton's max_batch_size", 8))
-    p.add_argument("--max-queue-delay-us", type=_int_at_least(0), default=500,
+    p.add_argument("--max-batch-size", type=at_least(1), default=8, help=_help("Triton's max_batch_size", 8))
+    p.add_argument("--max-queue-delay-us", type=at_least(0), default=500,
                    help=_help("Triton's dynamic batching delay, microseconds", 500))
-    p.add_argument("--instances", type=_int_at_least(1), default=1, help=_help("model instances", 1))
+    p.add_argument("--instances", type=at_least(1), default=1, help=_help("model instances", 1))
     p.add_argument("--gpu", action="store_true", help="KIND_GPU instances with the TensorRT accelerator (INT8)")
     p.add_argument("--kserve", dest="kserve_uri", default=None, metavar="STORAGE_URI",
                    help="also write a KServe InferenceService manifest serving the repository from STORAGE_URI")
@@ -492,7 +476,7 @@ def _add_export(commands: Any) -> None:
                    help=_help("onnxruntime: Triton runs the ONNX artifact; python: Triton's Python backend runs the "
                               "package with edgekit's runtime (any artifact)", "onnxruntime"))
     p.add_argument("--artifact", default=None, help="--backend python: the artifact to run (default: the best here)")
-    p.add_argument("--threads", type=_int_at_least(1), default=None, help="--backend python: runtime threads")
+    p.add_argument("--threads", type=at_least(1), default=None, help="--backend python: runtime threads")
     p.add_argument("--python-path", default=None, metavar="DIRS",
                    help="--backend python: where edgekit is installed if the backend's Python lacks it (e.g. a "
                         "venv's site-packages; os.pathsep-separated)")

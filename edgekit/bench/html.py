@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from .compare import HEADERS, Comparison, matrix, matrix_cell, table_rows
+from .stats import DEFAULT_MARGIN_PCT
 
 PALETTE = ["#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c", "#0891b2", "#4d7c0f", "#be185d"]
 WIDTH = 960
@@ -228,7 +229,7 @@ def render(comparison: Comparison, title: str = "edgekit benchmark comparison") 
         charts.append(("Accuracy vs latency", scatter))
     notes = "".join(f"<li>{_esc(s)}</li>" for s in comparison.skipped)
     sections = "".join(f"<section><h2>{_esc(name)}</h2>{svg}</section>" for name, svg in charts)
-    margin = 5.0 if comparison.threshold_pct is None else comparison.threshold_pct
+    margin = DEFAULT_MARGIN_PCT if comparison.threshold_pct is None else comparison.threshold_pct
     threshold = f": a difference only when significant and larger than the {margin:g}% equivalence margin"
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
