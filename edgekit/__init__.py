@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__version__ = "0.1.0"
+from .version import __version__
 
 
 def load(
@@ -43,7 +43,8 @@ def package(model: Any, calibration: Any, output_dir: Any = ".", *, eval: Any = 
     """
     from .packaging import PackageOptions
     from .packaging import package as _package
-    from .packaging.in_memory import data_file, input_ranks, is_path, model_file
+    from .packaging.in_memory import data_file, is_path
+    from .sources.objects import input_ranks, model_file
     from .fsutil import temp_dir
 
     with temp_dir("edgekit-objects-") as folder:
@@ -54,7 +55,7 @@ def package(model: Any, calibration: Any, output_dir: Any = ".", *, eval: Any = 
             options.setdefault("name", name)
         else:
             path, ranks = str(model), {}
-        return _package(PackageOptions(
+        return _package(PackageOptions.from_keywords(
             model=path, calibration=data_file(calibration, folder, "calibration", ranks),
             eval=None if eval is None else data_file(eval, folder, "eval", ranks), output_dir=str(output_dir),
             **options))

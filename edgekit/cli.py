@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from . import __version__
+from .version import __version__
 from .cliopts import ArgumentParser, HelpFormatter, at_least
 from .clitools import guarded, split_debug
 
@@ -152,8 +152,19 @@ def parser() -> ArgumentParser:
     targets = commands.add_parser("targets", formatter_class=HelpFormatter)  # the former name of profiles, unlisted
     targets.add_argument("--root", default=None)
     targets.set_defaults(handler=_profiles, parser=targets)
+    _command(commands, "routes", _routes,
+             "list how each kind of model reaches each format: the conversion steps, and which of --keep-float "
+             "and --explain each route honours")
     _add_cache(commands)
     return p
+
+
+def _routes(args: argparse.Namespace) -> None:
+    from .routes import ROUTE_OPTIONS, table
+
+    for route in table():
+        honours = ", ".join(ROUTE_OPTIONS[o] for o in route.honours) or "no per-layer options"
+        print(f"{route.describe():<58} {honours}")
 
 
 def _command(commands: Any, name: str, handler: Callable[[argparse.Namespace], Any], summary: str,
@@ -174,7 +185,7 @@ def _group(commands: Any, name: str, summary: str) -> Any:
 
 
 def _add_package(commands: Any) -> None:
-    from .formats import FORMATS, build_options
+    from .formats import FORMATS
 
     p = _command(commands, "package", _package, "convert MODEL into a validated INT8 package for every --format",
                  "Convert MODEL into a validated INT8 package for every --format. MODEL: Keras .keras/.h5, a TF "
@@ -187,6 +198,11 @@ def _add_package(commands: Any) -> None:
     p.add_argument("-f", "--format", "-t", "--target", dest="formats", action="append", choices=[*FORMATS, "all"],
                    metavar="FORMAT", help=f"output format: {', '.join(FORMATS)}; repeat for several, or 'all' "
                                           "(default: tflite; --target is its former name)")
+    _package_data_options(p)
+
+
+def _package_data_options(p: argparse.ArgumentParser) -> None:
+    """What the model is calibrated and validated on, and which samples."""
     p.add_argument("--calibration", "-c", required=True, metavar="DATA",
                    help="representative data: image folder (class sub-folders give labels), .npy/.npz (x, y), or "
                         "module:function / file.py:function returning arrays")
@@ -196,6 +212,11 @@ def _add_package(commands: Any) -> None:
                    help=_help("calibration samples to use (seeded choice)", 300))
     p.add_argument("--eval-samples", type=at_least(1), default=None, help="validate on at most this many samples")
     p.add_argument("--seed", type=int, default=0, help=_help("seed for sample selection", 0))
+    _package_gate_options(p)
+
+
+def _package_gate_options(p: argparse.ArgumentParser) -> None:
+    """The validation gates and what happens when one fails."""
     p.add_argument("--max-accuracy-drop", type=_positive_float(0), default=1.0, metavar="PP",
                    help=_help("largest INT8 accuracy drop (percentage points) before packaging fails", 1.0))
     p.add_argument("--allow-accuracy-drop", action="store_true",
@@ -218,6 +239,11 @@ def _add_package(commands: Any) -> None:
                    help="also package a validated float artifact per format (float16 TFLite and CoreML, float32 ONNX) "
                         "for devices where INT8 is slower; `edgekit tune` measures which is faster (default: on for "
                         "models up to 50 MB)")
+    _package_output_options(p)
+
+
+def _package_output_options(p: argparse.ArgumentParser) -> None:
+    """Where the package goes and what it is called."""
     p.add_argument("--name", default=None, help="package name (default: the model file's name)")
     p.add_argument("--output", "-o", dest="output_dir", required=True, type=Path,
                    help="directory that receives NAME.edgekit/ (and NAME.ekpkg with --archive)")
@@ -226,6 +252,11 @@ def _add_package(commands: Any) -> None:
     p.add_argument("--labels", dest="labels_file", type=Path, default=None,
                    help="text file with one class label per line, in the model's output order; class folders of an "
                         "image folder are numbered by these labels (by name), not alphabetically")
+    _package_input_options(p)
+
+
+def _package_input_options(p: argparse.ArgumentParser) -> None:
+    """How raw inputs become model inputs (preprocessing, shapes, fixed inputs)."""
     p.add_argument("--scale", type=float, default=None,
                    help="preprocessing: multiply raw values (e.g. 0.00392157 = 1/255)")
     p.add_argument("--mean", type=_float_list, default=None, metavar="M[,M,M]",
@@ -250,6 +281,11 @@ def _add_package(commands: Any) -> None:
                    help="fix a model input that is not a batch of samples (a scalar sample rate, a recurrent state of "
                         "zeros) to a number or a .npy tensor; it is folded into every artifact as a constant and "
                         "recorded in the manifest (repeatable; ONNX and PyTorch sources)")
+    _package_build_options(p)
+
+
+def _package_build_options(p: argparse.ArgumentParser) -> None:
+    """How the build runs: timeouts, partial packages, float layers, signing, format options."""
     p.add_argument("--timeout", type=_positive_float(1), default=None,
                    help="seconds allowed per step run in a child process: loading the model (a file.py:factory "
                         "included), the float reference, each conversion (default 1800)")
@@ -257,11 +293,19 @@ def _add_package(commands: Any) -> None:
                    help="with several formats: exit 0 even if some fail (the package records what failed and why)")
     p.add_argument("--keep-float", dest="keep_float", action="append", default=[], metavar="LAYER",
                    help="keep this layer in float (repeatable; recorded in the manifest); see --explain for "
-                        "candidates. Read by the TFLite route from Keras/SavedModel and by ONNX; CoreML and TFLite "
-                        "from ONNX/PyTorch sources ignore it for now")
-    p.add_argument("--explain", action="store_true", help="report per-layer quantization error (worst layers by SQNR)")
+                        "candidates. Honoured where the format's converter has per-layer control (`edgekit routes`); "
+                        "on another route it is refused before anything loads")
+    p.add_argument("--explain", action="store_true",
+                   help="report per-layer quantization error (worst layers by SQNR); on the same routes as --keep-float")
     p.add_argument("--sign", dest="sign_key", type=Path, default=None, metavar="KEY",
                    help="sign manifest.json with this Ed25519 key (edgekit keys generate)")
+    _format_options(p)
+
+
+def _format_options(p: argparse.ArgumentParser) -> None:
+    """Each format's own options (``Format.options``), as flags."""
+    from .formats import build_options
+
     own = p.add_argument_group("format options (each read by one format)")
     for _, option in build_options():
         if option.kind is bool:

@@ -235,6 +235,15 @@ def get_profile(name: str, profiles: dict[str, Profile] | None = None) -> Profil
     return profiles[name]
 
 
+def resolve_profile(profile: str | Profile | None, facts: DeviceFacts | None = None) -> Profile:
+    """A profile given as itself, by name, or as "auto"/None (detected from this device's facts)."""
+    if isinstance(profile, Profile):
+        return profile
+    if profile in (None, "auto"):
+        return detect(facts)
+    return get_profile(profile)
+
+
 def _flags(cpuinfo: str) -> frozenset[str]:
     for line in cpuinfo.splitlines():
         key, _, value = line.partition(":")

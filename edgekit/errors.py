@@ -178,3 +178,9 @@ def storage_error(exc: OSError, action: str = "write") -> StorageError | None:
         hint = f"choose a location you can {action}, or fix the permissions of {where}"
     return StorageError(f"cannot {action} {where}: {reason}", hint=hint)
 
+
+
+def first_line(exc: BaseException) -> str:
+    """An exception's first line: what an error message quotes of a library's failure."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else ""

@@ -7,6 +7,7 @@ Every artifact is checked against the manifest's sha256 before a runtime loads i
 from __future__ import annotations
 
 import os
+import re
 import stat
 import struct
 from pathlib import Path, PurePosixPath
@@ -21,9 +22,27 @@ MAX_UNPACKED_BYTES = 4 << 30
 MAX_ENTRIES = 10_000
 
 
+_URL = re.compile(r"^(https?|file)://", re.IGNORECASE)
+
+
+def is_url(source: str | os.PathLike[str]) -> bool:
+    return isinstance(source, str) and _URL.match(source) is not None
+
+
+def local_path(source: str | os.PathLike[str]) -> Path:
+    """Where a package source is on this machine: the one place every command resolves one. An
+    ``http(s)://``/``file://`` URL is fetched into the cache once (``cache.fetch``); a path is itself."""
+    if is_url(source):
+        from .cache import fetch
+
+        return fetch(str(source))
+    return Path(source)
+
+
 def open_package(source: str | os.PathLike[str]) -> tuple[Path, Manifest]:
-    """The package's root directory and its parsed manifest."""
-    path = Path(source)
+    """The package's root directory and its parsed manifest; ``source`` is a package directory,
+    an ``.ekpkg`` archive or a URL of one (``local_path``)."""
+    path = local_path(source)
     if not path.exists():
         raise PackageError(f"package {path} does not exist", hint="pass a NAME.edgekit directory or a NAME.ekpkg file")
     root = _unpack(path) if path.is_file() else path
@@ -242,6 +261,9 @@ def sign_package(package: str | os.PathLike[str], key: str | os.PathLike[str]) -
 
     from .signing import sign_directory
 
+    if is_url(package):
+        raise PackageError(f"cannot sign {package}: signing rewrites the package, and a URL is not a local file",
+                           hint="download the .ekpkg, sign the local copy, then publish it")
     path = Path(package)
     if path.is_dir():
         if not (path / MANIFEST_NAME).is_file():

@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from . import __version__
+from .version import __version__
 from .errors import EdgekitError
 
 CACHE_NAME = "profiles.json"

@@ -284,7 +284,7 @@ def _serve(args: argparse.Namespace) -> int:
     from .server.cli import options_from
 
     options = options_from(args)  # names the server extra if it is missing
-    from .server.app import serve
+    from .server.process import serve
 
     serve([args.source], args.host, args.port, options, args.artifact, args.backend, args.threads,
           args.profile, args.require_signature, args.trusted_keys)
@@ -293,7 +293,8 @@ def _serve(args: argparse.Namespace) -> int:
 
 def tune_command(args: argparse.Namespace, only_if_untuned: bool = False) -> int:
     """``--tune`` / ``edgekit tune``: measure, decide, remember, and print what was decided."""
-    from .tune import forget, print_tuning, resolve_package, tune, tuned_for
+    from .tune import print_tuning, resolve_package, tune, tuned_for
+    from .tuned import forget
 
     root, manifest = resolve_package(args.source)
     if args.forget_tuned:

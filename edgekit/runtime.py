@@ -11,26 +11,25 @@ preprocessing and returns float outputs.
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import __version__, cache
-from .devices import DeviceFacts, Profile, check_threads, detect, get_profile, max_threads
+from . import cache
+from .version import __version__
+from .devices import DeviceFacts, Profile, check_threads, max_threads, resolve_profile
 from .errors import BackendUnavailableError, EdgekitError, PackageError
 from .formats import FORMATS, Backend, Format, backends, format_for_file, format_of_backend, get_backend
 from .fsutil import sha256_file, sha256_hex
 from .logs import loud, quiet
 from .manifest import Artifact, Manifest, TensorSpec
 from .model import Model
-from .package_io import open_package, unpacked_exists, verified_artifact_path
+from .package_io import local_path, open_package, unpacked_exists, verified_artifact_path
 
 __all__ = ["Model", "choose", "load", "runnable"]
 
 if TYPE_CHECKING:
     from .prediction_cache import PredictionCache
 
-_URL = re.compile(r"^(https?|file)://", re.IGNORECASE)
 
 
 def load(
@@ -64,10 +63,10 @@ def load(
     facts = DeviceFacts.read()
     if threads is not None:
         check_threads(threads, "threads", facts.cpu_count)
-    chosen_profile = _profile(profile, facts)
+    chosen_profile = resolve_profile(profile, facts)
     clock.lap("profile_s")
     text = os.fspath(source)
-    path = cache.fetch(text) if _URL.match(text) else Path(text)
+    path = local_path(text)
     bare = format_for_file(path) if path.is_file() else None
     if bare is not None:
         return _load_bare(path, bare, backend, threads, chosen_profile, facts, prediction_cache, spin)
@@ -254,15 +253,7 @@ def _extra(backend_cls: type[Backend]) -> str:
 def default_threads(profile: str | Profile | None = "auto") -> int:
     """The runtime threads ``load`` uses on this device when none are given."""
     facts = DeviceFacts.read()
-    return _profile(profile, facts).resolved_threads(facts)
-
-
-def _profile(profile: str | Profile | None, facts: DeviceFacts) -> Profile:
-    if isinstance(profile, Profile):
-        return profile
-    if profile in (None, "auto"):
-        return detect(facts)
-    return get_profile(profile)
+    return resolve_profile(profile, facts).resolved_threads(facts)
 
 
 def _create(

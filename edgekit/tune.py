@@ -20,7 +20,7 @@ from . import cache
 from .devices import DeviceFacts, Profile, check_threads
 from .errors import EdgekitError
 from .manifest import Manifest
-from .tuned import Choice, decision_path, device_identity, forget, manifest_digest, runtime_identity, store, tuned_choice
+from .tuned import Choice, store, tuned_choice
 
 SIGNIFICANT = 0.95  # the fastest must be faster than this ratio of the default's median, at 95% confidence
 
@@ -81,11 +81,12 @@ def tune(source: str, runs: int = 60, min_seconds: float = 1.0, threads: list[in
     of models whose accuracy is not the point (benchmarks with random weights), never for use."""
     from .bench.harness import BenchOptions, bench
     from .package_io import open_package
-    from .runtime import _profile, choose, default_threads
+    from .devices import resolve_profile
+    from .runtime import choose, default_threads
 
     facts = DeviceFacts.read()
-    chosen_profile = _profile(profile, facts)
-    root, manifest = open_package(Path(source))
+    chosen_profile = resolve_profile(profile, facts)
+    root, manifest = open_package(source)
     counts = [check_threads(t, "--tune-threads", facts.cpu_count) for t in threads] if threads else \
         thread_counts(facts.cpu_count)
     found = candidates(manifest, chosen_profile, counts, artifacts, include_failed)
@@ -118,10 +119,9 @@ def resolve_package(source: str) -> tuple[Path, Manifest]:
     """A package directory, ``.ekpkg`` or URL as its unpacked root and manifest (tuning needs a
     package: a bare .tflite/.onnx has nothing to choose between)."""
     from .formats import format_for_file
-    from .package_io import open_package
-    from .runtime import _URL
+    from .package_io import local_path, open_package
 
-    path = cache.fetch(source) if _URL.match(source) else Path(source)
+    path = local_path(source)
     if path.is_file() and format_for_file(path) is not None:
         raise EdgekitError(f"{source} is a single model file: there is nothing to tune between",
                            hint="package it (edgekit package ... --also-float) and tune the package")
@@ -131,10 +131,10 @@ def resolve_package(source: str) -> tuple[Path, Manifest]:
 def tuned_for(root: Path, manifest: Manifest, profile: str = "auto") -> Choice | None:
     """The tuned choice ``load`` would use for this package here (None: none, stale, or the
     profile ignores tuned choices)."""
-    from .runtime import _profile
+    from .devices import resolve_profile
 
     facts = DeviceFacts.read()
-    return tuned_choice(root, manifest, facts) if _profile(profile, facts).use_tuned else None
+    return tuned_choice(root, manifest, facts) if resolve_profile(profile, facts).use_tuned else None
 
 
 def print_tuning(report: dict[str, Any]) -> None:

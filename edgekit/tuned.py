@@ -15,7 +15,8 @@ import time
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from . import __version__, cache
+from . import cache
+from .version import __version__
 from .devices import SYSROOT_ENV, DeviceFacts
 from .fsutil import sha256_hex
 from .logs import quiet

@@ -52,3 +52,25 @@ def test_a_write_that_keeps_size_and_mtime_is_still_caught(artifact):
     assert path.stat().st_size == before.st_size and path.stat().st_mtime_ns == before.st_mtime_ns
     with pytest.raises(PackageError, match="does not match the manifest"):
         package_io.verified_artifact_path(root, entry)
+
+
+def test_every_command_reads_a_package_url_through_one_resolver(digits_package, tmp_path, monkeypatch):
+    """A URL is fetched by ``local_path`` wherever a package is read: the sweep's artifact list,
+    tuning's resolver, verify and the Triton export (the sweep used to hand the URL to the file
+    system and report that it does not exist)."""
+    from edgekit.bench.cli import runnable_artifacts
+    from edgekit.export.triton import export_triton
+    from edgekit.tune import resolve_package
+
+    monkeypatch.setenv("EDGEKIT_CACHE_DIR", str(tmp_path / "cache"))
+    archive = tmp_path / "digits.ekpkg"
+    package_io.write_archive(digits_package, archive)
+    url = archive.resolve().as_uri()
+    assert runnable_artifacts(url, "auto") == runnable_artifacts(str(digits_package), "auto") != []
+    root, manifest = resolve_package(url)
+    assert manifest.name == package_io.open_package(digits_package)[1].name
+    assert (tmp_path / "cache") in root.parents
+    assert any(line.startswith("tflite") for line in package_io.verify_package(url, None, allow_unsigned=True))
+    assert (export_triton(url, str(tmp_path / "repo"), backend="python") / "config.pbtxt").is_file()
+    with pytest.raises(PackageError, match="a URL is not a local file"):
+        package_io.sign_package(url, tmp_path / "key.pem")

@@ -15,7 +15,8 @@ import pytest
 
 import edgekit
 from edgekit.devices import get_profile
-from edgekit.tune import Choice, decide, decision_path, manifest_digest, thread_counts, tune
+from edgekit.tune import decide, thread_counts, tune
+from edgekit.tuned import Choice, decision_path, manifest_digest
 from tests.conftest import EVAL, device_cli, load_npz
 
 pytestmark = pytest.mark.slow

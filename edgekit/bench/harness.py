@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import __version__
+from ..version import __version__
 from ..runtime import Model, load
 from .fingerprint import fingerprint, thermal_state, throttled_during
 from .stats import CV_WARN, summarize

@@ -44,6 +44,17 @@ def pbtxt_string(value: str, what: str) -> str:
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
+def parameters_block(artifact: str | None, threads: int | None, python_path: str | None) -> list[str]:
+    """config.pbtxt ``parameters`` the model reads: which artifact, how many threads, and where
+    edgekit is installed when the backend's Python does not have it."""
+    lines = []
+    for key, value in (("artifact", artifact), ("threads", None if threads is None else str(threads)),
+                       ("python_path", python_path)):
+        if value:
+            lines += ["parameters {", f'  key: "{key}"',
+                      f"  value {{ string_value: {pbtxt_string(value, '--' + key.replace('_', '-'))} }}", "}"]
+    return lines
+
 def check_export_options(max_batch_size: int, instances: int, queue_delay_us: int,
                          kserve_storage_uri: str | None, threads: int | None) -> None:
     """Refuse values Triton or KServe cannot represent, before anything is written."""
@@ -221,7 +232,7 @@ def _export_python(root: Path, manifest: Manifest, repo: Path, max_batch_size: i
                    queue_delay_us: int, force: bool, artifact: str | None, threads: int | None,
                    kserve_storage_uri: str | None, gpu: bool, python_path: str | None) -> Path:
     """NAME/config.pbtxt (Python backend) + NAME/1/model.py + NAME/1/package/ (every artifact verified)."""
-    from .triton_python import MODEL_PY, parameters_block
+    from .triton_python import MODEL_PY
 
     if artifact is not None and artifact.split("-")[0] == "coreml":
         raise EdgekitError(

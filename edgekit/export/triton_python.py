@@ -90,17 +90,3 @@ class TritonPythonModel:
     def finalize(self):
         self.model.close()
 '''
-
-
-def parameters_block(artifact: str | None, threads: int | None, python_path: str | None) -> list[str]:
-    """config.pbtxt ``parameters`` the model reads: which artifact, how many threads, and where
-    edgekit is installed when the backend's Python does not have it."""
-    from .triton import pbtxt_string
-
-    lines = []
-    for key, value in (("artifact", artifact), ("threads", None if threads is None else str(threads)),
-                       ("python_path", python_path)):
-        if value:
-            lines += ["parameters {", f'  key: "{key}"',
-                      f"  value {{ string_value: {pbtxt_string(value, '--' + key.replace('_', '-'))} }}", "}"]
-    return lines

@@ -15,12 +15,13 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import BackendUnavailableError, EdgekitError
 from .backend import Backend, TensorInfo
-from .base import Format, Option
+from .base import Accepts, Format, Option
 
 if TYPE_CHECKING:
     from .building import Builder, BuildContext, BuildResult
 
 _FIRST = ("tflite", "onnx", "coreml")
+DEFAULT_FORMAT = "tflite"  # what `edgekit package` builds without --format
 
 
 def _discover() -> dict[str, Format]:
@@ -108,6 +109,6 @@ def format_for_file(path: Path) -> Format | None:
     return next((f for f in FORMATS.values() if suffix in f.bare_suffixes), None)
 
 
-__all__ = ["FORMATS", "Backend", "BuildContext", "BuildResult", "Builder", "Format", "Option", "TensorInfo", "backends",
+__all__ = ["DEFAULT_FORMAT", "FORMATS", "Accepts", "Backend", "BuildContext", "BuildResult", "Builder", "Format", "Option", "TensorInfo", "backends",
            "build_options", "expand_formats",
            "format_for_file", "format_of_backend", "get_backend", "get_format", "register"]

@@ -9,6 +9,10 @@ it reads and returns, in ``building.py``) is imported only when packaging: a dev
 ``FORMAT`` and its backend, never the converters, and this module stays small because every
 ``python -m edgekit.run`` pays for importing it.
 
+What a format converts from is a *form* of the model (``edgekit.forms``: a TensorFlow graph,
+a float ONNX graph, a PyTorch module, ...), never the kind of file the user passed: which
+source reaches which format is ``edgekit.routes``'s table.
+
 (Device profiles, the TOML files in the repository's top-level ``targets/``, are a different
 thing: which format and backend a device prefers.)
 """
@@ -37,6 +41,14 @@ class Option(NamedTuple):
     metavar: str | None = None
 
 
+class Accepts(NamedTuple):
+    """A form of the model this format converts from (``edgekit.forms``), and which generic
+    options its converter honours on it (``edgekit.routes.ROUTE_OPTIONS`` keys)."""
+
+    form: str
+    honours: tuple[str, ...] = ()
+
+
 class Format(NamedTuple):
     """Everything edgekit knows about one output format, in one place. (NamedTuples, not
     dataclasses: every cold start defines these, and a frozen dataclass costs about a
@@ -50,6 +62,7 @@ class Format(NamedTuple):
     serving_platform: str  # KServe v2 / Triton "platform" of its artifacts
     bare_suffixes: tuple[str, ...] = ()  # a plain file with this suffix is runnable without a package
     options: tuple[Option, ...] = ()  # build options only this format reads
+    accepts: tuple[Accepts, ...] = ()  # forms it converts from, in order of preference (edgekit.routes)
 
 
 def __getattr__(name: str) -> Any:

@@ -6,11 +6,19 @@ from __future__ import annotations
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, ClassVar
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
+from ..forms import ModelForm
 from ..manifest import Artifact, QuantParams
+
+if TYPE_CHECKING:
+    from ..devices import Profile
+
+
+MINMAX = "minmax"  # activation ranges from the calibration samples' minimum and maximum
 
 
 @dataclass(frozen=True)
@@ -25,12 +33,9 @@ class BuildContext:
     eval_npy: str  # validation inputs (for formats that validate without a runtime)
     package_dir: Path  # the package being staged; artifacts go below it
     workdir: Path  # scratch space for intermediates (float ONNX, ...), removed afterwards
-    saved_model: str | None = None  # float SavedModel exported from a TensorFlow source
-    onnx_model: str | None = None  # the model itself when the source is ONNX
-    source_path: str = ""
-    source_kind: str = ""  # keras, h5, saved_model, onnx, torch_export, torchscript, torch_factory
-    # a PyTorch source's --input NAME=VALUE (edgekit.sources.fixed_inputs): every load of it passes them
-    torch_fixed_inputs: Mapping[str, Any] = field(default_factory=dict)
+    # the form of the model this format converts from, as its route produced it (edgekit.routes):
+    # a builder reads this, never what kind of file the user passed
+    model: ModelForm = ModelForm("", "")
     layer_names: tuple[str, ...] = ()  # to name layers in op errors
     output_layers: Mapping[str, str] = field(default_factory=dict)  # model output name -> the layer computing it
     output_names: tuple[str, ...] = ()  # the model's outputs, in order
@@ -39,9 +44,37 @@ class BuildContext:
     explain_npy: str | None = None  # samples for the per-layer error report (--explain); None = no report
     timeout_s: float | None = None
     options: Mapping[str, Any] = field(default_factory=dict)
+    device_profiles: tuple[Profile, ...] = ()  # the devices the package is for (--profile)
 
     def option(self, name: str, default: Any = None) -> Any:
         return self.options.get(name, default)
+
+
+class Fix(NamedTuple):
+    """One rebuild ``--auto-fix`` may try when a gate fails, and the flag a user would pass for it.
+
+    ``option`` is the ``BuildContext.options`` key it sets to ``value``; ``"keep_float"`` adds
+    ``value`` (a layer) to ``BuildContext.keep_float``. ``when``: ``"always"``, or ``"saturated"``
+    for a fix that only helps where this CPU's fused int8 kernels lose what the quantization keeps."""
+
+    flag: str
+    option: str
+    value: Any
+    when: str = "always"
+
+    def apply(self, context: BuildContext) -> BuildContext | None:
+        """The context with this fix in effect; None when it already is."""
+        if self.option == "keep_float":
+            if self.value in context.keep_float:
+                return None
+            return replace(context, keep_float=(*context.keep_float, self.value))
+        if context.options.get(self.option) == self.value:
+            return None
+        return replace(context, options=MappingProxyType({**context.options, self.option: self.value}))
+
+
+def keep_float_fix(layer: str) -> Fix:
+    return Fix(f"--keep-float {layer}", "keep_float", layer)
 
 
 @dataclass(frozen=True)
@@ -129,9 +162,19 @@ class Builder(ABC):
     def build(self, context: BuildContext, on_progress: Callable[[int, int], None] | None = None) -> BuildResult:
         """Convert, calibrate and write the artifact; ``on_progress(done, total)`` during calibration."""
 
-    def calibration_method(self, context: BuildContext) -> str:
+    def range_method(self, context: BuildContext) -> str:
         """How activation ranges were chosen (recorded in the manifest)."""
-        return "minmax"
+        return MINMAX
+
+    def fixes(self) -> tuple[Fix, ...]:
+        """This format's own rebuilds for a failed gate, most likely first (``--auto-fix`` tries
+        them in order, after keeping the failing output's layer in float where the route can)."""
+        return ()
+
+    def saturation_explanation(self) -> str:
+        """Why this format's fused int8 kernels can lose what its quantization keeps (said when
+        validation measures it: see ``unfused_backend_options``)."""
+        return ""
 
     def variants(self, context: BuildContext) -> list[dict[str, Any]]:
         """Option overrides for more quantized builds of this format, one per device kind that

@@ -5,8 +5,9 @@
    (converter child).
 3. ``prepare_data``: calibration and validation samples as the model sees them (``data.py``).
 4. ``float_reference``: the float model's outputs on the validation samples (converter child).
-5. ``build_formats``: each format's builder makes its artifact into the staging tree; a
-   ``FormatOutcome`` per format, built or failed. Then each artifact is measured against the
+5. ``build_formats``: each format's route (``edgekit.routes``, planned before anything loads)
+   turns what the source described into the form the format converts from, then its builder
+   makes the artifact into the staging tree; a ``FormatOutcome`` per format, built or failed. Then each artifact is measured against the
    float outputs (``validate.py``).
 6. ``assemble``: manifest, gates, signature, publication by rename (``assemble.py``).
 
@@ -27,20 +28,23 @@ import numpy as np
 
 from .. import worker
 from ..errors import AccuracyDropError, ConversionError, EdgekitError, PartialPackageError
+from ..devices import Profile
 from ..formats import Builder, BuildContext, BuildResult, expand_formats, get_format
 from ..formats.building import save_samples
 from ..fsutil import staging_dir, temp_dir
 from ..package_io import write_archive
 from ..progress import Progress
+from ..routes import Route, StepContext, model_form, plan
 from ..sources import Source, detect_source
 from .assemble import make_manifest, publish_package, write_package_files
 from .data import PreparedData, prepare_data
 from .options import PackageOptions, PackageResult
 from .preflight import TEMP_PREFIX, Plan, preflight
 from .autofix import Candidate, auto_fix
-from .gates import GateFailure, check, failure_hint, failure_message, saturation_note
+from .gates import GateFailure, Remedies, check, failure_hint, failure_message, saturation_note
 from .fallback import discard, fallback_result, wants_float_fallback
-from .validate import Judging, Measured, infer_kinds, measure, silent_outputs, validation_record
+from .record import validation_record
+from .validate import Judging, Measured, infer_kinds, measure, silent_outputs
 
 EXPLAIN_SAMPLES = 32
 
@@ -50,6 +54,29 @@ class LoadedSource:
     source: Source
     kind: str
     described: dict[str, Any]  # what the source's prepare() returned (JSON)
+
+
+@dataclass(frozen=True)
+class Planned:
+    """A format to build: its builder, its route from this source, and what fixes its gates."""
+
+    builder: Builder
+    route: Route
+    remedies: Remedies
+
+
+def plan_formats(options: PackageOptions, source: Source, kind: str) -> list[Planned]:
+    """Each requested format with its route; an option a route cannot honour, or a format no
+    route reaches, is refused here, before anything loads (``routes.plan``)."""
+    formats = [get_format(name) for name in expand_formats(options.formats or [])]
+    planned = plan(source, kind, formats, {"keep_float": bool(options.keep_float), "explain": options.explain})
+    found = []
+    for fmt in formats:
+        builder = fmt.builder()
+        route = planned[fmt.name]
+        found.append(Planned(builder, route, Remedies(builder.fixes(), "keep_float" in route.honours,
+                                                      builder.saturation_explanation())))
+    return found
 
 
 @dataclass(frozen=True)
@@ -63,6 +90,7 @@ class FormatOutcome:
     context: BuildContext | None = None  # what built it (after --auto-fix: the fixes kept)
     failures: tuple[GateFailure, ...] = ()
     fixes: tuple[dict[str, Any], ...] = ()  # --auto-fix attempts, as recorded in the manifest
+    remedies: Remedies = Remedies()  # what its format and route can do about failed gates
 
 
 def package(options: PackageOptions, progress: Progress | None = None) -> PackageResult:
@@ -91,8 +119,8 @@ def build_package(options: PackageOptions, progress: Progress | None = None) -> 
     """The stages; the result lists failed formats instead of raising for them."""
     progress = progress or Progress()
     source, kind = detect_source(options.model)
-    builders = [get_format(name).builder() for name in expand_formats(options.formats or [])]
-    onnx_schemes(options.profiles)  # an unknown --profile is said before anything loads
+    planned = plan_formats(options, source, kind)
+    profiles = device_profiles(options.profiles)  # an unknown --profile is said before anything loads
     plan = preflight(options, progress)
     metric = load_metric(options.metric) if options.metric else None
     with temp_dir(TEMP_PREFIX) as work:
@@ -105,11 +133,11 @@ def build_package(options: PackageOptions, progress: Progress | None = None) -> 
         judging = Judging(kinds=kinds, metric_spec=options.metric, metric=metric,
                           max_accuracy_drop=options.max_accuracy_drop)
         with staging_dir(plan.destination) as staged:
-            context = build_context(options, loaded, data, staged, work)
-            outcomes = build_formats(builders, context, data, reference, staged, progress,
+            context = build_context(options, loaded, data, staged, work, profiles)
+            outcomes = build_formats(planned, context, loaded.described, data, reference, staged, progress,
                                      Gating(judging, options, loaded.described.get("output_layers") or {}))
-            result = assemble(plan, options, loaded, data, reference, builders, context, outcomes, staged, progress,
-                              kinds)
+            result = assemble(plan, options, loaded, data, reference, [p.builder for p in planned], context,
+                              outcomes, staged, progress, kinds)
     if plan.archive is not None:
         write_archive(plan.destination, plan.archive, replace=options.force)
     return result
@@ -179,19 +207,19 @@ def float_reference(loaded: LoadedSource, data: PreparedData, work: Path, progre
     return {name: found[name] for name in expected}
 
 
-def onnx_schemes(profiles: list[str] | None) -> list[str]:
-    """The ONNX INT8 schemes the package's device profiles need (``--profile``; ``auto`` is this
-    machine's; default: every profile edgekit knows), in first-seen order."""
+def device_profiles(names: list[str] | None) -> tuple[Profile, ...]:
+    """The device profiles the package is for (``--profile``; ``auto`` is this machine's;
+    default: every profile edgekit knows): formats read what their devices need from them."""
     from ..devices import detect, get_profile, load_profiles
 
     known = load_profiles()
-    chosen = [detect(profiles=known) if name == "auto" else get_profile(name, known) for name in profiles] \
-        if profiles else list(known.values())
-    return list(dict.fromkeys(scheme for profile in chosen for scheme in profile.onnx_schemes))
+    chosen = [detect(profiles=known) if name == "auto" else get_profile(name, known) for name in names] \
+        if names else list(known.values())
+    return tuple({profile.name: profile for profile in chosen}.values())
 
 
 def build_context(options: PackageOptions, loaded: LoadedSource, data: PreparedData, staged: Path,
-                  work: Path) -> BuildContext:
+                  work: Path, profiles: tuple[Profile, ...] = ()) -> BuildContext:
     explain_npy = None
     if options.explain:
         explain_npy = save_samples(work / "explain", {k: v[:EXPLAIN_SAMPLES] for k, v in data.evaluation.items()})
@@ -200,12 +228,6 @@ def build_context(options: PackageOptions, loaded: LoadedSource, data: PreparedD
         eval_npy=save_samples(work / "eval", data.evaluation),
         package_dir=staged,
         workdir=work,
-        saved_model=loaded.described.get("saved_model"),
-        onnx_model=loaded.described.get("onnx_model"),
-        # an ONNX source with --input NAME=VALUE converts from its copy with those inputs made constants
-        source_path=loaded.described.get("converted_model") or str(Path(options.model).resolve()),
-        source_kind=loaded.kind,
-        torch_fixed_inputs=MappingProxyType(dict(loaded.described.get("torch_fixed_inputs") or {})),
         layer_names=tuple(loaded.described["layers"]),
         output_layers=MappingProxyType(dict(loaded.described.get("output_layers") or {})),
         output_names=tuple(o["name"] for o in loaded.described["outputs"]),
@@ -214,8 +236,8 @@ def build_context(options: PackageOptions, loaded: LoadedSource, data: PreparedD
         explain_npy=explain_npy,
         timeout_s=options.step_timeout_s,
         options=MappingProxyType({**options.options_for_formats(),
-                                  "also_float": wants_float_fallback(options.also_float, options.model),
-                                  "onnx_schemes": onnx_schemes(options.profiles)}),
+                                  "also_float": wants_float_fallback(options.also_float, options.model)}),
+        device_profiles=profiles,
     )
 
 
@@ -243,36 +265,34 @@ def load_metric(spec: str) -> Any:
     return load(spec)
 
 
-def build_formats(builders: list[Builder], context: BuildContext, data: PreparedData, reference: dict[str, np.ndarray],
-                  staged: Path, progress: Progress, gating: Gating | None = None) -> list[FormatOutcome]:
+def build_formats(planned: list[Planned], context: BuildContext, described: dict[str, Any], data: PreparedData,
+                  reference: dict[str, np.ndarray], staged: Path, progress: Progress,
+                  gating: Gating | None = None) -> list[FormatOutcome]:
     """Each format built, measured and judged in turn (and fixed, with ``--auto-fix``); with one
     format its build failure is the run's error."""
     gating = gating or Gating(Judging(), PackageOptions("", "", ""), {})
+    steps = StepContext(context.workdir, context.timeout_s, context.layer_names)
     outcomes = []
-    for builder in builders:
+    for format_plan in planned:
+        builder = format_plan.builder
         try:
-            steps = f"Calibrating and converting {builder.name} on {data.calibration_count} samples"
-            with progress.step(steps) as update:
-                built = builder.build(context, update)
-            written = staged / built.artifact.path
-            if not written.exists() or (written.is_file() and written.stat().st_size == 0):
-                raise ConversionError(f"the {builder.name} converter reported success but wrote no artifact at "
-                                      f"{built.artifact.path}", hint="rerun with --debug and report the log")
-            with progress.step(f"Validating {builder.name} against the float model"):
-                comparison = measure(built, builder, staged, data, reference, gating.judging)
+            own = replace(context, model=model_form(format_plan.route, described, steps))
+            built, comparison = build_and_measure(builder, own, data, reference, staged, progress, gating)
         except EdgekitError as exc:  # one format's failure (converting, or its runtime refusing the result)
-            if len(builders) == 1:
+            if len(planned) == 1:
                 raise
             progress.warn(f"{builder.name} failed: {exc.message}")
             outcomes.append(FormatOutcome(builder.name, error=exc))
             shutil.rmtree(staged / builder.name, ignore_errors=True)  # its half-made files never ship
             continue
-        outcome = judge(builder, context, built, comparison, data, reference, staged, gating, progress)
+        remedies = format_plan.remedies
+        outcome = judge(builder, own, built, comparison, data, reference, staged, gating, progress, remedies)
         outcomes.append(outcome)
-        fallback = float_fallback(builder, outcome.built or built, context, data, reference, staged, gating, progress)
+        fallback = float_fallback(builder, outcome.built or built, own, data, reference, staged, gating, progress,
+                                  remedies)
         if fallback is not None:
             outcomes.append(fallback)
-        outcomes += scheme_variants(builder, context, data, reference, staged, gating, progress)
+        outcomes += scheme_variants(builder, own, data, reference, staged, gating, progress, remedies)
     if not any(o.built for o in outcomes):
         details = "; ".join(f"{o.name}: {o.error.message}" for o in outcomes if o.error)
         first = next((o.error.hint for o in outcomes if o.error), "")
@@ -280,9 +300,22 @@ def build_formats(builders: list[Builder], context: BuildContext, data: Prepared
     return outcomes
 
 
+def build_and_measure(builder: Builder, context: BuildContext, data: PreparedData, reference: dict[str, np.ndarray],
+                      staged: Path, progress: Progress, gating: Gating) -> tuple[BuildResult, Measured | None]:
+    """One format's artifact, written into the staging tree, and its measurement."""
+    with progress.step(f"Calibrating and converting {builder.name} on {data.calibration_count} samples") as update:
+        built = builder.build(context, update)
+    written = staged / built.artifact.path
+    if not written.exists() or (written.is_file() and written.stat().st_size == 0):
+        raise ConversionError(f"the {builder.name} converter reported success but wrote no artifact at "
+                              f"{built.artifact.path}", hint="rerun with --debug and report the log")
+    with progress.step(f"Validating {builder.name} against the float model"):
+        return built, measure(built, builder, staged, data, reference, gating.judging)
+
+
 def float_fallback(builder: Builder, built: BuildResult, context: BuildContext, data: PreparedData,
                    reference: dict[str, np.ndarray], staged: Path, gating: Gating,
-                   progress: Progress) -> FormatOutcome | None:
+                   progress: Progress, remedies: Remedies = Remedies()) -> FormatOutcome | None:
     """The format's float fallback, validated like the INT8 artifact; one that fails a gate is
     left out of the package (it is optional) with a warning saying why."""
     fallback = fallback_result(builder, built, staged)
@@ -292,17 +325,18 @@ def float_fallback(builder: Builder, built: BuildResult, context: BuildContext, 
     with progress.step(f"Validating {key} (float fallback) against the float model"):
         measured = measure(fallback, builder, staged, data, reference, gating.judging, quantized=False)
     failures = check(key, measured, gating.options.min_sqnr_db, gating.producers,
-                     gating.judging.kinds) if measured else []
+                     gating.judging.kinds, remedies) if measured else []
     if failures:
         progress.warn(f"{key} (float fallback) left out: it failed validation ({failures[0].what})")
         discard(staged / fallback.artifact.path)
         return None
-    return FormatOutcome(key, built=fallback, comparison=measured, context=context)
+    return FormatOutcome(key, built=fallback, comparison=measured, context=context, remedies=remedies)
 
 
 def scheme_variants(builder: Builder, context: BuildContext, data: PreparedData, reference: dict[str, np.ndarray],
-                    staged: Path, gating: Gating, progress: Progress) -> list[FormatOutcome]:
-    """The format's other quantized builds (an ONNX INT8 scheme for other CPUs), each validated
+                    staged: Path, gating: Gating, progress: Progress,
+                    remedies: Remedies = Remedies()) -> list[FormatOutcome]:
+    """The format's other quantized builds (an INT8 scheme for other CPUs), each validated
     like the main one. They are optional: one that fails to build, or fails a gate (unless
     --allow-accuracy-drop keeps it, recorded as failed, as it keeps the main artifact), is left
     out with a warning; devices that would have used it run the main artifact."""
@@ -319,35 +353,36 @@ def scheme_variants(builder: Builder, context: BuildContext, data: PreparedData,
             progress.warn(f"{key} left out: {exc.message}")
             continue
         failures = check(key, measured, gating.options.min_sqnr_db, gating.producers,
-                         gating.judging.kinds) if measured else []
+                         gating.judging.kinds, remedies) if measured else []
         if failures and not gating.options.allow_accuracy_drop:
             progress.warn(f"{key} left out: it failed validation ({failures[0].what}); devices that would use "
                           f"it run {builder.name}")
             discard(staged / built.artifact.path)
             continue
         outcomes.append(FormatOutcome(key, built=built, comparison=measured, context=variant_context,
-                                      failures=tuple(failures)))
+                                      failures=tuple(failures), remedies=remedies))
     return outcomes
 
 
 def judge(builder: Builder, context: BuildContext, built: BuildResult, comparison: Measured | None,
           data: PreparedData, reference: dict[str, np.ndarray], staged: Path, gating: Gating,
-          progress: Progress) -> FormatOutcome:
+          progress: Progress, remedies: Remedies = Remedies()) -> FormatOutcome:
     """The gates one artifact fails, after ``--auto-fix`` when asked."""
     if comparison is None:
-        return FormatOutcome(builder.name, built=built, context=context)
+        return FormatOutcome(builder.name, built=built, context=context, remedies=remedies)
     floor = gating.options.min_sqnr_db
     candidate = Candidate(context, built, comparison,
-                          check(builder.name, comparison, floor, gating.producers, gating.judging.kinds))
+                          check(builder.name, comparison, floor, gating.producers, gating.judging.kinds, remedies))
     attempts: list[dict[str, Any]] = []
     if candidate.failures and gating.options.auto_fix:
         candidate, attempts = auto_fix(builder, candidate, staged, data, reference, gating.judging, floor,
-                                       gating.producers, progress)
-    note = saturation_note(builder.name, candidate.measured)
+                                       gating.producers, progress, remedies)
+    note = saturation_note(builder.name, candidate.measured, remedies)
     if note:
         progress.warn(note)
     return FormatOutcome(builder.name, built=candidate.built, comparison=candidate.measured,
-                         context=candidate.context, failures=tuple(candidate.failures), fixes=tuple(attempts))
+                         context=candidate.context, failures=tuple(candidate.failures), fixes=tuple(attempts),
+                         remedies=remedies)
 
 
 def assemble(plan: Plan, options: PackageOptions, loaded: LoadedSource, data: PreparedData,
@@ -360,7 +395,8 @@ def assemble(plan: Plan, options: PackageOptions, loaded: LoadedSource, data: Pr
     failed = [{"format": o.name, "target": o.name, "error": o.error.message, "hint": o.error.hint}
               for o in outcomes if o.error]
     failures = {o.name: list(o.failures) for o in built}
-    notes = {o.name: [n for n in [saturation_note(o.name, o.comparison)] if n] for o in built if o.comparison}
+    notes = {o.name: [n for n in [saturation_note(o.name, o.comparison, o.remedies)] if n]
+             for o in built if o.comparison}
     unmeasured = {b.name: b.unmeasured_reason for b in builders}
     validation = validation_record(
         measured, options, data, reference, plan.held_out,
@@ -371,7 +407,7 @@ def assemble(plan: Plan, options: PackageOptions, loaded: LoadedSource, data: Pr
     for o in built:
         if o.fixes:
             validation["artifacts"][o.name]["auto_fix"] = list(o.fixes)
-    methods = {b.name: b.calibration_method(next((o.context for o in built if o.name == b.name and o.context),
+    methods = {b.name: b.range_method(next((o.context for o in built if o.name == b.name and o.context),
                                                  context)) for b in builders}
     manifest = make_manifest(plan.name, options, loaded.kind, loaded.described, data,
                              [o.built.artifact for o in built], validation, failed, methods)

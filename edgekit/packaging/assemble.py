@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import __version__
+from ..version import __version__
 from ..errors import OutputExistsError
 from ..formats import backends
 from ..fsutil import publish, sha256_tree, write_text_atomic

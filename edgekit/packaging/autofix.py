@@ -1,9 +1,10 @@
 """``--auto-fix``: rebuild a format whose gates failed with the fixes its failures point to.
 
 Each failure names its fixes (``gates.py``): keep the node that joins quantities into one
-output (the Concat of box and score rows) in float, ``--reduce-range`` where this CPU's fused
-int8 kernels saturate, percentile calibration where a range is dominated by outliers (ONNX).
-They are tried one at a time, in that order, each on top of the fixes kept so far.
+output (the Concat of box and score rows) in float where the route honours ``--keep-float``,
+then the format's own rebuilds (``Builder.fixes``: e.g. 7-bit weights where this CPU's fused
+int8 kernels saturate, percentile calibration where a range is dominated by outliers). They
+are tried one at a time, in that order, each on top of the fixes kept so far.
 
 A rebuild is judged by the gates that failed, on their own numbers (``GateFailure.margin``):
 it is kept only when no gate that passed starts failing, no failing gate's metric gets worse,
@@ -16,15 +17,15 @@ from __future__ import annotations
 
 import math
 import shutil
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
-from types import MappingProxyType
 from typing import Any
 
 from ..errors import EdgekitError
 from ..formats import Builder, BuildContext, BuildResult
+from ..formats.building import Fix
 from ..progress import Progress
-from .gates import GateFailure, check
+from .gates import GateFailure, Remedies, check
 from .validate import Judging, Measured, measure
 
 MAX_ATTEMPTS = 3
@@ -54,28 +55,9 @@ def improves(new: Candidate, old: Candidate) -> bool:
     return len(after) < len(before) or any(after[key] > before[key] + IMPROVEMENT for key in after)
 
 
-def with_fix(context: BuildContext, fix: str) -> BuildContext | None:
-    """The build context with one fix applied; None when it is already in effect."""
-    if fix.startswith("--keep-float "):
-        layer = fix.split(" ", 1)[1]
-        if layer in context.keep_float:
-            return None
-        return replace(context, keep_float=(*context.keep_float, layer))
-    if fix == "--reduce-range":
-        if context.option("reduce_range"):
-            return None
-        return replace(context, options=MappingProxyType({**context.options, "reduce_range": True}))
-    if fix.startswith("--calibration-method "):
-        method = fix.split(" ", 1)[1]
-        if context.option("calibration_method") == method:
-            return None
-        return replace(context, options=MappingProxyType({**context.options, "calibration_method": method}))
-    raise ValueError(f"no automatic fix for {fix!r}")
-
-
 def auto_fix(builder: Builder, first: Candidate, staged: Path, data: Any, reference: dict[str, Any],
              judging: Judging, min_sqnr_db: float, producers: dict[str, str],
-             progress: Progress) -> tuple[Candidate, list[dict[str, Any]]]:
+             progress: Progress, remedies: Remedies = Remedies()) -> tuple[Candidate, list[dict[str, Any]]]:
     """The best build found and the record of every attempt."""
     best, tried, attempts = first, set(), []
     for _ in range(MAX_ATTEMPTS):
@@ -84,27 +66,27 @@ def auto_fix(builder: Builder, first: Candidate, staged: Path, data: Any, refere
         fix, context = _next_fix(best, tried)
         if fix is None or context is None:
             break
-        tried.add(fix)
+        tried.add(fix.flag)
         artifact_dir = staged / Path(best.built.artifact.path).parts[0]
         backup = best.context.workdir / f"{builder.name}.before-fix"
         shutil.rmtree(backup, ignore_errors=True)
         shutil.copytree(artifact_dir, backup)
-        record: dict[str, Any] = {"change": fix, "before": _numbers(best)}
+        record: dict[str, Any] = {"change": fix.flag, "before": _numbers(best)}
         try:
-            with progress.step(f"auto-fix {builder.name}: rebuilding with {fix}"):
+            with progress.step(f"auto-fix {builder.name}: rebuilding with {fix.flag}"):
                 built = builder.build(context)
                 measured = measure(built, builder, staged, data, reference, judging)
         except EdgekitError as exc:
             record.update(after=None, kept=False, error=exc.message)
             _restore(backup, artifact_dir)
             attempts.append(record)
-            progress.warn(f"auto-fix {builder.name}: {fix} failed: {exc.message}")
+            progress.warn(f"auto-fix {builder.name}: {fix.flag} failed: {exc.message}")
             continue
         if measured is None:
             _restore(backup, artifact_dir)
             break
         candidate = Candidate(context, built, measured,
-                              check(builder.name, measured, min_sqnr_db, producers, judging.kinds))
+                              check(builder.name, measured, min_sqnr_db, producers, judging.kinds, remedies))
         record["after"] = _numbers(candidate)
         record["kept"] = improves(candidate, best)
         if record["kept"]:
@@ -114,20 +96,20 @@ def auto_fix(builder: Builder, first: Candidate, staged: Path, data: Any, refere
             _restore(backup, artifact_dir)
         attempts.append(record)
         verdict = "passes" if not candidate.failures else f"{len(candidate.failures)} gate(s) still fail"
-        progress.say(f"auto-fix {builder.name}: {fix}: {_gate_change(record)}, {verdict}"
+        progress.say(f"auto-fix {builder.name}: {fix.flag}: {_gate_change(record)}, {verdict}"
                      f"{'' if record['kept'] else ' (not kept: the failing gates did not improve)'}")
     return best, attempts
 
 
-def _next_fix(best: Candidate, tried: set[str]) -> tuple[str | None, BuildContext | None]:
+def _next_fix(best: Candidate, tried: set[str]) -> tuple[Fix | None, BuildContext | None]:
     for failure in best.failures:
         for fix in failure.fixes:
-            if fix in tried:
+            if fix.flag in tried:
                 continue
-            context = with_fix(best.context, fix)
+            context = fix.apply(best.context)
             if context is not None:
                 return fix, context
-            tried.add(fix)
+            tried.add(fix.flag)
     return None, None
 
 

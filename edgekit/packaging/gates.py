@@ -14,17 +14,18 @@ Every output of every artifact is judged, labels or not:
 
 Why 20 dB: SQNR 20 dB is a quantization noise RMS of 10% of the signal's RMS. Healthy INT8
 artifacts of the reference and test models measure 28-62 dB; the broken ones this gate exists
-for measured 0.3-11.5 dB (a collapsed score block, an audio model at 53% onset recall, an ONNX
-artifact on saturating x86 kernels). 20 dB sits between the two with margin on both sides.
+for measured 0.3-11.5 dB (a collapsed score block, an audio model at 53% onset recall, an
+artifact on saturating x86 int8 kernels). 20 dB sits between the two with margin on both sides.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..devices import int8_kernel_features
+from ..formats.building import Fix, keep_float_fix
 from ..quantize.kinds import OutputKind
 from ..quantize.tasks import show_value
 from .validate import Measured
@@ -41,7 +42,7 @@ class GateFailure:
     output: str | None  # None: the artifact as a whole (a --metric function)
     cause: str  # degenerate | task | sqnr | slice | metric
     what: str
-    fixes: tuple[str, ...]
+    fixes: tuple[Fix, ...]
     saturated: bool = False  # this CPU's fused int8 kernels measured well below the quantization itself
     channels: tuple[int, int] | None = None  # the collapsed slice (start, stop) along ``axis``, for cause "slice"
     axis: int | None = None
@@ -54,16 +55,32 @@ class GateFailure:
         """Which gate this is, the same across rebuilds: output, cause and slice."""
         return (self.output, self.cause, self.channels)
 
+    @property
+    def flags(self) -> tuple[str, ...]:
+        """Its fixes as a user would pass them."""
+        return tuple(f.flag for f in self.fixes)
+
     def to_dict(self) -> dict[str, Any]:
         found = asdict(self)
+        found["fixes"] = list(self.flags)
         found["margin"] = round(self.margin, 4) if math.isfinite(self.margin) else None
         return found
 
 
+class Remedies(NamedTuple):
+    """What can fix one format's failed gates: its own rebuilds (``Builder.fixes``), and whether
+    its route honours ``--keep-float`` (``edgekit.routes``)."""
+
+    fixes: tuple[Fix, ...] = ()
+    keep_float: bool = False
+    saturation: str = ""  # why its fused kernels can saturate (Builder.saturation_explanation)
+
+
 def check(fmt: str, measured: Measured, min_sqnr_db: float, producers: dict[str, str],
-          kinds: dict[str, OutputKind] | None = None) -> list[GateFailure]:
+          kinds: dict[str, OutputKind] | None = None, remedies: Remedies = Remedies()) -> list[GateFailure]:
     """Every gate this artifact fails; ``producers`` names the layer that computes each output,
-    ``kinds`` what each output is (its task, and the node joining its groups)."""
+    ``kinds`` what each output is (its task, and the node joining its groups), ``remedies`` what
+    the format and its route can do about a failure."""
     kinds = kinds or {}
     failures = []
     user_decides = measured.metric is not None and measured.metric.passed is not None
@@ -77,7 +94,7 @@ def check(fmt: str, measured: Measured, min_sqnr_db: float, producers: dict[str,
         # quantities joined into one tensor share one INT8 scale: the node joining them is the first suspect
         joiner = (kind.joined_by if kind is not None and kind.joined_by else None) or producers.get(name)
         grouped = kind is not None and bool(kind.groups)
-        fixes = _fixes(fmt, saturated, joiner if collapsed or grouped else None)
+        fixes = _fixes(remedies, saturated, joiner if collapsed or grouped else None)
         task = measured.tasks.get(name)
         if c.degenerate:
             failures.append(GateFailure(fmt, name, "degenerate", f"{where} carries no signal: {c.degenerate} "
@@ -111,7 +128,7 @@ def check(fmt: str, measured: Measured, min_sqnr_db: float, producers: dict[str,
     if measured.metric is not None and measured.metric.passed is False:
         shown = ", ".join(f"{k} {v:.4g}" for k, v in measured.metric.values.items())
         failures.append(GateFailure(fmt, None, "metric", f"{measured.metric.task}: {shown} (passed: False)",
-                                    _fixes(fmt, bool(saturation), None)))
+                                    _fixes(remedies, bool(saturation), None)))
     return failures
 
 
@@ -134,29 +151,21 @@ def saturated_outputs(measured: Measured) -> dict[str, float]:
             if name in measured.outputs and q.sqnr_db - measured.outputs[name].sqnr_db > SATURATION_GAP_DB}
 
 
-def saturation_note(fmt: str, measured: Measured) -> str | None:
+def saturation_note(fmt: str, measured: Measured, remedies: Remedies = Remedies()) -> str | None:
     """What to say when this CPU's int8 kernels lose accuracy the quantization itself does not."""
     found = saturated_outputs(measured)
     if not found:
         return None
     numbers = "; ".join(f"{name or 'output'}: {q:.1f} dB as quantized, {measured.outputs[name].sqnr_db:.1f} dB on "
                         f"this CPU" for name, q in found.items())
-    return (f"{fmt}: this CPU's fused int8 kernels saturate ({numbers}). It has {int8_kernel_features()}: ONNX "
-            "Runtime's u8s8 kernels add pairs of 8-bit products in 16 bits, which overflow for large weights and "
-            "activations. A device with VNNI (AVX512-VNNI, AVX-VNNI) or ARM dot-product instructions computes "
-            "the quantized graph as measured without fusion; --reduce-range (7-bit weights) avoids the overflow "
-            "on every CPU")
+    why = f": {remedies.saturation}" if remedies.saturation else ""
+    return f"{fmt}: this CPU's fused int8 kernels saturate ({numbers}). It has {int8_kernel_features()}{why}"
 
 
-def _fixes(fmt: str, saturated: bool, producer: str | None) -> tuple[str, ...]:
+def _fixes(remedies: Remedies, saturated: bool, producer: str | None) -> tuple[Fix, ...]:
     """What fixes a failure, most likely first; ``--auto-fix`` tries them in this order."""
-    fixes = []
-    if producer:
-        fixes.append(f"--keep-float {producer}")
-    if saturated:
-        fixes.append("--reduce-range")
-    if fmt == "onnx":
-        fixes.append("--calibration-method percentile")
+    fixes = [keep_float_fix(producer)] if producer and remedies.keep_float else []
+    fixes += [f for f in remedies.fixes if f.when == "always" or (saturated and f.when == "saturated")]
     return tuple(fixes)
 
 
@@ -164,7 +173,7 @@ def failure_message(failures: list[GateFailure]) -> str:
     """One line per failed gate with its fix; the error says no package was written."""
     lines = []
     for f in failures:
-        fixes = f" (fix: {' or '.join(f.fixes)})" if f.fixes else ""
+        fixes = f" (fix: {' or '.join(f.flags)})" if f.fixes else ""
         lines.append(f"{f.format}: {f.what}{fixes}")
     return "INT8 validation failed: " + "; ".join(lines) + "; no package was written"
 

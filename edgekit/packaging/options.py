@@ -16,7 +16,7 @@ class PackageOptions:
     model: str
     calibration: str
     output_dir: str
-    formats: list[str] | None = None  # default ["tflite"]; "all" for every registered format
+    formats: list[str] | None = None  # default [formats.DEFAULT_FORMAT]; "all" for every registered format
     eval: str | None = None
     name: str | None = None
     samples: int = 300
@@ -35,29 +35,27 @@ class PackageOptions:
     preprocessing: dict[str, Any] = field(default_factory=dict)  # scale, mean, std, color_order, resize
     timeout_s: float | None = None  # per child step (loading, float reference, each conversion); None: the default
     allow_partial: bool = False  # with several formats: keep the package if some of them fail
-    calibration_method: str = "minmax"  # ONNX: minmax | entropy | percentile
-    onnx_activations: str = "s8"  # ONNX: s8 (S8S8) | u8 (U8S8)
-    reduce_range: bool = False  # ONNX: 7-bit weights for CPUs without VNNI
-    max_intermediate_outputs: int | None = None  # ONNX: bound calibration memory
     keep_float: list[str] = field(default_factory=list)  # layers to keep in float
-    coreml_activations: str = "int8"  # int8 (W8A8) | float16
     explain: bool = False  # per-layer quantization error report
     sign_key: str | None = None  # Ed25519 private key: sign manifest.json
     targets: list[str] | None = None  # the former name of `formats`, accepted for one release
-    format_options: dict[str, Any] = field(default_factory=dict)  # any format's own options, by name
+    # each format's own options by name (edgekit.formats.Format.options: --calibration-method, ...)
+    format_options: dict[str, Any] = field(default_factory=dict)
     input_shapes: dict[str, list[int]] = field(default_factory=dict)  # --input-shape NAME=1x3x320x320
     # --input NAME=VALUE: inputs folded into the model as constants (edgekit.sources.fixed_inputs.parse_value)
     fixed_inputs: dict[str, dict[str, Any]] = field(default_factory=dict)
-    # --profile: the device profiles the package is for (which ONNX INT8 schemes it needs); None: every known one
+    # --profile: the device profiles the package is for (formats read what their devices need); None: every known one
     profiles: list[str] | None = None
-    # float fallback artifacts (float16 TFLite/CoreML, float32 ONNX) next to the INT8 ones, for
+    # float fallback artifacts (each format's float model) next to the INT8 ones, for
     # devices where INT8 is slower; None: when the model is at most FLOAT_FALLBACK_MAX_MB
     also_float: bool | None = None
 
     def __post_init__(self) -> None:
         if self.targets is not None and self.formats is not None and self.targets != self.formats:
             raise ValueError("pass formats= (targets= is its former name), not both")
-        self.formats = list(self.formats or self.targets or ["tflite"])
+        from ..formats import DEFAULT_FORMAT
+
+        self.formats = list(self.formats or self.targets or [DEFAULT_FORMAT])
         self.targets = self.formats
 
     @property
@@ -66,14 +64,21 @@ class PackageOptions:
         a model whose factory blocks, or a converter that hangs, ends with an error, never waits forever."""
         return self.timeout_s or DEFAULT_STEP_TIMEOUT_S
 
-    def options_for_formats(self) -> dict[str, Any]:
-        """Every registered format's options: its default, then a field of the same name above
-        (the ONNX/CoreML ones, kept for the Python API), then ``format_options``."""
+    @classmethod
+    def from_keywords(cls, **given: Any) -> PackageOptions:
+        """The options from keywords, where a format's own option may be given by its name too
+        (``edgekit.package(..., calibration_method="percentile")``)."""
         from ..formats import build_options
 
-        values = {}
-        for _, option in build_options():
-            values[option.name] = getattr(self, option.name, option.default)
+        own = {option.name for _, option in build_options()}
+        format_options = {**given.pop("format_options", {}), **{k: given.pop(k) for k in list(given) if k in own}}
+        return cls(**given, format_options=format_options)
+
+    def options_for_formats(self) -> dict[str, Any]:
+        """Every registered format's options: its default, then ``format_options``."""
+        from ..formats import build_options
+
+        values = {option.name: option.default for _, option in build_options()}
         unknown = set(self.format_options) - set(values)
         if unknown:
             from ..errors import EdgekitError

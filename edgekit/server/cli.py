@@ -76,7 +76,7 @@ def require_server_extra() -> None:
 
 def options_from(args: argparse.Namespace):  # noqa: ANN201 - ServerOptions, imported lazily
     require_server_extra()
-    from .app import ServerOptions
+    from .dataplane import ServerOptions
 
     return ServerOptions(
         max_batch_size=args.max_batch_size, max_queue_delay_us=args.max_queue_delay_us,
@@ -107,7 +107,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "edgekit serve") -> int:
 
     def body() -> int:
         options = options_from(args)
-        from .app import serve
+        from .process import serve
 
         serve(args.sources, args.host, args.port, options, args.artifact, args.backend, args.threads,
               args.profile, args.require_signature, args.trusted_keys)

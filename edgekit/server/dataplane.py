@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from .. import __version__
+from ..version import __version__
 from ..errors import EdgekitError
 from ..prediction_cache import PredictionCache
 from ..runtime import Model

@@ -5,8 +5,9 @@ A source (TensorFlow/Keras, ONNX, ...) is one module below ``edgekit/sources/`` 
 ``float_reference`` run in a converter child (``edgekit.worker``) because they import the
 framework. ``prepare`` returns a JSON description every later step reads: ``inputs`` and
 ``outputs`` (name, shape with -1 for dynamic dimensions, dtype), ``layers`` (names, for error
-messages), ``rescales`` (the model normalizes its own input), and the paths formats convert
-from (``saved_model``, ``onnx_model``).
+messages), ``rescales`` (the model normalizes its own input), and ``forms``: each form the
+kind provides (``provides``; ``edgekit.forms.ModelForm.to_dict``), which ``edgekit.routes``
+hands to the formats.
 """
 
 from __future__ import annotations
@@ -16,6 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..errors import first_line
+
+__all__ = ["Source", "first_line"]
+
 
 @dataclass(frozen=True)
 class Source:
@@ -24,10 +29,8 @@ class Source:
     detect: Callable[[Path], str | None]  # the kind of model at path ("keras", "onnx", ...), or None if not ours
     prepare: Callable[..., dict[str, Any]]  # child: (model_path, kind, export_dir) -> description
     float_reference: Callable[..., None]  # child: (prepared, inputs_npy, output_npy) -> writes the outputs
+    # kind -> the forms (edgekit.forms) its prepare() describes under "forms": what formats convert from
+    provides: dict[str, tuple[str, ...]] = field(default_factory=dict)
     # kind -> what code loading that kind runs (printed before loading; see README "Security model")
     runs_code: dict[str, str] = field(default_factory=dict)
 
-
-def first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else ""

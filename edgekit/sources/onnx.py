@@ -9,7 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from .. import forms
 from ..errors import ModelSourceError
+from ..forms import ModelForm
 from .base import Source, first_line
 
 
@@ -60,6 +62,7 @@ def describe_onnx(model_path: str) -> dict[str, Any]:
     return {
         "saved_model": None,
         "onnx_model": model_path,
+        "forms": {forms.ONNX_GRAPH: ModelForm(forms.ONNX_GRAPH, model_path).to_dict()},
         "layers": [n.name for n in model.graph.node],
         "rescales": False,
         "onnx_opset": next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0),
@@ -115,4 +118,5 @@ SOURCE = Source(
     detect=detect,
     prepare=prepare,
     float_reference=float_reference,
+    provides={"onnx": (forms.ONNX_GRAPH,)},
 )

@@ -23,7 +23,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from .. import forms
 from ..errors import ModelSourceError
+from ..forms import ModelForm, flatten_outputs
 from .base import Source, first_line
 
 FACTORY = re.compile(r"^(?P<file>.+\.py):(?P<function>[A-Za-z_]\w*)$")
@@ -87,7 +89,23 @@ def prepare(model_path: str, kind: str, export_dir: str, hints: dict[str, Any] |
         from .fixed_inputs import record
 
         info.update({"fixed_inputs": record(fixed), "torch_fixed_inputs": fixed})
+    loadable = {"kind": kind, "fixed": fixed or None}
+    info["forms"] = {form: ModelForm(form, model_path, loader=LOADER, arguments=loadable).to_dict()
+                     for form in SOURCE.provides[kind] if form != forms.ONNX_GRAPH}
+    # the ONNX export has the fixed inputs as constants already
+    info["forms"][forms.ONNX_GRAPH] = ModelForm(forms.ONNX_GRAPH, onnx_path, via=exporter.split(",")[0]).to_dict()
     return info
+
+
+LOADER = f"{__name__}:load_module"
+
+
+def load_module(model_path: str, example: dict[str, Any] | None = None, kind: str = "",
+                fixed: dict[str, Any] | None = None) -> tuple[Any, list[str]]:
+    """The loader of this source's PyTorch forms (``edgekit.forms.load_module``): the module in
+    eval mode, wrapped so that ``fixed`` inputs get their values, and its other input names."""
+    module, names, _ = _load(model_path, kind, example=example, fixed=fixed)
+    return module, names
 
 
 def float_reference(prepared: dict[str, Any], inputs_npz: str, output_npz: str, batch_size: int = 64) -> None:
@@ -111,7 +129,7 @@ def float_reference(prepared: dict[str, Any], inputs_npz: str, output_npz: str, 
             if static and rows < static:  # a fixed-batch program: the last slice padded, the padding dropped
                 parts = [np.concatenate([p, np.repeat(p[-1:], static - rows, axis=0)]) for p in parts]
             args = [torch.from_numpy(np.ascontiguousarray(p)) for p in parts]
-            produced = _flatten(module(*args))
+            produced = flatten_outputs(module(*args))
             for name, value in zip(outputs, produced):
                 chunks[name].append(value.detach().float().numpy()[:rows])
     np.savez(output_npz, **{name: np.concatenate(parts) for name, parts in chunks.items()})
@@ -140,9 +158,8 @@ def _load_model(model_path: str, kind: str, example: dict[str, Any] | None = Non
     if kind == "onnx":
         from . import onnx_torch
 
-        names = onnx_torch.input_names(model_path)
-        shaped = {names[0]: example[""]} if example and list(example) == [""] else dict(example or {})
-        return onnx_torch.load(model_path, shaped).eval(), names, None
+        module, names = onnx_torch.load_module(model_path, example)
+        return module, names, None
     try:
         if kind == "torch_export":
             with _weights_only_unpickling(model_path):
@@ -278,19 +295,11 @@ def _program_shape(program: Any, name: str) -> list[int]:
     return [int(d) if isinstance(d, int) else EXAMPLE_BATCH for d in value.shape]
 
 
-def _flatten(produced: Any) -> list[Any]:
-    if isinstance(produced, dict):
-        return list(produced.values())
-    if isinstance(produced, (list, tuple)):
-        return [t for item in produced for t in _flatten(item)]
-    return [produced]
-
-
 def _output_names(produced: Any) -> list[str]:
     """``output`` for one tensor, ``output_N`` for a tuple or list, the keys of a dict."""
     if isinstance(produced, dict):
         return [str(k) for k in produced]
-    flat = _flatten(produced)
+    flat = flatten_outputs(produced)
     return ["output"] if len(flat) == 1 and not isinstance(produced, (list, tuple)) else \
         [f"output_{i}" for i in range(len(flat))]
 
@@ -339,6 +348,10 @@ SOURCE = Source(
     detect=detect,
     prepare=prepare,
     float_reference=float_reference,
+    # torch.export cannot export a ScriptModule: TorchScript reaches litert-torch through its ONNX export
+    provides={"torch_export": (forms.TORCH_PROGRAM, forms.TORCH_MODULE, forms.ONNX_GRAPH),
+              "torch_factory": (forms.TORCH_PROGRAM, forms.TORCH_MODULE, forms.ONNX_GRAPH),
+              "torchscript": (forms.TORCH_MODULE, forms.ONNX_GRAPH)},
     runs_code={
         "torch_factory": "runs that file's Python code (the factory and everything it imports) to build the model",
         "torchscript": "runs the TorchScript code saved in it (TorchScript operators, not arbitrary Python)",

@@ -12,7 +12,9 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
+from .. import forms
 from ..errors import ModelSourceError
+from ..forms import ModelForm
 from .base import Source, first_line
 
 _HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
@@ -113,6 +115,9 @@ def prepare(model_path: str, kind: str, export_dir: str, hints: dict[str, Any] |
     _, kw_inputs = signature.structured_input_signature
     outputs = signature.structured_outputs
     info["saved_model"] = saved_model
+    info["forms"] = {forms.TF_GRAPH: ModelForm(forms.TF_GRAPH, saved_model).to_dict()}
+    if kind in ("keras", "h5"):
+        info["forms"][forms.KERAS_MODEL] = ModelForm(forms.KERAS_MODEL, model_path).to_dict()
     info["inputs"] = [_describe(name, spec) for name, spec in sorted(kw_inputs.items())]
     info["outputs"] = [_describe(name, spec) for name, spec in sorted(outputs.items())]
     if "output_layers" not in info:  # no Keras layers: --keep-float names an output by itself
@@ -400,5 +405,7 @@ SOURCE = Source(
     detect=detect,
     prepare=prepare,
     float_reference=float_reference,
+    provides={"keras": (forms.KERAS_MODEL, forms.TF_GRAPH), "h5": (forms.KERAS_MODEL, forms.TF_GRAPH),
+              "saved_model": (forms.TF_GRAPH,)},
     runs_code={"saved_model": "runs the TensorFlow graph saved in it (graph ops can read and write files)"},
 )

@@ -25,7 +25,8 @@ pytestmark = pytest.mark.slow
 TOY_INIT = '''
 """Toy: a linear model fitted to the float model, stored as .npy weights, run with NumPy."""
 
-from ..base import Builder, Format
+from ... import forms
+from ..base import Accepts, Builder, Format
 from .backend import LinearBackend
 
 
@@ -36,7 +37,8 @@ def _builder() -> Builder:
 
 
 FORMAT = Format(name="toy", description="linear model fitted to the float outputs (NumPy)", builder=_builder,
-                backends=(LinearBackend,), extra="numpy", serving_platform="toy_linear", bare_suffixes=(".linear",))
+                backends=(LinearBackend,), extra="numpy", serving_platform="toy_linear", bare_suffixes=(".linear",),
+                accepts=(Accepts(forms.TF_GRAPH),))
 '''
 
 TOY_BACKEND = '''
@@ -82,7 +84,7 @@ class LinearBuilder(Builder):
     def build(self, context, on_progress=None):
         output = context.package_dir / PATH
         output.parent.mkdir(parents=True, exist_ok=True)
-        worker.call(fit, what="toy fit", saved_model=context.saved_model, calibration_npy=context.calibration_npy,
+        worker.call(fit, what="toy fit", saved_model=context.model.path, calibration_npy=context.calibration_npy,
                     output=str(output))
         return BuildResult(Artifact(target="toy", path=PATH, sha256=sha256_file(output),
                                     bytes=output.stat().st_size, precision="float32"))

@@ -92,8 +92,12 @@ def test_the_runtime_runs_the_scheme_built_for_its_cpu(digits_all_package, tmp_p
 
 
 def test_the_schemes_a_package_needs_come_from_its_profiles():
-    from edgekit.packaging import onnx_schemes
     from edgekit.devices import detect
+    from edgekit.formats.onnx.schemes import schemes_for_profiles
+    from edgekit.packaging import device_profiles
+
+    def onnx_schemes(names):
+        return schemes_for_profiles(device_profiles(names))
 
     assert onnx_schemes(["rpi5", "jetson-orin-nano"]) == ["s8s8"]
     assert onnx_schemes(["rpi5", "x86-cpu"]) == ["s8s8", "u8s8", "u8s8-reduce-range"]

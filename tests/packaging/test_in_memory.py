@@ -15,7 +15,8 @@ import textwrap
 import numpy as np
 import pytest
 
-from edgekit.packaging.in_memory import data_file, model_file
+from edgekit.packaging.in_memory import data_file
+from edgekit.sources.objects import model_file
 from edgekit.errors import DataError, ModelSourceError
 from tests.conftest import ROOT
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..base import Format, Option
+from ... import forms
+from ..base import Accepts, Format, Option
 from .backend import CoreMLBackend
 
 if TYPE_CHECKING:
@@ -28,4 +29,5 @@ FORMAT = Format(
         Option("coreml_activations", "--coreml-activations", "int8", choices=("int8", "float16"),
                help="CoreML activations: int8 (W8A8, calibrated; on Linux with edgekit's MIL evaluator) or float16."),
     ),
+    accepts=(Accepts(forms.KERAS_MODEL), Accepts(forms.TORCH_MODULE), Accepts(forms.TF_GRAPH)),  # coremltools
 )

@@ -1,7 +1,7 @@
 """CoreML target: an ML program ``coreml/model.int8.mlpackage``, W8A8 (int8 weights and activations).
 
-``coremltools.convert`` turns the Keras model (in memory; a SavedModel source goes through
-``source="tensorflow"``) into an ML program for iOS 17 / macOS 14 (the first targets that run
+``coremltools.convert`` turns the route's form (``edgekit.forms``: a Keras model, a traced
+PyTorch module, or a TensorFlow graph through ``source="tensorflow"``) into an ML program for iOS 17 / macOS 14 (the first targets that run
 int8 weight dequantization and activation quantization ops). Weights are quantized with
 ``linear_quantize_weights``: per-channel, symmetric int8, every weight (no size threshold).
 
@@ -25,11 +25,11 @@ from typing import Any
 
 import numpy as np
 
-from ... import worker
-from ...errors import ConversionError
+from ... import forms, worker
+from ...errors import ConversionError, first_line
+from ...forms import ModelForm, flatten_outputs, load_module
 from ...fsutil import sha256_tree, tree_bytes
 from ...manifest import Artifact, QuantParams
-from ...sources.base import first_line
 from ..building import BuildContext, Builder, BuildResult
 
 ARTIFACT_PATH = "coreml/model.int8.mlpackage"
@@ -58,10 +58,7 @@ class CoreMLBuilder(Builder):
             what="CoreML conversion",
             timeout=context.timeout_s,
             on_progress=on_progress,
-            source_path=context.source_path,
-            source_format=context.source_kind,
-            fixed_inputs=dict(context.torch_fixed_inputs) or None,
-            saved_model=context.saved_model,
+            model=context.model.to_dict(),
             output=str(output),
             calibration_npy=context.calibration_npy,
             activations_mode=context.option("coreml_activations", "int8"),
@@ -80,7 +77,7 @@ class CoreMLBuilder(Builder):
             inputs=[QuantParams(name=n, dtype="float32") for n in info["inputs"]],
             outputs=[QuantParams(name=n, dtype="float32") for n in info["outputs"]],
             converter={
-                "tool": {"onnx": "edgekit ONNX -> PyTorch module, then "}.get(context.source_kind, "")
+                "tool": (f"{context.model.via}, then " if context.model.via else "")
                 + "coremltools.convert + coremltools.optimize.coreml",
                 "coremltools": info["coremltools"],
                 "minimum_deployment_target": DEPLOYMENT_TARGET,
@@ -110,39 +107,66 @@ class CoreMLBuilder(Builder):
 # --- child-process side -------------------------------------------------------------------
 
 
-# Long by design: one child-process step, run top to bottom (convert, compress weights, calibrate
-# activations, check the structure, evaluate); each stage hands the next an in-memory MIL program.
 def convert(
-    source_path: str, source_format: str, saved_model: str | None, output: str, calibration_npy: str,
-    activations_mode: str = "int8", eval_npy: str | None = None, eval_output_npy: str | None = None,
-    output_names: list[str] | None = None, float_eval_output_npy: str | None = None,
-    float_output: str | None = None, fixed_inputs: dict[str, Any] | None = None,
+    model: dict[str, Any], output: str, calibration_npy: str, activations_mode: str = "int8",
+    eval_npy: str | None = None, eval_output_npy: str | None = None, output_names: list[str] | None = None,
+    float_eval_output_npy: str | None = None, float_output: str | None = None,
 ) -> dict[str, Any]:
+    """One child-process step, top to bottom: convert the route's form to a float ML program,
+    keep it as the fallback, calibrate activations, compress weights, check, evaluate."""
     import coremltools as ct
-    import coremltools.optimize.coreml as cto
 
     if calibration_npy.endswith(".npz"):
         raise ConversionError("CoreML: models with several inputs are not supported yet",
                               hint="package them for tflite and onnx (--format tflite --format onnx)")
     samples = np.load(calibration_npy, mmap_mode="r")
     started = time.perf_counter()
-    if source_format in ("keras", "h5"):
+    mlmodel = _float_program(ModelForm.from_dict(model), samples, output_names or [])
+    float_evaluated = _evaluate_float(mlmodel, eval_npy, float_eval_output_npy)
+    if float_output:  # the float fallback artifact: the ML program before quantization (float16)
+        mlmodel.save(float_output)
+    mlmodel, activations, reason, calibration = _quantize_activations(mlmodel, samples, activations_mode)
+    mlmodel = _quantize_weights(mlmodel)
+    mlmodel.save(output)
+    worker.report_progress(len(samples), len(samples))
+    structure = check_structure(output, (1, *samples.shape[1:]))
+    spec = mlmodel.get_spec()
+    evaluated, not_evaluated = _evaluate_final(output, eval_npy, eval_output_npy)
+    return {
+        "evaluated_by": evaluated,
+        "float_evaluated": float_evaluated,
+        "activation_calibration": calibration,
+        "coremltools": ct.__version__,
+        "seconds": round(time.perf_counter() - started, 3),
+        "activations": activations,
+        "activations_reason": reason + (f"; not evaluated: {not_evaluated}" if not_evaluated else ""),
+        "structure": structure,
+        "inputs": [i.name for i in spec.description.input],
+        "outputs": [o.name for o in spec.description.output],
+    }
+
+
+def _float_program(form: ModelForm, samples: Any, output_names: list[str]) -> Any:
+    """The form as a float ML program, batch 1, float32 inputs and outputs; a PyTorch module's
+    outputs take the source's names."""
+    import coremltools as ct
+
+    if form.form == forms.KERAS_MODEL:
         import keras
 
-        model: Any = keras.models.load_model(source_path, compile=False)
-        source: dict[str, Any] = {}
-        input_name = model.inputs[0].name
-        outputs = len(model.outputs)
-    elif source_format.startswith("torch") or source_format == "onnx":  # coremltools' PyTorch frontend, traced
-        model, input_name, outputs = _traced_torch(source_path, source_format, samples, fixed_inputs)
-        source = {"source": "pytorch"}
+        model: Any = keras.models.load_model(form.path, compile=False)
+        frontend: dict[str, Any] = {}
+        input_name, outputs = model.inputs[0].name, len(model.outputs)
+    elif form.form == forms.TORCH_MODULE:  # coremltools' PyTorch frontend, traced
+        model, input_name, outputs = _traced_torch(form, samples)
+        frontend = {"source": "pytorch"}
     else:  # a SavedModel has several concrete functions; coremltools takes the serving one
         import tensorflow as tf
 
-        loaded = tf.saved_model.load(saved_model or source_path)
-        model, source, input_name = [loaded.signatures["serving_default"]], {"source": "tensorflow"}, None
+        loaded = tf.saved_model.load(form.path)
+        model, frontend, input_name = [loaded.signatures["serving_default"]], {"source": "tensorflow"}, None
         outputs = len(model[0].structured_outputs)
-    named_outputs = source.get("source") == "pytorch"  # the traced module's outputs take the source's names
+    named_outputs = frontend.get("source") == "pytorch"  # the traced module's outputs take the source's names
     if outputs > 1 and not named_outputs:
         raise ConversionError(f"CoreML: TensorFlow models with several outputs ({outputs}) are not supported yet",
                               hint="package them for tflite and onnx (--format tflite --format onnx)")
@@ -152,90 +176,76 @@ def convert(
         ct.TensorType(shape=shape, dtype=dtype)
     ]
     try:
-        mlmodel = ct.convert(
+        return ct.convert(
             model,
             convert_to="mlprogram",
             minimum_deployment_target=getattr(ct.target, DEPLOYMENT_TARGET),
             inputs=inputs,
             # float32 IO (iOS 16+ would default to float16); PyTorch outputs get the source's names
-            outputs=[ct.TensorType(name=n, dtype=np.float32) for n in output_names or []] if named_outputs
+            outputs=[ct.TensorType(name=n, dtype=np.float32) for n in output_names] if named_outputs
             else [ct.TensorType(dtype=np.float32)],
-            **source,
+            **frontend,
         )
     except Exception as exc:
         if not (named_outputs and _traced_shape_arithmetic(exc)):
             raise _explain(exc) from None
         # the trace recorded shape arithmetic (x.view(x.shape[0], -1)) coremltools cannot fold:
         # torch.export at the fixed CoreML batch of 1 makes those shapes constants
-        mlmodel = _convert_exported(source_path, source_format, samples, input_name, output_names or [], exc,
-                                    fixed_inputs)
+        return _convert_exported(form, samples, input_name, output_names, exc)
 
-    float_evaluated = _evaluate_float(mlmodel, eval_npy, float_eval_output_npy)
-    if float_output:  # the float fallback artifact: the ML program before quantization (float16)
-        mlmodel.save(float_output)
+
+def _quantize_activations(mlmodel: Any, samples: Any, mode: str) -> tuple[Any, str, str, dict[str, Any]]:
+    """W8A8 where activations can be calibrated here: (model, activations, why, calibration record)."""
+    import coremltools.optimize.coreml as cto
+
+    if mode == "float16":
+        return mlmodel, "float16", "--coreml-activations float16: weights int8, activations float16", {}
     name = mlmodel.get_spec().description.input[0].name
     data = [{name: np.asarray(samples[i : i + 1], dtype=np.float32)} for i in range(len(samples))]
     config = cto.OptimizationConfig(
         global_config=cto.experimental.OpActivationLinearQuantizerConfig(mode="linear_symmetric")
     )
-    calibration: dict[str, Any] = {}
-    if activations_mode == "float16":
-        activations, reason = "float16", "--coreml-activations float16: weights int8, activations float16"
-    elif sys.platform == "darwin":  # CoreML prediction exists: coremltools' own calibration (W8A8)
+    if sys.platform == "darwin":  # CoreML prediction exists: coremltools' own calibration (W8A8)
         with running_ranges():
             mlmodel = cto.experimental.linear_quantize_activations(mlmodel, config, data)
-        activations, reason = "int8", "calibrated with coremltools linear_quantize_activations on macOS"
-        calibration = {"method": "minmax (coremltools linear_quantize_activations, CoreML prediction)",
-                       "samples": len(data)}
-    else:  # Linux: the same graph passes, fed statistics from edgekit's NumPy MIL evaluator
-        from .evaluator import EvaluatorError
+        return mlmodel, "int8", "calibrated with coremltools linear_quantize_activations on macOS", {
+            "method": "minmax (coremltools linear_quantize_activations, CoreML prediction)", "samples": len(data)}
+    from .evaluator import EvaluatorError  # Linux: the same passes, fed statistics from edgekit's MIL evaluator
 
-        try:
-            mlmodel, stats = calibrate_activations_on_linux(mlmodel, data, config)
-        except EvaluatorError as exc:  # an op outside the evaluator: weights-only INT8, said plainly
-            activations, reason = "float16", (
-                f"activations not calibrated on Linux ({exc.message}); weights are int8, activations float16"
-            )
-        else:
-            activations, reason = "int8", (
-                "calibrated on Linux: activation ranges from edgekit's NumPy MIL evaluator, quantize/dequantize "
-                "pairs inserted by coremltools' own linear_quantize_activations passes"
-            )
-            calibration = {"method": "minmax (edgekit MIL evaluator) + coremltools compression passes",
-                           "samples": len(data), "tensors": len(stats),
-                           "ranges": {k: [round(v["rmin"], 6), round(v["rmax"], 6)] for k, v in stats.items()}}
+    try:
+        mlmodel, stats = calibrate_activations_on_linux(mlmodel, data, config)
+    except EvaluatorError as exc:  # an op outside the evaluator: weights-only INT8, said plainly
+        return mlmodel, "float16", (
+            f"activations not calibrated on Linux ({exc.message}); weights are int8, activations float16"), {}
+    return mlmodel, "int8", (
+        "calibrated on Linux: activation ranges from edgekit's NumPy MIL evaluator, quantize/dequantize "
+        "pairs inserted by coremltools' own linear_quantize_activations passes"
+    ), {"method": "minmax (edgekit MIL evaluator) + coremltools compression passes", "samples": len(data),
+        "tensors": len(stats), "ranges": {k: [round(v["rmin"], 6), round(v["rmax"], 6)] for k, v in stats.items()}}
+
+
+def _quantize_weights(mlmodel: Any) -> Any:
+    import coremltools.optimize.coreml as cto
+
     weights = cto.OptimizationConfig(
         global_config=cto.OpLinearQuantizerConfig(
             mode="linear_symmetric", dtype="int8", granularity="per_channel", weight_threshold=0
         )
     )
-    mlmodel = cto.linear_quantize_weights(mlmodel, config=weights)
-    mlmodel.save(output)
-    worker.report_progress(len(samples), len(samples))
-    structure = check_structure(output, shape)
-    spec = mlmodel.get_spec()
-    evaluated = None
-    if eval_npy and eval_output_npy:  # numeric validation without CoreML: the evaluator on the final package
-        from .evaluator import Evaluator, EvaluatorError, load_program
+    return cto.linear_quantize_weights(mlmodel, config=weights)
 
-        try:
-            np.savez(eval_output_npy, **Evaluator(load_program(output)).predict_all(np.load(eval_npy)))
-            evaluated = "edgekit NumPy MIL evaluator (float32 arithmetic)"
-        except EvaluatorError as exc:
-            evaluated = None
-            reason += f"; not evaluated: {exc.message}"
-    return {
-        "evaluated_by": evaluated,
-        "float_evaluated": float_evaluated,
-        "activation_calibration": calibration,
-        "coremltools": ct.__version__,
-        "seconds": round(time.perf_counter() - started, 3),
-        "activations": activations,
-        "activations_reason": reason,
-        "structure": structure,
-        "inputs": [i.name for i in spec.description.input],
-        "outputs": [o.name for o in spec.description.output],
-    }
+
+def _evaluate_final(output: str, eval_npy: str | None, eval_output_npy: str | None) -> tuple[str | None, str]:
+    """Numeric validation without CoreML: the evaluator on the final package; (by what, or why not)."""
+    if not (eval_npy and eval_output_npy):
+        return None, ""
+    from .evaluator import Evaluator, EvaluatorError, load_program
+
+    try:
+        np.savez(eval_output_npy, **Evaluator(load_program(output)).predict_all(np.load(eval_npy)))
+    except EvaluatorError as exc:
+        return None, exc.message
+    return "edgekit NumPy MIL evaluator (float32 arithmetic)", ""
 
 
 def _evaluate_float(mlmodel: Any, eval_npy: str | None, output_npy: str | None) -> bool:
@@ -252,21 +262,18 @@ def _evaluate_float(mlmodel: Any, eval_npy: str | None, output_npy: str | None) 
     return True
 
 
-def _traced_torch(source_path: str, source_format: str, samples: Any,
-                  fixed_inputs: dict[str, Any] | None = None) -> tuple[Any, str, int]:
-    """The PyTorch model (or the ONNX model as a PyTorch module) traced on one calibration sample
-    (coremltools converts TorchScript), its input name and its number of outputs."""
+def _traced_torch(form: ModelForm, samples: Any) -> tuple[Any, str, int]:
+    """The PyTorch module traced on one calibration sample (coremltools converts TorchScript),
+    its input name and its number of outputs."""
     import torch
 
-    from ...sources.pytorch import _flatten, _load
-
-    module, names, _ = _load(source_path, source_format, example={"": np.asarray(samples[:1])}, fixed=fixed_inputs)
+    module, names = load_module(form, example={"": np.asarray(samples[:1])})
     if len(names) != 1:
         raise ConversionError("CoreML: models with several inputs are not supported yet",
                               hint="package them for tflite and onnx (--format tflite --format onnx)")
     example = torch.from_numpy(np.ascontiguousarray(samples[:1]))
     with torch.no_grad():
-        produced = _flatten(module(example))
+        produced = flatten_outputs(module(example))
         traced = module if isinstance(module, torch.jit.ScriptModule) else torch.jit.trace(module, example)
     return traced.eval(), names[0], len(produced)
 
@@ -446,16 +453,14 @@ def _traced_shape_arithmetic(exc: Exception) -> bool:
     return isinstance(exc, TypeError) and ("0-dimensional arrays" in text or "length-1 arrays" in text)
 
 
-def _convert_exported(source_path: str, source_format: str, samples: Any, input_name: str,
-                      output_names: list[str], first: Exception, fixed_inputs: dict[str, Any] | None = None) -> Any:
+def _convert_exported(form: ModelForm, samples: Any, input_name: str, output_names: list[str],
+                      first: Exception) -> Any:
     """The model through coremltools' torch.export frontend (batch 1, as every CoreML artifact),
     its inputs and outputs renamed to the source's names."""
     import coremltools as ct
     import torch
 
-    from ...sources.pytorch import _load
-
-    module, _, _ = _load(source_path, source_format, example={"": np.asarray(samples[:1])}, fixed=fixed_inputs)
+    module, _ = load_module(form, example={"": np.asarray(samples[:1])})
     example = torch.from_numpy(np.ascontiguousarray(samples[:1]))
     try:
         with torch.no_grad():

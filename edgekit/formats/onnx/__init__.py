@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..base import Format, Option
+from ... import forms
+from ..base import Accepts, Format, Option
 from .onnxruntime import OnnxRuntimeBackend
 from .openvino import OpenVINOBackend
 
@@ -37,4 +38,5 @@ FORMAT = Format(
         Option("max_intermediate_outputs", "--calibration-batch", None, kind=int, minimum=1, metavar="N",
                help="ONNX: merge calibration ranges every N samples to bound memory on large models."),
     ),
+    accepts=(Accepts(forms.ONNX_GRAPH, honours=("keep_float", "explain")),),  # quantize_static
 )

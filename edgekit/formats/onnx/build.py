@@ -1,7 +1,7 @@
 """ONNX target: QDQ INT8 ``onnx/model.int8.onnx`` plus ``onnx/model.int8.ort`` for minimal builds.
 
-Float ONNX comes from the exported SavedModel via tf2onnx (opset 17, its own process), or is
-the user's ``.onnx`` source. Quantization is ONNX Runtime's static QDQ flow:
+It converts a float ONNX graph (``edgekit.forms.ONNX_GRAPH``: the user's ``.onnx``, a PyTorch
+model's export, or tf2onnx's conversion of a TensorFlow graph; ``edgekit.routes``). Quantization is ONNX Runtime's static QDQ flow:
 ``quant_pre_process`` then ``quantize_static`` with per-channel symmetric int8 weights.
 
 Activations default to int8 (S8S8), which ONNX Runtime recommends as the first choice for QDQ
@@ -20,7 +20,6 @@ take of the graph (``check_onnx_model_mobile_usability``'s analysis) is recorded
 from __future__ import annotations
 
 import json
-import re
 import shutil
 import sys
 import time
@@ -31,18 +30,17 @@ from typing import Any
 import numpy as np
 
 from ... import worker
-from ...errors import ConversionError, EdgekitError, UnsupportedOpError
+from ...errors import ConversionError, EdgekitError, first_line
 from ...fsutil import sha256_file
 from ...manifest import Artifact, QuantParams
-from ..building import BuildContext, Builder, BuildResult, in_layer, layer_of, read_samples, worst_layers
-from ...sources.base import first_line
+from ..building import MINMAX, BuildContext, Builder, BuildResult, Fix, in_layer, read_samples, worst_layers
 from .precision import analyse as analyse_precision
 
 ARTIFACT_PATH = "onnx/model.int8.onnx"
 ORT_PATH = "onnx/model.int8.ort"
 OPS_CONFIG_PATH = "onnx/required_operators.config"
 OPSET = 17
-CALIBRATION_METHODS = ("minmax", "entropy", "percentile")
+CALIBRATION_METHODS = (MINMAX, "entropy", "percentile")
 
 
 class ONNXBuilder(Builder):
@@ -59,64 +57,45 @@ class ONNXBuilder(Builder):
 
         onnx.save(onnx.load(str(source)), str(target))
 
-    def calibration_method(self, context: BuildContext) -> str:
-        return str(context.option("calibration_method", "minmax"))  # minmax, entropy or percentile
+    def range_method(self, context: BuildContext) -> str:
+        return str(context.option("calibration_method", MINMAX))  # one of CALIBRATION_METHODS
+
+    def fixes(self) -> tuple[Fix, ...]:
+        return (Fix("--reduce-range", "reduce_range", True, when="saturated"),
+                Fix("--calibration-method percentile", "calibration_method", "percentile"))
+
+    def saturation_explanation(self) -> str:
+        return ("ONNX Runtime's u8s8 kernels add pairs of 8-bit products in 16 bits, which overflow for large "
+                "weights and activations. A device with VNNI (AVX512-VNNI, AVX-VNNI) or ARM dot-product "
+                "instructions computes the quantized graph as measured without fusion; --reduce-range (7-bit "
+                "weights) avoids the overflow on every CPU")
 
     def variants(self, context: BuildContext) -> list[dict[str, Any]]:
         """One more INT8 build per scheme the requested device profiles need beside S8S8
         (``edgekit.formats.onnx.schemes``); none when the user chose the scheme (--onnx-activations u8,
         --reduce-range) or asked for per-layer fixes (--keep-float)."""
-        from .schemes import schemes_named
+        from .schemes import schemes_for_profiles, schemes_named
 
         if context.option("onnx_activations", "s8") != "s8" or context.option("reduce_range") or context.keep_float:
             return []
-        wanted = schemes_named(list(context.option("onnx_schemes") or []), "--profile")
+        wanted = schemes_named(schemes_for_profiles(context.device_profiles), "--profile")
         return [{"variant": s.variant, "scheme": s.name, "onnx_activations": s.activations,
                  "reduce_range": s.reduce_range, "also_float": False} for s in wanted if s.variant]
 
     def build(self, context: BuildContext, on_progress: Callable[[int, int], None] | None = None) -> BuildResult:
-        if context.onnx_model is not None:
-            float_onnx, tf2onnx_version = context.onnx_model, ""
-        else:
-            float_onnx, tf2onnx_version = export_float_onnx(context)
+        float_onnx = context.model.path  # the route's float ONNX graph (the source's own, or converted)
         variant = str(context.option("variant") or "")  # another scheme's build: its own file, no .ort (ARM-only)
         artifact_path = ARTIFACT_PATH.replace(".int8.", f".int8-{variant}.") if variant else ARTIFACT_PATH
         output = context.package_dir / artifact_path
         output.parent.mkdir(parents=True, exist_ok=True)
         settings = {
-            "calibration_method": self.calibration_method(context),
+            "calibration_method": self.range_method(context),
             "activation_type": context.option("onnx_activations", "s8"),
             "weight_type": "s8",
             "per_channel": True,
             "reduce_range": bool(context.option("reduce_range", False)),
         }
-        prebuilt = _prebuilt_path(context, variant, settings)
-        if variant and prebuilt.is_file() and prebuilt.with_suffix(".json").is_file():
-            # quantized by the main build's child with the same settings (one process, one pre-processing)
-            shutil.copyfile(prebuilt, output)
-            info = json.loads(prebuilt.with_suffix(".json").read_text())
-        else:
-            others = [] if variant else [
-                {"path": str(_prebuilt_path(context, v["variant"], {**settings, "activation_type": v["onnx_activations"],
-                                                                    "reduce_range": v["reduce_range"]})),
-                 "activation_type": v["onnx_activations"], "reduce_range": v["reduce_range"]}
-                for v in self.variants(context)]
-            info = worker.call(
-                quantize,
-                what="ONNX quantization",
-                timeout=context.timeout_s,
-                on_progress=on_progress,
-                float_onnx=float_onnx,
-                calibration_npy=context.calibration_npy,
-                output=str(output),
-                calibration_method=settings["calibration_method"],
-                activation_type=settings["activation_type"],
-                reduce_range=settings["reduce_range"],
-                keep_float=list(context.keep_float),
-                max_intermediate_outputs=context.option("max_intermediate_outputs"),
-                workdir=str(context.workdir),
-                also=others,
-            )
+        info = self._quantize(context, float_onnx, output, variant, settings, on_progress)
         precision = analyse_precision(str(output), context.layer_names)  # from the graph: ORT leaves ops it cannot quantize in float
         ort_failure = None if variant else _convert_to_ort(output, context)  # a companion: never costs the .onnx
         explained = None
@@ -138,7 +117,7 @@ class ONNXBuilder(Builder):
                               (OPS_CONFIG_PATH, "required operators for --include_ops_by_config"))
             if ort_failure is None and not variant
         ]
-        converted = float_onnx if context.onnx_model != context.source_path else None
+        converted = float_onnx if context.model.via else None  # a conversion's loss is measured apart
         fallback = {"fallback_model": float_onnx, "fallback_precision": "float32"} if context.option("also_float") else {}
         return BuildResult(float_model=converted, float_by="float ONNX (exported), ONNX Runtime", **fallback,
                            artifact=Artifact(
@@ -152,13 +131,12 @@ class ONNXBuilder(Builder):
             outputs=[QuantParams(name=n, dtype="float32") for n in info["outputs"]],
             float_ops=precision.float_ops,
             converter={
-                "tool": ("tf2onnx + " if tf2onnx_version else "")
+                "tool": (f"{context.model.via}, then " if context.model.via else "")
                 + "onnxruntime.quantization.quantize_static (QDQ)",
                 "opset": info["opset"],
                 **({"upgraded_from_opset": info["upgraded_from_opset"]} if info.get("upgraded_from_opset") else {}),
                 "shape_inference": info.get("shape_inference", "symbolic"),
                 "onnxruntime": info["onnxruntime"],
-                "tf2onnx": tf2onnx_version,
                 **settings,
                 **({"scheme": context.option("scheme")} if variant else {}),
                 "seconds": info["seconds"],
@@ -175,54 +153,33 @@ class ONNXBuilder(Builder):
         ))
 
 
+    def _quantize(self, context: BuildContext, float_onnx: str, output: Path, variant: str, settings: dict[str, Any],
+                  on_progress: Callable[[int, int], None] | None) -> dict[str, Any]:
+        """The QDQ model at ``output``: a scheme variant the main build's child already quantized is
+        copied; the main build quantizes every variant's scheme too, in one child."""
+        prebuilt = _prebuilt_path(context, variant, settings)
+        if variant and prebuilt.is_file() and prebuilt.with_suffix(".json").is_file():
+            shutil.copyfile(prebuilt, output)
+            return dict(json.loads(prebuilt.with_suffix(".json").read_text()))
+        others = [] if variant else [
+            {"path": str(_prebuilt_path(context, v["variant"], {**settings, "activation_type": v["onnx_activations"],
+                                                                "reduce_range": v["reduce_range"]})),
+             "activation_type": v["onnx_activations"], "reduce_range": v["reduce_range"]}
+            for v in self.variants(context)]
+        return dict(worker.call(
+            quantize, what="ONNX quantization", timeout=context.timeout_s, on_progress=on_progress,
+            float_onnx=float_onnx, calibration_npy=context.calibration_npy, output=str(output),
+            calibration_method=settings["calibration_method"], activation_type=settings["activation_type"],
+            reduce_range=settings["reduce_range"], keep_float=list(context.keep_float),
+            max_intermediate_outputs=context.option("max_intermediate_outputs"), workdir=str(context.workdir),
+            also=others,
+        ))
+
+
 def _prebuilt_path(context: BuildContext, variant: str, settings: dict[str, Any]) -> Path:
     """Where the main build's child leaves a scheme variant quantized with these settings."""
     key = f"{settings['calibration_method']}-{settings['activation_type']}-{int(bool(settings['reduce_range']))}"
     return Path(context.workdir) / f"onnx.prebuilt-{variant or 'main'}-{key}.onnx"
-
-
-def export_float_onnx(context: BuildContext) -> tuple[str, str]:
-    """SavedModel -> float ONNX with tf2onnx in its own process: (path, tf2onnx version).
-
-    Exported once per packaging run (kept in the run's workdir with the version beside it).
-    """
-    if context.saved_model is None:
-        raise ConversionError("no SavedModel to export to ONNX")
-    output = Path(context.workdir) / "model.float.onnx"
-    version_file = output.with_suffix(".tf2onnx-version")
-    if output.exists() and version_file.exists():
-        return str(output), version_file.read_text()
-    command = [
-        sys.executable, "-m", "tf2onnx.convert", "--saved-model", context.saved_model, "--tag", "serve",
-        "--signature_def", "serving_default", "--opset", str(OPSET), "--output", str(output),
-    ]
-    proc = worker.run_tool(command, "tf2onnx conversion", context.timeout_s)
-    # tf2onnx exits 0 even when it leaves ops it cannot convert in the graph: read its log too
-    if proc.returncode != 0 or not output.exists() or "Unsupported ops:" in proc.stderr:
-        raise explain_tf2onnx_failure(proc.stderr, list(context.layer_names))
-    match = re.search(r"tf2onnx=([\w.]+)", proc.stderr)
-    version = match.group(1) if match else ""
-    version_file.write_text(version)
-    return str(output), version
-
-
-def explain_tf2onnx_failure(log: str, layer_names: list[str] | None = None) -> EdgekitError:
-    if "No module named tf2onnx" in log:
-        return ConversionError("tf2onnx is not installed", hint="pip install 'edgekit[package]'")
-    ops = re.findall(r"Tensorflow op \[([^\]]+)\] is not supported", log)
-    counted = re.search(r"Unsupported ops: Counter\(\{(.*?)\}\)", log)
-    if ops or counted:
-        names = sorted({op.split(": ")[-1] for op in ops} | set(re.findall(r"'(\w+)'", counted.group(1) if counted else "")))
-        paths = [op.split(": ")[0] for op in ops]
-        layers = sorted({layer_of("/".join(p.split("/")[1:]), layer_names or []) for p in paths if "/" in p})
-        where = f" (in {', '.join(layers[:5])})" if layers else ""
-        return UnsupportedOpError(
-            f"tf2onnx cannot convert op(s) {', '.join(names)}{where} to ONNX opset {OPSET}",
-            hint="replace the layer with ONNX-convertible ops; other targets are not affected",
-        )
-    lines = [line for line in log.splitlines() if "ERROR" in line or "Error" in line]
-    detail = lines[-1].strip() if lines else (log.strip().splitlines() or ["no output"])[-1]
-    return ConversionError(f"tf2onnx failed: {detail}")
 
 
 def _convert_to_ort(model: Path, context: BuildContext) -> str | None:
@@ -277,13 +234,11 @@ def _layer_nodes(model: Any, layers: list[str]) -> tuple[list[tuple[str, str, st
     return found, missing
 
 
-# Long by design: one child-process step, run top to bottom (pre-process, calibrate, quantize,
-# name what stayed float); splitting it would pass ONNX graphs between helpers for no reader's gain.
 def quantize(
     float_onnx: str,
     calibration_npy: str,
     output: str,
-    calibration_method: str = "minmax",
+    calibration_method: str = MINMAX,
     activation_type: str = "s8",
     reduce_range: bool = False,
     keep_float: list[str] | None = None,
@@ -291,27 +246,15 @@ def quantize(
     workdir: str = "",
     also: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """``quantize_static`` of ``float_onnx`` into ``output``; ``also``: more schemes of the same
-    model (``path``, ``activation_type``, ``reduce_range``), each written with its info beside it,
-    so the scheme variants cost no process or pre-processing of their own."""
+    """``quantize_static`` of ``float_onnx`` into ``output`` (child side); ``also``: more schemes of
+    the same model (``path``, ``activation_type``, ``reduce_range``), each written with its info
+    beside it, so the scheme variants cost no process or pre-processing of their own."""
     import onnx
-    import onnxruntime
-    from onnxruntime.quantization import CalibrationDataReader, CalibrationMethod, QuantFormat, QuantType
-    from onnxruntime.quantization import quant_pre_process, quantize_static
 
     work = Path(workdir or Path(output).parent)
     source, upgraded_from = _upgrade_opset(float_onnx, work)
     prepared = str(work / "model.prep.onnx")
-    shape_inference = "symbolic"
-    try:
-        quant_pre_process(source, prepared, skip_symbolic_shape=False)
-    except Exception as first:  # dynamic axes often defeat symbolic shape inference: ONNX's own is enough
-        try:
-            quant_pre_process(source, prepared, skip_symbolic_shape=True)
-        except Exception as exc:
-            raise ConversionError(f"ONNX Runtime's quant_pre_process failed: {type(exc).__name__}: {exc} "
-                                  f"(with symbolic shape inference: {first})") from None
-        shape_inference = f"onnx (symbolic shape inference failed: {str(first).strip().splitlines()[0][:200]})"
+    shape_inference = _pre_process(source, prepared)
     model = onnx.load(prepared)
     excluded, missing = _layer_nodes(model, list(keep_float or []))
     if missing:
@@ -327,6 +270,41 @@ def quantize(
     missing = [n for n in graph_inputs if n not in samples]
     if missing:
         raise ConversionError(f"calibration data has no samples for ONNX input(s) {missing} (it has {list(samples)})")
+    settings = {"calibration_method": calibration_method, "max_intermediate_outputs": max_intermediate_outputs,
+                "excluded": excluded}
+    recorded = {"prepared": prepared, "upgraded_from_opset": upgraded_from, "shape_inference": shape_inference}
+    info = {**_quantize_static(prepared, output, samples, graph_inputs, activation_type, reduce_range, settings),
+            **recorded}
+    for other in also or []:
+        try:
+            produced = {**_quantize_static(prepared, other["path"], samples, graph_inputs, other["activation_type"],
+                                           bool(other["reduce_range"]), settings), **recorded}
+        except EdgekitError:  # that variant's own build tries again and reports its failure
+            continue
+        Path(other["path"]).with_suffix(".json").write_text(json.dumps(produced))
+    return info
+
+
+def _pre_process(source: str, prepared: str) -> str:
+    """``quant_pre_process`` into ``prepared``; which shape inference it could use."""
+    from onnxruntime.quantization import quant_pre_process
+
+    try:
+        quant_pre_process(source, prepared, skip_symbolic_shape=False)
+    except Exception as first:  # dynamic axes often defeat symbolic shape inference: ONNX's own is enough
+        try:
+            quant_pre_process(source, prepared, skip_symbolic_shape=True)
+        except Exception as exc:
+            raise ConversionError(f"ONNX Runtime's quant_pre_process failed: {type(exc).__name__}: {exc} "
+                                  f"(with symbolic shape inference: {first})") from None
+        return f"onnx (symbolic shape inference failed: {str(first).strip().splitlines()[0][:200]})"
+    return "symbolic"
+
+
+def _calibration_reader(samples: dict[str, Any], graph_inputs: list[str]) -> Any:
+    """The calibration samples one at a time, as ONNX Runtime's calibrator reads them."""
+    from onnxruntime.quantization import CalibrationDataReader
+
     total = len(next(iter(samples.values())))
 
     class Reader(CalibrationDataReader):
@@ -344,60 +322,48 @@ def quantize(
             self.i += 1
             return sample
 
-    method = {
-        "minmax": CalibrationMethod.MinMax,
-        "entropy": CalibrationMethod.Entropy,
-        "percentile": CalibrationMethod.Percentile,
-    }[calibration_method]
-    extra: dict[str, Any] = {}
-    if max_intermediate_outputs:
-        extra["CalibMaxIntermediateOutputs"] = int(max_intermediate_outputs)
-    def run(path: str, activations: str, reduced: bool) -> dict[str, Any]:
-        started = time.perf_counter()
-        try:
-            quantize_static(
-                prepared,
-                path,
-                Reader(),
-                quant_format=QuantFormat.QDQ,
-                per_channel=True,
-                reduce_range=reduced,
-                activation_type=QuantType.QInt8 if activations == "s8" else QuantType.QUInt8,
-                weight_type=QuantType.QInt8,
-                calibrate_method=method,
-                nodes_to_exclude=[name for name, _, _ in excluded],
-                extra_options=extra,
-            )
-        except EdgekitError:
-            raise
-        except Exception as exc:
-            raise ConversionError(
-                f"ONNX Runtime quantize_static failed: {type(exc).__name__}: {first_line(exc)[:300]}",
-                hint="keep the part it fails on in float (--keep-float LAYER; --explain lists the layers), often an "
-                     "integer front end (OneHot, Gather/embedding) next to float ops; or package the other formats "
-                     "(--format tflite --format coreml)",
-            ) from None
-        quantized = onnx.load(path)
-        return {
-            "seconds": round(time.perf_counter() - started, 3),
-            "onnxruntime": onnxruntime.__version__,
-            "opset": next((o.version for o in quantized.opset_import if o.domain in ("", "ai.onnx")), OPSET),
-            "inputs": [i.name for i in quantized.graph.input],
-            "outputs": [o.name for o in quantized.graph.output],
-            "excluded_nodes": excluded,
-            "prepared": prepared,
-            "upgraded_from_opset": upgraded_from,
-            "shape_inference": shape_inference,
-        }
+    return Reader()
 
-    info = run(output, activation_type, reduce_range)
-    for other in also or []:
-        try:
-            produced = run(other["path"], other["activation_type"], bool(other["reduce_range"]))
-        except EdgekitError:  # that variant's own build tries again and reports its failure
-            continue
-        Path(other["path"]).with_suffix(".json").write_text(json.dumps(produced))
-    return info
+
+def _quantize_static(prepared: str, path: str, samples: dict[str, Any], graph_inputs: list[str], activations: str,
+                     reduced: bool, settings: dict[str, Any]) -> dict[str, Any]:
+    """One scheme of the pre-processed model, calibrated and written to ``path``; what it made."""
+    import onnx
+    import onnxruntime
+    from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
+
+    method = {MINMAX: CalibrationMethod.MinMax, "entropy": CalibrationMethod.Entropy,
+              "percentile": CalibrationMethod.Percentile}[settings["calibration_method"]]
+    extra: dict[str, Any] = {}
+    if settings["max_intermediate_outputs"]:
+        extra["CalibMaxIntermediateOutputs"] = int(settings["max_intermediate_outputs"])
+    started = time.perf_counter()
+    try:
+        quantize_static(
+            prepared, path, _calibration_reader(samples, graph_inputs), quant_format=QuantFormat.QDQ,
+            per_channel=True, reduce_range=reduced,
+            activation_type=QuantType.QInt8 if activations == "s8" else QuantType.QUInt8,
+            weight_type=QuantType.QInt8, calibrate_method=method,
+            nodes_to_exclude=[name for name, _, _ in settings["excluded"]], extra_options=extra,
+        )
+    except EdgekitError:
+        raise
+    except Exception as exc:
+        raise ConversionError(
+            f"ONNX Runtime quantize_static failed: {type(exc).__name__}: {first_line(exc)[:300]}",
+            hint="keep the part it fails on in float (--keep-float LAYER; --explain lists the layers), often an "
+                 "integer front end (OneHot, Gather/embedding) next to float ops; or package the other formats "
+                 "(--format tflite --format coreml)",
+        ) from None
+    quantized = onnx.load(path)
+    return {
+        "seconds": round(time.perf_counter() - started, 3),
+        "onnxruntime": onnxruntime.__version__,
+        "opset": next((o.version for o in quantized.opset_import if o.domain in ("", "ai.onnx")), OPSET),
+        "inputs": [i.name for i in quantized.graph.input],
+        "outputs": [o.name for o in quantized.graph.output],
+        "excluded_nodes": settings["excluded"],
+    }
 
 
 MIN_QDQ_OPSET = 13  # per-channel DequantizeLinear (its axis attribute) needs opset 13

@@ -17,7 +17,8 @@ validated; the runtime runs the best one the package has for its own CPU.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from collections.abc import Iterable
+from typing import Any, NamedTuple
 
 X86 = ("x86_64", "amd64", "AMD64", "i686", "i386")
 
@@ -58,6 +59,12 @@ def schemes_for_cpu(arch: str, flags: set[str] | frozenset[str]) -> list[Scheme]
 def scheme_for_cpu(arch: str, flags: set[str] | frozenset[str]) -> Scheme:
     """The scheme to build for this CPU."""
     return schemes_for_cpu(arch, flags)[0]
+
+
+def schemes_for_profiles(profiles: Iterable[Any]) -> list[str]:
+    """The scheme names the package's device profiles need (their ``[quantization] onnx``), in
+    first-seen order."""
+    return list(dict.fromkeys(scheme for profile in profiles for scheme in profile.onnx_schemes))
 
 
 def schemes_named(names: list[str], where: str) -> list[Scheme]:

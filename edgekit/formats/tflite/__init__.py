@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..base import Format
+from ... import forms
+from ..base import Accepts, Format
 from .litert import LiteRTBackend
 
 if TYPE_CHECKING:
@@ -25,4 +26,6 @@ FORMAT = Format(
     extra="edgekit[tflite]",
     serving_platform="tflite",
     bare_suffixes=(".tflite",),
+    accepts=(Accepts(forms.TF_GRAPH, honours=("keep_float", "explain")),  # TFLiteConverter
+             Accepts(forms.TORCH_PROGRAM)),  # litert-torch (PT2E): no per-layer control
 )

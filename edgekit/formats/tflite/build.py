@@ -1,10 +1,12 @@
 """TFLite target: full-integer INT8 ``tflite/model.int8.tflite``.
 
-Converts the exported SavedModel with ``TFLiteConverter.from_saved_model`` (the path that
+From a TensorFlow graph (``edgekit.forms.TF_GRAPH``): converts the SavedModel with
+``TFLiteConverter.from_saved_model`` (the path that
 works for Keras 3 with TensorFlow 2.20/2.21), ``TFLITE_BUILTINS_INT8`` only, int8 input and
 output, calibrated with the representative dataset. The converter silently leaves ops it
 cannot quantize in float (DEQUANTIZE -> op -> QUANTIZE), so the result is inspected with the
-LiteRT interpreter and any float op is reported by op and layer name.
+LiteRT interpreter and any float op is reported by op and layer name. From a PyTorch module
+(``TORCH_PROGRAM``): litert-torch's PT2E flow (``from_torch.py``), then the same checks.
 """
 
 from __future__ import annotations
@@ -17,11 +19,11 @@ from typing import Any
 
 import numpy as np
 
-from ... import worker
+from ... import forms, worker
 from ...errors import ConversionError, EdgekitError, UnsupportedOpError
 from ...fsutil import sha256_file
 from ...manifest import Artifact, QuantParams
-from ..building import BuildContext, Builder, BuildResult, in_layer, layer_of, read_samples, worst_layers
+from ..building import MINMAX, BuildContext, Builder, BuildResult, in_layer, layer_of, read_samples, worst_layers
 from ..precision import Precision
 from .precision import analyse
 
@@ -33,7 +35,7 @@ class TFLiteBuilder(Builder):
     backend = "litert"
 
     def build(self, context: BuildContext, on_progress: Callable[[int, int], None] | None = None) -> BuildResult:
-        if context.saved_model is None:  # PyTorch and ONNX sources
+        if context.model.form == forms.TORCH_PROGRAM:
             return self._build_from_torch(context, on_progress)
         output = context.package_dir / ARTIFACT_PATH
         output.parent.mkdir(parents=True, exist_ok=True)
@@ -42,7 +44,7 @@ class TFLiteBuilder(Builder):
             what="TFLite conversion",
             timeout=context.timeout_s,
             on_progress=on_progress,
-            saved_model=context.saved_model,
+            saved_model=context.model.path,
             calibration_npy=context.calibration_npy,
             output=str(output),
             quantize=True,
@@ -73,10 +75,11 @@ class TFLiteBuilder(Builder):
             outputs=outputs,
             float_ops=precision.float_ops,
             converter={
-                "tool": "tensorflow.lite.TFLiteConverter.from_saved_model",
+                "tool": (f"{context.model.via}, then " if context.model.via else "")
+                + "tensorflow.lite.TFLiteConverter.from_saved_model",
                 "tensorflow": info["tensorflow"],
                 "ops": info["ops"],
-                "calibration_method": "minmax",
+                "calibration_method": MINMAX,
                 "seconds": info["seconds"],
             },
             details={
@@ -91,25 +94,18 @@ class TFLiteBuilder(Builder):
         return io_quantization(str(path))
 
     def _build_from_torch(self, context: BuildContext, on_progress: Callable[[int, int], None] | None) -> BuildResult:
-        """litert-torch in its own environment (PT2E static INT8), then the same checks as above. An
-        ONNX source gets there as a PyTorch module (``edgekit.sources.onnx_torch``)."""
+        """litert-torch in its own environment (PT2E static INT8), then the same checks as above."""
         from ... import toolenv
         from .from_torch import convert_torch
 
         output = context.package_dir / ARTIFACT_PATH
         output.parent.mkdir(parents=True, exist_ok=True)
         python = toolenv.python_for(toolenv.LITERT_TORCH)
-        source_path, kind = context.source_path, context.source_kind
-        fixed = dict(context.torch_fixed_inputs) or None  # a PyTorch source's --input NAME=VALUE
-        if kind == "torchscript" and context.onnx_model:
-            # torch.export (which litert-torch needs) cannot trace a ScriptModule (SpecViolationError): go
-            # through the model's own ONNX export, rebuilt as a PyTorch module, as ONNX sources do
-            source_path, kind, fixed = context.onnx_model, "onnx", None  # its ONNX export has them as constants
         info = worker.call(
             convert_torch, what="TFLite conversion (litert-torch)", timeout=context.timeout_s,
-            on_progress=on_progress, python=python, source_path=source_path, kind=kind,
+            on_progress=on_progress, python=python, model=context.model.to_dict(),
             calibration_npy=context.calibration_npy, output=str(output), output_names=list(context.output_names),
-            float_output=str(Path(context.workdir) / "tflite.float.tflite"), fixed_inputs=fixed,
+            float_output=str(Path(context.workdir) / "tflite.float.tflite"),
         )
         precision = _loadable(lambda: analyse(str(output), list(context.layer_names)), "litert-torch")
         if not context.allow_float_ops:
@@ -121,9 +117,9 @@ class TFLiteBuilder(Builder):
                            float_by="float TFLite (litert-torch), LiteRT", artifact=Artifact(
             target=self.name, path=ARTIFACT_PATH, sha256=sha256_file(output), bytes=output.stat().st_size,
             precision=precision.label, inputs=inputs, outputs=outputs, float_ops=precision.float_ops,
-            converter={"tool": ("edgekit ONNX -> PyTorch module, then " if kind == "onnx" else "")
+            converter={"tool": (f"{context.model.via}, then " if context.model.via else "")
                        + "litert_torch.convert + PT2E static INT8 (symmetric, per-channel)",
-                       "torch": info["torch"], "litert_torch": info["litert_torch"], "calibration_method": "minmax",
+                       "torch": info["torch"], "litert_torch": info["litert_torch"], "calibration_method": MINMAX,
                        "seconds": info["seconds"]},
             details={"keep_float": [], "environment": python, "precision": precision.record(),
                      # ops given the fixed output scale TFLite's int8 kernels need, requantized after

@@ -1,4 +1,4 @@
-"""TFLite from a PyTorch source: litert-torch with PT2E static INT8 quantization (child side).
+"""TFLite from a PyTorch module (``edgekit.forms.TORCH_PROGRAM``): litert-torch with PT2E static INT8 quantization (child side).
 
 Runs in litert-torch's own environment (``edgekit.toolenv.LITERT_TORCH``): the model is wrapped
 so that the LiteRT signature carries the source's input and output names, exported with
@@ -20,21 +20,19 @@ from ... import worker
 from ..building import read_samples
 
 
-def convert_torch(source_path: str, kind: str, calibration_npy: str, output: str,
-                  output_names: list[str], float_output: str | None = None,
-                  fixed_inputs: dict[str, Any] | None = None) -> dict[str, Any]:
+def convert_torch(model: dict[str, Any], calibration_npy: str, output: str,
+                  output_names: list[str], float_output: str | None = None) -> dict[str, Any]:
     import litert_torch
     import torch
     from litert_torch.quantize.pt2e_quantizer import PT2EQuantizer, get_symmetric_quantization_config
     from litert_torch.quantize.quant_config import QuantConfig
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
-    from ...sources.pytorch import _flatten, _load
+    from ...forms import ModelForm, flatten_outputs, load_module
     from .requantize import fix_int8_output_scales
 
     samples = read_samples(calibration_npy)
-    module, names, _ = _load(source_path, kind, example={k: np.asarray(v[:1]) for k, v in samples.items()},
-                             fixed=fixed_inputs)
+    module, names = load_module(ModelForm.from_dict(model), example={k: np.asarray(v[:1]) for k, v in samples.items()})
     if list(samples) == [""]:
         samples = {names[0]: samples[""]}
 
@@ -51,7 +49,7 @@ def convert_torch(source_path: str, kind: str, calibration_npy: str, output: str
             return self
 
         def forward(self, **inputs: Any) -> dict[str, Any]:
-            produced = _flatten(self.inner(*[inputs[n] for n in names]))
+            produced = flatten_outputs(self.inner(*[inputs[n] for n in names]))
             return dict(zip(output_names, produced))
 
     def sample(i: int) -> dict[str, Any]:

@@ -38,6 +38,15 @@ def load(path: str, example: dict[str, np.ndarray]) -> Any:
     return module_from_onnx(onnx.load(path), example)
 
 
+def load_module(path: str, example: dict[str, Any] | None = None) -> tuple[Any, list[str]]:
+    """The loader of the PyTorch forms made from an ONNX graph (``edgekit.forms.load_module``):
+    the module in eval mode, specialised to ``example`` (by input name; ``""`` for a one-input
+    model), and its input names."""
+    names = input_names(path)
+    shaped = {names[0]: example[""]} if example and list(example) == [""] else dict(example or {})
+    return load(path, shaped).eval(), names
+
+
 def input_names(path: str) -> list[str]:
     import onnx
 

@@ -1,0 +1,175 @@
+"""The code's shape: no import cycle among edgekit's modules, no function over 80 lines, the
+formats and the packaging core kept apart (the route table joins them), one version."""
+
+from __future__ import annotations
+
+import ast
+import re
+import tomllib
+from pathlib import Path
+
+from tests.conftest import ROOT
+
+PACKAGE = ROOT / "edgekit"
+MAX_FUNCTION_LINES = 80
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        found[".".join(parts)] = path
+    return found
+
+
+def _type_checking_only(tree: ast.Module) -> set[int]:
+    """Line numbers of imports under ``if TYPE_CHECKING:`` (never run, so they make no cycle)."""
+    lines = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            lines |= {n.lineno for child in node.body for n in ast.walk(child) if hasattr(n, "lineno")}
+    return lines
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Every edgekit module -> the edgekit modules it imports, at the top or inside a function
+    (a lazy import that closes a cycle is still a cycle: it only moves the failure to run time)."""
+    modules = _modules()
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        tree = ast.parse(path.read_text(), str(path))
+        skipped = _type_checking_only(tree)
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        deps: set[str] = set()
+        for node in ast.walk(tree):
+            if node.__class__ not in (ast.Import, ast.ImportFrom) or node.lineno in skipped:
+                continue
+            if isinstance(node, ast.Import):
+                deps |= {a.name for a in node.names if a.name in modules}
+                continue
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                base = ".".join(anchor + ([node.module] if node.module else []))
+            for alias in node.names:
+                target = f"{base}.{alias.name}"
+                deps.add(target if target in modules else base)
+        graph[name] = {d for d in deps if d in modules and d != name}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected groups of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for other in sorted(graph[node]):
+            if other not in index:
+                visit(other)
+                low[node] = min(low[node], low[other])
+            elif other in on_stack:
+                low[node] = min(low[node], index[other])
+        if low[node] == index[node]:
+            group = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                group.append(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_no_import_cycle_among_edgekit_modules():
+    graph = import_graph()
+    assert len(graph) > 100 and "edgekit.runtime" in graph["edgekit"]  # the walk sees lazy imports
+    assert cycles(graph) == []
+
+
+def test_the_cycle_finder_finds_a_cycle_through_a_lazy_import():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert cycles(graph) == [["a", "b", "c"]]
+
+
+def test_no_function_over_80_lines():
+    long = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > MAX_FUNCTION_LINES:
+                    long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name} ({lines} lines)")
+    assert long == []
+
+
+def test_one_version():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    assert re.search(rf'__version__ = "{re.escape(project)}"', (PACKAGE / "version.py").read_text())
+
+
+def _names_and_literals(path: Path) -> tuple[set[str], set[str], set[str]]:
+    """A module's identifiers, its string constants (docstrings left out: prose may name
+    anything) and the modules it imports."""
+    tree = ast.parse(path.read_text(), str(path))
+    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                  if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+                  and node.body and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
+    names, literals, imported = set(), set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            names.add(node.id)
+        elif isinstance(node, ast.Attribute):
+            names.add(node.attr)
+        elif isinstance(node, (ast.FunctionDef, ast.ClassDef, ast.arg)):
+            names.add(getattr(node, "name", None) or getattr(node, "arg", ""))
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+            literals.add(node.value)
+        elif isinstance(node, ast.ImportFrom):
+            imported.add("." * node.level + (node.module or ""))
+        elif isinstance(node, ast.Import):
+            imported |= {a.name for a in node.names}
+    return names, literals, imported
+
+
+def test_formats_never_ask_what_the_source_was():
+    """Builders read the form their route produced (``BuildContext.model``): no source kind, no
+    source module, no source fields."""
+    from edgekit.formats import FORMATS
+    from edgekit.formats.building import BuildContext
+    from edgekit.sources import SOURCES
+
+    kinds = {kind for source in SOURCES for kind in source.provides} - set(FORMATS)
+    assert kinds >= {"keras", "h5", "saved_model", "torch_export", "torchscript", "torch_factory"}
+    assert not {"source_kind", "source_path", "saved_model", "onnx_model"} & set(BuildContext.__dataclass_fields__)
+    for path in sorted((PACKAGE / "formats").rglob("*.py")):
+        names, literals, imported = _names_and_literals(path)
+        assert not literals & kinds, (path, literals & kinds)
+        assert not any("sources" in module for module in imported), (path, imported)
+
+
+def test_the_packaging_core_holds_no_format_names_or_format_options():
+    from edgekit.formats import FORMATS, build_options
+
+    format_words = set(FORMATS) | {"litert", "tf2onnx", "coremltools"}
+    option_keys = {option.name for _, option in build_options()}
+    for path in sorted((PACKAGE / "packaging").rglob("*.py")):
+        names, literals, imported = _names_and_literals(path)
+        assert not {v.lower() for v in literals} & format_words, (path, literals & format_words)
+        assert not literals & option_keys and not names & option_keys, (path, (literals | names) & option_keys)
+        assert not [n for n in names if any(re.search(rf"(^|_){w}(_|$)", n.lower()) for w in format_words)], path
+        assert not [m for m in imported if re.search(r"formats\.(" + "|".join(FORMATS) + ")", m)], (path, imported)
