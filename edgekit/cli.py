@@ -374,7 +374,7 @@ def _package(args: argparse.Namespace) -> None:
     print(f"package: {result.path}")
     if result.archive:
         print(f"archive: {result.archive}")
-    if not result.manifest.validation.get("passed", True):
+    if not result.manifest.validation.passed:
         print("warning: validation failed (see above); the package was kept because of --allow-accuracy-drop "
                    "and its manifest says passed: false", file=sys.stderr)
     if result.failed and not allow_partial:

@@ -21,6 +21,7 @@ from typing import Any, NamedTuple
 
 from .errors import PackageError
 from .names import check_name
+from .validation_record import ValidationRecord
 
 SCHEMA_VERSION = 1
 MANIFEST_NAME = "manifest.json"
@@ -265,7 +266,7 @@ class Manifest:
     outputs: list[TensorSpec]
     artifacts: list[Artifact]
     calibration: dict[str, Any] = field(default_factory=dict)
-    validation: dict[str, Any] = field(default_factory=dict)
+    validation: ValidationRecord = ValidationRecord()
     versions: dict[str, str] = field(default_factory=dict)
     failed: list[dict[str, str]] = field(default_factory=list)  # targets that did not build: target, error, hint
     schema_version: int = SCHEMA_VERSION
@@ -289,11 +290,7 @@ class Manifest:
     def failed_gates(self, key: str) -> list[str] | None:
         """What an artifact failed when it was validated (kept by --allow-accuracy-drop); None when
         it passed or was not measured."""
-        record = (self.validation.get("artifacts") or {}).get(key) or {}
-        if record.get("passed") is not False:
-            return None
-        return [str(g.get("what", g)) if isinstance(g, dict) else str(g) for g in record.get("gates") or []] or [
-            "validation"]
+        return self.validation.artifact(key).failed_gates()
 
     @property
     def labels(self) -> list[str] | None:
@@ -311,7 +308,7 @@ class Manifest:
             "outputs": [_spec_to_dict(s) for s in self.outputs],
             "artifacts": [a.to_dict() for a in self.artifacts],
             "calibration": self.calibration,
-            "validation": self.validation,
+            "validation": self.validation.to_dict(),
             "versions": self.versions,
             "failed": self.failed,
         }
@@ -359,7 +356,7 @@ class Manifest:
             outputs=[TensorSpec.from_dict(s, f"outputs[{i}]") for i, s in enumerate(data["outputs"])],
             artifacts=[Artifact.from_dict(a, f"artifacts[{i}]") for i, a in enumerate(data["artifacts"])],
             calibration=dict(data.get("calibration", {})),
-            validation=dict(data.get("validation", {})),
+            validation=_validation(data.get("validation")),
             versions={str(k): str(v) for k, v in dict(data.get("versions", {})).items()},
             failed=[dict(f) for f in data.get("failed", []) if isinstance(f, dict)],
         )
@@ -423,3 +420,11 @@ def _is_safe_relative(path: str) -> bool:
     pure = PurePosixPath(path)
     canonical = str(pure) == path  # no "./", "//" or trailing "/" spellings of the same file
     return canonical and not pure.is_absolute() and ".." not in pure.parts
+
+
+def _validation(data: Any) -> ValidationRecord:
+    try:
+        return ValidationRecord.from_dict(data)
+    except (AttributeError, TypeError, ValueError):
+        raise PackageError("manifest.validation is malformed: the package is corrupt or was edited by hand",
+                           hint="rebuild it with `edgekit package`") from None

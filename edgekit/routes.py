@@ -15,7 +15,7 @@ import re
 import sys
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from . import forms
 from .errors import ConversionError, EdgekitError, PackageError, UnsupportedOpError
@@ -184,10 +184,9 @@ def _all_formats() -> list[Format]:
     return list(FORMATS.values())
 
 
-def model_form(route: Route, described: Mapping[str, Any], context: StepContext) -> ModelForm:
-    """The form ``route``'s builder converts from: what the source's ``prepare`` described,
-    through the route's steps."""
-    provided = {name: ModelForm.from_dict(value) for name, value in (described.get("forms") or {}).items()}
+def model_form(route: Route, provided: Mapping[str, ModelForm], context: StepContext) -> ModelForm:
+    """The form ``route``'s builder converts from: from the forms the source provided
+    (``SourceDescription.forms``), through the route's steps."""
     start = route.steps[0].consumes if route.steps else route.form
     if start not in provided:
         raise EdgekitError(f"the {route.source_kind} source did not provide the {start} its route needs",

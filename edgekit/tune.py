@@ -37,8 +37,7 @@ def thread_counts(cores: int) -> list[int]:
 def passed_gates(manifest: Manifest, key: str) -> bool:
     """Whether the package's validation let this artifact through (unmeasured ones count as
     passed only when nothing failed: the packager refuses failed ones unless told otherwise)."""
-    record = (manifest.validation.get("artifacts") or {}).get(key) or {}
-    return record.get("passed", True) is not False
+    return not manifest.validation.artifact(key).failed
 
 
 def candidates(manifest: Manifest, profile: Profile, threads: list[int],

@@ -8,6 +8,7 @@ from rich.console import Console
 from rich.table import Table
 
 from .manifest import Manifest
+from .validation_record import ArtifactRecord, ValidationRecord
 from .quantize.tasks import show_value
 
 
@@ -23,9 +24,9 @@ def _num(value: Any, fmt: str) -> str:
     return "n/a" if value is None or value != value else format(value, fmt)
 
 
-def _slice_notes(target: str, metrics: dict[str, Any]) -> list[str]:
+def _slice_notes(target: str, metrics: ArtifactRecord) -> list[str]:
     """Quantities the graph joins into one output: the worst one's numbers, per output."""
-    per_output = metrics.get("outputs") or {"": metrics}
+    per_output = metrics.get("outputs") or {"": metrics.metrics}
     notes = []
     for name, values in per_output.items():
         worst = values.get("worst_slice")
@@ -42,13 +43,12 @@ def _slice_notes(target: str, metrics: dict[str, Any]) -> list[str]:
     return notes
 
 
-def kind_lines(validation: dict[str, Any]) -> list[str]:
+def kind_lines(validation: ValidationRecord) -> list[str]:
     """What each output is and how it is judged, with the evidence (``validation.kinds``)."""
-    return [f"output {kind['output']}: {kind['kind']}, {kind['evidence']}"
-            for kind in (validation.get("kinds") or {}).values()]
+    return [f"output {kind['output']}: {kind['kind']}, {kind['evidence']}" for kind in validation.kinds.values()]
 
 
-def _task_notes(target: str, metrics: dict[str, Any]) -> list[str]:
+def _task_notes(target: str, metrics: ArtifactRecord) -> list[str]:
     """Task metrics (per output, and the --metric function's) with their verdicts and rules."""
     notes = []
     results = [(name, task) for name, task in (metrics.get("tasks") or {}).items()]
@@ -62,7 +62,7 @@ def _task_notes(target: str, metrics: dict[str, Any]) -> list[str]:
     return notes
 
 
-def _quantization_note(target: str, metrics: dict[str, Any]) -> list[str]:
+def _quantization_note(target: str, metrics: ArtifactRecord) -> list[str]:
     q = metrics.get("quantization")
     if not q:
         return []
@@ -71,10 +71,10 @@ def _quantization_note(target: str, metrics: dict[str, Any]) -> list[str]:
             f"fusion), {_num(fused, '.1f')} dB on this CPU's fused int8 kernels"]
 
 
-def _conversion_line(validation: dict[str, Any]) -> str | None:
+def _conversion_line(validation: ValidationRecord) -> str | None:
     """The float conversion of each format vs the source: where a loss happened before INT8."""
     parts = []
-    for target, metrics in (validation.get("artifacts") or {}).items():
+    for target, metrics in validation.artifacts.items():
         conversion = metrics.get("float_conversion")
         if conversion:
             value = conversion.get("sqnr_db")
@@ -85,9 +85,9 @@ def _conversion_line(validation: dict[str, Any]) -> str | None:
             + "; the INT8 SQNR above includes it")
 
 
-def _fix_notes(target: str, metrics: dict[str, Any]) -> list[str]:
+def _fix_notes(target: str, metrics: ArtifactRecord) -> list[str]:
     notes = []
-    for attempt in metrics.get("auto_fix") or []:
+    for attempt in metrics.auto_fix:
         if attempt.get("error"):
             notes.append(f"{target}: auto-fix {attempt['change']}: failed to build ({attempt['error']})")
             continue
@@ -109,22 +109,22 @@ def _margin(value: Any) -> str:
 def render(manifest: Manifest, console: Console | None = None) -> None:
     console = console or Console(width=None if Console().is_terminal else 120)
     validation = manifest.validation
-    data = validation.get("data", {})
+    data = validation.data
     table = Table(
-        title=f"{manifest.name}: INT8 vs float on {data.get('samples', '?')} {data.get('split', 'samples')}",
+        title=f"{manifest.name}: INT8 vs float on {data.samples or '?'} {data.split or 'samples'}",
         title_justify="left",
     )
     columns = ("artifact", "precision", "size", "float acc", "artifact acc", "change", "top-1 agree", "cosine", "SQNR")
     for column in columns:
         table.add_column(column, justify="left" if column in ("artifact", "precision") else "right")
-    float_acc = validation.get("float", {}).get("accuracy")
+    float_acc = validation.float_accuracy
     notes = []
     for artifact in manifest.artifacts:
-        metrics = validation.get("artifacts", {}).get(artifact.key, {})
-        if metrics.get("measured") is False:
+        metrics = validation.artifact(artifact.key)
+        if not metrics.measured:
             table.add_row(artifact.key, artifact.precision, _size(artifact.bytes), _pct(float_acc),
                           "not measurable here", "", "", "", "")
-            notes.append(f"{artifact.key}: {metrics.get('reason', 'not measured')}")
+            notes.append(f"{artifact.key}: {metrics.reason or 'not measured'}")
             continue
         drop = metrics.get("accuracy_drop_pp")
         table.add_row(
@@ -136,7 +136,7 @@ def render(manifest: Manifest, console: Console | None = None) -> None:
             "n/a" if drop is None else f"{0.0 - drop:+.2f} pp",
             _pct(metrics.get("top1_agreement")),
             _num(metrics.get("cosine"), ".5f"),
-            _sqnr(metrics.get("sqnr_db"), bool(metrics)),
+            _sqnr(metrics.get("sqnr_db"), bool(metrics.metrics)),
         )
         for name, values in (metrics.get("outputs") or {}).items():  # every output on its own row
             table.add_row(f"  {name}", "", "", "", "", "", _pct(values.get("top1_agreement")),
@@ -145,7 +145,7 @@ def render(manifest: Manifest, console: Console | None = None) -> None:
         notes += _quantization_note(artifact.key, metrics)
         notes += _task_notes(artifact.key, metrics)
         notes += _fix_notes(artifact.key, metrics)
-        notes += [f"{artifact.key}: FAILED {gate['what']}" for gate in metrics.get("gates") or []]
+        notes += [f"{artifact.key}: FAILED {gate['what']}" for gate in metrics.gates]
     for failure in manifest.failed:
         table.add_row(failure["target"], "failed", "", "", "", "", "", "", "")
         notes.append(f"{failure['target']} failed: {failure['error']}")
@@ -153,18 +153,18 @@ def render(manifest: Manifest, console: Console | None = None) -> None:
     conversion = _conversion_line(validation)
     if conversion:
         notes.insert(0, conversion)
-    notes = list(validation.get("notes") or []) + notes  # the kinds were said before building
+    notes = list(validation.notes) + notes  # the kinds were said before building
     for note in notes:
         console.print(note, highlight=False)
-    measured = [a for a in validation.get("artifacts", {}).values() if a.get("measured")]
-    if measured and "min_sqnr_db" in validation:
-        verdict = "pass" if validation.get("passed") else "FAIL"
+    measured = [a for a in validation.artifacts.values() if a.measured]
+    if measured and validation.min_sqnr_db is not None:
+        verdict = "pass" if validation.passed else "FAIL"
         console.print(f"gates {verdict}: each output is judged by its kind's task metric (above); values need SQNR >= "
-                      f"{validation['min_sqnr_db']:g} dB, and so does each quantity joined into one output; labelled "
-                      f"class scores may drop at most {validation.get('max_accuracy_drop_pp')} pp", highlight=False)
-    elif validation.get("data", {}).get("labeled"):
-        verdict = "within" if validation.get("passed") else "EXCEEDS"
-        console.print(f"accuracy drop {verdict} the {validation.get('max_accuracy_drop_pp')} pp limit")
+                      f"{validation.min_sqnr_db:g} dB, and so does each quantity joined into one output; labelled "
+                      f"class scores may drop at most {validation.max_accuracy_drop_pp} pp", highlight=False)
+    elif validation.data.labeled:
+        verdict = "within" if validation.passed else "EXCEEDS"
+        console.print(f"accuracy drop {verdict} the {validation.max_accuracy_drop_pp} pp limit")
 
 
 def _sqnr(value: Any, measured: bool) -> str:

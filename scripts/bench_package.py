@@ -175,7 +175,7 @@ def main() -> None:
             "onnx_int8_speedup_median": ratio("onnx_float32", "onnx_int8"),
         },
         "latency": latency,
-        "validation_int8_vs_float": manifest.validation["artifacts"],
+        "validation_int8_vs_float": manifest.validation.to_dict()["artifacts"],
         "failed_targets": manifest.failed,
         "sources": compare_sources(),
     }
@@ -198,7 +198,7 @@ def compare_sources() -> dict[str, dict[str, object]]:
             result = edgekit.package(str(model), str(data / "calibration.npz"), str(Path(tmp) / source),
                                      eval=str(data / "eval.npz"), formats=list(FORMATS), allow_float_ops=True,
                                      name=f"digits_{source}")
-            validation = result.manifest.validation["artifacts"]
+            validation = result.manifest.validation.to_dict()["artifacts"]
             found[source] = {
                 "package_all_targets_s": round(time.perf_counter() - started, 2),
                 "targets": {a.target: {"converter_s": a.converter.get("seconds"), "size_bytes": a.bytes,

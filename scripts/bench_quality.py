@@ -260,7 +260,7 @@ def run_case(title: str, case: Case, work: Path) -> dict[str, Any]:
     options = dict(case.options)
     result = edgekit.package(str(case.model), str(case.calibration), str(work / "out"), formats=case.formats,
                              allow_accuracy_drop=True, force=True, also_float=False, **options)
-    validation = result.manifest.validation
+    validation = result.manifest.validation.to_dict()
     reference = float_outputs(case.model, case.test_x, work)
     rows = {}
     for fmt in case.formats:

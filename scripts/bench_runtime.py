@@ -247,7 +247,7 @@ def int8_vs_float(package: Path, threads: int | list[int], runs: int) -> dict:
            for r in report["results"]}
     floats = {a.key for a in manifest.artifacts if a.precision.startswith("float")}
     passed = {a.key for a in manifest.artifacts if manifest.failed_gates(a.key) is None}
-    records = manifest.validation.get("artifacts") or {}
+    records = manifest.validation.to_dict().get("artifacts") or {}
     sqnr = {key: (records.get(key) or {}).get("sqnr_db") for key in present_keys(manifest)}
     s8s8 = sqnr.get("onnx")  # today's scheme: what the other INT8 artifacts are held to
     # passed its gates, and at least S8S8's SQNR (as validated) where both are known

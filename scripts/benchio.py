@@ -32,7 +32,7 @@ def require_signal(manifest: Any) -> dict[str, float]:
     Returns each measured artifact's top-1 agreement."""
     found = {}
     classes = manifest.outputs[0].shape[-1]
-    for target, metrics in manifest.validation.get("artifacts", {}).items():
+    for target, metrics in manifest.validation.to_dict().get("artifacts", {}).items():
         if not metrics.get("measured"):
             continue
         agreement = metrics.get("top1_agreement")

@@ -4,6 +4,7 @@ import pytest
 
 from edgekit.errors import PackageError
 from edgekit.manifest import SCHEMA_VERSION, Artifact, Manifest, Preprocessing, QuantParams, TensorSpec
+from edgekit.validation_record import ArtifactRecord, ValidationRecord
 
 
 def _manifest() -> Manifest:
@@ -20,7 +21,7 @@ def _manifest() -> Manifest:
                 inputs=[QuantParams("in", "int8", 0.0039, -128)], outputs=[QuantParams("out", "int8", 0.0039, -128)],
             )
         ],
-        validation={"artifacts": {"tflite": {"sqnr_db": float("inf")}}},
+        validation=ValidationRecord.from_dict({"artifacts": {"tflite": {"sqnr_db": float("inf")}}}),
     )
 
 
@@ -83,3 +84,49 @@ def test_malformed_manifests_name_the_problem(mutate, message):
 def test_invalid_json_is_a_package_error():
     with pytest.raises(PackageError, match="not valid JSON"):
         Manifest.from_json(b"{not json")
+
+
+OLD_VALIDATION = {  # as a package made before the gates and the per-artifact verdict wrote it
+    "data": {"source": "calibration.npz", "split": "held-out calibration samples", "samples": 120, "labeled": True},
+    "float": {"accuracy": 0.98},
+    "max_accuracy_drop_pp": 1.0,
+    "passed": True,
+    "artifacts": {"tflite": {"measured": True, "accuracy": 0.975, "sqnr_db": 31.2},
+                  "coreml": {"measured": False, "reason": "not measurable here: macOS only"}},
+}
+
+
+def test_the_validation_record_reads_old_manifests_and_writes_the_same_json():
+    record = ValidationRecord.from_dict(OLD_VALIDATION)
+    assert record.data.samples == 120 and record.data.labeled and record.float_accuracy == 0.98
+    assert record.min_sqnr_db is None and record.kinds == {} and record.passed
+    tflite = record.artifact("tflite")
+    assert tflite.measured and tflite.passed is None and not tflite.failed and tflite.failed_gates() is None
+    assert tflite.get("sqnr_db") == 31.2 and tflite.metrics["accuracy"] == 0.975
+    assert not record.artifact("coreml").measured and "macOS" in record.artifact("coreml").reason
+    assert record.artifact("absent") == ArtifactRecord(passed=None)
+    written = record.to_dict()
+    assert written["artifacts"]["coreml"] == OLD_VALIDATION["artifacts"]["coreml"]
+    assert {k: v for k, v in written["artifacts"]["tflite"].items() if k != "gates"} == \
+        OLD_VALIDATION["artifacts"]["tflite"]
+    assert ValidationRecord.from_dict(written) == record
+    assert ValidationRecord.from_dict({}).to_dict() == {}  # a package without validation stays without
+
+
+def test_a_failed_artifact_record_says_what_failed_and_is_frozen():
+    record = ValidationRecord.from_dict({"passed": False, "artifacts": {"onnx": {
+        "measured": True, "passed": False, "sqnr_db": 3.1,
+        "gates": [{"output": "y", "cause": "sqnr", "what": "the output: SQNR 3.1 dB < 20 dB", "fixes": []}]}}})
+    onnx = record.artifact("onnx")
+    assert onnx.failed and onnx.failed_gates() == ["the output: SQNR 3.1 dB < 20 dB"] and not record.passed
+    with pytest.raises(AttributeError):
+        onnx.passed = True  # type: ignore[misc]
+    fixed = record.with_auto_fix({"onnx": [{"change": "--reduce-range", "kept": False}]})
+    assert fixed.artifact("onnx").auto_fix[0]["change"] == "--reduce-range" and record.artifact("onnx").auto_fix == ()
+
+
+def test_a_malformed_validation_record_is_a_package_error():
+    data = _manifest().to_dict()
+    data["validation"] = {"artifacts": {"tflite": ["not", "a", "record"]}}
+    with pytest.raises(PackageError, match="manifest.validation is malformed"):
+        Manifest.from_dict(data)

@@ -43,7 +43,7 @@ def test_small_models_get_a_validated_float_fallback_per_format(digits_all_packa
     assert by_key["tflite-float16"].path == "tflite/model.float16.tflite"
     assert by_key["onnx-float32"].converter["float_fallback_for"] == "onnx"
     for key in ("tflite-float16", "onnx-float32", "coreml-float16"):
-        record = manifest.validation["artifacts"][key]
+        record = manifest.validation.to_dict()["artifacts"][key]
         assert record["passed"] and record["sqnr_db"] > 40, (key, record)  # float: near-exact
     reference = edgekit.load(digits_all_package, artifact="onnx-float32")
     x = x_eval()

@@ -36,6 +36,7 @@ from ..package_io import write_archive
 from ..progress import Progress
 from ..routes import Route, StepContext, model_form, plan
 from ..sources import Source, detect_source
+from ..sources.description import SourceDescription
 from .assemble import make_manifest, publish_package, write_package_files
 from .data import PreparedData, prepare_data
 from .options import PackageOptions, PackageResult
@@ -53,7 +54,7 @@ EXPLAIN_SAMPLES = 32
 class LoadedSource:
     source: Source
     kind: str
-    described: dict[str, Any]  # what the source's prepare() returned (JSON)
+    described: SourceDescription  # what the source's prepare() said of the model
 
 
 @dataclass(frozen=True)
@@ -135,7 +136,7 @@ def build_package(options: PackageOptions, progress: Progress | None = None) -> 
         with staging_dir(plan.destination) as staged:
             context = build_context(options, loaded, data, staged, work, profiles)
             outcomes = build_formats(planned, context, loaded.described, data, reference, staged, progress,
-                                     Gating(judging, options, loaded.described.get("output_layers") or {}))
+                                     Gating(judging, options, dict(loaded.described.output_layers)))
             result = assemble(plan, options, loaded, data, reference, [p.builder for p in planned], context,
                               outcomes, staged, progress, kinds)
     if plan.archive is not None:
@@ -186,7 +187,7 @@ def load_source(source: Source, kind: str, options: PackageOptions, work: Path, 
             export_dir=str(work / "saved_model"),
             hints=hints or {},
         )
-    return LoadedSource(source, kind, described)
+    return LoadedSource(source, kind, SourceDescription.from_dict(described))
 
 
 def float_reference(loaded: LoadedSource, data: PreparedData, work: Path, progress: Progress,
@@ -196,11 +197,11 @@ def float_reference(loaded: LoadedSource, data: PreparedData, work: Path, progre
     np.savez(inputs, **data.evaluation)
     with progress.step(f"Float reference outputs on {data.evaluation_count} samples"):
         worker.call(loaded.source.float_reference, what="running the float model", timeout=timeout_s,
-                    prepared=loaded.described,
+                    prepared=loaded.described.raw,
                     inputs_npz=str(inputs), output_npz=str(outputs))
     with np.load(outputs) as stored:
         found = {name: stored[name].astype(np.float32) for name in stored.files}
-    expected = [o["name"] for o in loaded.described["outputs"]]
+    expected = loaded.described.output_names
     if sorted(found) != sorted(expected):
         raise EdgekitError(f"the float model returned outputs {sorted(found)}, not the described {expected}",
                            hint="report this model: its signature and its outputs disagree")
@@ -228,9 +229,9 @@ def build_context(options: PackageOptions, loaded: LoadedSource, data: PreparedD
         eval_npy=save_samples(work / "eval", data.evaluation),
         package_dir=staged,
         workdir=work,
-        layer_names=tuple(loaded.described["layers"]),
-        output_layers=MappingProxyType(dict(loaded.described.get("output_layers") or {})),
-        output_names=tuple(o["name"] for o in loaded.described["outputs"]),
+        layer_names=loaded.described.layers,
+        output_layers=MappingProxyType(dict(loaded.described.output_layers)),
+        output_names=tuple(loaded.described.output_names),
         keep_float=tuple(options.keep_float),
         allow_float_ops=options.allow_float_ops,
         explain_npy=explain_npy,
@@ -250,13 +251,13 @@ class Gating:
     producers: dict[str, str]  # output name -> the layer computing it (for --keep-float)
 
 
-def resolve_kinds(specs: dict[str, str], described: dict[str, Any]) -> dict[str, str]:
+def resolve_kinds(specs: dict[str, str], described: SourceDescription) -> dict[str, str]:
     """``--output-kind`` by output name; a Keras output may also be named by its layer."""
     from ..quantize.tasks import resolve_kinds as resolve
 
-    by_layer = {layer: name for name, layer in (described.get("output_layers") or {}).items()}
-    return resolve({by_layer.get(k, k): v for k, v in specs.items()}, [o["name"] for o in described["outputs"]],
-                   {o["name"]: o["shape"] for o in described["outputs"]})
+    by_layer = {layer: name for name, layer in described.output_layers.items()}
+    return resolve({by_layer.get(k, k): v for k, v in specs.items()}, described.output_names,
+                   {o.name: list(o.shape) for o in described.outputs})
 
 
 def load_metric(spec: str) -> Any:
@@ -265,7 +266,7 @@ def load_metric(spec: str) -> Any:
     return load(spec)
 
 
-def build_formats(planned: list[Planned], context: BuildContext, described: dict[str, Any], data: PreparedData,
+def build_formats(planned: list[Planned], context: BuildContext, described: SourceDescription, data: PreparedData,
                   reference: dict[str, np.ndarray], staged: Path, progress: Progress,
                   gating: Gating | None = None) -> list[FormatOutcome]:
     """Each format built, measured and judged in turn (and fixed, with ``--auto-fix``); with one
@@ -276,7 +277,7 @@ def build_formats(planned: list[Planned], context: BuildContext, described: dict
     for format_plan in planned:
         builder = format_plan.builder
         try:
-            own = replace(context, model=model_form(format_plan.route, described, steps))
+            own = replace(context, model=model_form(format_plan.route, described.forms, steps))
             built, comparison = build_and_measure(builder, own, data, reference, staged, progress, gating)
         except EdgekitError as exc:  # one format's failure (converting, or its runtime refusing the result)
             if len(planned) == 1:
@@ -404,9 +405,7 @@ def assemble(plan: Plan, options: PackageOptions, loaded: LoadedSource, data: Pr
         measured_by={o.name: o.built.evaluated_by for o in built if o.comparison and o.built.evaluated_by},
         failures=failures, notes=notes, kinds=kinds,
     )
-    for o in built:
-        if o.fixes:
-            validation["artifacts"][o.name]["auto_fix"] = list(o.fixes)
+    validation = validation.with_auto_fix({o.name: list(o.fixes) for o in built if o.fixes})
     methods = {b.name: b.range_method(next((o.context for o in built if o.name == b.name and o.context),
                                                  context)) for b in builders}
     manifest = make_manifest(plan.name, options, loaded.kind, loaded.described, data,

@@ -10,7 +10,7 @@ import errno
 import platform
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -19,6 +19,8 @@ from ..errors import OutputExistsError
 from ..formats import backends
 from ..fsutil import publish, sha256_tree, write_text_atomic
 from ..manifest import Artifact, Manifest, TensorSpec
+from ..sources.description import SourceDescription
+from ..validation_record import ValidationRecord
 from .data import PreparedData
 from .options import PackageOptions
 
@@ -33,10 +35,10 @@ def make_manifest(
     name: str,
     options: PackageOptions,
     kind: str,
-    described: dict[str, Any],
+    described: SourceDescription,
     data: PreparedData,
     artifacts: list[Artifact],
-    validation: dict[str, Any],
+    validation: ValidationRecord,
     failed: list[dict[str, str]],
     methods: dict[str, str],
 ) -> Manifest:
@@ -48,15 +50,15 @@ def make_manifest(
         range=[float(data.calibration[p.name].min()), float(data.calibration[p.name].max())]
         if p.role != "integer" else None,
     ) for p in data.inputs]
-    outputs = [TensorSpec(name=o["name"], shape=o["shape"], dtype="float32",
-                          labels=data.labels if o["name"] == data.labelled_output else None)
-               for o in described["outputs"]]
+    outputs = [TensorSpec(name=o.name, shape=list(o.shape), dtype="float32",
+                          labels=data.labels if o.name == data.labelled_output else None)
+               for o in described.outputs]
     return Manifest(
         name=name,
         edgekit_version=__version__,
         created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         source={"format": kind, "file": Path(options.model).name, "sha256": sha256_tree(_model_file(options.model)),
-                **{k: described[k] for k in ("onnx_exporter", "torch", "frozen_from", "fixed_inputs") if k in described}},
+                **described.recorded},
         inputs=inputs,
         outputs=outputs,
         artifacts=artifacts,
@@ -70,7 +72,7 @@ def make_manifest(
             "warnings": data.warnings,
         },
         validation=validation,
-        versions=_versions(described),
+        versions=_versions(described.versions),
         failed=failed,
     )
 
@@ -104,11 +106,9 @@ def publish_package(staged: Path, destination: Path, force: bool) -> None:
         ) from exc
 
 
-def _versions(described: dict[str, Any]) -> dict[str, str]:
-    versions = {"edgekit": __version__, "python": platform.python_version(), "numpy": np.__version__}
-    for key in ("tensorflow", "keras"):
-        if key in described:
-            versions[key] = described[key]
+def _versions(source_versions: Mapping[str, str]) -> dict[str, str]:
+    versions = {"edgekit": __version__, "python": platform.python_version(), "numpy": np.__version__,
+                **source_versions}
     for name, backend in backends().items():
         library = backend.available()
         if library:

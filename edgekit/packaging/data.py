@@ -26,6 +26,7 @@ from ..data.sources import DataSource, RawBatch
 from ..errors import DataError, ModelSourceError
 from ..manifest import Preprocessing
 from ..progress import Progress
+from ..sources.description import SourceDescription, TensorDescription
 from .options import PackageOptions
 from .preflight import Plan
 
@@ -80,19 +81,20 @@ class PreparedData:
         return len(next(iter(self.calibration.values())))
 
 
-def prepare_data(plan: Plan, options: PackageOptions, described: dict[str, Any], progress: Progress) -> PreparedData:
-    inputs, outputs = described["inputs"], described["outputs"]
+def prepare_data(plan: Plan, options: PackageOptions, described: SourceDescription,
+                 progress: Progress) -> PreparedData:
+    inputs, outputs = list(described.inputs), list(described.outputs)
     if not inputs or not outputs:
         raise ModelSourceError(f"the model has {len(inputs)} inputs and {len(outputs)} outputs",
                                hint="export a model that takes and returns tensors")
     _refuse_unbatched(inputs, outputs)
     calibration = plan.calibration
     eval_source = plan.evaluation or calibration
-    bindings = bind_inputs([i["name"] for i in inputs], calibration)
+    bindings = bind_inputs([i.name for i in inputs], calibration)
     if plan.evaluation is not None:
-        bind_inputs([i["name"] for i in inputs], plan.evaluation)
+        bind_inputs([i.name for i in inputs], plan.evaluation)
     inputs = [_with_given_shape(i, options.input_shapes) for i in inputs]
-    plans = [plan_input(i, calibration, bindings[i["name"]], described["rescales"], options, len(inputs) == 1)
+    plans = [plan_input(i, calibration, bindings[i.name], described.rescales, options, len(inputs) == 1)
              for i in inputs]
     say_preprocessing(plans, progress)
     image = next((p for p in plans if p.role == "image"), None)
@@ -115,7 +117,7 @@ def prepare_data(plan: Plan, options: PackageOptions, described: dict[str, Any],
     for warning in warnings:
         progress.warn(warning)
     return PreparedData(plans, calib, evals, calib_raw, eval_source, eval_raw, labels,
-                        labelled["name"] if labelled else None, warnings, calibration.description)
+                        labelled.name if labelled else None, warnings, calibration.description)
 
 
 def say_preprocessing(plans: list[InputPlan], progress: Progress) -> None:
@@ -134,18 +136,18 @@ def say_preprocessing(plans: list[InputPlan], progress: Progress) -> None:
             )
 
 
-def _refuse_unbatched(inputs: list[dict[str, Any]], outputs: list[dict[str, Any]] = ()) -> None:
+def _refuse_unbatched(inputs: list[TensorDescription], outputs: list[TensorDescription] = ()) -> None:
     """Every input must take samples stacked on axis 0 (calibration, validation and the runtime all
     feed them that way): a scalar input (a sample rate, a threshold) cannot be, and is refused
     here by name instead of failing later in a converter; so is an output whose batch is on
     another axis (a seq-first state), which would be joined across samples wrongly."""
-    batch_names = {i["dim_names"][0] for i in inputs if i.get("dim_names") and i["dim_names"][0]}
+    batch_names = {i.dim_names[0] for i in inputs if i.dim_names and i.dim_names[0]}
     for model_output in outputs:
         axis = _batch_axis_elsewhere(model_output, batch_names)
         if axis is not None:
             raise ModelSourceError(
-                f"model output {model_output['name']!r} has its batch dimension "
-                f"({model_output['dim_names'][axis]!r}) on axis {axis}, not on axis 0: edgekit joins samples on axis 0, so its values would be mixed up",
+                f"model output {model_output.name!r} has its batch dimension "
+                f"({model_output.dim_names[axis]!r}) on axis {axis}, not on axis 0: edgekit joins samples on axis 0, so its values would be mixed up",
                 hint="re-export the model with this output batch-first (e.g. a recurrent state transposed to "
                      "[N, layers, hidden] inside the model)",
             )
@@ -153,45 +155,45 @@ def _refuse_unbatched(inputs: list[dict[str, Any]], outputs: list[dict[str, Any]
         axis = _batch_axis_elsewhere(model_input, batch_names)
         if axis is not None:
             raise ModelSourceError(
-                f"model input {model_input['name']!r} has its batch dimension ({model_input['dim_names'][axis]!r}) "
-                f"on axis {axis} (shape {['?' if d == -1 else d for d in model_input['shape']]}), not on axis 0: edgekit "
+                f"model input {model_input.name!r} has its batch dimension ({model_input.dim_names[axis]!r}) "
+                f"on axis {axis} (shape {['?' if d == -1 else d for d in model_input.shape]}), not on axis 0: edgekit "
                 "stacks samples on axis 0, so its values would be split across samples",
-                hint=f"fix it to a constant with --input {model_input['name']}=0 (zeros as the initial state, "
+                hint=f"fix it to a constant with --input {model_input.name}=0 (zeros as the initial state, "
                      "sized by the batch at run time), or re-export the model with this input batch-first",
             )
-        if len(model_input["shape"]) == 0:
+        if len(model_input.shape) == 0:
             raise ModelSourceError(
-                f"model input {model_input['name']!r} is a scalar (rank 0): edgekit feeds every input as a batch of "
+                f"model input {model_input.name!r} is a scalar (rank 0): edgekit feeds every input as a batch of "
                 "samples on axis 0, so a scalar input (a sample rate, a threshold, a state flag) cannot be calibrated "
                 "or served",
-                hint=f"fix it to its value with --input {model_input['name']}=VALUE (e.g. 16000; it is folded into "
+                hint=f"fix it to its value with --input {model_input.name}=VALUE (e.g. 16000; it is folded into "
                      "the model and recorded in the manifest), or give it a batch axis (shape [N, 1]) and re-export",
             )
 
 
-def _batch_axis_elsewhere(tensor: dict[str, Any], batch_names: set[str]) -> int | None:
+def _batch_axis_elsewhere(tensor: TensorDescription, batch_names: set[str]) -> int | None:
     """The axis after 0 named like the inputs' batch dimension, when axis 0 is not (ONNX dim names)."""
-    names = tensor.get("dim_names") or []
+    names = tensor.dim_names or []
     later = [axis for axis, name in enumerate(names) if axis and name in batch_names]
     return later[0] if later and (not names[0] or names[0] not in batch_names) else None
 
 
-def _with_given_shape(model_input: dict[str, Any], given: dict[str, list[int]]) -> dict[str, Any]:
+def _with_given_shape(model_input: TensorDescription, given: dict[str, list[int]]) -> TensorDescription:
     """--input-shape NAME=1x3x320x320 fixes an input's dynamic dimensions (the batch stays as the model has it)."""
-    shape = given.get(model_input["name"])
+    shape = given.get(model_input.name)
     if shape is None:
         return model_input
-    current = list(model_input["shape"])
+    current = list(model_input.shape)
     if len(shape) != len(current):
-        raise DataError(f"--input-shape {model_input['name']}={'x'.join(map(str, shape))} has {len(shape)} "
+        raise DataError(f"--input-shape {model_input.name}={'x'.join(map(str, shape))} has {len(shape)} "
                         f"dimensions; the model's input has {len(current)}: {current}",
                         hint="give every dimension, the batch first (e.g. 1x3x320x320)")
     fixed = [current[0]] + [g if c == -1 else c for c, g in zip(current[1:], shape[1:])]
     clash = [(c, g) for c, g in zip(current[1:], shape[1:]) if c != -1 and c != g]
     if clash:
-        raise DataError(f"--input-shape for {model_input['name']!r} contradicts the model's fixed dimensions "
+        raise DataError(f"--input-shape for {model_input.name!r} contradicts the model's fixed dimensions "
                         f"{current}", hint="only dynamic (-1) dimensions can be set")
-    return {**model_input, "shape": fixed}
+    return model_input._replace(shape=tuple(fixed))
 
 
 def bind_inputs(names: list[str], source: DataSource) -> dict[str, str | None]:
@@ -211,26 +213,26 @@ def bind_inputs(names: list[str], source: DataSource) -> dict[str, str | None]:
     return {n: n for n in names}
 
 
-def plan_input(model_input: dict[str, Any], data: DataSource, binding: str | None, rescales: bool,
+def plan_input(model_input: TensorDescription, data: DataSource, binding: str | None, rescales: bool,
                options: PackageOptions, only: bool) -> InputPlan:
     """The role and preprocessing of one input, from the model and the data (flags: single input)."""
-    dtype = str(model_input["dtype"])
-    shape = list(model_input["shape"])
+    dtype = str(model_input.dtype)
+    shape = list(model_input.shape)
     data_dtype = data.dtype if binding is None else data.named[binding].dtype
     if dtype not in FLOAT_DTYPES:
         if data_dtype.kind not in "iu":
-            raise DataError(f"model input {model_input['name']!r} takes {dtype} values (ids, indices) but the data "
-                            f"for it is {data_dtype}", hint=f"give integer arrays for {model_input['name']!r}")
-        return InputPlan(model_input["name"], shape, dtype, "integer", None)
+            raise DataError(f"model input {model_input.name!r} takes {dtype} values (ids, indices) but the data "
+                            f"for it is {data_dtype}", hint=f"give integer arrays for {model_input.name!r}")
+        return InputPlan(model_input.name, shape, dtype, "integer", None)
     overrides = options.preprocessing if only else {}
     spec = infer_preprocessing(shape, data_dtype, rescales, overrides)
     if spec.resize is not None or data.kind == "images":
         _check_image_size_known(spec, data, model_input)
-        return InputPlan(model_input["name"], shape, dtype, "image", spec)
+        return InputPlan(model_input.name, shape, dtype, "image", spec)
     if data_dtype.kind in "iu" and not any(v is not None for v in overrides.values()):
         spec.scale = 1.0  # integer data for a float tensor that is not an image: values, not pixels
         spec.inferred_from = f"{data_dtype} data for a float input that is not an image: values passed unchanged"
-    return InputPlan(model_input["name"], shape, dtype, "values", spec)
+    return InputPlan(model_input.name, shape, dtype, "values", spec)
 
 
 def model_ready(plan: InputPlan, raw: np.ndarray, what: str) -> np.ndarray:
@@ -245,17 +247,17 @@ def _pick(x: Any, binding: str | None) -> np.ndarray:
     return x if binding is None or not isinstance(x, dict) else x[binding]
 
 
-def _labelled_output(outputs: list[dict[str, Any]], labels: list[str] | None) -> dict[str, Any] | None:
+def _labelled_output(outputs: list[TensorDescription], labels: list[str] | None) -> TensorDescription | None:
     """The output class labels and targets belong to: the only one, or the only one with as many
     classes as there are labels."""
     if len(outputs) == 1:
         return outputs[0]
     if not labels:
         return None
-    matching = [o for o in outputs if len(o["shape"]) == 2 and o["shape"][-1] == len(labels)]
+    matching = [o for o in outputs if len(o.shape) == 2 and o.shape[-1] == len(labels)]
     if len(matching) != 1:
         raise DataError(f"{len(labels)} class labels but {len(matching)} of the model's outputs "
-                        f"({', '.join(o['name'] for o in outputs)}) have {len(labels)} classes",
+                        f"({', '.join(o.name for o in outputs)}) have {len(labels)} classes",
                         hint="labels must belong to exactly one output")
     return matching[0]
 
@@ -279,9 +281,9 @@ def data_guards(values: np.ndarray, x: np.ndarray, spec: Preprocessing) -> list[
     return found
 
 
-def class_coverage(y: np.ndarray | None, output: dict[str, Any]) -> list[str]:
+def class_coverage(y: np.ndarray | None, output: TensorDescription) -> list[str]:
     found = []
-    classes = output["shape"][-1] if len(output["shape"]) == 2 else -1
+    classes = output.shape[-1] if len(output.shape) == 2 else -1
     if y is not None and classes > 1:
         missing = sorted(set(range(classes)) - {int(v) for v in y})
         if missing:
@@ -300,21 +302,21 @@ def _load(source: DataSource, indices: np.ndarray, spec: Preprocessing | None, w
     return batch
 
 
-def _check_image_size_known(spec: Preprocessing, calibration: DataSource, model_input: dict[str, Any]) -> None:
+def _check_image_size_known(spec: Preprocessing, calibration: DataSource, model_input: TensorDescription) -> None:
     if calibration.kind == "images" and spec.resize is None:
         raise DataError(
-            f"model input {model_input['name']!r} has dynamic height/width {model_input['shape']} and the "
+            f"model input {model_input.name!r} has dynamic height/width {list(model_input.shape)} and the "
             "calibration data is an image folder: edgekit cannot tell what size to resize images to",
             hint="pass --resize HxW (e.g. --resize 320x320) with the size the model should run at, or "
-                 f"--input-shape {model_input['name']}=1x320x320x3 to fix the model's dimensions",
+                 f"--input-shape {model_input.name}=1x320x320x3 to fix the model's dimensions",
         )
 
 
 def _labels(
-    labels: list[str] | None, calibration: DataSource, evaluation: DataSource | None, output: dict[str, Any]
+    labels: list[str] | None, calibration: DataSource, evaluation: DataSource | None, output: TensorDescription
 ) -> list[str] | None:
     labels = labels or calibration.labels or (evaluation.labels if evaluation else None)
-    classes = output["shape"][-1] if len(output["shape"]) == 2 else None
+    classes = output.shape[-1] if len(output.shape) == 2 else None
     if labels is not None and classes not in (None, -1) and len(labels) != classes:
         raise DataError(
             f"{len(labels)} class labels but the model outputs {classes} classes",
@@ -323,10 +325,10 @@ def _labels(
     return labels
 
 
-def _check_targets(y: np.ndarray | None, output: dict[str, Any]) -> None:
-    if y is None or len(output["shape"]) != 2 or output["shape"][-1] in (-1, 1):
+def _check_targets(y: np.ndarray | None, output: TensorDescription) -> None:
+    if y is None or len(output.shape) != 2 or output.shape[-1] in (-1, 1):
         return
-    classes = output["shape"][-1]
+    classes = output.shape[-1]
     if y.size and (int(y.min()) < 0 or int(y.max()) >= classes):
         raise DataError(
             f"class targets range {int(y.min())}..{int(y.max())} but the model outputs {classes} classes",

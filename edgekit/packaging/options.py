@@ -105,13 +105,12 @@ class PackageResult:
     def verdicts(self) -> dict[str, str]:
         """Each artifact's verdict: "passed", "FAILED: <first gate>", or "not measured: <why>";
         formats that did not build: "not built: <error>"."""
-        records = self.manifest.validation.get("artifacts") or {}
         found = {}
         for artifact in self.manifest.artifacts:
-            record = records.get(artifact.key) or {}
-            failed = self.manifest.failed_gates(artifact.key)
-            if record.get("measured") is False:
-                found[artifact.key] = f"not measured: {record.get('reason', 'no runtime here')}"
+            record = self.manifest.validation.artifact(artifact.key)
+            failed = record.failed_gates()
+            if not record.measured:
+                found[artifact.key] = f"not measured: {record.reason or 'no runtime here'}"
             else:
                 found[artifact.key] = "passed" if failed is None else f"FAILED: {failed[0]}"
         for entry in self.failed:

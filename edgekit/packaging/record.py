@@ -12,6 +12,7 @@ from .data import PreparedData
 from .gates import GateFailure
 from .options import PackageOptions
 from .preflight import MIN_VALIDATION_SAMPLES
+from ..validation_record import ArtifactRecord, DataRecord, ValidationRecord
 from .validate import Measured, silent_outputs
 
 
@@ -26,65 +27,68 @@ def validation_record(
     failures: dict[str, list[GateFailure]],
     notes: dict[str, list[str]],
     kinds: dict[str, OutputKind] | None = None,
-) -> dict[str, Any]:
+) -> ValidationRecord:
     """``manifest.validation``: what was measured, on which data, and whether the gates passed."""
     targets_y = data.targets_y
     labelled = reference.get(data.labelled_output) if data.labelled_output else None
     float_accuracy = float(np.mean(labelled.reshape(len(labelled), -1).argmax(axis=1) == targets_y)) if (
         targets_y is not None and labelled is not None
     ) else None
-    artifacts: dict[str, Any] = {}
+    artifacts = {}
     for name, comparison in comparisons.items():
         if comparison is None:
             reason = unmeasured.get(name, "no runtime for it on this machine")
-            artifacts[name] = {"measured": False, "reason": f"not measurable here: {reason}"}
+            artifacts[name] = ArtifactRecord(measured=False, reason=f"not measurable here: {reason}")
         else:
-            artifacts[name] = {"measured": True, **comparison.summary.to_dict()}
-            if len(comparison.outputs) > 1:
-                artifacts[name]["outputs"] = {o: c.to_dict() for o, c in comparison.outputs.items()}
-            if name in measured_by:
-                artifacts[name]["measured_by"] = measured_by[name]
-            if comparison.tasks:
-                artifacts[name]["tasks"] = {o: t.to_dict() for o, t in comparison.tasks.items()}
-            if comparison.metric is not None:
-                artifacts[name]["metric"] = comparison.metric.to_dict()
-            if comparison.quantization:
-                # the quantization itself (no int8 kernel fusion) next to this CPU's fused kernels above
-                artifacts[name]["quantization"] = {
-                    "evaluated": "QDQ graph with graph optimizations off (no int8 kernel fusion)",
-                    "sqnr_db": min(c.sqnr_db for c in comparison.quantization.values()),
-                    "outputs": {o: c.to_dict() for o, c in comparison.quantization.items()},
-                }
-            if comparison.conversion:
-                # the float model this format converted, before quantization, vs the source
-                artifacts[name]["float_conversion"] = {
-                    "evaluated": comparison.conversion_by,
-                    "sqnr_db": min(c.sqnr_db for c in comparison.conversion.values()),
-                    "outputs": {o: c.to_dict() for o, c in comparison.conversion.items()},
-                }
-            artifacts[name]["gates"] = [f.to_dict() for f in failures.get(name, [])]
-            artifacts[name]["passed"] = not failures.get(name)
-            if notes.get(name):
-                artifacts[name]["notes"] = notes[name]
+            artifacts[name] = ArtifactRecord(
+                measured=True, passed=not failures.get(name), metrics=_measured(comparison, measured_by.get(name)),
+                gates=tuple(f.to_dict() for f in failures.get(name, [])), notes=tuple(notes.get(name) or ()))
     from_calibration = options.eval is None
     silent = silent_outputs(reference)
-    return {
+    return ValidationRecord(
         # what each output is and how it was judged (kinds.py), with the evidence
-        "kinds": {name: kind.to_dict() for name, kind in (kinds or {}).items()},
-        **({"notes": list(silent.values())} if silent else {}),
-        "data": {
-            "source": data.evaluation_source.description,
-            "split": ("held-out calibration samples" if held_out else "calibration samples")
-            if from_calibration
-            else "evaluation data",
-            "samples": data.evaluation_count,
-            "minimum_for_a_verdict": MIN_VALIDATION_SAMPLES,
-            "sha256": data.evaluation_raw.sha256,
-            "labeled": targets_y is not None,
-        },
-        "float": {"accuracy": float_accuracy},
-        "max_accuracy_drop_pp": options.max_accuracy_drop,
-        "min_sqnr_db": options.min_sqnr_db,
-        "passed": not any(failures.values()),
-        "artifacts": artifacts,
-    }
+        kinds={name: kind.to_dict() for name, kind in (kinds or {}).items()},
+        notes=tuple(silent.values()),
+        data=DataRecord(
+            source=data.evaluation_source.description,
+            split=("held-out calibration samples" if held_out else "calibration samples")
+            if from_calibration else "evaluation data",
+            samples=data.evaluation_count,
+            minimum_for_a_verdict=MIN_VALIDATION_SAMPLES,
+            sha256=data.evaluation_raw.sha256,
+            labeled=targets_y is not None,
+        ),
+        float_accuracy=float_accuracy,
+        max_accuracy_drop_pp=options.max_accuracy_drop,
+        min_sqnr_db=options.min_sqnr_db,
+        passed=not any(failures.values()),
+        artifacts=artifacts,
+    )
+
+
+def _measured(comparison: Measured, measured_by: str | None) -> dict[str, Any]:
+    """One artifact's numbers as the manifest records them."""
+    found: dict[str, Any] = dict(comparison.summary.to_dict())
+    if len(comparison.outputs) > 1:
+        found["outputs"] = {o: c.to_dict() for o, c in comparison.outputs.items()}
+    if measured_by:
+        found["measured_by"] = measured_by
+    if comparison.tasks:
+        found["tasks"] = {o: t.to_dict() for o, t in comparison.tasks.items()}
+    if comparison.metric is not None:
+        found["metric"] = comparison.metric.to_dict()
+    if comparison.quantization:
+        # the quantization itself (no int8 kernel fusion) next to this CPU's fused kernels above
+        found["quantization"] = {
+            "evaluated": "QDQ graph with graph optimizations off (no int8 kernel fusion)",
+            "sqnr_db": min(c.sqnr_db for c in comparison.quantization.values()),
+            "outputs": {o: c.to_dict() for o, c in comparison.quantization.items()},
+        }
+    if comparison.conversion:
+        # the float model this format converted, before quantization, vs the source
+        found["float_conversion"] = {
+            "evaluated": comparison.conversion_by,
+            "sqnr_db": min(c.sqnr_db for c in comparison.conversion.values()),
+            "outputs": {o: c.to_dict() for o, c in comparison.conversion.items()},
+        }
+    return found

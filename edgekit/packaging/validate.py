@@ -23,6 +23,7 @@ from ..quantize.kinds import OutputKind, infer
 from ..quantize.metrics import OutputComparison, compare_outputs
 from ..quantize.tasks import TaskResult, evaluate, run_metric
 from ..model import align
+from ..sources.description import SourceDescription
 from .data import PreparedData
 
 
@@ -56,11 +57,11 @@ class Measured:
         return {name: c.degenerate for name, c in self.outputs.items() if c.degenerate}
 
 
-def infer_kinds(described: dict[str, Any], reference: dict[str, np.ndarray], data: PreparedData,
+def infer_kinds(described: SourceDescription, reference: dict[str, np.ndarray], data: PreparedData,
                 given: dict[str, str]) -> dict[str, OutputKind]:
     """Every output's kind: ``--output-kind`` (``given``, by output name), labels, the source's
     graph structure, then the float values on the validation samples."""
-    structure = described.get("output_structure") or {}
+    structure = described.output_structure
     labelled = data.labels is not None or data.targets_y is not None
     return {name: infer(name, values, structure.get(name), labelled and name == data.labelled_output,
                         given.get(name)) for name, values in reference.items()}

@@ -35,7 +35,7 @@ def test_float16_activations_option_keeps_weights_only_int8(tmp_path, capsys):
     artifact = manifest.artifact("coreml")
     assert artifact.precision == "int8 weights" and artifact.details["activations"] == "float16"
     assert artifact.details["structure"]["int8_activation_quantize_ops"] == 0
-    assert manifest.validation["artifacts"]["coreml"]["top1_agreement"] >= 0.98
+    assert manifest.validation.to_dict()["artifacts"]["coreml"]["top1_agreement"] >= 0.98
 
 
 def test_coreml_spec_read_back_independently(digits_all_package):

@@ -59,9 +59,9 @@ def test_digits_coreml_w8a8_on_linux(digits_all_package):
     calibration = details["activation_calibration"]
     assert calibration["samples"] == 300 and "edgekit MIL evaluator" in calibration["method"]
     assert calibration["tensors"] == len(calibration["ranges"]) > 10
-    metrics = manifest.validation["artifacts"]["coreml"]
+    metrics = manifest.validation.to_dict()["artifacts"]["coreml"]
     assert metrics["measured"] is True and "MIL evaluator" in metrics["measured_by"]
-    assert metrics["accuracy"] >= manifest.validation["float"]["accuracy"] - 0.01
+    assert metrics["accuracy"] >= manifest.validation.to_dict()["float"]["accuracy"] - 0.01
     assert metrics["top1_agreement"] >= 0.98
 
 

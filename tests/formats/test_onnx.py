@@ -20,9 +20,9 @@ pytestmark = pytest.mark.slow
 
 def test_digits_onnx_accuracy_within_one_point_and_agreement_at_least_98_percent(digits_all_package):
     manifest = Manifest.from_json((digits_all_package / "manifest.json").read_bytes())
-    metrics = manifest.validation["artifacts"]["onnx"]
+    metrics = manifest.validation.to_dict()["artifacts"]["onnx"]
     assert metrics["measured"] is True
-    assert metrics["accuracy"] >= manifest.validation["float"]["accuracy"] - 0.01
+    assert metrics["accuracy"] >= manifest.validation.to_dict()["float"]["accuracy"] - 0.01
     assert metrics["top1_agreement"] >= 0.98
     converter = manifest.artifact("onnx").converter
     assert converter["opset"] >= 17 and converter["per_channel"] is True and converter["activation_type"] == "s8"

@@ -41,9 +41,9 @@ def test_digits_model_is_full_integer(digits_package):
 
 def test_digits_accuracy_within_one_point_and_agreement_at_least_98_percent(digits_package):
     manifest = Manifest.from_json((digits_package / "manifest.json").read_bytes())
-    metrics = manifest.validation["artifacts"]["tflite"]
-    float_accuracy = manifest.validation["float"]["accuracy"]
-    assert manifest.validation["data"]["samples"] == 360
+    metrics = manifest.validation.to_dict()["artifacts"]["tflite"]
+    float_accuracy = manifest.validation.to_dict()["float"]["accuracy"]
+    assert manifest.validation.to_dict()["data"]["samples"] == 360
     assert float_accuracy > 0.95
     assert metrics["accuracy"] >= float_accuracy - 0.01
     assert metrics["top1_agreement"] >= 0.98
@@ -90,8 +90,8 @@ def test_h5_and_saved_model_sources_package_like_keras(kind, tmp_path, capsys):
     assert code == 0, err
     manifest = Manifest.from_json((tmp_path / "out" / "digits.edgekit" / "manifest.json").read_bytes())
     assert manifest.source["format"] == kind
-    metrics = manifest.validation["artifacts"]["tflite"]
-    assert metrics["accuracy"] >= manifest.validation["float"]["accuracy"] - 0.01
+    metrics = manifest.validation.to_dict()["artifacts"]["tflite"]
+    assert metrics["accuracy"] >= manifest.validation.to_dict()["float"]["accuracy"] - 0.01
     assert metrics["top1_agreement"] >= 0.98
     if kind == "saved_model":  # no Keras layers to inspect: uint8 data still scaled to [0, 1]
         assert manifest.inputs[0].preprocessing.scale == pytest.approx(1 / 255)

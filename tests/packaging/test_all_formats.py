@@ -19,10 +19,10 @@ def test_all_targets_share_one_calibration_and_preprocessing(digits_all_package)
     assert main == list(TARGETS) == ["tflite", "onnx", "coreml"]
     assert manifest.failed == []
     assert manifest.calibration["samples"] == 300
-    assert set(manifest.validation["artifacts"]) == {a.key for a in manifest.artifacts}
+    assert set(manifest.validation.to_dict()["artifacts"]) == {a.key for a in manifest.artifacts}
     for target in ("tflite", "onnx", "coreml"):  # every cell measured on Linux, CoreML by the MIL evaluator
-        assert manifest.validation["artifacts"][target]["measured"] is True
-        assert manifest.validation["artifacts"][target]["top1_agreement"] >= 0.98
+        assert manifest.validation.to_dict()["artifacts"][target]["measured"] is True
+        assert manifest.validation.to_dict()["artifacts"][target]["top1_agreement"] >= 0.98
 
 
 def test_validation_table_has_a_row_per_artifact(digits_all_package, capsys):
@@ -72,8 +72,8 @@ def test_explain_reports_worst_layers_and_keep_float_excludes_them(tmp_path, cap
         assert artifact.details["keep_float"] == ["block1_dw"]
         assert artifact.precision == "int8+float"
         assert artifact.float_ops and all("block1_dw" in op["tensor"] for op in artifact.float_ops)
-        metrics = manifest.validation["artifacts"][target]
-        assert metrics["accuracy"] >= manifest.validation["float"]["accuracy"] - 0.01
+        metrics = manifest.validation.to_dict()["artifacts"][target]
+        assert metrics["accuracy"] >= manifest.validation.to_dict()["float"]["accuracy"] - 0.01
 
 
 def test_keep_float_with_an_unknown_layer_names_it(tmp_path, capsys):

@@ -68,7 +68,7 @@ def test_an_in_memory_torch_module_with_arrays_and_a_dataloader():
         with torch.no_grad():
             expected = net(torch.from_numpy(x[300:340])).numpy()
         print(json.dumps({"name": result.manifest.name, "verdicts": result.verdicts,
-                          "samples": result.manifest.validation["data"]["samples"],
+                          "samples": result.manifest.validation.to_dict()["data"]["samples"],
                           "agree": float((outputs.argmax(1) == expected.argmax(1)).mean())}))
     """)
     assert found["name"] == "net" and found["verdicts"] == {"onnx": "passed"} and found["samples"] == 100

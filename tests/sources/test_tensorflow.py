@@ -29,7 +29,7 @@ def test_a_sequential_model_saved_before_it_was_ever_called_packages(tmp_path):
     np.savez(tmp_path / "calibration.npz", x=x)
     built = edgekit.package(str(tmp_path / "seq.keras"), str(tmp_path / "calibration.npz"), str(tmp_path / "out"),
                             formats=["tflite"], also_float=False)
-    assert built.manifest.validation["artifacts"]["tflite"]["passed"]
-    assert built.manifest.validation["kinds"]["output_0"]["kind"] == "classes"  # the Softmax, from the layers
+    assert built.manifest.validation.to_dict()["artifacts"]["tflite"]["passed"]
+    assert built.manifest.validation.to_dict()["kinds"]["output_0"]["kind"] == "classes"  # the Softmax, from the layers
     with edgekit.load(built.path) as model:
         assert model.predict_tensor(x[:3]).shape == (3, 4)

@@ -1,0 +1,72 @@
+"""What a source's ``prepare`` says about the model, as typed records the packager reads.
+
+``prepare`` runs in a converter child and returns JSON (``Source.prepare``); the packager reads it
+once, here (``SourceDescription.from_dict``), instead of by key across its stages. The JSON
+itself goes back unchanged to the source's own ``float_reference`` (``raw``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+from ..errors import EdgekitError
+from ..forms import ModelForm
+
+# source facts the manifest records under "source" and "versions", when a source gives them
+RECORDED = ("onnx_exporter", "torch", "frozen_from", "fixed_inputs")
+VERSIONS = ("tensorflow", "keras")  # (torch is recorded with the source)
+
+
+class TensorDescription(NamedTuple):
+    """One model input or output: its name, its shape (-1 for a dynamic dimension), its dtype,
+    and the names of its dimensions where the graph has them (ONNX ``dim_param``)."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    dim_names: tuple[str, ...] = ()
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> TensorDescription:
+        return cls(str(data["name"]), tuple(int(d) for d in data["shape"]), str(data["dtype"]),
+                   tuple(str(n) for n in data.get("dim_names") or ()))
+
+
+@dataclass(frozen=True)
+class SourceDescription:
+    inputs: tuple[TensorDescription, ...]
+    outputs: tuple[TensorDescription, ...]
+    layers: tuple[str, ...] = ()  # layer (or node) names, for error messages and --keep-float
+    rescales: bool = False  # the model normalizes its own input (a Rescaling layer)
+    forms: Mapping[str, ModelForm] = field(default_factory=dict)  # edgekit.forms: what formats convert from
+    output_layers: Mapping[str, str] = field(default_factory=dict)  # output -> the layer computing it
+    output_structure: Mapping[str, Any] = field(default_factory=dict)  # output -> what it is made of
+    recorded: Mapping[str, Any] = field(default_factory=dict)  # RECORDED facts, for the manifest
+    versions: Mapping[str, str] = field(default_factory=dict)  # framework versions that loaded it
+    raw: Mapping[str, Any] = field(default_factory=dict)  # the JSON, for the source's own child steps
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> SourceDescription:
+        try:
+            return cls(
+                inputs=tuple(TensorDescription.from_dict(t) for t in data["inputs"]),
+                outputs=tuple(TensorDescription.from_dict(t) for t in data["outputs"]),
+                layers=tuple(str(n) for n in data.get("layers") or ()),
+                rescales=bool(data.get("rescales", False)),
+                forms={name: ModelForm.from_dict(form) for name, form in (data.get("forms") or {}).items()},
+                output_layers=dict(data.get("output_layers") or {}),
+                output_structure=dict(data.get("output_structure") or {}),
+                recorded={k: data[k] for k in RECORDED if k in data},
+                versions={k: str(data[k]) for k in VERSIONS if k in data},
+                raw=dict(data),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise EdgekitError(f"the model source described the model incompletely ({type(exc).__name__}: {exc})",
+                               hint="report this model: its source's prepare() must give inputs and outputs "
+                                    "with name, shape and dtype") from None
+
+    @property
+    def output_names(self) -> list[str]:
+        return [o.name for o in self.outputs]

@@ -1,0 +1,135 @@
+"""``manifest.validation`` as typed, frozen records: what was measured, on which data, and
+whether each artifact passed its gates (the package's promise to whoever runs it).
+
+One reader, ``ValidationRecord.from_dict``, takes every manifest edgekit has written (an older
+one without a key gets its default: a package from before the gates existed passes), and
+``to_dict`` writes the JSON the manifest has always held. NamedTuples: the runtime reads this
+on every load, and they cost far less to define than dataclasses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, NamedTuple
+
+# what an artifact record holds besides measured/reason/passed: the summary comparison's numbers
+# (sqnr_db, cosine, top1_agreement, accuracy, ...) and the per-output, task, quantization and
+# conversion details, kept as measured
+_ARTIFACT_LISTS = ("gates", "notes", "auto_fix")
+
+
+class DataRecord(NamedTuple):
+    """The samples artifacts were judged on."""
+
+    source: str = ""
+    split: str = ""  # held-out calibration samples | calibration samples | evaluation data
+    samples: int | None = None
+    minimum_for_a_verdict: int | None = None
+    sha256: str = ""
+    labeled: bool = False
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> DataRecord:
+        return cls(str(data.get("source", "")), str(data.get("split", "")), data.get("samples"),
+                   data.get("minimum_for_a_verdict"), str(data.get("sha256", "")), bool(data.get("labeled", False)))
+
+    def to_dict(self) -> dict[str, Any]:
+        return self._asdict()
+
+
+class ArtifactRecord(NamedTuple):
+    """One artifact against the float model."""
+
+    measured: bool = True
+    reason: str = ""  # why it was not measured
+    passed: bool | None = None  # None: not measured, or not recorded (older manifests)
+    metrics: Mapping[str, Any] = {}  # the summary comparison and the details (outputs, tasks, ...)
+    gates: tuple[Mapping[str, Any], ...] = ()  # each failed gate: output, cause, what, fixes, margin
+    notes: tuple[str, ...] = ()
+    auto_fix: tuple[Mapping[str, Any], ...] = ()  # --auto-fix attempts
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ArtifactRecord:
+        known = ("measured", "reason", "passed", *_ARTIFACT_LISTS)
+        return cls(
+            measured=data.get("measured") is not False, reason=str(data.get("reason", "")), passed=data.get("passed"),
+            metrics={k: v for k, v in data.items() if k not in known},
+            gates=tuple(g if isinstance(g, Mapping) else {"what": str(g)} for g in data.get("gates") or ()),
+            notes=tuple(str(n) for n in data.get("notes") or ()), auto_fix=tuple(data.get("auto_fix") or ()),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        if not self.measured:
+            return {"measured": False, "reason": self.reason}
+        found: dict[str, Any] = {"measured": True, **self.metrics, "gates": [dict(g) for g in self.gates]}
+        if self.passed is not None:
+            found["passed"] = self.passed
+        if self.notes:
+            found["notes"] = list(self.notes)
+        if self.auto_fix:
+            found["auto_fix"] = [dict(a) for a in self.auto_fix]
+        return found
+
+    @property
+    def failed(self) -> bool:
+        return self.passed is False
+
+    def failed_gates(self) -> list[str] | None:
+        """What it failed when validated (kept by --allow-accuracy-drop); None when it passed or
+        was not measured."""
+        if not self.failed:
+            return None
+        return [str(g.get("what", g)) for g in self.gates] or ["validation"]
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """A measured number or detail by its manifest key (``sqnr_db``, ``accuracy``, ``outputs``)."""
+        return self.metrics.get(key, default)
+
+
+class ValidationRecord(NamedTuple):
+    kinds: Mapping[str, Mapping[str, Any]] = {}  # output -> how it is judged, with the evidence
+    notes: tuple[str, ...] = ()
+    data: DataRecord = DataRecord()
+    float_accuracy: float | None = None
+    max_accuracy_drop_pp: float | None = None
+    min_sqnr_db: float | None = None
+    passed: bool = True
+    artifacts: Mapping[str, ArtifactRecord] = {}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> ValidationRecord:
+        data = data or {}
+        return cls(
+            kinds=dict(data.get("kinds") or {}), notes=tuple(str(n) for n in data.get("notes") or ()),
+            data=DataRecord.from_dict(data.get("data") or {}),
+            float_accuracy=(data.get("float") or {}).get("accuracy"),
+            max_accuracy_drop_pp=data.get("max_accuracy_drop_pp"), min_sqnr_db=data.get("min_sqnr_db"),
+            passed=data.get("passed", True) is not False,
+            artifacts={key: ArtifactRecord.from_dict(record) for key, record in (data.get("artifacts") or {}).items()},
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        if self == ValidationRecord():
+            return {}
+        found: dict[str, Any] = {"kinds": {k: dict(v) for k, v in self.kinds.items()}}
+        if self.notes:
+            found["notes"] = list(self.notes)
+        found.update({
+            "data": self.data.to_dict(),
+            "float": {"accuracy": self.float_accuracy},
+            "max_accuracy_drop_pp": self.max_accuracy_drop_pp,
+            "min_sqnr_db": self.min_sqnr_db,
+            "passed": self.passed,
+            "artifacts": {key: record.to_dict() for key, record in self.artifacts.items()},
+        })
+        return found
+
+    def artifact(self, key: str) -> ArtifactRecord:
+        """The record of an artifact; an empty one (passed, nothing measured) when there is none."""
+        return self.artifacts.get(key, ArtifactRecord(passed=None))
+
+    def with_auto_fix(self, attempts: Mapping[str, list[dict[str, Any]]]) -> ValidationRecord:
+        """The record with each artifact's --auto-fix attempts added."""
+        changed = {key: record._replace(auto_fix=tuple(attempts[key])) if attempts.get(key) else record
+                   for key, record in self.artifacts.items()}
+        return self._replace(artifacts=changed)
