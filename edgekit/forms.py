@@ -9,8 +9,6 @@ steps (tf2onnx, ONNX -> PyTorch) in between. So a format never asks what the use
 and a new source reaches every format that accepts a form it provides.
 """
 
-from __future__ import annotations
-
 import importlib
 from collections.abc import Mapping
 from typing import Any, NamedTuple
@@ -38,13 +36,15 @@ class ModelForm(NamedTuple):
     loader: str = ""
     arguments: Mapping[str, Any] = {}
     via: str = ""
+    # (no ``from __future__ import annotations`` here: typing.NamedTuple compiles every string
+    # annotation, on every cold start of the runtime)
 
     def to_dict(self) -> dict[str, Any]:
         return {"form": self.form, "path": self.path, "loader": self.loader, "arguments": dict(self.arguments),
                 "via": self.via}
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> ModelForm:
+    def from_dict(cls, data: Mapping[str, Any]) -> "ModelForm":
         return cls(str(data["form"]), str(data["path"]), str(data.get("loader", "")),
                    dict(data.get("arguments") or {}), str(data.get("via", "")))
 

@@ -4,10 +4,9 @@ whether each artifact passed its gates (the package's promise to whoever runs it
 One reader, ``ValidationRecord.from_dict``, takes every manifest edgekit has written (an older
 one without a key gets its default: a package from before the gates existed passes), and
 ``to_dict`` writes the JSON the manifest has always held. NamedTuples: the runtime reads this
-on every load, and they cost far less to define than dataclasses.
+on every load, and they cost far less to define than dataclasses (and no ``from __future__
+import annotations``: typing.NamedTuple compiles each string annotation on every start).
 """
-
-from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any, NamedTuple
@@ -29,7 +28,7 @@ class DataRecord(NamedTuple):
     labeled: bool = False
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> DataRecord:
+    def from_dict(cls, data: Mapping[str, Any]) -> "DataRecord":
         return cls(str(data.get("source", "")), str(data.get("split", "")), data.get("samples"),
                    data.get("minimum_for_a_verdict"), str(data.get("sha256", "")), bool(data.get("labeled", False)))
 
@@ -49,7 +48,7 @@ class ArtifactRecord(NamedTuple):
     auto_fix: tuple[Mapping[str, Any], ...] = ()  # --auto-fix attempts
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> ArtifactRecord:
+    def from_dict(cls, data: Mapping[str, Any]) -> "ArtifactRecord":
         known = ("measured", "reason", "passed", *_ARTIFACT_LISTS)
         return cls(
             measured=data.get("measured") is not False, reason=str(data.get("reason", "")), passed=data.get("passed"),
@@ -97,7 +96,7 @@ class ValidationRecord(NamedTuple):
     artifacts: Mapping[str, ArtifactRecord] = {}
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any] | None) -> ValidationRecord:
+    def from_dict(cls, data: Mapping[str, Any] | None) -> "ValidationRecord":
         data = data or {}
         return cls(
             kinds=dict(data.get("kinds") or {}), notes=tuple(str(n) for n in data.get("notes") or ()),
@@ -124,11 +123,11 @@ class ValidationRecord(NamedTuple):
         })
         return found
 
-    def artifact(self, key: str) -> ArtifactRecord:
+    def artifact(self, key: str) -> "ArtifactRecord":
         """The record of an artifact; an empty one (passed, nothing measured) when there is none."""
         return self.artifacts.get(key, ArtifactRecord(passed=None))
 
-    def with_auto_fix(self, attempts: Mapping[str, list[dict[str, Any]]]) -> ValidationRecord:
+    def with_auto_fix(self, attempts: Mapping[str, list[dict[str, Any]]]) -> "ValidationRecord":
         """The record with each artifact's --auto-fix attempts added."""
         changed = {key: record._replace(auto_fix=tuple(attempts[key])) if attempts.get(key) else record
                    for key, record in self.artifacts.items()}

@@ -17,8 +17,6 @@ source reaches which format is ``edgekit.routes``'s table.
 thing: which format and backend a device prefers.)
 """
 
-from __future__ import annotations
-
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -52,12 +50,14 @@ class Accepts(NamedTuple):
 class Format(NamedTuple):
     """Everything edgekit knows about one output format, in one place. (NamedTuples, not
     dataclasses: every cold start defines these, and a frozen dataclass costs about a
-    millisecond to create.)"""
+    millisecond to create; and no ``from __future__ import annotations`` in this module:
+    typing.NamedTuple compiles every string annotation, so only the two that name build-side
+    classes are strings.)"""
 
     name: str
     description: str
-    builder: Callable[[], Builder]  # imports the build side only when called
-    backends: tuple[type[Backend], ...]  # device runtimes for its artifacts, in order of preference
+    builder: "Callable[[], Builder]"  # imports the build side only when called
+    backends: "tuple[type[Backend], ...]"  # device runtimes for its artifacts, in order of preference
     extra: str  # what to install on a device to run it, e.g. "edgekit[tflite]"
     serving_platform: str  # KServe v2 / Triton "platform" of its artifacts
     bare_suffixes: tuple[str, ...] = ()  # a plain file with this suffix is runnable without a package
