@@ -55,10 +55,14 @@ def package(model: Any, calibration: Any, output_dir: Any = ".", *, eval: Any = 
             options.setdefault("name", name)
         else:
             path, ranks = str(model), {}
+        calibration_file = data_file(calibration, folder, "calibration", ranks)
+        eval_file = None if eval is None else data_file(eval, folder, "eval", ranks)
+        names = {file: f"edgekit.package({role}=...)" for file, role, given in
+                 ((calibration_file, "calibration", calibration), (eval_file, "eval", eval))
+                 if file is not None and not is_path(given)}
         return _package(PackageOptions.from_keywords(
-            model=path, calibration=data_file(calibration, folder, "calibration", ranks),
-            eval=None if eval is None else data_file(eval, folder, "eval", ranks), output_dir=str(output_dir),
-            **options))
+            model=path, calibration=calibration_file, eval=eval_file, output_dir=str(output_dir),
+            data_names=names, **options))
 
 
 __all__ = ["__version__", "load", "package"]

@@ -152,8 +152,10 @@ class DataSource:
         return RawBatch(x=x, y=y, sha256=digest.hexdigest(), names=names)
 
 
-def open_data(spec: str, role: str = "calibration") -> DataSource:
-    """Open DATA given on the command line; ``role`` only names it in error messages."""
+def open_data(spec: str, role: str = "calibration", description: str | None = None) -> DataSource:
+    """Open DATA given on the command line; ``role`` only names it in error messages, and
+    ``description`` (a ``.npz`` written from an object the user passed) says what it is instead
+    of its temporary path."""
     path = Path(spec)
     if path.is_dir():
         return _open_image_folder(path, role)
@@ -161,7 +163,7 @@ def open_data(spec: str, role: str = "calibration") -> DataSource:
         if path.suffix == ".npy":
             return _open_arrays(_load_npy(path, role), None, None, f"{path}", role)
         if path.suffix == ".npz":
-            return _open_npz(path, role)
+            return _open_npz(path, role, description)
         if path.suffix.lower() in IMAGE_SUFFIXES:
             raise DataError(
                 f"{role} data {spec} is a single image",
@@ -203,7 +205,7 @@ def _load_npy(path: Path, role: str) -> np.ndarray:
                         hint="save numbers (no objects) with numpy.save(path, x)") from None
 
 
-def _open_npz(path: Path, role: str) -> DataSource:
+def _open_npz(path: Path, role: str, description: str | None = None) -> DataSource:
     try:
         with np.load(path, allow_pickle=False) as archive:
             arrays = {k: archive[k] for k in archive.files}
@@ -221,8 +223,8 @@ def _open_npz(path: Path, role: str) -> DataSource:
                 hint="save inputs as x (and integer class targets as y): np.savez(path, x=x, y=y), or one "
                      "array per model input name: np.savez(path, tokens=..., mask=...)",
             )
-        return open_named(named, arrays.get("y"), labels, str(path), role)
-    return _open_arrays(arrays["x"], arrays.get("y"), labels, str(path), role)
+        return open_named(named, arrays.get("y"), labels, description or str(path), role)
+    return _open_arrays(arrays["x"], arrays.get("y"), labels, description or str(path), role)
 
 
 def open_named(named: dict[str, Any], y: Any, labels: list[str] | None, description: str, role: str) -> DataSource:

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 class Option(NamedTuple):
     """A build option only one format reads: its command-line flag and its key in
-    ``BuildContext.options`` (and ``PackageOptions``)."""
+    ``BuildContext.options`` (and ``PackageOptions.format_options``)."""
 
     name: str  # the key, e.g. "calibration_method"
     flag: str  # e.g. "--calibration-method"

@@ -99,10 +99,11 @@ def prepare_data(plan: Plan, options: PackageOptions, described: SourceDescripti
     say_preprocessing(plans, progress)
     image = next((p for p in plans if p.role == "image"), None)
     calib_raw = _load(calibration, plan.calibration_indices, image.spec if image else None, "calibration data")
-    eval_raw = _load(eval_source, plan.evaluation_indices, image.spec if image else None, "evaluation data")
+    eval_what = "evaluation data" if plan.evaluation is not None else "held-out calibration data"
+    eval_raw = _load(eval_source, plan.evaluation_indices, image.spec if image else None, eval_what)
     calib = {p.name: model_ready(p, _pick(calib_raw.x, bindings[p.name]), f"calibration data {calibration.description}")
              for p in plans}
-    evals = {p.name: model_ready(p, _pick(eval_raw.x, bindings[p.name]), f"evaluation data {eval_source.description}")
+    evals = {p.name: model_ready(p, _pick(eval_raw.x, bindings[p.name]), f"{eval_what} {eval_source.description}")
              for p in plans}
     labelled = _labelled_output(outputs, plan.labels or calibration.labels or (plan.evaluation.labels
                                                                                   if plan.evaluation else None))

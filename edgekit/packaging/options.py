@@ -11,8 +11,11 @@ from ..quantize.metrics import OutputComparison
 from ..worker import DEFAULT_STEP_TIMEOUT_S
 
 
-@dataclass
+@dataclass(frozen=True)
 class PackageOptions:
+    """What ``edgekit package`` is asked to do; frozen: every stage reads the same request.
+    Each format's own options are in ``format_options`` (``edgekit.formats.Format.options``)."""
+
     model: str
     calibration: str
     output_dir: str
@@ -46,6 +49,8 @@ class PackageOptions:
     fixed_inputs: dict[str, dict[str, Any]] = field(default_factory=dict)
     # --profile: the device profiles the package is for (formats read what their devices need); None: every known one
     profiles: list[str] | None = None
+    # data files written from objects (edgekit.package() with arrays): path -> what to call them in messages
+    data_names: dict[str, str] = field(default_factory=dict)
     # float fallback artifacts (each format's float model) next to the INT8 ones, for
     # devices where INT8 is slower; None: when the model is at most FLOAT_FALLBACK_MAX_MB
     also_float: bool | None = None
@@ -55,8 +60,9 @@ class PackageOptions:
             raise ValueError("pass formats= (targets= is its former name), not both")
         from ..formats import DEFAULT_FORMAT
 
-        self.formats = list(self.formats or self.targets or [DEFAULT_FORMAT])
-        self.targets = self.formats
+        formats = list(self.formats or self.targets or [DEFAULT_FORMAT])
+        object.__setattr__(self, "formats", formats)  # frozen: set once, here
+        object.__setattr__(self, "targets", formats)
 
     @property
     def step_timeout_s(self) -> float:

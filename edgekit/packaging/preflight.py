@@ -68,8 +68,8 @@ def preflight(options: PackageOptions, progress: Progress) -> Plan:
         from ..signing import check_private_key
 
         check_private_key(options.sign_key)
-    calibration = open_data(options.calibration, "calibration")
-    evaluation = open_data(options.eval, "evaluation") if options.eval else None
+    calibration = open_data(options.calibration, "calibration", options.data_names.get(options.calibration))
+    evaluation = open_data(options.eval, "evaluation", options.data_names.get(options.eval)) if options.eval else None
     _check_compatible(calibration, evaluation)
     calib_idx, eval_idx, held_out = _split(calibration, evaluation, options, progress)
     for source_data, indices in ((calibration, calib_idx), (evaluation or calibration, eval_idx)):

@@ -119,3 +119,28 @@ def test_an_onnx_model_proto_is_written_with_its_graph_name(tmp_path):
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4])])
     path, name = model_file(helper.make_model(graph), tmp_path, None)
     assert name == "relu_net" and onnx.load(path).graph.node[0].op_type == "Relu"
+
+
+def test_bad_values_in_data_objects_are_named_as_the_user_passed_them(tmp_path):
+    """A NaN in an array handed to edgekit.package() is named by the argument it came in, never
+    by the temporary file it was written to."""
+    pytest.importorskip("onnx")
+    from onnx import TensorProto, helper
+
+    import edgekit
+
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "relu_net",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    x = np.random.default_rng(0).normal(size=(200, 4)).astype(np.float32)
+    broken = x.copy()
+    broken[:, 1] = np.nan
+    with pytest.raises(DataError) as refused:
+        edgekit.package(model, broken, tmp_path / "a", formats=["onnx"])
+    assert "calibration data edgekit.package(calibration=...) contains" in refused.value.message
+    assert "edgekit-objects" not in refused.value.message
+    with pytest.raises(DataError) as refused:
+        edgekit.package(model, x, tmp_path / "b", eval=broken[:60], formats=["onnx"])
+    assert "evaluation data edgekit.package(eval=...) contains" in refused.value.message
+    assert "row 0 of edgekit.package(eval=...)" in refused.value.message

@@ -96,7 +96,7 @@ class TFLiteBuilder(Builder):
     def _build_from_torch(self, context: BuildContext, on_progress: Callable[[int, int], None] | None) -> BuildResult:
         """litert-torch in its own environment (PT2E static INT8), then the same checks as above."""
         from ... import toolenv
-        from .from_torch import convert_torch
+        from .from_torch import convert_torch, torch_layer
 
         output = context.package_dir / ARTIFACT_PATH
         output.parent.mkdir(parents=True, exist_ok=True)
@@ -107,7 +107,8 @@ class TFLiteBuilder(Builder):
             calibration_npy=context.calibration_npy, output=str(output), output_names=list(context.output_names),
             float_output=str(Path(context.workdir) / "tflite.float.tflite"),
         )
-        precision = _loadable(lambda: analyse(str(output), list(context.layer_names)), "litert-torch")
+        precision = _loadable(lambda: analyse(str(output), list(context.layer_names), layer_namer=torch_layer),
+                              "litert-torch")
         if not context.allow_float_ops:
             _refuse_unexpected_float_ops(precision.inner, context.keep_float)
         inputs, outputs = io_quantization(str(output))

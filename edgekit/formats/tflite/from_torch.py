@@ -85,3 +85,32 @@ def _version(name: str) -> str:
     from importlib.metadata import version
 
     return version(name)
+
+
+def torch_layer(tensor: str, layer_names: list[str] | None = None) -> str:
+    """The user's layer a litert-torch tensor came from, for messages.
+
+    litert-torch names a tensor by the module path that computed it, one ``Type_attribute``
+    part per module: ``...convert_torch.<locals>.Named/pkg.Net_inner/torch.nn.modules.conv.Conv1d_conv;2``
+    (below edgekit's wrapper: the user's model, then its submodules). The layer is the attribute
+    path below the model, with the innermost module's type (``conv (Conv1d)``), or the model's
+    own ``forward`` for an op written there (``Net.forward``)."""
+    parts = tensor.split(";")[0].split("/")
+    wrapper = next((i for i, part in enumerate(parts) if part.endswith(f"{convert_torch.__name__}.<locals>.Named")), None)
+    if wrapper is None or wrapper + 1 >= len(parts):
+        return tensor.split(";")[0] or tensor
+    below = [_type_and_attribute(part) for part in parts[wrapper + 1 :]]
+    model_type = below[0][0]
+    if len(below) == 1:
+        return f"{model_type}.forward"
+    attributes = ".".join(attribute for _, attribute in below[1:])
+    return f"{attributes} ({below[-1][0]})"
+
+
+def _type_and_attribute(part: str) -> tuple[str, str]:
+    """``torch.nn.modules.conv.Conv1d_conv`` -> (``Conv1d``, ``conv``): the class name ends at the
+    first underscore after the last dot (attribute names may hold underscores)."""
+    qualified, _, _ = part.rpartition(".")
+    rest = part[len(qualified) + 1 :] if qualified else part
+    class_name, _, attribute = rest.partition("_")
+    return class_name, attribute or rest

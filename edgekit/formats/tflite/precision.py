@@ -11,6 +11,7 @@ network are refused unless ``--allow-float-ops`` or ``--keep-float`` says so.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -27,9 +28,11 @@ TAIL_OPS = {"SOFTMAX", "LOG_SOFTMAX", "LOGISTIC", "TANH", "L2_NORMALIZATION", "R
             "MEAN", "MAXIMUM", "MINIMUM", "CAST", "SLICE", "STRIDED_SLICE", "PACK", "UNPACK", "SPLIT", "GATHER"}
 
 
-def analyse(path: str, layer_names: list[str], named: dict[str, str] | None = None) -> Precision:
+def analyse(path: str, layer_names: list[str], named: dict[str, str] | None = None,
+            layer_namer: Callable[[str, list[str]], str] = layer_of) -> Precision:
     """Every compute op of the model at ``path`` by precision, float tails marked, weights sized
-    (``named``: layers of tensors whose names do not say it, such as the model's outputs)."""
+    (``named``: layers of tensors whose names do not say it, such as the model's outputs;
+    ``layer_namer``: the layer a tensor name belongs to, as the converter that wrote it names them)."""
     from .litert import open_interpreter
 
     interpreter = open_interpreter(path, with_delegates=False)
@@ -64,7 +67,7 @@ def analyse(path: str, layer_names: list[str], named: dict[str, str] | None = No
             found.int8_ops += 1
             continue
         tensor = details.get(int(op["outputs"][0]), {}).get("name", "") if len(op["outputs"]) else ""
-        layer = (named or {}).get(tensor) or layer_of(tensor, layer_names)
+        layer = (named or {}).get(tensor) or layer_namer(tensor, layer_names)
         found.float_ops.append({"op": op["op_name"], "layer": layer, "tensor": tensor, "tail": tail[position]})
     for index, detail in details.items():
         if index in produced or index in inputs or index not in consumers or not len(detail["shape"]):
