@@ -60,6 +60,13 @@ class UnsupportedOpError(ConversionError):
     )
 
 
+class RouteError(EdgekitError):
+    """No conversion route takes this kind of model to a requested format, or a route cannot
+    honour an option given (``edgekit.routes``); said before anything loads."""
+
+    default_hint = "see `edgekit routes` for how each kind of model reaches each format"
+
+
 class AccuracyDropError(EdgekitError):
     default_hint = (
         "calibrate with more representative data (--calibration, --samples), "

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
 from . import forms
-from .errors import ConversionError, EdgekitError, PackageError, UnsupportedOpError
+from .errors import ConversionError, EdgekitError, RouteError, UnsupportedOpError
 from .forms import ModelForm
 
 if TYPE_CHECKING:
@@ -157,7 +157,7 @@ def plan(source: Source, kind: str, formats: Iterable[Format], asked: Mapping[st
     missing = [name for name, r in found.items() if r is None]
     if missing:
         reachable = [name for name, r in found.items() if r is not None]
-        raise PackageError(f"no route converts a {kind} model to {', '.join(missing)}",
+        raise RouteError(f"no route converts a {kind} model to {', '.join(missing)}",
                            hint=("package it for " + ", ".join(reachable)) if reachable
                            else "export the model to ONNX and package that")
     routes = {name: r for name, r in found.items() if r is not None}
@@ -168,7 +168,7 @@ def plan(source: Source, kind: str, formats: Iterable[Format], asked: Mapping[st
         if unable:
             able = [r for f in _all_formats() if (r := route(source, kind, f)) is not None and option in r.honours]
             flag = ROUTE_OPTIONS[option]
-            raise PackageError(
+            raise RouteError(
                 f"{flag} is not honoured by the route{'s' if len(unable) > 1 else ''} "
                 f"{'; '.join(r.describe() for r in unable)}: the converter there has no per-layer control",
                 hint=(f"routes from this model that honour it: {'; '.join(r.describe() for r in able)}; package "

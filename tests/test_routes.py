@@ -8,7 +8,7 @@ import time
 import pytest
 
 from edgekit import forms, routes
-from edgekit.errors import PackageError
+from edgekit.errors import RouteError
 from edgekit.formats import FORMATS, Accepts, Format
 from edgekit.sources import SOURCES
 from tests.conftest import CALIBRATION, DIGITS_MODEL, EVAL, ROOT, run_cli
@@ -31,7 +31,7 @@ def test_routes_follow_the_formats_order_of_preference():
     assert routes.route(source, "torch_export", either).form == forms.ONNX_GRAPH  # the first it can reach
     nothing = Format("y", "", lambda: None, (), "", "", accepts=(Accepts(forms.KERAS_MODEL),))
     assert routes.route(source, "torch_export", nothing) is None
-    with pytest.raises(PackageError, match="no route converts a torch_export model to y") as refused:
+    with pytest.raises(RouteError, match="no route converts a torch_export model to y") as refused:
         routes.plan(source, "torch_export", [FORMATS["onnx"], nothing], {})
     assert "package it for onnx" in refused.value.hint
 
@@ -39,14 +39,14 @@ def test_routes_follow_the_formats_order_of_preference():
 @pytest.mark.parametrize("option", ["keep_float", "explain"])
 def test_an_option_a_route_cannot_honour_is_refused_with_the_routes_that_can(option):
     keras = next(s for s in SOURCES if "keras" in s.provides)
-    with pytest.raises(PackageError) as refused:
+    with pytest.raises(RouteError) as refused:
         routes.plan(keras, "keras", FORMATS.values(), {option: True})
     flag = routes.ROUTE_OPTIONS[option]
     assert f"{flag} is not honoured by the route keras -> keras-model -> coreml" in refused.value.message
     assert "keras -> tf-graph -> tflite; keras -> tf2onnx -> onnx-graph -> onnx" in refused.value.hint
     assert f"with {flag} (--format tflite --format onnx)" in refused.value.hint
     onnx_source = next(s for s in SOURCES if "onnx" in s.provides)
-    with pytest.raises(PackageError, match="route onnx -> onnx-to-torch -> torch-program -> tflite"):
+    with pytest.raises(RouteError, match="route onnx -> onnx-to-torch -> torch-program -> tflite"):
         routes.plan(onnx_source, "onnx", [FORMATS["tflite"]], {option: True})
     planned = routes.plan(keras, "keras", [FORMATS["tflite"], FORMATS["onnx"]], {option: True})
     assert all(option in r.honours for r in planned.values())
