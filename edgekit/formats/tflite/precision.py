@@ -23,7 +23,8 @@ CONVERTING_OPS = {"QUANTIZE", "DEQUANTIZE"}
 _NOT_COMPUTE = CONVERTING_OPS | {"DELEGATE"}
 _FLOAT_TYPES = {np.dtype(np.float32), np.dtype(np.float16), np.dtype(np.float64)}
 # Ops a float tail may hold: activations, normalisations and shape ops, never a layer with weights.
-TAIL_OPS = {"SOFTMAX", "LOG_SOFTMAX", "LOGISTIC", "TANH", "L2_NORMALIZATION", "RESHAPE", "SQUEEZE", "EXPAND_DIMS",
+TAIL_OPS = {"SOFTMAX", "LOG_SOFTMAX", "LOGISTIC", "TANH", "RELU", "RELU6", "RELU_N1_TO_1", "LEAKY_RELU", "HARD_SWISH",
+            "ABS", "L2_NORMALIZATION", "RESHAPE", "SQUEEZE", "EXPAND_DIMS",
             "TRANSPOSE", "CONCATENATION", "MUL", "DIV", "ADD", "SUB", "SQRT", "RSQRT", "SQUARE", "EXP", "SUM",
             "MEAN", "MAXIMUM", "MINIMUM", "CAST", "SLICE", "STRIDED_SLICE", "PACK", "UNPACK", "SPLIT", "GATHER"}
 
