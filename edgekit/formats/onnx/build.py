@@ -458,7 +458,10 @@ def explain(
     for tensor, error in errors.items():
         node = producers.get(tensor)
         sqnr = float(error["xmodel_err"])
-        layer = next((name for name in layer_names if in_layer(tensor, name)), tensor.split("/")[1] if "/" in tensor else tensor)
+        # the layer whose scope names the tensor (tf2onnx keeps Keras scopes); else the node computing it,
+        # as the float-op report names it and --keep-float takes it
+        layer = next((name for name in layer_names if in_layer(tensor, name)), None) or (
+            node.name if node is not None and node.name else tensor.split("/")[1] if "/" in tensor else tensor)
         rows.append({
             "layer": layer, "op": node.op_type if node is not None else "", "tensor": tensor,
             "sqnr_db": sqnr if np.isfinite(sqnr) else None,
