@@ -53,7 +53,7 @@ def _task_notes(target: str, metrics: ArtifactRecord) -> list[str]:
     notes = []
     results = [(name, task) for name, task in (metrics.get("tasks") or {}).items()]
     if metrics.get("metric"):
-        results.append(("", metrics["metric"]))
+        results.append(("", metrics.get("metric")))
     for name, task in results:
         shown = ", ".join(f"{k} {show_value(k, v)}" for k, v in task["values"].items())
         verdict = {True: "passes", False: "FAILS", None: "not gated"}[task.get("passed")]
