@@ -282,11 +282,11 @@ def test_keep_float_and_explain_work_on_the_onnx_route_and_are_refused_on_litert
     assert "--keep-float is not honoured by the routes torch_factory -> torch-program -> tflite; " \
            "torch_factory -> torch-module -> coreml" in refused.stderr
     assert "torch_factory -> onnx-graph -> onnx" in refused.stderr and "Loading" not in refused.stdout
-    package(models, model, "images.npy", "--format", "onnx", "--explain")
+    package(models, model, "images.npy", "--format", "onnx", "--explain", "--profile", "rpi5")  # S8S8 only
     explained = json.loads((models / "out" / "nets.edgekit" / "manifest.json").read_text())
     worst, op = next((row["layer"], row["op"]) for row in explained["artifacts"][0]["details"]["explain"]
                      if row["op"] in ("Conv", "Gemm", "MatMul"))  # worst first: the worst layer with weights
-    package(models, model, "images.npy", "--format", "onnx", "--keep-float", worst)
+    package(models, model, "images.npy", "--format", "onnx", "--keep-float", worst, "--profile", "rpi5")
     onnx = json.loads((models / "out" / "nets.edgekit" / "manifest.json").read_text())["artifacts"][0]
     assert onnx["details"]["keep_float"] == [worst] and onnx["precision"] == "int8+float"
     assert [(kept["layer"], kept["op"]) for kept in onnx["float_ops"]] == [(worst, op)]  # named as --explain names it
