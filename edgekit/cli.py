@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from .version import __version__
-from .cliopts import ArgumentParser, HelpFormatter, at_least
+from .cliopts import ArgumentParser, HelpFormatter, at_least, number_list
 from .clitools import guarded, split_debug
 
 PROG = "edgekit"
@@ -60,14 +60,7 @@ def _positive_float(minimum: float) -> Callable[[str], float]:
     return parse
 
 
-def _float_list(text: str) -> list[float]:
-    try:
-        values = [float(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
-    if not values:
-        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}")
-    return values
+_float_list = number_list(float, "numbers")
 
 
 def _resize(text: str) -> list[int]:

@@ -100,6 +100,24 @@ def thread_count(text: str) -> int:
         raise argparse.ArgumentTypeError(exc.message) from None
 
 
+def number_list(kind: type, what: str, minimum: float | None = None):  # noqa: ANN201 - an argparse type
+    """Comma-separated numbers of ``kind`` (``--mean 0.5,0.4,0.4``, ``--sweep-batch 1,8``), each at
+    least ``minimum`` when given; ``what`` names them in the error."""
+
+    def parse(text: str) -> list:
+        try:
+            values = [kind(v) for v in text.split(",") if v.strip()]
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected comma-separated {what}, got {text!r}") from None
+        if not values and minimum is None:
+            raise argparse.ArgumentTypeError(f"expected comma-separated {what}, got {text!r}")
+        if minimum is not None and (not values or any(v < minimum for v in values)):
+            raise argparse.ArgumentTypeError(f"values must be at least {minimum:g}")
+        return values
+
+    return parse
+
+
 def thread_counts(text: str) -> list[int]:
     """Comma-separated thread counts (``1,2,4``), each one ``thread_count``."""
     values = [thread_count(v.strip()) for v in text.split(",") if v.strip()]

@@ -15,7 +15,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .cliopts import ArgumentParser, HelpFormatter, add_load_options, positive_int, refuse_mixed_modes, thread_counts
+from .cliopts import (ArgumentParser, HelpFormatter, add_load_options, number_list, positive_int, refuse_mixed_modes,
+                      thread_counts)
 from .clitools import guarded, split_debug
 
 PROG = "python -m edgekit.run"
@@ -96,14 +97,7 @@ def _non_negative_float(text: str) -> float:
     return value
 
 
-def _int_list(text: str) -> list[int]:
-    try:
-        values = [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
-    if not values or any(v < 1 for v in values):
-        raise argparse.ArgumentTypeError("values must be at least 1")
-    return values
+_int_list = number_list(int, "integers", minimum=1)
 
 
 def execute(args: argparse.Namespace) -> int:

@@ -103,8 +103,9 @@ LOADER = f"{__name__}:load_module"
 def load_module(model_path: str, example: dict[str, Any] | None = None, kind: str = "",
                 fixed: dict[str, Any] | None = None) -> tuple[Any, list[str]]:
     """The loader of this source's PyTorch forms (``edgekit.forms.load_module``): the module in
-    eval mode, wrapped so that ``fixed`` inputs get their values, and its other input names."""
-    module, names, _ = _load(model_path, kind, example=example, fixed=fixed)
+    eval mode, wrapped so that ``fixed`` inputs get their values, and its other input names
+    (``example`` is part of the loaders' protocol; a PyTorch model needs none to load)."""
+    module, names, _ = _load(model_path, kind, fixed=fixed)
     return module, names
 
 
@@ -135,14 +136,11 @@ def float_reference(prepared: dict[str, Any], inputs_npz: str, output_npz: str, 
     np.savez(output_npz, **{name: np.concatenate(parts) for name, parts in chunks.items()})
 
 
-def _load(model_path: str, kind: str, example: dict[str, Any] | None = None,
-          fixed: dict[str, Any] | None = None) -> tuple[Any, list[str], Any]:
+def _load(model_path: str, kind: str, fixed: dict[str, Any] | None = None) -> tuple[Any, list[str], Any]:
     """The callable model, its input names, and the torch.export program when there is one.
-
-    An ONNX model (``kind="onnx"``) becomes a module specialised to the shapes of ``example``
-    (arrays by input name; ``""`` for a one-input model). ``fixed`` (``--input NAME=VALUE``)
-    wraps the model so those inputs get their values; the names returned are the others."""
-    module, names, program = _load_model(model_path, kind, example)
+    ``fixed`` (``--input NAME=VALUE``) wraps the model so those inputs get their values; the names
+    returned are the others. (An ONNX graph becomes a module through ``onnx_torch.load_module``.)"""
+    module, names, program = _load_model(model_path, kind)
     if not fixed:
         return module, names, program
     from .fixed_inputs import torch_fixed
@@ -152,14 +150,9 @@ def _load(model_path: str, kind: str, example: dict[str, Any] | None = None,
     return wrapped, kept, program
 
 
-def _load_model(model_path: str, kind: str, example: dict[str, Any] | None = None) -> tuple[Any, list[str], Any]:
+def _load_model(model_path: str, kind: str) -> tuple[Any, list[str], Any]:
     import torch
 
-    if kind == "onnx":
-        from . import onnx_torch
-
-        module, names = onnx_torch.load_module(model_path, example)
-        return module, names, None
     try:
         if kind == "torch_export":
             with _weights_only_unpickling(model_path):
