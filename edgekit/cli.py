@@ -10,6 +10,7 @@ same (one ``error:`` line and a ``fix:`` line, exit 2). ``edgekit run``, ``bench
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -53,8 +54,8 @@ def _positive_float(minimum: float) -> Callable[[str], float]:
             value = float(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-        if not value >= minimum:
-            raise argparse.ArgumentTypeError(f"must be at least {minimum:g}, got {text}")
+        if not math.isfinite(value) or not value >= minimum:
+            raise argparse.ArgumentTypeError(f"must be a finite number of at least {minimum:g}, got {text}")
         return value
 
     return parse
@@ -201,7 +202,7 @@ def _package_data_options(p: argparse.ArgumentParser) -> None:
                         "module:function / file.py:function returning arrays")
     p.add_argument("--eval", dest="eval_data", metavar="DATA", default=None,
                    help="held-out data to validate on (same forms; default: hold out 20%% of --calibration)")
-    p.add_argument("--samples", type=int, default=300,
+    p.add_argument("--samples", type=at_least(1), default=300,
                    help=_help("calibration samples to use (seeded choice)", 300))
     p.add_argument("--eval-samples", type=at_least(1), default=None, help="validate on at most this many samples")
     p.add_argument("--seed", type=int, default=0, help=_help("seed for sample selection", 0))
@@ -214,11 +215,11 @@ def _package_gate_options(p: argparse.ArgumentParser) -> None:
                    help=_help("largest INT8 accuracy drop (percentage points) before packaging fails", 1.0))
     p.add_argument("--allow-accuracy-drop", action="store_true",
                    help="keep the package even if a validation gate fails (recorded as failed in the manifest)")
-    p.add_argument("--min-sqnr", dest="min_sqnr_db", type=float, default=20.0, metavar="DB",
+    p.add_argument("--min-sqnr", dest="min_sqnr_db", type=_positive_float(0), default=20.0, metavar="DB",
                    help=_help("SQNR floor for every values output, and for each quantity joined into one output", 20.0))
     p.add_argument("--output-kind", dest="output_kinds", action="append", default=[], metavar="[OUTPUT=]KIND",
                    help="judge an output by this task instead of the kind inferred from the graph and values (printed "
-                        "before building): classes, bins, segmentation, detections:yolo[:THRESHOLD], "
+                        "before building): classes, bins, multilabel[:THRESHOLD], segmentation, detections:yolo[:THRESHOLD], "
                         "detections:yolov5[:THRESHOLD], embedding or values (repeatable)")
     p.add_argument("--metric", default=None, metavar="MODULE:FUNCTION",
                    help="your metric: called with (float_outputs, int8_outputs, labels), returns named numbers and "
@@ -367,7 +368,10 @@ def _package(args: argparse.Namespace) -> None:
     print(f"package: {result.path}")
     if result.archive:
         print(f"archive: {result.archive}")
-    if not result.manifest.validation.passed:
+    if result.manifest.validation.passed is None:
+        print("warning: no artifact of this package could be measured here: it has no verdict (its manifest says "
+              "passed: null, state: not measured)", file=sys.stderr)
+    elif not result.manifest.validation.passed:
         print("warning: validation failed (see above); the package was kept because of --allow-accuracy-drop "
                    "and its manifest says passed: false", file=sys.stderr)
     if result.failed and not allow_partial:
@@ -416,6 +420,17 @@ def _compare(args: argparse.Namespace) -> int:
     comparison = compare(list(reports), baseline, threshold, strict, allow_different_models)
     for skipped in comparison.skipped:
         print(f"warning: skipped {skipped}", file=sys.stderr)
+    for note in comparison.notes:
+        print(f"note: {note}", file=sys.stderr)
+    if fail_on_regression is not None and not comparison.compared:
+        from .errors import InputError
+
+        raise InputError(
+            f"--fail-on-regression compared nothing: no report's configuration matches one of the baseline "
+            f"{comparison.baseline!r} ({sum(1 for r in comparison.rows if comparison.is_baseline(r))} baseline "
+            f"row(s), {len(comparison.rows)} in all)",
+            hint="give reports of the same artifact, backend, threads and batch as the baseline's, and at least one "
+                 "report besides it (--baseline names one report file or device)")
     if markdown:
         print(to_markdown(comparison), end="")
     else:

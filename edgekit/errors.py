@@ -120,6 +120,16 @@ class FailedArtifactWarning(UserWarning):
     """The artifact chosen failed its validation gate when it was packaged (kept by --allow-accuracy-drop)."""
 
 
+class UnmeasuredArtifactWarning(UserWarning):
+    """The artifact chosen was never compared with the float model (nothing where it was packaged
+    could run it): it has no verdict."""
+
+
+class KernelArithmeticWarning(UserWarning):
+    """The artifact chosen was validated as quantized (for devices whose int8 kernels compute it
+    exactly), and this CPU's fused int8 kernels may not: its outputs here may be less accurate."""
+
+
 class InputRangeWarning(UserWarning):
     """Input values lie far outside the range the model was calibrated on (INT8 inputs saturate there)."""
 

@@ -76,6 +76,7 @@ def load(
     signed = _check_signature(root, chosen_profile, require_signature, trusted_keys)
     entry, backend_cls, tuned_threads = _choose_for_device(root, manifest, chosen_profile, facts, artifact, backend)
     _say_failed(manifest, entry, allow_failed)
+    _say_arithmetic(manifest, entry, backend_cls, facts)
     threads = threads or tuned_threads
     clock.lap("open_package_s")
     try:
@@ -122,9 +123,40 @@ def _choose_for_device(root: Path, manifest: Manifest, profile: Profile, facts: 
     return entry, backend_cls, None
 
 
+def _say_arithmetic(manifest: Manifest, entry: Artifact, backend_cls: type[Backend], facts: DeviceFacts) -> None:
+    """An artifact judged as quantized (built for devices that compute it exactly) that runs here
+    on int8 kernels which saturate is said out loud: the package has no build for this CPU."""
+    judged = str(manifest.validation.artifact(entry.key).get("judged_by") or "")
+    if not judged.startswith("as quantized") or backend_cls.name != "onnxruntime":
+        return
+    from .formats.onnx.schemes import saturates
+
+    if not saturates(entry.key, facts.arch, facts.cpu_flags):
+        return
+    import warnings
+
+    from .errors import KernelArithmeticWarning
+
+    warnings.warn(KernelArithmeticWarning(
+        f"artifact {entry.key!r} of package {manifest.name!r} was validated as quantized for other devices; this "
+        "CPU's int8 kernels (x86 without VNNI) can saturate on it and lose accuracy: repackage with --profile "
+        "x86-cpu (an onnx-u8s7 build for this CPU), or run the tflite artifact"), stacklevel=3)
+
+
 def _say_failed(manifest: Manifest, entry: Artifact, allow_failed: bool) -> None:
     """An artifact that failed its gate is never loaded silently."""
     failed = manifest.failed_gates(entry.key)
+    record = manifest.validation.artifact(entry.key)
+    if not record.measured:
+        import warnings
+
+        from .errors import UnmeasuredArtifactWarning
+
+        warnings.warn(UnmeasuredArtifactWarning(
+            f"artifact {entry.key!r} of package {manifest.name!r} was not measured against the float model when it "
+            f"was packaged ({record.reason or 'no runtime for it there'}): it has no verdict; check its outputs on "
+            "your data (--eval)"), stacklevel=3)
+        return
     if failed is None:
         return
     what = f"artifact {entry.key!r} of package {manifest.name!r} failed validation when it was packaged: {failed[0]}"
@@ -198,17 +230,12 @@ def _for_this_cpu(manifest: Manifest) -> dict[str, str]:
     """A format's quantized artifact built for this CPU's INT8 scheme, when the package has one
     that passed its gates (``edgekit.formats.onnx.schemes``): the profile's "onnx" means that one here."""
     from .devices import DeviceFacts
-    from .formats.onnx.schemes import schemes_for_cpu
+    from .formats.onnx.schemes import artifact_for_cpu
 
     facts = DeviceFacts.read()
-    if facts.cuda:  # TensorRT and CUDA take S8S8 QDQ (symmetric int8 activations), whatever the CPU
-        return {}
-    present = {a.key for a in manifest.artifacts}
-    for scheme in schemes_for_cpu(facts.arch, facts.cpu_flags):
-        key = scheme.artifact_key
-        if key in present and (key == "onnx" or manifest.failed_gates(key) is None):
-            return {} if key == "onnx" else {"onnx": key}
-    return {}
+    usable = {a.key for a in manifest.artifacts if a.key == "onnx" or manifest.failed_gates(a.key) is None}
+    key = artifact_for_cpu(usable, facts.arch, facts.cpu_flags, facts.cuda)
+    return {"onnx": key} if key is not None and key != "onnx" else {}
 
 
 def runnable(manifest: Manifest, profile: Profile) -> list[tuple[Artifact, type[Backend]]]:
@@ -221,11 +248,19 @@ def choose(
 ) -> tuple[Artifact, type[Backend]]:
     """The first (artifact, backend) pair, in the profile's order, that this device can run."""
     if artifact is not None:
-        manifest.artifact(artifact)  # a clear error if the package lacks it
+        from .formats.onnx.schemes import exact_key
+
+        manifest.artifact(exact_key(artifact))  # a clear error if the package lacks it
     if backend is not None:
         get_backend(backend)
-    if artifact is not None and artifact not in {a.key for a in manifest.artifacts}:
-        artifact = manifest.artifact(artifact).key  # a format's name: its quantized artifact
+    if artifact is not None:
+        from .formats.onnx.schemes import exact_key
+
+        if artifact in FORMATS:  # a format's name: the best artifact of that format for this device
+            artifact = _for_this_cpu(manifest).get(artifact, artifact)
+        artifact = exact_key(artifact)  # a scheme's own name for the main build (onnx-s8s8)
+        if artifact not in {a.key for a in manifest.artifacts}:
+            artifact = manifest.artifact(artifact).key  # a format's name: its quantized artifact
     wanted = [(a, b) for a, b in candidates(manifest, profile)
               if artifact in (None, a.key) and backend in (None, b.name)]
     for entry, backend_cls in wanted:

@@ -92,7 +92,7 @@ class ValidationRecord(NamedTuple):
     float_accuracy: float | None = None
     max_accuracy_drop_pp: float | None = None
     min_sqnr_db: float | None = None
-    passed: bool = True
+    passed: bool | None = True  # None: no artifact could be measured (not measured is not passed)
     artifacts: Mapping[str, ArtifactRecord] = {}
 
     @classmethod
@@ -103,7 +103,7 @@ class ValidationRecord(NamedTuple):
             data=DataRecord.from_dict(data.get("data") or {}),
             float_accuracy=(data.get("float") or {}).get("accuracy"),
             max_accuracy_drop_pp=data.get("max_accuracy_drop_pp"), min_sqnr_db=data.get("min_sqnr_db"),
-            passed=data.get("passed", True) is not False,
+            passed=None if "passed" in data and data["passed"] is None else data.get("passed", True) is not False,
             artifacts={key: ArtifactRecord.from_dict(record) for key, record in (data.get("artifacts") or {}).items()},
         )
 
@@ -119,9 +119,16 @@ class ValidationRecord(NamedTuple):
             "max_accuracy_drop_pp": self.max_accuracy_drop_pp,
             "min_sqnr_db": self.min_sqnr_db,
             "passed": self.passed,
+            "state": self.state,
             "artifacts": {key: record.to_dict() for key, record in self.artifacts.items()},
         })
         return found
+
+    @property
+    def state(self) -> str:
+        """passed | failed | not measured: a package none of whose artifacts could be run where it
+        was built has no verdict, and says so rather than passing."""
+        return {True: "passed", False: "failed", None: "not measured"}[self.passed]
 
     def artifact(self, key: str) -> "ArtifactRecord":
         """The record of an artifact; an empty one (passed, nothing measured) when there is none."""

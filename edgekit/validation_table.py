@@ -63,12 +63,16 @@ def _task_notes(target: str, metrics: ArtifactRecord) -> list[str]:
 
 
 def _quantization_note(target: str, metrics: ArtifactRecord) -> list[str]:
+    """Both arithmetics of a fusing runtime (ONNX), and which one the verdict is on."""
     q = metrics.get("quantization")
     if not q:
         return []
-    fused = metrics.get("sqnr_db")
+    here = metrics.get("on_this_cpu")
+    fused = here.get("sqnr_db") if here else metrics.get("sqnr_db")
+    judged = metrics.get("judged_by")
     return [f"{target}: SQNR {_num(q.get('sqnr_db'), '.1f')} dB as quantized (QDQ graph run without int8 kernel "
-            f"fusion), {_num(fused, '.1f')} dB on this CPU's fused int8 kernels"]
+            f"fusion), {_num(fused, '.1f')} dB on this CPU's fused int8 kernels"
+            + (f"; judged {judged}" if judged else "")]
 
 
 def _conversion_line(validation: ValidationRecord) -> str | None:
@@ -162,6 +166,10 @@ def render(manifest: Manifest, console: Console | None = None) -> None:
         console.print(f"gates {verdict}: each output is judged by its kind's task metric (above); values need SQNR >= "
                       f"{validation.min_sqnr_db:g} dB, and so does each quantity joined into one output; labelled "
                       f"class scores may drop at most {validation.max_accuracy_drop_pp} pp", highlight=False)
+    elif validation.passed is None:
+        console.print("gates NOT MEASURED: no artifact could be run on this machine, so none was compared with the "
+                      "float model (the manifest says passed: null); measure them on a device that runs them "
+                      "(python -m edgekit.run PACKAGE --eval DATA)", highlight=False)
     elif validation.data.labeled:
         verdict = "within" if validation.passed else "EXCEEDS"
         console.print(f"accuracy drop {verdict} the {validation.max_accuracy_drop_pp} pp limit")

@@ -130,3 +130,38 @@ def test_a_malformed_validation_record_is_a_package_error():
     data["validation"] = {"artifacts": {"tflite": ["not", "a", "record"]}}
     with pytest.raises(PackageError, match="manifest.validation is malformed"):
         Manifest.from_dict(data)
+
+
+def test_a_package_whose_artifacts_were_never_measured_is_not_passed(digits_package, tmp_path):
+    """Only unmeasurable artifacts (CoreML with ops outside the evaluator): the manifest said
+    passed: true and the hint called them the ones that passed. Not measured is its own state."""
+    import shutil
+    import warnings
+
+    import edgekit
+    from edgekit.errors import UnmeasuredArtifactWarning
+    from edgekit.manifest import Manifest
+    from edgekit.validation_record import ValidationRecord
+    from edgekit.validation_table import render
+    from rich.console import Console
+
+    package = tmp_path / "digits.edgekit"
+    shutil.copytree(digits_package, package)
+    data = json.loads((package / "manifest.json").read_text())
+    for key in data["validation"]["artifacts"]:
+        data["validation"]["artifacts"][key] = {"measured": False, "reason": "not measurable here: no evaluator"}
+    data["validation"]["passed"] = None
+    (package / "manifest.json").write_text(json.dumps(data))
+    manifest = Manifest.from_json((package / "manifest.json").read_bytes())
+    assert manifest.validation.passed is None and manifest.validation.state == "not measured"
+    assert manifest.validation.to_dict()["passed"] is None  # read and written back as it was
+    assert ValidationRecord.from_dict({"artifacts": {}}).passed is True  # an older manifest without the key
+    console = Console(record=True, width=200)
+    render(manifest, console)
+    text = console.export_text()
+    assert "not measurable here" in text and "gates NOT MEASURED" in text and "gates pass" not in text
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with edgekit.load(package) as model:
+            assert model.artifact is not None
+    assert any(issubclass(w.category, UnmeasuredArtifactWarning) for w in caught)

@@ -36,6 +36,7 @@ class Row:
     speedup: float | None = None
     verdict: dict[str, Any] | None = None
     tuned: bool = False  # the configuration `edgekit tune` chose on that device (a tune report)
+    source: int = 0  # which report it came from (reports may share a file name or a device)
 
     @property
     def key(self) -> tuple[Any, ...]:
@@ -60,13 +61,20 @@ class Comparison:
     baseline: str | None
     skipped: list[str] = field(default_factory=list)
     threshold_pct: float | None = None
+    baseline_source: int = 0  # the one report every other row is compared with
+    notes: list[str] = field(default_factory=list)  # how the baseline was chosen, when it needed choosing
 
     @property
     def regressions(self) -> list[Row]:
         return [r for r in self.rows if r.verdict and r.verdict["verdict"] == "regression"]
 
+    @property
+    def compared(self) -> list[Row]:
+        """Rows that were compared with a baseline row (a CI gate that compared none proves nothing)."""
+        return [r for r in self.rows if r.verdict is not None]
+
     def is_baseline(self, row: Row) -> bool:
-        return row.report == self.baseline or row.device == self.baseline
+        return row.source == self.baseline_source
 
 
 @dataclass
@@ -142,18 +150,14 @@ def compare(
     rows = [
         Row(report=name, device=r["device"].get("name", "?"), model=r["model"].get("name", "?"),
             config=res["config"], result=res, throttled=bool((r.get("thermal") or {}).get("throttled")),
-            samples=np.asarray(res["latency"]["samples_ms"], dtype=np.float64), tuned=_is_tuned(r, res["config"]))
-        for name, r in reports for res in r["results"]
+            samples=np.asarray(res["latency"]["samples_ms"], dtype=np.float64), tuned=_is_tuned(r, res["config"]),
+            source=index)
+        for index, (name, r) in enumerate(reports) for res in r["results"]
     ]
-    names = [name for name, _ in reports]
-    base_name = baseline if baseline is not None else names[0]
-    base_rows = [r for r in rows if r.report == base_name or r.device == base_name]
-    if baseline is not None and not base_rows:
-        raise EdgekitError(f"--baseline {baseline!r} matches no report", hint="use a report file name or device name: "
-                           + ", ".join(sorted(set(names) | {r.device for r in rows})))
-    base_ids = {id(b) for b in base_rows}
+    source, notes = baseline_report(reports, baseline)
+    base_rows = [r for r in rows if r.source == source]
     for row in rows:
-        if id(row) in base_ids:
+        if row.source == source:
             continue  # the baseline itself
         match = next((b for b in base_rows if b.key == row.key and b.model == row.model), None)
         if match is None:
@@ -164,7 +168,30 @@ def compare(
         row.verdict["baseline"] = match.label
     with _warnings.catch_warnings():
         _warnings.simplefilter("ignore")
-        return Comparison(rows=rows, baseline=base_name, skipped=skipped, threshold_pct=threshold_pct)
+        return Comparison(rows=rows, baseline=reports[source][0], skipped=skipped, threshold_pct=threshold_pct,
+                          baseline_source=source, notes=notes)
+
+
+def baseline_report(reports: list[tuple[str, dict[str, Any]]], baseline: str | None) -> tuple[int, list[str]]:
+    """The one report the others are compared with: the first given, or the one ``--baseline``
+    names by file name, or the oldest of a device's reports (an A/B run on one board gives that
+    device several reports: each must be compared, not all taken as the baseline)."""
+    if baseline is None:
+        return 0, []
+    by_name = [i for i, (name, _) in enumerate(reports) if name == baseline]
+    by_device = [i for i, (_, r) in enumerate(reports) if r["device"].get("name") == baseline]
+    found = by_name or by_device
+    if not found:
+        names = sorted({name for name, _ in reports} | {r["device"].get("name", "?") for _, r in reports})
+        raise EdgekitError(f"--baseline {baseline!r} matches no report",
+                           hint="use a report file name or device name: " + ", ".join(names))
+    if len(found) == 1:
+        return found[0], []
+    oldest = min(found, key=lambda i: (str(reports[i][1].get("created") or ""), i))
+    what = "report files" if by_name else "reports of that device"
+    return oldest, [f"--baseline {baseline!r} matches {len(found)} {what}: the oldest, {reports[oldest][0]} "
+                    f"({reports[oldest][1].get('created') or 'no date'}), is the baseline and the others are "
+                    "compared with it (name a report file to choose another)"]
 
 
 def _is_tuned(report: dict[str, Any], config: dict[str, Any]) -> bool:

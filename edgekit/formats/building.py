@@ -181,6 +181,12 @@ class Builder(ABC):
         needs another scheme (each sets ``variant``, the artifact key's suffix); none by default."""
         return []
 
+    def judged_as_quantized(self, context: BuildContext) -> str | None:
+        """Why this artifact is judged by its quantization itself (``unfused_backend_options``:
+        the exact int8 arithmetic of the devices it is built for) rather than by this machine's
+        fused kernels; None, the default, when this machine runs it as those devices do."""
+        return None
+
     def unfused_backend_options(self) -> dict[str, Any] | None:
         """Backend options that evaluate the quantization itself rather than this CPU's fused int8
         kernels (which may saturate where a device's would not); None when the runtime does not fuse."""

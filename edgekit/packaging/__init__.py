@@ -108,9 +108,12 @@ def partial_error(result: PackageResult) -> PartialPackageError:
     failed = {f["target"] for f in result.failed}
     built = list(dict.fromkeys(a.target for a in result.manifest.artifacts if a.target not in failed))
     keep = " ".join(f"--format {fmt}" for fmt in built)
+    validation = result.manifest.validation
+    unmeasured = [a.key for a in result.manifest.artifacts if not validation.artifact(a.key).measured]
+    kept = "passed" if not unmeasured else f"were built ({', '.join(unmeasured)} not measured here)"
     return PartialPackageError(
         f"package written to {result.path} without {', '.join(f['target'] for f in result.failed)} ({listed})",
-        hint=f"fix the model for those formats, keep the ones that passed ({keep}), or pass --allow-partial"
+        hint=f"fix the model for those formats, keep the ones that {kept} ({keep}), or pass --allow-partial"
         if built else "fix the model for those formats (no format passed)",
         result=result,
     )
@@ -293,7 +296,9 @@ def build_formats(planned: list[Planned], context: BuildContext, described: Sour
                                   remedies)
         if fallback is not None:
             outcomes.append(fallback)
-        outcomes += scheme_variants(builder, own, data, reference, staged, gating, progress, remedies)
+        # the other schemes with what --auto-fix kept (the same layers in float, the same calibration)
+        outcomes += scheme_variants(builder, outcome.context or own, data, reference, staged, gating, progress,
+                                    remedies)
     if not any(o.built for o in outcomes):
         details = "; ".join(f"{o.name}: {o.error.message}" for o in outcomes if o.error)
         first = next((o.error.hint for o in outcomes if o.error), "")
@@ -311,7 +316,8 @@ def build_and_measure(builder: Builder, context: BuildContext, data: PreparedDat
         raise ConversionError(f"the {builder.name} converter reported success but wrote no artifact at "
                               f"{built.artifact.path}", hint="rerun with --debug and report the log")
     with progress.step(f"Validating {builder.name} against the float model"):
-        return built, measure(built, builder, staged, data, reference, gating.judging)
+        return built, measure(built, builder, staged, data, reference, gating.judging,
+                              as_quantized=builder.judged_as_quantized(context))
 
 
 def float_fallback(builder: Builder, built: BuildResult, context: BuildContext, data: PreparedData,
@@ -349,7 +355,8 @@ def scheme_variants(builder: Builder, context: BuildContext, data: PreparedData,
             with progress.step(f"Calibrating and converting {key} ({override.get('scheme', 'variant')})"):
                 built = builder.build(variant_context)
             with progress.step(f"Validating {key} against the float model"):
-                measured = measure(built, builder, staged, data, reference, gating.judging)
+                measured = measure(built, builder, staged, data, reference, gating.judging,
+                                   as_quantized=builder.judged_as_quantized(variant_context))
         except EdgekitError as exc:
             progress.warn(f"{key} left out: {exc.message}")
             continue

@@ -75,7 +75,8 @@ def auto_fix(builder: Builder, first: Candidate, staged: Path, data: Any, refere
         try:
             with progress.step(f"auto-fix {builder.name}: rebuilding with {fix.flag}"):
                 built = builder.build(context)
-                measured = measure(built, builder, staged, data, reference, judging)
+                measured = measure(built, builder, staged, data, reference, judging,
+                                   as_quantized=builder.judged_as_quantized(context))
         except EdgekitError as exc:
             record.update(after=None, kept=False, error=exc.message)
             _restore(backup, artifact_dir)

@@ -112,6 +112,8 @@ def prepare_data(plan: Plan, options: PackageOptions, described: SourceDescripti
     for p in plans:
         if p.role != "integer" and p.spec is not None:
             warnings += data_guards(_pick(calib_raw.x, bindings[p.name]), calib[p.name], p.spec)
+        if p.role != "integer":
+            warnings += outside_calibration(p.name, calib[p.name], evals[p.name], eval_what, len(plans) > 1)
     if labelled is not None:
         warnings += class_coverage(calib_raw.y, labelled)
         _check_targets(eval_raw.y, labelled)
@@ -119,6 +121,28 @@ def prepare_data(plan: Plan, options: PackageOptions, described: SourceDescripti
         progress.warn(warning)
     return PreparedData(plans, calib, evals, calib_raw, eval_source, eval_raw, labels,
                         labelled.name if labelled else None, warnings, calibration.description)
+
+
+def outside_calibration(name: str, calibration: np.ndarray, evaluation: np.ndarray, what: str,
+                        named: bool) -> list[str]:
+    """Said before anything is built: validation samples far outside the calibration range (the
+    runtime's rule, ``edgekit.model.RANGE_MARGIN``) saturate the INT8 input and every range after
+    it; the verdict on them then measures the data mismatch, not the quantization."""
+    from ..model import RANGE_MARGIN
+
+    if not calibration.size or not evaluation.size or calibration.dtype.kind != "f":
+        return []
+    lo, hi = float(np.nanmin(calibration)), float(np.nanmax(calibration))
+    low, high = float(np.nanmin(evaluation)), float(np.nanmax(evaluation))
+    margin = RANGE_MARGIN * max(hi - lo, 1e-6)
+    if low >= lo - margin and high <= hi + margin:
+        return []
+    outside = float(np.mean((evaluation < lo - margin) | (evaluation > hi + margin)))
+    where = f"input {name!r}" if named else "the input"
+    return [f"the {what} for {where} ranges {low:.4g}..{high:.4g}, far outside the calibration data's "
+            f"{lo:.4g}..{hi:.4g} ({100 * outside:.2g}% of its values): INT8 ranges come from the calibration data, "
+            "so those values saturate; calibrate on data like what the model will see (or check that both are "
+            "preprocessed the same way)"]
 
 
 def say_preprocessing(plans: list[InputPlan], progress: Progress) -> None:

@@ -63,6 +63,8 @@ class PackageOptions:
         formats = list(self.formats or self.targets or [DEFAULT_FORMAT])
         object.__setattr__(self, "formats", formats)  # frozen: set once, here
         object.__setattr__(self, "targets", formats)
+        check_numbers(self)
+
 
     @property
     def step_timeout_s(self) -> float:
@@ -91,7 +93,60 @@ class PackageOptions:
 
             raise EdgekitError(f"unknown format option(s): {', '.join(sorted(unknown))}",
                                hint="known: " + ", ".join(sorted(values)))
+        options = {option.name: option for _, option in build_options()}
+        for name, value in self.format_options.items():
+            _check_format_option(options[name], value)
         return {**values, **self.format_options}
+
+
+def _check_format_option(option: Any, value: Any) -> None:
+    """A format's option from the Python API, held to the rule its flag has on the command line."""
+    from ..errors import InputError
+
+    if value is None:
+        return
+    if option.choices and value not in option.choices:
+        raise InputError(f"{option.flag} ({option.name}=) must be one of {', '.join(option.choices)}, got {value!r}")
+    if option.kind is bool and not isinstance(value, bool):
+        raise InputError(f"{option.flag} ({option.name}=) is on or off: pass True or False, got {value!r}")
+    if option.kind is int and (isinstance(value, bool) or not isinstance(value, int)
+                               or (option.minimum is not None and value < option.minimum)):
+        raise InputError(f"{option.flag} ({option.name}=) must be a whole number"
+                         + (f" of at least {option.minimum}" if option.minimum is not None else "") + f", got {value!r}")
+
+
+# Every numeric option, checked once here for the command line and the Python API alike: a NaN or
+# an infinity would switch a gate off silently (every comparison with NaN is false).
+# field -> (flag, lowest, highest, whole number, may be None)
+NUMERIC_OPTIONS: dict[str, tuple[str, float, float, bool, bool]] = {
+    "samples": ("--samples", 1, 10_000_000, True, False),
+    "eval_samples": ("--eval-samples", 1, 10_000_000, True, True),
+    "seed": ("--seed", 0, 2**32 - 1, True, False),
+    "max_accuracy_drop": ("--max-accuracy-drop", 0, 100, False, False),
+    "min_sqnr_db": ("--min-sqnr", 0, 200, False, False),
+    "timeout_s": ("--timeout", 1, 7 * 24 * 3600, False, True),
+}
+
+
+def check_numbers(options: PackageOptions) -> None:
+    """Each numeric option finite and in its range, else one usage error naming it."""
+    import math
+
+    from ..errors import InputError
+
+    for name, (flag, low, high, whole, optional) in NUMERIC_OPTIONS.items():
+        value = getattr(options, name)
+        if value is None and optional:
+            continue
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if number and whole and isinstance(value, float) and value.is_integer():
+            number, value = True, int(value)
+            object.__setattr__(options, name, value)
+        ok = number and (not whole or isinstance(value, int)) and math.isfinite(value) and low <= value <= high
+        if not ok:
+            kind = "a whole number" if whole else "a finite number"
+            raise InputError(f"{flag} ({name}=) must be {kind} from {low:g} to {high:g}, got {value!r}",
+                             hint=f"pass {flag} {low:g}..{high:g}" + (" or leave it out" if optional else ""))
 
 
 @dataclass

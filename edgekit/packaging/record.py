@@ -61,7 +61,8 @@ def validation_record(
         float_accuracy=float_accuracy,
         max_accuracy_drop_pp=options.max_accuracy_drop,
         min_sqnr_db=options.min_sqnr_db,
-        passed=not any(failures.values()),
+        # nothing measured is its own state: no artifact passed a gate it was never put to
+        passed=not any(failures.values()) if any(a.measured for a in artifacts.values()) else None,
         artifacts=artifacts,
     )
 
@@ -83,6 +84,17 @@ def _measured(comparison: Measured, measured_by: str | None) -> dict[str, Any]:
             "evaluated": "QDQ graph with graph optimizations off (no int8 kernel fusion)",
             "sqnr_db": min(c.sqnr_db for c in comparison.quantization.values()),
             "outputs": {o: c.to_dict() for o, c in comparison.quantization.items()},
+        }
+    if comparison.judged_by:
+        found["judged_by"] = comparison.judged_by
+    if comparison.on_this_cpu:
+        from ..devices import int8_kernel_features
+
+        # judged as quantized: what the build machine's own fused kernels gave, for information
+        found["on_this_cpu"] = {
+            "evaluated": f"this CPU's fused int8 kernels ({int8_kernel_features()}); not the verdict",
+            "sqnr_db": min(c.sqnr_db for c in comparison.on_this_cpu.values()),
+            "outputs": {o: c.to_dict() for o, c in comparison.on_this_cpu.items()},
         }
     if comparison.conversion:
         # the float model this format converted, before quantization, vs the source

@@ -51,6 +51,11 @@ class Measured:
     # the float model the format converted, before quantization: what the conversion alone lost
     conversion: dict[str, OutputComparison] | None = None
     conversion_by: str = ""
+    # which arithmetic the verdict above is on: this CPU's runtime as a device runs it, or the
+    # quantization itself for an artifact built for devices whose kernels compute it exactly
+    judged_by: str = ""
+    # judged as quantized: what this CPU's own fused kernels give (information, not the verdict)
+    on_this_cpu: dict[str, OutputComparison] | None = None
 
     @property
     def degenerate(self) -> dict[str, str]:
@@ -81,17 +86,33 @@ def silent_outputs(reference: dict[str, np.ndarray]) -> dict[str, str]:
 
 
 def measure(built: BuildResult, builder: Builder, staged: Path, data: PreparedData,
-            reference: dict[str, np.ndarray], judging: Judging | None = None, quantized: bool = True) -> Measured | None:
+            reference: dict[str, np.ndarray], judging: Judging | None = None, quantized: bool = True,
+            as_quantized: str | None = None) -> Measured | None:
     """The artifact's outputs vs the float reference; None when nothing here can run it.
-    ``quantized=False`` (a float fallback): no unfused run and no separate float conversion."""
+    ``quantized=False`` (a float fallback): no unfused run and no separate float conversion.
+    ``as_quantized``: why the verdict is on the quantization itself (``Builder.judged_as_quantized``)
+    rather than on this CPU's fused kernels, which are then reported beside it."""
     judging = judging or Judging()
     names = list(reference)
     if built.evaluated_npy is not None and get_backend(builder.backend).available() is None:
-        candidate = _evaluated(built.evaluated_npy, names)
+        fused = _evaluated(built.evaluated_npy, names)
     else:
-        candidate = _run_artifact(staged / built.artifact.path, builder.backend, data.evaluation, names, built)
-    if candidate is None:
+        fused = _run_artifact(staged / built.artifact.path, builder.backend, data.evaluation, names, built)
+    if fused is None:
         return None
+    unfused = builder.unfused_backend_options() if quantized else None
+    plain = None
+    if unfused is not None:
+        plain = _run_artifact(staged / built.artifact.path, builder.backend, data.evaluation, names, built, **unfused)
+    verdict_on_plain = as_quantized is not None and plain is not None
+    candidate = plain if verdict_on_plain and plain is not None else fused
+    judged_by = ""
+    if unfused is not None:
+        from ..devices import int8_kernel_features
+
+        judged_by = (f"as quantized (the QDQ graph without int8 kernel fusion: the exact int8 arithmetic of the "
+                     f"devices it is built for): {as_quantized}" if verdict_on_plain
+                     else f"on this CPU's fused int8 kernels ({int8_kernel_features()}), as the runtime here runs it")
     outputs = {n: compare_outputs(reference[n], candidate[n], data.targets_y if n == data.labelled_output else None,
                                   judging.kinds.get(n)) for n in names}
     if data.labelled_output is not None:
@@ -112,13 +133,14 @@ def measure(built: BuildResult, builder: Builder, staged: Path, data: PreparedDa
     if judging.metric is not None and judging.metric_spec is not None:
         metric = run_metric(judging.metric_spec, judging.metric, reference, candidate, data.targets_y)
     quantization = None
-    unfused = builder.unfused_backend_options() if quantized else None
-    if unfused is not None:
-        plain = _run_artifact(staged / built.artifact.path, builder.backend, data.evaluation, names, built, **unfused)
-        if plain is not None:
-            quantization = {n: compare_outputs(reference[n], plain[n], kind=judging.kinds.get(n)) for n in names}
+    if plain is not None:
+        quantization = {n: compare_outputs(reference[n], plain[n], kind=judging.kinds.get(n)) for n in names}
+    on_this_cpu = None
+    if verdict_on_plain:
+        on_this_cpu = {n: compare_outputs(reference[n], fused[n], kind=judging.kinds.get(n)) for n in names}
     conversion = _float_conversion(built, builder, data, reference, judging) if quantized else None
-    return Measured(outputs, summary, tasks, metric, quantization, conversion, built.float_by if conversion else "")
+    return Measured(outputs, summary, tasks, metric, quantization, conversion, built.float_by if conversion else "",
+                    judged_by, on_this_cpu)
 
 
 def _float_conversion(built: BuildResult, builder: Builder, data: PreparedData,

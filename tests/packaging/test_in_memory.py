@@ -144,3 +144,25 @@ def test_bad_values_in_data_objects_are_named_as_the_user_passed_them(tmp_path):
         edgekit.package(model, x, tmp_path / "b", eval=broken[:60], formats=["onnx"])
     assert "evaluation data edgekit.package(eval=...) contains" in refused.value.message
     assert "row 0 of edgekit.package(eval=...)" in refused.value.message
+
+
+def test_packaging_a_torch_module_leaves_its_training_state_as_the_caller_had_it(tmp_path):
+    """The module is exported in eval mode; the caller's object was left in eval mode (a
+    notebook that went on training then trained with dropout and batch statistics off)."""
+    torch = pytest.importorskip("torch")
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body = torch.nn.Sequential(torch.nn.Linear(16, 8), torch.nn.BatchNorm1d(8), torch.nn.Dropout(0.2))
+            self.head = torch.nn.Linear(8, 4)
+
+        def forward(self, x):
+            return self.head(self.body(x))
+
+    net = Net()
+    net.train()
+    net.head.eval()  # a mixed state, as a fine-tuning loop with a frozen head leaves it
+    before = {name: sub.training for name, sub in net.named_modules()}
+    path, _ = model_file(net, tmp_path, None, calibration=np.zeros((4, 16), np.float32))
+    assert path.endswith(".pt2") and {name: sub.training for name, sub in net.named_modules()} == before

@@ -48,7 +48,7 @@ def test_a_yolo_concat_is_detections_on_its_real_axis_in_either_layout():
 
 def test_sigmoid_bins_softmax_classes_maps_and_embeddings():
     rng = np.random.default_rng(1)
-    bins = 1 / (1 + np.exp(-rng.normal(-6, 3, (30, 360))))  # four decades between quiet and loud bins
+    bins = _pitch_bins(rng, 30)
     assert infer("pitch", bins, {"op": "sigmoid"}).kind == "bins"
     probs = rng.dirichlet(np.ones(10), 30)
     assert infer("p", probs, {"op": "softmax", "axis": 1}).kind == "classes"
@@ -97,3 +97,29 @@ def test_a_softmax_before_a_flatten_still_makes_classes():
     rng = np.random.default_rng(3)
     kind = infer("scores", rng.dirichlet(np.ones(10), 20), structure)
     assert kind.kind == "classes" and kind.axis == 1 and kind.source == "graph"
+
+
+def _pitch_bins(rng, n, units=360):
+    """A pitch head's output: one Gaussian peak per frame over ordered bins, four decades above the quietest."""
+    centre = rng.uniform(20, units - 20, (n, 1))
+    logits = -6 + 12 * np.exp(-0.5 * ((np.arange(units)[None, :] - centre) / 2.0) ** 2) + rng.normal(0, 0.3, (n, units))
+    return 1 / (1 + np.exp(-logits))
+
+
+def test_a_few_sigmoid_units_are_never_bins():
+    """Three sigmoid outputs: the peak rule is vacuous (3 bins are always within one bin of each
+    other). A regression squashed into 0..1 is values; decisive ones are independent labels."""
+    rng = np.random.default_rng(3)
+    regression = rng.uniform(0.1, 0.9, (80, 3))
+    kind = infer("pose", regression, {"op": "sigmoid", "node": "head"})
+    assert kind.kind == "values" and "3 units (bins need >= 16)" in kind.evidence
+    labels = 1 / (1 + np.exp(-rng.normal(0, 6, (80, 6))))  # trained multi-label head: confident yes/no
+    kind = infer("tags", labels, {"op": "sigmoid", "node": "head"})
+    assert kind.kind == "multilabel" and kind.axis == 1 and "6 independent labels" in kind.evidence
+
+
+def test_many_sigmoid_units_without_one_peak_are_labels_not_bins():
+    rng = np.random.default_rng(4)
+    tags = (rng.uniform(0, 1, (60, 40)) < 0.2) * 0.97 + 0.01  # several labels on at scattered positions
+    assert infer("tags", tags, {"op": "sigmoid"}).kind == "multilabel"
+    assert infer("pitch", _pitch_bins(rng, 60, 64), {"op": "sigmoid"}).kind == "bins"

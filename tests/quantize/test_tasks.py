@@ -97,3 +97,27 @@ def test_a_metric_function_must_return_named_numbers():
         run_metric("m:f", lambda f, q, labels: 1 / 0, ref, ref, None)
     with pytest.raises(EdgekitError, match="'passed' is 'yes'"):
         run_metric("m:f", lambda f, q, labels: {"passed": "yes"}, ref, ref, None)
+
+
+def test_multilabel_heads_are_judged_by_each_labels_decision_not_argmax():
+    from edgekit.quantize.tasks import evaluate, parse_kind
+
+    rng = np.random.default_rng(5)
+    reference = 1 / (1 + np.exp(-rng.normal(0, 6, (1000, 6))))
+    healthy = np.clip(reference + rng.normal(0, 0.002, reference.shape), 0, 1)
+    result = evaluate("multilabel", reference, healthy, None, 1.0)
+    assert result.passed and result.values["label_agreement"] > 0.99
+    # argmax across independent labels means nothing: a healthy head can disagree on it often
+    broken = reference.copy()
+    flip = rng.uniform(size=reference.shape) < 0.045
+    broken[flip] = 1 - broken[flip]
+    result = evaluate("multilabel", reference, broken, None, 1.0)
+    assert result.passed is False and 0.94 < result.values["label_agreement"] < 0.97
+    wide = 1 / (1 + np.exp(-rng.normal(0, 6, (1000, 12))))
+    one_label = wide.copy()
+    one_label[:150, 2] = 1 - one_label[:150, 2]  # one label of twelve flips on 15% of the samples
+    result = evaluate("multilabel", wide, one_label, None, 2.0)
+    assert result.values["label_agreement"] > 0.98 and result.values["worst_label"] == 2  # overall passes ...
+    assert result.passed is False  # ... but that label fails its own floor (90%)
+    assert parse_kind("multilabel:0.3") == ("multilabel", 0.3)
+    assert evaluate("multilabel:0.3", reference, healthy, None, 1.0).values["threshold"] == 0.3

@@ -87,7 +87,9 @@ def test_a_toy_source_is_one_module_and_reaches_every_format(tmp_path):
     np.savez(tmp_path / "dense.linear.npz", w=w, b=b)
     x = rng.normal(size=(240, 16)).astype(np.float32)
     np.savez(tmp_path / "calibration.npz", x=x)
-    env = {**os.environ, "PYTHONPATH": str(site), "TF_CPP_MIN_LOG_LEVEL": "3"}
+    # the checkout's device profiles: the copy has no targets/, and without them the package would be
+    # for this machine alone (then its S8S8 ONNX is judged by this CPU's kernels, which saturate without VNNI)
+    env = {**os.environ, "PYTHONPATH": str(site), "TF_CPP_MIN_LOG_LEVEL": "3", "EDGEKIT_PROFILES": str(ROOT / "targets")}
 
     def child(*args):
         return subprocess.run([sys.executable, *map(str, args)], capture_output=True, text=True, env=env,

@@ -70,13 +70,44 @@ class ONNXBuilder(Builder):
                 "instructions computes the quantized graph as measured without fusion; --reduce-range (7-bit "
                 "weights) avoids the overflow on every CPU")
 
-    def variants(self, context: BuildContext) -> list[dict[str, Any]]:
-        """One more INT8 build per scheme the requested device profiles need beside S8S8
-        (``edgekit.formats.onnx.schemes``); none when the user chose the scheme (--onnx-activations u8,
-        --reduce-range) or asked for per-layer fixes (--keep-float)."""
+    def judged_as_quantized(self, context: BuildContext) -> str | None:
+        """An ONNX artifact is judged by this CPU's fused kernels only when this machine is one of
+        the package's devices and the runtime here would run that artifact (its CPU's best scheme
+        among the package's); every other artifact is for devices that compute the QDQ graph
+        exactly (ARM dot-product, VNNI, TensorRT; 7-bit weights anywhere), so it is judged as
+        quantized. This machine's saturating kernels must not judge an S8S8 build for a Pi."""
+        from ...devices import DeviceFacts
+        from .schemes import SCHEMES, artifact_for_cpu
+
+        facts = DeviceFacts.read()
+        own = f"onnx-{context.option('variant')}" if context.option("variant") else "onnx"
+        profiles = context.device_profiles
+        if profiles and not any(facts.arch in _arch_rule(p.detect) for p in profiles):
+            return (f"this machine ({facts.arch}) is none of the package's devices "
+                    f"({', '.join(p.name for p in profiles)})")
+        here = artifact_for_cpu(self._planned_keys(context), facts.arch, facts.cpu_flags, facts.cuda)
+        if here is None or here == own:
+            return None
+        scheme = SCHEMES.get(str(context.option("scheme") or "s8s8"))
+        built_for = scheme.why.split(":")[0] if scheme is not None else "other devices"
+        return f"this CPU runs {here}; {own} is built for {built_for}"
+
+    def _planned_keys(self, context: BuildContext) -> set[str]:
+        """The ONNX artifact keys this package is planned to hold (the main one and each scheme variant)."""
         from .schemes import schemes_for_profiles, schemes_named
 
-        if context.option("onnx_activations", "s8") != "s8" or context.option("reduce_range") or context.keep_float:
+        if context.option("variant"):  # a variant's build: the main build's context chose the schemes
+            wanted = schemes_named(schemes_for_profiles(context.device_profiles), "--profile")
+            return {"onnx"} | {s.artifact_key for s in wanted}
+        return {"onnx"} | {f"onnx-{v['variant']}" for v in self.variants(context)}
+
+    def variants(self, context: BuildContext) -> list[dict[str, Any]]:
+        """One more INT8 build per scheme the requested device profiles need beside S8S8
+        (``edgekit.formats.onnx.schemes``), with the same layers kept in float; none when the user
+        chose the scheme (--onnx-activations u8, --reduce-range)."""
+        from .schemes import schemes_for_profiles, schemes_named
+
+        if context.option("onnx_activations", "s8") != "s8" or context.option("reduce_range"):
             return []
         wanted = schemes_named(schemes_for_profiles(context.device_profiles), "--profile")
         return [{"variant": s.variant, "scheme": s.name, "onnx_activations": s.activations,
@@ -176,9 +207,22 @@ class ONNXBuilder(Builder):
         ))
 
 
+def _arch_rule(detect: dict[str, Any]) -> list[str]:
+    """The CPU architectures a device profile's ``[detect] arch`` names (any, when it names none)."""
+    arch = detect.get("arch")
+    if arch is None:
+        from .schemes import X86
+
+        return [*X86, "aarch64", "arm64", "armv7l"]
+    return [str(a) for a in (arch if isinstance(arch, list) else [arch])]
+
+
 def _prebuilt_path(context: BuildContext, variant: str, settings: dict[str, Any]) -> Path:
     """Where the main build's child leaves a scheme variant quantized with these settings."""
-    key = f"{settings['calibration_method']}-{settings['activation_type']}-{int(bool(settings['reduce_range']))}"
+    import hashlib
+
+    kept = hashlib.sha256("\n".join(context.keep_float).encode()).hexdigest()[:12]  # an auto-fix try is its own build
+    key = f"{settings['calibration_method']}-{settings['activation_type']}-{int(bool(settings['reduce_range']))}-{kept}"
     return Path(context.workdir) / f"onnx.prebuilt-{variant or 'main'}-{key}.onnx"
 
 

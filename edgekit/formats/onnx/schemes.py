@@ -76,3 +76,26 @@ def schemes_named(names: list[str], where: str) -> list[Scheme]:
         raise EdgekitError(f"{where}: unknown ONNX INT8 scheme(s) {unknown}",
                            hint=f"use {', '.join(SCHEMES)}")
     return [SCHEMES[n] for n in names]
+
+
+def artifact_for_cpu(present: Iterable[str], arch: str, flags: set[str] | frozenset[str],
+                     cuda: bool = False) -> str | None:
+    """The ONNX artifact key a device runs among ``present`` (keys that may be run): its CPU's
+    best scheme the package has; the main ``onnx`` artifact on GPUs (TensorRT and CUDA take S8S8
+    QDQ) and wherever no variant of this CPU's schemes is there."""
+    keys = set(present)
+    if cuda:
+        return DEFAULT.artifact_key if DEFAULT.artifact_key in keys else None
+    return next((s.artifact_key for s in schemes_for_cpu(arch, flags) if s.artifact_key in keys), None)
+
+
+def exact_key(name: str) -> str:
+    """An artifact name with the main build's scheme spelled out (``onnx-s8s8``) as its key
+    (``onnx``): ``--artifact onnx`` means the best ONNX artifact for this CPU, this names one build."""
+    return DEFAULT.artifact_key if name == f"{DEFAULT.artifact_key}-{DEFAULT.name}" else name
+
+
+def saturates(artifact_key: str, arch: str, flags: set[str] | frozenset[str]) -> bool:
+    """Whether this CPU's fused u8 x s8 kernels can saturate on an artifact of this key: x86
+    without VNNI, on any build with 8-bit weights (every scheme but 7-bit U8S8)."""
+    return arch in X86 and not has_vnni(flags) and artifact_key != U8S8_REDUCED.artifact_key

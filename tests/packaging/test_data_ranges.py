@@ -1,0 +1,17 @@
+"""Held-out data far outside the calibration range is said before anything is built."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from edgekit.packaging.data import outside_calibration
+
+
+def test_held_out_data_far_outside_the_calibration_range_is_named():
+    rng = np.random.default_rng(0)
+    calibration = rng.uniform(-0.05, 0.05, (100, 16)).astype(np.float32)  # 20x too narrow
+    evaluation = rng.uniform(-1, 1, (50, 16)).astype(np.float32)
+    (said,) = outside_calibration("audio", calibration, evaluation, "evaluation data", named=True)
+    assert "input 'audio'" in said and "far outside the calibration data's" in said and "saturate" in said
+    assert outside_calibration("audio", evaluation, evaluation[:10] * 0.9, "evaluation data", named=False) == []
+    assert outside_calibration("ids", np.arange(10)[None], np.arange(50)[None], "evaluation data", False) == []

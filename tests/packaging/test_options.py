@@ -1,0 +1,44 @@
+"""Numeric options: one rule for the command line and the Python API (finite, in range)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from edgekit.errors import InputError
+from edgekit.packaging.options import PackageOptions
+from tests.conftest import run_cli
+
+
+@pytest.mark.parametrize("keywords, named", [
+    ({"min_sqnr_db": math.nan}, "--min-sqnr"),  # NaN compared false everywhere: the SQNR gate was off
+    ({"min_sqnr_db": math.inf}, "--min-sqnr"),
+    ({"max_accuracy_drop": -1.0}, "--max-accuracy-drop"),
+    ({"max_accuracy_drop": math.nan}, "--max-accuracy-drop"),
+    ({"samples": 0}, "--samples"),
+    ({"samples": 2.5}, "--samples"),
+    ({"samples": True}, "--samples"),
+    ({"eval_samples": -3}, "--eval-samples"),
+    ({"timeout_s": math.inf}, "--timeout"),
+    ({"seed": "7"}, "--seed"),
+])
+def test_the_python_api_refuses_non_finite_or_out_of_range_numbers(keywords, named):
+    with pytest.raises(InputError, match=named):
+        PackageOptions("model.keras", "data.npz", "out", **keywords)
+
+
+def test_format_options_given_as_keywords_are_checked_like_their_flags():
+    for keywords in ({"calibration_method": "bogus"}, {"max_intermediate_outputs": 0},
+                     {"reduce_range": "yes"}):
+        options = PackageOptions.from_keywords(model="m", calibration="c", output_dir="o", **keywords)
+        with pytest.raises(InputError):
+            options.options_for_formats()
+
+
+@pytest.mark.parametrize("flag, value", [("--min-sqnr", "nan"), ("--min-sqnr", "inf"), ("--max-accuracy-drop", "nan"),
+                                         ("--samples", "0")])
+def test_the_command_line_refuses_the_same_numbers(capsys, tmp_path, flag, value):
+    code, _, err = run_cli(capsys, "package", str(tmp_path / "m.keras"), "-c", str(tmp_path / "d.npz"), "-o",
+                           str(tmp_path / "out"), flag, value)
+    assert code == 2 and flag in err and "Traceback" not in err
