@@ -616,6 +616,26 @@ def _cache_clear(args: argparse.Namespace) -> None:
     print(f"removed {cache.clear()} entries from {cache.cache_root()}")
 
 
+# options whose values may begin with "-" (a preset named -1..1): argparse takes such a value for an
+# option unless it is joined with "=", so "--preprocessing -1..1", as --help lists it, is joined here
+DASH_VALUE_OPTIONS = ("--preprocessing",)
+
+
+def joined_dash_values(args: list[str]) -> list[str]:
+    """``--preprocessing -1..1`` as ``--preprocessing=-1..1``."""
+    out: list[str] = []
+    i = 0
+    while i < len(args):
+        if args[i] in DASH_VALUE_OPTIONS and i + 1 < len(args) and args[i + 1].startswith("-") \
+                and not args[i + 1].startswith("--"):
+            out.append(f"{args[i]}={args[i + 1]}")
+            i += 2
+            continue
+        out.append(args[i])
+        i += 1
+    return out
+
+
 def run(argv: Sequence[str] | None = None) -> int:
     """``edgekit ARGS`` in this process: the exit code (0, 1 for an edgekit error, 2 for a usage error)."""
     args_list, debug = split_debug(argv)
@@ -623,7 +643,7 @@ def run(argv: Sequence[str] | None = None) -> int:
         handler, _ = DELEGATED[args_list[0]]
         return handler(args_list[1:] + (["--debug"] if debug else []), args_list[0])
     try:
-        args = parser().parse_args(args_list)
+        args = parser().parse_args(joined_dash_values(args_list))
     except SystemExit as exc:  # --help, --version, or a usage error already printed
         return exc.code if isinstance(exc.code, int) else 0
     return guarded(lambda: args.handler(args), debug)

@@ -110,6 +110,7 @@ def staging_dir(destination: str | os.PathLike[str]) -> Iterator[Path]:
     import tempfile
 
     target = Path(destination).absolute()  # absolute: converter children run in their own directory
+    created = [d for d in (target.parent, *target.parent.parents) if not d.exists()]  # the -o folders made here
     target.parent.mkdir(parents=True, exist_ok=True)
     # the pid in the name lets a later process tell a crashed writer's leftovers from live work
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.{os.getpid()}.", suffix=".partial", dir=target.parent))
@@ -117,8 +118,11 @@ def staging_dir(destination: str | os.PathLike[str]) -> Iterator[Path]:
     try:
         yield tmp
     finally:
-        if tmp.exists():
+        if tmp.exists():  # not published: nothing of this run is left, the folders it made included
             shutil.rmtree(tmp, ignore_errors=True)
+            for folder in created:  # deepest first; one that holds anything else stays
+                with contextlib.suppress(OSError):
+                    folder.rmdir()
 
 
 def ensure_writable(path: str | os.PathLike[str], what: str, is_dir: bool = False) -> None:

@@ -34,3 +34,24 @@ def test_a_tree_digest_names_every_file_and_its_bytes(tmp_path):
     assert sha256_tree(tmp_path / "t") == first
     (tmp_path / "t" / "sub" / "b.bin").rename(tmp_path / "t" / "sub" / "c.bin")
     assert sha256_tree(tmp_path / "t") != first
+
+
+def test_a_failed_write_leaves_no_output_folder_it_created(tmp_path):
+    """A failed package left the empty -o folder (and its parents) it had created."""
+    from edgekit.fsutil import staging_dir
+
+    destination = tmp_path / "new" / "out" / "model.edgekit"
+    with pytest.raises(RuntimeError):
+        with staging_dir(destination) as staged:
+            (staged / "manifest.json").write_text("{}")
+            raise RuntimeError("the build failed")
+    assert not (tmp_path / "new").exists()
+    (tmp_path / "kept").mkdir()
+    (tmp_path / "kept" / "other.txt").write_text("mine")
+    with pytest.raises(RuntimeError):
+        with staging_dir(tmp_path / "kept" / "model.edgekit"):
+            raise RuntimeError("the build failed")
+    assert sorted(p.name for p in (tmp_path / "kept").iterdir()) == ["other.txt"]  # a folder it did not make stays
+    with staging_dir(destination) as staged:  # published: the folders stay
+        staged.rename(destination)
+    assert destination.is_dir()

@@ -419,7 +419,8 @@ def assemble(plan: Plan, options: PackageOptions, loaded: LoadedSource, data: Pr
                              [o.built.artifact for o in built], validation, failed, methods)
     failed_gates = [f for o in built for f in o.failures]
     if failed_gates and not options.allow_accuracy_drop:
-        raise AccuracyDropError(failure_message(failed_gates), hint=failure_hint())
+        tried = {o.name: {str(a.get("change")) for a in o.fixes} for o in built} if options.auto_fix else None
+        raise AccuracyDropError(failure_message(failed_gates, tried), hint=failure_hint(tried))
     for f in failed_gates:
         progress.warn(f"{f.format} failed validation (kept because of --allow-accuracy-drop): {f.what}")
     write_package_files(staged, manifest, data.labels, options.sign_key)

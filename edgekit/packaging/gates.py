@@ -182,15 +182,23 @@ def _fixes(remedies: Remedies, saturated: bool, producer: str | None) -> tuple[F
     return tuple(fixes)
 
 
-def failure_message(failures: list[GateFailure]) -> str:
-    """One line per failed gate with its fix; the error says no package was written."""
+def failure_message(failures: list[GateFailure], tried: dict[str, set[str]] | None = None) -> str:
+    """One line per failed gate with the fixes not yet tried (``tried``: by format, what
+    ``--auto-fix`` already rebuilt with); the error says no package was written."""
     lines = []
     for f in failures:
-        fixes = f" (fix: {' or '.join(f.flags)})" if f.fixes else ""
+        left = [flag for flag in f.flags if flag not in (tried or {}).get(f.format, set())]
+        fixes = f" (fix: {' or '.join(left)})" if left else ""
         lines.append(f"{f.format}: {f.what}{fixes}")
     return "INT8 validation failed: " + "; ".join(lines) + "; no package was written"
 
 
-def failure_hint() -> str:
-    return ("--auto-fix tries the fixes listed above and keeps what passes; --explain shows the worst layers for "
-            "--keep-float; --allow-accuracy-drop keeps the package as it is (recorded as failed in the manifest)")
+def failure_hint(tried: dict[str, set[str]] | None = None) -> str:
+    """What to do next: ``--auto-fix`` only when it has not run; after it, what it tried."""
+    rest = ("--explain shows the worst layers for --keep-float; --allow-accuracy-drop keeps the package as it is "
+            "(recorded as failed in the manifest)")
+    if tried is None:
+        return "--auto-fix tries the fixes listed above and keeps what passes; " + rest
+    done = "; ".join(f"{fmt}: {', '.join(sorted(flags))}" for fmt, flags in tried.items() if flags)
+    return (f"--auto-fix already tried {done or 'every fix it had'} without passing every gate; " + rest
+            + "; or package the formats that passed (--format)")

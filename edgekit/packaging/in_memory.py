@@ -54,14 +54,16 @@ def _to_numpy(value: Any) -> Any:
 
 def collect_arrays(data: Any, role: str, ranks: Mapping[str, int], limit: int = MAX_SAMPLES) -> dict[str, np.ndarray]:
     data = _to_numpy(data)
+    # arrays are taken whole (they are finite, and the packager's --samples/--eval-samples choose
+    # from them); only an iterable, which may never end, is read up to ``limit``, and says so
     if isinstance(data, np.ndarray):
-        return {"x": data[:limit]}
+        return {"x": data}
     if isinstance(data, tuple) and len(data) == 2 and all(isinstance(_to_numpy(v), np.ndarray) for v in data):
         x, y = (np.asarray(_to_numpy(v)) for v in data)
         if y.ndim == 1 and x.ndim >= 1 and len(x) == len(y):
-            return {"x": x[:limit], "y": y[:limit]}
+            return {"x": x, "y": y}
     if isinstance(data, Mapping):
-        return {str(k): np.asarray(_to_numpy(v))[:limit] for k, v in data.items()}
+        return {str(k): np.asarray(_to_numpy(v)) for k, v in data.items()}
     if not isinstance(data, Iterable) or isinstance(data, (str, bytes)):
         raise DataError(f"the {role} data is a {type(data).__name__}",
                         hint="pass a path, an array, (x, y), a dict of arrays by input name, or an iterable of them")
@@ -79,6 +81,10 @@ def _from_iterable(data: Iterable[Any], role: str, ranks: Mapping[str, int], bat
     count = 0
     for item in data:
         if count >= limit:
+            import warnings
+
+            warnings.warn(f"the {role} data yields more than {limit:,} samples: the first {limit:,} are used "
+                          "(pass an array to use them all)", stacklevel=4)
             break
         item = _to_numpy(item)
         label = None

@@ -166,3 +166,19 @@ def test_packaging_a_torch_module_leaves_its_training_state_as_the_caller_had_it
     before = {name: sub.training for name, sub in net.named_modules()}
     path, _ = model_file(net, tmp_path, None, calibration=np.zeros((4, 16), np.float32))
     assert path.endswith(".pt2") and {name: sub.training for name, sub in net.named_modules()} == before
+
+
+def test_arrays_are_taken_whole_and_a_capped_generator_says_so(tmp_path):
+    """An eval array of 200,000 samples was silently cut to 100,000."""
+    from edgekit.packaging.in_memory import collect_arrays
+
+    big = np.zeros((200_000, 2), np.float32)
+    assert len(collect_arrays(big, "evaluation", {})["x"]) == 200_000
+    assert len(collect_arrays((big, np.zeros(200_000, np.int64)), "evaluation", {})["y"]) == 200_000
+
+    def endless():
+        while True:
+            yield np.zeros(2, np.float32)
+
+    with pytest.warns(UserWarning, match="first 50 are used"):
+        assert len(collect_arrays(endless(), "calibration", {}, limit=50)["x"]) == 50

@@ -42,3 +42,14 @@ def test_the_command_line_refuses_the_same_numbers(capsys, tmp_path, flag, value
     code, _, err = run_cli(capsys, "package", str(tmp_path / "m.keras"), "-c", str(tmp_path / "d.npz"), "-o",
                            str(tmp_path / "out"), flag, value)
     assert code == 2 and flag in err and "Traceback" not in err
+
+
+def test_a_preset_beginning_with_a_dash_is_read_as_help_lists_it(capsys, tmp_path):
+    """``--preprocessing -1..1`` (with a space) was an argparse error; only ``=`` worked."""
+    from edgekit.cli import joined_dash_values
+
+    assert joined_dash_values(["package", "m", "--preprocessing", "-1..1", "-o", "x"]) == [
+        "package", "m", "--preprocessing=-1..1", "-o", "x"]
+    code, _, err = run_cli(capsys, "package", str(tmp_path / "m.keras"), "-c", str(tmp_path / "d.npz"), "-o",
+                           str(tmp_path / "out"), "--preprocessing", "-1..1")
+    assert "expected one argument" not in err and "--preprocessing" not in err and code != 0  # the missing model

@@ -1,0 +1,27 @@
+"""The failure message after --auto-fix names what is left to try, never what it just tried."""
+
+from __future__ import annotations
+
+from edgekit.formats.building import Fix, keep_float_fix
+from edgekit.packaging.gates import GateFailure, failure_hint, failure_message
+
+
+def _failure() -> GateFailure:
+    fixes = (keep_float_fix("head"), Fix("--reduce-range", "reduce_range", True),
+             Fix("--calibration-method percentile", "calibration_method", "percentile"))
+    return GateFailure("onnx", "scores", "sqnr", "output 'scores': SQNR 12.0 dB < 20 dB", fixes)
+
+
+def test_before_auto_fix_the_error_lists_every_fix_and_recommends_it():
+    message, hint = failure_message([_failure()]), failure_hint()
+    assert "(fix: --keep-float head or --reduce-range or --calibration-method percentile)" in message
+    assert hint.startswith("--auto-fix tries")
+
+
+def test_after_auto_fix_it_names_only_the_fixes_left_and_what_was_tried():
+    tried = {"onnx": {"--keep-float head", "--calibration-method percentile"}}
+    message, hint = failure_message([_failure()], tried), failure_hint(tried)
+    assert "(fix: --reduce-range)" in message and "--keep-float head" not in message
+    assert "--auto-fix tries" not in hint and "already tried" in hint and "--keep-float head" in hint
+    everything = {"onnx": {"--keep-float head", "--reduce-range", "--calibration-method percentile"}}
+    assert "(fix:" not in failure_message([_failure()], everything)
