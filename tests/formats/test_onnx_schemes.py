@@ -71,7 +71,7 @@ def test_a_package_for_arm_devices_builds_s8s8_only(tmp_path, capsys):
 
 def _cpuinfo(tmp_path, flags: str):
     root = tmp_path / f"root-{flags.replace(' ', '-')}"
-    (root / "proc").mkdir(parents=True)
+    (root / "proc").mkdir(parents=True, exist_ok=True)  # the same CPU may be faked twice in one test
     (root / "proc" / "cpuinfo").write_text(f"processor\t: 0\nmodel name\t: Test CPU\nflags\t\t: {flags}\n")
     return root
 
