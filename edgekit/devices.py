@@ -148,6 +148,10 @@ class Profile:
         """The profile's ``[runtime.BACKEND]`` table (empty when it has none)."""
         return self.sections.get(backend, {})
 
+    def covers_arch(self, arch: str) -> bool:
+        """Whether this profile's devices may have this CPU architecture (any, without an arch rule)."""
+        return "arch" not in self.detect or _rule("arch", self.detect["arch"], DeviceFacts("", arch))[0]
+
     def match(self, facts: DeviceFacts) -> tuple[bool, list[str]]:
         """Whether every detection rule holds, with one line per rule saying why."""
         if not self.detect:

@@ -75,7 +75,7 @@ def load(
     root, manifest = open_package(path)
     signed = _check_signature(root, chosen_profile, require_signature, trusted_keys)
     entry, backend_cls, tuned_threads = _choose_for_device(root, manifest, chosen_profile, facts, artifact, backend)
-    _say_failed(manifest, entry, allow_failed)
+    _say_verdict(manifest, entry, allow_failed)
     _say_arithmetic(manifest, entry, backend_cls, facts)
     threads = threads or tuned_threads
     clock.lap("open_package_s")
@@ -143,8 +143,8 @@ def _say_arithmetic(manifest: Manifest, entry: Artifact, backend_cls: type[Backe
         "x86-cpu (an onnx-u8s7 build for this CPU), or run the tflite artifact"), stacklevel=3)
 
 
-def _say_failed(manifest: Manifest, entry: Artifact, allow_failed: bool) -> None:
-    """An artifact that failed its gate is never loaded silently."""
+def _say_verdict(manifest: Manifest, entry: Artifact, allow_failed: bool) -> None:
+    """An artifact that failed its gate, or was never measured, is never loaded silently."""
     failed = manifest.failed_gates(entry.key)
     record = manifest.validation.artifact(entry.key)
     if not record.measured:
@@ -250,17 +250,13 @@ def choose(
     if artifact is not None:
         from .formats.onnx.schemes import exact_key
 
-        manifest.artifact(exact_key(artifact))  # a clear error if the package lacks it
-    if backend is not None:
-        get_backend(backend)
-    if artifact is not None:
-        from .formats.onnx.schemes import exact_key
-
         if artifact in FORMATS:  # a format's name: the best artifact of that format for this device
             artifact = _for_this_cpu(manifest).get(artifact, artifact)
-        artifact = exact_key(artifact)  # a scheme's own name for the main build (onnx-s8s8)
-        if artifact not in {a.key for a in manifest.artifacts}:
-            artifact = manifest.artifact(artifact).key  # a format's name: its quantized artifact
+        # a scheme's own name for the main build (onnx-s8s8); a format's name: its quantized artifact;
+        # a clear error if the package lacks it
+        artifact = manifest.artifact(exact_key(artifact)).key
+    if backend is not None:
+        get_backend(backend)
     wanted = [(a, b) for a, b in candidates(manifest, profile)
               if artifact in (None, a.key) and backend in (None, b.name)]
     for entry, backend_cls in wanted:

@@ -65,7 +65,6 @@ class PackageOptions:
         object.__setattr__(self, "targets", formats)
         check_numbers(self)
 
-
     @property
     def step_timeout_s(self) -> float:
         """Seconds each child step (loading the model, the float reference, a conversion) may take:
@@ -140,7 +139,7 @@ def check_numbers(options: PackageOptions) -> None:
             continue
         number = isinstance(value, (int, float)) and not isinstance(value, bool)
         if number and whole and isinstance(value, float) and value.is_integer():
-            number, value = True, int(value)
+            value = int(value)  # 300.0 from a computation is the whole number it says
             object.__setattr__(options, name, value)
         ok = number and (not whole or isinstance(value, int)) and math.isfinite(value) and low <= value <= high
         if not ok:

@@ -105,7 +105,7 @@ def measure(built: BuildResult, builder: Builder, staged: Path, data: PreparedDa
     if unfused is not None:
         plain = _run_artifact(staged / built.artifact.path, builder.backend, data.evaluation, names, built, **unfused)
     verdict_on_plain = as_quantized is not None and plain is not None
-    candidate = plain if verdict_on_plain and plain is not None else fused
+    candidate = plain if verdict_on_plain else fused
     judged_by = ""
     if unfused is not None:
         from ..devices import int8_kernel_features

@@ -34,7 +34,6 @@ MIN_EMBEDDING_DIM = 8
 # sigmoid units are ordered bins (pitch, angle, age) only with this many units, most rows peaked:
 # a few sigmoid units make the peak rule vacuous (3 "bins" are always within one bin)
 MIN_BINS = 16
-PEAK_WINDOW = 4  # bins each side of the argmax that hold a peak (tasks.PEAK_HALF_WIDTH)
 MIN_PEAKED_ROWS = 0.5
 # sigmoid units are yes/no labels when the float model decides: most values below 0.2 or above 0.8
 DECISIVE = 0.8
@@ -219,8 +218,10 @@ def _single_peak_fraction(reference: np.ndarray) -> float:
     """The share of rows whose mass lies mostly around their argmax (one peak, as ordered bins give)."""
     if reference.ndim < 2 or not reference.size:
         return 0.0
+    from .tasks import PEAK_HALF_WIDTH  # the bins judging reads a peak within this many bins
+
     rows = np.clip(reference.reshape(-1, reference.shape[-1]).astype(np.float64), 0, None)
-    width = max(2 * PEAK_WINDOW, rows.shape[1] // 20)
+    width = max(2 * PEAK_HALF_WIDTH, rows.shape[1] // 20)
     index = np.arange(rows.shape[1])
     near = np.abs(index[None, :] - rows.argmax(axis=1)[:, None]) <= width
     total = rows.sum(axis=1)

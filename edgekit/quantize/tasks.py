@@ -41,7 +41,6 @@ MULTILABEL_PER_LABEL_FACTOR = 5.0
 
 KINDS = ("classes", "bins", "multilabel", "segmentation", "detections:yolo", "detections:yolov5", "embedding",
          "values")
-THRESHOLD_KINDS = ("detections", "multilabel")  # kinds that take a :THRESHOLD
 # kinds whose task rule says too little on its own: the values' SQNR floor holds for them too
 KINDS_WITH_SQNR_FLOOR = ("bins",)
 KIND_HELP = (

@@ -82,7 +82,7 @@ class ONNXBuilder(Builder):
         facts = DeviceFacts.read()
         own = f"onnx-{context.option('variant')}" if context.option("variant") else "onnx"
         profiles = context.device_profiles
-        if profiles and not any(facts.arch in _arch_rule(p.detect) for p in profiles):
+        if profiles and not any(p.covers_arch(facts.arch) for p in profiles):
             return (f"this machine ({facts.arch}) is none of the package's devices "
                     f"({', '.join(p.name for p in profiles)})")
         here = artifact_for_cpu(self._planned_keys(context), facts.arch, facts.cpu_flags, facts.cuda)
@@ -205,16 +205,6 @@ class ONNXBuilder(Builder):
             max_intermediate_outputs=context.option("max_intermediate_outputs"), workdir=str(context.workdir),
             also=others,
         ))
-
-
-def _arch_rule(detect: dict[str, Any]) -> list[str]:
-    """The CPU architectures a device profile's ``[detect] arch`` names (any, when it names none)."""
-    arch = detect.get("arch")
-    if arch is None:
-        from .schemes import X86
-
-        return [*X86, "aarch64", "arm64", "armv7l"]
-    return [str(a) for a in (arch if isinstance(arch, list) else [arch])]
 
 
 def _prebuilt_path(context: BuildContext, variant: str, settings: dict[str, Any]) -> Path:
