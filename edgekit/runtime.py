@@ -109,8 +109,10 @@ def _choose_for_device(root: Path, manifest: Manifest, profile: Profile, facts: 
 
         tuned = tuned_choice(root, manifest, facts)
         if tuned is not None:
-            try:
-                entry, backend_cls = choose(manifest, profile, tuned.artifact, tuned.backend)
+            from .formats.onnx.schemes import exact_name
+
+            try:  # the build edgekit tune measured, exactly
+                entry, backend_cls = choose(manifest, profile, exact_name(tuned.artifact), tuned.backend)
             except EdgekitError:  # its runtime is gone: tuned_choice saw the change; the default then
                 pass
             else:

@@ -7,8 +7,12 @@ Models, built locally in seconds (``models/verdict/build.py`` and below): classi
 (digits, shapes from an image folder whose order is not the model's), a detector head as Keras
 and as a SavedModel and a YOLOv8-style ONNX head (boxes joined to scores: collapsed by default;
 with ``--auto-fix`` repaired), a YOLOv5-style export (levels joined on the anchor axis), 360 sigmoid pitch bins, an
-L2 embedding with dead units, a sigmoid probability map, a trained segmentation head, and an
-audio model whose calibration holds one click (its INT8 ranges are wasted on it).
+L2 embedding with dead units, a sigmoid probability map, a trained segmentation head, an
+audio model whose calibration holds one click (its INT8 ranges are wasted on it), and two small
+sigmoid heads (3 regressed values in 0..1, 6 multi-label outputs), each calibrated on its range
+and on data 20x too narrow. Every quantized artifact is judged, the ONNX scheme builds too, and
+its truth is computed in the arithmetic its verdict used (``judged_by``: this CPU's fused kernels,
+or the QDQ graph as quantized for builds meant for other devices).
 
 Each is packaged with default flags (``--allow-accuracy-drop`` so that failed artifacts are kept
 to be measured), giving edgekit's verdict per format. The truth comes from this script alone: a
@@ -73,6 +77,19 @@ long = keras.Input((4096,), name="audio")
 a = keras.layers.Reshape((4096, 1))(long)
 a = keras.layers.GlobalAveragePooling1D()(keras.layers.Conv1D(8, 9, strides=4, activation="relu")(a))
 keras.Model(long, keras.layers.Dense(4, name="onsets")(a)).save(root + "/onsets.keras")
+# two small sigmoid heads trained for seconds: a regression squashed into 0..1 (3 values) and a
+# multi-label classifier (6 independent yes/no labels)
+rng = np.random.default_rng(2)
+x = rng.normal(size=(2000, 16)).astype(np.float32)
+w = rng.normal(size=(16, 6)).astype(np.float32)
+for name, units, targets in (("sigmoid3", 3, 1 / (1 + np.exp(-0.5 * (x @ w[:, :3])))),
+                             ("multilabel6", 6, (x @ w > 0).astype(np.float32))):
+    inp = keras.Input((16,), name="features")
+    hidden = keras.layers.Dense(32, activation="relu")(inp)
+    head = keras.Model(inp, keras.layers.Dense(units, activation="sigmoid", name="head")(hidden))
+    head.compile("adam", "binary_crossentropy")
+    head.fit(x, targets, epochs=40, batch_size=64, verbose=0)
+    head.save(root + "/" + name + ".keras")
 """
 
 
@@ -113,6 +130,18 @@ def build_cases(work: Path) -> dict[str, Case]:
     shapes, shape_classes = verdict_models.shape_images(150, 7)
     yolo_fields = np.random.default_rng(7).uniform(0, 1, (100, 3, 8, 8)).astype(np.float32)
     test_fields = _smooth(150, 7)
+    features = np.random.default_rng(9).normal(size=(600, 16)).astype(np.float32)
+    np.savez(work / "features.npz", features=features[:300])  # the range the heads will see
+    np.savez(work / "features_narrow.npz", features=features[:300] * 0.05)  # 20x too narrow
+    np.savez(work / "features_eval.npz", features=features[300:400])
+    features_test = features[400:]
+    sigmoid_heads = {
+        f"{title}, calibrated {how}": Case(
+            work / f"{model}.keras", work / f"features{suffix}.npz", ["tflite", "onnx"], features_test, truth,
+            {"eval": str(work / "features_eval.npz")})
+        for title, model, truth in (("3 sigmoid outputs (regression in 0..1)", "sigmoid3", _unit_values_truth),
+                                    ("multi-label head, 6 sigmoid labels", "multilabel6", _labels_truth))
+        for how, suffix in (("on its range", ""), ("on data 20x too narrow", "_narrow"))}
     return {
         "digits classifier (labelled .npz)": Case(
             ROOT / "models/digits/digits.keras", ROOT / "models/digits/data/calibration.npz", ["tflite", "onnx"],
@@ -155,6 +184,7 @@ def build_cases(work: Path) -> dict[str, Case]:
         "onset strengths, one click in calibration": Case(
             work / "onsets.keras", work / "click.npz", ["tflite", "onnx"], clips[230:], _values_truth,
             {"eval": str(work / "clean.npz")}),
+        **sigmoid_heads,
     }
 
 
@@ -228,6 +258,18 @@ def _values_truth(f: np.ndarray, q: np.ndarray) -> tuple[bool, str]:
     return bool(relative <= 0.10), f"relative RMS error {100 * relative:.1f}%"
 
 
+def _unit_values_truth(f: np.ndarray, q: np.ndarray) -> tuple[bool, str]:
+    """Values squashed into 0..1 (normalised coordinates, scores): mean absolute error <= 0.02."""
+    error = float(np.mean(np.abs(q - f)))
+    return bool(error <= 0.02), f"mean |error| {error:.3f} on 0..1 outputs"
+
+
+def _labels_truth(f: np.ndarray, q: np.ndarray) -> tuple[bool, str]:
+    """Independent yes/no labels at 0.5: at most 1% of the (sample, label) decisions flip."""
+    flips = float(np.mean((f >= 0.5) != (q >= 0.5)))
+    return bool(flips <= 0.01), f"label flips {100 * flips:.2f}%"
+
+
 # --- running ----------------------------------------------------------------------------------
 
 
@@ -256,6 +298,23 @@ def float_outputs(model: Path, x: np.ndarray, work: Path) -> np.ndarray:
     return np.load(work / "y.npy")
 
 
+def int8_outputs(package: Path, artifact: Any, record: dict[str, Any], x: np.ndarray) -> np.ndarray:
+    """The artifact on the test inputs, in the arithmetic its verdict was on: an ONNX build for
+    other devices (judged as quantized) runs its QDQ graph without fusion, as those devices compute
+    it; everything else runs as this machine's runtime runs it."""
+    if str(record.get("judged_by", "")).startswith("as quantized"):
+        from edgekit.formats.onnx.onnxruntime import OnnxRuntimeBackend
+
+        backend = OnnxRuntimeBackend(str(package / artifact.path), threads=2, graph_optimizations=False)
+        try:
+            return np.concatenate([backend.run(x[i : i + 32])[0] for i in range(0, len(x), 32)])
+        finally:
+            backend.close()
+    exact = "onnx-s8s8" if artifact.key == "onnx" else artifact.key  # this build, not this CPU's best ONNX one
+    with edgekit.load(package, artifact=exact) as model:
+        return np.concatenate([model.predict_tensor(x[i : i + 32]) for i in range(0, len(x), 32)])
+
+
 def run_case(title: str, case: Case, work: Path) -> dict[str, Any]:
     options = dict(case.options)
     result = edgekit.package(str(case.model), str(case.calibration), str(work / "out"), formats=case.formats,
@@ -263,20 +322,22 @@ def run_case(title: str, case: Case, work: Path) -> dict[str, Any]:
     validation = result.manifest.validation.to_dict()
     reference = float_outputs(case.model, case.test_x, work)
     rows = {}
+    artifacts = {a.key: a for a in result.manifest.artifacts if not a.is_float}
     for fmt in case.formats:
-        record = validation["artifacts"].get(fmt)
-        if record is None or not record.get("measured"):
-            rows[fmt] = {"verdict": None, "note": "not built or not measurable here"}
+        if fmt not in artifacts:
+            rows[fmt] = {"verdict": None, "note": "not built"}
+    for key, artifact in artifacts.items():
+        record = validation["artifacts"].get(key)
+        if artifact.target not in case.formats or record is None or not record.get("measured"):
+            rows[key] = {"verdict": None, "note": "not built or not measurable here"}
             continue
-        with edgekit.load(result.path, artifact=fmt) as model:
-            int8 = np.concatenate([model.predict_tensor(case.test_x[i : i + 32])
-                                   for i in range(0, len(case.test_x), 32)])
-        good, why = case.truth(reference, int8)
+        good, why = case.truth(reference, int8_outputs(result.path, artifact, record, case.test_x))
         verdict = bool(record["passed"])
-        rows[fmt] = {"verdict": "pass" if verdict else "fail", "truth": "good" if good else "broken",
+        rows[key] = {"verdict": "pass" if verdict else "fail", "truth": "good" if good else "broken",
                      "right": bool(verdict == good), "truth_metric": why,
+                     "judged_by": record.get("judged_by", ""),
                      "failed_gates": [g["what"] for g in record.get("gates", [])]}
-        rows[fmt]["fixes_kept"] = [a["change"] for a in record.get("auto_fix", []) if a.get("kept")]
+        rows[key]["fixes_kept"] = [a["change"] for a in record.get("auto_fix", []) if a.get("kept")]
     kinds = {name: f"{k['kind']}: {k['evidence']}" for name, k in (validation.get("kinds") or {}).items()}
     return {"kinds": kinds, "formats": rows}
 
@@ -308,14 +369,14 @@ def main() -> None:
 
 
 def print_table(report: dict[str, Any]) -> None:
-    print(f"{'model':50} {'format':7} {'verdict':8} {'truth':7} {'right':6} truth metric", file=sys.stderr)
+    print(f"{'model':50} {'format':9} {'verdict':8} {'truth':7} {'right':6} truth metric", file=sys.stderr)
     for title, model in report["models"].items():
         for fmt, row in model["formats"].items():
             if not row.get("verdict"):
-                print(f"{title:50} {fmt:7} {row.get('note')}", file=sys.stderr)
+                print(f"{title:50} {fmt:9} {row.get('note')}", file=sys.stderr)
                 continue
             fixes = f" (kept {', '.join(row['fixes_kept'])})" if row.get("fixes_kept") else ""
-            print(f"{title:50} {fmt:7} {row['verdict']:8} {row['truth']:7} {'yes' if row['right'] else 'NO':6} "
+            print(f"{title:50} {fmt:9} {row['verdict']:8} {row['truth']:7} {'yes' if row['right'] else 'NO':6} "
                   f"{row['truth_metric']}{fixes}", file=sys.stderr)
     print(f"verdicts right: {report['right']} of {report['verdicts']}", file=sys.stderr)
 

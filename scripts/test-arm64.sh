@@ -66,14 +66,14 @@ if not (work / "pkg" / "digits.edgekit").is_dir():
                     eval="models/digits/data/eval.npz", formats=["tflite", "onnx"], force=True)
 with np.load("models/digits/data/eval.npz") as data:
     np.save(work / "inputs.npy", data["x"][:16])
-for artifact in ("tflite", "onnx"):
+for artifact in ("tflite", "onnx-s8s8"):  # the S8S8 build on both machines ("onnx": each CPU's best)
     with edgekit.load(work / "pkg" / "digits.edgekit", artifact=artifact) as model:
         np.save(work / f"x86_{artifact}.npy", model.predict(np.load(work / "inputs.npy")))
 PY
 
 arm_env=(env PYTHONPATH="$site" EDGEKIT_PROFILES="$site/edgekit-profiles" EDGEKIT_CACHE_DIR="$work/cache")
 status=0
-for artifact in tflite onnx; do
+for artifact in tflite onnx-s8s8; do
   echo "== python -m edgekit.run --artifact $artifact on aarch64 (qemu)"
   rm -f "$work/arm64_$artifact.npy"
   if "${arm_env[@]}" "${qemu_python[@]}" -m edgekit.run "$work/pkg/digits.edgekit" --artifact "$artifact" -v \

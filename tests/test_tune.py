@@ -47,8 +47,8 @@ def test_small_models_get_a_validated_float_fallback_per_format(digits_all_packa
         assert record["passed"] and record["sqnr_db"] > 40, (key, record)  # float: near-exact
     reference = edgekit.load(digits_all_package, artifact="onnx-float32")
     x = x_eval()
-    for key in ("tflite-float16", "tflite", "onnx"):
-        with edgekit.load(digits_all_package, artifact=key) as model:
+    for name, key in (("tflite-float16", "tflite-float16"), ("tflite", "tflite"), ("onnx-s8s8", "onnx")):
+        with edgekit.load(digits_all_package, artifact=name) as model:  # onnx-s8s8: exactly the main ONNX build
             assert model.artifact.key == key
             assert np.abs(model.predict_tensor(x) - reference.predict_tensor(x)).max() < 0.1
     with edgekit.load(digits_all_package, artifact="tflite") as model:  # a format's name: its INT8 artifact

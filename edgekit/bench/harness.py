@@ -206,11 +206,15 @@ def bench(source: str, options: BenchOptions, artifacts: list[str] | None = None
           choices: list[tuple[str, str, int]] | None = None) -> dict[str, Any]:
     """Benchmark one artifact (or, with ``artifacts``/sweep options, several configurations;
     ``choices``: exactly these (artifact, backend, threads) at ``options.batch``)."""
+    from ..formats.onnx.schemes import exact_name
+
     before = thermal_state()
+    # ``artifacts`` and ``choices`` are a manifest's keys: each loads that build exactly (the user's
+    # --artifact onnx means this CPU's best ONNX build, a sweep of keys means each one)
     if choices:
-        configs = [_Config(artifact=a, threads=t, batch=options.batch, backend=b) for a, b, t in choices]
+        configs = [_Config(artifact=exact_name(a), threads=t, batch=options.batch, backend=b) for a, b, t in choices]
     else:
-        targets = artifacts or [options.artifact]
+        targets = [exact_name(a) for a in artifacts] if artifacts else [options.artifact]
         threads_list = options.sweep_threads or [options.threads]
         batches = options.sweep_batches or [options.batch]
         configs = [_Config(artifact=a, threads=t, batch=b) for a in targets for t in threads_list for b in batches]

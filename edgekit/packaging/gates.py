@@ -5,8 +5,7 @@ Every output of every artifact is judged, labels or not:
 1. outputs that carry no signal (constant) always fail;
 2. an output whose kind has a task (``kinds.py``: inferred from the graph and values, labels,
    or ``--output-kind``) is judged by the task's rule: top-1 agreement for classes, argmax
-   peak within one bin for bins (and the SQNR floor of rule 3: the peak rule alone misses a
-   head whose values moved everywhere else), per-label decisions for multilabel, detection
+   peak within one bin and its height for bins, per-label decisions for multilabel, detection
    recall/precision/class agreement, IoU, cosine;
 3. every other output (values) needs SQNR >= ``--min-sqnr`` (20 dB by default); each quantity
    the graph joins into one output (a Concat of box rows and sigmoid score rows) needs it too,
@@ -29,7 +28,7 @@ from typing import Any, NamedTuple
 from ..devices import int8_kernel_features
 from ..formats.building import Fix, keep_float_fix
 from ..quantize.kinds import OutputKind
-from ..quantize.tasks import KINDS_WITH_SQNR_FLOOR, show_value
+from ..quantize.tasks import show_value
 from .validate import Measured
 
 DEFAULT_MIN_SQNR_DB = 20.0
@@ -108,9 +107,7 @@ def check(fmt: str, measured: Measured, min_sqnr_db: float, producers: dict[str,
                 failures.append(GateFailure(fmt, name, "task", f"{where} ({task.task}): {shown}; needs {task.rule}",
                                             fixes, saturated,
                                             margin=task.margin if task.margin is not None else float("-inf")))
-        floor_too = kind is not None and kind.kind in KINDS_WITH_SQNR_FLOOR  # its task rule says too little alone
-        if (task is None or task.passed is None or floor_too) and not user_decides and not c.degenerate \
-                and c.sqnr_db < min_sqnr_db:
+        elif not user_decides and not c.degenerate and c.sqnr_db < min_sqnr_db:
             failures.append(GateFailure(fmt, name, "sqnr", f"{where}: SQNR {c.sqnr_db:.1f} dB < {min_sqnr_db:g} dB "
                                         f"({c.distinct_values} distinct values)", fixes, saturated,
                                         margin=c.sqnr_db - min_sqnr_db))

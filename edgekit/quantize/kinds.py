@@ -6,7 +6,7 @@ Kinds and their gates (``tasks.py``):
   float, accuracy with labels;
 - ``bins``: per-bin probabilities (a sigmoid over ordered bins: pitch, angle, age; at least 16
   bins, most rows with one peak): argmax peak (CREPE-style weighted mean around the argmax)
-  within one bin of float's, and SQNR above the floor;
+  within one bin of float's, and the peak's height within 0.1 of float's;
 - ``multilabel``: independent sigmoid yes/no labels (the float values mostly near 0 or 1):
   per-label decisions at 0.5 agree with float's, overall and label by label;
 - ``detections:yolo`` / ``detections:yolov5``: boxes joined to sigmoid scores by a Concat:

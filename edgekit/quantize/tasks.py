@@ -41,11 +41,9 @@ MULTILABEL_PER_LABEL_FACTOR = 5.0
 
 KINDS = ("classes", "bins", "multilabel", "segmentation", "detections:yolo", "detections:yolov5", "embedding",
          "values")
-# kinds whose task rule says too little on its own: the values' SQNR floor holds for them too
-KINDS_WITH_SQNR_FLOOR = ("bins",)
 KIND_HELP = (
     "classes (class scores: top-1 agreement, accuracy with labels), bins (per-bin probabilities over ordered "
-    "bins: the peak within one bin of float's, and SQNR), multilabel[:THRESHOLD] (independent sigmoid yes/no "
+    "bins: the peak within one bin of float's, and its height within 0.1), multilabel[:THRESHOLD] (independent sigmoid yes/no "
     "labels: decisions at the threshold, 0.5 by default, agree with float's overall and per label), "
     "segmentation (per-pixel class scores or a sigmoid mask: IoU), "
     "detections:yolo[:THRESHOLD] (boxes cx,cy,w,h then class scores, either axis order), "
@@ -197,6 +195,10 @@ def multilabel(reference: np.ndarray, candidate: np.ndarray, max_accuracy_drop_p
                       f"{max_accuracy_drop_pp:g} pp)", margin)
 
 
+# mean |peak height - float's| on 0..1 bins: the good 360-bin pitch head of scripts/bench_quality.py
+# measured 0.051-0.054 on ONNX (its flat-topped peaks take 10 distinct INT8 values) with raw pitch
+# accuracy unchanged; a flattened head (every peak in place, confidence 0.9 -> 0.54) measures 0.36
+BINS_MAX_PEAK_HEIGHT_ERROR = 0.1
 PEAK_HALF_WIDTH = 4  # bins each side of the argmax that locate a peak (CREPE's local weighted average)
 
 
@@ -210,14 +212,19 @@ def bins(reference: np.ndarray, candidate: np.ndarray, max_accuracy_drop_pp: flo
     ref_rows, out_rows = _last(reference, axis).astype(np.float64), _last(candidate, axis).astype(np.float64)
     ref, out = ref_rows.argmax(axis=1), out_rows.argmax(axis=1)
     moved = np.abs(_peak(ref_rows) - _peak(out_rows))
+    # the peak's height is what a pitch tracker's voicing decision (or an age head's confidence)
+    # reads: the peak rule alone passed a head whose values moved everywhere but at the argmax
+    height = np.abs(ref_rows.max(axis=1) - out_rows.max(axis=1))
     values = {"peak_within_one_bin": float(np.mean(moved <= 1.0)), "argmax_agreement": float(np.mean(ref == out)),
               "worst_peak_shift_bins": float(moved.max()) if moved.size else 0.0,
+              "mean_peak_height_error": float(height.mean()) if height.size else 0.0,
               "bins": float(ref_rows.shape[1])}
     floor = 1 - max_accuracy_drop_pp / 100
-    return TaskResult("bins", values, values["peak_within_one_bin"] >= floor - 1e-12,
+    margin = min(values["peak_within_one_bin"] - floor, BINS_MAX_PEAK_HEIGHT_ERROR - values["mean_peak_height_error"])
+    return TaskResult("bins", values, margin >= -1e-12,
                       f"peak (weighted mean of the bins within {PEAK_HALF_WIDTH} of the argmax) within one bin of "
-                      f"float's for >= {100 * floor:g}% of the samples (--max-accuracy-drop {max_accuracy_drop_pp:g} pp)",
-                      values["peak_within_one_bin"] - floor)
+                      f"float's for >= {100 * floor:g}% of the samples (--max-accuracy-drop {max_accuracy_drop_pp:g} pp) "
+                      f"and its height within {BINS_MAX_PEAK_HEIGHT_ERROR:g} of float's on average", margin)
 
 
 def _peak(rows: np.ndarray) -> np.ndarray:
@@ -394,7 +401,7 @@ def show_value(key: str, value: float | None) -> str:
         return "n/a"
     if key.endswith("_pp"):
         return f"{value:.2f} pp"
-    if "cosine" in key:
+    if "cosine" in key or key == "mean_peak_height_error":
         return f"{value:.4f}"
     if key in ("float_detections", "int8_detections", "classes", "bins", "worst_peak_shift_bins", "labels",
                "worst_label"):

@@ -127,7 +127,7 @@ def test_two_inputs_three_outputs(models, tmp_path):
     for fmt in ("tflite", "onnx"):
         with edgekit.load(pkg, artifact=fmt) as model:
             got = model.predict(feeds)
-        raw = raw_outputs(pkg / next(a["path"] for a in manifest["artifacts"] if a["format"] == fmt), feeds)
+            raw = raw_outputs(pkg / model.artifact.path, feeds)
         assert sorted(got) == sorted(raw) == ["boxes", "presence", "scores"]
         for name in raw:
             if fmt == "tflite":  # int8 outputs dequantized by edgekit: compare in the raw domain's float
@@ -179,14 +179,13 @@ def _served(pkg, feeds, name, outputs, datatype="FP32"):
     assert sorted(o["name"] for o in answer["outputs"]) == outputs
 
 
-def _matches_raw(pkg, manifest, fmt, feeds, got):
-    """edgekit's outputs on an artifact equal the raw runtime's on the same artifact."""
-    artifact = pkg / next(a["path"] for a in manifest["artifacts"] if a["format"] == fmt)
-    raw = raw_outputs(artifact, feeds)
+def _matches_raw(pkg, manifest, artifact, feeds, got):
+    """edgekit's outputs on an artifact equal the raw runtime's on the same artifact (the one loaded)."""
+    raw = raw_outputs(pkg / artifact.path, feeds)
     got = got if isinstance(got, dict) else {manifest["outputs"][0]["name"]: got}
     assert sorted(got) == sorted(raw)
     for name in raw:
-        expected = _dequantized(pkg, manifest, name, raw[name]) if fmt == "tflite" else raw[name]
+        expected = _dequantized(pkg, manifest, name, raw[name]) if artifact.target == "tflite" else raw[name]
         np.testing.assert_allclose(got[name], expected, atol=1e-6)
 
 
@@ -201,7 +200,7 @@ def test_token_ids_pass_through_unquantized_and_unscaled(models, tmp_path):
         with edgekit.load(pkg, artifact=fmt) as model:
             got = model.predict(ids)
             assert got.shape == (4, 3)
-            _matches_raw(pkg, manifest, fmt, {"tokens": ids}, got)
+            _matches_raw(pkg, manifest, model.artifact, {"tokens": ids}, got)
             with pytest.raises(edgekit.errors.InputError, match="fractional"):
                 model.predict(ids.astype(np.float32) + 0.5)
     np.save(tmp_path / "ids.npy", ids)
@@ -224,7 +223,7 @@ def test_audio_tensor_gets_no_image_fields(models, tmp_path):
         with edgekit.load(pkg, artifact=fmt) as model:
             got = model.predict(x)
             assert got.shape == (3, 4)
-            _matches_raw(pkg, manifest, fmt, {"audio": x}, got)
+            _matches_raw(pkg, manifest, model.artifact, {"audio": x}, got)
     np.save(tmp_path / "clips.npy", x)
     run = device_cli(pkg, "-i", tmp_path / "clips.npy", "--output", tmp_path / "out.npy")
     assert run.returncode == 0 and np.load(tmp_path / "out.npy").shape == (3, 4), run.stderr
@@ -245,7 +244,7 @@ def test_detector_head_concatenating_boxes_and_scores(models, tmp_path):
         with edgekit.load(pkg, artifact=fmt) as model:
             got = model.predict(x)
             assert got.shape == (4, 7)
-            _matches_raw(pkg, manifest, fmt, {"image": x}, got)
+            _matches_raw(pkg, manifest, model.artifact, {"image": x}, got)
     np.save(tmp_path / "imgs.npy", x)
     run = device_cli(pkg, "-i", tmp_path / "imgs.npy", "--artifact", "tflite")
     assert run.returncode == 0 and run.stdout.count("imgs.npy[") == 4, run.stderr

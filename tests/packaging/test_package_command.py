@@ -68,7 +68,7 @@ def test_zero_samples_refused(tmp_path, capsys):
     code, _, err = package(capsys, tmp_path / "out", calibration=tmp_path / "empty.npy")
     assert_clean_failure(code, err, tmp_path / "out", "is empty (0 samples)")
     code, _, err = package(capsys, tmp_path / "out", "--samples", "0")
-    assert_clean_failure(code, err, tmp_path / "out", "--samples must be at least 1")
+    assert_clean_failure(code, err, tmp_path / "out", "--samples: must be at least 1")
 
 
 def test_existing_package_needs_force(tmp_path, capsys):

@@ -82,7 +82,7 @@ def test_a_a_yolo_head_whose_scores_collapse_is_refused_and_auto_fix_repairs_it(
 def test_b_a_360_bin_sigmoid_head_that_keeps_its_peak_passes_by_default(zoo, tmp_path):
     pitch = zoo("pitch")
     result, record = packaged(pitch / "pitch.keras", pitch / "frames.npz", "tflite", tmp_path)
-    assert "output_0: bins, [N, 360], Sigmoid over 360 bins on axis 1" in result.stdout
+    assert "output_0: bins, [N, 360], Sigmoid over 360 ordered bins on axis 1" in result.stdout
     assert record["worst_slice"] is None  # the bins are one quantity, whatever their magnitudes
     assert record["tasks"]["output_0"]["task"] == "bins" and record["tasks"]["output_0"]["passed"]
     assert "groups of different magnitude" not in result.stdout + result.stderr

@@ -121,3 +121,17 @@ def test_multilabel_heads_are_judged_by_each_labels_decision_not_argmax():
     assert result.passed is False  # ... but that label fails its own floor (90%)
     assert parse_kind("multilabel:0.3") == ("multilabel", 0.3)
     assert evaluate("multilabel:0.3", reference, healthy, None, 1.0).values["threshold"] == 0.3
+
+
+def test_bins_are_judged_by_the_peak_and_its_height():
+    from edgekit.quantize.tasks import evaluate
+
+    rng = np.random.default_rng(6)
+    centre = rng.uniform(20, 340, (200, 1))
+    reference = 0.9 * np.exp(-0.5 * ((np.arange(360)[None, :] - centre) / 2.0) ** 2)
+    good = np.clip(reference + rng.normal(0, 0.01, reference.shape), 0, 1)  # ~15 dB, the peak kept
+    result = evaluate("bins", reference, good, None, 1.0)
+    assert result.passed and result.values["mean_peak_height_error"] < 0.05
+    flattened = reference * 0.6  # every peak where float's is, but voicing confidence 0.9 -> 0.54
+    result = evaluate("bins", reference, flattened, None, 1.0)
+    assert result.values["peak_within_one_bin"] == 1.0 and result.passed is False

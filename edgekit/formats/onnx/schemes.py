@@ -95,6 +95,12 @@ def exact_key(name: str) -> str:
     return DEFAULT.artifact_key if name == f"{DEFAULT.artifact_key}-{DEFAULT.name}" else name
 
 
+def exact_name(key: str) -> str:
+    """The name that loads exactly the build with this artifact key (``exact_key``'s inverse): what
+    code that iterates a manifest's keys passes, since ``onnx`` alone means this CPU's best build."""
+    return f"{DEFAULT.artifact_key}-{DEFAULT.name}" if key == DEFAULT.artifact_key else key
+
+
 def saturates(artifact_key: str, arch: str, flags: set[str] | frozenset[str]) -> bool:
     """Whether this CPU's fused u8 x s8 kernels can saturate on an artifact of this key: x86
     without VNNI, on any build with 8-bit weights (every scheme but 7-bit U8S8)."""
