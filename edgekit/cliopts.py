@@ -144,8 +144,9 @@ def add_load_options(p: argparse.ArgumentParser) -> None:
                    help="device profile (see `edgekit profiles`), or auto to detect this device (default); "
                         "--target is its former name")
     p.add_argument("--artifact", "--format", dest="artifact", type=artifact_key, default=None, metavar="ARTIFACT",
-                   help=f"artifact to run: a format ({', '.join(FORMATS)}: its INT8 artifact) or any artifact key "
-                        "of the package, such as onnx-float32 (default: the profile's first choice this device "
+                   help=f"artifact to run: a format ({', '.join(FORMATS)}: its best INT8 artifact for this device, "
+                        "e.g. onnx-u8s7 on x86 without VNNI) or any artifact key of the package, such as onnx-float32 "
+                        "or onnx-s8s8 (the main ONNX build exactly) (default: the profile's first choice this device "
                         "can run among those that passed validation)")
     p.add_argument("--backend", choices=list(backends()), default=None,
                    help="runtime to use (default: the profile's first choice that is installed)")
