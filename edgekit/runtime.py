@@ -125,24 +125,33 @@ def _choose_for_device(root: Path, manifest: Manifest, profile: Profile, facts: 
     return entry, backend_cls, None
 
 
-def _say_arithmetic(manifest: Manifest, entry: Artifact, backend_cls: type[Backend], facts: DeviceFacts) -> None:
-    """An artifact judged as quantized (built for devices that compute it exactly) that runs here
-    on int8 kernels which saturate is said out loud: the package has no build for this CPU."""
-    judged = str(manifest.validation.artifact(entry.key).get("judged_by") or "")
-    if not judged.startswith("as quantized") or backend_cls.name != "onnxruntime":
-        return
+def verdict_holds_here(manifest: Manifest, key: str, backend: str, facts: DeviceFacts | None = None) -> bool:
+    """Whether an artifact's validation covers the arithmetic this device runs it with: not for an
+    ONNX build judged as quantized (for devices that compute it exactly) that ONNX Runtime would
+    run here on int8 kernels which saturate (x86 without VNNI, 8-bit weights)."""
+    judged = str(manifest.validation.artifact(key).get("judged_by") or "")
+    if not judged.startswith("as quantized") or backend != "onnxruntime":
+        return True
     from .formats.onnx.schemes import saturates
 
-    if not saturates(entry.key, facts.arch, facts.cpu_flags):
+    facts = facts or DeviceFacts.read()
+    return not saturates(key, facts.arch, facts.cpu_flags)
+
+
+def _say_arithmetic(manifest: Manifest, entry: Artifact, backend_cls: type[Backend], facts: DeviceFacts) -> None:
+    """An artifact whose verdict does not cover this CPU's kernels is said out loud when it loads."""
+    if verdict_holds_here(manifest, entry.key, backend_cls.name, facts):
         return
     import warnings
 
     from .errors import KernelArithmeticWarning
 
+    mine = _for_this_cpu(manifest).get(entry.target)
+    fix = (f"run {mine}, the package's build for this CPU (--artifact {entry.target})" if mine and mine != entry.key
+           else "repackage with --profile x86-cpu (an onnx-u8s7 build for this CPU), or run the tflite artifact")
     warnings.warn(KernelArithmeticWarning(
         f"artifact {entry.key!r} of package {manifest.name!r} was validated as quantized for other devices; this "
-        "CPU's int8 kernels (x86 without VNNI) can saturate on it and lose accuracy: repackage with --profile "
-        "x86-cpu (an onnx-u8s7 build for this CPU), or run the tflite artifact"), stacklevel=3)
+        f"CPU's int8 kernels (x86 without VNNI) can saturate on it and lose accuracy: {fix}"), stacklevel=3)
 
 
 def _say_verdict(manifest: Manifest, entry: Artifact, allow_failed: bool) -> None:
@@ -223,8 +232,10 @@ def candidates(manifest: Manifest, profile: Profile) -> list[tuple[Artifact, typ
     for entry in quantized_first:
         fmt = FORMATS.get(entry.target)
         order += [(entry.key, b.name) for b in (fmt.backends if fmt else ()) if (entry.key, b.name) not in order]
-    # artifacts that failed their gate (kept by --allow-accuracy-drop) only after every one that passed
-    order.sort(key=lambda pair: manifest.failed_gates(pair[0]) is not None)
+    # artifacts that failed their gate (kept by --allow-accuracy-drop) only after every one that passed,
+    # and a build whose verdict does not cover this CPU's kernels only after those that it covers
+    order.sort(key=lambda pair: (manifest.failed_gates(pair[0]) is not None,
+                                 not verdict_holds_here(manifest, pair[0], pair[1])))
     return [(present[f], known[b]) for f, b in order]
 
 

@@ -42,14 +42,18 @@ def passed_gates(manifest: Manifest, key: str) -> bool:
 
 def candidates(manifest: Manifest, profile: Profile, threads: list[int],
                artifacts: list[str] | None = None, include_failed: bool = False) -> list[Choice]:
-    """Every runnable (artifact, backend) pair that passed the gates (among ``artifacts``, when
-    given; failed ones too with ``include_failed``), at every thread count."""
-    from .runtime import runnable
+    """Every runnable (artifact, backend) pair that passed the gates in the arithmetic this device
+    runs it with (among ``artifacts``, when given; failed ones too with ``include_failed``), at
+    every thread count."""
+    from .runtime import runnable, verdict_holds_here
 
     if artifacts:
         artifacts = [manifest.artifact(name).key for name in artifacts]  # unknown names: a clear error
+    # a build judged for other devices' arithmetic is no candidate where this CPU's kernels saturate on
+    # it (fast, but not what was validated)
     pairs = [(a.key, b.name) for a, b in runnable(manifest, profile)
-             if (include_failed or passed_gates(manifest, a.key)) and (not artifacts or a.key in artifacts)]
+             if (include_failed or (passed_gates(manifest, a.key) and verdict_holds_here(manifest, a.key, b.name)))
+             and (not artifacts or a.key in artifacts)]
     return [Choice(a, b, t) for a, b in dict.fromkeys(pairs) for t in threads]
 
 

@@ -132,9 +132,11 @@ def main() -> None:
         float_onnx_s = time.perf_counter() - started
 
         runners = {}
+        with edgekit.load(result.path, artifact="onnx") as chosen:  # the ONNX build this CPU runs (onnx-u8s7
+            onnx_int8 = chosen.artifact  # without VNNI), not the S8S8 one built for ARM and GPUs
         models = {
             "tflite_float32": float_tflite, "tflite_int8": result.path / manifest.artifact("tflite").path,
-            "onnx_float32": float_onnx, "onnx_int8": result.path / manifest.artifact("onnx").path,
+            "onnx_float32": float_onnx, "onnx_int8": result.path / onnx_int8.path,
         }
         for name, path in models.items():
             if name.startswith("tflite"):
@@ -162,7 +164,7 @@ def main() -> None:
         "versions": {**manifest.versions, "litert_backend": LiteRTBackend.available(),
                      "onnxruntime_backend": OnnxRuntimeBackend.available()},
         "settings": {"threads": args.threads, "rounds": args.rounds, "per_round": args.per_round,
-                     "calibration_samples": args.samples},
+                     "calibration_samples": args.samples, "onnx_int8_timed": onnx_int8.key},
         "seconds": {
             "build_model": round(build_s, 2),
             "edgekit_package_all_targets": round(package_s, 2),

@@ -94,7 +94,7 @@ def test_the_runtime_runs_the_scheme_built_for_its_cpu(digits_all_package, tmp_p
     monkeypatch.setenv(SYSROOT_ENV, str(_cpuinfo(tmp_path, "fpu sse2 avx2 fma")))
     with edgekit.load(digits_all_package, artifact="onnx", profile="x86-cpu") as model:
         assert model.artifact.key == "onnx-u8s7"
-    with pytest.warns(KernelArithmeticWarning, match="validated as quantized for other devices"):
+    with pytest.warns(KernelArithmeticWarning, match="validated as quantized for other devices.*run onnx-u8s7"):
         with edgekit.load(digits_all_package, artifact="onnx-s8s8", backend="onnxruntime", profile="x86-cpu") as model:
             assert model.artifact.key == "onnx"
     with edgekit.load(digits_all_package, artifact="onnx-u8s7", profile="x86-cpu") as model:  # an exact key
@@ -113,3 +113,29 @@ def test_the_schemes_a_package_needs_come_from_its_profiles():
     assert onnx_schemes(["rpi5", "x86-cpu"]) == ["s8s8", "u8s8", "u8s8-reduce-range"]
     assert onnx_schemes(None) == ["s8s8", "u8s8", "u8s8-reduce-range"]  # every known profile
     assert onnx_schemes(["auto"]) == detect().onnx_schemes  # this machine's profile
+
+
+def test_tune_never_picks_a_build_whose_verdict_this_cpus_kernels_break(digits_all_package, tmp_path, monkeypatch):
+    """onnx-u8s8 is judged as quantized (for VNNI CPUs); on a CPU without VNNI ONNX Runtime runs it on
+    saturating kernels: fast, and not what was validated. Tuning there must not consider it."""
+    import platform
+
+    from edgekit.devices import get_profile
+    from edgekit.manifest import Manifest
+    from edgekit.runtime import verdict_holds_here
+    from edgekit.tune import candidates
+
+    if platform.machine() not in ("x86_64", "AMD64"):
+        pytest.skip("the x86 scheme choice is checked on x86 (the CPU architecture is not faked)")
+    manifest = Manifest.from_json((digits_all_package / "manifest.json").read_bytes())
+    judged = {a.key: manifest.validation.artifact(a.key).get("judged_by", "") for a in manifest.artifacts}
+    as_quantized = [k for k, j in judged.items() if str(j).startswith("as quantized")]
+    assert "onnx" in as_quantized  # S8S8 is always for other devices here: u8s8 or u8s7 is this CPU's
+    monkeypatch.setenv(SYSROOT_ENV, str(_cpuinfo(tmp_path, "fpu sse2 avx2 fma")))
+    saturating = [k for k in as_quantized if k != "onnx-u8s7"]  # 7-bit weights cannot saturate
+    for key in as_quantized:
+        assert verdict_holds_here(manifest, key, "onnxruntime") is (key not in saturating), key
+        assert verdict_holds_here(manifest, key, "openvino")  # OpenVINO's kernels do not saturate
+    found = {(c.artifact, c.backend) for c in candidates(manifest, get_profile("x86-cpu"), [1])}
+    assert not {(k, "onnxruntime") for k in saturating} & found
+    assert ("tflite", "litert") in found
