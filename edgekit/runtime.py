@@ -232,10 +232,8 @@ def candidates(manifest: Manifest, profile: Profile) -> list[tuple[Artifact, typ
     for entry in quantized_first:
         fmt = FORMATS.get(entry.target)
         order += [(entry.key, b.name) for b in (fmt.backends if fmt else ()) if (entry.key, b.name) not in order]
-    # artifacts that failed their gate (kept by --allow-accuracy-drop) only after every one that passed,
-    # and a build whose verdict does not cover this CPU's kernels only after those that it covers
-    order.sort(key=lambda pair: (manifest.failed_gates(pair[0]) is not None,
-                                 not verdict_holds_here(manifest, pair[0], pair[1])))
+    # artifacts that failed their gate (kept by --allow-accuracy-drop) only after every one that passed
+    order.sort(key=lambda pair: manifest.failed_gates(pair[0]) is not None)
     return [(present[f], known[b]) for f, b in order]
 
 
