@@ -273,8 +273,9 @@ def _package_input_options(p: argparse.ArgumentParser) -> None:
                         "(default: every known profile)")
     p.add_argument("--input", dest="fixed_inputs", action="append", default=[], metavar="NAME=VALUE",
                    help="fix a model input that is not a batch of samples (a scalar sample rate, a recurrent state of "
-                        "zeros) to a number or a .npy tensor; it is folded into every artifact as a constant and "
-                        "recorded in the manifest (repeatable; ONNX and PyTorch sources)")
+                        "zeros) to a number or a .npy tensor (one sample's value where an axis is another input's batch: repeated "
+                        "per sample); it is folded into every artifact as a constant and recorded in the manifest "
+                        "(repeatable; ONNX and PyTorch sources)")
     _package_build_options(p)
 
 

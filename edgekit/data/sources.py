@@ -49,6 +49,9 @@ class DataSource:
     _x: np.ndarray | None = field(default=None, repr=False)
     _y: np.ndarray | None = field(default=None, repr=False)
     named: dict[str, np.ndarray] = field(default_factory=dict, repr=False)  # arrays by model input name
+    # data passed from Python (edgekit.package(calibration={...})): a dict's keys are input names,
+    # so a key the model does not have is a mistake, not a file's arbitrary array name
+    from_python: bool = False
 
     @property
     def names(self) -> list[str]:
@@ -163,7 +166,9 @@ def open_data(spec: str, role: str = "calibration", description: str | None = No
         if path.suffix == ".npy":
             return _open_arrays(_load_npy(path, role), None, None, f"{path}", role)
         if path.suffix == ".npz":
-            return _open_npz(path, role, description)
+            source = _open_npz(path, role, description)
+            source.from_python = description is not None
+            return source
         if path.suffix.lower() in IMAGE_SUFFIXES:
             raise DataError(
                 f"{role} data {spec} is a single image",

@@ -226,6 +226,10 @@ def bind_inputs(names: list[str], source: DataSource) -> dict[str, str | None]:
     one-input model. Missing or extra names are an error naming both sides."""
     given = source.names
     if len(names) == 1 and (not given or len(given) == 1):
+        if given and source.from_python and given[0] not in (names[0], "x"):
+            raise DataError(f"{source.description} gives an array for {given[0]!r}; the model's only input is "
+                            f"{names[0]!r}", hint=f"key the dict by the input's name ({{{names[0]!r}: ...}}) "
+                                                  "or pass the array itself")
         return {names[0]: given[0] if given else None}
     missing = [n for n in names if n not in given]
     if missing:
@@ -235,6 +239,10 @@ def bind_inputs(names: list[str], source: DataSource) -> dict[str, str | None]:
             hint="give one array per input name: np.savez(path, " + ", ".join(f"{n}=..." for n in names)
                  + ") or a module:function returning such a dict",
         )
+    extra = [n for n in given if n not in names]
+    if extra and source.from_python:
+        raise DataError(f"the model has inputs {names}; {source.description} also gives {extra}, which no input "
+                        "takes", hint="key the dict by the model's input names only")
     return {n: n for n in names}
 
 

@@ -58,9 +58,17 @@ def collect_arrays(data: Any, role: str, ranks: Mapping[str, int], limit: int = 
     # from them); only an iterable, which may never end, is read up to ``limit``, and says so
     if isinstance(data, np.ndarray):
         return {"x": data}
+    if (isinstance(data, tuple) and len(ranks) == len(data) > 1
+            and all(isinstance(_to_numpy(v), np.ndarray) and np.ndim(_to_numpy(v)) == rank
+                    for v, rank in zip(data, ranks.values()))):
+        return {name: np.asarray(_to_numpy(v)) for name, v in zip(ranks, data)}  # one batched array per input
     if isinstance(data, tuple) and len(data) == 2 and all(isinstance(_to_numpy(v), np.ndarray) for v in data):
         x, y = (np.asarray(_to_numpy(v)) for v in data)
-        if y.ndim == 1 and x.ndim >= 1 and len(x) == len(y):
+        if y.ndim == 1 and x.ndim >= 1 and len(x) > 1:
+            _check_labels(y, role)
+            if len(x) != len(y):
+                raise DataError(f"the {role} data (x, y) has {len(x)} samples and {len(y)} labels",
+                                hint="give one integer label per sample: y of length len(x)")
             return {"x": x, "y": y}
     if isinstance(data, Mapping):
         return {str(k): np.asarray(_to_numpy(v)) for k, v in data.items()}
@@ -88,17 +96,23 @@ def _from_iterable(data: Iterable[Any], role: str, ranks: Mapping[str, int], bat
             break
         item = _to_numpy(item)
         label = None
-        if isinstance(item, (tuple, list)) and len(item) == 2 and _looks_like_labels(item[1]):
+        if isinstance(item, (tuple, list)) and len(item) == 2 and _is_label(item[1], role):
             item, label = _to_numpy(item[0]), np.asarray(_to_numpy(item[1]))
-        if isinstance(item, list):  # TFLite's representative_dataset: a list of batched input arrays
+        if isinstance(item, (list, tuple)):  # one array per model input (TFLite's representative_dataset)
+            if ranks and len(item) != len(ranks) or (not ranks and isinstance(item, tuple) and not batches):
+                raise DataError(
+                    f"the {role} data yields {len(item)} arrays per item; the model has "
+                    + (f"{len(ranks)} input(s) ({', '.join(ranks)})" if ranks else "inputs edgekit cannot see here"),
+                    hint="yield a sample (or batch), (inputs, integer labels) pairs, a dict of arrays by input "
+                         "name, or a list with one array per model input")
             names = list(ranks) if len(ranks) == len(item) > 1 else [f"input_{i}" for i in range(len(item))]
-            named = {(names[i] if len(item) > 1 else "x"): np.asarray(_to_numpy(v)) for i, v in enumerate(item)}
-            batch = True
+            named = {(names[i] if len(item) > 1 else "x"): _array(v, role) for i, v in enumerate(item)}
+            batch = isinstance(item, list) or batches or _is_batch(named, ranks)
         elif isinstance(item, Mapping):
             named = {str(k): np.asarray(_to_numpy(v)) for k, v in item.items()}
             batch = batches or _is_batch(named, ranks)
         else:
-            named = {"x": np.asarray(item)}
+            named = {"x": _array(item, role)}
             batch = batches or _is_batch(named, ranks)
         if label is not None:
             batch = label.ndim == 1  # a label per sample of a batch, or one label for one sample
@@ -118,9 +132,41 @@ def _from_iterable(data: Iterable[Any], role: str, ranks: Mapping[str, int], bat
                         hint="yield samples (or batches) of one shape") from None
 
 
-def _looks_like_labels(value: Any) -> bool:
-    array = np.asarray(_to_numpy(value))
+def _is_label(value: Any, role: str) -> bool:
+    """The second item of a pair is a label (an integer class index, or a batch of them); a label
+    of another kind (a class name, a float target) is refused by name, not read as an input."""
+    value = _to_numpy(value)
+    if isinstance(value, (str, bytes)) or (isinstance(value, (list, tuple)) and value
+                                           and all(isinstance(v, (str, bytes)) for v in value)):
+        _check_labels(np.asarray(value), role)
+    try:
+        array = np.asarray(value)
+    except ValueError:
+        return False
+    if array.ndim <= 1 and array.dtype.kind in "USO":
+        _check_labels(array, role)
     return array.dtype.kind in "iu" and array.ndim <= 1
+
+
+def _check_labels(y: np.ndarray, role: str) -> None:
+    if y.dtype.kind not in "iu":
+        example = y.reshape(-1)[:1].tolist()
+        raise DataError(f"the {role} data's labels are {y.dtype} (e.g. {example}); edgekit takes integer class "
+                        "indices", hint="map each class name to its index (labels.index(name)) and give the names "
+                                        "in that order with labels_file= (--labels), or leave the labels out")
+
+
+def _array(value: Any, role: str) -> np.ndarray:
+    """One item as numbers, or one error naming what it is."""
+    try:
+        array = np.asarray(_to_numpy(value))
+    except ValueError as exc:  # ragged nesting
+        raise DataError(f"an item of the {role} data is not one array ({exc})",
+                        hint="yield numpy arrays (or tensors) of one shape") from None
+    if array.dtype.kind not in "biuf":
+        raise DataError(f"an item of the {role} data is {array.dtype}, not numbers",
+                        hint="yield numeric arrays; labels go second in (sample, integer label) pairs")
+    return array
 
 
 def _is_batch(named: dict[str, np.ndarray], ranks: Mapping[str, int]) -> bool:

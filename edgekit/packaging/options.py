@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +60,7 @@ class PackageOptions:
             raise ValueError("pass formats= (targets= is its former name), not both")
         from ..formats import DEFAULT_FORMAT
 
+        _check_forms(self)
         formats = list(self.formats or self.targets or [DEFAULT_FORMAT])
         object.__setattr__(self, "formats", formats)  # frozen: set once, here
         object.__setattr__(self, "targets", formats)
@@ -79,6 +80,18 @@ class PackageOptions:
 
         own = {option.name for _, option in build_options()}
         format_options = {**given.pop("format_options", {}), **{k: given.pop(k) for k in list(given) if k in own}}
+        known = {f.name for f in fields(cls)} - {"format_options"}
+        unknown = sorted(set(given) - known)
+        if unknown:
+            import difflib
+
+            from ..errors import InputError
+
+            close = [m for k in unknown for m in difflib.get_close_matches(k, sorted(known | own), n=1)]
+            raise InputError(f"unknown option(s): {', '.join(unknown)}",
+                             hint=(f"did you mean {', '.join(close)}? " if close else "")
+                             + "the options are PackageOptions' fields and the formats' own options: "
+                             + ", ".join(sorted(known | own)))
         return cls(**given, format_options=format_options)
 
     def options_for_formats(self) -> dict[str, Any]:
@@ -112,6 +125,36 @@ def _check_format_option(option: Any, value: Any) -> None:
                                or (option.minimum is not None and value < option.minimum)):
         raise InputError(f"{option.flag} ({option.name}=) must be a whole number"
                          + (f" of at least {option.minimum}" if option.minimum is not None else "") + f", got {value!r}")
+
+
+LIST_OPTIONS = ("formats", "targets", "keep_float", "profiles")  # each a list of names
+MAPPING_OPTIONS = ("output_kinds", "preprocessing", "input_shapes", "fixed_inputs", "format_options", "data_names")
+
+
+def _check_forms(options: PackageOptions) -> None:
+    """Options from Python in the forms a user writes: one name for a list of one (a string is
+    never iterated per character), a kind for the model's only output, a fixed input as a number,
+    an array or a path; anything else one usage error naming the option."""
+    from ..errors import InputError
+    from ..sources.fixed_inputs import spec_from_python
+
+    for name in LIST_OPTIONS:
+        value = getattr(options, name)
+        if isinstance(value, (str, Path)):
+            object.__setattr__(options, name, [str(value)])
+        elif value is not None and not (isinstance(value, (list, tuple))
+                                        and all(isinstance(v, (str, Path)) for v in value)):
+            raise InputError(f"{name}= must be a name or a list of names, got {value!r}")
+        elif isinstance(value, tuple):
+            object.__setattr__(options, name, list(value))
+    if isinstance(options.output_kinds, str):
+        object.__setattr__(options, "output_kinds", {"": options.output_kinds})
+    for name in MAPPING_OPTIONS:
+        if not isinstance(getattr(options, name), dict):
+            raise InputError(f"{name}= must be a dict, got {getattr(options, name)!r}",
+                             hint='e.g. fixed_inputs={"sample_rate": 16000}, input_shapes={"images": [1, 3, 320, 320]}')
+    object.__setattr__(options, "fixed_inputs", {str(k): spec_from_python(str(k), v)
+                                                 for k, v in options.fixed_inputs.items()})
 
 
 # Every numeric option, checked once here for the command line and the Python API alike: a NaN or

@@ -16,6 +16,8 @@ value is passed on every call; a ``.pt2`` program's batch symbol is followed the
 from __future__ import annotations
 
 import math
+import os
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +53,53 @@ def parse_value(name: str, text: str) -> dict[str, Any]:
     if not math.isfinite(number):
         raise DataError(f"--input {name}={text}: the value must be finite", hint="give a finite number")
     return {"number": number, "integral": float(number).is_integer() and "." not in text and "e" not in text.lower()}
+
+
+def spec_from_python(name: str, value: Any) -> dict[str, Any]:
+    """A fixed input given from Python (``edgekit.package(..., fixed_inputs={"gain": 2.0})``): a
+    number, an array or tensor (its whole value), a path to a ``.npy`` file, or the command line's
+    text; the same checks as ``--input NAME=VALUE``."""
+    if isinstance(value, dict) and ("number" in value or "npy" in value):
+        return dict(value)  # already read (the command line's parse_value)
+    if isinstance(value, (str, os.PathLike)):
+        return parse_value(name, os.fspath(value))
+    if isinstance(value, (bool, int, float, np.number)):
+        number = float(value)
+        if not math.isfinite(number):
+            raise DataError(f"fixed_inputs[{name!r}] must be finite, got {value!r}", hint="give a finite number")
+        return {"number": number, "integral": isinstance(value, (bool, int, np.integer))}
+    array = value.detach().cpu().numpy() if hasattr(value, "detach") else value
+    array = array.numpy() if hasattr(array, "numpy") and not isinstance(array, np.ndarray) else array
+    if isinstance(array, (np.ndarray, list, tuple)):
+        try:
+            array = np.asarray(array)
+        except ValueError:
+            array = np.asarray([], dtype=object)
+        if array.dtype.kind not in "biuf" or (array.dtype.kind == "f" and not np.isfinite(array).all()):
+            raise DataError(f"fixed_inputs[{name!r}] is an array of {array.dtype} with non-finite or non-numeric "
+                            "values", hint="give finite numbers")
+        if array.ndim == 0:
+            return spec_from_python(name, array.item())
+        handle, path = tempfile.mkstemp(prefix=f"edgekit-fixed-{os.getpid()}-", suffix=".npy", dir=_array_folder())
+        with os.fdopen(handle, "wb") as file:
+            np.save(file, array)
+        return parse_value(name, path)
+    raise DataError(f"fixed_inputs[{name!r}] is a {type(value).__name__}",
+                    hint="give a number (2.0, 16000), an array or tensor with the whole value, or a path to a .npy file")
+
+
+_ARRAYS: list[str] = []
+
+
+def _array_folder() -> str:
+    """A folder for arrays given from Python, removed when the process ends."""
+    if not _ARRAYS:
+        import atexit
+        import shutil
+
+        _ARRAYS.append(tempfile.mkdtemp(prefix="edgekit-fixed-inputs-"))
+        atexit.register(shutil.rmtree, _ARRAYS[0], True)
+    return _ARRAYS[0]
 
 
 def value_array(spec: dict[str, Any], dtype: Any, shape: list[int]) -> np.ndarray:
@@ -106,9 +155,8 @@ def freeze_onnx(source: str, destination: str, fixed: dict[str, dict[str, Any]],
         if all(isinstance(d, int) for d in dims):
             graph.initializer.append(numpy_helper.from_array(value_array(spec, dtype, list(dims)), name))
             continue
-        if "npy" in spec:  # unreachable: a .npy value gives every dimension
-            raise AssertionError(name)
-        # a dimension that follows another input's batch: Expand(value, [fixed..., Shape(x)[axis], ...])
+        # a dimension that follows another input's batch: Expand(value, [fixed..., Shape(x)[axis], ...]);
+        # a number is a scalar, a .npy one sample's tensor (size 1 on the batch axis), repeated per sample
         parts = []
         for position, dim in enumerate(dims):
             part = f"{name}__fixed_dim{position}"
@@ -120,7 +168,9 @@ def freeze_onnx(source: str, destination: str, fixed: dict[str, dict[str, Any]],
                           helper.make_node("Gather", [f"{part}_shape", f"{part}_axis"], [part], axis=0)]
                 graph.initializer.append(numpy_helper.from_array(np.array([axis], dtype=np.int64), f"{part}_axis"))
             parts.append(part)
-        graph.initializer.append(numpy_helper.from_array(np.array(spec["number"], dtype=dtype), f"{name}__fixed_value"))
+        value = (np.load(spec["npy"], allow_pickle=False).astype(dtype) if "npy" in spec
+                 else np.array(spec["number"], dtype=dtype))
+        graph.initializer.append(numpy_helper.from_array(value, f"{name}__fixed_value"))
         nodes += [helper.make_node("Concat", parts, [f"{name}__fixed_shape"], axis=0),
                   helper.make_node("Expand", [f"{name}__fixed_value", f"{name}__fixed_shape"], [name])]
     for node in reversed(nodes):
@@ -134,10 +184,7 @@ def _onnx_dims(name: str, tensor_type: Any, spec: dict[str, Any], given: list[in
     """Each dimension of a fixed input: a size, or (input, axis) to follow at run time."""
     model_dims = list(tensor_type.shape.dim)
     if "npy" in spec:
-        if len(spec["shape"]) != len(model_dims):
-            raise DataError(f"--input {name}=...npy has {len(spec['shape'])} dimensions; the model's input has "
-                            f"{len(model_dims)}", hint="save the whole tensor the model takes")
-        return list(spec["shape"])
+        return _npy_dims(name, model_dims, spec["shape"], batch_dims)
     if given is not None and len(given) != len(model_dims):
         raise DataError(f"--input-shape for {name!r} has {len(given)} dimensions; the model's input has "
                         f"{len(model_dims)}", hint="give every dimension")
@@ -155,6 +202,33 @@ def _onnx_dims(name: str, tensor_type: Any, spec: dict[str, Any], given: list[in
                 f"--input {name}=...: dimension {axis} of the input ({label}) has no known size",
                 hint=f"give its shape with --input-shape {name}=...(every dimension), or a .npy file with the tensor",
             )
+    return dims
+
+
+def _npy_dims(name: str, model_dims: list[Any], shape: list[int],
+              batch_dims: dict[str, tuple[str, int]]) -> list[Any]:
+    """A ``.npy`` value's dimensions against the model input's: equal where the model fixes a
+    size; on a dimension that follows another input's batch, size 1 (one sample's value, repeated
+    for every sample at run time) — a whole batch saved there would only run at that batch."""
+    if len(shape) != len(model_dims):
+        raise DataError(f"--input {name}=...npy has {len(shape)} dimensions {shape}; the model's input has "
+                        f"{len(model_dims)}", hint="save the whole tensor the model takes, every dimension included")
+    dims: list[Any] = []
+    for axis, (dim, size) in enumerate(zip(model_dims, shape)):
+        if dim.HasField("dim_value") and dim.dim_value > 0 and dim.dim_value != size:
+            raise DataError(f"--input {name}=...npy has size {size} on axis {axis}; the model's input has "
+                            f"{dim.dim_value} there (the array's shape {shape})",
+                            hint="save the tensor in the shape the model takes")
+        if dim.HasField("dim_param") and dim.dim_param in batch_dims:
+            follow = batch_dims[dim.dim_param]
+            if size != 1:
+                raise DataError(
+                    f"--input {name}=...npy has size {size} on axis {axis}, which is the batch of input "
+                    f"{follow[0]!r} ({dim.dim_param!r}): the package would only run batches of {size}",
+                    hint=f"save one sample's value (size 1 on axis {axis}); edgekit repeats it for every sample")
+            dims.append(follow)
+        else:
+            dims.append(int(size))
     return dims
 
 
@@ -219,9 +293,9 @@ def _torch_maker(name: str, spec: dict[str, Any], described: tuple[Any, list[Any
         dtype = torch.int64 if spec.get("integral") and given is None and "npy" not in spec else torch.float32
         dtype = _torch_dtype(spec["dtype"]) if "npy" in spec else dtype
         shape = list(given) if given is not None else (list(spec["shape"]) if "npy" in spec else [])
-    if "npy" in spec:
-        value = torch.from_numpy(np.load(spec["npy"], allow_pickle=False)).to(dtype)
-        return lambda given_inputs: value
+    if "npy" in spec and len(shape) != len(spec["shape"]):
+        raise DataError(f"--input {name}=...npy has {len(spec['shape'])} dimensions {spec['shape']}; the model's "
+                        f"input has {len(shape)}", hint="save the whole tensor the model takes, every dimension included")
     follow = {}  # axis -> (kept input, axis) for a program's symbolic dimension
     sizes = []
     for axis, dim in enumerate(shape):
@@ -231,6 +305,15 @@ def _torch_maker(name: str, spec: dict[str, Any], described: tuple[Any, list[Any
         source = next(((other, other_axis) for other in kept if other in program_inputs
                        for other_axis, other_dim in enumerate(program_inputs[other][1]) if str(other_dim) == str(dim)),
                       None)
+        if "npy" in spec:
+            if source is not None and spec["shape"][axis] != 1:
+                raise DataError(
+                    f"--input {name}=...npy has size {spec['shape'][axis]} on axis {axis}, which is the batch of "
+                    f"input {source[0]!r}: the package would only run batches of {spec['shape'][axis]}",
+                    hint=f"save one sample's value (size 1 on axis {axis}); edgekit repeats it for every sample")
+            if source is not None:
+                follow[axis] = source
+            continue
         if given is not None:
             sizes.append(int(given[axis]))
         elif source is None:
@@ -239,6 +322,18 @@ def _torch_maker(name: str, spec: dict[str, Any], described: tuple[Any, list[Any
         else:
             sizes.append(1)
             follow[axis] = source
+    if "npy" in spec:
+        value = torch.from_numpy(np.load(spec["npy"], allow_pickle=False)).to(dtype)
+        if not follow:
+            return lambda given_inputs: value
+
+        def repeated(given_inputs: dict[str, Any]) -> Any:  # one sample's value, for each sample of the batch
+            size = list(value.shape)
+            for axis, (other, other_axis) in follow.items():
+                size[axis] = given_inputs[other].shape[other_axis]
+            return value.expand(size)
+
+        return repeated
     number = spec["number"]
 
     def make(given_inputs: dict[str, Any]) -> Any:

@@ -410,6 +410,34 @@ def test_a_state_input_fixed_to_zeros_follows_the_batch_of_the_frames(tmp_path):
     device_matches(package, frames[:7], expected, 0.1, tmp_path, artifacts=("onnx",))
 
 
+def test_a_state_saved_for_one_sample_is_repeated_for_each_sample_of_a_batch(tmp_path):
+    """``--input h0=h0.npy`` with one sample's state [1, 1, 8] for h0 [1, batch, 8] failed inside
+    ONNX Runtime (the constant fixed the batch at 1); a state saved for a whole batch is refused
+    by name (the package would run that batch only). From Python, the array itself is the value."""
+    import onnxruntime as ort
+
+    import edgekit
+
+    gru_model(tmp_path / "gru.onnx")
+    frames = np.random.default_rng(2).normal(0, 1, (150, 5, 4)).astype(np.float32)
+    state = np.random.default_rng(3).normal(0, 0.5, (1, 1, 8)).astype(np.float32)
+    np.save(tmp_path / "frames.npy", frames)
+    np.save(tmp_path / "h0.npy", state)
+    result = edgekit_cli("package", tmp_path / "gru.onnx", "-c", tmp_path / "frames.npy", "-o", tmp_path / "out",
+                         "--format", "onnx", "--input", f"h0={tmp_path / 'h0.npy'}", "--no-also-float")
+    assert result.returncode == 0, result.stderr
+    expected = ort.InferenceSession(str(tmp_path / "gru.onnx")).run(
+        None, {"frames": frames[:7], "h0": np.repeat(state, 7, axis=1)})[0]
+    device_matches(tmp_path / "out" / "gru.edgekit", frames[:7], expected, 0.1, tmp_path, artifacts=("onnx",))
+    np.save(tmp_path / "h4.npy", np.zeros((1, 4, 8), np.float32))
+    result = edgekit_cli("package", tmp_path / "gru.onnx", "-c", tmp_path / "frames.npy", "-o", tmp_path / "out4",
+                         "--format", "onnx", "--input", f"h0={tmp_path / 'h4.npy'}")
+    assert_user_error(result, "has size 4 on axis 1, which is the batch of input 'frames'", "one sample's value")
+    made = edgekit.package(str(tmp_path / "gru.onnx"), frames, tmp_path / "py", formats=["onnx"],
+                           fixed_inputs={"h0": state}, also_float=False)
+    assert made.manifest.source["fixed_inputs"]["h0"]["shape"] == [1, 1, 8]
+
+
 def test_an_output_batched_on_axis_1_is_refused_by_name(tmp_path):
     """A seq-first state as an output would be joined across samples on axis 0: refused, named."""
     gru_model(tmp_path / "gru.onnx", squeeze=False)

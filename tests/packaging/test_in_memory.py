@@ -182,3 +182,83 @@ def test_arrays_are_taken_whole_and_a_capped_generator_says_so(tmp_path):
 
     with pytest.warns(UserWarning, match="first 50 are used"):
         assert len(collect_arrays(endless(), "calibration", {}, limit=50)["x"]) == 50
+
+
+def test_a_pair_whose_labels_do_not_match_the_samples_names_both_counts(tmp_path):
+    """(x, y) with y one short was read as a generator of two items: "items have different shapes"."""
+    x = np.zeros((6, 4), np.float32)
+    with pytest.raises(DataError, match=r"\(x, y\) has 6 samples and 5 labels"):
+        data_file((x, np.zeros(5, np.int64)), tmp_path, "calibration")
+
+
+def test_string_labels_are_refused_by_name_with_the_mapping_to_indices(tmp_path):
+    """A generator of (sample, "cat") pairs raised numpy's own ValueError."""
+    pairs = ((np.zeros(4, np.float32), name) for name in ["cat", "dog"] * 3)
+    with pytest.raises(DataError, match="labels are <U3 \\(e.g. \\['cat'\\]\\); edgekit takes integer") as refused:
+        data_file(pairs, tmp_path, "calibration")
+    assert "labels.index(name)" in refused.value.hint
+    with pytest.raises(DataError, match="labels are"):
+        data_file((np.zeros((6, 4), np.float32), np.array(["a"] * 6)), tmp_path, "calibration")
+
+
+def test_items_with_more_arrays_than_the_model_has_inputs_are_refused_by_count(tmp_path):
+    """A DataLoader of (x, y, z) batches for a one-input model was read as three inputs."""
+    torch = pytest.importorskip("torch")
+    from torch.utils.data import DataLoader, TensorDataset
+
+    dataset = TensorDataset(torch.zeros(12, 4), torch.zeros(12, dtype=torch.long), torch.zeros(12))
+    with pytest.raises(DataError, match=r"yields 3 arrays per item; the model has 1 input\(s\) \(x\)"):
+        data_file(DataLoader(dataset, batch_size=4), tmp_path, "calibration", {"x": 2})
+    with pytest.raises(DataError, match="yields 3 arrays per item"):
+        data_file(((np.zeros(4), 1, 2.0) for _ in range(3)), tmp_path, "calibration")
+
+
+def test_a_tuple_of_one_array_per_input_is_named_by_the_inputs(tmp_path):
+    """(tokens, mask) of one shape for a two-input model was joined as 2N samples of one input."""
+    tokens, mask = np.ones((5, 7), np.int64), np.zeros((5, 7), np.int64)
+    with np.load(data_file((tokens, mask), tmp_path, "calibration", {"tokens": 2, "mask": 2})) as stored:
+        assert stored["tokens"].sum() == 35 and stored["mask"].sum() == 0
+
+
+def test_a_dict_keyed_by_a_name_the_model_lacks_is_refused(tmp_path):
+    """A dict {"image": ...} for a model whose only input is "x" was fed silently; extra keys too."""
+    pytest.importorskip("onnx")
+    from onnx import TensorProto, helper
+
+    import edgekit
+
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "relu_net",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    x = np.random.default_rng(0).normal(size=(200, 4)).astype(np.float32)
+    with pytest.raises(DataError, match="gives an array for 'image'; the model's only input is 'x'"):
+        edgekit.package(model, {"image": x}, tmp_path / "a", formats=["onnx"])
+    assert not (tmp_path / "a").exists()
+
+
+def test_python_options_in_the_forms_users_write_are_read_or_named(tmp_path):
+    """A string for a list option was iterated per character; an unknown keyword was a bare TypeError;
+    fixed_inputs={"gain": 2.0} was a bare TypeError."""
+    from edgekit.errors import InputError
+    from edgekit.packaging import PackageOptions
+
+    options = PackageOptions.from_keywords(model="m.onnx", calibration="c.npy", output_dir=str(tmp_path),
+                                           formats="onnx", keep_float="conv1", profiles="rpi4",
+                                           output_kinds="classes",
+                                           fixed_inputs={"gain": 2.0, "rate": 16000, "h0": np.ones((1, 1, 8)),
+                                                         "text": "3"})
+    assert options.formats == ["onnx"] and options.keep_float == ["conv1"] and options.profiles == ["rpi4"]
+    assert options.output_kinds == {"": "classes"}
+    assert options.fixed_inputs["gain"] == {"number": 2.0, "integral": False}
+    assert options.fixed_inputs["rate"]["integral"] and options.fixed_inputs["text"]["number"] == 3.0
+    assert np.load(options.fixed_inputs["h0"]["npy"]).shape == (1, 1, 8)
+    with pytest.raises(InputError, match="unknown option\\(s\\): sample") as refused:
+        PackageOptions.from_keywords(model="m", calibration="c", output_dir=".", sample=10)
+    assert "did you mean samples" in refused.value.hint
+    with pytest.raises(DataError, match=r"fixed_inputs\['gain'\] must be finite"):
+        PackageOptions.from_keywords(model="m", calibration="c", output_dir=".", fixed_inputs={"gain": float("nan")})
+    with pytest.raises(DataError, match=r"fixed_inputs\['gain'\] is a object"):
+        PackageOptions.from_keywords(model="m", calibration="c", output_dir=".", fixed_inputs={"gain": object()})
+    with pytest.raises(InputError, match="keep_float= must be a name or a list of names"):
+        PackageOptions.from_keywords(model="m", calibration="c", output_dir=".", keep_float=3)
