@@ -21,6 +21,8 @@ artifact on saturating x86 int8 kernels). 20 dB sits between the two with margin
 
 from __future__ import annotations
 
+import numpy as np
+
 import math
 from dataclasses import asdict, dataclass, replace
 from typing import Any, NamedTuple
@@ -98,9 +100,9 @@ def check(fmt: str, measured: Measured, min_sqnr_db: float, producers: dict[str,
         fixes = _fixes(remedies, saturated, joiner if collapsed or grouped else None)
         task = measured.tasks.get(name)
         if c.degenerate:
-            failures.append(GateFailure(fmt, name, "degenerate", f"{where} carries no signal: {c.degenerate} "
-                                        f"(SQNR {c.sqnr_db:.1f} dB, "
-                                        f"{c.distinct_values} distinct values)", fixes, saturated))
+            figures = f" (SQNR {c.sqnr_db:.1f} dB, {c.distinct_values} distinct values)" if np.isfinite(c.sqnr_db) else ""
+            failures.append(GateFailure(fmt, name, "degenerate", f"{where} carries no signal: {c.degenerate}{figures}",
+                                        fixes, saturated))
         if task is not None and task.passed is not None:
             if not task.passed:
                 shown = ", ".join(f"{k} {show_value(k, v)}" for k, v in task.values.items())

@@ -56,6 +56,12 @@ def compare_outputs(reference: np.ndarray, candidate: np.ndarray, targets: np.nd
         from .kinds import infer
 
         kind = infer("", reference, None, labelled=targets is not None)
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):  # NaN/inf outputs: named by degenerate
+        return _compare(reference, candidate, targets, kind)
+
+
+def _compare(reference: np.ndarray, candidate: np.ndarray, targets: np.ndarray | None,
+             kind: OutputKind) -> OutputComparison:
     ref = reference.reshape(reference.shape[0], -1).astype(np.float64)
     out = candidate.reshape(candidate.shape[0], -1).astype(np.float64)
     # top-1 agreement means something for class scores and bins only; argmax over box coordinates,
@@ -126,6 +132,13 @@ def degenerate_reason(reference: np.ndarray, candidate: np.ndarray) -> str | Non
     out = candidate.reshape(candidate.shape[0], -1)
     if ref.size == 0:
         return None
+    broken = ~np.isfinite(out)
+    if broken.any():  # NaN compares false with everything: it would read as "the same for all samples"
+        nan = int(np.isnan(out).sum())
+        held = " and ".join(f"{word} ({count} values)" for word, count in (("NaN", nan), ("inf", int(broken.sum()) - nan))
+                            if count)
+        return (f"the artifact's outputs hold {held} in {int(np.any(broken, axis=1).sum())} of {out.shape[0]} "
+                "samples")
     ref_varies = ref.shape[0] > 1 and bool(np.any(np.ptp(ref, axis=0) > 0))
     if ref_varies and not np.any(np.ptp(out, axis=0) > 0):
         return f"the outputs are the same for all {out.shape[0]} samples while the float model's differ"

@@ -97,3 +97,22 @@ def test_top1_agreement_only_for_class_scores():
     masks = rng.uniform(0, 1, (20, 8, 8, 3)).astype(np.float32)
     for output in (detections, masks):
         assert np.isnan(compare_outputs(output, output).top1_agreement)
+
+
+def test_outputs_holding_nan_are_named_as_not_finite_not_as_constant():
+    """An INT8 artifact whose outputs hold NaN read as "the same for all 80 samples ... 171
+    distinct values" (NaN compares false, so every spread looked like zero)."""
+    from edgekit.packaging.gates import check
+    from edgekit.packaging.validate import Measured
+
+    rng = np.random.default_rng(0)
+    reference = rng.normal(size=(80, 12)).astype(np.float32)
+    candidate = reference + rng.normal(0, 0.01, reference.shape).astype(np.float32)
+    candidate[5:17, 3] = np.nan
+    candidate[20, 0] = np.inf
+    comparison = compare_outputs(reference, candidate)
+    assert comparison.degenerate == "the artifact's outputs hold NaN (12 values) and inf (1 values) in 13 of 80 samples"
+    failures = check("onnx", Measured(outputs={"y": comparison}, summary=comparison), 20.0, {})
+    assert [f.cause for f in failures] == ["degenerate"]
+    assert "carries no signal: the artifact's outputs hold NaN" in failures[0].what
+    assert "distinct values" not in failures[0].what
