@@ -26,6 +26,10 @@ def problem(entry: cache.Entry) -> str | None:
                 file = entry.path / companion["path"]
                 if not file.is_file() or sha256_file(file) != companion["sha256"]:
                     return f"{companion['path']} does not match the manifest"
+    if entry.kind == "compiled":
+        from .compiled_cache import problem as compiled_problem
+
+        return compiled_problem(entry.path)
     return None
 
 

@@ -605,9 +605,13 @@ def _cache_ls(args: argparse.Namespace) -> None:
 def _cache_verify(args: argparse.Namespace) -> None:
     from .cache_verify import verify_all
 
-    bad = verify_all()
-    for entry, problem in bad:
-        print(f"removed {entry.kind}/{entry.key}: {problem}")
+    from .profile_store import CACHE_NAME, verify_cache
+
+    bad = [(f"{entry.kind}/{entry.key}", problem) for entry, problem in verify_all()]
+    profiles = verify_cache()
+    bad += [(CACHE_NAME, profiles)] if profiles else []
+    for name, problem in bad:
+        print(f"removed {name}: {problem}")
     print(f"{len(bad)} bad entries removed" if bad else "all entries verified")
 
 

@@ -46,12 +46,8 @@ def parse_profile(path: Path) -> dict[str, Any]:
 
 def _parse_text(text: str, path: Path) -> dict[str, Any]:
     try:
-        import tomllib
-    except ImportError:  # Python 3.10 (Jetson JetPack 6)
-        import tomli as tomllib
-    try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
+        return _toml(text)
+    except ValueError as exc:  # tomllib.TOMLDecodeError
         raise EdgekitError(f"device profile {path} is not valid TOML: {exc}", hint="fix or remove the file") from None
 
 
@@ -71,12 +67,51 @@ def _cached(sources: list[list[str]]) -> list[dict[str, Any]] | None:
     tables = stored.get("tables")
     if not isinstance(tables, list) or len(tables) != len(sources) or not all(isinstance(t, dict) for t in tables):
         return None
+    if stored.get("sha256") != _digest(sources, tables):
+        return None  # edited or damaged since it was written: parsed again, and stored whole again
     return tables
+
+
+def _digest(sources: list[list[str]], tables: list[dict[str, Any]]) -> str:
+    """Binds the parsed tables to the texts they were parsed from: an edit to either shows."""
+    from .fsutil import sha256_hex
+
+    return sha256_hex(json.dumps([sources, tables], sort_keys=True).encode())
+
+
+def verify_cache() -> str | None:
+    """``edgekit cache verify``: the stored tables parsed again from their stored texts; a cache
+    that does not match them is removed (the next start parses and stores it again). Why, or None."""
+    path = _cache_file()
+    try:
+        stored = json.loads(path.read_bytes())
+        sources, tables = stored["sources"], stored["tables"]
+        if stored.get("sha256") != _digest(sources, tables):
+            issue = "its tables or texts were changed after it was written"
+        elif [_toml(text) for _, text in sources] != tables:
+            issue = "its tables differ from its profile texts parsed again"
+        else:
+            return None
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        issue = f"unreadable ({type(exc).__name__})"
+    path.unlink(missing_ok=True)
+    return issue
+
+
+def _toml(text: str) -> dict[str, Any]:
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10 (Jetson JetPack 6)
+        import tomli as tomllib
+    return tomllib.loads(text)
 
 
 def _store(sources: list[list[str]], tables: list[dict[str, Any]]) -> None:
     try:
-        text = json.dumps({"edgekit": __version__, "sources": sources, "tables": tables})
+        text = json.dumps({"edgekit": __version__, "sources": sources, "tables": tables,
+                           "sha256": _digest(sources, tables)})
     except (TypeError, ValueError):  # a TOML date or time has no JSON spelling: such files are parsed each time
         return
     from .fsutil import write_text_atomic

@@ -203,3 +203,31 @@ def test_a_manifest_that_fails_its_checks_is_not_unpacked(tmp_path, fresh_cache)
         open_package(archive)
     assert not list((fresh_cache / "packages").glob("*")) if (fresh_cache / "packages").exists() else True
     assert not any(p.name.endswith(".tflite") for p in fresh_cache.rglob("*")) if fresh_cache.exists() else True
+
+
+def test_an_edited_compiled_onnx_copy_is_never_read(digits_all_package, fresh_cache, capsys):
+    """The optimized graph kept for the next load was read back unchecked: an edited copy (valid
+    ONNX, other weights) would have answered instead of the artifact. Its hash is checked first,
+    and `cache verify` finds it (and a 0-byte file) too."""
+    import onnx
+    from onnx import numpy_helper
+
+    x, _ = load_npz(EVAL)
+    with edgekit.load(digits_all_package, artifact="onnx") as model:
+        expected = model.predict(x[:2])
+    optimized = next(fresh_cache.glob("compiled/*/model.optimized.onnx"))
+    graph = onnx.load(str(optimized))
+    weights = next(t for t in graph.graph.initializer if numpy_helper.to_array(t).dtype == np.float32
+                   and numpy_helper.to_array(t).size > 16)
+    weights.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(weights) * 0, weights.name))
+    onnx.save(graph, str(optimized))
+    with edgekit.load(digits_all_package, artifact="onnx") as model:
+        np.testing.assert_array_equal(model.predict(x[:2]), expected)
+        assert not model.backend.optimized_from_cache
+        assert "does not match the hash" in model.backend.describe()["compiled_cache_replaced"]
+    with edgekit.load(digits_all_package, artifact="onnx") as model:
+        assert model.backend.optimized_from_cache  # written and sealed again
+    (optimized.parent / "engine.bin").write_bytes(b"")
+    code, out, _ = run_cli(capsys, "cache", "verify")
+    assert code == 0 and "engine.bin is empty (0 bytes)" in out and "1 bad entries removed" in out
+    assert not optimized.exists()

@@ -81,3 +81,27 @@ def test_a_broken_profile_is_never_served_from_the_cache(tmp_path, cache_dir):
     file.write_text("name = [unclosed")
     with pytest.raises(EdgekitError, match="board.toml is not valid TOML"):
         load_profiles([profiles])
+
+
+def test_an_edited_cache_file_is_not_trusted_and_is_healed(tmp_path, cache_dir, capsys):
+    """profiles.json with its parsed table edited (priority 10 -> 99) was read as it was until the
+    cache was cleared; the stored texts and tables are bound by a hash, and `cache verify` parses
+    the texts again."""
+    from tests.conftest import run_cli
+
+    profiles = tmp_path / "profiles"
+    profiles.mkdir()
+    (profiles / "board.toml").write_text(PROFILE.format(priority=10))
+    assert load_profiles([profiles])["board"].priority == 10
+    stored = cache_dir / CACHE_NAME
+    edited = json.loads(stored.read_text())
+    edited["tables"][0]["priority"] = 99
+    stored.write_text(json.dumps(edited))
+    assert load_profiles([profiles])["board"].priority == 10  # parsed again ...
+    assert json.loads(stored.read_text())["tables"][0]["priority"] == 10  # ... and stored whole again
+    edited = json.loads(stored.read_text())
+    edited["tables"][0]["priority"] = 99
+    stored.write_text(json.dumps(edited))
+    code, out, _ = run_cli(capsys, "cache", "verify")
+    assert code == 0 and f"removed {CACHE_NAME}: its tables or texts were changed" in out
+    assert not stored.exists()

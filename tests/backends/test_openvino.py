@@ -74,3 +74,33 @@ def test_a_model_openvino_cannot_read_is_a_package_error(tmp_path):
     broken.write_bytes(b"not an onnx file")
     with pytest.raises(PackageError, match="OpenVINO cannot load"):
         OpenVINOBackend(str(broken))
+
+
+def test_a_damaged_compiled_blob_is_replaced_and_said(digits_all_package, tmp_path):
+    """A damaged blob was never replaced and `-v` said compiled_cache=True whatever happened:
+    the blob is sealed with its hash, a damaged or empty one is removed and compiled again, and
+    describe() says which of hit / written / replaced it was."""
+    from edgekit.compiled_cache import problem as compiled_problem
+    from edgekit.formats.onnx.openvino import OpenVINOBackend
+
+    path = str(digits_all_package / onnx_artifacts(digits_all_package)[0].path)
+    folder = tmp_path / "compiled"
+    with OpenVINOBackend(path, threads=1, compiled_dir=str(folder)) as ov:
+        assert ov.describe()["compiled_cache"] == "written"
+    with OpenVINOBackend(path, threads=1, compiled_dir=str(folder)) as ov:
+        assert ov.describe()["compiled_cache"] == "hit"
+    blob = next(folder.glob("*.blob"))
+    data = bytearray(blob.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    blob.write_bytes(bytes(data))
+    assert "does not match the hash" in compiled_problem(folder)
+    with OpenVINOBackend(path, threads=1, compiled_dir=str(folder)) as ov:
+        said = ov.describe()["compiled_cache"]
+        assert said.startswith("replaced: ") and "does not match the hash" in said
+    assert compiled_problem(folder) is None  # compiled again and sealed
+    blob = next(folder.glob("*.blob"))
+    blob.write_bytes(b"")
+    assert compiled_problem(folder) == f"{blob.name} is empty (0 bytes)"
+    with OpenVINOBackend(path, threads=1, compiled_dir=str(folder)) as ov:
+        assert "is empty" in ov.describe()["compiled_cache"]
+    assert next(folder.glob("*.blob")).stat().st_size > 0

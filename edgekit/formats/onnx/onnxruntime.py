@@ -8,6 +8,7 @@ integer IO is quantized/dequantized here like the LiteRT backend does.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -15,10 +16,12 @@ from typing import Any
 
 import numpy as np
 
+from ... import compiled_cache
 from ...errors import BackendUnavailableError, PackageError
 from ..backend import Backend, TensorInfo, dequantize, quantize
 
 DEFAULT_PROVIDERS = ("CPUExecutionProvider",)
+OPTIMIZED_NAME = "model.optimized.onnx"  # the optimized graph kept in the compiled cache
 _ONNX_DTYPES = {
     "tensor(float)": np.float32,
     "tensor(float16)": np.float16,
@@ -131,23 +134,31 @@ class OnnxRuntimeBackend(Backend):
         if compiled_dir is not None:
             self.providers = [_with_engine_cache(p, Path(compiled_dir)) for p in self.providers]
         self.optimized_from_cache = False
-        optimized = Path(compiled_dir) / "model.optimized.onnx" if compiled_dir and graph_optimizations else None
+        self.cache_replaced: str | None = None  # why the compiled entry was emptied before this load
+        optimized = Path(compiled_dir) / OPTIMIZED_NAME if compiled_dir and graph_optimizations else None
         self._session = None
-        if optimized is not None and optimized.is_file():
-            try:
-                self._session = self._open(ort, str(optimized), threads, already_optimized=True)
-                self.optimized_from_cache = True
-            except PackageError:  # a cached copy went bad (truncated on a full disk): rebuild it from the artifact
-                optimized.unlink(missing_ok=True)
-        if self._session is None and not graph_optimizations:
-            self._session = self._open(ort, path, threads, already_optimized=True)  # level ORT_DISABLE_ALL
-        if self._session is None:
-            self._session = self._open_and_save(ort, path, threads, optimized)
+        with compiled_cache.held(compiled_dir) if compiled_dir else contextlib.nullcontext():
+            if compiled_dir is not None:
+                self.cache_replaced = compiled_cache.heal(compiled_dir)  # a truncated or edited copy is never read
+            self._session = self._load(ort, path, threads, optimized, graph_optimizations)
         self._inputs = [self._info(t) for t in self._session.get_inputs()]
         self._outputs = [self._info(t) for t in self._session.get_outputs()]
         self._input_names = [t.name for t in self._inputs]
         self._output_names = [t.name for t in self._outputs]
         self.active_providers = self._session.get_providers()
+
+    def _load(self, ort: Any, path: str, threads: int | None, optimized: Path | None,
+              graph_optimizations: bool) -> Any:
+        if optimized is not None and optimized.is_file():
+            try:
+                session = self._open(ort, str(optimized), threads, already_optimized=True)
+                self.optimized_from_cache = True
+                return session
+            except PackageError:  # the runtime cannot read its own copy any more: rebuild it from the artifact
+                optimized.unlink(missing_ok=True)
+        if not graph_optimizations:
+            return self._open(ort, path, threads, already_optimized=True)  # level ORT_DISABLE_ALL
+        return self._open_and_save(ort, path, threads, optimized)
 
     def _open(self, ort: Any, model: str, threads: int | None, already_optimized: bool,
               save_to: Path | None = None) -> Any:
@@ -182,6 +193,7 @@ class OnnxRuntimeBackend(Backend):
             if not partial.exists() or partial.stat().st_size == 0:
                 raise OSError("ONNX Runtime wrote no optimized model")
             os.replace(partial, optimized)  # published whole, for the next load on this device
+            compiled_cache.seal(optimized.parent, only=[OPTIMIZED_NAME])
         except OSError as exc:
             _cache_unusable(optimized.parent, exc.strerror or str(exc))
         finally:
@@ -209,6 +221,7 @@ class OnnxRuntimeBackend(Backend):
             "spin": self.spin,
             "providers": self.active_providers,
             "optimized_model_from_cache": self.optimized_from_cache,
+            **({"compiled_cache_replaced": self.cache_replaced} if self.cache_replaced else {}),
         }
 
     @staticmethod

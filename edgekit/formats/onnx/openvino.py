@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from ... import compiled_cache
 from ...errors import BackendUnavailableError, PackageError
 from ..backend import Backend, TensorInfo, dequantize, quantize
 
@@ -59,26 +60,58 @@ class OpenVINOBackend(Backend):
         self.path = path
         self.threads = threads
         self.device = device
-        core = ov.Core()
-        if compiled_dir is not None:
-            try:
-                Path(compiled_dir).mkdir(parents=True, exist_ok=True)
-                core.set_property({"CACHE_DIR": compiled_dir})
-            except (OSError, RuntimeError):
-                compiled_dir = None  # a cache that cannot be written costs the cached blob, never the model
-        self.compiled_dir = compiled_dir
         config: dict[str, Any] = {"PERFORMANCE_HINT": "LATENCY", "INFERENCE_PRECISION_HINT": precision}
         if threads:
             config["INFERENCE_NUM_THREADS"] = int(threads)
+        # the compiled blob: "hit" (read back), "written" (compiled now and kept), "replaced: why"
+        # (a bad blob was removed, then compiled again), "off" (no writable cache)
+        self.compiled_cache = "off"
+        if compiled_dir is None:
+            self._compiled = self._compile(ov, path, device, config, None)
+        else:
+            with compiled_cache.held(compiled_dir):
+                self._compiled = self._compile_cached(ov, path, device, config, Path(compiled_dir))
+        self.compiled_dir = compiled_dir if self.compiled_cache != "off" else None
+        self._request = self._compiled.create_infer_request()
+        self._inputs = [self._info(port) for port in self._compiled.inputs]
+        self._outputs = [self._info(port) for port in self._compiled.outputs]
+
+    def _compile_cached(self, ov: Any, path: str, device: str, config: dict[str, Any], folder: Path) -> Any:
+        """Compiled through the blob cache: a blob that fails its seal is removed first, and one
+        OpenVINO cannot import (another version's, damaged in a way the seal predates) is removed
+        and compiled again, never left to fail every load."""
+        replaced = compiled_cache.heal(folder)
+        had_blob = replaced is None and any(p.suffix == ".blob" for p in folder.glob("*"))
         try:
-            self._compiled = core.compile_model(core.read_model(path), device, config)
+            folder.mkdir(parents=True, exist_ok=True)
+            compiled = self._compile(ov, path, device, config, str(folder))
+        except OSError:
+            return self._compile(ov, path, device, config, None)  # a cache that cannot be written costs the blob
+        except PackageError as exc:
+            if not had_blob:
+                raise
+            compiled_cache.clear(folder)
+            compiled = self._compile(ov, path, device, config, str(folder))
+            replaced = f"OpenVINO could not read the blob ({exc.message.split(': ', 1)[-1][:120]})"
+        before = compiled_cache.problem(folder) is None and had_blob
+        compiled_cache.seal(folder)
+        self.compiled_cache = f"replaced: {replaced}" if replaced else ("hit" if before else "written")
+        return compiled
+
+    @staticmethod
+    def _compile(ov: Any, path: str, device: str, config: dict[str, Any], cache_dir: str | None) -> Any:
+        core = ov.Core()
+        if cache_dir is not None:
+            try:
+                core.set_property({"CACHE_DIR": cache_dir})
+            except RuntimeError as exc:
+                raise OSError(str(exc)) from None
+        try:
+            return core.compile_model(core.read_model(path), device, config)
         except Exception as exc:  # OpenVINO raises RuntimeError subclasses for models it cannot read or compile
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise PackageError(f"OpenVINO cannot load {path}: {first}",
                                hint="run it with ONNX Runtime instead (--backend onnxruntime)") from None
-        self._request = self._compiled.create_infer_request()
-        self._inputs = [self._info(port) for port in self._compiled.inputs]
-        self._outputs = [self._info(port) for port in self._compiled.outputs]
 
     @staticmethod
     def _info(port: Any) -> TensorInfo:
@@ -99,7 +132,7 @@ class OpenVINOBackend(Backend):
 
     def describe(self) -> dict[str, object]:
         return {"backend": self.name, "library": self.available(), "threads": self.threads, "device": self.device,
-                "compiled_cache": self.compiled_dir is not None}
+                "compiled_cache": self.compiled_cache}
 
     def close(self) -> None:
         self._request = None
