@@ -264,7 +264,7 @@ class Model:
         warnings.warn(InputRangeWarning(
             f"{name} values range {low:.4g}..{high:.4g} but {self.manifest.name!r} expects about {lo:.4g}..{hi:.4g} "
             f"({origin}); outputs for inputs this far outside are unreliable. "
-            + _range_advice(port.preprocessing, low, high, lo, hi)
+            + _range_advice(port.preprocessing, x, low, high, hi)
         ), stacklevel=4)
 
     def close(self) -> None:
@@ -313,11 +313,18 @@ def expected_range(spec: TensorSpec, info: TensorInfo) -> tuple[float, float, st
     return None
 
 
-def _range_advice(pre: Preprocessing | None, low: float, high: float, lo: float, hi: float) -> str:
-    if pre is None:
-        if high > 2 * max(abs(hi), 1.0) and high <= 255 and low >= 0:
+def _range_advice(pre: Preprocessing | None, x: np.ndarray, low: float, high: float, hi: float) -> str:
+    """What to do about an input far outside its range: the pixel advice only for pixel-like
+    values (whole numbers 0..255), never for a spectrogram or features."""
+    if pre is None or not pre.resize:
+        sample = x.reshape(-1)[:: max(1, x.size // 100_000)]
+        pixels = high > 2 * max(abs(hi), 1.0) and high <= 255 and low >= 0 and np.mean(sample == np.rint(sample)) >= 0.99
+        if pixels and pre is None:
             return "Raw 0..255 pixels? Normalize them as the model was trained (e.g. x / 255), or package the model."
-        return "Preprocess the input as the model was trained."
+        if pre is None:
+            return "Preprocess the input as the model was trained."
+        return (f"The package feeds this input as {describe_preprocessing(pre)}: pass values preprocessed as the "
+                "calibration data was (the same features, units and scale).")
     return (f"The package's preprocessing is {describe_preprocessing(pre)}; pass images or raw uint8 arrays and "
             "edgekit applies it, or pass float arrays already preprocessed that way.")
 

@@ -31,7 +31,8 @@ def parser(prog: str = PROG) -> argparse.ArgumentParser:
     )
     p.add_argument("source", help="package directory, .ekpkg, URL, .tflite or .onnx")
     p.add_argument("--input", "-i", dest="inputs", action="append", type=Path, metavar="FILE",
-                   help="image, .npy or .json array; repeat for a batch (with --bench: the end-to-end input). "
+                   help="image, folder of images, .npy or .json array (uint8 (N, H, W, C) pixels are resized like "
+                        "images); repeat for a batch (with --bench: the end-to-end input). "
                         "A model with several inputs: NAME=FILE per input, or .npz files with one array per input")
     add_load_options(p)
     p.add_argument("--top-k", type=positive_int, default=5, help="labels to print per input (default 5)")
@@ -169,7 +170,10 @@ def predict_rows(model: Any, named: list[tuple[str | None, Path]], raw: bool) ->
         given = {name for name, _ in named if name is not None}
         if given - set(model.input_names):  # a NAME= that is not this input: never fed to it as more samples
             model.check_input_names({name: None for name in given | set(model.input_names)})
-        sets = [(str(path), str(path)) for _, path in named]
+        from .data.preprocessing import image_files
+
+        files = [file for _, path in named for file in (image_files(path) if path.is_dir() else [path])]
+        sets = [(str(path), str(path)) for path in files]  # a folder: each of its files, named
     elif named and all(name is not None for name, _ in named):
         sets = [(" ".join(f"{n}={p}" for n, p in named), {n: str(p) for n, p in named})]
     else:

@@ -276,3 +276,36 @@ def test_nan_at_inference_names_the_input_not_calibration(digits_package, tmp_pa
     result = device_cli(digits_package, "-i", tmp_path / "nan.npy")
     assert_user_error(result, "nan.npy", "NaN/Inf", "first in sample 2")
     assert "calibrat" not in result.stderr
+
+
+def test_raw_pixel_arrays_and_image_folders_run_as_image_files_do(digits_package, tmp_path):
+    """`-i images.npy` (uint8 NHWC, another size or RGB) said "pass an image folder", and a folder
+    then said "is a directory": pixels are resized and converted as decoded files are, and a
+    folder runs each of its images under its own name."""
+    from PIL import Image
+
+    import edgekit
+
+    x, _ = load_npz(EVAL)
+    big = np.stack([np.asarray(Image.fromarray(x[i][..., 0]).resize((24, 24), Image.Resampling.NEAREST))
+                    for i in range(4)])
+    rgb = np.repeat(big[..., None], 3, axis=-1)  # (4, 24, 24, 3) uint8, as a camera or PIL gives
+    np.save(tmp_path / "pixels.npy", rgb)
+    folder = tmp_path / "frames"
+    folder.mkdir()
+    for i, image in enumerate(big):
+        Image.fromarray(image).save(folder / f"{i}.png")
+    with edgekit.load(digits_package) as model:
+        from_files = np.concatenate([model.predict(str(folder / f"{i}.png")) for i in range(4)])
+        np.testing.assert_allclose(model.predict(rgb), from_files, atol=1e-6)
+        np.testing.assert_allclose(model.predict(str(folder)), from_files, atol=1e-6)
+        np.testing.assert_allclose(model.predict(rgb[0]), from_files[:1], atol=1e-6)  # one (H, W, C) image
+    by_folder = device_cli(digits_package, "-i", folder, "--top-k", "1")
+    by_pixels = device_cli(digits_package, "-i", tmp_path / "pixels.npy", "--top-k", "1")
+    assert by_folder.returncode == 0 and by_pixels.returncode == 0, by_folder.stderr + by_pixels.stderr
+    assert [line.split(": ")[0] for line in by_folder.stdout.strip().splitlines()] == [
+        str(folder / f"{i}.png") for i in range(4)]
+    assert ([line.split(": ")[1] for line in by_folder.stdout.strip().splitlines()]
+            == [line.split(": ")[1] for line in by_pixels.stdout.strip().splitlines()])
+    (tmp_path / "empty").mkdir()
+    assert_user_error(device_cli(digits_package, "-i", tmp_path / "empty"), "holds no images")

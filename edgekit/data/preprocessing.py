@@ -15,6 +15,8 @@ import numpy as np
 from ..errors import DataError, EdgekitError, InputError
 from ..manifest import Preprocessing
 
+IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff", ".ppm", ".pgm"})
+
 if TYPE_CHECKING:
     from PIL import Image
 
@@ -162,7 +164,8 @@ def conform(x: np.ndarray, sample_shape: tuple[int | None, ...], what: str) -> n
         expected = "(N, " + ", ".join("?" if d is None else str(d) for d in sample_shape) + ")"
         raise DataError(
             f"{what} has shape {tuple(x.shape)}; the model expects {expected}",
-            hint="reshape or resize the data to the model's input (images: pass an image folder)",
+            hint="reshape the data to the model's input (image files and uint8 (N, H, W, C) pixel arrays are "
+                 "resized to it)",
         )
     return x
 
@@ -284,6 +287,8 @@ def load_input(
     ``native``: a bare model's integer input dtype; arrays already in it are its quantized
     values and are fed unchanged (a uint8-input .tflite takes raw pixels that way).
     """
+    if isinstance(item, (str, os.PathLike)) and Path(item).is_dir():  # a folder of images: each, in name order
+        return np.concatenate([load_input(file, spec, sample_shape, native) for file in image_files(Path(item))])
     if _is_pil_image(item) or (
         isinstance(item, (str, os.PathLike)) and Path(item).suffix.lower() not in (".npy", ".json")
     ):
@@ -308,11 +313,46 @@ def load_input(
         raise InputError(f"{what} is empty (shape {tuple(array.shape)})", hint="pass at least one sample")
     check_finite(array if array.ndim > 1 else array[None], what, error=InputError,
                  hint="replace the NaN/Inf values: they have no INT8 value and the outputs would be meaningless")
+    pixels = raw_pixel_images(array, spec, sample_shape)
+    if pixels is not None:  # uint8 (N, H, W, C) images: resized and laid out as image files are
+        return conform(normalize(to_layout(pixels, spec), spec), sample_shape, what)  # type: ignore[arg-type]
     if array.dtype.kind in "iu" and spec is not None:
         array = normalize(array, spec)  # raw pixels: apply the manifest's preprocessing
     elif native is not None and native.kind in "iu" and array.dtype == native:
         return conform(array, sample_shape, what)
     return conform(array.astype(np.float32, copy=False), sample_shape, what)
+
+
+def raw_pixel_images(array: np.ndarray, spec: Preprocessing | None,
+                     sample_shape: tuple[int | None, ...]) -> np.ndarray | None:
+    """``array`` as decoded NHWC images the model's size and colours, when it is uint8 pixels in
+    (N, H, W, C) or (H, W, C) order (C 1, 3 or 4) for an image model and not already the model's
+    own shape; else None (fed as it is, and a shape that fits nothing is refused by name: a 2-D
+    array is not guessed to be an image)."""
+    if spec is None or spec.resize is None or array.dtype != np.uint8 or array.ndim not in (3, 4):
+        return None
+    ready = (array.ndim == len(sample_shape) + 1 and _matches(array.shape[1:], sample_shape)) or (
+        array.ndim == len(sample_shape) and _matches(array.shape, sample_shape))
+    if ready or array.shape[-1] not in (1, 3, 4):
+        return None  # the model's shape already, or channels first / not images: conform names the shape
+    images = array if array.ndim == 4 else array[None]  # a batch (N, H, W, C), or one (H, W, C) image
+    from PIL import Image
+
+    size = tuple(spec.resize)
+    decoded = [decode_image(Image.fromarray(image[..., 0] if image.ndim == 3 and image.shape[-1] == 1 else image),
+                            size, spec.color_order, spec.resize_method)  # type: ignore[arg-type]
+               for image in images]
+    return np.stack(decoded)
+
+
+def image_files(folder: Path) -> list[Path]:
+    """The images and array files in a folder given as an input, in name order."""
+    files = sorted(p for p in folder.rglob("*") if p.is_file()
+                   and (p.suffix.lower() in IMAGE_SUFFIXES or p.suffix.lower() in (".npy", ".json")))
+    if not files:
+        raise InputError(f"input folder {folder} holds no images or .npy/.json arrays",
+                         hint="pass image files, a folder of them, or .npy arrays")
+    return files
 
 
 def read_array_file(path: Path) -> np.ndarray:

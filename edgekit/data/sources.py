@@ -20,9 +20,8 @@ from typing import Any
 import numpy as np
 
 from ..errors import DataError
-from .preprocessing import decode_image
+from .preprocessing import IMAGE_SUFFIXES, decode_image
 
-IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff", ".ppm", ".pgm"})
 MAX_GENERATED_SAMPLES = 100_000
 
 

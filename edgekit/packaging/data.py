@@ -299,7 +299,8 @@ def data_guards(values: np.ndarray, x: np.ndarray, spec: Preprocessing) -> list[
     """Calibration data that would give bad INT8 ranges: said with numbers, recorded in the manifest."""
     found = []
     low, high = float(values.min()), float(values.max())
-    if values.dtype.kind == "f" and spec.scale == 1.0 and not spec.mean[0] and low >= 0 and high > 2.0:
+    if (values.dtype.kind == "f" and spec.scale == 1.0 and not spec.mean[0] and low >= 0 and 2.0 < high <= 255.0
+            and _looks_like_pixels(values)):
         found.append(
             f"calibration values range {low:g}..{high:g} but the preprocessing passes floats unchanged; if the model "
             "expects 0..1 inputs, pass --scale 0.00392157 (or give uint8 images)"
@@ -312,6 +313,13 @@ def data_guards(values: np.ndarray, x: np.ndarray, spec: Preprocessing) -> list[
     elif distinct < 0.5 * len(x):
         found.append(f"only {distinct} of {len(x)} calibration samples are distinct")
     return found
+
+
+def _looks_like_pixels(values: np.ndarray) -> bool:
+    """Float data holding 8-bit pixel values (whole numbers 0..255), as images saved as floats do;
+    a spectrogram, features or audio (fractional values) is fed as it is, so no 1/255 hint."""
+    sample = values.reshape(-1)[:: max(1, values.size // 100_000)]
+    return float(np.mean(sample == np.rint(sample))) >= 0.99
 
 
 def class_coverage(y: np.ndarray | None, output: TensorDescription) -> list[str]:
