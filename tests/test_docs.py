@@ -54,3 +54,43 @@ def test_the_notebook_runs(tmp_path):
     assert "NAME:notebook_classifier" in result.stdout and "TABLE:True" in result.stdout
     accuracy = float(result.stdout.split("INT8 accuracy on the device runtime:")[1].split()[0])
     assert accuracy >= 0.8
+
+
+def test_every_report_a_documented_compare_reads_is_made_by_an_earlier_command():
+    """The tutorial compared this-device.bench.json with other-device.bench.json, which no
+    command made: every report file or folder `edgekit compare` reads in the docs is written by
+    an earlier `--report` (or copied back from a device with scp) in the same page."""
+    import re
+    import shlex
+
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    checked = 0
+    for page in pages:
+        made: list[str] = []
+        for block in re.findall(r"```(?:bash|sh)?\n(.*?)```", page.read_text(), flags=re.S):
+            for line in block.replace("\\\n", " ").splitlines():
+                text = line.split(" #")[0].replace("[", " ").replace("]", " ")
+                try:
+                    words = shlex.split(text)
+                except ValueError:  # a quote that closes on another line (python -c "...")
+                    words = text.split()
+                made += [words[i + 1] for i, w in enumerate(words[:-1]) if w == "--report"]
+                made += [w.split(":", 1)[1] for w in words[1:-1] if words[0] == "scp" and ":" in w]
+                if words[:2] != ["edgekit", "compare"]:
+                    continue
+                for source in [w for w in words[2:] if not w.startswith("-")][:_positionals(words)]:
+                    checked += 1
+                    produced = any(m == source or (source.endswith("/") and m.startswith(source)) for m in made)
+                    assert produced, f"{page.name}: `{line.strip()}` reads {source}, which no earlier command writes"
+    assert checked >= 4
+
+
+def _positionals(words: list[str]) -> int:
+    """How many leading non-option words after `edgekit compare` are report paths (the rest are
+    option values such as --html's file)."""
+    count = 0
+    for word in words[2:]:
+        if word.startswith("-"):
+            break
+        count += 1
+    return count
