@@ -67,8 +67,10 @@ def test_archive_loads_from_the_cache(digits_package):
 
 def test_bad_inputs_are_refused(digits_package):
     with edgekit.load(digits_package) as model:
-        with pytest.raises(DataError, match="the model expects"):
-            model.predict(np.zeros((2, 9, 9, 1), np.uint8))
+        with pytest.raises(DataError, match="the model expects"):  # (uint8 (N, H, W, C) pixels are resized)
+            model.predict(np.zeros((2, 9, 9, 1), np.float32))
+        with pytest.raises(DataError, match="the model expects"):  # two channels: not images
+            model.predict(np.zeros((2, 9, 9, 2), np.uint8))
         with pytest.raises(DataError, match="NaN/Inf"):
             model.predict(np.full((1, 8, 8, 1), np.nan, np.float32))
         with pytest.raises(InputError, match="expected numbers"):
