@@ -290,6 +290,10 @@ def _package_build_options(p: argparse.ArgumentParser) -> None:
                    help="keep this layer in float (repeatable; recorded in the manifest); see --explain for "
                         "candidates. Honoured where the format's converter has per-layer control (`edgekit routes`); "
                         "on another route it is refused before anything loads")
+    p.add_argument("--int16-activations", dest="int16_layers", action="append", default=[], metavar="LAYER",
+                   help="give this layer 16-bit activations with 8-bit weights (int16x8: more accurate than int8, "
+                        "still integer; repeatable; recorded in the manifest). Honoured where the format's quantizer "
+                        "has it (`edgekit routes`); on another route it is refused before anything loads")
     p.add_argument("--explain", action="store_true",
                    help="report per-layer quantization error (worst layers by SQNR); on the same routes as --keep-float")
     p.add_argument("--sign", dest="sign_key", type=Path, default=None, metavar="KEY",
@@ -332,7 +336,7 @@ def _package(args: argparse.Namespace) -> None:
         allow_float_ops=args.allow_float_ops, force=args.force, archive=args.archive, min_sqnr_db=args.min_sqnr_db,
         output_kinds=_output_kinds(args.parser, args.output_kinds), metric=args.metric, auto_fix=args.auto_fix,
         labels_file=str(args.labels_file) if args.labels_file else None, timeout_s=args.timeout,
-        allow_partial=allow_partial, keep_float=args.keep_float, explain=explain,
+        allow_partial=allow_partial, keep_float=args.keep_float, int16_layers=args.int16_layers, explain=explain,
         sign_key=str(args.sign_key) if args.sign_key else None,
         format_options={option.name: getattr(args, option.name) for _, option in build_options()},
         input_shapes=dict(args.input_shapes), also_float=args.also_float,

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from .sources import Source
 
 # options that change what a converter does inside the graph; a route says which it honours
-ROUTE_OPTIONS = {"keep_float": "--keep-float", "explain": "--explain"}
+ROUTE_OPTIONS = {"keep_float": "--keep-float", "int16": "--int16-activations", "explain": "--explain"}
 
 
 class StepContext(NamedTuple):

@@ -36,21 +36,34 @@ def test_routes_follow_the_formats_order_of_preference():
     assert "package it for onnx" in refused.value.hint
 
 
-@pytest.mark.parametrize("option", ["keep_float", "explain"])
-def test_an_option_a_route_cannot_honour_is_refused_with_the_routes_that_can(option):
+@pytest.mark.parametrize("option, able", [("keep_float", "tflite --format onnx"), ("explain", "tflite --format onnx"),
+                                           ("int16", "tflite")])
+def test_an_option_a_route_cannot_honour_is_refused_with_the_routes_that_can(option, able):
     keras = next(s for s in SOURCES if "keras" in s.provides)
     with pytest.raises(RouteError) as refused:
         routes.plan(keras, "keras", FORMATS.values(), {option: True})
     flag = routes.ROUTE_OPTIONS[option]
-    assert f"{flag} is not honoured by the route keras -> keras-model -> coreml" in refused.value.message
-    assert "keras -> tf-graph -> tflite; keras -> tf2onnx -> onnx-graph -> onnx" in refused.value.hint
-    assert f"with {flag} (--format tflite --format onnx)" in refused.value.hint
-    onnx_source = next(s for s in SOURCES if "onnx" in s.provides)
-    with pytest.raises(RouteError, match="route onnx -> onnx-to-torch -> torch-program -> tflite"):
-        routes.plan(onnx_source, "onnx", [FORMATS["tflite"]], {option: True})
-    planned = routes.plan(keras, "keras", [FORMATS["tflite"], FORMATS["onnx"]], {option: True})
+    assert f"{flag} is not honoured by the route" in refused.value.message
+    assert "keras -> keras-model -> coreml" in refused.value.message
+    assert "keras -> tf-graph -> tflite" in refused.value.hint
+    assert f"with {flag} (--format {able})" in refused.value.hint
+    planned = routes.plan(keras, "keras", [FORMATS[name] for name in able.split(" --format ")], {option: True})
     assert all(option in r.honours for r in planned.values())
     assert routes.plan(keras, "keras", FORMATS.values(), {option: False})  # not asked: every route
+
+
+@pytest.mark.parametrize("option", ["keep_float", "int16", "explain"])
+def test_every_tflite_route_has_per_layer_precision(option):
+    """LiteRT Quantizer on the float conversion: the litert-torch routes (PyTorch and ONNX
+    sources) honour --keep-float, --int16-activations and --explain, as TensorFlow's does."""
+    for source in SOURCES:
+        for kind in source.provides:
+            route = routes.route(source, kind, FORMATS["tflite"])
+            if route is not None:
+                assert option in route.honours, route.describe()
+    onnx_source = next(s for s in SOURCES if "onnx" in s.provides)
+    with pytest.raises(RouteError, match="onnx -> onnx-to-torch -> torch-module -> coreml"):
+        routes.plan(onnx_source, "onnx", FORMATS.values(), {option: True})
 
 
 def test_keep_float_on_a_route_without_it_is_refused_before_the_model_loads(tmp_path, capsys):
@@ -69,7 +82,9 @@ def test_routes_command_lists_the_table(capsys):
     assert code == 0
     assert "onnx -> onnx-to-torch -> torch-module -> coreml" in out
     lines = [line for line in out.splitlines() if line.startswith("keras -> tf-graph -> tflite")]
-    assert lines and "--keep-float, --explain" in lines[0]
+    assert lines and "--keep-float, --int16-activations, --explain" in lines[0]
+    torch_lines = [line for line in out.splitlines() if line.startswith("onnx -> onnx-to-torch -> torch-program -> tflite")]
+    assert torch_lines and "--keep-float, --int16-activations, --explain" in torch_lines[0]
 
 
 def test_the_docs_routes_table_is_the_route_table():

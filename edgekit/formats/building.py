@@ -40,6 +40,7 @@ class BuildContext:
     output_layers: Mapping[str, str] = field(default_factory=dict)  # model output name -> the layer computing it
     output_names: tuple[str, ...] = ()  # the model's outputs, in order
     keep_float: tuple[str, ...] = ()  # layers to leave in float
+    int16_layers: tuple[str, ...] = ()  # layers given 16-bit activations with 8-bit weights (int16x8)
     allow_float_ops: bool = False
     explain_npy: str | None = None  # samples for the per-layer error report (--explain); None = no report
     timeout_s: float | None = None

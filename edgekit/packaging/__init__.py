@@ -70,7 +70,8 @@ def plan_formats(options: PackageOptions, source: Source, kind: str) -> list[Pla
     """Each requested format with its route; an option a route cannot honour, or a format no
     route reaches, is refused here, before anything loads (``routes.plan``)."""
     formats = [get_format(name) for name in expand_formats(options.formats or [])]
-    planned = plan(source, kind, formats, {"keep_float": bool(options.keep_float), "explain": options.explain})
+    planned = plan(source, kind, formats, {"keep_float": bool(options.keep_float), "explain": options.explain,
+                                           "int16": bool(options.int16_layers)})
     found = []
     for fmt in formats:
         builder = fmt.builder()
@@ -236,6 +237,7 @@ def build_context(options: PackageOptions, loaded: LoadedSource, data: PreparedD
         output_layers=MappingProxyType(dict(loaded.described.output_layers)),
         output_names=tuple(loaded.described.output_names),
         keep_float=tuple(options.keep_float),
+        int16_layers=tuple(options.int16_layers),
         allow_float_ops=options.allow_float_ops,
         explain_npy=explain_npy,
         timeout_s=options.step_timeout_s,

@@ -39,6 +39,7 @@ class PackageOptions:
     timeout_s: float | None = None  # per child step (loading, float reference, each conversion); None: the default
     allow_partial: bool = False  # with several formats: keep the package if some of them fail
     keep_float: list[str] = field(default_factory=list)  # layers to keep in float
+    int16_layers: list[str] = field(default_factory=list)  # layers given 16-bit activations (int16x8)
     explain: bool = False  # per-layer quantization error report
     sign_key: str | None = None  # Ed25519 private key: sign manifest.json
     targets: list[str] | None = None  # the former name of `formats`, accepted for one release
@@ -127,7 +128,7 @@ def _check_format_option(option: Any, value: Any) -> None:
                          + (f" of at least {option.minimum}" if option.minimum is not None else "") + f", got {value!r}")
 
 
-LIST_OPTIONS = ("formats", "targets", "keep_float", "profiles")  # each a list of names
+LIST_OPTIONS = ("formats", "targets", "keep_float", "int16_layers", "profiles")  # each a list of names
 MAPPING_OPTIONS = ("output_kinds", "preprocessing", "input_shapes", "fixed_inputs", "format_options", "data_names")
 
 

@@ -18,6 +18,10 @@ labels; seconds each, seeded. They stand for model families users bring:
   with two units that are always zero (dead ReLUs). INT8 keeps every vector's direction.
 - ``probmap``: a PyTorch segmentation net with one sigmoid channel, ``[N, 1, H, W]``, exported to
   ONNX: a probability map whose border pixels stay near zero.
+- ``audio_bn``: a PyTorch 1-D audio CNN with BatchNorm *after* each ReLU (a common ordering in
+  audio models), four tone classes, saved with ``torch.export`` (dynamic batch). The BatchNorm
+  cannot fold into the convolution before it; it is a per-channel multiply and add, which int8
+  kernels run (litert-torch's PT2E quantizer leaves it in float).
 - ``shapes``: a three-class image classifier (square, vbar, hbar, in that output order), trained
   to 100%, with an image folder whose alphabetical order (hbar, square, vbar) is not the model's.
 
@@ -243,6 +247,51 @@ def probmap(out: Path) -> Path:
     return folder / "probmap.onnx"
 
 
+def tone_frames(n: int, seed: int):  # noqa: ANN201
+    """1024-sample frames at 16 kHz of one of four tones (250, 500, 1000, 2000 Hz) in noise,
+    shaped [N, 1, 1024] (channels first, as PyTorch audio models take them), and the tone ids."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    t = np.arange(1024, dtype=np.float32) / 16000.0
+    tone = rng.integers(0, 4, n)
+    hz = np.array([250.0, 500.0, 1000.0, 2000.0])[tone] * rng.uniform(0.93, 1.07, n)
+    x = np.sin(2 * np.pi * hz[:, None] * t[None] + rng.uniform(0, 6.28, (n, 1))) * rng.uniform(0.2, 1, (n, 1))
+    x = x + rng.normal(0, 0.3, x.shape)
+    return x[:, None].astype(np.float32), tone.astype(np.int64)
+
+
+def audio_bn(out: Path) -> Path:
+    import numpy as np
+    import torch
+    from torch import nn
+
+    torch.manual_seed(0)
+    folder = out / "audio_bn"
+    folder.mkdir(parents=True, exist_ok=True)
+    model = nn.Sequential(nn.Conv1d(1, 16, 9, stride=2, padding=4), nn.ReLU(), nn.BatchNorm1d(16),
+                          nn.Conv1d(16, 32, 9, stride=2, padding=4), nn.ReLU(), nn.BatchNorm1d(32),
+                          nn.Conv1d(32, 32, 9, stride=2, padding=4), nn.ReLU(), nn.BatchNorm1d(32),
+                          nn.AdaptiveAvgPool1d(1), nn.Flatten(), nn.Linear(32, 4))
+    x, y = tone_frames(1200, 0)
+    optimizer = torch.optim.Adam(model.parameters(), 3e-3)
+    for step in range(240):
+        batch = slice((step * 100) % 1200, (step * 100) % 1200 + 100)
+        optimizer.zero_grad()
+        loss = nn.functional.cross_entropy(model(torch.from_numpy(x[batch])), torch.from_numpy(y[batch]))
+        loss.backward()
+        optimizer.step()
+    model.eval()
+    batch = torch.export.Dim("batch", min=1, max=4096)
+    program = torch.export.export(model, (torch.zeros(2, 1, 1024),), dynamic_shapes=({0: batch},))
+    torch.export.save(program, str(folder / "audio_bn.pt2"))
+    calibration, labels = tone_frames(300, 1)
+    np.savez(folder / "calibration.npz", x=calibration, y=labels)
+    held_out, held_labels = tone_frames(300, 2)
+    np.savez(folder / "eval.npz", x=held_out, y=held_labels)
+    return folder / "audio_bn.pt2"
+
+
 def shape_images(n: int, seed: int) -> tuple[list, list[int]]:
     """24x24 grey images: a filled square, a vertical bar or a horizontal bar, with noise."""
     import numpy as np
@@ -295,7 +344,8 @@ def shapes(out: Path) -> Path:
     return folder / "shapes.keras"
 
 
-BUILDERS = {"yolo": yolo, "yolov5": yolov5, "pitch": pitch, "embedding": embedding, "probmap": probmap, "shapes": shapes}
+BUILDERS = {"yolo": yolo, "yolov5": yolov5, "pitch": pitch, "embedding": embedding, "probmap": probmap, "shapes": shapes,
+            "audio_bn": audio_bn}
 
 
 def main() -> None:

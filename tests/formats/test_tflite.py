@@ -71,7 +71,7 @@ def test_allow_float_ops_keeps_them_and_records_them(sin_saved_model, tmp_path, 
     assert code == 0, err
     manifest = json.loads((tmp_path / "sin_model.edgekit" / "manifest.json").read_text())
     artifact = manifest["artifacts"][0]
-    assert artifact["precision"] == "int8+float"
+    assert artifact["precision"] == "int8+float (1 layer)"
     assert {op["op"] for op in artifact["float_ops"]} == {"SIN"}
     assert "keeps these ops in float: SIN" in out
 

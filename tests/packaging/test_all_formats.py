@@ -70,7 +70,7 @@ def test_explain_reports_worst_layers_and_keep_float_excludes_them(tmp_path, cap
         finite = [r["sqnr_db"] for r in rows if r["sqnr_db"] is not None]
         assert len(rows) >= 5 and finite == sorted(finite)
         assert artifact.details["keep_float"] == ["block1_dw"]
-        assert artifact.precision == "int8+float"
+        assert artifact.precision.startswith("int8+float (")
         assert artifact.float_ops and all("block1_dw" in op["tensor"] for op in artifact.float_ops)
         metrics = manifest.validation.to_dict()["artifacts"][target]
         assert metrics["accuracy"] >= manifest.validation.to_dict()["float"]["accuracy"] - 0.01

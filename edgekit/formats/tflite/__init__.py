@@ -26,6 +26,8 @@ FORMAT = Format(
     extra="edgekit[tflite]",
     serving_platform="tflite",
     bare_suffixes=(".tflite",),
-    accepts=(Accepts(forms.TF_GRAPH, honours=("keep_float", "explain")),  # TFLiteConverter
-             Accepts(forms.TORCH_PROGRAM)),  # litert-torch (PT2E): no per-layer control
+    # TFLiteConverter / litert-torch (PT2E) by default; a layer's float or int16 precision through
+    # LiteRT Quantizer on the float conversion (tflite/quantizer.py), on every route
+    accepts=(Accepts(forms.TF_GRAPH, honours=("keep_float", "int16", "explain")),
+             Accepts(forms.TORCH_PROGRAM, honours=("keep_float", "int16", "explain"))),
 )

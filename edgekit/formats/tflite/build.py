@@ -26,6 +26,7 @@ from ...manifest import Artifact, QuantParams
 from ..building import MINMAX, BuildContext, Builder, BuildResult, in_layer, layer_of, read_samples, worst_layers
 from ..precision import Precision
 from .precision import analyse
+from .quantizer import FLOAT, INT16, MODULES, SCOPES, layer_test, quantize_float_tflite
 
 ARTIFACT_PATH = "tflite/model.int8.tflite"
 
@@ -37,6 +38,8 @@ class TFLiteBuilder(Builder):
     def build(self, context: BuildContext, on_progress: Callable[[int, int], None] | None = None) -> BuildResult:
         if context.model.form == forms.TORCH_PROGRAM:
             return self._build_from_torch(context, on_progress)
+        if context.int16_layers:  # per-layer precision beyond float: LiteRT Quantizer on the float conversion
+            return self._build_from_float(context, on_progress)
         output = context.package_dir / ARTIFACT_PATH
         output.parent.mkdir(parents=True, exist_ok=True)
         info = worker.call(
@@ -93,6 +96,63 @@ class TFLiteBuilder(Builder):
     def fallback_io(self, path: Path, quantized: Artifact) -> tuple[list[QuantParams], list[QuantParams]]:
         return io_quantization(str(path))
 
+    def _build_from_float(self, context: BuildContext, on_progress: Callable[[int, int], None] | None) -> BuildResult:
+        """TensorFlow's converter in float once per packaging run (kept in the work folder for
+        every later quantization of it), then LiteRT Quantizer with the per-layer recipe."""
+        float_model = Path(context.workdir) / "tflite.float.tflite"
+        float16 = Path(context.workdir) / "tflite.float16.tflite" if context.option("also_float") else None
+        source = float_model.with_name(float_model.name + ".source")
+        made_from = source.read_text() if source.is_file() else None
+        if made_from != context.model.path or not float_model.is_file() or (float16 and not float16.is_file()):
+            worker.call(convert_float, what="TFLite float conversion", timeout=context.timeout_s,
+                        saved_model=context.model.path, output=str(float_model),
+                        float16_output=str(float16) if float16 else None)
+            source.write_text(context.model.path)
+        tool = ((f"{context.model.via}, then " if context.model.via else "")
+                + "tensorflow.lite.TFLiteConverter.from_saved_model (float)")
+        fallback = {"fallback_model": str(float16), "fallback_precision": "float16"} if float16 else {}
+        return self._quantized_from_float(context, float_model, SCOPES, tool, on_progress,
+                                          float_by="float TFLite (TFLiteConverter), LiteRT", **fallback)
+
+    def _quantized_from_float(self, context: BuildContext, float_model: Path, namer: str, tool: str,
+                              on_progress: Callable[[int, int], None] | None, float_by: str, note: str = "",
+                              **fallback: Any) -> BuildResult:
+        """The artifact from a float ``.tflite``: LiteRT Quantizer (int8 weights per channel and
+        int8 activations; each --keep-float layer float, each --int16-activations layer int16x8),
+        then the same checks as every TFLite artifact."""
+        from .from_torch import torch_layer
+
+        output = context.package_dir / ARTIFACT_PATH
+        output.parent.mkdir(parents=True, exist_ok=True)
+        layers = {**{layer: FLOAT for layer in context.keep_float}, **{layer: INT16 for layer in context.int16_layers}}
+        info = worker.call(quantize_float_tflite, what="TFLite quantization (LiteRT Quantizer)",
+                           timeout=context.timeout_s, on_progress=on_progress, float_model=str(float_model),
+                           calibration_npy=context.calibration_npy, output=str(output), layers=layers, namer=namer,
+                           layer_names=list(context.layer_names), explain_npy=context.explain_npy)
+        if namer == MODULES:
+            read = lambda: analyse(str(output), list(context.layer_names), layer_namer=torch_layer)  # noqa: E731
+        else:
+            _, output_tensors = _tensor_names(output.read_bytes())
+            named = {output_tensors[o]: layer for o, layer in context.output_layers.items() if output_tensors.get(o)}
+            read = lambda: analyse(str(output), list(context.layer_names), named)  # noqa: E731
+        precision = _loadable(read, "LiteRT Quantizer")
+        if not context.allow_float_ops:
+            _refuse_unexpected_float_ops(precision.inner, context.keep_float,
+                                         layer_test(namer, list(context.layer_names)))
+        inputs, outputs = io_quantization(str(output))
+        return BuildResult(float_model=str(float_model), float_by=float_by, **fallback, artifact=Artifact(
+            target=self.name, path=ARTIFACT_PATH, sha256=sha256_file(output), bytes=output.stat().st_size,
+            precision=precision.label, inputs=inputs, outputs=outputs, float_ops=precision.float_ops,
+            converter={"tool": f"{tool}, then LiteRT Quantizer (int8 per-channel weights, int8 activations"
+                               + (", per-layer recipe)" if layers else ")"),
+                       "litert_quantizer": info["litert_quantizer"], "calibration_method": MINMAX,
+                       "seconds": info["seconds"], **({"why": note} if note else {})},
+            details={"keep_float": list(context.keep_float), "int16_layers": list(context.int16_layers),
+                     "precision": precision.record(),
+                     **({"explain": info["explain"]} if info.get("explain") is not None else {}),
+                     **({"requantized_outputs": info["fixed_output_scales"]} if info["fixed_output_scales"] else {})},
+        ))
+
     def _build_from_torch(self, context: BuildContext, on_progress: Callable[[int, int], None] | None) -> BuildResult:
         """litert-torch in its own environment (PT2E static INT8), then the same checks as above."""
         from ... import toolenv
@@ -101,20 +161,38 @@ class TFLiteBuilder(Builder):
         output = context.package_dir / ARTIFACT_PATH
         output.parent.mkdir(parents=True, exist_ok=True)
         python = toolenv.python_for(toolenv.LITERT_TORCH)
+        float_model = Path(context.workdir) / "tflite.float.tflite"
+        per_layer = bool(context.keep_float or context.int16_layers or context.explain_npy)
         info = worker.call(
             convert_torch, what="TFLite conversion (litert-torch)", timeout=context.timeout_s,
             on_progress=on_progress, python=python, model=context.model.to_dict(),
             calibration_npy=context.calibration_npy, output=str(output), output_names=list(context.output_names),
-            float_output=str(Path(context.workdir) / "tflite.float.tflite"),
+            float_output=str(float_model), pt2e=not per_layer,
         )
+        tool = (f"{context.model.via}, then " if context.model.via else "") + "litert_torch.convert (float)"
+        fallback = {"fallback_model": str(float_model), "fallback_precision": "float32"} \
+            if context.option("also_float") else {}
+        if per_layer:  # PT2E has no per-layer control: LiteRT Quantizer on litert-torch's float conversion
+            return self._quantized_from_float(context, float_model, MODULES, tool, on_progress,
+                                              float_by="float TFLite (litert-torch), LiteRT", **fallback)
         precision = _loadable(lambda: analyse(str(output), list(context.layer_names), layer_namer=torch_layer),
                               "litert-torch")
         if not context.allow_float_ops:
-            _refuse_unexpected_float_ops(precision.inner, context.keep_float)
+            try:
+                _refuse_unexpected_float_ops(precision.inner, context.keep_float)
+            except UnsupportedOpError as refused:
+                # PT2E annotates op patterns, and leaves others in float (a BatchNorm after a ReLU is a
+                # per-channel multiply and add, which int8 kernels run): LiteRT Quantizer quantizes
+                # every op of the float conversion it has a kernel for; what it cannot is refused as before
+                note = f"litert-torch's PT2E quantizer left ops in float ({refused.message.split(': ', 1)[-1]})"
+                try:
+                    return self._quantized_from_float(context, float_model, MODULES, tool, on_progress,
+                                                      float_by="float TFLite (litert-torch), LiteRT", note=note,
+                                                      **fallback)
+                except UnsupportedOpError:
+                    raise refused from None
         inputs, outputs = io_quantization(str(output))
-        fallback = {"fallback_model": str(Path(context.workdir) / "tflite.float.tflite"),  # litert-torch: float32
-                    "fallback_precision": "float32"} if context.option("also_float") else {}
-        return BuildResult(float_model=str(Path(context.workdir) / "tflite.float.tflite"), **fallback,
+        return BuildResult(float_model=str(float_model), **fallback,
                            float_by="float TFLite (litert-torch), LiteRT", artifact=Artifact(
             target=self.name, path=ARTIFACT_PATH, sha256=sha256_file(output), bytes=output.stat().st_size,
             precision=precision.label, inputs=inputs, outputs=outputs, float_ops=precision.float_ops,
@@ -144,10 +222,12 @@ def _loadable(read: Callable[[], Precision], converter: str) -> Precision:
         ) from None
 
 
-def _refuse_unexpected_float_ops(float_ops: list[dict[str, str]], kept: tuple[str, ...]) -> None:
-    """Ops the converter left in float that no --keep-float asked for: named by layer."""
+def _refuse_unexpected_float_ops(float_ops: list[dict[str, str]], kept: tuple[str, ...],
+                                 belongs: Callable[[str, str], bool] = in_layer) -> None:
+    """Ops the converter left in float that no --keep-float asked for: named by layer
+    (``belongs(tensor, layer)``: how this route's tensor names map to the user's layers)."""
     unexpected = [op for op in float_ops
-                  if op["layer"] not in kept and not any(in_layer(op["tensor"], layer) for layer in kept)]
+                  if op["layer"] not in kept and not any(belongs(op["tensor"], layer) for layer in kept)]
     if not unexpected:
         return
     by_layer: dict[str, list[str]] = {}
@@ -200,6 +280,24 @@ def _converter(saved_model: str, samples: dict[str, Any] | None, allow_float_ops
     converter.inference_input_type = tf.int8
     converter.inference_output_type = tf.int8
     return converter
+
+
+def convert_float(saved_model: str, output: str, float16_output: str | None = None) -> dict[str, Any]:
+    """The float TFLite conversion alone (and the float16 fallback), for LiteRT Quantizer."""
+    import tensorflow as tf
+
+    converters = [(output, tf.lite.TFLiteConverter.from_saved_model(saved_model))]
+    if float16_output:
+        halved = tf.lite.TFLiteConverter.from_saved_model(saved_model)
+        halved.optimizations = [tf.lite.Optimize.DEFAULT]
+        halved.target_spec.supported_types = [tf.float16]
+        converters.append((float16_output, halved))
+    for path, converter in converters:
+        try:
+            Path(path).write_bytes(converter.convert())
+        except Exception as exc:
+            raise _converter_error(exc) from None
+    return {"tensorflow": tf.__version__}
 
 
 def convert(

@@ -21,7 +21,9 @@ from ..building import read_samples
 
 
 def convert_torch(model: dict[str, Any], calibration_npy: str, output: str,
-                  output_names: list[str], float_output: str | None = None) -> dict[str, Any]:
+                  output_names: list[str], float_output: str | None = None, pt2e: bool = True) -> dict[str, Any]:
+    """PT2E static INT8 into ``output`` and the float conversion into ``float_output``;
+    ``pt2e=False``: the float conversion only (quantized afterwards by LiteRT Quantizer)."""
     import litert_torch
     import torch
     from litert_torch.quantize.pt2e_quantizer import PT2EQuantizer, get_symmetric_quantization_config
@@ -56,6 +58,10 @@ def convert_torch(model: dict[str, Any], calibration_npy: str, output: str,
         return {n: torch.from_numpy(_model_dtype(np.asarray(samples[n][i : i + 1]))) for n in names}
 
     started = time.perf_counter()
+    if not pt2e:
+        litert_torch.convert(Named().eval(), (), sample_kwargs=sample(0)).export(float_output)
+        return {"torch": torch.__version__, "litert_torch": _version("litert-torch"),
+                "seconds": round(time.perf_counter() - started, 3), "fixed_output_scales": []}
     total = len(next(iter(samples.values())))
     quantizer = PT2EQuantizer().set_global(get_symmetric_quantization_config(is_per_channel=True, is_dynamic=False))
     graph = torch.export.export(Named().eval(), (), sample(0)).module()

@@ -64,11 +64,13 @@ def analyse(path: str, layer_names: list[str], named: dict[str, str] | None = No
     for position, op in enumerate(ops):
         if op["op_name"] in _NOT_COMPUTE:
             continue
-        if not is_float(op):
-            found.int8_ops += 1
-            continue
         tensor = details.get(int(op["outputs"][0]), {}).get("name", "") if len(op["outputs"]) else ""
         layer = (named or {}).get(tensor) or layer_namer(tensor, layer_names)
+        if not is_float(op):
+            found.int8_ops += 1
+            if any(np.dtype(t) == np.int16 for t in list(op.get("operand_types", [])) + list(op.get("result_types", []))):
+                found.int16_ops.append({"op": op["op_name"], "layer": layer, "tensor": tensor})
+            continue
         found.float_ops.append({"op": op["op_name"], "layer": layer, "tensor": tensor, "tail": tail[position]})
     for index, detail in details.items():
         if index in produced or index in inputs or index not in consumers or not len(detail["shape"]):

@@ -1,0 +1,220 @@
+"""INT8 TFLite from a float ``.tflite`` with LiteRT Quantizer: per-layer precision on every route.
+
+Every TFLite route converts to a float ``.tflite`` first (TensorFlow's converter, litert-torch);
+LiteRT Quantizer (``litert-quantizer``, the maintained successor of the converter's
+post-training quantization) then quantizes that file with a recipe: int8 weights and int8
+activations for every op it supports, a layer's ops left in float, or given 16-bit activations
+(int16x8, which LiteRT's reference kernels and XNNPACK run). So a layer's precision is
+controlled the same way whichever source the model came from, and the float conversion runs
+once while the quantization runs as many times as a search needs: the calibration statistics
+(each tensor's min/max over the calibration samples, with every op float) are computed once per
+float model and kept beside it.
+
+Child side (``worker.call``): imports LiteRT Quantizer and LiteRT, never TensorFlow.
+"""
+
+from __future__ import annotations
+
+import pickle
+import re
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ... import worker
+from ...errors import ConversionError, EdgekitError
+from ..building import in_layer, read_samples
+
+FLOAT, INT16 = "float", "int16"  # a layer's precision other than the default int8
+SCOPES, MODULES = "scopes", "modules"  # how a converter names tensors: TensorFlow scopes, PyTorch module paths
+
+
+def quantize_float_tflite(float_model: str, calibration_npy: str, output: str,
+                          layers: dict[str, str] | None = None, namer: str = SCOPES,
+                          layer_names: list[str] | None = None, explain_npy: str | None = None) -> dict[str, Any]:
+    """Write ``output``: the float model with int8 weights and activations, except the ops of
+    each layer in ``layers`` (layer -> ``"float"`` or ``"int16"``). ``namer`` says how tensor
+    names map to layers (``SCOPES``: TensorFlow name scopes, ``MODULES``: PyTorch module paths)."""
+    from litert_quantizer import quantizer, recipe
+
+    from .requantize import fix_int8_output_scales
+
+    started = time.perf_counter()
+    qt = quantizer.Quantizer(float_model)
+    qt.load_quantization_recipe(recipe.static_wi8_ai8())
+    scopes = _layer_scopes(float_model, layers or {}, namer, layer_names or [])
+    for layer, precision in (layers or {}).items():
+        # an op's scope is its output tensors' names, each followed by ";" (LiteRT Quantizer's get_op_scope)
+        pattern = "(^|;)(" + "|".join(re.escape(name) for name in scopes[layer]) + ");"
+        if precision == FLOAT:
+            from litert_quantizer import qtyping
+
+            qt.update_quantization_recipe(regex=pattern, operation_name="*", op_config=qtyping.OpQuantizationConfig(),
+                                          algorithm_key="no_quantize")
+        elif precision == INT16:
+            qt.add_static_config(pattern, "*", activation_num_bits=16, weight_num_bits=8)
+        else:
+            raise EdgekitError(f"unknown layer precision {precision!r} for {layer}", hint="use float or int16")
+    calibration = _calibration(qt, float_model, calibration_npy)
+    try:
+        result = qt.quantize(calibration, enable_progress_report=False)
+        result.export_model(output, overwrite=True)
+    except EdgekitError:
+        raise
+    except Exception as exc:  # the quantizer's own errors: an op or a recipe it cannot apply
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ConversionError(f"LiteRT Quantizer failed: {type(exc).__name__}: {first[:300]}",
+                              hint="keep the layer it names in float (--keep-float LAYER), or package the other "
+                                   "formats") from None
+    seconds = time.perf_counter() - started
+    explained = _explain(qt, float_model, explain_npy, namer, layer_names or []) if explain_npy else None
+    fixed = fix_int8_output_scales(output)
+    return {"litert_quantizer": _version("litert-quantizer"), "seconds": round(seconds, 3),
+            "layers": dict(layers or {}), "fixed_output_scales": fixed, "explain": explained}
+
+
+def _explain(qt: Any, float_model: str, explain_npy: str, namer: str, layer_names: list[str]) -> list[dict[str, Any]]:
+    """Per-layer SQNR of the quantized model's activations against the float model's (LiteRT
+    Quantizer's tensor-by-tensor validation), worst first: the candidates for --keep-float."""
+    from litert_quantizer.utils import validation_utils
+
+    from ..building import layer_of, worst_layers
+    from .from_torch import torch_layer
+
+    signature, inputs = _signature(float_model)
+    samples = read_samples(explain_npy)
+    names = {"": next(iter(inputs))} if list(samples) == [""] else {name: name for name in samples}
+    count = len(next(iter(samples.values())))
+    data = [{names[key]: np.asarray(x[i:i + 1]).astype(inputs[names[key]]) for key, x in samples.items()}
+            for i in range(count)]
+    compared = qt.validate({signature: data}, error_metrics=[validation_utils.ValidationErrorMetric.SNR],
+                           use_xnnpack=False, num_threads=1)
+    ops = _ops_by_tensor(float_model)
+    namer_of = torch_layer if namer == MODULES else layer_of
+    rows = []
+    for tensor, metrics in compared.get_all_tensor_results().items():
+        if tensor not in ops or "snr" not in metrics:
+            continue  # inputs and constants: not an op's result
+        ratio = float(metrics["snr"])
+        rows.append({"layer": namer_of(tensor, layer_names), "op": ops[tensor], "tensor": tensor,
+                     "sqnr_db": float(10 * np.log10(ratio)) if ratio > 0 and np.isfinite(ratio) else None})
+    return worst_layers(rows)
+
+
+def _ops_by_tensor(float_model: str) -> dict[str, str]:
+    from .litert import _interpreter_module
+
+    module, _ = _interpreter_module()
+    interpreter = module.Interpreter(model_path=float_model)
+    details = {d["index"]: d["name"] for d in interpreter.get_tensor_details()}
+    return {details[int(op["outputs"][0])]: op["op_name"] for op in interpreter._get_ops_details() if len(op["outputs"])}
+
+
+def _calibration(qt: Any, float_model: str, calibration_npy: str) -> Any:
+    """Each tensor's range over the calibration samples: computed once per float model and
+    calibration set, then read back for every quantization of it."""
+    from litert_quantizer import calibrator
+
+    from ...fsutil import sha256_file
+
+    key = f"{sha256_file(float_model)[:16]}-{sha256_file(calibration_npy)[:16]}"
+    stored = Path(float_model).with_name(f"{Path(float_model).name}.{key}.ranges.pickle")
+    if stored.is_file():
+        with open(stored, "rb") as file:
+            return pickle.load(file)  # written below, in this run's own work folder
+    signature, inputs = _signature(float_model)  # input name -> dtype
+    samples = read_samples(calibration_npy)
+    count = len(next(iter(samples.values())))
+    names = {"": next(iter(inputs))} if list(samples) == [""] else {name: name for name in samples}
+    missing = [name for name in names.values() if name not in inputs]
+    if missing:
+        raise ConversionError(f"the float TFLite model's signature has inputs {list(inputs)}, not {missing}",
+                              hint="report this model: its converted signature lost the input names")
+    dataset = []
+    for i in range(count):
+        if i % 20 == 0:
+            worker.report_progress(i, count)
+        dataset.append({names[key]: np.asarray(x[i:i + 1]).astype(inputs[names[key]]) for key, x in samples.items()})
+    worker.report_progress(count, count)
+    # every tensor's range is collected with the whole model float: a layer's precision changes the
+    # recipe, never the ranges, so one calibration serves every recipe
+    qt_all = _full_recipe_quantizer(float_model)
+    found = qt_all.calibrate({signature: dataset}, mode=calibrator.CalibrationMode.CALIBRATION_PROFILER_BASED)
+    partial = stored.with_name(f".{stored.name}.partial")
+    with open(partial, "wb") as file:
+        pickle.dump(found, file)
+    partial.replace(stored)
+    return found
+
+
+def _full_recipe_quantizer(float_model: str) -> Any:
+    """A quantizer whose recipe covers every op, so calibration records every tensor."""
+    from litert_quantizer import quantizer, recipe
+
+    qt = quantizer.Quantizer(float_model)
+    qt.load_quantization_recipe(recipe.static_wi8_ai8())
+    return qt
+
+
+def _signature(float_model: str) -> tuple[str, dict[str, Any]]:
+    """The model's one signature key and its inputs' dtypes by name."""
+    from .litert import _interpreter_module
+
+    module, _ = _interpreter_module()
+    interpreter = module.Interpreter(model_path=float_model)
+    signatures = interpreter.get_signature_list()
+    if len(signatures) != 1:
+        raise ConversionError(f"the float TFLite model has {len(signatures)} signatures; edgekit quantizes one",
+                              hint="export the model with a single serving signature")
+    key = next(iter(signatures))
+    details = interpreter.get_signature_runner(key).get_input_details()
+    return key, {name: np.dtype(detail["dtype"]) for name, detail in details.items()}
+
+
+def op_tensor_names(float_model: str) -> list[str]:
+    """The output tensor name of every op: what LiteRT Quantizer's recipe scopes match."""
+    from .litert import _interpreter_module
+
+    module, _ = _interpreter_module()
+    interpreter = module.Interpreter(model_path=float_model)
+    details = {d["index"]: d["name"] for d in interpreter.get_tensor_details()}
+    return [details[int(op["outputs"][0])] for op in interpreter._get_ops_details() if len(op["outputs"])]
+
+
+def _layer_scopes(float_model: str, layers: dict[str, str], namer: str,
+                  layer_names: list[str]) -> dict[str, list[str]]:
+    """The op output tensors of each layer; a layer with none is refused by name."""
+    if not layers:
+        return {}
+    names = op_tensor_names(float_model)
+    belongs = layer_test(namer, layer_names)
+    found = {layer: [n for n in names if belongs(n, layer)] for layer in layers}
+    missing = [layer for layer, tensors in found.items() if not tensors]
+    if missing:
+        raise EdgekitError(f"no TFLite ops belong to layer(s) {', '.join(missing)}",
+                           hint="use layer names as --explain lists them")
+    return found
+
+
+def layer_test(namer: str, layer_names: list[str]) -> Callable[[str, str], bool]:
+    """Whether an op's tensor comes from a layer: a Keras layer's scope, or a PyTorch module by its
+    attribute path (``down`` holds ``down.0``; ``torch_layer`` names it ``down.0 (Conv2d)``)."""
+    if namer != MODULES:
+        return in_layer
+    from .from_torch import torch_layer
+
+    def belongs(tensor: str, layer: str) -> bool:
+        named = torch_layer(tensor, layer_names)
+        path = named.split(" (")[0]
+        return layer in (named, path, tensor.split(";")[0]) or path.startswith(layer + ".")
+
+    return belongs
+
+
+def _version(name: str) -> str:
+    from importlib.metadata import version
+
+    return version(name)
