@@ -37,7 +37,7 @@ def test_routes_follow_the_formats_order_of_preference():
 
 
 @pytest.mark.parametrize("option, able", [("keep_float", "tflite --format onnx"), ("explain", "tflite --format onnx"),
-                                           ("int16", "tflite")])
+                                           ("int16", "tflite --format onnx")])
 def test_an_option_a_route_cannot_honour_is_refused_with_the_routes_that_can(option, able):
     keras = next(s for s in SOURCES if "keras" in s.provides)
     with pytest.raises(RouteError) as refused:

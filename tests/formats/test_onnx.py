@@ -13,7 +13,7 @@ from onnx import numpy_helper
 import edgekit
 from edgekit.fsutil import sha256_file
 from edgekit.manifest import Manifest
-from tests.conftest import CALIBRATION, EVAL, load_npz, run_cli
+from tests.conftest import CALIBRATION, DIGITS_MODEL, EVAL, edgekit_cli, load_npz, run_cli
 
 pytestmark = pytest.mark.slow
 
@@ -153,3 +153,22 @@ def test_an_onnx_source_packages_for_tflite_and_coreml(digits_onnx, tmp_path, ca
     expected = session.run(None, {session.get_inputs()[0].name: images.astype(np.float32) / 255})[0]
     predicted = edgekit.load(tmp_path / "digits.edgekit", artifact="tflite").predict(images)
     assert np.mean(predicted.argmax(axis=1) == expected.argmax(axis=1)) >= 0.95
+
+
+def test_a_layer_asked_for_16_bit_activations_reads_int16_in_the_onnx(tmp_path):
+    """--int16-activations on ONNX: the layer's activations are quantized to int16 (Q/DQ with an
+    int16 zero point, opset 21), every other layer stays int8; read from the .onnx itself."""
+    result = edgekit_cli("package", DIGITS_MODEL, "-c", CALIBRATION, "--eval", EVAL, "-o", tmp_path,
+                         "--format", "onnx", "--int16-activations", "block2_dw", "--no-also-float", "--profile", "rpi5")
+    assert result.returncode == 0, result.stderr
+    package = tmp_path / "digits.edgekit"
+    model = onnx.load(str(package / "onnx" / "model.int8.onnx"))
+    initializers = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+    dequantized = {n.output[0]: initializers[n.input[2]].dtype.name for n in model.graph.node
+                   if n.op_type == "DequantizeLinear" and len(n.input) > 2 and n.input[2] in initializers}
+    activations = {n.name: dequantized.get(n.input[0]) for n in model.graph.node if n.op_type == "Conv"}
+    wide = {name for name, dtype in activations.items() if dtype == "int16"}
+    assert wide and all("block2_dw" in name for name in wide), activations
+    assert {dtype for name, dtype in activations.items() if name not in wide} == {"int8"}
+    artifact = json.loads((package / "manifest.json").read_text())["artifacts"][0]
+    assert artifact["precision"] == "int8+int16 (1 layer)" and artifact["details"]["int16_layers"] == ["block2_dw"]

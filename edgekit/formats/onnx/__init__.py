@@ -38,5 +38,6 @@ FORMAT = Format(
         Option("max_intermediate_outputs", "--calibration-batch", None, kind=int, minimum=1, metavar="N",
                help="ONNX: merge calibration ranges every N samples to bound memory on large models."),
     ),
-    accepts=(Accepts(forms.ONNX_GRAPH, honours=("keep_float", "explain")),),  # quantize_static
+    # quantize_static: nodes_to_exclude (float), TensorQuantOverrides (16-bit activations)
+    accepts=(Accepts(forms.ONNX_GRAPH, honours=("keep_float", "int16", "explain")),),
 )

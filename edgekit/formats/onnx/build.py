@@ -179,6 +179,7 @@ class ONNXBuilder(Builder):
                 "precision": precision.record(),
                 "runtime_graph": fused,
                 "keep_float": list(context.keep_float),
+                "int16_layers": list(context.int16_layers),
                 **({"explain": explained} if explained is not None else {}),
             },
         ))
@@ -202,7 +203,7 @@ class ONNXBuilder(Builder):
             float_onnx=float_onnx, calibration_npy=context.calibration_npy, output=str(output),
             calibration_method=settings["calibration_method"], activation_type=settings["activation_type"],
             reduce_range=settings["reduce_range"], keep_float=list(context.keep_float),
-            max_intermediate_outputs=context.option("max_intermediate_outputs"), workdir=str(context.workdir),
+            int16_layers=list(context.int16_layers), max_intermediate_outputs=context.option("max_intermediate_outputs"), workdir=str(context.workdir),
             also=others,
         ))
 
@@ -211,7 +212,8 @@ def _prebuilt_path(context: BuildContext, variant: str, settings: dict[str, Any]
     """Where the main build's child leaves a scheme variant quantized with these settings."""
     import hashlib
 
-    kept = hashlib.sha256("\n".join(context.keep_float).encode()).hexdigest()[:12]  # an auto-fix try is its own build
+    layers = "\n".join(context.keep_float) + "\n16:" + "\n".join(context.int16_layers)
+    kept = hashlib.sha256(layers.encode()).hexdigest()[:12]  # an auto-fix try is its own build
     key = f"{settings['calibration_method']}-{settings['activation_type']}-{int(bool(settings['reduce_range']))}-{kept}"
     return Path(context.workdir) / f"onnx.prebuilt-{variant or 'main'}-{key}.onnx"
 
@@ -268,6 +270,18 @@ def _layer_nodes(model: Any, layers: list[str]) -> tuple[list[tuple[str, str, st
     return found, missing
 
 
+def _activations_of(model: Any, nodes: list[str]) -> list[str]:
+    """The activation tensors the named nodes read and write (not their weights): what a layer's
+    16-bit activations are (ONNX Runtime's TensorQuantOverrides, per tensor)."""
+    initializers = {i.name for i in model.graph.initializer}
+    wanted = set(nodes)
+    found: list[str] = []
+    for node in model.graph.node:
+        if node.name in wanted:
+            found += [t for t in [*node.input[:1], *node.output] if t and t not in initializers and t not in found]
+    return found
+
+
 def quantize(
     float_onnx: str,
     calibration_npy: str,
@@ -278,6 +292,7 @@ def quantize(
     keep_float: list[str] | None = None,
     max_intermediate_outputs: int | None = None,
     workdir: str = "",
+    int16_layers: list[str] | None = None,
     also: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """``quantize_static`` of ``float_onnx`` into ``output`` (child side); ``also``: more schemes of
@@ -291,11 +306,13 @@ def quantize(
     shape_inference = _pre_process(source, prepared)
     model = onnx.load(prepared)
     excluded, missing = _layer_nodes(model, list(keep_float or []))
-    if missing:
-        raise EdgekitError(
-            f"--keep-float: no ONNX nodes belong to layer(s) {', '.join(missing)}",
-            hint="use layer names as the model defines them (see --explain's report)",
-        )
+    wide, missing_wide = _layer_nodes(model, list(int16_layers or []))
+    for flag, absent in (("--keep-float", missing), ("--int16-activations", missing_wide)):
+        if absent:
+            raise EdgekitError(
+                f"{flag}: no ONNX nodes belong to layer(s) {', '.join(absent)}",
+                hint="use layer names as the model defines them (see --explain's report)",
+            )
     initializers = {i.name for i in model.graph.initializer}
     graph_inputs = [i.name for i in model.graph.input if i.name not in initializers]
     samples = read_samples(calibration_npy)
@@ -305,7 +322,7 @@ def quantize(
     if missing:
         raise ConversionError(f"calibration data has no samples for ONNX input(s) {missing} (it has {list(samples)})")
     settings = {"calibration_method": calibration_method, "max_intermediate_outputs": max_intermediate_outputs,
-                "excluded": excluded}
+                "excluded": excluded, "int16_tensors": _activations_of(model, [name for name, _, _ in wide])}
     recorded = {"prepared": prepared, "upgraded_from_opset": upgraded_from, "shape_inference": shape_inference}
     info = {**_quantize_static(prepared, output, samples, graph_inputs, activation_type, reduce_range, settings),
             **recorded}
@@ -371,6 +388,8 @@ def _quantize_static(prepared: str, path: str, samples: dict[str, Any], graph_in
     extra: dict[str, Any] = {}
     if settings["max_intermediate_outputs"]:
         extra["CalibMaxIntermediateOutputs"] = int(settings["max_intermediate_outputs"])
+    if settings.get("int16_tensors"):  # 16-bit activations there (the model is raised to opset 21 for int16 Q/DQ)
+        extra["TensorQuantOverrides"] = {t: [{"quant_type": QuantType.QInt16}] for t in settings["int16_tensors"]}
     started = time.perf_counter()
     try:
         quantize_static(

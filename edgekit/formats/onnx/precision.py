@@ -72,10 +72,15 @@ def analyse(path: str, layer_names: list[str] | tuple[str, ...] = ()) -> Precisi
         results = [o for o in node.output if o]
         tail[position] = eligible and bool(results) and all(
             all(tail[c] for c in consumers.get(o, [])) and (bool(consumers.get(o)) or o in outputs) for o in results)
+    wide = {node.output[0] for node in graph.node if node.op_type in CONVERTING_OPS and node.output
+            and _zero_point_type(node, initializers) in (onnx.TensorProto.INT16, onnx.TensorProto.UINT16)}
     found = Precision()
     for position, node in enumerate(graph.node):
         if kinds[position] == "int8":
             found.int8_ops += 1
+            if any(name in wide for name in node.input):  # reads 16-bit activations
+                layer = (layer_of(node.name, list(layer_names)) if layer_names else _layer(node.name)) or node.op_type
+                found.int16_ops.append({"op": node.op_type, "layer": layer, "tensor": node.name})
         elif kinds[position] == "float":
             layer = (layer_of(node.name, list(layer_names)) if layer_names else _layer(node.name)) or node.op_type
             found.float_ops.append({"op": node.op_type, "layer": layer, "tensor": node.name,
@@ -90,6 +95,14 @@ def analyse(path: str, layer_names: list[str] | tuple[str, ...] = ()) -> Precisi
         else:
             found.int8_weight_bytes += size
     return found
+
+
+def _zero_point_type(node: object, initializers: dict) -> int | None:
+    """The element type of a Q/DQ node's zero point: the integer type it converts to or from."""
+    inputs = list(node.input)  # type: ignore[attr-defined]
+    if len(inputs) < 3 or inputs[2] not in initializers:
+        return None
+    return int(initializers[inputs[2]].data_type)
 
 
 def _layer(node_name: str) -> str:
