@@ -224,9 +224,14 @@ def _package_gate_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--metric", default=None, metavar="MODULE:FUNCTION",
                    help="your metric: called with (float_outputs, int8_outputs, labels), returns named numbers and "
                         "optionally passed=True/False, which then decides the gate")
-    p.add_argument("--auto-fix", action="store_true",
-                   help="when a gate fails, rebuild with the fixes it names (--keep-float, --reduce-range, percentile "
-                        "calibration), keep what helps, record it")
+    p.add_argument("--auto-fix", dest="auto_fix", action=argparse.BooleanOptionalAction, default=True,
+                   help="when a format fails a gate, search for a build that passes: the fixes the failure names "
+                        "(--reduce-range, percentile calibration, --keep-float of a joining node), then the layers "
+                        "that cost the failing gate most at 16-bit activations or float; judged on half the held-out "
+                        "samples, confirmed on the other half, recorded in the manifest (default: on; --no-auto-fix: "
+                        "plain INT8, fail if a gate fails)")
+    p.add_argument("--search-budget", dest="search_budget_s", type=_positive_float(0), default=600.0,
+                   metavar="SECONDS", help=_help("per format, the search starts no new try after this long", 600))
     p.add_argument("--allow-float-ops", action="store_true",
                    help="keep ops that cannot be INT8 in float (recorded in the manifest) instead of failing")
     p.add_argument("--also-float", dest="also_float", action=argparse.BooleanOptionalAction, default=None,
@@ -335,6 +340,7 @@ def _package(args: argparse.Namespace) -> None:
         max_accuracy_drop=args.max_accuracy_drop, allow_accuracy_drop=args.allow_accuracy_drop,
         allow_float_ops=args.allow_float_ops, force=args.force, archive=args.archive, min_sqnr_db=args.min_sqnr_db,
         output_kinds=_output_kinds(args.parser, args.output_kinds), metric=args.metric, auto_fix=args.auto_fix,
+        search_budget_s=args.search_budget_s,
         labels_file=str(args.labels_file) if args.labels_file else None, timeout_s=args.timeout,
         allow_partial=allow_partial, keep_float=args.keep_float, int16_layers=args.int16_layers, explain=explain,
         sign_key=str(args.sign_key) if args.sign_key else None,

@@ -19,6 +19,8 @@ TORCH_PROGRAM = "torch-program"  # a PyTorch module torch.export can export (lit
 TORCH_MODULE = "torch-module"  # a PyTorch module torch.jit can trace, or a ScriptModule
 KERAS_MODEL = "keras-model"  # a Keras .keras/.h5 file
 
+RECURRENT_OPS = ("LSTM", "GRU", "RNN")  # ONNX's recurrent op types: what some route steps cannot convert
+
 FORMS = (TF_GRAPH, ONNX_GRAPH, TORCH_PROGRAM, TORCH_MODULE, KERAS_MODEL)
 
 

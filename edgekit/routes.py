@@ -44,6 +44,7 @@ class Conversion(NamedTuple):
     consumes: str
     produces: str
     run: Callable[[ModelForm, StepContext], ModelForm]
+    cannot: tuple[str, ...] = ()  # ONNX op types it has no conversion for (refused before it runs)
 
 
 class Route(NamedTuple):
@@ -52,6 +53,7 @@ class Route(NamedTuple):
     form: str  # the form the format's builder receives
     steps: tuple[Conversion, ...]
     honours: tuple[str, ...]  # ROUTE_OPTIONS keys the format honours on this form
+    cannot: tuple[str, ...] = ()  # op types its converter cannot convert (Accepts.cannot)
 
     def describe(self) -> str:
         return " -> ".join([self.source_kind, *(f"{s.name} -> {s.produces}" for s in self.steps)]
@@ -119,8 +121,11 @@ def onnx_to_torch(produces: str) -> Callable[[ModelForm, StepContext], ModelForm
 
 CONVERSIONS: tuple[Conversion, ...] = (
     Conversion("tf2onnx", forms.TF_GRAPH, forms.ONNX_GRAPH, tf2onnx),
-    Conversion("onnx-to-torch", forms.ONNX_GRAPH, forms.TORCH_PROGRAM, onnx_to_torch(forms.TORCH_PROGRAM)),
-    Conversion("onnx-to-torch", forms.ONNX_GRAPH, forms.TORCH_MODULE, onnx_to_torch(forms.TORCH_MODULE)),
+    # edgekit's ONNX -> PyTorch converter has no recurrent layers
+    Conversion("onnx-to-torch", forms.ONNX_GRAPH, forms.TORCH_PROGRAM, onnx_to_torch(forms.TORCH_PROGRAM),
+               forms.RECURRENT_OPS),
+    Conversion("onnx-to-torch", forms.ONNX_GRAPH, forms.TORCH_MODULE, onnx_to_torch(forms.TORCH_MODULE),
+               forms.RECURRENT_OPS),
 )
 
 
@@ -132,11 +137,28 @@ def route(source: Source, kind: str, fmt: Format) -> Route | None:
     provided = source.provides.get(kind, ())
     for accepted in fmt.accepts:
         if accepted.form in provided:
-            return Route(kind, fmt.name, accepted.form, (), tuple(accepted.honours))
+            return Route(kind, fmt.name, accepted.form, (), tuple(accepted.honours), tuple(accepted.cannot))
         step = next((c for c in CONVERSIONS if c.produces == accepted.form and c.consumes in provided), None)
         if step is not None:
-            return Route(kind, fmt.name, accepted.form, (step,), tuple(accepted.honours))
+            return Route(kind, fmt.name, accepted.form, (step,), tuple(accepted.honours),
+                         tuple(dict.fromkeys([*step.cannot, *accepted.cannot])))
     return None
+
+
+def refuse_ops(route: Route, op_types: Iterable[str], others: Iterable[Route] = ()) -> None:
+    """A ``RouteError`` when the model holds an op the route's converter cannot convert (known
+    after the model is described, before converting: a recurrent layer on litert-torch's route
+    used to convert for minutes, then fail), naming the routes that take it."""
+    blocked = sorted(set(route.cannot) & set(op_types))
+    if not blocked:
+        return
+    able = [r for r in others if r.format != route.format and not set(r.cannot) & set(blocked)]
+    instead = (f"package it for {' and '.join(r.format for r in able)} (--format "
+               f"{' --format '.join(r.format for r in able)})" if able
+               else "package it for a format whose converter takes them (edgekit routes)")
+    raise RouteError(
+        f"the route {route.describe()} cannot convert {', '.join(blocked)}: its converter has no "
+        f"{'/'.join(blocked)} (refused before converting; {instead})", hint=instead)
 
 
 def table(sources: Iterable[Source] | None = None, formats: Iterable[Format] | None = None) -> list[Route]:

@@ -172,7 +172,7 @@ def _say_verdict(manifest: Manifest, entry: Artifact, allow_failed: bool) -> Non
         return
     what = f"artifact {entry.key!r} of package {manifest.name!r} failed validation when it was packaged: {failed[0]}"
     if not allow_failed:
-        raise PackageError(what, hint="serve an artifact that passed (--artifact), repackage it (--auto-fix), or pass "
+        raise PackageError(what, hint="serve an artifact that passed (--artifact), repackage it without --no-auto-fix (the search), or pass "
                                       "--allow-failed-artifact to serve it anyway")
     import warnings
 
@@ -232,9 +232,32 @@ def candidates(manifest: Manifest, profile: Profile) -> list[tuple[Artifact, typ
     for entry in quantized_first:
         fmt = FORMATS.get(entry.target)
         order += [(entry.key, b.name) for b in (fmt.backends if fmt else ()) if (entry.key, b.name) not in order]
+    order = _float_before_slower_mixed(order, present)
     # artifacts that failed their gate (kept by --allow-accuracy-drop) only after every one that passed
     order.sort(key=lambda pair: manifest.failed_gates(pair[0]) is not None)
     return [(present[f], known[b]) for f, b in order]
+
+
+def _float_before_slower_mixed(order: list[tuple[str, str]], present: dict[str, Artifact]) -> list[tuple[str, str]]:
+    """A mixed artifact measured slower than its float fallback on a CPU of this kind when it was
+    packaged (``details.speed_vs_float``) comes after that fallback."""
+    arch = DeviceFacts.read().arch
+    moved = list(order)
+    for key, artifact in present.items():
+        speed = (artifact.details or {}).get("speed_vs_float") or {}
+        fallback = speed.get("float_artifact")
+        speedup = speed.get("speedup")
+        if fallback not in present or not isinstance(speedup, (int, float)) or speedup >= 1.0 \
+                or speed.get("arch") != arch:
+            continue
+        slow = [pair for pair in moved if pair[0] == key]
+        if not slow:
+            continue
+        first = moved.index(slow[0])
+        faster = [pair for pair in moved if pair[0] == fallback and moved.index(pair) > first]
+        moved = [pair for pair in moved if pair not in faster]
+        moved[first:first] = faster
+    return moved
 
 
 def _for_this_cpu(manifest: Manifest) -> dict[str, str]:

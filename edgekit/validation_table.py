@@ -90,17 +90,21 @@ def _conversion_line(validation: ValidationRecord) -> str | None:
 
 
 def _fix_notes(target: str, metrics: ArtifactRecord) -> list[str]:
+    """One line per try of the search: what changed, the failing gates' margins before -> after."""
     notes = []
     for attempt in metrics.auto_fix:
         if attempt.get("error"):
-            notes.append(f"{target}: auto-fix {attempt['change']}: failed to build ({attempt['error']})")
+            notes.append(f"{target}: search {attempt['change']}: failed to build ({attempt['error']})")
             continue
-        before = attempt["before"].get("gates") or {}
+        if attempt.get("after") is None:
+            notes.append(f"{target}: search {attempt['change']}: did not build")
+            continue
+        before = (attempt.get("before") or {}).get("gates") or {}
         after = attempt["after"].get("gates") or {}
         changes = "; ".join(f"{gate} {_margin(value)} -> {_margin(after[gate]) if gate in after else 'passes'}"
                             for gate, value in before.items())
-        left = len(attempt["after"]["failed_gates"])
-        notes.append(f"{target}: auto-fix {attempt['change']}: failing gates' margin vs floor {changes or 'n/a'}, "
+        left = len(attempt["after"].get("failed_gates") or ())
+        notes.append(f"{target}: search {attempt['change']}: failing gates' margin vs floor {changes or 'n/a'}, "
                      f"{'every gate passes' if not left else f'{left} gate(s) still fail'}"
                      f"{'' if attempt.get('kept') else ' (not kept)'}")
     return notes

@@ -5,7 +5,10 @@
 
 Also packages the digits reference as a Keras and as a PyTorch model (models/digits,
 models/digits_torch) for every target: packaging time, converter seconds, size and accuracy per
-target for each source ("sources" in the JSON).
+target for each source ("sources" in the JSON); and the search ("search" in the JSON; alone with
+--search-only): each reference model packaged with plain PTQ (--no-auto-fix) and with default
+flags, the plain time, the search's time (its tries and the final build), the configurations
+tried, the configuration kept and its final gate margins.
 
 Builds the model from models/mobilenet_v2/build.py, packages it with `edgekit.package
 --target all` (100 synthetic calibration images), converts the same SavedModel to float
@@ -93,7 +96,13 @@ def main() -> None:
     parser.add_argument("--per-round", type=int, default=10)
     parser.add_argument("--samples", type=int, default=100, help="calibration samples")
     parser.add_argument("--output", type=Path, default=ROOT / "out" / "bench" / "bench_package.json")
+    parser.add_argument("--search-only", action="store_true", help="only the search's figures")
     args = parser.parse_args()
+    if args.search_only:
+        print_and_save({"benchmark": "bench_package", "machine": {"platform": platform.platform(),
+                                                                  **cpu_description()},
+                        "search": compare_search()}, args.output)
+        return
 
     with tempfile.TemporaryDirectory(prefix="edgekit-bench-") as tmp:
         work = Path(tmp)
@@ -183,6 +192,7 @@ def main() -> None:
         "validation_int8_vs_float": manifest.validation.to_dict()["artifacts"],
         "failed_targets": manifest.failed,
         "sources": compare_sources(),
+        "search": compare_search(),
     }
     print_and_save(report, args.output)
 
@@ -214,6 +224,61 @@ def compare_sources() -> dict[str, dict[str, object]]:
                                                                     or {}).get("sqnr_db")}
                             for a in result.manifest.artifacts},
             }
+    return found
+
+
+SEARCH_MODELS = {  # name: (how to build it, model file, calibration, eval, formats)
+    "digits (passes plain INT8)": (None, ROOT / "models/digits/digits.keras", ROOT / "models/digits/data/calibration.npz",
+                                   ROOT / "models/digits/data/eval.npz", ["tflite", "onnx"]),
+    "outlier_cnn (Keras CNN, 97.7% plain top-1 agreement)": ("outlier_cnn", "outlier_cnn/outlier_cnn.keras",
+                                                             "outlier_cnn/calibration.npz", "outlier_cnn/eval.npz",
+                                                             ["tflite", "onnx"]),
+    "yolo (detector head, score rows collapse)": ("yolo", "yolo/yolo.onnx", "yolo/images.npz", None,
+                                                  ["tflite", "onnx"]),
+}
+
+
+def compare_search() -> dict[str, dict[str, object]]:
+    """Per reference model and format: plain PTQ's time and verdict, the search's time (default
+    flags minus plain), the configurations it tried, the one it kept and the final margins."""
+    found: dict[str, dict[str, object]] = {}
+    with tempfile.TemporaryDirectory(prefix="edgekit-bench-search-") as tmp:
+        work = Path(tmp)
+        for name, (builder, model, calibration, held_out, formats) in SEARCH_MODELS.items():
+            if builder is not None:
+                subprocess.run([sys.executable, str(ROOT / "models/verdict/build.py"), builder, "--output", str(work)],
+                               check=True, capture_output=True)
+                model, calibration = work / model, work / calibration
+                held_out = work / held_out if held_out else None
+            rows: dict[str, object] = {}
+            for fmt in formats:
+                timings, results = {}, {}
+                for mode, auto_fix in (("plain", False), ("default", True)):
+                    started = time.perf_counter()
+                    results[mode] = edgekit.package(str(model), str(calibration), str(work / f"{mode}-{fmt}"),
+                                                    eval=str(held_out) if held_out else None, formats=[fmt],
+                                                    auto_fix=auto_fix, allow_accuracy_drop=True, force=True,
+                                                    also_float=False, profiles=["x86-cpu"], name=f"{builder}-{fmt}")
+                    timings[mode] = time.perf_counter() - started
+                record = results["default"].manifest.validation.artifact(fmt)
+                plain = results["plain"].manifest.validation.artifact(fmt)
+                tries = list(record.auto_fix)
+                artifact = results["default"].manifest.artifact(fmt)
+                rows[fmt] = {
+                    "plain_ptq_s": round(timings["plain"], 2), "plain_passed": plain.passed,
+                    "default_flags_s": round(timings["default"], 2),
+                    "search_s": round(max(timings["default"] - timings["plain"], 0.0), 2) if tries else 0.0,
+                    "search_over_plain": round(timings["default"] / timings["plain"], 2) if tries else 1.0,
+                    "configurations_tried": sum(1 for t in tries if t.get("stage") != "confirmation"),
+                    "passed": record.passed, "precision": artifact.precision,
+                    "kept": {"keep_float": artifact.details.get("keep_float", []),
+                             "int16_layers": artifact.details.get("int16_layers", [])},
+                    "held_out_check": next((t.get("kept") for t in tries if t.get("stage") == "confirmation"), None),
+                    "final_gates": [{"gate": g.get("what"), "margin": g.get("margin")} for g in record.gates],
+                    "final_tasks": {k: {"values": v.get("values"), "margin": v.get("margin")}
+                                    for k, v in (record.metrics.get("tasks") or {}).items()},
+                }
+            found[name] = rows
     return found
 
 

@@ -293,6 +293,23 @@ def int8_vs_float(package: Path, threads: int | list[int], runs: int) -> dict:
                                    if a.target == "onnx" and a.key not in floats}}
 
 
+def mixed_vs_float(work: Path) -> dict:
+    """The search's mixed artifacts (models/verdict/build.py outlier_cnn: plain INT8 fails its gate,
+    default flags raise layers to float) against their float fallbacks: what the packager measured
+    and recorded (``details.speed_vs_float``), and the same pairs timed again here."""
+    subprocess.run([sys.executable, str(ROOT / "models/verdict/build.py"), "outlier_cnn", "--output", str(work)],
+                   check=True, stdout=subprocess.DEVNULL, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+    folder = work / "outlier_cnn"
+    result = edgekit.package(str(folder / "outlier_cnn.keras"), str(folder / "calibration.npz"), str(work / "mixed"),
+                             eval=str(folder / "eval.npz"), formats=["tflite", "onnx"], also_float=True,
+                             profiles=["x86-cpu"])
+    recorded = {a.key: {"precision": a.precision, **(a.details.get("speed_vs_float") or {})}
+                for a in result.manifest.artifacts if a.details.get("speed_vs_float")}
+    timed = int8_vs_float(result.path, 1, 300)["by_threads"]["1"]
+    return {"recorded_at_packaging": recorded, "int8_vs_own_float_1_thread": timed["int8_vs_own_float"],
+            "artifacts": timed["artifacts"]}
+
+
 def present_keys(manifest) -> list[str]:  # noqa: ANN001 - an edgekit Manifest
     return [a.key for a in manifest.artifacts]
 
@@ -324,6 +341,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--skip-mobilenet", action="store_true")
     parser.add_argument("--skip-resnet", action="store_true")
+    parser.add_argument("--skip-mixed", action="store_true", help="skip the mixed-precision artifacts' section")
     parser.add_argument("--output", type=Path, default=ROOT / "out" / "bench" / "bench_runtime.json")
     args = parser.parse_args()
 
@@ -391,6 +409,8 @@ def main() -> None:
             )
             report["resnet_style_int8_top1_agreement"] = require_signal(resnet.manifest)
             report["resnet_style"] = {"int8_vs_float": int8_vs_float(resnet.path, [1, args.threads], 40)}
+        if not args.skip_mixed:
+            report["mixed_precision"] = mixed_vs_float(work)
     report["int8_speed_summary"] = {  # best INT8 (that passed its gates / any) vs the fastest float of any runtime
         name: {threads: {"passed_gates": entry.get("best_int8_vs_fastest_float"),
                          "passed_gates_and_s8s8_sqnr": entry.get("best_int8_at_least_s8s8_sqnr_vs_fastest_float"),

@@ -36,8 +36,7 @@ def test_routes_follow_the_formats_order_of_preference():
     assert "package it for onnx" in refused.value.hint
 
 
-@pytest.mark.parametrize("option, able", [("keep_float", "tflite --format onnx"), ("explain", "tflite --format onnx"),
-                                           ("int16", "tflite --format onnx")])
+@pytest.mark.parametrize("option, able", [("explain", "tflite --format onnx"), ("int16", "tflite --format onnx")])
 def test_an_option_a_route_cannot_honour_is_refused_with_the_routes_that_can(option, able):
     keras = next(s for s in SOURCES if "keras" in s.provides)
     with pytest.raises(RouteError) as refused:
@@ -66,12 +65,23 @@ def test_every_tflite_route_has_per_layer_precision(option):
         routes.plan(onnx_source, "onnx", FORMATS.values(), {option: True})
 
 
-def test_keep_float_on_a_route_without_it_is_refused_before_the_model_loads(tmp_path, capsys):
+def test_keep_float_reaches_every_format_from_keras_and_tensorflow_graphs_but_not_traced_pytorch_coreml():
+    for source in SOURCES:
+        for kind in source.provides:
+            for fmt in FORMATS.values():
+                route = routes.route(source, kind, fmt)
+                if route is None:
+                    continue
+                honoured = "keep_float" in route.honours
+                assert honoured == (route.form != forms.TORCH_MODULE), route.describe()
+
+
+def test_an_option_on_a_route_without_it_is_refused_before_the_model_loads(tmp_path, capsys):
     started = time.perf_counter()
     code, out, err = run_cli(capsys, "package", DIGITS_MODEL, "--format", "all", "--calibration", CALIBRATION,
-                             "--eval", EVAL, "-o", tmp_path / "out", "--keep-float", "block1_dw")
+                             "--eval", EVAL, "-o", tmp_path / "out", "--int16-activations", "block1_dw")
     assert code == 1 and "Traceback" not in err
-    assert "--keep-float is not honoured by the route keras -> keras-model -> coreml" in err
+    assert "--int16-activations is not honoured by the route keras -> keras-model -> coreml" in err
     assert "--format tflite --format onnx" in err
     assert "Loading" not in out + err and time.perf_counter() - started < 20  # nothing loaded, nothing converted
     assert not (tmp_path / "out").exists()

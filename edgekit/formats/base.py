@@ -45,6 +45,9 @@ class Accepts(NamedTuple):
 
     form: str
     honours: tuple[str, ...] = ()
+    # ONNX op types (the vocabulary every source's description uses) the converter cannot convert
+    # from this form: a model holding one is refused after loading, before any conversion starts
+    cannot: tuple[str, ...] = ()
 
 
 class Format(NamedTuple):

@@ -43,7 +43,11 @@ class BuildContext:
     int16_layers: tuple[str, ...] = ()  # layers given 16-bit activations with 8-bit weights (int16x8)
     allow_float_ops: bool = False
     explain_npy: str | None = None  # samples for the per-layer error report (--explain); None = no report
+    sensitivity_npy: str | None = None  # the same samples, for --auto-fix's layer search to ask for the report
     timeout_s: float | None = None
+    # a search try: only the artifact its gates judge; companions (.ort, reports) and scheme
+    # variants are made when the configuration the search keeps is built again for the package
+    trial: bool = False
     options: Mapping[str, Any] = field(default_factory=dict)
     device_profiles: tuple[Profile, ...] = ()  # the devices the package is for (--profile)
 

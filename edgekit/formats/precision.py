@@ -16,6 +16,7 @@ class Precision:
     """Counts read from one artifact; ``label`` is what tables and the manifest show."""
 
     int8_ops: int = 0  # integer ops, the 16-bit ones included
+    int8_weighted_ops: int = 0  # of those, ops with weights (convolutions, dense layers, matmuls)
     float_ops: list[dict[str, Any]] = field(default_factory=list)  # op, layer, tensor, tail
     int16_ops: list[dict[str, Any]] = field(default_factory=list)  # op, layer, tensor: 16-bit activations
     int8_weight_bytes: int = 0  # integer constants: int8 weights and their int32 biases
@@ -47,7 +48,8 @@ class Precision:
         return {
             "label": self.label,
             "ops": {"int8": self.int8_ops - len(self.int16_ops), "int16": len(self.int16_ops),
-                    "float": len(self.float_ops), "float_tail": len(self.tail)},
+                    "float": len(self.float_ops), "float_tail": len(self.tail),
+                    "integer_weighted": self.int8_weighted_ops},
             "int16_layers": sorted({op["layer"] for op in self.int16_ops}),
             "float_layers": sorted({op["layer"] for op in self.inner}),
             "weight_bytes": {"integer": self.int8_weight_bytes, "float": self.float_weight_bytes},

@@ -19,6 +19,7 @@ success (some formats failed) is part of the result: ``build_package`` returns i
 from __future__ import annotations
 
 import shutil
+import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import MappingProxyType
@@ -29,22 +30,24 @@ import numpy as np
 from .. import worker
 from ..errors import AccuracyDropError, ConversionError, EdgekitError, PartialPackageError
 from ..devices import Profile
-from ..formats import Builder, BuildContext, BuildResult, expand_formats, get_format
+from ..formats import FORMATS, Builder, BuildContext, BuildResult, expand_formats, get_format
 from ..formats.building import save_samples
 from ..fsutil import staging_dir, temp_dir
 from ..package_io import write_archive
 from ..progress import Progress
-from ..routes import Route, StepContext, model_form, plan
+from ..routes import Route, StepContext, model_form, plan, refuse_ops
+from ..routes import route as route_to
 from ..sources import Source, detect_source
 from ..sources.description import SourceDescription
 from .assemble import make_manifest, publish_package, write_package_files
 from .data import PreparedData, prepare_data
 from .options import PackageOptions, PackageResult
 from .preflight import TEMP_PREFIX, Plan, preflight
-from .autofix import Candidate, auto_fix
+from .autofix import Candidate, search
 from .gates import GateFailure, Remedies, check, failure_hint, failure_message, saturation_note
 from .fallback import discard, fallback_result, wants_float_fallback
 from .record import validation_record
+from .summary import lines as summary_lines
 from .validate import Judging, Measured, infer_kinds, measure, silent_outputs
 
 EXPLAIN_SAMPLES = 32
@@ -64,6 +67,7 @@ class Planned:
     builder: Builder
     route: Route
     remedies: Remedies
+    others: tuple[Route, ...] = ()  # this model's routes to every format (for what to do instead)
 
 
 def plan_formats(options: PackageOptions, source: Source, kind: str) -> list[Planned]:
@@ -76,8 +80,10 @@ def plan_formats(options: PackageOptions, source: Source, kind: str) -> list[Pla
     for fmt in formats:
         builder = fmt.builder()
         route = planned[fmt.name]
-        found.append(Planned(builder, route, Remedies(builder.fixes(), "keep_float" in route.honours,
-                                                      builder.saturation_explanation())))
+        remedies = Remedies(builder.fixes(), "keep_float" in route.honours, builder.saturation_explanation(),
+                            layers=tuple(route.honours))
+        everywhere = tuple(r for f in FORMATS.values() if (r := route_to(source, kind, f)) is not None)
+        found.append(Planned(builder, route, remedies, everywhere))
     return found
 
 
@@ -93,6 +99,7 @@ class FormatOutcome:
     failures: tuple[GateFailure, ...] = ()
     fixes: tuple[dict[str, Any], ...] = ()  # --auto-fix attempts, as recorded in the manifest
     remedies: Remedies = Remedies()  # what its format and route can do about failed gates
+    seconds: float = 0.0  # building, measuring and searching it
 
 
 def package(options: PackageOptions, progress: Progress | None = None) -> PackageResult:
@@ -225,9 +232,9 @@ def device_profiles(names: list[str] | None) -> tuple[Profile, ...]:
 
 def build_context(options: PackageOptions, loaded: LoadedSource, data: PreparedData, staged: Path,
                   work: Path, profiles: tuple[Profile, ...] = ()) -> BuildContext:
-    explain_npy = None
-    if options.explain:
-        explain_npy = save_samples(work / "explain", {k: v[:EXPLAIN_SAMPLES] for k, v in data.evaluation.items()})
+    # the per-layer report's samples: for --explain, and for --auto-fix's layer search to ask for it
+    sensitivity_npy = save_samples(work / "explain", {k: v[:EXPLAIN_SAMPLES] for k, v in data.evaluation.items()})
+    explain_npy = sensitivity_npy if options.explain else None
     return BuildContext(
         calibration_npy=save_samples(work / "calibration", data.calibration),
         eval_npy=save_samples(work / "eval", data.evaluation),
@@ -240,6 +247,7 @@ def build_context(options: PackageOptions, loaded: LoadedSource, data: PreparedD
         int16_layers=tuple(options.int16_layers),
         allow_float_ops=options.allow_float_ops,
         explain_npy=explain_npy,
+        sensitivity_npy=sensitivity_npy,
         timeout_s=options.step_timeout_s,
         options=MappingProxyType({**options.options_for_formats(),
                                   "also_float": wants_float_fallback(options.also_float, options.model)}),
@@ -281,22 +289,25 @@ def build_formats(planned: list[Planned], context: BuildContext, described: Sour
     outcomes = []
     for format_plan in planned:
         builder = format_plan.builder
+        started = time.monotonic()
         try:
+            refuse_ops(format_plan.route, described.op_types, format_plan.others)
             own = replace(context, model=model_form(format_plan.route, described.forms, steps))
             built, comparison = build_and_measure(builder, own, data, reference, staged, progress, gating)
         except EdgekitError as exc:  # one format's failure (converting, or its runtime refusing the result)
             if len(planned) == 1:
                 raise
             progress.warn(f"{builder.name} failed: {exc.message}")
-            outcomes.append(FormatOutcome(builder.name, error=exc))
+            outcomes.append(FormatOutcome(builder.name, error=exc, seconds=time.monotonic() - started))
             shutil.rmtree(staged / builder.name, ignore_errors=True)  # its half-made files never ship
             continue
         remedies = format_plan.remedies
         outcome = judge(builder, own, built, comparison, data, reference, staged, gating, progress, remedies)
-        outcomes.append(outcome)
+        outcomes.append(replace(outcome, seconds=time.monotonic() - started))
         fallback = float_fallback(builder, outcome.built or built, own, data, reference, staged, gating, progress,
                                   remedies)
         if fallback is not None:
+            outcomes[-1] = timed_against_float(builder, outcomes[-1], fallback, data, staged, progress)
             outcomes.append(fallback)
         # the other schemes with what --auto-fix kept (the same layers in float, the same calibration)
         outcomes += scheme_variants(builder, outcome.context or own, data, reference, staged, gating, progress,
@@ -306,6 +317,26 @@ def build_formats(planned: list[Planned], context: BuildContext, described: Sour
         first = next((o.error.hint for o in outcomes if o.error), "")
         raise EdgekitError(f"no target could be built (every requested format failed: {details})", hint=first)
     return outcomes
+
+
+def timed_against_float(builder: Builder, outcome: FormatOutcome, fallback: FormatOutcome, data: PreparedData,
+                        staged: Path, progress: Progress) -> FormatOutcome:
+    """A mixed artifact timed against its float fallback here (``speed.py``), recorded in its
+    details; said when it is slower (the runtime then prefers the fallback on this CPU kind)."""
+    from .speed import compare, is_mixed
+
+    if outcome.built is None or fallback.built is None or not is_mixed(outcome.built.artifact.precision):
+        return outcome
+    with progress.step(f"Timing {outcome.name} against {fallback.name}"):
+        speed = compare(builder, staged, outcome.built, fallback.built, data.evaluation)
+    if speed is None:
+        return outcome
+    artifact = outcome.built.artifact
+    details = {**artifact.details, "speed_vs_float": speed}
+    verdict = ("faster" if speed["speedup"] >= 1 else "slower: on this CPU kind the runtime prefers the float fallback")
+    progress.say(f"{outcome.name} ({artifact.precision}) runs {speed['speedup']:.2f}x its float fallback "
+                 f"{fallback.name} here ({speed['cpu']}, 1 thread): {verdict}; other devices were not measured")
+    return replace(outcome, built=replace(outcome.built, artifact=replace(artifact, details=details)))
 
 
 def build_and_measure(builder: Builder, context: BuildContext, data: PreparedData, reference: dict[str, np.ndarray],
@@ -384,9 +415,13 @@ def judge(builder: Builder, context: BuildContext, built: BuildResult, compariso
     candidate = Candidate(context, built, comparison,
                           check(builder.name, comparison, floor, gating.producers, gating.judging.kinds, remedies))
     attempts: list[dict[str, Any]] = []
-    if candidate.failures and gating.options.auto_fix:
-        candidate, attempts = auto_fix(builder, candidate, staged, data, reference, gating.judging, floor,
-                                       gating.producers, progress, remedies)
+    if candidate.failures and gating.options.auto_fix and data.unrepresentative:
+        progress.warn(f"{builder.name}: no search: the held-out data lie far outside the calibration data (said "
+                      "above), so every range the calibration gave is suspect; keeping layers in float would hide "
+                      "that, not fix it: calibrate on data like what the model will see")
+    elif candidate.failures and gating.options.auto_fix:
+        candidate, attempts = search(builder, candidate, staged, data, reference, gating.judging, floor,
+                                     gating.producers, progress, remedies, gating.options.search_budget_s)
     note = saturation_note(builder.name, candidate.measured, remedies)
     if note:
         progress.warn(note)
@@ -420,9 +455,14 @@ def assemble(plan: Plan, options: PackageOptions, loaded: LoadedSource, data: Pr
     manifest = make_manifest(plan.name, options, loaded.kind, loaded.described, data,
                              [o.built.artifact for o in built], validation, failed, methods)
     failed_gates = [f for o in built for f in o.failures]
+    if len(outcomes) > 1 or any(o.fixes for o in outcomes):
+        for line in summary_lines(outcomes, options.allow_accuracy_drop):
+            progress.say(line)
     if failed_gates and not options.allow_accuracy_drop:
-        tried = {o.name: {str(a.get("change")) for a in o.fixes} for o in built} if options.auto_fix else None
-        raise AccuracyDropError(failure_message(failed_gates, tried), hint=failure_hint(tried))
+        tried = {o.name: {str(a.get("change")) for a in o.fixes if not a.get("stage")} for o in built} \
+            if options.auto_fix else None
+        searched = {o.name: sum(1 for a in o.fixes if a.get("stage") == "layer search") for o in built}
+        raise AccuracyDropError(failure_message(failed_gates, tried), hint=failure_hint(tried, searched))
     for f in failed_gates:
         progress.warn(f"{f.format} failed validation (kept because of --allow-accuracy-drop): {f.what}")
     write_package_files(staged, manifest, data.labels, options.sign_key)

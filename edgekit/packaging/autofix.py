@@ -1,4 +1,6 @@
-"""``--auto-fix``: rebuild a format whose gates failed with the fixes its failures point to.
+"""The search (on by default; ``--no-auto-fix`` turns it off): rebuild a format whose gates
+failed with the fixes its failures point to, then with per-layer precision (``layer_search``),
+judged on half of the validation samples and confirmed on the other half (``holdout``).
 
 Each failure names its fixes (``gates.py``): keep the node that joins quantities into one
 output (the Concat of box and score rows) in float where the route honours ``--keep-float``,
@@ -17,48 +19,97 @@ from __future__ import annotations
 
 import math
 import shutil
-from dataclasses import dataclass
+import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from ..errors import EdgekitError
-from ..formats import Builder, BuildContext, BuildResult
+from ..formats import Builder, BuildContext
 from ..formats.building import Fix
 from ..progress import Progress
+from .candidate import Candidate, improves, still_quantized
 from .gates import GateFailure, Remedies, check
+from .layer_search import search_layers
 from .validate import Judging, Measured, measure
 
 MAX_ATTEMPTS = 3
+# the layer search's many tries choose among configurations by their numbers: with fewer validation
+# samples than this (the verdict's own "enough evidence" rule) it would fit the samples, not the model
+LAYER_SEARCH_MIN_SAMPLES = 50
+BUDGET_S = 600.0  # the layer search starts no try after this many seconds (--search-budget)
 
 
-@dataclass(frozen=True)
-class Candidate:
-    """A format's build, its measurement and the gates it fails, with the context that made it."""
+def search(builder: Builder, first: Candidate, staged: Path, data: Any, reference: dict[str, Any],
+           judging: Judging, min_sqnr_db: float, producers: dict[str, str], progress: Progress,
+           remedies: Remedies = Remedies(), budget_s: float = BUDGET_S) -> tuple[Candidate, list[dict[str, Any]]]:
+    """The search for a build that passes (``first`` failed). Tries are quick builds
+    (``BuildContext.trial``) judged on half of the validation samples; the configuration kept is
+    built again in full, measured on all of them, and must pass on the half no try was judged on
+    (``holdout``)."""
+    from .holdout import split
 
-    context: BuildContext
-    built: BuildResult
-    measured: Measured
-    failures: list[GateFailure]
-
-
-IMPROVEMENT = 1e-6  # margins are dB or fractions: anything above rounding noise counts
-
-
-def improves(new: Candidate, old: Candidate) -> bool:
-    """Whether ``new`` is better than ``old`` by the gates ``old`` failed, on their own metrics."""
-    before = {f.key: f.margin for f in old.failures}
-    after = {f.key: f.margin for f in new.failures}
-    if any(key not in before for key in after):  # a gate that passed now fails
-        return False
-    if any(after[key] < before[key] - IMPROVEMENT for key in after):  # a failing gate got worse
-        return False
-    return len(after) < len(before) or any(after[key] > before[key] + IMPROVEMENT for key in after)
+    halves = split(data, reference)
+    if halves is None:
+        progress.warn(f"{builder.name}: {data.evaluation_count} validation samples are too few to keep some "
+                      "unseen by the search: its result is judged on the samples it was chosen by (give more "
+                      "--eval data)")
+        judged_data, judged_reference = data, reference
+    else:
+        judged_data, judged_reference = halves.search, halves.search_reference
+    layers = data.evaluation_count >= LAYER_SEARCH_MIN_SAMPLES
+    if not layers and {"int16", "keep_float"} & set(remedies.layers):
+        progress.warn(f"{builder.name}: no layer search on {data.evaluation_count} validation samples: its many tries "
+                      f"need {LAYER_SEARCH_MIN_SAMPLES}+ (half to choose by, half to confirm on), or the layers it "
+                      "keeps would fit the samples rather than the model (give --eval with more samples)")
+    trial_context = replace(first.context, trial=True, explain_npy=None)
+    on_half = measure(first.built, builder, staged, judged_data, judged_reference, judging,
+                      as_quantized=builder.judged_as_quantized(first.context))
+    if on_half is None:
+        return first, []
+    started = Candidate(trial_context, first.built, on_half,
+                        check(builder.name, on_half, min_sqnr_db, producers, judging.kinds, remedies))
+    best, attempts = auto_fix(builder, started, staged, judged_data, judged_reference, judging, min_sqnr_db,
+                              producers, progress, remedies, budget_s, layers=layers)
+    if best is started:
+        return first, attempts
+    if not improves(best, started):  # a try replaced the artifact without beating the first build
+        with progress.step(f"search {builder.name}: building the first configuration again"):
+            return replace(first, built=builder.build(first.context)), attempts
+    context = replace(best.context, trial=False, explain_npy=first.context.explain_npy)
+    with progress.step(f"search {builder.name}: building the configuration kept"):
+        built = builder.build(context)
+    as_quantized = builder.judged_as_quantized(context)
+    whole = measure(built, builder, staged, data, reference, judging, as_quantized=as_quantized)
+    if whole is None:
+        return first, attempts
+    failures = check(builder.name, whole, min_sqnr_db, producers, judging.kinds, remedies)
+    if halves is not None:
+        unseen = measure(built, builder, staged, halves.unseen, halves.unseen_reference, judging,
+                         as_quantized=as_quantized)
+        unseen_failures = check(builder.name, unseen, min_sqnr_db, producers, judging.kinds, remedies) \
+            if unseen is not None else []
+        count = halves.unseen.evaluation_count
+        known = {f.key for f in failures}
+        failures += [replace(f, what=f"{f.what} (on the {count} validation samples the search did not judge by: "
+                                     "the configuration it chose does not hold beyond the samples it chose by)")
+                     for f in unseen_failures if f.key not in known]
+        if unseen is not None:
+            attempts.append({"change": "held-out check", "stage": "confirmation", "samples": count,
+                             "before": _numbers(started),
+                             "after": _numbers(Candidate(context, built, unseen, unseen_failures)),
+                             "kept": not unseen_failures})
+            progress.say(f"search {builder.name}: on the {count} samples no try was judged by: "
+                         + ("passes" if not unseen_failures else "; ".join(f.what for f in unseen_failures)))
+    return Candidate(context, built, whole, failures), attempts
 
 
 def auto_fix(builder: Builder, first: Candidate, staged: Path, data: Any, reference: dict[str, Any],
              judging: Judging, min_sqnr_db: float, producers: dict[str, str],
-             progress: Progress, remedies: Remedies = Remedies()) -> tuple[Candidate, list[dict[str, Any]]]:
-    """The best build found and the record of every attempt."""
+             progress: Progress, remedies: Remedies = Remedies(),
+             budget_s: float = BUDGET_S, layers: bool = True) -> tuple[Candidate, list[dict[str, Any]]]:
+    """The best build found and the record of every attempt: the fixes the failures name, then
+    the layer search."""
     best, tried, attempts = first, set(), []
     for _ in range(MAX_ATTEMPTS):
         if not best.failures:
@@ -72,16 +123,19 @@ def auto_fix(builder: Builder, first: Candidate, staged: Path, data: Any, refere
         shutil.rmtree(backup, ignore_errors=True)
         shutil.copytree(artifact_dir, backup)
         record: dict[str, Any] = {"change": fix.flag, "before": _numbers(best)}
+        began = time.monotonic()
         try:
-            with progress.step(f"auto-fix {builder.name}: rebuilding with {fix.flag}"):
+            with progress.step(f"search {builder.name}: {fix.flag}"):
                 built = builder.build(context)
+                if not still_quantized(built):
+                    raise EdgekitError(f"{fix.flag} leaves no layer in integers ({built.artifact.precision})")
                 measured = measure(built, builder, staged, data, reference, judging,
                                    as_quantized=builder.judged_as_quantized(context))
         except EdgekitError as exc:
             record.update(after=None, kept=False, error=exc.message)
             _restore(backup, artifact_dir)
             attempts.append(record)
-            progress.warn(f"auto-fix {builder.name}: {fix.flag} failed: {exc.message}")
+            progress.warn(f"search {builder.name}: {fix.flag} failed: {exc.message}")
             continue
         if measured is None:
             _restore(backup, artifact_dir)
@@ -89,6 +143,7 @@ def auto_fix(builder: Builder, first: Candidate, staged: Path, data: Any, refere
         candidate = Candidate(context, built, measured,
                               check(builder.name, measured, min_sqnr_db, producers, judging.kinds, remedies))
         record["after"] = _numbers(candidate)
+        record["seconds"] = round(time.monotonic() - began, 2)
         record["kept"] = improves(candidate, best)
         if record["kept"]:
             best = candidate
@@ -97,8 +152,12 @@ def auto_fix(builder: Builder, first: Candidate, staged: Path, data: Any, refere
             _restore(backup, artifact_dir)
         attempts.append(record)
         verdict = "passes" if not candidate.failures else f"{len(candidate.failures)} gate(s) still fail"
-        progress.say(f"auto-fix {builder.name}: {fix.flag}: {_gate_change(record)}, {verdict}"
+        progress.say(f"search {builder.name}: {fix.flag}: {_gate_change(record)}, {verdict}"
                      f"{'' if record['kept'] else ' (not kept: the failing gates did not improve)'}")
+    if best.failures and layers and {"int16", "keep_float"} & set(remedies.layers):
+        best, searched = search_layers(builder, best, staged, data, reference, judging, min_sqnr_db, producers,
+                                       progress, remedies, budget_s)
+        attempts += searched
     return best, attempts
 
 
@@ -148,3 +207,6 @@ def _margin(value: float | None) -> str:
 def _restore(backup: Path, artifact_dir: Path) -> None:
     shutil.rmtree(artifact_dir, ignore_errors=True)
     shutil.move(str(backup), str(artifact_dir))
+
+
+__all__ = ["Candidate", "auto_fix", "improves", "search"]

@@ -62,6 +62,12 @@ class PreparedData:
     labelled_output: str | None  # the output the labels and class targets belong to
     warnings: list[str]
     calibration_source: str  # the --calibration data, as the user named it
+    # the validation samples far outside the calibration range (``outside_calibration``): the
+    # calibration data are not representative, which no per-layer search may paper over
+    unrepresentative: tuple[str, ...] = ()
+    # a subset of the validation samples (the search's halves): their rows in the whole set, so
+    # that outputs a builder computed on the whole set are compared row for row
+    rows: tuple[int, ...] | None = None
 
     @property
     def targets_y(self) -> np.ndarray | None:
@@ -108,19 +114,21 @@ def prepare_data(plan: Plan, options: PackageOptions, described: SourceDescripti
     labelled = _labelled_output(outputs, plan.labels or calibration.labels or (plan.evaluation.labels
                                                                                   if plan.evaluation else None))
     labels = _labels(plan.labels, calibration, plan.evaluation, labelled) if labelled else None
-    warnings = []
+    warnings, unrepresentative = [], []
     for p in plans:
         if p.role != "integer" and p.spec is not None:
             warnings += data_guards(_pick(calib_raw.x, bindings[p.name]), calib[p.name], p.spec)
         if p.role != "integer":
-            warnings += outside_calibration(p.name, calib[p.name], evals[p.name], eval_what, len(plans) > 1)
+            unrepresentative += outside_calibration(p.name, calib[p.name], evals[p.name], eval_what, len(plans) > 1)
+    warnings += unrepresentative
     if labelled is not None:
         warnings += class_coverage(calib_raw.y, labelled)
         _check_targets(eval_raw.y, labelled)
     for warning in warnings:
         progress.warn(warning)
     return PreparedData(plans, calib, evals, calib_raw, eval_source, eval_raw, labels,
-                        labelled.name if labelled else None, warnings, calibration.description)
+                        labelled.name if labelled else None, warnings, calibration.description,
+                        tuple(unrepresentative))
 
 
 def outside_calibration(name: str, calibration: np.ndarray, evaluation: np.ndarray, what: str,

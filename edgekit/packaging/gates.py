@@ -77,6 +77,7 @@ class Remedies(NamedTuple):
     fixes: tuple[Fix, ...] = ()
     keep_float: bool = False
     saturation: str = ""  # why its fused kernels can saturate (Builder.saturation_explanation)
+    layers: tuple[str, ...] = ()  # the per-layer options its route honours (keep_float, int16, explain)
 
 
 def check(fmt: str, measured: Measured, min_sqnr_db: float, producers: dict[str, str],
@@ -192,12 +193,21 @@ def failure_message(failures: list[GateFailure], tried: dict[str, set[str]] | No
     return "INT8 validation failed: " + "; ".join(lines) + "; no package was written"
 
 
-def failure_hint(tried: dict[str, set[str]] | None = None) -> str:
-    """What to do next: ``--auto-fix`` only when it has not run; after it, what it tried."""
+def failure_hint(tried: dict[str, set[str]] | None = None, searched: dict[str, int] | None = None) -> str:
+    """What to do next: the search only when it has not run (``--no-auto-fix``); after it, what
+    it tried (``tried``: the named fixes by format; ``searched``: how many layer precision plans)."""
     rest = ("--explain shows the worst layers for --keep-float; --allow-accuracy-drop keeps the package as it is "
             "(recorded as failed in the manifest)")
     if tried is None:
-        return "--auto-fix tries the fixes listed above and keeps what passes; " + rest
-    done = "; ".join(f"{fmt}: {', '.join(sorted(flags))}" for fmt, flags in tried.items() if flags)
-    return (f"--auto-fix already tried {done or 'every fix it had'} without passing every gate; " + rest
-            + "; or package the formats that passed (--format)")
+        return ("without --no-auto-fix, edgekit searches: it tries the fixes listed above and the layers' precision, "
+                "and keeps what passes; " + rest)
+    parts = []
+    for fmt in dict.fromkeys([*tried, *(searched or {})]):
+        flags = ", ".join(sorted(tried.get(fmt, set())))
+        plans = (searched or {}).get(fmt, 0)
+        done = " and ".join(x for x in (flags, f"{plans} layer precision plans" if plans else "") if x)
+        if done:
+            parts.append(f"{fmt}: {done}")
+    return (f"the search already tried {'; '.join(parts) or 'every fix it had'} without passing every gate "
+            "(the tries are listed above and in the manifest); " + rest + "; or package the formats that passed "
+            "(--format)")

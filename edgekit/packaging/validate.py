@@ -95,7 +95,7 @@ def measure(built: BuildResult, builder: Builder, staged: Path, data: PreparedDa
     judging = judging or Judging()
     names = list(reference)
     if built.evaluated_npy is not None and get_backend(builder.backend).available() is None:
-        fused = _evaluated(built.evaluated_npy, names)
+        fused = _rows(_evaluated(built.evaluated_npy, names), data.rows)
     else:
         fused = _run_artifact(staged / built.artifact.path, builder.backend, data.evaluation, names, built)
     if fused is None:
@@ -151,10 +151,17 @@ def _float_conversion(built: BuildResult, builder: Builder, data: PreparedData,
     if built.float_model is not None and Path(built.float_model).exists():
         produced = _run_artifact(Path(built.float_model), builder.backend, data.evaluation, names, built)
     elif built.float_evaluated_npy is not None and Path(built.float_evaluated_npy).exists():
-        produced = _evaluated(built.float_evaluated_npy, names)
+        produced = _rows(_evaluated(built.float_evaluated_npy, names), data.rows)
     if produced is None:
         return None
     return {n: compare_outputs(reference[n], produced[n], kind=judging.kinds.get(n)) for n in names}
+
+
+def _rows(outputs: dict[str, np.ndarray] | None, rows: tuple[int, ...] | None) -> dict[str, np.ndarray] | None:
+    """Outputs a builder computed on every validation sample, cut to a subset's rows."""
+    if outputs is None or rows is None:
+        return outputs
+    return {name: values[list(rows)] for name, values in outputs.items()}
 
 
 def _evaluated(path: str, names: list[str]) -> dict[str, np.ndarray] | None:

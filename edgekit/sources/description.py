@@ -39,6 +39,7 @@ class SourceDescription:
     inputs: tuple[TensorDescription, ...]
     outputs: tuple[TensorDescription, ...]
     layers: tuple[str, ...] = ()  # layer (or node) names, for error messages and --keep-float
+    op_types: tuple[str, ...] = ()  # the ONNX op types of the model, where a description has them
     rescales: bool = False  # the model normalizes its own input (a Rescaling layer)
     forms: Mapping[str, ModelForm] = field(default_factory=dict)  # edgekit.forms: what formats convert from
     output_layers: Mapping[str, str] = field(default_factory=dict)  # output -> the layer computing it
@@ -54,6 +55,7 @@ class SourceDescription:
                 inputs=tuple(TensorDescription.from_dict(t) for t in data["inputs"]),
                 outputs=tuple(TensorDescription.from_dict(t) for t in data["outputs"]),
                 layers=tuple(str(n) for n in data.get("layers") or ()),
+                op_types=tuple(str(n) for n in data.get("op_types") or ()),
                 rescales=bool(data.get("rescales", False)),
                 forms={name: ModelForm.from_dict(form) for name, form in (data.get("forms") or {}).items()},
                 output_layers=dict(data.get("output_layers") or {}),

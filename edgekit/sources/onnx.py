@@ -64,6 +64,7 @@ def describe_onnx(model_path: str) -> dict[str, Any]:
         "onnx_model": model_path,
         "forms": {forms.ONNX_GRAPH: ModelForm(forms.ONNX_GRAPH, model_path).to_dict()},
         "layers": [n.name for n in model.graph.node],
+        "op_types": sorted({n.op_type for n in model.graph.node}),  # what route limits are checked against
         "rescales": False,
         "onnx_opset": next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0),
         "inputs": [describe(v) for v in model.graph.input if v.name not in initializers],

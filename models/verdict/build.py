@@ -22,6 +22,11 @@ labels; seconds each, seeded. They stand for model families users bring:
   audio models), four tone classes, saved with ``torch.export`` (dynamic batch). The BatchNorm
   cannot fold into the convolution before it; it is a per-channel multiply and add, which int8
   kernels run (litert-torch's PT2E quantizer leaves it in float).
+- ``outlier_cnn``: a Keras CNN on the digits whose second convolution writes two channels 25x
+  larger than the rest (the third divides them back: the float function is unchanged). One
+  int8 scale over that tensor leaves the other channels a few steps: plain INT8 agrees with
+  float on about 97.5% of decisions, under the 99% gate; the tensor in float (its writer and
+  its reader) passes. Calibration and held-out data without labels.
 - ``shapes``: a three-class image classifier (square, vbar, hbar, in that output order), trained
   to 100%, with an image folder whose alphabetical order (hbar, square, vbar) is not the model's.
 
@@ -292,6 +297,39 @@ def audio_bn(out: Path) -> Path:
     return folder / "audio_bn.pt2"
 
 
+def outlier_cnn(out: Path) -> Path:
+    import keras
+    import numpy as np
+
+    digits = Path(__file__).resolve().parents[1] / "digits" / "data"
+    folder = out / "outlier_cnn"
+    folder.mkdir(parents=True, exist_ok=True)
+    with np.load(digits / "calibration.npz") as data:
+        x, y = data["x"].astype("float32") / 255.0, data["y"]
+        np.savez(folder / "calibration.npz", x=data["x"])
+    with np.load(digits / "eval.npz") as data:
+        np.savez(folder / "eval.npz", x=data["x"])
+    keras.utils.set_random_seed(0)
+    inputs = keras.Input((8, 8, 1), name="image")
+    h = keras.layers.Conv2D(16, 3, padding="same", activation="relu", name="conv1")(inputs)
+    h = keras.layers.Conv2D(32, 3, padding="same", activation="relu", name="conv2")(h)
+    h = keras.layers.Conv2D(32, 3, padding="same", activation="relu", name="conv3")(h)
+    h = keras.layers.GlobalAveragePooling2D(name="pool")(h)
+    outputs = keras.layers.Dense(10, activation="softmax", name="probabilities")(h)
+    model = keras.Model(inputs, outputs, name="outlier_cnn")
+    model.compile("adam", "sparse_categorical_crossentropy")
+    model.fit(x, y, epochs=80, batch_size=32, verbose=0)
+    weights, bias = model.get_layer("conv2").get_weights()
+    weights[..., :2] *= 25.0  # ReLU commutes with a positive scale: conv3 undoes it exactly
+    bias[:2] *= 25.0
+    model.get_layer("conv2").set_weights([weights, bias])
+    weights, bias = model.get_layer("conv3").get_weights()
+    weights[:, :, :2, :] /= 25.0
+    model.get_layer("conv3").set_weights([weights, bias])
+    model.save(folder / "outlier_cnn.keras")
+    return folder / "outlier_cnn.keras"
+
+
 def shape_images(n: int, seed: int) -> tuple[list, list[int]]:
     """24x24 grey images: a filled square, a vertical bar or a horizontal bar, with noise."""
     import numpy as np
@@ -345,7 +383,7 @@ def shapes(out: Path) -> Path:
 
 
 BUILDERS = {"yolo": yolo, "yolov5": yolov5, "pitch": pitch, "embedding": embedding, "probmap": probmap, "shapes": shapes,
-            "audio_bn": audio_bn}
+            "audio_bn": audio_bn, "outlier_cnn": outlier_cnn}
 
 
 def main() -> None:

@@ -71,3 +71,49 @@ def test_loading_the_coreml_artifact_on_linux_is_a_clear_error(digits_all_packag
         edgekit.load(digits_all_package, artifact="coreml")
     with edgekit.load(digits_all_package) as model:  # auto: first artifact this device can run
         assert model.artifact.target == "tflite"
+
+
+def test_a_keep_float_layer_is_float_in_the_coreml_program(tmp_path, capsys):
+    """Read from the saved ML program: the kept layer's conv takes float16 weights (a const, no
+    int8 dequantize) and its result is not quantized (it reads the int8 result before it,
+    dequantized, as a float op does in TFLite); every other conv stays W8A8."""
+    from tests.conftest import CALIBRATION, DIGITS_MODEL, EVAL, run_cli
+
+    code, _, err = run_cli(capsys, "package", DIGITS_MODEL, "--format", "coreml", "--calibration", CALIBRATION,
+                           "--eval", EVAL, "-o", tmp_path, "--keep-float", "block2_pw_conv", "--no-also-float")
+    assert code == 0, err
+    manifest = Manifest.from_json((tmp_path / "digits.edgekit" / "manifest.json").read_bytes())
+    artifact = manifest.artifact("coreml")
+    kept = artifact.details["float_layer_ops"]["block2_pw_conv"]
+    assert artifact.precision == "int8+float (1 layer)"
+    path = tmp_path / "digits.edgekit" / "coreml" / "model.int8.mlpackage"
+    out = run_python(f"""
+        import json, coremltools as ct
+        spec = ct.models.MLModel({str(path)!r}, skip_model_load=True).get_spec()
+        fn = spec.mlProgram.functions["main"]
+        ops = fn.block_specializations[fn.opset].operations
+        produced = {{out.name: op for op in ops for out in op.outputs}}
+        readers = {{}}
+        for op in ops:
+            for argument in op.inputs.values():
+                for value in argument.arguments:
+                    readers.setdefault(value.name, []).append(op.type)
+        convs = {{}}
+        for op in ops:
+            if op.type != "conv":
+                continue
+            weight = produced[op.inputs["weight"].arguments[0].name].type
+            x = produced.get(op.inputs["x"].arguments[0].name)
+            convs[op.outputs[0].name] = {{"weight": weight, "x": x.type if x is not None else "input",
+                                          "read_by": readers.get(op.outputs[0].name, [])}}
+        print(json.dumps(convs))
+    """)
+    convs = json.loads(out.strip().splitlines()[-1])
+    kept_convs = [name for name in convs if name in kept]
+    assert len(kept_convs) == 1, (kept, list(convs))
+    assert convs[kept_convs[0]]["weight"] == "const"  # float16 weights
+    assert "quantize" not in convs[kept_convs[0]]["read_by"]  # its activations stay float
+    others = [c for name, c in convs.items() if name not in kept]
+    assert others and all(c["weight"] == "constexpr_affine_dequantize" for c in others)
+    assert all(c["x"] == "dequantize" for c in others[1:])  # W8A8 (the first conv reads the input)
+    assert sum(c["x"] == "dequantize" for c in others) >= len(others) - 1  # W8A8 (the first reads the input)

@@ -160,6 +160,27 @@ def lstm_model(path):
     return rng.normal(0, 1, (120, steps, features)).astype(np.float32)
 
 
+def test_a_recurrent_layer_is_refused_on_the_litert_torch_route_before_converting(tmp_path):
+    """litert-torch has no LSTM: the TFLite route says so once the model is described, before any
+    conversion (it used to convert for minutes, then fail); ONNX, which keeps it, still ships."""
+    import time
+
+    data = lstm_model(tmp_path / "lstm.onnx")
+    np.save(tmp_path / "seq.npy", data)
+    started = time.monotonic()
+    alone = edgekit_cli("package", tmp_path / "lstm.onnx", "-c", tmp_path / "seq.npy", "-o", tmp_path / "a",
+                        "--format", "tflite", "--no-also-float")
+    assert alone.returncode == 1 and "Traceback" not in alone.stderr
+    assert "onnx-to-torch -> torch-program -> tflite cannot convert LSTM" in alone.stderr
+    assert "refused before converting; package it for onnx" in alone.stderr and "Calibrating" not in alone.stdout
+    assert time.monotonic() - started < 120
+    both = edgekit_cli("package", tmp_path / "lstm.onnx", "-c", tmp_path / "seq.npy", "-o", tmp_path / "b",
+                       "--format", "tflite", "--format", "onnx", "--no-also-float", "--allow-partial")
+    assert both.returncode == 0, both.stderr[-3000:]
+    assert "tflite: not built: the route" in both.stdout and "onnx: shipped int8+float" in both.stdout
+    assert "package it for onnx (--format onnx)" in both.stderr + both.stdout
+
+
 def test_external_data_quantizes_and_the_precision_label_counts_what_stayed_float(tmp_path):
     """quant_pre_process once lost `model.onnx.data` (it copies the model into its own temp
     folder); and ORT leaves LSTM in float while the artifact was labelled int8."""
@@ -290,7 +311,8 @@ def test_a_yolo_head_sigmoid_beside_box_rows_gets_the_int8_scale_litert_kernels_
     images = yolo_head(tmp_path / "head.onnx")
     np.save(tmp_path / "images.npy", images)
     result = edgekit_cli("package", tmp_path / "head.onnx", "-c", tmp_path / "images.npy", "-o", tmp_path / "out",
-                         "--format", "tflite", "--format", "onnx", "--no-also-float", "--allow-accuracy-drop")
+                         "--format", "tflite", "--format", "onnx", "--no-also-float", "--allow-accuracy-drop",
+                         "--no-auto-fix")  # litert-torch's own build, as it converts
     assert result.returncode == 0, result.stderr
     package = tmp_path / "out" / "head.edgekit"
     manifest = json.loads((package / "manifest.json").read_text())

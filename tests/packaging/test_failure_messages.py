@@ -15,13 +15,14 @@ def _failure() -> GateFailure:
 def test_before_auto_fix_the_error_lists_every_fix_and_recommends_it():
     message, hint = failure_message([_failure()]), failure_hint()
     assert "(fix: --keep-float head or --reduce-range or --calibration-method percentile)" in message
-    assert hint.startswith("--auto-fix tries")
+    assert hint.startswith("without --no-auto-fix, edgekit searches")
 
 
 def test_after_auto_fix_it_names_only_the_fixes_left_and_what_was_tried():
     tried = {"onnx": {"--keep-float head", "--calibration-method percentile"}}
-    message, hint = failure_message([_failure()], tried), failure_hint(tried)
+    message, hint = failure_message([_failure()], tried), failure_hint(tried, {"onnx": 7})
     assert "(fix: --reduce-range)" in message and "--keep-float head" not in message
-    assert "--auto-fix tries" not in hint and "already tried" in hint and "--keep-float head" in hint
+    assert "edgekit searches" not in hint and "already tried" in hint and "--keep-float head" in hint
+    assert "7 layer precision plans" in hint
     everything = {"onnx": {"--keep-float head", "--reduce-range", "--calibration-method percentile"}}
     assert "(fix:" not in failure_message([_failure()], everything)

@@ -29,5 +29,7 @@ FORMAT = Format(
         Option("coreml_activations", "--coreml-activations", "int8", choices=("int8", "float16"),
                help="CoreML activations: int8 (W8A8, calibrated; on Linux with edgekit's MIL evaluator) or float16."),
     ),
-    accepts=(Accepts(forms.KERAS_MODEL), Accepts(forms.TORCH_MODULE), Accepts(forms.TF_GRAPH)),  # coremltools
+    # coremltools; op names carry a TensorFlow scope (a Keras layer), not a traced PyTorch module's path
+    accepts=(Accepts(forms.KERAS_MODEL, honours=("keep_float",)), Accepts(forms.TORCH_MODULE),
+             Accepts(forms.TF_GRAPH, honours=("keep_float",))),
 )

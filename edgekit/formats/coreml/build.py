@@ -16,6 +16,7 @@ numerically with the evaluator against the float model.
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -67,13 +68,15 @@ class CoreMLBuilder(Builder):
             output_names=list(context.output_names),
             float_eval_output_npy=float_evaluated,
             float_output=str(Path(context.workdir) / "coreml.float16.mlpackage") if context.option("also_float") else None,
+            keep_float=list(context.keep_float),
+            layer_names=list(context.layer_names),
         )
         artifact = Artifact(
             target=self.name,
             path=ARTIFACT_PATH,
             sha256=sha256_tree(output),
             bytes=tree_bytes(output),
-            precision="int8" if info["activations"] == "int8" else "int8 weights",
+            precision=_precision_label(info),
             inputs=[QuantParams(name=n, dtype="float32") for n in info["inputs"]],
             outputs=[QuantParams(name=n, dtype="float32") for n in info["outputs"]],
             converter={
@@ -91,6 +94,8 @@ class CoreMLBuilder(Builder):
                 "evaluated_by": info["evaluated_by"],
                 "batch": 1,
                 "structure": info["structure"],
+                "keep_float": list(context.keep_float),
+                "float_layer_ops": info["float_layer_ops"],
             },
         )
         float_side: dict[str, Any] = {"float_evaluated_npy": float_evaluated, "float_by": "float ML program "
@@ -107,10 +112,19 @@ class CoreMLBuilder(Builder):
 # --- child-process side -------------------------------------------------------------------
 
 
+def _precision_label(info: dict[str, Any]) -> str:
+    """``int8``, ``int8 weights`` (float16 activations), or with the layers kept in float counted
+    (``int8+float (2 layers)``), as the other formats label a mixed artifact."""
+    base = "int8" if info["activations"] == "int8" else "int8 weights"
+    kept = len(info.get("float_layer_ops") or {})
+    return f"{base}+float ({kept} layer{'s' if kept != 1 else ''})" if kept else base
+
+
 def convert(
     model: dict[str, Any], output: str, calibration_npy: str, activations_mode: str = "int8",
     eval_npy: str | None = None, eval_output_npy: str | None = None, output_names: list[str] | None = None,
     float_eval_output_npy: str | None = None, float_output: str | None = None,
+    keep_float: list[str] | None = None, layer_names: list[str] | None = None,
 ) -> dict[str, Any]:
     """One child-process step, top to bottom: convert the route's form to a float ML program,
     keep it as the fallback, calibrate activations, compress weights, check, evaluate."""
@@ -125,11 +139,13 @@ def convert(
     float_evaluated = _evaluate_float(mlmodel, eval_npy, float_eval_output_npy)
     if float_output:  # the float fallback artifact: the ML program before quantization (float16)
         mlmodel.save(float_output)
-    mlmodel, activations, reason, calibration = _quantize_activations(mlmodel, samples, activations_mode)
-    mlmodel = _quantize_weights(mlmodel)
+    float_layer_ops = layer_ops(mlmodel, keep_float or [], layer_names or [])
+    kept = {name for names in float_layer_ops.values() for name in names}
+    mlmodel, activations, reason, calibration = _quantize_activations(mlmodel, samples, activations_mode, kept)
+    mlmodel = _quantize_weights(mlmodel, kept)
     mlmodel.save(output)
     worker.report_progress(len(samples), len(samples))
-    structure = check_structure(output, (1, *samples.shape[1:]))
+    structure = check_structure(output, (1, *samples.shape[1:]), kept)
     spec = mlmodel.get_spec()
     evaluated, not_evaluated = _evaluate_final(output, eval_npy, eval_output_npy)
     return {
@@ -143,6 +159,7 @@ def convert(
         "structure": structure,
         "inputs": [i.name for i in spec.description.input],
         "outputs": [o.name for o in spec.description.output],
+        "float_layer_ops": float_layer_ops,
     }
 
 
@@ -194,8 +211,10 @@ def _float_program(form: ModelForm, samples: Any, output_names: list[str]) -> An
         return _convert_exported(form, samples, input_name, output_names, exc)
 
 
-def _quantize_activations(mlmodel: Any, samples: Any, mode: str) -> tuple[Any, str, str, dict[str, Any]]:
-    """W8A8 where activations can be calibrated here: (model, activations, why, calibration record)."""
+def _quantize_activations(mlmodel: Any, samples: Any, mode: str,
+                          kept: set[str] = frozenset()) -> tuple[Any, str, str, dict[str, Any]]:
+    """W8A8 where activations can be calibrated here: (model, activations, why, calibration record);
+    the ops in ``kept`` (--keep-float layers) get no quantize/dequantize pair."""
     import coremltools.optimize.coreml as cto
 
     if mode == "float16":
@@ -203,7 +222,8 @@ def _quantize_activations(mlmodel: Any, samples: Any, mode: str) -> tuple[Any, s
     name = mlmodel.get_spec().description.input[0].name
     data = [{name: np.asarray(samples[i : i + 1], dtype=np.float32)} for i in range(len(samples))]
     config = cto.OptimizationConfig(
-        global_config=cto.experimental.OpActivationLinearQuantizerConfig(mode="linear_symmetric")
+        global_config=cto.experimental.OpActivationLinearQuantizerConfig(mode="linear_symmetric"),
+        op_name_configs={op: None for op in kept},
     )
     if sys.platform == "darwin":  # CoreML prediction exists: coremltools' own calibration (W8A8)
         with running_ranges():
@@ -224,13 +244,15 @@ def _quantize_activations(mlmodel: Any, samples: Any, mode: str) -> tuple[Any, s
         "tensors": len(stats), "ranges": {k: [round(v["rmin"], 6), round(v["rmax"], 6)] for k, v in stats.items()}}
 
 
-def _quantize_weights(mlmodel: Any) -> Any:
+def _quantize_weights(mlmodel: Any, kept: set[str] = frozenset()) -> Any:
+    """Every weight int8, per channel; the weights of the ops in ``kept`` stay float16."""
     import coremltools.optimize.coreml as cto
 
     weights = cto.OptimizationConfig(
         global_config=cto.OpLinearQuantizerConfig(
             mode="linear_symmetric", dtype="int8", granularity="per_channel", weight_threshold=0
-        )
+        ),
+        op_name_configs={op: None for op in kept},
     )
     return cto.linear_quantize_weights(mlmodel, config=weights)
 
@@ -370,8 +392,9 @@ def running_ranges() -> Iterator[None]:
         _model_debugger.ModelDebugger.record_intermediate_output = staticmethod(saved[1])
 
 
-def check_structure(path: str, input_shape: tuple[int, ...]) -> dict[str, Any]:
-    """The saved package loads, has one input of the expected shape, and int8 weights only."""
+def check_structure(path: str, input_shape: tuple[int, ...], kept: set[str] = frozenset()) -> dict[str, Any]:
+    """The saved package loads, has one input of the expected shape, and int8 weights only (but
+    for the ops in ``kept``, the --keep-float layers, whose weights are float16 by request)."""
     import coremltools as ct
     from coremltools.proto import MIL_pb2
 
@@ -388,6 +411,7 @@ def check_structure(path: str, input_shape: tuple[int, ...]) -> dict[str, Any]:
     produced_by = {out.name: op for op in operations for out in op.outputs}
     weight_ops = int8_weights = 0
     float_weights: list[str] = []
+    kept_weights: list[str] = []
     inline_weights: list[str] = []
     for op in operations:
         argument = _WEIGHT_OPS.get(op.type)
@@ -400,6 +424,9 @@ def check_structure(path: str, input_shape: tuple[int, ...]) -> dict[str, Any]:
             if data is not None and data.type.tensorType.dataType == MIL_pb2.INT8:
                 int8_weights += 1
                 continue
+        if op.outputs[0].name in kept:
+            kept_weights.append(op.outputs[0].name)
+            continue
         if source is not None and source.type == "const" and 0 < _element_count(source) < INLINE_WEIGHT_LIMIT:
             inline_weights.append(op.outputs[0].name)  # coremltools stores these inline, never compressed
             continue
@@ -420,8 +447,66 @@ def check_structure(path: str, input_shape: tuple[int, ...]) -> dict[str, Any]:
         "int8_weight_ops": int8_weights,
         # weights of fewer than 10 values: coremltools keeps them inline in float16 by design
         "inline_float16_weight_ops": inline_weights,
+        "float16_weight_ops_kept": kept_weights,  # --keep-float layers
         "ops": sorted({op.type for op in operations}),
     }
+
+
+_GENERIC_NAME = re.compile(r"^[a-z_]+?_\d+(_cast_fp\d+)?$")  # an op a MIL pass renamed: conv_0_cast_fp16
+
+
+def layer_ops(mlmodel: Any, layers: list[str], layer_names: list[str]) -> dict[str, list[str]]:
+    """The ML program's compute ops of each --keep-float layer, by name: ops named after the
+    layer's scope (coremltools writes a TensorFlow scope's '/' as '_': ``model_1_conv2_1_BiasAdd``),
+    and ops a pass renamed (``conv_0``) whose results go only to that layer's ops. A layer with no
+    op is refused by name, never ignored. A layer folded into the next one's op (a Conv and its
+    BatchNorm) is that op."""
+    if not layers:
+        return {}
+    from ...errors import EdgekitError
+
+    operations = [op for op in mlmodel._mil_program.functions["main"].operations if op.op_type != "const"]
+    known = [re.sub(r"[^0-9A-Za-z]", "_", name) for name in layer_names]
+
+    def named_after(op_name: str, layer: str) -> bool:
+        return re.search(rf"(^|_){re.escape(layer)}(_\d+)?(_|$)", op_name) is not None
+
+    def folded_into(layer: str) -> str | None:
+        """The next layer, when ``layer`` has no op of its own and the next one's op computes it
+        (coremltools folds a Conv and the BatchNorm after it into one conv named after the BatchNorm)."""
+        if layer not in layer_names:
+            return None
+        following = layer_names[layer_names.index(layer) + 1:layer_names.index(layer) + 2]
+        if not following:
+            return None
+        scope = re.sub(r"[^0-9A-Za-z]", "_", following[0])
+        weighted = [op for op in operations if named_after(op.name, scope) and op.op_type in _WEIGHT_OPS]
+        return scope if weighted else None
+
+    found: dict[str, list[str]] = {}
+    for layer in layers:
+        scope = re.sub(r"[^0-9A-Za-z]", "_", layer)
+        if not any(named_after(op.name, scope) for op in operations):
+            scope = folded_into(layer) or scope
+        members = {op.name for op in operations if named_after(op.name, scope)}
+        grew = bool(members)
+        while grew:  # renamed ops that feed only this layer's ops belong to it
+            grew = False
+            for op in operations:
+                if op.name in members or not _GENERIC_NAME.match(op.name) or any(named_after(op.name, k)
+                                                                                   for k in known):
+                    continue
+                children = [child for out in op.outputs for child in out.child_ops]
+                if children and all(child.name in members for child in children):
+                    members.add(op.name)
+                    grew = True
+        found[layer] = sorted(members)
+    missing = [layer for layer, names in found.items() if not names]
+    if missing:
+        raise EdgekitError(f"--keep-float: no CoreML ops belong to layer(s) {', '.join(missing)}",
+                           hint="use layer names as the model defines them (TensorFlow scopes; a traced PyTorch "
+                                "module's ops carry no layer names, so that route takes no --keep-float)")
+    return found
 
 
 def _element_count(const_op: Any) -> int:

@@ -128,7 +128,8 @@ class ONNXBuilder(Builder):
         }
         info = self._quantize(context, float_onnx, output, variant, settings, on_progress)
         precision = analyse_precision(str(output), context.layer_names)  # from the graph: ORT leaves ops it cannot quantize in float
-        ort_failure = None if variant else _convert_to_ort(output, context)  # a companion: never costs the .onnx
+        # a companion: never costs the .onnx (and not made for a search try)
+        ort_failure = None if variant or context.trial else _convert_to_ort(output, context)
         explained = None
         if context.explain_npy:
             explained = worker.call(
@@ -137,7 +138,7 @@ class ONNXBuilder(Builder):
                 layer_names=list(context.layer_names), workdir=str(context.workdir),
             )
         # NNAPI / CoreML EP usability is a question for the ARM build; the x86 scheme variants skip it
-        mobile = None if variant else worker.call(
+        mobile = None if variant or context.trial else worker.call(
             mobile_usability, what="ONNX mobile usability check", model=str(output)
         )
         fused = _runtime_graph(str(output))
@@ -146,7 +147,7 @@ class ONNXBuilder(Builder):
              "bytes": (context.package_dir / rel).stat().st_size, "role": role}
             for rel, role in ((ORT_PATH, "ort-format model (minimal builds)"),
                               (OPS_CONFIG_PATH, "required operators for --include_ops_by_config"))
-            if ort_failure is None and not variant
+            if ort_failure is None and not variant and not context.trial
         ]
         converted = float_onnx if context.model.via else None  # a conversion's loss is measured apart
         fallback = {"fallback_model": float_onnx, "fallback_precision": "float32"} if context.option("also_float") else {}
@@ -193,7 +194,7 @@ class ONNXBuilder(Builder):
         if variant and prebuilt.is_file() and prebuilt.with_suffix(".json").is_file():
             shutil.copyfile(prebuilt, output)
             return dict(json.loads(prebuilt.with_suffix(".json").read_text()))
-        others = [] if variant else [
+        others = [] if variant or context.trial else [
             {"path": str(_prebuilt_path(context, v["variant"], {**settings, "activation_type": v["onnx_activations"],
                                                                 "reduce_range": v["reduce_range"]})),
              "activation_type": v["onnx_activations"], "reduce_range": v["reduce_range"]}

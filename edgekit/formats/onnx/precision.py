@@ -26,6 +26,11 @@ TAIL_OPS = {"Softmax", "LogSoftmax", "Sigmoid", "Tanh", "LpNormalization", "Div"
 _FLOAT = {1, 10, 11, 16}  # TensorProto FLOAT, FLOAT16, DOUBLE, BFLOAT16
 
 
+# Ops that compute with weights: an artifact with none of them in integers is the float model
+WEIGHTED_OPS = {"Conv", "ConvTranspose", "MatMul", "Gemm", "ConvInteger", "MatMulInteger", "QLinearConv",
+                "QLinearMatMul", "LSTM", "GRU", "RNN", "Gather"}
+
+
 def analyse(path: str, layer_names: list[str] | tuple[str, ...] = ()) -> Precision:
     """Every compute node of the QDQ model at ``path`` by precision, float tails marked, and the
     initializers sized by type (their external data is not read: sizes come from the shapes)."""
@@ -78,6 +83,7 @@ def analyse(path: str, layer_names: list[str] | tuple[str, ...] = ()) -> Precisi
     for position, node in enumerate(graph.node):
         if kinds[position] == "int8":
             found.int8_ops += 1
+            found.int8_weighted_ops += node.op_type in WEIGHTED_OPS
             if any(name in wide for name in node.input):  # reads 16-bit activations
                 layer = (layer_of(node.name, list(layer_names)) if layer_names else _layer(node.name)) or node.op_type
                 found.int16_ops.append({"op": node.op_type, "layer": layer, "tensor": node.name})

@@ -22,6 +22,9 @@ from ..precision import Precision
 CONVERTING_OPS = {"QUANTIZE", "DEQUANTIZE"}
 _NOT_COMPUTE = CONVERTING_OPS | {"DELEGATE"}
 _FLOAT_TYPES = {np.dtype(np.float32), np.dtype(np.float16), np.dtype(np.float64)}
+# Ops that compute with weights: an artifact with none of them in integers is the float model
+WEIGHTED_OPS = {"CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "TRANSPOSE_CONV", "BATCH_MATMUL", "CONV_3D",
+                "CONV_3D_TRANSPOSE", "UNIDIRECTIONAL_SEQUENCE_LSTM", "EMBEDDING_LOOKUP"}
 # Ops a float tail may hold: activations, normalisations and shape ops, never a layer with weights.
 TAIL_OPS = {"SOFTMAX", "LOG_SOFTMAX", "LOGISTIC", "TANH", "RELU", "RELU6", "RELU_N1_TO_1", "LEAKY_RELU", "HARD_SWISH",
             "ABS", "L2_NORMALIZATION", "RESHAPE", "SQUEEZE", "EXPAND_DIMS",
@@ -68,6 +71,7 @@ def analyse(path: str, layer_names: list[str], named: dict[str, str] | None = No
         layer = (named or {}).get(tensor) or layer_namer(tensor, layer_names)
         if not is_float(op):
             found.int8_ops += 1
+            found.int8_weighted_ops += op["op_name"] in WEIGHTED_OPS
             if any(np.dtype(t) == np.int16 for t in list(op.get("operand_types", [])) + list(op.get("result_types", []))):
                 found.int16_ops.append({"op": op["op_name"], "layer": layer, "tensor": tensor})
             continue

@@ -1,0 +1,62 @@
+"""Speed stays part of the verdict: a mixed artifact (layers the search raised to 16-bit or
+float) is worth shipping only if it still beats its format's float fallback. Both are timed
+here, interleaved, batch 1, one thread; the figure is recorded with the CPU it was measured on
+(``details.speed_vs_float``) and the runtime on a CPU of that kind prefers the float fallback
+when the mixed artifact is slower (``runtime.candidates``). Other CPU kinds were not measured,
+and the record says which one was."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..formats import Builder, BuildResult, get_backend
+
+ROUNDS, RUNS = 7, 10  # interleaved rounds of RUNS calls each; the median of the per-round medians
+
+
+def is_mixed(precision: str) -> bool:
+    """``int8+float (2 layers)``, ``int8+int16 (1 layer)``: not plain int8, not a float tail."""
+    return precision.startswith("int8+") and "tail" not in precision
+
+
+def compare(builder: Builder, staged: Path, mixed: BuildResult, fallback: BuildResult,
+            evaluation: dict[str, np.ndarray]) -> dict[str, Any] | None:
+    """The mixed artifact's and the float fallback's median latency here; None without a runtime."""
+    from ..devices import DeviceFacts, int8_kernel_features
+
+    backend_cls = get_backend(builder.backend)
+    if backend_cls.available() is None:
+        return None
+    sample = {name: values[:1] for name, values in evaluation.items()}
+    feed: Any = sample if len(sample) > 1 else list(sample.values())
+    opened = {}
+    try:
+        for name, built in (("mixed", mixed), ("float", fallback)):
+            opened[name] = backend_cls(str(staged / built.artifact.path), threads=1)
+            opened[name].run(feed)  # warm-up
+        medians: dict[str, list[float]] = {name: [] for name in opened}
+        for _ in range(ROUNDS):
+            for name, backend in opened.items():
+                times = []
+                for _ in range(RUNS):
+                    started = time.perf_counter()
+                    backend.run(feed)
+                    times.append(time.perf_counter() - started)
+                medians[name].append(statistics.median(times))
+    finally:
+        for backend in opened.values():
+            backend.close()
+    mixed_ms = statistics.median(medians["mixed"]) * 1000
+    float_ms = statistics.median(medians["float"]) * 1000
+    return {"mixed_ms": round(mixed_ms, 4), "float_ms": round(float_ms, 4),
+            "speedup": round(float_ms / mixed_ms, 3) if mixed_ms > 0 else None,
+            "float_artifact": fallback.artifact.key, "threads": 1, "batch": 1,
+            "arch": DeviceFacts.read().arch, "cpu": int8_kernel_features(),
+            "how": f"interleaved, {ROUNDS} rounds of {RUNS} calls, median of the round medians"}
+
+

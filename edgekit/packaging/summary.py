@@ -1,0 +1,69 @@
+"""What each format came to, one line each, printed at the end of ``edgekit package``: shipped
+(precision and the tightest gate margin), shipped as a float fallback, refused (why, and the
+best configuration the search found with its margins) or not built, with the seconds each took.
+With ``--format all`` some formats ship and some do not; this is where that reads at a glance."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+
+def lines(outcomes: list[Any], kept_failed: bool) -> list[str]:
+    """One line per format outcome (``packaging.FormatOutcome``); ``kept_failed``: failed
+    artifacts stay in the package (``--allow-accuracy-drop``). Where a failed gate stops the
+    package, the artifacts that passed are not shipped either: their lines say so."""
+    stopped = not kept_failed and any(o.failures for o in outcomes if o.error is None)
+    shipped = "passes (not shipped: the package is refused)" if stopped else "shipped"
+    found = []
+    for outcome in outcomes:
+        seconds = f"{outcome.seconds:.0f} s" if outcome.seconds else ""
+        if outcome.error is not None:
+            found.append(f"{outcome.name}: not built: {outcome.error.message}" + (f"; {seconds}" if seconds else ""))
+            continue
+        artifact = outcome.built.artifact
+        search = _search(outcome.fixes)
+        timing = ", ".join(x for x in (seconds, search) if x)
+        timing = f" ({timing})" if timing else ""
+        if outcome.name.endswith(("-float16", "-float32")):
+            found.append(f"{outcome.name}: float fallback ({artifact.precision}), {shipped}")
+        elif outcome.comparison is None:
+            found.append(f"{outcome.name}: {shipped} {artifact.precision}, not measured here{timing}")
+        elif not outcome.failures:
+            found.append(f"{outcome.name}: {shipped} {artifact.precision}; {_tightest(outcome.comparison)}{timing}")
+        else:
+            what = "kept though it failed (--allow-accuracy-drop)" if kept_failed else "refused"
+            margins = "; ".join(f"{f.output or 'artifact'} {f.cause} {_number(f.margin)}" for f in outcome.failures)
+            found.append(f"{outcome.name}: {what}: {outcome.failures[0].what}; best configuration "
+                         f"{_configuration(outcome)} (margins {margins}){timing}")
+    return found
+
+
+def _tightest(measured: Any) -> str:
+    """The smallest margin above a gate's floor among the task metrics, else the worst SQNR."""
+    margins = [t.margin for t in measured.tasks.values() if t.margin is not None and math.isfinite(t.margin)]
+    if margins:
+        return f"tightest gate margin {_number(min(margins))}"
+    sqnr = min((c.sqnr_db for c in measured.outputs.values() if c.sqnr_db == c.sqnr_db), default=float("nan"))
+    return f"worst SQNR {sqnr:.1f} dB" if math.isfinite(sqnr) else "exact"
+
+
+def _configuration(outcome: Any) -> str:
+    context = outcome.context
+    parts = []
+    if context is not None:
+        if context.keep_float:
+            parts.append("--keep-float " + " ".join(context.keep_float))
+        if context.int16_layers:
+            parts.append("--int16-activations " + " ".join(context.int16_layers))
+        parts += [a["change"] for a in outcome.fixes if not a.get("stage") and a.get("kept")]
+    return " ".join(dict.fromkeys(parts)) or "plain INT8"
+
+
+def _search(tries: tuple[dict[str, Any], ...]) -> str:
+    count = sum(1 for t in tries if t.get("stage") != "confirmation")
+    return f"search: {count} tr{'y' if count == 1 else 'ies'}" if count else ""
+
+
+def _number(value: float | None) -> str:
+    return "-inf" if value is None or not math.isfinite(value) else f"{value:+.3g}"

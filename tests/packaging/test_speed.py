@@ -1,0 +1,37 @@
+"""A mixed artifact measured slower than its float fallback: the runtime on that CPU kind runs
+the fallback first; on another CPU kind, or when it was faster, the order stays."""
+
+from __future__ import annotations
+
+import os
+
+from edgekit.manifest import Artifact
+from edgekit.packaging.speed import is_mixed
+from edgekit.runtime import _float_before_slower_mixed
+
+
+def _artifacts(speedup: float, arch: str) -> dict[str, Artifact]:
+    mixed = Artifact("tflite", "tflite/model.int8.tflite", "0" * 64, 1, precision="int8+float (3 layers)",
+                     details={"speed_vs_float": {"speedup": speedup, "arch": arch, "float_artifact": "tflite-float16"}})
+    fallback = Artifact("tflite", "tflite/model.float16.tflite", "1" * 64, 1, precision="float16",
+                        variant="float16", converter={"float_fallback_for": "tflite"})
+    return {a.key: a for a in (mixed, fallback)}
+
+
+ORDER = [("tflite", "litert"), ("onnx", "onnxruntime"), ("tflite-float16", "litert")]
+
+
+def test_the_float_fallback_goes_first_where_the_mixed_artifact_was_measured_slower():
+    present = _artifacts(0.8, os.uname().machine)
+    assert _float_before_slower_mixed(ORDER, present) == [("tflite-float16", "litert"), ("tflite", "litert"),
+                                                         ("onnx", "onnxruntime")]
+
+
+def test_the_order_stays_where_it_was_faster_or_measured_on_another_cpu_kind():
+    assert _float_before_slower_mixed(ORDER, _artifacts(1.3, os.uname().machine)) == ORDER
+    assert _float_before_slower_mixed(ORDER, _artifacts(0.8, "some-other-arch")) == ORDER
+
+
+def test_mixed_precision_labels():
+    assert is_mixed("int8+float (2 layers)") and is_mixed("int8+int16 (1 layer)")
+    assert not is_mixed("int8") and not is_mixed("int8+float tail") and not is_mixed("float16")
