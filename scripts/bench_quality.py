@@ -337,7 +337,8 @@ def run_case(title: str, case: Case, work: Path) -> dict[str, Any]:
                      "right": bool(verdict == good), "truth_metric": why,
                      "judged_by": record.get("judged_by", ""),
                      "failed_gates": [g["what"] for g in record.get("gates", [])]}
-        rows[key]["fixes_kept"] = [a["change"] for a in record.get("auto_fix", []) if a.get("kept")]
+        rows[key]["fixes_kept"] = [a["change"] for a in record.get("auto_fix", []) if a.get("kept")
+                                   and a.get("stage") != "confirmation"]
     kinds = {name: f"{k['kind']}: {k['evidence']}" for name, k in (validation.get("kinds") or {}).items()}
     return {"kinds": kinds, "formats": rows}
 

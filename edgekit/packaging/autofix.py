@@ -76,7 +76,8 @@ def search(builder: Builder, first: Candidate, staged: Path, data: Any, referenc
     if not improves(best, started):  # a try replaced the artifact without beating the first build
         with progress.step(f"search {builder.name}: building the first configuration again"):
             return replace(first, built=builder.build(first.context)), attempts
-    context = replace(best.context, trial=False, explain_npy=first.context.explain_npy)
+    # the report stays on where the kept build had it (a route may quantize per layer because of it)
+    context = replace(best.context, trial=False, explain_npy=first.context.explain_npy or best.context.explain_npy)
     with progress.step(f"search {builder.name}: building the configuration kept"):
         built = builder.build(context)
     as_quantized = builder.judged_as_quantized(context)

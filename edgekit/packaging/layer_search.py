@@ -56,8 +56,8 @@ def search_layers(builder: Builder, best: Any, staged: Path, data: Any, referenc
         search.attempts.append({"change": "per-layer report", "stage": "layer search", "plan": {},
                                 "before": _margins(best.failures), "after": _margins(ranked_on.failures),
                                 "kept": not ranked_on.failures})
-        if not ranked_on.failures:  # the route's per-layer quantizer passes as it is
-            return replace(ranked_on, context=best.context), search.attempts
+        if not ranked_on.failures:  # the route's per-layer quantizer passes as it is (its context, report
+            return ranked_on, search.attempts  # on, says how: litert-torch's route quantizes it per layer)
         # the tries are quantized as the report's build was (a format may quantize per-layer plans
         # with another tool than its plain build): they are compared with it, not with the first build
         search.start = replace(ranked_on, context=best.context)
