@@ -241,6 +241,8 @@ def candidates(manifest: Manifest, profile: Profile) -> list[tuple[Artifact, typ
 def _float_before_slower_mixed(order: list[tuple[str, str]], present: dict[str, Artifact]) -> list[tuple[str, str]]:
     """A mixed artifact measured slower than its float fallback on a CPU of this kind when it was
     packaged (``details.speed_vs_float``) comes after that fallback."""
+    if not any((a.details or {}).get("speed_vs_float") for a in present.values()):
+        return order  # nothing timed at packaging: no device facts to read
     arch = DeviceFacts.read().arch
     moved = list(order)
     for key, artifact in present.items():

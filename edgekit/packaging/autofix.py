@@ -28,16 +28,15 @@ from ..errors import EdgekitError
 from ..formats import Builder, BuildContext
 from ..formats.building import Fix
 from ..progress import Progress
-from .candidate import Candidate, improves, still_quantized
+from .candidate import Candidate, improves, restore as _restore, still_quantized
 from .gates import GateFailure, Remedies, check
-from .layer_search import search_layers
-from .validate import Judging, Measured, measure
+from .layer_search import BUDGET_S, search_layers
+from .validate import Judging, measure
 
 MAX_ATTEMPTS = 3
 # the layer search's many tries choose among configurations by their numbers: with fewer validation
 # samples than this (the verdict's own "enough evidence" rule) it would fit the samples, not the model
 LAYER_SEARCH_MIN_SAMPLES = 50
-BUDGET_S = 600.0  # the layer search starts no try after this many seconds (--search-budget)
 
 
 def search(builder: Builder, first: Candidate, staged: Path, data: Any, reference: dict[str, Any],
@@ -203,11 +202,6 @@ def _gate_change(record: dict[str, Any]) -> str:
 
 def _margin(value: float | None) -> str:
     return "-inf" if value is None else f"{value:+.3g}"
-
-
-def _restore(backup: Path, artifact_dir: Path) -> None:
-    shutil.rmtree(artifact_dir, ignore_errors=True)
-    shutil.move(str(backup), str(artifact_dir))
 
 
 __all__ = ["Candidate", "auto_fix", "improves", "search"]

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import dataclass
+from pathlib import Path
 
 from ..formats import BuildContext, BuildResult
 from .gates import GateFailure
@@ -40,3 +42,9 @@ def improves(new: Candidate, old: Candidate) -> bool:
     if any(after[key] < before[key] - IMPROVEMENT for key in after):  # a failing gate got worse
         return False
     return len(after) < len(before) or any(after[key] > before[key] + IMPROVEMENT for key in after)
+
+
+def restore(backup: Path, artifact_dir: Path) -> None:
+    """Put a format's artifact folder back as it was before a try that is not kept."""
+    shutil.rmtree(artifact_dir, ignore_errors=True)
+    shutil.move(str(backup), str(artifact_dir))

@@ -32,12 +32,12 @@ from typing import Any
 from ..errors import EdgekitError
 from ..formats import Builder, BuildContext
 from ..progress import Progress
-from .candidate import Candidate, improves, still_quantized
+from .candidate import Candidate, improves, restore as _restore, still_quantized
 from .gates import GateFailure, Remedies, check
 from .validate import Judging, measure
 
 CANDIDATES = 12  # layers whose effect on the failing gates is measured one by one
-BUDGET_S = 600.0  # the stage stops starting tries after this many seconds
+BUDGET_S = 600.0  # the search starts no try after this many seconds, per format (--search-budget)
 FLOAT, INT16 = "keep_float", "int16_layers"
 
 
@@ -255,8 +255,3 @@ def _margins(failures: list[GateFailure]) -> dict[str, Any]:
     return {"failed_gates": [f.what for f in failures],
             "gates": {f"{f.output} {f.cause}": round(f.margin, 4) if math.isfinite(f.margin) else None
                       for f in failures}}
-
-
-def _restore(backup: Path, artifact_dir: Path) -> None:
-    shutil.rmtree(artifact_dir, ignore_errors=True)
-    shutil.move(str(backup), str(artifact_dir))
