@@ -201,6 +201,9 @@ def failure_hint(tried: dict[str, set[str]] | None = None, searched: dict[str, i
     if tried is None:
         return ("without --no-auto-fix, edgekit searches: it tries the fixes listed above and the layers' precision, "
                 "and keeps what passes; " + rest)
+    if not any(tried.values()) and not any((searched or {}).values()):
+        return ("the search did not run (the warnings above say why: calibration data unlike the held-out data, or "
+                "too few validation samples); " + rest)
     parts = []
     for fmt in dict.fromkeys([*tried, *(searched or {})]):
         flags = ", ".join(sorted(tried.get(fmt, set())))

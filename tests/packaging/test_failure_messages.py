@@ -26,3 +26,8 @@ def test_after_auto_fix_it_names_only_the_fixes_left_and_what_was_tried():
     assert "7 layer precision plans" in hint
     everything = {"onnx": {"--keep-float head", "--reduce-range", "--calibration-method percentile"}}
     assert "(fix:" not in failure_message([_failure()], everything)
+
+
+def test_when_the_search_did_not_run_the_hint_does_not_say_it_tried():
+    hint = failure_hint({"tflite": set()}, {"tflite": 0})
+    assert "already tried" not in hint and "the search did not run" in hint
