@@ -9,7 +9,7 @@
 #    (no binfmt, no chroot).
 # 2. aarch64 wheels come from the registry with pip download --platform: numpy, ai-edge-litert
 #    1.4.0 (the newest with a cp311 aarch64 wheel) and onnxruntime 1.20.1 (1.31 crashes at import
-#    under qemu-user 7.2), plus edgekit itself (pure Python) with its runtime dependencies.
+#    under qemu-user 7.2), plus edgekit itself (pure Python) with its runtime dependencies as pyproject.toml lists them.
 # 3. The digits package is built on x86-64, run there and under qemu, and the outputs compared.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -45,9 +45,17 @@ if [ ! -f "$site/.complete" ]; then
   mkdir -p "$site" "$work/wheels"
   platform_args=(--only-binary=:all: --platform manylinux2014_aarch64 --platform manylinux_2_17_aarch64
                  --platform manylinux_2_28_aarch64 --python-version 3.11 --implementation cp)
+  # edgekit's own runtime dependencies, read from pyproject.toml so a new one cannot be missed here;
   # numpy 2.2 is the release checked under qemu here
+  mapfile -t runtime_deps < <(python - <<'PY'
+import tomllib
+with open("pyproject.toml", "rb") as f:
+    for requirement in tomllib.load(f)["project"]["dependencies"]:
+        print(requirement)
+PY
+)
   python -m pip download -q "${platform_args[@]}" -d "$work/wheels" \
-    "numpy<2.3" "ai-edge-litert==1.4.0" "onnxruntime==1.20.1" platformdirs pillow
+    "${runtime_deps[@]}" "numpy<2.3" "ai-edge-litert==1.4.0" "onnxruntime==1.20.1"
   python -m pip wheel -q --no-deps -w "$work/wheels" .
   for wheel in "$work"/wheels/*.whl; do python -m zipfile -e "$wheel" "$site"; done
   mkdir -p "$site/edgekit-profiles" && cp targets/*.toml "$site/edgekit-profiles/"
