@@ -18,6 +18,7 @@ import re
 import os
 import subprocess
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -41,6 +42,8 @@ DEFAULT_STEP_TIMEOUT_S = 1800.0
 # A child that has written its answer gets this long to exit before it is killed.
 EXIT_GRACE_S = 10.0
 _PR_SET_PDEATHSIG = 1
+# this thread's reused children while ``worker_reuse.reusing()`` is open (``reuse.pool``)
+reuse = threading.local()
 
 
 def _die_with_parent(parent: int) -> Callable[[], None] | None:
@@ -116,11 +119,13 @@ def call(
         response = Path(tmp) / "response.json"
         progress = Path(tmp) / "progress"
         request.write_text(json.dumps(kwargs))
-        env = {**os.environ, **_QUIET_ENV, **_scratch_env(Path(tmp) / "tmp"), _PROGRESS_ENV: str(progress),
-               _PARENT_ENV: str(os.getpid())}
-        if python is not None:
-            here = str(Path(__file__).resolve().parent.parent)
-            env["PYTHONPATH"] = os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH", "")) if p)
+        pool = getattr(reuse, "pool", None)  # set by worker_reuse.reusing()
+        reused = pool.child_for(python) if pool is not None else None
+        if reused is not None:
+            child_stderr = reused.run(target, what, Path(tmp), request, response, progress, timeout, on_progress)
+            return _result(response, child_stderr, what, reused.exit_description())
+        env = child_env(python)
+        env.update({**_scratch_env(Path(tmp) / "tmp"), _PROGRESS_ENV: str(progress)})
         with open(Path(tmp) / "stderr", "w+b") as stderr:
             proc = subprocess.Popen(
                 [python or sys.executable, "-m", "edgekit.worker", target, str(request), str(response)],
@@ -133,23 +138,38 @@ def call(
             _wait(proc, timeout, what, progress, on_progress, response)
             stderr.seek(0)
             child_stderr = stderr.read().decode(errors="replace")
-        if response.exists():
-            result = json.loads(response.read_text())
-            if "error" in result:
-                err = result["error"]
-                cls = ERROR_CLASSES.get(err.get("type", ""), ConversionError)
-                message, hint = with_native_cause(err["message"], err.get("hint"), child_stderr, cls)
-                raised = cls(message, hint=hint)
-                raised.child_traceback = err.get("traceback", "")  # type: ignore[attr-defined]
-                raised.child_log = child_stderr  # type: ignore[attr-defined]
-                raise raised
-            return result.get("result")
-        tail = _tail(child_stderr)
         how = f"was killed by signal {-proc.returncode}" if proc.returncode < 0 else f"exited with {proc.returncode}"
-        raise ConversionError(
-            f"{what} crashed: the converter process {how}" + (f"\n{tail}" if tail else ""),
-            hint="rerun with --debug for the full log; if it is out of memory, lower --samples",
-        )
+        return _result(response, child_stderr, what, how)
+
+
+def child_env(python: str | None) -> dict[str, str]:
+    """The environment of a converter child: quiet native logging, the parent's pid for its
+    watchdog, and this installation of edgekit on the path of another interpreter."""
+    env = {**os.environ, **_QUIET_ENV, _PARENT_ENV: str(os.getpid())}
+    if python is not None:
+        here = str(Path(__file__).resolve().parent.parent)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH", "")) if p)
+    return env
+
+
+def _result(response: Path, child_stderr: str, what: str, how: str) -> Any:
+    """The child's answer, its error raised here as the same edgekit error, or a crash named."""
+    if response.exists():
+        result = json.loads(response.read_text())
+        if "error" in result:
+            err = result["error"]
+            cls = ERROR_CLASSES.get(err.get("type", ""), ConversionError)
+            message, hint = with_native_cause(err["message"], err.get("hint"), child_stderr, cls)
+            raised = cls(message, hint=hint)
+            raised.child_traceback = err.get("traceback", "")  # type: ignore[attr-defined]
+            raised.child_log = child_stderr  # type: ignore[attr-defined]
+            raise raised
+        return result.get("result")
+    tail = _tail(child_stderr)
+    raise ConversionError(
+        f"{what} crashed: the converter process {how}" + (f"\n{tail}" if tail else ""),
+        hint="rerun with --debug for the full log; if it is out of memory, lower --samples",
+    )
 
 
 def reference(function: Callable[..., Any]) -> str:
@@ -212,25 +232,38 @@ def _wait(
             if deadline is not None and time.monotonic() > deadline:
                 proc.kill()
                 proc.wait()
-                raise ConversionError(
-                    f"{what} did not finish within {timeout:.0f} s (the child process was ended)",
-                    hint="raise --timeout if it only needs longer; a model factory or converter that waits on "
-                         "input, the network or a lock never finishes",
-                )
-            if on_progress is not None:
-                try:
-                    text = progress.read_text()
-                except OSError:
-                    continue
-                if text and text != last and " " in text:
-                    last = text
-                    done, total = text.split()
-                    on_progress(int(done), int(total))
+                raise timed_out(what, timeout)
+            last = forward_progress(progress, last, on_progress)
     except BaseException:
         if proc.poll() is None:  # interrupted: never leave a converter running behind
             proc.kill()
             proc.wait()
         raise
+
+
+def timed_out(what: str, timeout: float | None) -> ConversionError:
+    """The error for a child step ended at its deadline."""
+    return ConversionError(
+        f"{what} did not finish within {timeout or 0:.0f} s (the child process was ended)",
+        hint="raise --timeout if it only needs longer; a model factory or converter that waits on "
+             "input, the network or a lock never finishes",
+    )
+
+
+def forward_progress(progress: Path, last: str, on_progress: Callable[[int, int], None] | None) -> str:
+    """Parent side: hand what the child last reported (``report_progress``) to ``on_progress``
+    when it changed; the text read, to compare with next time."""
+    if on_progress is None:
+        return last
+    try:
+        text = progress.read_text()
+    except OSError:
+        return last
+    if text and text != last and " " in text:
+        done, total = text.split()
+        on_progress(int(done), int(total))
+        return text
+    return last
 
 
 def report_progress(done: int, total: int) -> None:
@@ -291,7 +324,13 @@ def _tail(text: str, lines: int = 15) -> str:
 def _main(argv: list[str]) -> int:
     _watch_parent()
     target, request_path, response_path = argv
-    kwargs = json.loads(Path(request_path).read_text())
+    return answer(target, Path(request_path), Path(response_path))
+
+
+def answer(target: str, request_path: Path, response_path: Path) -> int:
+    """Child side: run ``target`` with the request's keyword arguments; write the response
+    (result or error) where the parent looks for it. 0 when it succeeded."""
+    kwargs = json.loads(request_path.read_text())
     module_name, _, function_name = target.partition(":")
     try:
         function = getattr(importlib.import_module(module_name), function_name)
@@ -320,7 +359,7 @@ def _main(argv: list[str]) -> int:
             }
         }
         code = 1
-    partial = Path(response_path + ".partial")
+    partial = Path(str(response_path) + ".partial")
     partial.write_text(json.dumps(payload))
     os.replace(partial, response_path)  # the parent takes a response that exists as complete
     return code

@@ -232,7 +232,7 @@ SEARCH_MODELS = {  # name: (how to build it, model file, calibration, eval, form
                                    ROOT / "models/digits/data/eval.npz", ["tflite", "onnx"]),
     "outlier_cnn (Keras CNN, 97.7% plain top-1 agreement)": ("outlier_cnn", "outlier_cnn/outlier_cnn.keras",
                                                              "outlier_cnn/calibration.npz", "outlier_cnn/eval.npz",
-                                                             ["tflite", "onnx"]),
+                                                             ["tflite", "onnx", "coreml"]),
     # ONNX only: its TFLite route (ONNX -> PyTorch -> litert-torch) cannot trace the head's grid (README Limits)
     "yolo (detector head, score rows collapse)": ("yolo", "yolo/yolo.onnx", "yolo/images.npz", None, ["onnx"]),
 }

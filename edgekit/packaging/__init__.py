@@ -46,6 +46,7 @@ from .preflight import TEMP_PREFIX, Plan, preflight
 from .autofix import Candidate, search
 from .gates import GateFailure, Remedies, check, failure_hint, failure_message, saturation_note
 from .fallback import discard, fallback_result, wants_float_fallback
+from .partial import leave_out, refused_formats
 from .record import validation_record
 from .summary import lines as summary_lines
 from .validate import Judging, Measured, infer_kinds, measure, silent_outputs
@@ -435,10 +436,12 @@ def assemble(plan: Plan, options: PackageOptions, loaded: LoadedSource, data: Pr
              builders: list[Builder], context: BuildContext, outcomes: list[FormatOutcome], staged: Path,
              progress: Progress, kinds: dict[str, Any] | None = None) -> PackageResult:
     """Manifest, gates, signature and publication of the staged package."""
-    built = [o for o in outcomes if o.built is not None]
+    refused = refused_formats(outcomes, options.allow_accuracy_drop)  # others passed: a partial package
+    built = [o for o in outcomes if o.built is not None and not any(o is r for r in refused)]
     measured = {o.name: o.comparison for o in built}
     failed = [{"format": o.name, "target": o.name, "error": o.error.message, "hint": o.error.hint}
               for o in outcomes if o.error]
+    failed += [leave_out(o, staged, options.auto_fix) for o in refused]
     failures = {o.name: list(o.failures) for o in built}
     notes = {o.name: [n for n in [saturation_note(o.name, o.comparison, o.remedies)] if n]
              for o in built if o.comparison}
@@ -456,7 +459,7 @@ def assemble(plan: Plan, options: PackageOptions, loaded: LoadedSource, data: Pr
                              [o.built.artifact for o in built], validation, failed, methods)
     failed_gates = [f for o in built for f in o.failures]
     if len(outcomes) > 1 or any(o.fixes for o in outcomes):
-        for line in summary_lines(outcomes, options.allow_accuracy_drop):
+        for line in summary_lines(outcomes, options.allow_accuracy_drop, refused):
             progress.say(line)
     if failed_gates and not options.allow_accuracy_drop:
         tried = {o.name: {str(a.get("change")) for a in o.fixes if not a.get("stage")} for o in built} \

@@ -28,6 +28,7 @@ from ..errors import EdgekitError
 from ..formats import Builder, BuildContext
 from ..formats.building import Fix
 from ..progress import Progress
+from ..worker_reuse import reusing
 from .candidate import Candidate, improves, restore as _restore, still_quantized
 from .gates import GateFailure, Remedies, check
 from .layer_search import BUDGET_S, search_layers
@@ -45,7 +46,16 @@ def search(builder: Builder, first: Candidate, staged: Path, data: Any, referenc
     """The search for a build that passes (``first`` failed). Tries are quick builds
     (``BuildContext.trial``) judged on half of the validation samples; the configuration kept is
     built again in full, measured on all of them, and must pass on the half no try was judged on
-    (``holdout``)."""
+    (``holdout``). Its converter steps share one child per interpreter (``worker_reuse``): a try
+    then costs its quantization, not another start of TensorFlow or ONNX Runtime."""
+    with reusing():
+        return _search(builder, first, staged, data, reference, judging, min_sqnr_db, producers, progress,
+                       remedies, budget_s)
+
+
+def _search(builder: Builder, first: Candidate, staged: Path, data: Any, reference: dict[str, Any],
+            judging: Judging, min_sqnr_db: float, producers: dict[str, str], progress: Progress,
+            remedies: Remedies, budget_s: float) -> tuple[Candidate, list[dict[str, Any]]]:
     from .holdout import split
 
     halves = split(data, reference)

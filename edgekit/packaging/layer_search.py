@@ -3,7 +3,8 @@ activations), NNCF-style, until the gates pass or the budget ends.
 
 1. **Sensitivity, measured once.** The failing build is made again with the per-layer report on
    (``--explain``'s SQNR of each layer's activations against float); the ``CANDIDATES`` worst
-   layers are the candidates. Each is then built alone in float (16-bit activations where the
+   layers are the candidates (on a route with no report, CoreML's, the layers with weights the
+   build lists, nearest the output first). Each is then built alone in float (16-bit activations where the
    route has no float layers) and judged by the failing gates' own numbers
    (``GateFailure.margin``), so a layer is ranked by what it does to the decision or metric that
    failed, not by its SQNR alone; ties keep the report's order.
@@ -165,7 +166,11 @@ def _ranked_by_report(builder: Builder, best: Any, staged: Path, data: Any, refe
     """The worst layers by SQNR in the failing configuration's per-layer report, and that build
     (built again with the report on; in the package only if it passes), or None."""
     context = best.context
-    if context.sensitivity_npy is None or "explain" not in remedies.layers:
+    if "explain" not in remedies.layers:  # no per-layer report on this route: its weighted layers, the
+        done = set(context.keep_float) | set(context.int16_layers)  # output's end first (the probes rank them)
+        weighted = best.built.artifact.details.get("weighted_layers") or []
+        return [layer for layer in reversed(weighted) if layer not in done][:CANDIDATES], None
+    if context.sensitivity_npy is None:
         return [], None
     made = _try(builder, replace(context, explain_npy=context.sensitivity_npy), best, staged, data, reference,
                 judging, min_sqnr_db, producers, remedies, _passes)

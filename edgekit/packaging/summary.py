@@ -9,11 +9,12 @@ import math
 from typing import Any
 
 
-def lines(outcomes: list[Any], kept_failed: bool) -> list[str]:
+def lines(outcomes: list[Any], kept_failed: bool, left_out: list[Any] = ()) -> list[str]:
     """One line per format outcome (``packaging.FormatOutcome``); ``kept_failed``: failed
-    artifacts stay in the package (``--allow-accuracy-drop``). Where a failed gate stops the
-    package, the artifacts that passed are not shipped either: their lines say so."""
-    stopped = not kept_failed and any(o.failures for o in outcomes if o.error is None)
+    artifacts stay in the package (``--allow-accuracy-drop``); ``left_out``: refused formats the
+    package is written without (``partial.py``). Where a failed gate stops the package, the
+    artifacts that passed are not shipped either: their lines say so."""
+    stopped = not kept_failed and any(o.failures for o in outcomes if o.error is None and not any(o is r for r in left_out))
     shipped = "passes (not shipped: the package is refused)" if stopped else "shipped"
     found = []
     for outcome in outcomes:
@@ -32,7 +33,8 @@ def lines(outcomes: list[Any], kept_failed: bool) -> list[str]:
         elif not outcome.failures:
             found.append(f"{outcome.name}: {shipped} {artifact.precision}; {_tightest(outcome.comparison)}{timing}")
         else:
-            what = "kept though it failed (--allow-accuracy-drop)" if kept_failed else "refused"
+            what = ("kept though it failed (--allow-accuracy-drop)" if kept_failed
+                    else "refused, left out of the package" if any(outcome is r for r in left_out) else "refused")
             margins = "; ".join(f"{f.output or 'artifact'} {f.cause} {_number(f.margin)}" for f in outcome.failures)
             found.append(f"{outcome.name}: {what}: {outcome.failures[0].what}; best configuration "
                          f"{_configuration(outcome)} (margins {margins}){timing}")

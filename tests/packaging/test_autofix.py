@@ -90,7 +90,7 @@ def test_default_flags_search_the_layers_a_failing_gate_needs_in_higher_precisio
                     str(tmp_path)], check=True, capture_output=True, cwd=ROOT, timeout=900)
     folder = tmp_path / "outlier_cnn"
     common = ("-c", folder / "calibration.npz", "--eval", folder / "eval.npz", "--format", "tflite", "--format",
-              "onnx", "--profile", "x86-cpu")
+              "onnx", "--format", "coreml", "--profile", "x86-cpu")
     plain = edgekit_cli("package", folder / "outlier_cnn.keras", *common, "-o", tmp_path / "plain", "--no-auto-fix")
     assert plain.returncode == 1 and "top1_agreement" in plain.stderr
     assert "tflite: refused: output 'output_0' (classes): top1_agreement" in plain.stdout
@@ -99,7 +99,7 @@ def test_default_flags_search_the_layers_a_failing_gate_needs_in_higher_precisio
     searched = edgekit_cli("package", folder / "outlier_cnn.keras", *common, "-o", tmp_path / "out")
     assert searched.returncode == 0, searched.stderr
     manifest = json.loads((tmp_path / "out" / "outlier_cnn.edgekit" / "manifest.json").read_text())
-    for fmt in ("tflite", "onnx"):
+    for fmt in ("tflite", "onnx", "coreml"):  # CoreML: no per-layer report; its weighted layers are probed
         record = manifest["validation"]["artifacts"][fmt]
         assert record["top1_agreement"] >= 0.99, (fmt, record)
         tries = record["auto_fix"]
@@ -110,10 +110,12 @@ def test_default_flags_search_the_layers_a_failing_gate_needs_in_higher_precisio
         raised = set(artifact["details"].get("keep_float", [])) | set(artifact["details"].get("int16_layers", []))
         assert raised and "conv3" in raised, raised  # the layer reading the outlier channels
         assert "int8+" in artifact["precision"], artifact["precision"]
+        assert f"{fmt}: shipped int8+" in searched.stdout  # the per-format summary
+        if fmt == "coreml":
+            continue  # CoreML runs only on macOS: not timed here
         speed = artifact["details"]["speed_vs_float"]  # timed against its float fallback here
         assert speed["float_artifact"] == f"{fmt}-{'float16' if fmt == 'tflite' else 'float32'}"
         assert speed["speedup"] > 0 and speed["arch"] and speed["mixed_ms"] > 0
-        assert f"{fmt}: shipped int8+" in searched.stdout  # the per-format summary
     assert "runs" in searched.stdout and "its float fallback" in searched.stdout
 
 
@@ -128,3 +130,29 @@ def test_a_model_that_passes_plain_int8_is_built_as_before_with_no_search(tmp_pa
     assert "auto_fix" not in manifest["validation"]["artifacts"]["tflite"]
     assert manifest["artifacts"][0]["precision"] == "int8"
     assert "LiteRT Quantizer" not in manifest["artifacts"][0]["converter"]["tool"]  # TFLiteConverter, as before
+
+
+def test_a_format_refused_beside_one_that_passes_is_left_out_and_the_rest_ships(tmp_path):
+    """Several formats, one INT8 artifact refused (CoreML at 93.9% agreement, plain INT8) and one
+    passing (TFLite at 97.2%, with --max-accuracy-drop 4 allowing 96%): the package is written
+    without the refused artifact, its float fallback ships, the manifest names what failed, and the
+    exit code says the package is partial unless --allow-partial."""
+    subprocess.run([sys.executable, str(ROOT / "models" / "verdict" / "build.py"), "outlier_cnn", "--output",
+                    str(tmp_path)], check=True, capture_output=True, cwd=ROOT, timeout=900)
+    folder = tmp_path / "outlier_cnn"
+    common = ("-c", folder / "calibration.npz", "--eval", folder / "eval.npz", "--format", "tflite", "--format",
+              "coreml", "--no-auto-fix", "--max-accuracy-drop", "4", "-o", tmp_path / "out", "--force")
+    partial = edgekit_cli("package", folder / "outlier_cnn.keras", *common)
+    assert partial.returncode == 1
+    assert "without coreml" in partial.stderr and "top1_agreement" in partial.stderr
+    assert "--allow-partial" in partial.stderr
+    assert "coreml: refused, left out of the package: output 'output_0' (classes): top1_agreement" in partial.stdout
+    assert "tflite: shipped int8" in partial.stdout and "coreml-float16: float fallback (float16), shipped" in partial.stdout
+    manifest = json.loads((tmp_path / "out" / "outlier_cnn.edgekit" / "manifest.json").read_text())
+    assert [a["precision"] for a in manifest["artifacts"] if a["target"] == "coreml"] == ["float16"]
+    assert [f["target"] for f in manifest["failed"]] == ["coreml"]
+    assert "left out of the package" in manifest["failed"][0]["error"]
+    assert not (tmp_path / "out" / "outlier_cnn.edgekit" / "coreml" / "model.int8.mlpackage").exists()
+    assert set(manifest["validation"]["artifacts"]) == {"tflite", "tflite-float16", "coreml-float16"}
+    allowed = edgekit_cli("package", folder / "outlier_cnn.keras", *common, "--allow-partial")
+    assert allowed.returncode == 0, allowed.stderr

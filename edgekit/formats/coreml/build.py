@@ -96,6 +96,8 @@ class CoreMLBuilder(Builder):
                 "structure": info["structure"],
                 "keep_float": list(context.keep_float),
                 "float_layer_ops": info["float_layer_ops"],
+                # the layers the search can keep in float (this route has no per-layer report to rank them)
+                "weighted_layers": info["weighted_layers"],
             },
         )
         float_side: dict[str, Any] = {"float_evaluated_npy": float_evaluated, "float_by": "float ML program "
@@ -160,6 +162,7 @@ def convert(
         "inputs": [i.name for i in spec.description.input],
         "outputs": [o.name for o in spec.description.output],
         "float_layer_ops": float_layer_ops,
+        "weighted_layers": weighted_layers(mlmodel, layer_names or []),
     }
 
 
@@ -506,6 +509,23 @@ def layer_ops(mlmodel: Any, layers: list[str], layer_names: list[str]) -> dict[s
         raise EdgekitError(f"--keep-float: no CoreML ops belong to layer(s) {', '.join(missing)}",
                            hint="use layer names as the model defines them (TensorFlow scopes; a traced PyTorch "
                                 "module's ops carry no layer names, so that route takes no --keep-float)")
+    return found
+
+
+def weighted_layers(mlmodel: Any, layer_names: list[str]) -> list[str]:
+    """The source's layers with a weighted op of their own in the ML program (conv, linear,
+    matmul), in the source's order: what ``--keep-float`` can raise here."""
+    from ...errors import EdgekitError
+
+    weighted = {op.name for op in mlmodel._mil_program.functions["main"].operations if op.op_type in _WEIGHT_OPS}
+    found = []
+    for layer in layer_names:
+        try:
+            members = layer_ops(mlmodel, [layer], layer_names)[layer]
+        except EdgekitError:  # no op of its own (an input, a reshape folded away)
+            continue
+        if weighted & set(members):
+            found.append(layer)
     return found
 
 

@@ -60,6 +60,7 @@ class TFLiteBuilder(Builder):
             layer_names=list(context.layer_names),
             float_output=str(Path(context.workdir) / "tflite.float.tflite"),
             float16_output=str(Path(context.workdir) / "tflite.float16.tflite") if context.option("also_float") else None,
+            calibrated_cache=str(Path(context.workdir) / "tflite.calibrated.tflite"),
         )
         _, output_tensors = _tensor_names(output.read_bytes())
         named = {output_tensors[o]: layer for o, layer in context.output_layers.items() if output_tensors.get(o)}
@@ -314,36 +315,43 @@ def convert(
     output_layers: dict[str, str] | None = None,
     float_output: str | None = None,
     float16_output: str | None = None,
+    calibrated_cache: str | None = None,
 ) -> dict[str, Any]:
     """Run TFLiteConverter (float, or full-integer INT8 calibrated on ``calibration_npy``);
     ``float_output`` also gets the float conversion, to tell conversion from quantization error,
     and ``float16_output`` the float fallback artifact (float16 weights, float32 arithmetic).
 
     ``keep_float`` layers are excluded with the quantization debugger's node denylist (the
-    model then has float IO); ``explain_npy`` adds a per-layer SQNR report.
+    model then has float IO); ``explain_npy`` adds a per-layer SQNR report. Both quantize the
+    converter's calibrated model, kept in ``calibrated_cache`` for the same SavedModel and
+    calibration data: a search's tries quantize it again, they do not convert and calibrate again.
     """
     import tensorflow as tf
 
     samples = read_samples(calibration_npy) if quantize else None
+    calibrated = (_CalibratedModel(saved_model, calibration_npy, samples, calibrated_cache)
+                  if quantize and (keep_float or explain_npy) else None)
     converter = _converter(saved_model, samples, allow_float_ops or bool(keep_float))
     ops = "+".join(s.name for s in converter.target_spec.supported_ops) if quantize else "TFLITE_BUILTINS"
     started = time.perf_counter()
     try:
-        model = converter.convert()
         if keep_float:
-            model = _with_float_layers(model, saved_model, samples, keep_float, output_layers or {})
+            model = _with_float_layers(calibrated, keep_float, output_layers or {})
+        else:
+            model = converter.convert()
     except EdgekitError:
         raise
     except Exception as exc:
         raise _converter_error(exc) from None
     seconds = time.perf_counter() - started
     Path(output).write_bytes(model)
-    if float_output:
+    if float_output and not _made_from(float_output, saved_model):
         try:
             Path(float_output).write_bytes(tf.lite.TFLiteConverter.from_saved_model(saved_model).convert())
         except Exception as exc:
             raise _converter_error(exc) from None
-    if float16_output:
+        _mark_made_from(float_output, saved_model)
+    if float16_output and not _made_from(float16_output, saved_model):
         halved = tf.lite.TFLiteConverter.from_saved_model(saved_model)
         halved.optimizations = [tf.lite.Optimize.DEFAULT]
         halved.target_spec.supported_types = [tf.float16]
@@ -351,11 +359,12 @@ def convert(
             Path(float16_output).write_bytes(halved.convert())
         except Exception as exc:
             raise _converter_error(exc) from None
+        _mark_made_from(float16_output, saved_model)
     explained = None
     if explain_npy:
         _, output_tensors = _tensor_names(model)
         named = {output_tensors[o]: layer for o, layer in (output_layers or {}).items() if output_tensors.get(o)}
-        explained = _explain_layers(saved_model, read_samples(explain_npy), layer_names or [], named)
+        explained = _explain_layers(calibrated, read_samples(explain_npy), layer_names or [], named)
     return {"tensorflow": tf.__version__, "ops": ops, "seconds": round(seconds, 3), "explain": explained}
 
 
@@ -376,13 +385,57 @@ def _tensor_names(model: bytes) -> tuple[list[str], dict[str, str]]:
     return [d["name"] for d in details if d["name"]], outputs
 
 
-def _with_float_layers(model: bytes, saved_model: str, samples: dict[str, Any], layers: list[str],
-                       output_layers: dict[str, str]) -> bytes:
-    """The model again, with the named layers' ops left in float. A layer computing a model output
-    is found through the signature: its result tensor carries the output's name, not the layer's."""
-    import tensorflow as tf
+def _made_from(path: str, key: str) -> bool:
+    """Whether ``path`` exists and was written for ``key`` (see ``_mark_made_from``)."""
+    mark = Path(path + ".source")
+    return Path(path).is_file() and mark.is_file() and mark.read_text() == key
 
-    names, output_tensors = _tensor_names(model)
+
+def _mark_made_from(path: str, key: str) -> None:
+    Path(path + ".source").write_text(key)
+
+
+class _CalibratedModel:
+    """The converter's calibrated float model (activation ranges recorded, nothing quantized yet),
+    made once per SavedModel and calibration data and kept in the work folder: quantizing it with a
+    node denylist (``--keep-float``) or with numeric checks (``--explain``) is a second's work,
+    converting and calibrating is most of a build."""
+
+    def __init__(self, saved_model: str, calibration_npy: str, samples: dict[str, Any], cache: str | None) -> None:
+        self.saved_model, self.samples = saved_model, samples
+        self._cache = cache
+        stat = Path(calibration_npy).stat()
+        self._key = f"{saved_model}\n{calibration_npy}\n{stat.st_size}\n{stat.st_mtime_ns}"
+        self._bytes: bytes | None = None
+
+    @property
+    def model(self) -> bytes:
+        if self._bytes is None:
+            if self._cache and _made_from(self._cache, self._key):
+                self._bytes = Path(self._cache).read_bytes()
+            else:
+                converter = _converter(self.saved_model, self.samples, allow_float_ops=True)
+                converter.experimental_mlir_quantizer = True
+                converter._experimental_calibrate_only = True  # what QuantizationDebugger does
+                self._bytes = converter.convert()
+                if self._cache:
+                    Path(self._cache).write_bytes(self._bytes)
+                    _mark_made_from(self._cache, self._key)
+        return self._bytes
+
+    def quantized(self, denylisted_nodes: list[str] | None = None, numeric_verify: bool = False) -> bytes:
+        """INT8 as the quantization debugger makes it: per-channel weights, ops in the denylist float."""
+        from tensorflow.lite.python import convert as tflite_convert
+
+        return tflite_convert.mlir_quantize(self.model, disable_per_channel=False, fully_quantize=False,
+                                            enable_numeric_verify=numeric_verify,
+                                            denylisted_nodes=denylisted_nodes or None)
+
+
+def _with_float_layers(calibrated: _CalibratedModel, layers: list[str], output_layers: dict[str, str]) -> bytes:
+    """The model quantized with the named layers' ops left in float. A layer computing a model output
+    is found through the signature: its result tensor carries the output's name, not the layer's."""
+    names, output_tensors = _tensor_names(calibrated.quantized())
     by_layer = {layer: output_tensors[out] for out, layer in output_layers.items() if output_tensors.get(out)}
     denylist = [n for n in names if any(in_layer(n, layer) for layer in layers)]
     denylist += [by_layer[layer] for layer in layers if layer in by_layer and by_layer[layer] not in denylist]
@@ -392,12 +445,7 @@ def _with_float_layers(model: bytes, saved_model: str, samples: dict[str, Any], 
             f"--keep-float: no TFLite nodes belong to layer(s) {', '.join(missing)}",
             hint="use layer names as the model defines them (see --explain's report)",
         )
-    debugger = tf.lite.experimental.QuantizationDebugger(
-        converter=_converter(saved_model, samples, allow_float_ops=True),
-        debug_dataset=_dataset(samples),
-        debug_options=tf.lite.experimental.QuantizationDebugOptions(denylisted_nodes=denylist),
-    )
-    return debugger.get_nondebug_quantized_model()
+    return calibrated.quantized(denylist)
 
 
 def _count(samples: dict[str, Any]) -> int:
@@ -422,7 +470,7 @@ def _dataset(samples: dict[str, Any]) -> Any:
     return generate
 
 
-def _explain_layers(saved_model: str, samples: dict[str, Any], layer_names: list[str],
+def _explain_layers(calibrated: _CalibratedModel, samples: dict[str, Any], layer_names: list[str],
                     named: dict[str, str] | None = None) -> list[dict[str, Any]]:
     """Per-layer SQNR of the INT8 model's activations vs float (TFLite quantization debugger);
     ``named``: the layer of tensors named after a model output rather than their layer."""
@@ -438,7 +486,7 @@ def _explain_layers(saved_model: str, samples: dict[str, Any], layer_names: list
         return float("inf") if noise == 0 else float(10 * np.log10(max(float(np.sum(reference**2)), 1e-30) / noise))
 
     debugger = tf.lite.experimental.QuantizationDebugger(
-        converter=_converter(saved_model, samples, allow_float_ops=True),
+        quant_debug_model_content=calibrated.quantized(numeric_verify=True),
         debug_dataset=_dataset(samples),
         debug_options=tf.lite.experimental.QuantizationDebugOptions(layer_direct_compare_metrics={"sqnr": sqnr}),
     )

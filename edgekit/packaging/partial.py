@@ -1,0 +1,38 @@
+"""A package of several formats in which one format's INT8 artifact fails its gates.
+
+The formats whose INT8 artifacts passed still ship: the refused one is left out of the package
+as a format that did not build is (``manifest.failed`` names it, with its failed gates and what
+the search tried), its float fallback ships where that passed, and ``edgekit package`` exits
+non-zero unless ``--allow-partial`` (``PartialPackageError``). Only when every requested
+format's INT8 artifact fails is nothing written: the user came for INT8, and no format has it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ..formats import FORMATS
+from .fallback import discard
+from .gates import failure_hint, failure_message
+
+
+def refused_formats(outcomes: list[Any], allow_accuracy_drop: bool) -> list[Any]:
+    """The ``FormatOutcome``s of main INT8 artifacts refused while another format's passed."""
+    if allow_accuracy_drop:
+        return []
+    mains = [o for o in outcomes if o.built is not None and o.name in FORMATS]
+    refused = [o for o in mains if o.failures]
+    return refused if len(refused) < len(mains) else []
+
+
+def leave_out(outcome: Any, staged: Path, searched: bool) -> dict[str, str]:
+    """Remove a refused artifact (and its companions) from the staged package; its ``failed`` entry."""
+    artifact = outcome.built.artifact
+    for path in [artifact.path, *(c["path"] for c in artifact.companions)]:
+        discard(staged / path)
+    tried = {outcome.name: {str(a.get("change")) for a in outcome.fixes if not a.get("stage")}} if searched else None
+    plans = {outcome.name: sum(1 for a in outcome.fixes if a.get("stage") == "layer search")}
+    message = failure_message(list(outcome.failures), tried).removesuffix("; no package was written")
+    return {"format": outcome.name, "target": outcome.name, "error": f"{message}; left out of the package",
+            "hint": failure_hint(tried, plans)}
