@@ -101,7 +101,7 @@ def _fixed_inputs(parser: argparse.ArgumentParser, values: list[str]) -> dict[st
 def _output_kinds(parser: argparse.ArgumentParser, values: list[str]) -> dict[str, str]:
     """``OUTPUT=KIND`` or a bare ``KIND`` (the model's only output), checked before any model loads."""
     from .errors import EdgekitError
-    from .quantize.tasks import parse_kind
+    from .kinds import parse_kind
 
     kinds: dict[str, str] = {}
     for text in values:
@@ -211,6 +211,8 @@ def _package_data_options(p: argparse.ArgumentParser) -> None:
 
 def _package_gate_options(p: argparse.ArgumentParser) -> None:
     """The validation gates and what happens when one fails."""
+    from .kinds import kind_names
+
     p.add_argument("--max-accuracy-drop", type=_positive_float(0), default=1.0, metavar="PP",
                    help=_help("largest INT8 accuracy drop (percentage points) before packaging fails", 1.0))
     p.add_argument("--allow-accuracy-drop", action="store_true",
@@ -219,8 +221,7 @@ def _package_gate_options(p: argparse.ArgumentParser) -> None:
                    help=_help("SQNR floor for every values output, and for each quantity joined into one output", 20.0))
     p.add_argument("--output-kind", dest="output_kinds", action="append", default=[], metavar="[OUTPUT=]KIND",
                    help="judge an output by this task instead of the kind inferred from the graph and values (printed "
-                        "before building): classes, bins, multilabel[:THRESHOLD], segmentation, detections:yolo[:THRESHOLD], "
-                        "detections:yolov5[:THRESHOLD], embedding or values (repeatable)")
+                        f"before building): {kind_names()} (repeatable)")
     p.add_argument("--metric", default=None, metavar="MODULE:FUNCTION",
                    help="your metric: called with (float_outputs, int8_outputs, labels), returns named numbers and "
                         "optionally passed=True/False, which then decides the gate")
@@ -256,6 +257,8 @@ def _package_output_options(p: argparse.ArgumentParser) -> None:
 
 def _package_input_options(p: argparse.ArgumentParser) -> None:
     """How raw inputs become model inputs (preprocessing, shapes, fixed inputs)."""
+    from .formats import FORMATS
+
     p.add_argument("--scale", type=float, default=None,
                    help="preprocessing: multiply raw values (e.g. 0.00392157 = 1/255)")
     p.add_argument("--mean", type=_float_list, default=None, metavar="M[,M,M]",
@@ -272,10 +275,10 @@ def _package_input_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--input-shape", dest="input_shapes", action="append", type=_input_shape, default=[],
                    metavar="NAME=DxDxD", help="fix an input's dynamic dimensions, e.g. images=1x3x320x320 (repeatable)")
     p.add_argument("--profile", dest="profiles", action="append", default=[], metavar="PROFILE",
-                   help="device profile the package is for (repeatable; see `edgekit profiles`): decides which ONNX "
-                        "INT8 schemes are built beside S8S8 (onnx, for ARM and TensorRT): U8S8 for x86 with VNNI "
-                        "(onnx-u8s8), U8S8 with 7-bit weights for x86 without (onnx-u8s7); 'auto': this machine's "
-                        "(default: every known profile)")
+                   help="device profile the package is for (repeatable; see `edgekit profiles`): decides which "
+                        "quantized builds are made beside each format's main one, as the profiles' [quantization] "
+                        f"lists ({'; '.join(h for f in FORMATS.values() if (h := f.device_rules.builds_help))}); "
+                        "'auto': this machine's (default: every known profile)")
     p.add_argument("--input", dest="fixed_inputs", action="append", default=[], metavar="NAME=VALUE",
                    help="fix a model input that is not a batch of samples (a scalar sample rate, a recurrent state of "
                         "zeros) to a number or a .npy tensor (one sample's value where an axis is another input's batch: repeated "
@@ -561,28 +564,27 @@ def _profiles(args: argparse.Namespace) -> None:
     root = args.root
 
     from .devices import DeviceFacts, detect, load_profiles, profile_dirs
-    from .formats.onnx.schemes import schemes_for_cpu
+    from .formats import FORMATS
 
     facts = DeviceFacts.read(root)
     profiles = load_profiles()
     chosen = detect(facts, profiles)
+    runs_here = [said for f in FORMATS.values() if (said := f.device_rules.describe_device(facts))]
     print(f"this machine: {facts.os}/{facts.arch}, {facts.cpu_count} cores, "
                f"device-tree model {facts.device_tree_model or '(none)'}, "
-               f"Jetson {'yes' if facts.nv_tegra_release else 'no'}, NVIDIA driver {'yes' if facts.cuda else 'no'}, "
-               f"ONNX INT8 artifacts run here in order: "
-               f"{', '.join(s.artifact_key for s in schemes_for_cpu(facts.arch, facts.cpu_flags))}")
+               f"Jetson {'yes' if facts.nv_tegra_release else 'no'}, NVIDIA driver {'yes' if facts.cuda else 'no'}"
+               + "".join(f", {said}" for said in runs_here))
     for profile in sorted(profiles.values(), key=lambda p: (-p.priority, p.name)):
         matched, reasons = profile.match(facts)
         mark = "*" if profile.name == chosen.name else ("+" if matched else " ")
         prefer = ", ".join(f"{a}/{b}" for a, b in profile.prefer)
         print(f"{mark} {profile.name:<18} priority {profile.priority:<3} {profile.description}")
-        print(f"    prefers {prefer}; threads {profile.threads or 'all'}; ONNX INT8 schemes "
-                   f"{', '.join(profile.onnx_schemes)}; {profile.path}")
+        builds = "".join(f"{name} builds {', '.join(b)}; " for name, b in profile.quantization.items())
+        print(f"    prefers {prefer}; threads {profile.threads or 'all'}; {builds}{profile.path}")
         for reason in reasons:
             print(f"    {reason}")
     print(f"selected: {chosen.name}" + ("" if chosen.name in profiles else f" ({chosen.description})"))
     print("profiles are read from: " + ", ".join(str(d) for d in profile_dirs()))
-    from .formats import FORMATS
 
     print("formats:")
     for fmt in FORMATS.values():

@@ -145,9 +145,9 @@ def add_load_options(p: argparse.ArgumentParser) -> None:
                         "--target is its former name")
     p.add_argument("--artifact", "--format", dest="artifact", type=artifact_key, default=None, metavar="ARTIFACT",
                    help=f"artifact to run: a format ({', '.join(FORMATS)}: its best INT8 artifact for this device, "
-                        "e.g. onnx-u8s7 on x86 without VNNI) or any artifact key of the package, such as onnx-float32 "
-                        "or onnx-s8s8 (the main ONNX build exactly) (default: the profile's first choice this device "
-                        "can run among those that passed validation)")
+                        f"e.g. {'; '.join(e for f in FORMATS.values() if (e := f.device_rules.artifact_example))}) "
+                        "or any artifact key of the package, such as a float fallback (default: the profile's first "
+                        "choice this device can run among those that passed validation)")
     p.add_argument("--backend", choices=list(backends()), default=None,
                    help="runtime to use (default: the profile's first choice that is installed)")
     p.add_argument("--threads", type=thread_count, default=None, help="runtime threads (default: the profile's)")

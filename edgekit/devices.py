@@ -45,6 +45,25 @@ def check_threads(threads: object, what: str = "threads", cpu_count: int | None 
     return threads
 
 
+def _quantization(table: Any, path: Path) -> dict[str, list[str]]:
+    """A profile's ``[quantization]`` table, each entry checked by its format's ``DeviceRules``;
+    formats it does not name get their default builds."""
+    from .formats import FORMATS
+
+    table = table or {}
+    if not isinstance(table, dict):
+        raise EdgekitError(f"device profile {path}: [quantization] must be a table of format = [builds]")
+    unknown = [name for name in table if name not in FORMATS]
+    if unknown:
+        raise EdgekitError(f"device profile {path}: [quantization] names unknown format(s) {unknown}",
+                           hint=f"use {', '.join(FORMATS)}")
+    found = {name: list(fmt.device_rules.default_builds) for name, fmt in FORMATS.items()
+             if fmt.device_rules.default_builds}
+    for name, value in table.items():
+        found[name] = FORMATS[name].device_rules.profile_builds(value, f"device profile {path}")
+    return found
+
+
 class DeviceFacts(NamedTuple):
     """What edgekit knows about the machine it runs on (a NamedTuple: cheap to define at start-up)."""
 
@@ -92,8 +111,9 @@ class Profile:
     require_signature: bool = False  # refuse packages not signed by a key in trusted_keys
     trusted_keys: str | None = None  # folder of KEY.pub files
     use_tuned: bool = True  # false: the prefer order always decides (a choice `edgekit tune` stored is ignored)
-    # [quantization] onnx: the ONNX INT8 schemes this profile's devices may need (edgekit.formats.onnx.schemes)
-    onnx_schemes: list[str] = field(default_factory=lambda: ["s8s8"])
+    # [quantization] FORMAT: the quantized builds of a format this profile's devices may need (a format
+    # with several, as ONNX's INT8 schemes: its DeviceRules); a format not named gets its default builds
+    quantization: dict[str, list[str]] = field(default_factory=dict)
     path: str = ""
 
     @classmethod
@@ -118,14 +138,7 @@ class Profile:
         threads = runtime.get("threads", 0)
         if not isinstance(threads, int) or threads < 0:
             raise EdgekitError(f"device profile {path}: runtime.threads must be an integer >= 0")
-        schemes = (data.get("quantization") or {}).get("onnx")
-        if schemes is not None:
-            if not isinstance(schemes, list) or not schemes or not all(isinstance(s, str) for s in schemes):
-                raise EdgekitError(f"device profile {path}: quantization.onnx must be a list of scheme names",
-                                   hint='write [quantization] onnx = ["s8s8"]')
-            from .formats.onnx.schemes import schemes_named
-
-            schemes_named(schemes, f"device profile {path}")
+        quantization = _quantization(data.get("quantization"), path)
         return cls(
             name=str(name),
             description=str(data.get("description", "")),
@@ -137,9 +150,13 @@ class Profile:
             require_signature=bool(runtime.get("require_signature", False)),
             trusted_keys=runtime.get("trusted_keys"),
             use_tuned=bool(runtime.get("use_tuned", True)),
-            onnx_schemes=list(schemes or ["s8s8"]),
+            quantization=quantization,
             path=str(path),
         )
+
+    def builds(self, format_name: str) -> list[str]:
+        """The quantized builds of ``format_name`` this profile's devices need (``[quantization]``)."""
+        return self.quantization.get(format_name, [])
 
     def resolved_threads(self, facts: DeviceFacts) -> int:
         return self.threads or facts.cpu_count

@@ -109,7 +109,7 @@ def _choose_for_device(root: Path, manifest: Manifest, profile: Profile, facts: 
 
         tuned = tuned_choice(root, manifest, facts)
         if tuned is not None:
-            from .formats.onnx.schemes import exact_name
+            from .formats import exact_name
 
             try:  # the build edgekit tune measured, exactly
                 entry, backend_cls = choose(manifest, profile, exact_name(tuned.artifact), tuned.backend)
@@ -126,16 +126,15 @@ def _choose_for_device(root: Path, manifest: Manifest, profile: Profile, facts: 
 
 
 def verdict_holds_here(manifest: Manifest, key: str, backend: str, facts: DeviceFacts | None = None) -> bool:
-    """Whether an artifact's validation covers the arithmetic this device runs it with: not for an
-    ONNX build judged as quantized (for devices that compute it exactly) that ONNX Runtime would
-    run here on int8 kernels which saturate (x86 without VNNI, 8-bit weights)."""
+    """Whether an artifact's validation covers the arithmetic this device runs it with: not for a
+    build judged as quantized (for devices that compute it exactly) that ``backend`` would run here
+    on int8 kernels which saturate (the format's ``DeviceRules``: ONNX Runtime on x86 without VNNI,
+    8-bit weights)."""
     judged = str(manifest.validation.artifact(key).get("judged_by") or "")
-    if not judged.startswith("as quantized") or backend != "onnxruntime":
+    fmt = FORMATS.get(manifest.artifact(key).target)
+    if not judged.startswith("as quantized") or fmt is None:
         return True
-    from .formats.onnx.schemes import saturates
-
-    facts = facts or DeviceFacts.read()
-    return not saturates(key, facts.arch, facts.cpu_flags)
+    return not fmt.device_rules.saturates(key, backend, facts or DeviceFacts.read())
 
 
 def _say_arithmetic(manifest: Manifest, entry: Artifact, backend_cls: type[Backend], facts: DeviceFacts) -> None:
@@ -148,7 +147,7 @@ def _say_arithmetic(manifest: Manifest, entry: Artifact, backend_cls: type[Backe
 
     mine = _for_this_cpu(manifest).get(entry.target)
     fix = (f"run {mine}, the package's build for this CPU (--artifact {entry.target})" if mine and mine != entry.key
-           else "repackage with --profile x86-cpu (an onnx-u8s7 build for this CPU), or run the tflite artifact")
+           else FORMATS[entry.target].device_rules.saturation_fix())
     warnings.warn(KernelArithmeticWarning(
         f"artifact {entry.key!r} of package {manifest.name!r} was validated as quantized for other devices; this "
         f"CPU's int8 kernels (x86 without VNNI) can saturate on it and lose accuracy: {fix}"), stacklevel=3)
@@ -223,7 +222,7 @@ def candidates(manifest: Manifest, profile: Profile) -> list[tuple[Artifact, typ
     """Every (artifact, backend) pair of the package, in the profile's order of preference."""
     present = {a.key: a for a in manifest.artifacts}
     known = backends()
-    mine = _for_this_cpu(manifest)  # "onnx" -> "onnx-u8s8" where this CPU runs that scheme better
+    mine = _for_this_cpu(manifest)  # a format's name -> the build this CPU runs better (ONNX's schemes)
     order = [(mine.get(f, f), b) for f, b in profile.prefer if mine.get(f, f) in present and b in known]
     quantized_first = [a for a in manifest.artifacts if not a.is_float] + [a for a in manifest.artifacts if a.is_float]
     for preferred, backend in profile.prefer:  # a format the profile prefers: its float fallback in the same place
@@ -263,15 +262,13 @@ def _float_before_slower_mixed(order: list[tuple[str, str]], present: dict[str, 
 
 
 def _for_this_cpu(manifest: Manifest) -> dict[str, str]:
-    """A format's quantized artifact built for this CPU's INT8 scheme, when the package has one
-    that passed its gates (``edgekit.formats.onnx.schemes``): the profile's "onnx" means that one here."""
+    """Each format's quantized build for this device (its ``DeviceRules``), where the package has
+    one that passed its gates: a profile's format name means that build here."""
     from .devices import DeviceFacts
-    from .formats.onnx.schemes import artifact_for_cpu
+    from .formats import device_artifacts
 
-    facts = DeviceFacts.read()
-    usable = {a.key for a in manifest.artifacts if a.key == "onnx" or manifest.failed_gates(a.key) is None}
-    key = artifact_for_cpu(usable, facts.arch, facts.cpu_flags, facts.cuda)
-    return {"onnx": key} if key is not None and key != "onnx" else {}
+    usable = {a.key for a in manifest.artifacts if a.key == a.target or manifest.failed_gates(a.key) is None}
+    return device_artifacts(usable, DeviceFacts.read())
 
 
 def runnable(manifest: Manifest, profile: Profile) -> list[tuple[Artifact, type[Backend]]]:
@@ -284,7 +281,7 @@ def choose(
 ) -> tuple[Artifact, type[Backend]]:
     """The first (artifact, backend) pair, in the profile's order, that this device can run."""
     if artifact is not None:
-        from .formats.onnx.schemes import exact_key
+        from .formats import exact_key
 
         if artifact in FORMATS:  # a format's name: the best artifact of that format for this device
             artifact = _for_this_cpu(manifest).get(artifact, artifact)

@@ -9,7 +9,7 @@ from rich.table import Table
 
 from .manifest import Manifest
 from .validation_record import ArtifactRecord, ValidationRecord
-from .quantize.tasks import show_value
+from .kinds import show_value
 
 
 def _pct(value: float | None) -> str:
@@ -41,11 +41,6 @@ def _slice_notes(target: str, metrics: ArtifactRecord) -> list[str]:
                      f"values {low:.3g}..{high:.3g}, the worst of {worst['groups']} joined quantities): SQNR "
                      f"{'inf' if sqnr is None else format(sqnr, '.1f')} dB, {worst['distinct_values']} distinct values")
     return notes
-
-
-def kind_lines(validation: ValidationRecord) -> list[str]:
-    """What each output is and how it is judged, with the evidence (``validation.kinds``)."""
-    return [f"output {kind['output']}: {kind['kind']}, {kind['evidence']}" for kind in validation.kinds.values()]
 
 
 def _task_notes(target: str, metrics: ArtifactRecord) -> list[str]:

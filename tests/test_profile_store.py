@@ -26,7 +26,7 @@ def cache_dir(tmp_path, monkeypatch):
 
 def test_a_second_start_reads_the_parsed_profiles_without_importing_tomllib(cache_dir):
     code = ("import sys, json; from edgekit.devices import load_profiles; p = load_profiles(); "
-            "print(json.dumps(['tomllib' in sys.modules, sorted(p), p['x86-cpu'].onnx_schemes, p['rpi5'].prefer]))")
+            "print(json.dumps(['tomllib' in sys.modules, sorted(p), p['x86-cpu'].builds('onnx'), p['rpi5'].prefer]))")
     env = {**os.environ, "EDGEKIT_CACHE_DIR": str(cache_dir)}
     runs = [json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
                                       env=env, check=True).stdout) for _ in range(2)]

@@ -173,3 +173,80 @@ def test_the_packaging_core_holds_no_format_names_or_format_options():
         assert not literals & option_keys and not names & option_keys, (path, (literals | names) & option_keys)
         assert not [n for n in names if any(re.search(rf"(^|_){w}(_|$)", n.lower()) for w in format_words)], path
         assert not [m for m in imported if re.search(r"formats\.(" + "|".join(FORMATS) + ")", m)], (path, imported)
+
+
+def _format_words() -> set[str]:
+    from edgekit.formats import FORMATS
+
+    return set(FORMATS) | {"litert", "tf2onnx", "coremltools"}
+
+
+def test_format_names_outside_the_formats_are_few():
+    """String literals that are a format's (or its converter's) name, by the packaging core's
+    rule, counted once per module, in every module outside ``edgekit/formats/``: a choice that
+    depends on the format belongs to the format (its ``Format`` fields, ``DeviceRules``)."""
+    words = _format_words()
+    found = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if PACKAGE / "formats" in path.parents:
+            continue
+        hits = {v for v in _names_and_literals(path)[1] if v.lower() in words}
+        if hits:
+            found[str(path.relative_to(PACKAGE))] = sorted(hits)
+    assert sum(len(h) for h in found.values()) <= 15, found
+
+
+def test_no_module_outside_the_onnx_format_names_an_onnx_scheme():
+    """ONNX's INT8 schemes (one build per CPU kind) are the ONNX format's business: devices, the
+    runtime, the CLI and benchmarks ask its ``DeviceRules``."""
+    from edgekit.formats.onnx.schemes import SCHEMES
+
+    words = {s.name for s in SCHEMES.values()} | {s.variant for s in SCHEMES.values() if s.variant}
+    pattern = re.compile(r"(^|[^a-z0-9])(" + "|".join(re.escape(w) for w in sorted(words)) + r")($|[^a-z0-9-])")
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if PACKAGE / "formats" / "onnx" in path.parents:
+            continue
+        names, literals, _ = _names_and_literals(path)
+        assert not [v for v in literals if pattern.search(v.lower())], (path, [v for v in literals if pattern.search(v)])
+        assert not [n for n in names if re.search(r"(^|_)(s8s8|u8s8|u8s7)(_|$)", n.lower())], path
+
+
+def _kind_comparisons(path: Path, names: set[str]) -> list[str]:
+    """Comparisons of something called a kind with a kind's name (``kind == "classes"``,
+    ``kind.kind in ("classes", "bins")``, ``kind.startswith("detections")``)."""
+    tree = ast.parse(path.read_text(), str(path))
+
+    def named(node: ast.AST) -> bool:
+        values = [node] if isinstance(node, ast.Constant) else list(getattr(node, "elts", []))
+        return any(isinstance(v, ast.Constant) and isinstance(v.value, str)
+                   and (v.value in names or v.value.split(":")[0] in {n.split(":")[0] for n in names if ":" in n})
+                   for v in values)
+
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare):
+            sides = [node.left, *node.comparators]
+            if any(named(s) for s in sides) and "kind" in ast.unparse(node).lower():
+                found.append(ast.unparse(node))
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "startswith":
+            if "kind" in ast.unparse(node.func.value).lower() and any(named(a) for a in node.args):
+                found.append(ast.unparse(node))
+    return found
+
+
+def test_no_module_outside_the_kinds_compares_kind_names():
+    """What an output kind means (its inference, its gate, how its numbers print) is its own
+    module's business in ``edgekit/kinds/``; everything else asks the registry."""
+    from edgekit.kinds import KINDS
+
+    names = set(KINDS)
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if PACKAGE / "kinds" in path.parents:
+            continue
+        assert not _kind_comparisons(path, names), (path, _kind_comparisons(path, names))
+
+
+def test_the_kind_comparison_finder_finds_one(tmp_path):
+    module = tmp_path / "m.py"
+    module.write_text('def f(kind):\n    return kind.kind in ("classes", "bins") or kind.startswith("detections")\n')
+    assert len(_kind_comparisons(module, {"classes", "bins", "detections:yolo"})) == 2

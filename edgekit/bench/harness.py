@@ -206,7 +206,7 @@ def bench(source: str, options: BenchOptions, artifacts: list[str] | None = None
           choices: list[tuple[str, str, int]] | None = None) -> dict[str, Any]:
     """Benchmark one artifact (or, with ``artifacts``/sweep options, several configurations;
     ``choices``: exactly these (artifact, backend, threads) at ``options.batch``)."""
-    from ..formats.onnx.schemes import exact_name
+    from ..formats import exact_name
 
     before = thermal_state()
     # ``artifacts`` and ``choices`` are a manifest's keys: each loads that build exactly (the user's

@@ -67,6 +67,37 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+def device_artifacts(present: set[str], facts: Any) -> dict[str, str]:
+    """Each format's build this device runs (``DeviceRules``), where that is not the format's own
+    key: ``{"onnx": "onnx-u8s8"}`` on an x86 CPU with VNNI when the package has that build."""
+    found = {}
+    for name, fmt in FORMATS.items():
+        key = fmt.device_rules.artifact_for_device(present, facts)
+        if key is not None and key != name:
+            found[name] = key
+    return found
+
+
+def exact_key(name: str) -> str:
+    """The artifact key a name that loads one build exactly stands for (``DeviceRules.exact_key``)."""
+    return _renamed(name, lambda rules: rules.exact_key)
+
+
+def exact_name(key: str) -> str:
+    """The name that loads exactly the build with this artifact key (``DeviceRules.exact_name``):
+    what code that iterates a manifest's keys passes, since a format's name means this device's best."""
+    return _renamed(key, lambda rules: rules.exact_name)
+
+
+def _renamed(name: str, rule: Any) -> str:
+    """``name`` as the first format whose rule changes it says, else unchanged."""
+    for fmt in FORMATS.values():
+        changed = rule(fmt.device_rules)(name)
+        if changed != name:
+            return changed
+    return name
+
+
 def get_format(name: str) -> Format:
     try:
         return FORMATS[name]

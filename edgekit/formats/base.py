@@ -50,6 +50,49 @@ class Accepts(NamedTuple):
     cannot: tuple[str, ...] = ()
 
 
+class DeviceRules:
+    """Which of a format's quantized builds a device runs, for a format that builds several (ONNX's
+    INT8 schemes, one per CPU kind). The runtime, device profiles and benchmarks ask these rules
+    and never name a build. The default: one quantized build, the format's own key."""
+
+    default_builds: tuple = ()  # a device profile's builds of this format when it names none
+    artifact_example = ""  # for --artifact's help: a build a device picks, e.g. "onnx-u8s7 on x86 without VNNI"
+    builds_help = ""  # for --profile's help: the builds and the devices each is for
+
+    def artifact_for_device(self, present: Any, facts: Any) -> "str | None":
+        """The key of this format's build ``facts`` (a ``DeviceFacts``) runs among ``present``
+        (keys that may run), or None: the format's own key."""
+        return None
+
+    def exact_key(self, name: str) -> str:
+        """The artifact key of a name that loads one build exactly (``onnx-s8s8`` -> ``onnx``)."""
+        return name
+
+    def exact_name(self, key: str) -> str:
+        """``exact_key``'s inverse: the name that loads exactly the build with this key (where the
+        format's own name means this device's best build)."""
+        return key
+
+    def saturates(self, key: str, backend: str, facts: Any) -> bool:
+        """Whether ``backend`` on this device runs the build ``key`` with arithmetic its verdict
+        as quantized does not cover (kernels that saturate)."""
+        return False
+
+    def saturation_fix(self) -> str:
+        """What to do when a build ``saturates`` here and the package has no better one."""
+        return ""
+
+    def profile_builds(self, value: Any, where: str) -> list:
+        """A device profile's ``[quantization] FORMAT`` entry, checked: the builds its devices need."""
+        from ..errors import EdgekitError
+
+        raise EdgekitError(f"{where}: this format has one quantized build; [quantization] takes no entry for it")
+
+    def describe_device(self, facts: Any) -> str:
+        """What this device runs of the format, for ``edgekit profiles`` ("" when nothing to say)."""
+        return ""
+
+
 class Format(NamedTuple):
     """Everything edgekit knows about one output format, in one place. (NamedTuples, not
     dataclasses: every cold start defines these, and a frozen dataclass costs about a
@@ -66,6 +109,7 @@ class Format(NamedTuple):
     bare_suffixes: tuple[str, ...] = ()  # a plain file with this suffix is runnable without a package
     options: tuple[Option, ...] = ()  # build options only this format reads
     accepts: tuple[Accepts, ...] = ()  # forms it converts from, in order of preference (edgekit.routes)
+    device_rules: DeviceRules = DeviceRules()  # which of its quantized builds a device runs
 
 
 def __getattr__(name: str) -> Any:

@@ -267,7 +267,7 @@ class Gating:
 
 def resolve_kinds(specs: dict[str, str], described: SourceDescription) -> dict[str, str]:
     """``--output-kind`` by output name; a Keras output may also be named by its layer."""
-    from ..quantize.tasks import resolve_kinds as resolve
+    from ..kinds import resolve_kinds as resolve
 
     by_layer = {layer: name for name, layer in described.output_layers.items()}
     return resolve({by_layer.get(k, k): v for k, v in specs.items()}, described.output_names,
@@ -275,7 +275,7 @@ def resolve_kinds(specs: dict[str, str], described: SourceDescription) -> dict[s
 
 
 def load_metric(spec: str) -> Any:
-    from ..quantize.tasks import load_metric as load
+    from ..quantize.user_metric import load_metric as load
 
     return load(spec)
 

@@ -29,8 +29,7 @@ from typing import Any, NamedTuple
 
 from ..devices import int8_kernel_features
 from ..formats.building import Fix, keep_float_fix
-from ..quantize.kinds import OutputKind
-from ..quantize.tasks import show_value
+from ..kinds import OutputKind, show_value
 from .validate import Measured
 
 DEFAULT_MIN_SQNR_DB = 20.0

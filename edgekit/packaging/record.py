@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from ..quantize.kinds import OutputKind
+from ..kinds import OutputKind
 from .data import PreparedData
 from .gates import GateFailure
 from .options import PackageOptions

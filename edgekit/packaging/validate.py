@@ -19,9 +19,9 @@ import numpy as np
 
 from ..errors import ConversionError, PackageError
 from ..formats import Builder, BuildResult, get_backend
-from ..quantize.kinds import OutputKind, infer
+from ..kinds import OutputKind, TaskResult, evaluate, infer
 from ..quantize.metrics import OutputComparison, compare_outputs
-from ..quantize.tasks import TaskResult, evaluate, run_metric
+from ..quantize.user_metric import run_metric
 from ..model import align
 from ..sources.description import SourceDescription
 from .data import PreparedData

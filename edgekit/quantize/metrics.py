@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from .kinds import OutputKind
+from ..kinds import OutputKind, argmax_decides
 
 
 @dataclass
@@ -53,7 +53,7 @@ def compare_outputs(reference: np.ndarray, candidate: np.ndarray, targets: np.nd
     if reference.shape != candidate.shape:
         raise ValueError(f"output shapes differ: {reference.shape} vs {candidate.shape}")
     if kind is None:  # no graph at hand: what the values (and targets) say
-        from .kinds import infer
+        from ..kinds import infer
 
         kind = infer("", reference, None, labelled=targets is not None)
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):  # NaN/inf outputs: named by degenerate
@@ -68,10 +68,10 @@ def _compare(reference: np.ndarray, candidate: np.ndarray, targets: np.ndarray |
     # landmarks or a segmentation map's flattened pixels is noise
     agreement = float("nan")
     float_accuracy = accuracy = None
-    if kind is not None and kind.kind in ("classes", "bins") and reference.ndim >= 2:
-        from .tasks import _decisions
+    if argmax_decides(kind) and reference.ndim >= 2:
+        from ..kinds.classes import decisions
 
-        ref_top, out_top = _decisions(reference, kind.axis), _decisions(candidate, kind.axis)
+        ref_top, out_top = decisions(reference, kind.axis), decisions(candidate, kind.axis)
         agreement = float(np.mean(ref_top == out_top))
         if targets is not None and len(ref_top) == len(targets):
             float_accuracy = float(np.mean(ref_top == targets))

@@ -34,8 +34,8 @@ def test_a_cpu_runs_the_schemes_it_computes_correctly_fastest_first():
 
 def test_profiles_say_which_schemes_their_devices_need(tmp_path):
     profiles = load_profiles()
-    assert profiles["x86-cpu"].onnx_schemes == ["u8s8", "u8s8-reduce-range"]
-    assert profiles["rpi5"].onnx_schemes == ["s8s8"]
+    assert profiles["x86-cpu"].builds("onnx") == ["u8s8", "u8s8-reduce-range"]
+    assert profiles["rpi5"].builds("onnx") == ["s8s8"]
     bad = tmp_path / "odd.toml"
     bad.write_text('name = "odd"\n[quantization]\nonnx = ["s4s4"]\n')
     with pytest.raises(EdgekitError, match=r"unknown ONNX INT8 scheme\(s\) \['s4s4'\]"):
@@ -112,7 +112,7 @@ def test_the_schemes_a_package_needs_come_from_its_profiles():
     assert onnx_schemes(["rpi5", "jetson-orin-nano"]) == ["s8s8"]
     assert onnx_schemes(["rpi5", "x86-cpu"]) == ["s8s8", "u8s8", "u8s8-reduce-range"]
     assert onnx_schemes(None) == ["s8s8", "u8s8", "u8s8-reduce-range"]  # every known profile
-    assert onnx_schemes(["auto"]) == detect().onnx_schemes  # this machine's profile
+    assert onnx_schemes(["auto"]) == detect().builds("onnx")  # this machine's profile
 
 
 def test_tune_never_picks_a_build_whose_verdict_this_cpus_kernels_break(digits_all_package, tmp_path, monkeypatch):

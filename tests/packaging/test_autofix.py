@@ -12,9 +12,9 @@ import pytest
 from edgekit.packaging.autofix import Candidate, improves
 from edgekit.packaging.gates import check
 from edgekit.packaging.validate import Measured
-from edgekit.quantize.kinds import infer
+from edgekit.kinds import infer
 from edgekit.quantize.metrics import compare_outputs
-from edgekit.quantize.tasks import evaluate
+from edgekit.kinds import evaluate
 from tests.conftest import ROOT, edgekit_cli
 
 STRUCTURE = {"op": "concat", "axis": 1, "node": "head", "parts": [{"size": 4, "op": "values"},

@@ -59,7 +59,7 @@ def test_constant_outputs_are_degenerate_whatever_else_agrees():
 
 def test_a_collapsed_score_block_joined_to_box_coordinates_shows_in_the_worst_slice():
     """Boxes 0..300 and scores 0..1 joined by a Concat: the whole output's SQNR hides collapsed scores."""
-    from edgekit.quantize.kinds import infer
+    from edgekit.kinds import infer
 
     rng = np.random.default_rng(0)
     reference = np.concatenate([rng.uniform(0, 300, (50, 4)), rng.dirichlet(np.ones(3), 50)], axis=1)

@@ -64,7 +64,7 @@ def scheme_for_cpu(arch: str, flags: set[str] | frozenset[str]) -> Scheme:
 def schemes_for_profiles(profiles: Iterable[Any]) -> list[str]:
     """The scheme names the package's device profiles need (their ``[quantization] onnx``), in
     first-seen order."""
-    return list(dict.fromkeys(scheme for profile in profiles for scheme in profile.onnx_schemes))
+    return list(dict.fromkeys(scheme for profile in profiles for scheme in profile.builds("onnx")))
 
 
 def schemes_named(names: list[str], where: str) -> list[Scheme]:

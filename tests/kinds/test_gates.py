@@ -6,8 +6,20 @@ import numpy as np
 import pytest
 
 from edgekit.errors import EdgekitError
-from edgekit.quantize.tasks import (classification, detections, parse_kind, resolve_kinds, run_metric,
-                                    segmentation)
+from edgekit.kinds import KINDS, evaluate, parse_kind, resolve_kinds
+from edgekit.quantize.user_metric import run_metric
+
+
+def detections(reference, candidate, layout, threshold):
+    return KINDS[f"detections:{layout}"].evaluate(reference, candidate, None, 1.0, None, threshold)
+
+
+def segmentation(reference, candidate, axis=None):
+    return KINDS["segmentation"].evaluate(reference, candidate, None, 1.0, axis, None)
+
+
+def classification(reference, candidate, targets, max_accuracy_drop_pp):
+    return KINDS["classes"].evaluate(reference, candidate, targets, max_accuracy_drop_pp, None, None)
 
 
 def yolo_rows(boxes, classes, scores, n_classes=3):
@@ -100,7 +112,6 @@ def test_a_metric_function_must_return_named_numbers():
 
 
 def test_multilabel_heads_are_judged_by_each_labels_decision_not_argmax():
-    from edgekit.quantize.tasks import evaluate, parse_kind
 
     rng = np.random.default_rng(5)
     reference = 1 / (1 + np.exp(-rng.normal(0, 6, (1000, 6))))
@@ -124,7 +135,6 @@ def test_multilabel_heads_are_judged_by_each_labels_decision_not_argmax():
 
 
 def test_bins_are_judged_by_the_peak_and_its_height():
-    from edgekit.quantize.tasks import evaluate
 
     rng = np.random.default_rng(6)
     centre = rng.uniform(20, 340, (200, 1))

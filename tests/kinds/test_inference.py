@@ -6,7 +6,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from edgekit.quantize.kinds import infer
+from edgekit.kinds import infer
 from edgekit.quantize.structure import describe_onnx_outputs
 
 
