@@ -60,6 +60,11 @@ class UnsupportedOpError(ConversionError):
     )
 
 
+# A hint naming no format: the packager puts the routes from this model that avoid the failing
+# converter in its place (``routes.other_routes``), from the route table, never a hard-coded list.
+OTHER_ROUTES = "package it for a format whose route avoids this converter (edgekit routes)"
+
+
 class RouteError(EdgekitError):
     """No conversion route takes this kind of model to a requested format, or a route cannot
     honour an option given (``edgekit.routes``); said before anything loads."""

@@ -46,8 +46,10 @@ class Accepts(NamedTuple):
     form: str
     honours: tuple[str, ...] = ()
     # ONNX op types (the vocabulary every source's description uses) the converter cannot convert
-    # from this form: a model holding one is refused after loading, before any conversion starts
+    # from this form: a model holding one is refused before any conversion starts (before loading
+    # where the source can read its ops without loading: ONNX)
     cannot: tuple[str, ...] = ()
+    max_inputs: int | None = None  # the most model inputs the converter takes from this form (None: any)
 
 
 class DeviceRules:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import shutil
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import MappingProxyType
@@ -28,14 +29,15 @@ from typing import Any
 import numpy as np
 
 from .. import worker
-from ..errors import AccuracyDropError, ConversionError, EdgekitError, PartialPackageError
+from ..errors import OTHER_ROUTES, AccuracyDropError, ConversionError, EdgekitError, PartialPackageError, RouteError
 from ..devices import Profile
 from ..formats import FORMATS, Builder, BuildContext, BuildResult, expand_formats, get_format
 from ..formats.building import save_samples
 from ..fsutil import staging_dir, temp_dir
 from ..package_io import write_archive
 from ..progress import Progress
-from ..routes import Route, StepContext, model_form, plan, refuse_ops
+from ..routes import Route, model_form, other_routes, plan, route_limits
+from ..steps import StepContext
 from ..routes import route as route_to
 from ..sources import Source, detect_source
 from ..sources.description import SourceDescription
@@ -44,12 +46,13 @@ from .data import PreparedData, prepare_data
 from .options import PackageOptions, PackageResult
 from .preflight import TEMP_PREFIX, Plan, preflight
 from .autofix import Candidate, search
-from .gates import GateFailure, Remedies, check, failure_hint, failure_message, saturation_note
+from .context import PackagingContext
+from .gates import REFUSED_PREFIX, GateFailure, Remedies, failure_hint, failure_message, saturation_note
 from .fallback import discard, fallback_result, wants_float_fallback
 from .partial import leave_out, refused_formats
 from .record import validation_record
 from .summary import lines as summary_lines
-from .validate import Judging, Measured, infer_kinds, measure, silent_outputs
+from .validate import Judging, Measured, infer_kinds, silent_outputs
 
 EXPLAIN_SAMPLES = 32
 
@@ -120,10 +123,12 @@ def partial_error(result: PackageResult) -> PartialPackageError:
     validation = result.manifest.validation
     unmeasured = [a.key for a in result.manifest.artifacts if not validation.artifact(a.key).measured]
     kept = "passed" if not unmeasured else f"were built ({', '.join(unmeasured)} not measured here)"
+    refused = next((f["hint"] for f in result.failed if f["error"].startswith(REFUSED_PREFIX)), None)
     return PartialPackageError(
         f"package written to {result.path} without {', '.join(f['target'] for f in result.failed)} ({listed})",
-        hint=f"fix the model for those formats, keep the ones that {kept} ({keep}), or pass --allow-partial"
-        if built else "fix the model for those formats (no format passed)",
+        hint=(f"fix the model for those formats, keep the ones that {kept} ({keep}), or pass --allow-partial"
+              if built else "fix the model for those formats (no format passed)")
+        + (f"; for a format refused by its gates: {refused}" if refused else ""),
         result=result,
     )
 
@@ -136,6 +141,10 @@ def build_package(options: PackageOptions, progress: Progress | None = None) -> 
     profiles = device_profiles(options.profiles)  # an unknown --profile is said before anything loads
     plan = preflight(options, progress)
     metric = load_metric(options.metric) if options.metric else None
+    peeked = source.peek(Path(options.model)) if source.peek is not None else None
+    if peeked is not None:  # the model's ops and inputs read without loading it: a route limit refuses now
+        inputs = [name for name in peeked["inputs"] if name not in (options.fixed_inputs or {})]
+        refused_routes(planned, peeked["op_types"], len(inputs))
     with temp_dir(TEMP_PREFIX) as work:
         loaded = load_source(source, kind, options, work, progress, source_hints(options, plan))
         data = prepare_data(plan, options, loaded.described, progress)
@@ -147,10 +156,10 @@ def build_package(options: PackageOptions, progress: Progress | None = None) -> 
                           max_accuracy_drop=options.max_accuracy_drop)
         with staging_dir(plan.destination) as staged:
             context = build_context(options, loaded, data, staged, work, profiles)
-            outcomes = build_formats(planned, context, loaded.described, data, reference, staged, progress,
-                                     Gating(judging, options, dict(loaded.described.output_layers)))
-            result = assemble(plan, options, loaded, data, reference, [p.builder for p in planned], context,
-                              outcomes, staged, progress, kinds)
+            run = PackagingContext(data, reference, staged, progress, judging, options,
+                                   dict(loaded.described.output_layers))
+            outcomes = build_formats(planned, context, loaded.described, run)
+            result = assemble(plan, loaded, run, [p.builder for p in planned], context, outcomes)
     if plan.archive is not None:
         write_archive(plan.destination, plan.archive, replace=options.force)
     return result
@@ -256,15 +265,6 @@ def build_context(options: PackageOptions, loaded: LoadedSource, data: PreparedD
     )
 
 
-@dataclass(frozen=True)
-class Gating:
-    """How artifacts are judged and whether failures are fixed automatically."""
-
-    judging: Judging
-    options: PackageOptions
-    producers: dict[str, str]  # output name -> the layer computing it (for --keep-float)
-
-
 def resolve_kinds(specs: dict[str, str], described: SourceDescription) -> dict[str, str]:
     """``--output-kind`` by output name; a Keras output may also be named by its layer."""
     from ..kinds import resolve_kinds as resolve
@@ -280,39 +280,40 @@ def load_metric(spec: str) -> Any:
     return load(spec)
 
 
-def build_formats(planned: list[Planned], context: BuildContext, described: SourceDescription, data: PreparedData,
-                  reference: dict[str, np.ndarray], staged: Path, progress: Progress,
-                  gating: Gating | None = None) -> list[FormatOutcome]:
-    """Each format built, measured and judged in turn (and fixed, with ``--auto-fix``); with one
+def build_formats(planned: list[Planned], context: BuildContext, described: SourceDescription,
+                  run: PackagingContext) -> list[FormatOutcome]:
+    """Each format built, measured and judged in turn (and searched, by default); with one
     format its build failure is the run's error."""
-    gating = gating or Gating(Judging(), PackageOptions("", "", ""), {})
+    progress = run.progress
     steps = StepContext(context.workdir, context.timeout_s, context.layer_names)
+    blocked = refused_routes(planned, described.op_types, len(described.inputs))  # before any conversion
     outcomes = []
     for format_plan in planned:
         builder = format_plan.builder
         started = time.monotonic()
         try:
-            refuse_ops(format_plan.route, described.op_types, format_plan.others)
+            if builder.name in blocked:
+                raise blocked[builder.name]
             own = replace(context, model=model_form(format_plan.route, described.forms, steps))
-            built, comparison = build_and_measure(builder, own, data, reference, staged, progress, gating)
+            built, comparison = build_and_measure(builder, own, run)
         except EdgekitError as exc:  # one format's failure (converting, or its runtime refusing the result)
+            if exc.hint and OTHER_ROUTES in exc.hint:  # the formats to package instead, from the route table
+                exc.hint = exc.hint.replace(OTHER_ROUTES, other_routes(format_plan.route, format_plan.others))
             if len(planned) == 1:
                 raise
             progress.warn(f"{builder.name} failed: {exc.message}")
             outcomes.append(FormatOutcome(builder.name, error=exc, seconds=time.monotonic() - started))
-            shutil.rmtree(staged / builder.name, ignore_errors=True)  # its half-made files never ship
+            shutil.rmtree(run.staged / builder.name, ignore_errors=True)  # its half-made files never ship
             continue
         remedies = format_plan.remedies
-        outcome = judge(builder, own, built, comparison, data, reference, staged, gating, progress, remedies)
+        outcome = judge(builder, own, built, comparison, run, remedies)
         outcomes.append(replace(outcome, seconds=time.monotonic() - started))
-        fallback = float_fallback(builder, outcome.built or built, own, data, reference, staged, gating, progress,
-                                  remedies)
+        fallback = float_fallback(builder, outcome.built or built, own, run, remedies)
         if fallback is not None:
-            outcomes[-1] = timed_against_float(builder, outcomes[-1], fallback, data, staged, progress)
+            outcomes[-1] = timed_against_float(builder, outcomes[-1], fallback, run)
             outcomes.append(fallback)
-        # the other schemes with what --auto-fix kept (the same layers in float, the same calibration)
-        outcomes += scheme_variants(builder, outcome.context or own, data, reference, staged, gating, progress,
-                                    remedies)
+        # the format's other quantized builds with what the search kept (the same layers in float)
+        outcomes += scheme_variants(builder, outcome.context or own, run, remedies)
     if not any(o.built for o in outcomes):
         details = "; ".join(f"{o.name}: {o.error.message}" for o in outcomes if o.error)
         first = next((o.error.hint for o in outcomes if o.error), "")
@@ -320,62 +321,71 @@ def build_formats(planned: list[Planned], context: BuildContext, described: Sour
     return outcomes
 
 
-def timed_against_float(builder: Builder, outcome: FormatOutcome, fallback: FormatOutcome, data: PreparedData,
-                        staged: Path, progress: Progress) -> FormatOutcome:
+def refused_routes(planned: list[Planned], op_types: Iterable[str], inputs: int) -> dict[str, EdgekitError]:
+    """The formats whose route cannot convert a model with these ops and this many inputs
+    (``routes.route_limits``), by format; raised at once when no requested format is left."""
+    refused = {p.builder.name: error for p in planned
+               if (error := route_limits(p.route, op_types, inputs, p.others)) is not None}
+    if refused and len(refused) == len(planned):
+        raise next(iter(refused.values())) if len(refused) == 1 else RouteError(
+            "no requested format's route converts this model: " + "; ".join(e.message for e in refused.values()),
+            hint=next(iter(refused.values())).hint)
+    return refused
+
+
+def timed_against_float(builder: Builder, outcome: FormatOutcome, fallback: FormatOutcome,
+                        run: PackagingContext) -> FormatOutcome:
     """A mixed artifact timed against its float fallback here (``speed.py``), recorded in its
     details; said when it is slower (the runtime then prefers the fallback on this CPU kind)."""
     from .speed import compare, is_mixed
 
     if outcome.built is None or fallback.built is None or not is_mixed(outcome.built.artifact.precision):
         return outcome
-    with progress.step(f"Timing {outcome.name} against {fallback.name}"):
-        speed = compare(builder, staged, outcome.built, fallback.built, data.evaluation)
+    with run.progress.step(f"Timing {outcome.name} against {fallback.name}"):
+        speed = compare(builder, run.staged, outcome.built, fallback.built, run.data.evaluation)
     if speed is None:
         return outcome
     artifact = outcome.built.artifact
     details = {**artifact.details, "speed_vs_float": speed}
     verdict = ("faster" if speed["speedup"] >= 1 else "slower: on this CPU kind the runtime prefers the float fallback")
-    progress.say(f"{outcome.name} ({artifact.precision}) runs {speed['speedup']:.2f}x its float fallback "
+    run.progress.say(f"{outcome.name} ({artifact.precision}) runs {speed['speedup']:.2f}x its float fallback "
                  f"{fallback.name} here ({speed['cpu']}, 1 thread): {verdict}; other devices were not measured")
     return replace(outcome, built=replace(outcome.built, artifact=replace(artifact, details=details)))
 
 
-def build_and_measure(builder: Builder, context: BuildContext, data: PreparedData, reference: dict[str, np.ndarray],
-                      staged: Path, progress: Progress, gating: Gating) -> tuple[BuildResult, Measured | None]:
+def build_and_measure(builder: Builder, context: BuildContext,
+                      run: PackagingContext) -> tuple[BuildResult, Measured | None]:
     """One format's artifact, written into the staging tree, and its measurement."""
-    with progress.step(f"Calibrating and converting {builder.name} on {data.calibration_count} samples") as update:
+    with run.progress.step(f"Calibrating and converting {builder.name} on {run.data.calibration_count} "
+                           "samples") as update:
         built = builder.build(context, update)
-    written = staged / built.artifact.path
+    written = run.staged / built.artifact.path
     if not written.exists() or (written.is_file() and written.stat().st_size == 0):
         raise ConversionError(f"the {builder.name} converter reported success but wrote no artifact at "
                               f"{built.artifact.path}", hint="rerun with --debug and report the log")
-    with progress.step(f"Validating {builder.name} against the float model"):
-        return built, measure(built, builder, staged, data, reference, gating.judging,
-                              as_quantized=builder.judged_as_quantized(context))
+    with run.progress.step(f"Validating {builder.name} against the float model"):
+        return built, run.measure(built, builder, context)
 
 
-def float_fallback(builder: Builder, built: BuildResult, context: BuildContext, data: PreparedData,
-                   reference: dict[str, np.ndarray], staged: Path, gating: Gating,
-                   progress: Progress, remedies: Remedies = Remedies()) -> FormatOutcome | None:
+def float_fallback(builder: Builder, built: BuildResult, context: BuildContext, run: PackagingContext,
+                   remedies: Remedies = Remedies()) -> FormatOutcome | None:
     """The format's float fallback, validated like the INT8 artifact; one that fails a gate is
     left out of the package (it is optional) with a warning saying why."""
-    fallback = fallback_result(builder, built, staged)
+    fallback = fallback_result(builder, built, run.staged)
     if fallback is None:
         return None
     key = fallback.artifact.key
-    with progress.step(f"Validating {key} (float fallback) against the float model"):
-        measured = measure(fallback, builder, staged, data, reference, gating.judging, quantized=False)
-    failures = check(key, measured, gating.options.min_sqnr_db, gating.producers,
-                     gating.judging.kinds, remedies) if measured else []
+    with run.progress.step(f"Validating {key} (float fallback) against the float model"):
+        measured = run.measure(fallback, builder, context, quantized=False)
+    failures = run.check(key, measured, remedies)
     if failures:
-        progress.warn(f"{key} (float fallback) left out: it failed validation ({failures[0].what})")
-        discard(staged / fallback.artifact.path)
+        run.progress.warn(f"{key} (float fallback) left out: it failed validation ({failures[0].what})")
+        discard(run.staged / fallback.artifact.path)
         return None
     return FormatOutcome(key, built=fallback, comparison=measured, context=context, remedies=remedies)
 
 
-def scheme_variants(builder: Builder, context: BuildContext, data: PreparedData, reference: dict[str, np.ndarray],
-                    staged: Path, gating: Gating, progress: Progress,
+def scheme_variants(builder: Builder, context: BuildContext, run: PackagingContext,
                     remedies: Remedies = Remedies()) -> list[FormatOutcome]:
     """The format's other quantized builds (an INT8 scheme for other CPUs), each validated
     like the main one. They are optional: one that fails to build, or fails a gate (unless
@@ -386,20 +396,18 @@ def scheme_variants(builder: Builder, context: BuildContext, data: PreparedData,
         key = f"{builder.name}-{override['variant']}"
         variant_context = replace(context, options=MappingProxyType({**context.options, **override}))
         try:
-            with progress.step(f"Calibrating and converting {key} ({override.get('scheme', 'variant')})"):
+            with run.progress.step(f"Calibrating and converting {key} ({override.get('scheme', 'variant')})"):
                 built = builder.build(variant_context)
-            with progress.step(f"Validating {key} against the float model"):
-                measured = measure(built, builder, staged, data, reference, gating.judging,
-                                   as_quantized=builder.judged_as_quantized(variant_context))
+            with run.progress.step(f"Validating {key} against the float model"):
+                measured = run.measure(built, builder, variant_context)
         except EdgekitError as exc:
-            progress.warn(f"{key} left out: {exc.message}")
+            run.progress.warn(f"{key} left out: {exc.message}")
             continue
-        failures = check(key, measured, gating.options.min_sqnr_db, gating.producers,
-                         gating.judging.kinds, remedies) if measured else []
-        if failures and not gating.options.allow_accuracy_drop:
-            progress.warn(f"{key} left out: it failed validation ({failures[0].what}); devices that would use "
-                          f"it run {builder.name}")
-            discard(staged / built.artifact.path)
+        failures = run.check(key, measured, remedies)
+        if failures and not run.options.allow_accuracy_drop:
+            run.progress.warn(f"{key} left out: it failed validation ({failures[0].what}); devices that would use "
+                              f"it run {builder.name}")
+            discard(run.staged / built.artifact.path)
             continue
         outcomes.append(FormatOutcome(key, built=built, comparison=measured, context=variant_context,
                                       failures=tuple(failures), remedies=remedies))
@@ -407,35 +415,31 @@ def scheme_variants(builder: Builder, context: BuildContext, data: PreparedData,
 
 
 def judge(builder: Builder, context: BuildContext, built: BuildResult, comparison: Measured | None,
-          data: PreparedData, reference: dict[str, np.ndarray], staged: Path, gating: Gating,
-          progress: Progress, remedies: Remedies = Remedies()) -> FormatOutcome:
-    """The gates one artifact fails, after ``--auto-fix`` when asked."""
+          run: PackagingContext, remedies: Remedies = Remedies()) -> FormatOutcome:
+    """The gates one artifact fails, after the search (unless --no-auto-fix)."""
     if comparison is None:
         return FormatOutcome(builder.name, built=built, context=context, remedies=remedies)
-    floor = gating.options.min_sqnr_db
-    candidate = Candidate(context, built, comparison,
-                          check(builder.name, comparison, floor, gating.producers, gating.judging.kinds, remedies))
+    candidate = Candidate(context, built, comparison, run.check(builder.name, comparison, remedies))
     attempts: list[dict[str, Any]] = []
-    if candidate.failures and gating.options.auto_fix and data.unrepresentative:
-        progress.warn(f"{builder.name}: no search: the held-out data lie far outside the calibration data (said "
+    if candidate.failures and run.options.auto_fix and run.data.unrepresentative:
+        run.progress.warn(f"{builder.name}: no search: the held-out data lie far outside the calibration data (said "
                       "above), so every range the calibration gave is suspect; keeping layers in float would hide "
                       "that, not fix it: calibrate on data like what the model will see")
-    elif candidate.failures and gating.options.auto_fix:
-        candidate, attempts = search(builder, candidate, staged, data, reference, gating.judging, floor,
-                                     gating.producers, progress, remedies, gating.options.search_budget_s)
+    elif candidate.failures and run.options.auto_fix:
+        candidate, attempts = search(builder, candidate, run, remedies)
     note = saturation_note(builder.name, candidate.measured, remedies)
     if note:
-        progress.warn(note)
+        run.progress.warn(note)
     return FormatOutcome(builder.name, built=candidate.built, comparison=candidate.measured,
                          context=candidate.context, failures=tuple(candidate.failures), fixes=tuple(attempts),
                          remedies=remedies)
 
 
-def assemble(plan: Plan, options: PackageOptions, loaded: LoadedSource, data: PreparedData,
-             reference: dict[str, np.ndarray],
-             builders: list[Builder], context: BuildContext, outcomes: list[FormatOutcome], staged: Path,
-             progress: Progress, kinds: dict[str, Any] | None = None) -> PackageResult:
+def assemble(plan: Plan, loaded: LoadedSource, run: PackagingContext, builders: list[Builder],
+             context: BuildContext, outcomes: list[FormatOutcome]) -> PackageResult:
     """Manifest, gates, signature and publication of the staged package."""
+    options, data, reference, staged, progress = run.options, run.data, run.reference, run.staged, run.progress
+    kinds = run.judging.kinds
     refused = refused_formats(outcomes, options.allow_accuracy_drop)  # others passed: a partial package
     built = [o for o in outcomes if o.built is not None and not any(o is r for r in refused)]
     measured = {o.name: o.comparison for o in built}

@@ -27,12 +27,11 @@ from typing import Any
 from ..errors import EdgekitError
 from ..formats import Builder, BuildContext
 from ..formats.building import Fix
-from ..progress import Progress
 from ..worker_reuse import reusing
 from .candidate import Candidate, improves, restore as _restore, still_quantized
-from .gates import GateFailure, Remedies, check
-from .layer_search import BUDGET_S, search_layers
-from .validate import Judging, measure
+from .context import PackagingContext
+from .gates import GateFailure, Remedies
+from .layer_search import search_layers
 
 MAX_ATTEMPTS = 3
 # the layer search's many tries choose among configurations by their numbers: with fewer validation
@@ -40,46 +39,39 @@ MAX_ATTEMPTS = 3
 LAYER_SEARCH_MIN_SAMPLES = 50
 
 
-def search(builder: Builder, first: Candidate, staged: Path, data: Any, reference: dict[str, Any],
-           judging: Judging, min_sqnr_db: float, producers: dict[str, str], progress: Progress,
-           remedies: Remedies = Remedies(), budget_s: float = BUDGET_S) -> tuple[Candidate, list[dict[str, Any]]]:
+def search(builder: Builder, first: Candidate, run: PackagingContext,
+           remedies: Remedies = Remedies()) -> tuple[Candidate, list[dict[str, Any]]]:
     """The search for a build that passes (``first`` failed). Tries are quick builds
     (``BuildContext.trial``) judged on half of the validation samples; the configuration kept is
     built again in full, measured on all of them, and must pass on the half no try was judged on
     (``holdout``). Its converter steps share one child per interpreter (``worker_reuse``): a try
     then costs its quantization, not another start of TensorFlow or ONNX Runtime."""
     with reusing():
-        return _search(builder, first, staged, data, reference, judging, min_sqnr_db, producers, progress,
-                       remedies, budget_s)
+        return _search(builder, first, run, remedies)
 
 
-def _search(builder: Builder, first: Candidate, staged: Path, data: Any, reference: dict[str, Any],
-            judging: Judging, min_sqnr_db: float, producers: dict[str, str], progress: Progress,
-            remedies: Remedies, budget_s: float) -> tuple[Candidate, list[dict[str, Any]]]:
+def _search(builder: Builder, first: Candidate, run: PackagingContext,
+            remedies: Remedies) -> tuple[Candidate, list[dict[str, Any]]]:
     from .holdout import split
 
-    halves = split(data, reference)
+    data, progress = run.data, run.progress
+    halves = split(data, run.reference)
     if halves is None:
         progress.warn(f"{builder.name}: {data.evaluation_count} validation samples are too few to keep some "
                       "unseen by the search: its result is judged on the samples it was chosen by (give more "
                       "--eval data)")
-        judged_data, judged_reference = data, reference
-    else:
-        judged_data, judged_reference = halves.search, halves.search_reference
+    judged = run if halves is None else run.on(halves.search, halves.search_reference)
     layers = data.evaluation_count >= LAYER_SEARCH_MIN_SAMPLES
     if not layers and {"int16", "keep_float"} & set(remedies.layers):
         progress.warn(f"{builder.name}: no layer search on {data.evaluation_count} validation samples: its many tries "
                       f"need {LAYER_SEARCH_MIN_SAMPLES}+ (half to choose by, half to confirm on), or the layers it "
                       "keeps would fit the samples rather than the model (give --eval with more samples)")
     trial_context = replace(first.context, trial=True, explain_npy=None)
-    on_half = measure(first.built, builder, staged, judged_data, judged_reference, judging,
-                      as_quantized=builder.judged_as_quantized(first.context))
+    on_half = judged.measure(first.built, builder, first.context)
     if on_half is None:
         return first, []
-    started = Candidate(trial_context, first.built, on_half,
-                        check(builder.name, on_half, min_sqnr_db, producers, judging.kinds, remedies))
-    best, attempts = auto_fix(builder, started, staged, judged_data, judged_reference, judging, min_sqnr_db,
-                              producers, progress, remedies, budget_s, layers=layers)
+    started = Candidate(trial_context, first.built, on_half, judged.check(builder.name, on_half, remedies))
+    best, attempts = auto_fix(builder, started, judged, remedies, layers=layers)
     if best is started:
         return first, attempts
     if not improves(best, started):  # a try replaced the artifact without beating the first build
@@ -89,35 +81,39 @@ def _search(builder: Builder, first: Candidate, staged: Path, data: Any, referen
     context = replace(best.context, trial=False, explain_npy=first.context.explain_npy or best.context.explain_npy)
     with progress.step(f"search {builder.name}: building the configuration kept"):
         built = builder.build(context)
-    as_quantized = builder.judged_as_quantized(context)
-    whole = measure(built, builder, staged, data, reference, judging, as_quantized=as_quantized)
+    whole = run.measure(built, builder, context)
     if whole is None:
         return first, attempts
-    failures = check(builder.name, whole, min_sqnr_db, producers, judging.kinds, remedies)
+    failures = run.check(builder.name, whole, remedies)
     if halves is not None:
-        unseen = measure(built, builder, staged, halves.unseen, halves.unseen_reference, judging,
-                         as_quantized=as_quantized)
-        unseen_failures = check(builder.name, unseen, min_sqnr_db, producers, judging.kinds, remedies) \
-            if unseen is not None else []
-        count = halves.unseen.evaluation_count
-        known = {f.key for f in failures}
-        failures += [replace(f, what=f"{f.what} (on the {count} validation samples the search did not judge by: "
-                                     "the configuration it chose does not hold beyond the samples it chose by)")
-                     for f in unseen_failures if f.key not in known]
-        if unseen is not None:
-            attempts.append({"change": "held-out check", "stage": "confirmation", "samples": count,
-                             "before": _numbers(started),
-                             "after": _numbers(Candidate(context, built, unseen, unseen_failures)),
-                             "kept": not unseen_failures})
-            progress.say(f"search {builder.name}: on the {count} samples no try was judged by: "
-                         + ("passes" if not unseen_failures else "; ".join(f.what for f in unseen_failures)))
+        failures += _held_out_check(builder, run.on(halves.unseen, halves.unseen_reference), started,
+                                    Candidate(context, built, whole, failures), remedies, attempts)
     return Candidate(context, built, whole, failures), attempts
 
 
-def auto_fix(builder: Builder, first: Candidate, staged: Path, data: Any, reference: dict[str, Any],
-             judging: Judging, min_sqnr_db: float, producers: dict[str, str],
-             progress: Progress, remedies: Remedies = Remedies(),
-             budget_s: float = BUDGET_S, layers: bool = True) -> tuple[Candidate, list[dict[str, Any]]]:
+def _held_out_check(builder: Builder, unseen: PackagingContext, started: Candidate, kept: Candidate,
+                    remedies: Remedies, attempts: list[dict[str, Any]]) -> list[GateFailure]:
+    """The kept configuration on the samples no try was judged by: the gates it fails there that
+    it does not fail on all samples, named as such (recorded in ``attempts`` as the last entry)."""
+    measured = unseen.measure(kept.built, builder, kept.context)
+    if measured is None:
+        return []
+    failures = unseen.check(builder.name, measured, remedies)
+    count = unseen.data.evaluation_count
+    attempts.append({"change": "held-out check", "stage": "confirmation", "samples": count,
+                     "before": _numbers(started), "after": _numbers(Candidate(kept.context, kept.built, measured,
+                                                                               failures)),
+                     "kept": not failures})
+    unseen.progress.say(f"search {builder.name}: on the {count} samples no try was judged by: "
+                        + ("passes" if not failures else "; ".join(f.what for f in failures)))
+    known = {f.key for f in kept.failures}
+    return [replace(f, what=f"{f.what} (on the {count} validation samples the search did not judge by: the "
+                            "configuration it chose does not hold beyond the samples it chose by)")
+            for f in failures if f.key not in known]
+
+
+def auto_fix(builder: Builder, first: Candidate, run: PackagingContext, remedies: Remedies = Remedies(),
+             layers: bool = True) -> tuple[Candidate, list[dict[str, Any]]]:
     """The best build found and the record of every attempt: the fixes the failures name, then
     the layer search."""
     best, tried, attempts = first, set(), []
@@ -128,47 +124,55 @@ def auto_fix(builder: Builder, first: Candidate, staged: Path, data: Any, refere
         if fix is None or context is None:
             break
         tried.add(fix.flag)
-        artifact_dir = staged / Path(best.built.artifact.path).parts[0]
-        backup = best.context.workdir / f"{builder.name}.before-fix"
-        shutil.rmtree(backup, ignore_errors=True)
-        shutil.copytree(artifact_dir, backup)
-        record: dict[str, Any] = {"change": fix.flag, "before": _numbers(best)}
-        began = time.monotonic()
-        try:
-            with progress.step(f"search {builder.name}: {fix.flag}"):
-                built = builder.build(context)
-                if not still_quantized(built):
-                    raise EdgekitError(f"{fix.flag} leaves no layer in integers ({built.artifact.precision})")
-                measured = measure(built, builder, staged, data, reference, judging,
-                                   as_quantized=builder.judged_as_quantized(context))
-        except EdgekitError as exc:
-            record.update(after=None, kept=False, error=exc.message)
-            _restore(backup, artifact_dir)
-            attempts.append(record)
-            progress.warn(f"search {builder.name}: {fix.flag} failed: {exc.message}")
-            continue
-        if measured is None:
-            _restore(backup, artifact_dir)
-            break
-        candidate = Candidate(context, built, measured,
-                              check(builder.name, measured, min_sqnr_db, producers, judging.kinds, remedies))
-        record["after"] = _numbers(candidate)
-        record["seconds"] = round(time.monotonic() - began, 2)
-        record["kept"] = improves(candidate, best)
-        if record["kept"]:
-            best = candidate
-            shutil.rmtree(backup, ignore_errors=True)
-        else:
-            _restore(backup, artifact_dir)
+        found, record = _try_fix(builder, best, fix, context, run, remedies)
+        if found is None and "error" not in record:
+            break  # nothing here can measure it
         attempts.append(record)
-        verdict = "passes" if not candidate.failures else f"{len(candidate.failures)} gate(s) still fail"
-        progress.say(f"search {builder.name}: {fix.flag}: {_gate_change(record)}, {verdict}"
-                     f"{'' if record['kept'] else ' (not kept: the failing gates did not improve)'}")
+        if found is not None and record["kept"]:
+            best = found
     if best.failures and layers and {"int16", "keep_float"} & set(remedies.layers):
-        best, searched = search_layers(builder, best, staged, data, reference, judging, min_sqnr_db, producers,
-                                       progress, remedies, budget_s)
+        best, searched = search_layers(builder, best, run, remedies)
         attempts += searched
     return best, attempts
+
+
+def _try_fix(builder: Builder, best: Candidate, fix: Fix, context: BuildContext, run: PackagingContext,
+             remedies: Remedies) -> tuple[Candidate | None, dict[str, Any]]:
+    """One named fix built and measured; its artifact stays in the package only when it improves
+    the failing gates (``improves``). The candidate (None: it failed or was not measured) and its record."""
+    progress = run.progress
+    artifact_dir = run.staged / Path(best.built.artifact.path).parts[0]
+    backup = best.context.workdir / f"{builder.name}.before-fix"
+    shutil.rmtree(backup, ignore_errors=True)
+    shutil.copytree(artifact_dir, backup)
+    record: dict[str, Any] = {"change": fix.flag, "before": _numbers(best)}
+    began = time.monotonic()
+    try:
+        with progress.step(f"search {builder.name}: {fix.flag}"):
+            built = builder.build(context)
+            if not still_quantized(built):
+                raise EdgekitError(f"{fix.flag} leaves no layer in integers ({built.artifact.precision})")
+            measured = run.measure(built, builder, context)
+    except EdgekitError as exc:
+        record.update(after=None, kept=False, error=exc.message)
+        _restore(backup, artifact_dir)
+        progress.warn(f"search {builder.name}: {fix.flag} failed: {exc.message}")
+        return None, record
+    if measured is None:
+        _restore(backup, artifact_dir)
+        record.update(after=None, kept=False)
+        return None, record
+    candidate = Candidate(context, built, measured, run.check(builder.name, measured, remedies))
+    record.update(after=_numbers(candidate), seconds=round(time.monotonic() - began, 2),
+                  kept=improves(candidate, best))
+    if record["kept"]:
+        shutil.rmtree(backup, ignore_errors=True)
+    else:
+        _restore(backup, artifact_dir)
+    verdict = "passes" if not candidate.failures else f"{len(candidate.failures)} gate(s) still fail"
+    progress.say(f"search {builder.name}: {fix.flag}: {_gate_change(record)}, {verdict}"
+                 f"{'' if record['kept'] else ' (not kept: the failing gates did not improve)'}")
+    return candidate, record
 
 
 def _next_fix(best: Candidate, tried: set[str]) -> tuple[Fix | None, BuildContext | None]:

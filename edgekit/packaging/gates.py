@@ -181,6 +181,9 @@ def _fixes(remedies: Remedies, saturated: bool, producer: str | None) -> tuple[F
     return tuple(fixes)
 
 
+REFUSED_PREFIX = "INT8 validation failed: "  # how a refusal by the gates begins (also in a partial package's failed)
+
+
 def failure_message(failures: list[GateFailure], tried: dict[str, set[str]] | None = None) -> str:
     """One line per failed gate with the fixes not yet tried (``tried``: by format, what
     ``--auto-fix`` already rebuilt with); the error says no package was written."""
@@ -189,7 +192,7 @@ def failure_message(failures: list[GateFailure], tried: dict[str, set[str]] | No
         left = [flag for flag in f.flags if flag not in (tried or {}).get(f.format, set())]
         fixes = f" (fix: {' or '.join(left)})" if left else ""
         lines.append(f"{f.format}: {f.what}{fixes}")
-    return "INT8 validation failed: " + "; ".join(lines) + "; no package was written"
+    return REFUSED_PREFIX + "; ".join(lines) + "; no package was written"
 
 
 def failure_hint(tried: dict[str, set[str]] | None = None, searched: dict[str, int] | None = None) -> str:

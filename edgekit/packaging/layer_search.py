@@ -32,27 +32,25 @@ from typing import Any
 
 from ..errors import EdgekitError
 from ..formats import Builder, BuildContext
-from ..progress import Progress
 from .candidate import Candidate, improves, restore as _restore, still_quantized
-from .gates import GateFailure, Remedies, check
-from .validate import Judging, measure
+from .context import PackagingContext
+from .gates import GateFailure, Remedies
 
 CANDIDATES = 12  # layers whose effect on the failing gates is measured one by one
-BUDGET_S = 600.0  # the search starts no try after this many seconds, per format (--search-budget)
 FLOAT, INT16 = "keep_float", "int16_layers"
 
 
-def search_layers(builder: Builder, best: Any, staged: Path, data: Any, reference: dict[str, Any],
-                  judging: Judging, min_sqnr_db: float, producers: dict[str, str], progress: Progress,
-                  remedies: Remedies, budget_s: float = BUDGET_S) -> tuple[Any, list[dict[str, Any]]]:
-    """The best build found (a ``Candidate``) and the record of every try."""
+def search_layers(builder: Builder, best: Any, run: PackagingContext,
+                  remedies: Remedies) -> tuple[Any, list[dict[str, Any]]]:
+    """The best build found (a ``Candidate``) and the record of every try (``--search-budget``
+    bounds them)."""
     raised_to = [s for s, honoured in ((FLOAT, "keep_float"), (INT16, "int16")) if honoured in remedies.layers]
     if not raised_to:
         return best, []
-    search = _LayerSearch(builder, staged, data, reference, judging, min_sqnr_db, producers, progress, remedies,
-                          probe=raised_to[0], deadline=time.monotonic() + budget_s, start=best)
-    layers, ranked_on = _ranked_by_report(builder, best, staged, data, reference, judging, min_sqnr_db, producers,
-                                          remedies)
+    budget_s = run.options.search_budget_s
+    search = _LayerSearch(builder, run, remedies, probe=raised_to[0], deadline=time.monotonic() + budget_s,
+                          start=best)
+    layers, ranked_on = _ranked_by_report(builder, best, run, remedies)
     if ranked_on is not None:
         search.attempts.append({"change": "per-layer report", "stage": "layer search", "plan": {},
                                 "before": _margins(best.failures), "after": _margins(ranked_on.failures),
@@ -75,12 +73,10 @@ def search_layers(builder: Builder, best: Any, staged: Path, data: Any, referenc
 class _LayerSearch:
     """The layer search's state: what every try needs, the tries so far, and the time left."""
 
-    def __init__(self, builder: Builder, staged: Path, data: Any, reference: dict[str, Any], judging: Judging,
-                 min_sqnr_db: float, producers: dict[str, str], progress: Progress, remedies: Remedies,
-                 probe: str, deadline: float, start: Any) -> None:
-        self.builder, self.staged, self.data, self.reference = builder, staged, data, reference
-        self.judging, self.min_sqnr_db, self.producers = judging, min_sqnr_db, producers
-        self.progress, self.remedies, self.probe, self.deadline = progress, remedies, probe, deadline
+    def __init__(self, builder: Builder, run: PackagingContext, remedies: Remedies, probe: str, deadline: float,
+                 start: Any) -> None:
+        self.builder, self.run, self.progress = builder, run, run.progress
+        self.remedies, self.probe, self.deadline = remedies, probe, deadline
         self.start = start  # the build the tries are compared with
         self.attempts: list[dict[str, Any]] = []
 
@@ -92,8 +88,8 @@ class _LayerSearch:
         """One build with ``plan``; its artifact stays in the package when ``accept(candidate, base)``."""
         began = time.monotonic()
         with self.progress.step(f"search {self.builder.name}: {change}"):
-            candidate = _try(self.builder, _with_plan(self.start.context, plan), base, self.staged, self.data,
-                             self.reference, self.judging, self.min_sqnr_db, self.producers, self.remedies, accept)
+            candidate = _try(self.builder, _with_plan(self.start.context, plan), base, self.run, self.remedies,
+                             accept)
         record = {"change": change, "stage": "layer search", "plan": dict(plan), "before": _margins(base.failures)}
         record.update(after=None if candidate is None else _margins(candidate.failures),
                       kept=bool(accept and candidate is not None and accept(candidate, base)),
@@ -160,8 +156,7 @@ class _LayerSearch:
         return best
 
 
-def _ranked_by_report(builder: Builder, best: Any, staged: Path, data: Any, reference: dict[str, Any],
-                      judging: Judging, min_sqnr_db: float, producers: dict[str, str],
+def _ranked_by_report(builder: Builder, best: Any, run: PackagingContext,
                       remedies: Remedies) -> tuple[list[str], Any]:
     """The worst layers by SQNR in the failing configuration's per-layer report, and that build
     (built again with the report on; in the package only if it passes), or None."""
@@ -172,8 +167,7 @@ def _ranked_by_report(builder: Builder, best: Any, staged: Path, data: Any, refe
         return [layer for layer in reversed(weighted) if layer not in done][:CANDIDATES], None
     if context.sensitivity_npy is None:
         return [], None
-    made = _try(builder, replace(context, explain_npy=context.sensitivity_npy), best, staged, data, reference,
-                judging, min_sqnr_db, producers, remedies, _passes)
+    made = _try(builder, replace(context, explain_npy=context.sensitivity_npy), best, run, remedies, _passes)
     rows = (made.built.artifact.details.get("explain") if made is not None else None) or []
     done = set(context.keep_float) | set(context.int16_layers)
     layers: list[str] = []
@@ -184,26 +178,23 @@ def _ranked_by_report(builder: Builder, best: Any, staged: Path, data: Any, refe
     return layers[:CANDIDATES], made
 
 
-def _try(builder: Builder, context: BuildContext, best: Any, staged: Path, data: Any, reference: dict[str, Any],
-         judging: Judging, min_sqnr_db: float, producers: dict[str, str], remedies: Remedies,
+def _try(builder: Builder, context: BuildContext, best: Any, run: PackagingContext, remedies: Remedies,
          accept: Callable[[Any, Any], bool] | None = None) -> Any:
     """One build and its measurement; the artifact in the staging tree is put back as it was
     unless ``accept(candidate, best)``. None when it did not build."""
-    artifact_dir = staged / Path(best.built.artifact.path).parts[0]
+    artifact_dir = run.staged / Path(best.built.artifact.path).parts[0]
     backup = best.context.workdir / f"{builder.name}.before-layer-try"
     shutil.rmtree(backup, ignore_errors=True)
     shutil.copytree(artifact_dir, backup)
     try:
         built = builder.build(context)
-        measured = measure(built, builder, staged, data, reference, judging,
-                           as_quantized=builder.judged_as_quantized(context)) if still_quantized(built) else None
+        measured = run.measure(built, builder, context) if still_quantized(built) else None
     except EdgekitError:
         measured = None
     if measured is None:
         _restore(backup, artifact_dir)
         return None
-    candidate = Candidate(context, built, measured, check(builder.name, measured, min_sqnr_db, producers,
-                                                          judging.kinds, remedies))
+    candidate = Candidate(context, built, measured, run.check(builder.name, measured, remedies))
     if accept is not None and accept(candidate, best):
         shutil.rmtree(backup, ignore_errors=True)
     else:

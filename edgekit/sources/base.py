@@ -33,4 +33,8 @@ class Source:
     provides: dict[str, tuple[str, ...]] = field(default_factory=dict)
     # kind -> what code loading that kind runs (printed before loading; see README "Security model")
     runs_code: dict[str, str] = field(default_factory=dict)
+    # parent, cheap: {"op_types": [...], "inputs": [names]} read without loading the model, so a
+    # route limit (an op a converter lacks, too many inputs) refuses before anything loads; None
+    # where the model cannot be read that way (or the file is damaged: loading says how)
+    peek: Callable[[Path], dict[str, Any] | None] | None = None
 

@@ -33,6 +33,19 @@ def prepare(model_path: str, kind: str, export_dir: str, hints: dict[str, Any] |
     return {**describe_onnx(converted), "converted_model": converted, "fixed_inputs": record(fixed)}
 
 
+def peek(model_path: Path) -> dict[str, Any] | None:
+    """The graph's op types and inputs, read without weights or checks (``Source.peek``)."""
+    try:
+        import onnx
+
+        model = onnx.load(str(model_path), load_external_data=False)
+    except Exception:  # not installed, or damaged: the description says what is wrong
+        return None
+    initializers = {i.name for i in model.graph.initializer}
+    return {"op_types": sorted({n.op_type for n in model.graph.node}),
+            "inputs": [v.name for v in model.graph.input if v.name not in initializers]}
+
+
 def describe_onnx(model_path: str) -> dict[str, Any]:
     import onnx
 
@@ -120,4 +133,5 @@ SOURCE = Source(
     prepare=prepare,
     float_reference=float_reference,
     provides={"onnx": (forms.ONNX_GRAPH,)},
+    peek=peek,
 )

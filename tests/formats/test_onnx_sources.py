@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import json
 
+
 import numpy as np
 import pytest
 
 import edgekit
+from edgekit.errors import OTHER_ROUTES
 from tests.conftest import assert_user_error, device_cli, device_matches, edgekit_cli
 
 pytestmark = pytest.mark.slow
@@ -181,6 +183,32 @@ def test_a_recurrent_layer_is_refused_on_the_litert_torch_route_before_convertin
     assert "package it for onnx (--format onnx)" in both.stderr + both.stdout
 
 
+def test_a_route_limit_refuses_before_the_model_loads(tmp_path):
+    """The ops and inputs of an ONNX graph are read without loading it (no weights, no checker): a
+    route whose converter lacks an op, or takes fewer inputs, refuses before anything loads. Here
+    the weights file is gone, so loading would fail: the route's refusal comes first."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    data = lstm_model(tmp_path / "lstm.onnx")
+    np.save(tmp_path / "seq.npy", data)
+    (tmp_path / "lstm.onnx.data").unlink()
+    refused = edgekit_cli("package", tmp_path / "lstm.onnx", "-c", tmp_path / "seq.npy", "-o", tmp_path / "a",
+                          "--format", "tflite")
+    assert refused.returncode == 1 and "Traceback" not in refused.stderr
+    assert "tflite cannot convert LSTM" in refused.stderr and "not a valid ONNX model" not in refused.stderr
+    two = helper.make_graph([helper.make_node("Add", ["a", "b"], ["sum"])], "two",
+                            [helper.make_tensor_value_info(n, TensorProto.FLOAT, ["N", 4]) for n in ("a", "b")],
+                            [helper.make_tensor_value_info("sum", TensorProto.FLOAT, ["N", 4])])
+    onnx.save(helper.make_model(two, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "two.onnx")
+    np.savez(tmp_path / "two.npz", a=np.ones((30, 4), np.float32), b=np.ones((30, 4), np.float32))
+    coreml = edgekit_cli("package", tmp_path / "two.onnx", "-c", tmp_path / "two.npz", "-o", tmp_path / "b",
+                         "--format", "coreml")
+    assert coreml.returncode == 1 and "Traceback" not in coreml.stderr
+    assert "-> coreml takes models with at most 1 input; this one has 2" in coreml.stderr
+    assert "package it for tflite and onnx" in coreml.stderr
+
+
 def test_external_data_quantizes_and_the_precision_label_counts_what_stayed_float(tmp_path):
     """quant_pre_process once lost `model.onnx.data` (it copies the model into its own temp
     folder); and ORT leaves LSTM in float while the artifact was labelled int8."""
@@ -338,7 +366,8 @@ def test_a_tflite_artifact_litert_refuses_is_named_by_its_converter_not_a_stagin
     with pytest.raises(ConversionError) as raised:
         _loadable(lambda: analyse(str(broken), []), "litert-torch")
     assert "LiteRT cannot load the INT8 TFLite model litert-torch wrote" in raised.value.message
-    assert "staged.partial" not in raised.value.message and "--format onnx" in raised.value.hint
+    assert "staged.partial" not in raised.value.message
+    assert OTHER_ROUTES in raised.value.hint  # the packager names the formats from the route table
 
 
 def one_hot_classifier(path):

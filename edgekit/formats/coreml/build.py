@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from ... import forms, worker
-from ...errors import ConversionError, first_line
+from ...errors import ConversionError, OTHER_ROUTES, first_line
 from ...forms import ModelForm, flatten_outputs, load_module
 from ...fsutil import sha256_tree, tree_bytes
 from ...manifest import Artifact, QuantParams
@@ -134,7 +134,7 @@ def convert(
 
     if calibration_npy.endswith(".npz"):
         raise ConversionError("CoreML: models with several inputs are not supported yet",
-                              hint="package them for tflite and onnx (--format tflite --format onnx)")
+                              hint=OTHER_ROUTES)
     samples = np.load(calibration_npy, mmap_mode="r")
     started = time.perf_counter()
     mlmodel = _float_program(ModelForm.from_dict(model), samples, output_names or [])
@@ -189,7 +189,7 @@ def _float_program(form: ModelForm, samples: Any, output_names: list[str]) -> An
     named_outputs = frontend.get("source") == "pytorch"  # the traced module's outputs take the source's names
     if outputs > 1 and not named_outputs:
         raise ConversionError(f"CoreML: TensorFlow models with several outputs ({outputs}) are not supported yet",
-                              hint="package them for tflite and onnx (--format tflite --format onnx)")
+                              hint=OTHER_ROUTES)
     shape = (1, *samples.shape[1:])
     dtype = np.int32 if samples.dtype.kind in "iu" else np.float32  # token ids stay integers
     inputs = [ct.TensorType(name=input_name, shape=shape, dtype=dtype)] if input_name else [
@@ -295,7 +295,7 @@ def _traced_torch(form: ModelForm, samples: Any) -> tuple[Any, str, int]:
     module, names = load_module(form, example={"": np.asarray(samples[:1])})
     if len(names) != 1:
         raise ConversionError("CoreML: models with several inputs are not supported yet",
-                              hint="package them for tflite and onnx (--format tflite --format onnx)")
+                              hint=OTHER_ROUTES)
     example = torch.from_numpy(np.ascontiguousarray(samples[:1]))
     with torch.no_grad():
         produced = flatten_outputs(module(example))
@@ -577,7 +577,7 @@ def _convert_exported(form: ModelForm, samples: Any, input_name: str, output_nam
             f"coremltools cannot convert this model: its TorchScript trace holds shape arithmetic "
             f"({first_line(first)[:200]}) and torch.export failed too ({type(exc).__name__}: {first_line(exc)[:200]})",
             hint="write the reshape without reading shapes (x.flatten(1) instead of x.view(x.shape[0], -1)), "
-                 "or package without --format coreml",
+                 f"or {OTHER_ROUTES}",
         ) from None
     spec = mlmodel.get_spec()
     renames = [(spec.description.input[0].name, input_name)]
@@ -594,6 +594,6 @@ def _explain(exc: Exception) -> Exception:
     if "not implemented" in text.lower() or "unsupported" in text.lower():
         return ConversionError(
             f"coremltools cannot convert this model: {first}",
-            hint="replace the unsupported layer, or package without --format coreml",
+            hint=f"replace the unsupported layer, or {OTHER_ROUTES}",
         )
     return ConversionError(f"coremltools conversion failed: {type(exc).__name__}: {first}")

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from ... import worker
-from ...errors import ConversionError, EdgekitError, first_line
+from ...errors import ConversionError, EdgekitError, OTHER_ROUTES, first_line
 from ...fsutil import sha256_file
 from ...manifest import Artifact, QuantParams
 from ..building import MINMAX, BuildContext, Builder, BuildResult, Fix, in_layer, read_samples, worst_layers
@@ -406,8 +406,8 @@ def _quantize_static(prepared: str, path: str, samples: dict[str, Any], graph_in
         raise ConversionError(
             f"ONNX Runtime quantize_static failed: {type(exc).__name__}: {first_line(exc)[:300]}",
             hint="keep the part it fails on in float (--keep-float LAYER; --explain lists the layers), often an "
-                 "integer front end (OneHot, Gather/embedding) next to float ops; or package the other formats "
-                 "(--format tflite --format coreml)",
+                 "integer front end (OneHot, Gather/embedding) next to float ops; or "
+                 f"{OTHER_ROUTES}",
         ) from None
     quantized = onnx.load(path)
     return {

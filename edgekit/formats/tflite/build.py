@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from ... import forms, worker
-from ...errors import ConversionError, EdgekitError, UnsupportedOpError
+from ...errors import ConversionError, EdgekitError, OTHER_ROUTES, UnsupportedOpError
 from ...fsutil import sha256_file
 from ...manifest import Artifact, QuantParams
 from ..building import MINMAX, BuildContext, Builder, BuildResult, in_layer, layer_of, read_samples, worst_layers
@@ -220,8 +220,8 @@ def _loadable(read: Callable[[], Precision], converter: str) -> Precision:
         reason = exc.message.split(": ", 1)[-1]
         raise ConversionError(
             f"LiteRT cannot load the INT8 TFLite model {converter} wrote: {reason}",
-            hint="package this model for the other formats (--format onnx, --format coreml), and report the op "
-                 "named above with the model: the converter wrote a model LiteRT's reference kernels cannot prepare",
+            hint=f"{OTHER_ROUTES}, and report the op named above with the model: the converter wrote a model "
+                 "LiteRT's reference kernels cannot prepare",
         ) from None
 
 

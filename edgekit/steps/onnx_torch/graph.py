@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from ...errors import ConversionError
+from ...errors import ConversionError, OTHER_ROUTES
 
 ONNX_DOMAINS = ("", "ai.onnx")
 _QUANTIZED = {"QuantizeLinear", "DequantizeLinear", "QLinearConv", "QLinearMatMul", "MatMulInteger",
@@ -48,7 +48,7 @@ def _attributes(node: Any) -> dict[str, Any]:
     for attribute in node.attribute:
         if attribute.type == attribute.GRAPH or attribute.type == attribute.GRAPHS:
             raise ConversionError(f"ONNX node {node.name or node.op_type} ({node.op_type}) has a subgraph",
-                                  hint="control flow (If/Loop/Scan) converts only to the ONNX format: --format onnx")
+                                  hint=f"control flow (If/Loop/Scan) has no PyTorch rebuild here: {OTHER_ROUTES}")
         if attribute.type == attribute.TENSOR:
             found[attribute.name] = numpy_helper.to_array(attribute.t)
         else:
@@ -110,8 +110,8 @@ class Args:
             raise DataDependent(
                 f"ONNX node {self.node.name} ({self.node.op}) takes input {index} ({self.node.inputs[index]!r}) "
                 "as a shape or index computed from the input data",
-                hint="TFLite and CoreML need shapes that follow from the input shapes; package this model for "
-                     "ONNX only (--format onnx), or export it with static shapes")
+                hint="the PyTorch rebuild needs shapes that follow from the input shapes; export it with static "
+                     f"shapes, or {OTHER_ROUTES}")
         return [int(v) for v in np.asarray(value).reshape(-1)]
 
     def number(self, index: int) -> float | None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ...errors import ConversionError
+from ...errors import ConversionError, OTHER_ROUTES
 from .graph import Args, Node
 
 OPS: dict[str, Callable[[Args], Any]] = {}
@@ -44,7 +44,7 @@ _DTYPES = {1: "float32", 2: "uint8", 3: "int8", 4: "uint16", 5: "int16", 6: "int
 def _dtype(onnx_type: int) -> Any:
     if onnx_type not in _DTYPES:
         raise ConversionError(f"ONNX tensor type {onnx_type} has no PyTorch equivalent here",
-                              hint="package the model for ONNX only (--format onnx)")
+                              hint=OTHER_ROUTES)
     return getattr(_torch(), _DTYPES[onnx_type])
 
 

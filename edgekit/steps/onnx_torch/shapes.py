@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from ...errors import ConversionError
+from ...errors import ConversionError, OTHER_ROUTES
 from .graph import Args, DataDependent
 from .registry import OPS, _axis, _F, _torch, _torch_pad, op
 
@@ -37,7 +37,7 @@ def _constant(a: Args) -> Any:
         if key in attrs:
             return _torch().from_numpy(np.array(attrs[key], dtype=dtype))
     raise ConversionError(f"ONNX node {a.node.name}: a Constant of kind {sorted(attrs)} is not supported",
-                          hint="package the model for ONNX only (--format onnx)")
+                          hint=OTHER_ROUTES)
 
 
 @op("ConstantOfShape")
@@ -206,7 +206,7 @@ def _pad(a: Args) -> Any:
         value = a.number(2) if a.has(2) else 0.0
         if value is None:
             raise DataDependent(f"ONNX node {a.node.name} (Pad) takes its fill value from the input data",
-                                hint="package the model for ONNX only (--format onnx)")
+                                hint=OTHER_ROUTES)
     axes = [_axis(ax, rank) for ax in a.ints(3)] if a.has(3) else list(range(rank))
     begins, ends = [0] * rank, [0] * rank
     for k, ax in enumerate(axes):
@@ -218,7 +218,7 @@ def _pad(a: Args) -> Any:
     torch_mode = {"reflect": "reflect", "edge": "replicate", "wrap": "circular"}.get(mode)
     if torch_mode is None or first < 2:
         raise ConversionError(f"ONNX node {a.node.name}: Pad mode {mode!r} on these axes is not supported",
-                              hint="package the model for ONNX only (--format onnx)")
+                              hint=OTHER_ROUTES)
     return _F().pad(x, order, mode=torch_mode)
 
 
@@ -327,7 +327,7 @@ def _one_hot(a: Args) -> Any:
     values = a.const(2)
     if depth is None or values is None:
         raise DataDependent(f"ONNX node {a.node.name} (OneHot) takes its depth or values from the input data",
-                            hint="package the model for ONNX only (--format onnx)")
+                            hint=OTHER_ROUTES)
     depth = int(depth)
     off, on = (float(v) for v in np.asarray(values).reshape(-1)[:2])
     indices = torch.where(indices < 0, indices + depth, indices)  # ONNX: negative indices count from the end

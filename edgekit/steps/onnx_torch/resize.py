@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from ...errors import ConversionError
+from ...errors import ConversionError, OTHER_ROUTES
 from .graph import Args
 from .registry import _F, op
 
@@ -28,7 +28,7 @@ def _source_coordinates(mode: str, out: int, size: int, scale: float) -> np.ndar
     if mode == "asymmetric":
         return i / scale
     raise ConversionError(f"Resize coordinate_transformation_mode {mode!r} is not supported",
-                          hint="package the model for ONNX only (--format onnx)")
+                          hint=OTHER_ROUTES)
 
 
 def _nearest(coordinates: np.ndarray, mode: str, size: int) -> np.ndarray:
@@ -54,7 +54,7 @@ def _resize(a: Args) -> Any:
     else:
         if a.attr("antialias", 0) or a.attr("axes") is not None:
             raise ConversionError(f"ONNX node {a.node.name}: Resize with antialias or axes is not supported",
-                                  hint="package the model for ONNX only (--format onnx)")
+                                  hint=OTHER_ROUTES)
         transform = str(a.attr("coordinate_transformation_mode", "half_pixel"))
         nearest_mode = str(a.attr("nearest_mode", "round_prefer_floor"))
         sizes = a.ints(3) if a.has(3) and a.const(3) is not None and a.const(3).size else None
@@ -71,10 +71,10 @@ def _resize(a: Args) -> Any:
         not (a.has(3) and a.const(3) is not None and a.const(3).size) else a.ints(3)
     if out[:2] != shape[:2]:
         raise ConversionError(f"ONNX node {a.node.name}: Resize of the batch or channel axis is not supported",
-                              hint="package the model for ONNX only (--format onnx)")
+                              hint=OTHER_ROUTES)
     if mode not in ("nearest", "linear"):
         raise ConversionError(f"ONNX node {a.node.name}: Resize mode {mode!r} is not supported (nearest, linear)",
-                              hint="package the model for ONNX only (--format onnx)")
+                              hint=OTHER_ROUTES)
     spatial = list(range(2, len(shape)))
     coordinates = {d: _source_coordinates(transform, out[d], shape[d], scales[d]) for d in spatial}
     torch_mode = _matching_interpolate(mode, coordinates, nearest_mode, shape, out)

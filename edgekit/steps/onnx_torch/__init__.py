@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from ...errors import ConversionError
+from ...errors import ConversionError, OTHER_ROUTES
 
 from . import elementwise, layers, resize, shapes  # noqa: F401  (importing them registers their ops)
 from .fuse import _fuse_linear
@@ -146,7 +146,7 @@ def _run_eagerly(node: Node, args: Args) -> list[Any]:
             f"ONNX node {node.name} ({node.op}) fails on inputs shaped {seen}: {type(exc).__name__}: "
             f"{str(exc).strip().splitlines()[0] if str(exc).strip() else ''}",
             hint="the model is converted at the calibration samples' shape (batch 1); check that the data has "
-                 "the shape the model was exported for, or package it for ONNX only (--format onnx)") from None
+                 f"the shape the model was exported for, or {OTHER_ROUTES}") from None
 
 
 
@@ -162,7 +162,7 @@ def _refuse_unsupported(nodes: list[Node], domains: list[str]) -> None:
     if unknown:
         raise ConversionError(
             f"edgekit cannot convert these ONNX ops to TFLite or CoreML: {', '.join(unknown)}",
-            hint="package the model for ONNX only (--format onnx), or export it without these ops")
+            hint=f"{OTHER_ROUTES}, or export it without these ops")
 
 
 __all__ = ["OPS", "DataDependent", "input_names", "load", "module_from_onnx"]

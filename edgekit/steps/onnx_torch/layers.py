@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from ...errors import ConversionError
+from ...errors import ConversionError, OTHER_ROUTES
 from .graph import Args
 from .registry import _axis, _F, _torch, _torch_pad, op
 
@@ -169,7 +169,7 @@ def _pool_geometry(a: Args, x: Any) -> tuple[list[int], list[int], list[int], li
 def _max_pool(a: Args) -> Any:
     if len(a.node.outputs) > 1 and a.node.outputs[1]:
         raise ConversionError(f"ONNX node {a.node.name}: MaxPool with an Indices output is not supported",
-                              hint="package the model for ONNX only (--format onnx)")
+                              hint=OTHER_ROUTES)
     x = a.t(0)
     kernel, strides, dilations, begins, ends = _pool_geometry(a, x)
     n = len(kernel)
@@ -187,7 +187,7 @@ def _average_pool(a: Args) -> Any:
     include = bool(a.attr("count_include_pad", 0))
     if any(d != 1 for d in dilations):
         raise ConversionError(f"ONNX node {a.node.name}: AveragePool with dilations is not supported",
-                              hint="package the model for ONNX only (--format onnx)")
+                              hint=OTHER_ROUTES)
     function = {1: _F().avg_pool1d, 2: _F().avg_pool2d, 3: _F().avg_pool3d}[n]
     ceil_mode = bool(a.attr("ceil_mode", 0))
     if begins == ends and all(b <= k // 2 for b, k in zip(begins, kernel)):

@@ -1,0 +1,47 @@
+"""One value every packaging stage after the float reference reads, instead of the same seven
+parameters passed by hand through each: the prepared samples, the float model's outputs on them,
+the staging tree the package is written into, how artifacts are judged, the options, the layer
+behind each output and the progress printer. Measuring and gating an artifact are its methods,
+so every stage measures and gates the same way."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..formats.building import Builder, BuildContext, BuildResult
+from ..progress import Progress
+from .data import PreparedData
+from .gates import GateFailure, Remedies, check
+from .options import PackageOptions
+from .validate import Judging, Measured, measure
+
+
+@dataclass(frozen=True)
+class PackagingContext:
+    data: PreparedData
+    reference: dict[str, np.ndarray]  # the float model's outputs on ``data``'s validation samples
+    staged: Path  # the package being written (published by rename at the end)
+    progress: Progress
+    judging: Judging
+    options: PackageOptions
+    producers: dict[str, str]  # output name -> the layer computing it (for --keep-float)
+
+    def on(self, data: PreparedData, reference: dict[str, np.ndarray]) -> PackagingContext:
+        """The same run judged on other samples (the search's half of them)."""
+        return replace(self, data=data, reference=reference)
+
+    def measure(self, built: BuildResult, builder: Builder, context: BuildContext, **how: Any) -> Measured | None:
+        """The artifact against the float reference, in the arithmetic its builder judges it by."""
+        if "quantized" not in how:
+            how["as_quantized"] = builder.judged_as_quantized(context)
+        return measure(built, builder, self.staged, self.data, self.reference, self.judging, **how)
+
+    def check(self, key: str, measured: Measured | None, remedies: Remedies = Remedies()) -> list[GateFailure]:
+        """The gates an artifact fails (none when it was not measured here)."""
+        if measured is None:
+            return []
+        return check(key, measured, self.options.min_sqnr_db, self.producers, self.judging.kinds, remedies)
