@@ -282,7 +282,7 @@ def _serve(args: argparse.Namespace) -> int:
     from .server.cli import options_from
 
     options = options_from(args)  # names the server extra if it is missing
-    from .server.process import serve
+    from .server.launch import serve
 
     serve([args.source], args.host, args.port, options, args.artifact, args.backend, args.threads,
           args.profile, args.require_signature, args.trusted_keys)

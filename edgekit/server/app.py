@@ -2,7 +2,7 @@
 
 Routes read the request, call the dataplane and write its answer; a ``ProtocolError`` becomes
 ``{"error": ...}`` with its status through one exception handler, anything else a logged 500.
-Starting and stopping a server (port, drain, worker processes) is ``launch.py``/``process.py``.
+Starting and stopping a server (port, drain, worker processes) is ``launch.py`` (one process or workers)/``process.py`` (one serving process).
 """
 
 from __future__ import annotations

@@ -107,7 +107,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "edgekit serve") -> int:
 
     def body() -> int:
         options = options_from(args)
-        from .process import serve
+        from .launch import serve
 
         serve(args.sources, args.host, args.port, options, args.artifact, args.backend, args.threads,
               args.profile, args.require_signature, args.trusted_keys)

@@ -31,7 +31,7 @@ from multiprocessing.connection import wait
 from typing import Any
 
 from ..errors import EdgekitError
-from .launch import Launch, bind_socket, serve_here, serving_line
+from .process import Launch, bind_socket, serve_here, serving_line
 
 log = logging.getLogger("edgekit.server")
 RESTARTS_PER_MINUTE = 5  # more deaths than this in a minute: the server stops instead of looping
