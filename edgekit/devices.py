@@ -45,6 +45,22 @@ def check_threads(threads: object, what: str = "threads", cpu_count: int | None 
     return threads
 
 
+def runtime_threads(profile: Profile, facts: DeviceFacts, asked: int | None = None) -> int:
+    """The threads a runtime gets here, decided in one place: ``asked`` (the caller's or what
+    ``edgekit tune`` stored; the caller's is checked by ``check_threads`` where it is given), else
+    the profile's count (0: every core). A count above this device's limit (a profile or a tuned
+    record written for a bigger machine) is lowered to the limit, said out loud: never oversubscribe."""
+    count = asked or profile.resolved_threads(facts)
+    limit = max_threads(facts.cpu_count)
+    if count > limit:
+        from .logs import loud
+
+        loud("edgekit.runtime").warning("%d threads is more than this device runs well (%d cores); using %d", count,
+                                        facts.cpu_count, limit)
+        return limit
+    return count
+
+
 def _quantization(table: Any, path: Path) -> dict[str, list[str]]:
     """A profile's ``[quantization]`` table, each entry checked by its format's ``DeviceRules``;
     formats it does not name get their default builds."""

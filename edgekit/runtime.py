@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING, Any
 
 from . import cache
 from .version import __version__
-from .devices import DeviceFacts, Profile, check_threads, max_threads, resolve_profile
+from .devices import DeviceFacts, Profile, check_threads, resolve_profile, runtime_threads
 from .errors import BackendUnavailableError, EdgekitError, PackageError
 from .formats import FORMATS, Backend, Format, backends, format_for_file, format_of_backend, get_backend
 from .fsutil import sha256_file, sha256_hex
-from .logs import loud, quiet
+from .logs import quiet
 from .manifest import Artifact, Manifest, TensorSpec
 from .model import Model
 from .package_io import local_path, open_package, unpacked_exists, verified_artifact_path
@@ -317,7 +317,7 @@ def _extra(backend_cls: type[Backend]) -> str:
 def default_threads(profile: str | Profile | None = "auto") -> int:
     """The runtime threads ``load`` uses on this device when none are given."""
     facts = DeviceFacts.read()
-    return resolve_profile(profile, facts).resolved_threads(facts)
+    return runtime_threads(resolve_profile(profile, facts), facts)
 
 
 def _create(
@@ -328,13 +328,7 @@ def _create(
         return _compiled_dir(sha256, backend_cls, key, facts)
 
     options = backend_cls.profile_options(profile.section(backend_cls.name), cache_dir)
-    count = threads or profile.resolved_threads(facts)
-    limit = max_threads(facts.cpu_count)
-    if count > limit:  # a profile or tuned record written for a bigger machine: never oversubscribe
-        loud("edgekit.runtime").warning("%d threads is more than this device runs well (%d cores); using %d", count,
-                                        facts.cpu_count, limit)
-        count = limit
-    return backend_cls(str(path), threads=count, spin=spin, **options)
+    return backend_cls(str(path), threads=runtime_threads(profile, facts, threads), spin=spin, **options)
 
 
 def _compiled_dir(sha256: str, backend_cls: type[Backend], key: str, facts: DeviceFacts) -> Path | None:

@@ -206,6 +206,7 @@ def bench(source: str, options: BenchOptions, artifacts: list[str] | None = None
           choices: list[tuple[str, str, int]] | None = None) -> dict[str, Any]:
     """Benchmark one artifact (or, with ``artifacts``/sweep options, several configurations;
     ``choices``: exactly these (artifact, backend, threads) at ``options.batch``)."""
+    from ..devices import runtime_threads
     from ..formats import exact_name
 
     before = thermal_state()
@@ -244,7 +245,7 @@ def bench(source: str, options: BenchOptions, artifacts: list[str] | None = None
             "config": {
                 "artifact": model.artifact.key,
                 "precision": model.artifact.precision,
-                "threads": config.threads or model.profile.resolved_threads(_facts()),
+                "threads": runtime_threads(model.profile, _facts(), config.threads),
                 "batch": config.batch,
                 **model.backend.describe(),
             },
