@@ -136,3 +136,15 @@ def test_targets_command_says_what_matches_and_why(tmp_path, capsys):
     assert "yes: NVIDIA driver present" in out
     for name in ("rpi4", "rpi5", "jetson-orin-nano", "jetson-agx-orin", "x86-cpu", "gpu-server", "macos-arm"):
         assert name in out
+
+
+def test_a_runtime_gets_the_asked_threads_else_the_profiles_lowered_to_this_devices_limit(caplog):
+    from edgekit.devices import runtime_threads
+
+    two_cores = DeviceFacts(os="linux", arch="aarch64", cpu_count=2)
+    big = Profile(name="big", threads=64)  # written for a bigger machine
+    assert runtime_threads(Profile(name="all"), two_cores) == 2  # 0: every core
+    assert runtime_threads(big, two_cores, asked=3) == 3
+    with caplog.at_level("WARNING", logger="edgekit.runtime"):
+        assert runtime_threads(big, two_cores) == 8  # 4 per core at most
+    assert "64 threads is more than this device runs well (2 cores); using 8" in caplog.text
