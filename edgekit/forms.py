@@ -38,8 +38,7 @@ class ModelForm(NamedTuple):
     loader: str = ""
     arguments: Mapping[str, Any] = {}
     via: str = ""
-    # (no ``from __future__ import annotations`` here: typing.NamedTuple compiles every string
-    # annotation, on every cold start of the runtime)
+    # (no ``from __future__ import annotations`` here: docs/architecture.md, cold start)
 
     def to_dict(self) -> dict[str, Any]:
         return {"form": self.form, "path": self.path, "loader": self.loader, "arguments": dict(self.arguments),

@@ -83,8 +83,8 @@ class Preprocessing:
 
 
 class TensorSpec(NamedTuple):
-    """One model input or output as the package describes it. (Immutable records are NamedTuples:
-    every cold start defines them, and a dataclass costs about a millisecond to create.)"""
+    """One model input or output as the package describes it (a NamedTuple: docs/architecture.md,
+    cold start)."""
 
     name: str
     shape: list[int]  # -1 for a dynamic dimension (the batch)

@@ -26,7 +26,7 @@ KIND = "tuned"
 
 
 class Choice(NamedTuple):
-    """An artifact x runtime x thread count (a NamedTuple: read on the device's cold start)."""
+    """An artifact x runtime x thread count (a NamedTuple: docs/architecture.md, cold start)."""
 
     artifact: str  # the artifact's key (tflite, onnx-float32, ...)
     backend: str

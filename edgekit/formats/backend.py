@@ -19,8 +19,7 @@ import numpy as np
 
 
 class TensorInfo(NamedTuple):
-    """One input or output as the runtime sees it. (A NamedTuple, like the other records every
-    cold start defines: a dataclass costs about a millisecond to create at import.)"""
+    """One input or output as the runtime sees it (a NamedTuple: docs/architecture.md, cold start)."""
 
     name: str
     shape: tuple[int, ...]  # -1 where the dimension is dynamic

@@ -96,11 +96,9 @@ class DeviceRules:
 
 
 class Format(NamedTuple):
-    """Everything edgekit knows about one output format, in one place. (NamedTuples, not
-    dataclasses: every cold start defines these, and a frozen dataclass costs about a
-    millisecond to create; and no ``from __future__ import annotations`` in this module:
-    typing.NamedTuple compiles every string annotation, so only the two that name build-side
-    classes are strings.)"""
+    """Everything edgekit knows about one output format, in one place. (A NamedTuple, and only
+    the two annotations naming build-side classes are strings: the cold-start rules in
+    docs/architecture.md.)"""
 
     name: str
     description: str
