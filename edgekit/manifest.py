@@ -161,7 +161,7 @@ class QuantParams(NamedTuple):
 class Artifact:
     """One file (or folder) of the package that a runtime runs, and what was recorded about it."""
 
-    target: str
+    format: str  # tflite, onnx, ... (the manifest key "format"; "target" is its former name, still written)
     path: str
     sha256: str
     bytes: int
@@ -203,7 +203,7 @@ class Artifact:
             raise PackageError(f"manifest: {where}.variant must be a short lowercase name, got {variant!r}")
         return cls(
             variant=variant,
-            target=target,
+            format=target,
             path=path,
             sha256=digest,
             bytes=size,
@@ -217,9 +217,9 @@ class Artifact:
         )
 
     @property
-    def format(self) -> str:
-        """The artifact's format (tflite, onnx, ...); ``target`` is the attribute's former name."""
-        return self.target
+    def target(self) -> str:
+        """The artifact's format: the attribute's former name, for code written against it."""
+        return self.format
 
     @property
     def is_float(self) -> bool:
@@ -233,13 +233,13 @@ class Artifact:
         format and precision for a float fallback (``tflite-float16``, ``onnx-float32``), format and
         variant for another quantized build (``onnx-u8s8``)."""
         if self.is_float:
-            return f"{self.target}-{self.precision}"
-        return f"{self.target}-{self.variant}" if self.variant else self.target
+            return f"{self.format}-{self.precision}"
+        return f"{self.format}-{self.variant}" if self.variant else self.format
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "format": self.target,
-            "target": self.target,  # for readers from before "format" (edgekit 0.1)
+            "format": self.format,
+            "target": self.format,  # for readers from before "format" (edgekit 0.1)
             "path": self.path,
             "sha256": self.sha256,
             "bytes": self.bytes,
@@ -278,7 +278,7 @@ class Manifest:
             if artifact.key == name:
                 return artifact
         for artifact in self.artifacts:
-            if artifact.target == name:
+            if artifact.format == name:
                 return artifact
         available = ", ".join(a.key for a in self.artifacts) or "none"
         fmt = name.split("-")[0]

@@ -290,7 +290,7 @@ def align(wanted: list[str], found: list[str], what: str, artifact: Artifact) ->
         return [0]
     if sorted(wanted) != sorted(found):
         raise PackageError(
-            f"the {artifact.target} artifact's {what}s {found} do not match the manifest's {wanted}",
+            f"the {artifact.format} artifact's {what}s {found} do not match the manifest's {wanted}",
             hint="rebuild the package with this edgekit version",
         )
     return [wanted.index(name) for name in found]

@@ -131,7 +131,7 @@ def verdict_holds_here(manifest: Manifest, key: str, backend: str, facts: Device
     on int8 kernels which saturate (the format's ``DeviceRules``: ONNX Runtime on x86 without VNNI,
     8-bit weights)."""
     judged = str(manifest.validation.artifact(key).get("judged_by") or "")
-    fmt = FORMATS.get(manifest.artifact(key).target)
+    fmt = FORMATS.get(manifest.artifact(key).format)
     if not judged.startswith("as quantized") or fmt is None:
         return True
     return not fmt.device_rules.saturates(key, backend, facts or DeviceFacts.read())
@@ -145,9 +145,9 @@ def _say_arithmetic(manifest: Manifest, entry: Artifact, backend_cls: type[Backe
 
     from .errors import KernelArithmeticWarning
 
-    mine = _for_this_cpu(manifest).get(entry.target)
-    fix = (f"run {mine}, the package's build for this CPU (--artifact {entry.target})" if mine and mine != entry.key
-           else FORMATS[entry.target].device_rules.saturation_fix())
+    mine = _for_this_cpu(manifest).get(entry.format)
+    fix = (f"run {mine}, the package's build for this CPU (--artifact {entry.format})" if mine and mine != entry.key
+           else FORMATS[entry.format].device_rules.saturation_fix())
     warnings.warn(KernelArithmeticWarning(
         f"artifact {entry.key!r} of package {manifest.name!r} was validated as quantized for other devices; this "
         f"CPU's int8 kernels (x86 without VNNI) can saturate on it and lose accuracy: {fix}"), stacklevel=3)
@@ -226,10 +226,10 @@ def candidates(manifest: Manifest, profile: Profile) -> list[tuple[Artifact, typ
     order = [(mine.get(f, f), b) for f, b in profile.prefer if mine.get(f, f) in present and b in known]
     quantized_first = [a for a in manifest.artifacts if not a.is_float] + [a for a in manifest.artifacts if a.is_float]
     for preferred, backend in profile.prefer:  # a format the profile prefers: its float fallback in the same place
-        order += [(a.key, backend) for a in quantized_first if a.is_float and a.target == preferred
+        order += [(a.key, backend) for a in quantized_first if a.is_float and a.format == preferred
                   and backend in known and (a.key, backend) not in order]
     for entry in quantized_first:
-        fmt = FORMATS.get(entry.target)
+        fmt = FORMATS.get(entry.format)
         order += [(entry.key, b.name) for b in (fmt.backends if fmt else ()) if (entry.key, b.name) not in order]
     order = _float_before_slower_mixed(order, present)
     # artifacts that failed their gate (kept by --allow-accuracy-drop) only after every one that passed
@@ -267,7 +267,7 @@ def _for_this_cpu(manifest: Manifest) -> dict[str, str]:
     from .devices import DeviceFacts
     from .formats import device_artifacts
 
-    usable = {a.key for a in manifest.artifacts if a.key == a.target or manifest.failed_gates(a.key) is None}
+    usable = {a.key for a in manifest.artifacts if a.key == a.format or manifest.failed_gates(a.key) is None}
     return device_artifacts(usable, DeviceFacts.read())
 
 
@@ -381,7 +381,7 @@ def _load_bare(
         return [TensorSpec(name=t.name, shape=list(t.shape),
                            dtype="float32" if t.quantized or t.dtype.kind == "f" else str(t.dtype)) for t in infos]
 
-    entry = Artifact(target=fmt.name, path=path.name, sha256=digest, bytes=path.stat().st_size, precision="unknown")
+    entry = Artifact(format=fmt.name, path=path.name, sha256=digest, bytes=path.stat().st_size, precision="unknown")
     manifest = Manifest(
         name=path.stem, edgekit_version="", created="", source={"format": fmt.name, "file": path.name},
         inputs=describe(runtime.inputs), outputs=describe(runtime.outputs), artifacts=[entry],

@@ -185,7 +185,7 @@ def render_explanations(manifest: Manifest, console: Console | None = None, limi
         rows = artifact.details.get("explain")
         if not rows:
             continue
-        table = Table(title=f"{artifact.target}: worst layers by SQNR (INT8 vs float activations)", title_justify="left")
+        table = Table(title=f"{artifact.format}: worst layers by SQNR (INT8 vs float activations)", title_justify="left")
         for column in ("layer", "op", "SQNR", "tensor"):
             table.add_column(column, justify="right" if column == "SQNR" else "left", overflow="ellipsis",
                              max_width=60 if column == "tensor" else None)

@@ -21,7 +21,7 @@ def artifact(tmp_path, monkeypatch):
     data = os.urandom(package_io.STAMP_MIN_BYTES + 1)
     (tmp_path / "onnx").mkdir()
     (tmp_path / "onnx" / "model.onnx").write_bytes(data)
-    return tmp_path, Artifact(target="onnx", path="onnx/model.onnx", sha256=hashlib.sha256(data).hexdigest(),
+    return tmp_path, Artifact(format="onnx", path="onnx/model.onnx", sha256=hashlib.sha256(data).hexdigest(),
                               bytes=len(data))
 
 

@@ -169,7 +169,7 @@ def export_triton(
                               artifact, threads, kserve_storage_uri, gpu, python_path)
     if backend != "onnxruntime":
         raise EdgekitError(f"unknown Triton backend {backend!r}", hint="use onnxruntime or python")
-    if not any(a.target == "onnx" for a in manifest.artifacts):
+    if not any(a.format == "onnx" for a in manifest.artifacts):
         raise EdgekitError(
             f"package {manifest.name!r} has no ONNX artifact; Triton export serves the ONNX model",
             hint="repackage with --format onnx (formerly --target onnx), or --format all",
@@ -240,7 +240,7 @@ def _export_python(root: Path, manifest: Manifest, repo: Path, max_batch_size: i
             "CoreML runs only on macOS/iOS",
             hint="choose --artifact tflite or onnx (or leave it out to pick the best on the Triton host)",
         )
-    if artifact is not None and not any(artifact in (a.key, a.target) for a in manifest.artifacts):
+    if artifact is not None and not any(artifact in (a.key, a.format) for a in manifest.artifacts):
         raise EdgekitError(f"package {manifest.name!r} has no {artifact} artifact",
                            hint=f"choose one of {', '.join(a.key for a in manifest.artifacts)}")
     parameters = parameters_block(artifact, threads, python_path)  # refused before anything is written

@@ -118,7 +118,7 @@ def partial_error(result: PackageResult) -> PartialPackageError:
     """What a package with failed formats is, as the error ``package`` and the CLI raise."""
     listed = "; ".join(f"{f['target']}: {f['error']}" for f in result.failed)
     failed = {f["target"] for f in result.failed}
-    built = list(dict.fromkeys(a.target for a in result.manifest.artifacts if a.target not in failed))
+    built = list(dict.fromkeys(a.format for a in result.manifest.artifacts if a.format not in failed))
     keep = " ".join(f"--format {fmt}" for fmt in built)
     validation = result.manifest.validation
     unmeasured = [a.key for a in result.manifest.artifacts if not validation.artifact(a.key).measured]
@@ -452,7 +452,7 @@ def assemble(plan: Plan, loaded: LoadedSource, run: PackagingContext, builders: 
     unmeasured = {b.name: b.unmeasured_reason for b in builders}
     validation = validation_record(
         measured, options, data, reference, plan.held_out,
-        unmeasured={o.name: unmeasured.get(o.built.artifact.target, "") for o in built},
+        unmeasured={o.name: unmeasured.get(o.built.artifact.format, "") for o in built},
         measured_by={o.name: o.built.evaluated_by for o in built if o.comparison and o.built.evaluated_by},
         failures=failures, notes=notes, kinds=kinds,
     )

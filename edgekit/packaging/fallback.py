@@ -51,7 +51,7 @@ def fallback_result(builder: Builder, built: BuildResult, staged: Path) -> Build
     quantized = built.artifact
     inputs, outputs = builder.fallback_io(target, quantized)
     artifact = Artifact(
-        target=quantized.target, path=relative, sha256=digest, bytes=size, precision=built.fallback_precision,
+        format=quantized.format, path=relative, sha256=digest, bytes=size, precision=built.fallback_precision,
         inputs=inputs, outputs=outputs,
         converter={"tool": built.float_by.split(",")[0] or quantized.converter.get("tool", ""),
                    "float_fallback_for": quantized.key},

@@ -188,7 +188,7 @@ def _run_artifact(artifact: Path, backend_name: str, inputs: dict[str, np.ndarra
         raise ConversionError(
             f"{backend_name} cannot load the {built.artifact.key} artifact the converter wrote: "
             f"{exc.message.split(': ', 1)[-1]}",
-            hint=f"package without --format {built.artifact.target} (or report the model: the converter produced "
+            hint=f"package without --format {built.artifact.format} (or report the model: the converter produced "
                  "a file its own runtime refuses)",
         ) from None
     try:

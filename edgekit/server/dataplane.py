@@ -65,7 +65,7 @@ class ServedModel:
         from ..formats import FORMATS
 
         manifest = self.model.manifest
-        fmt = FORMATS.get(self.model.artifact.target)
+        fmt = FORMATS.get(self.model.artifact.format)
         return {
             "name": self.name,
             "versions": [VERSION],

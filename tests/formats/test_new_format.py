@@ -86,7 +86,7 @@ class LinearBuilder(Builder):
         output.parent.mkdir(parents=True, exist_ok=True)
         worker.call(fit, what="toy fit", saved_model=context.model.path, calibration_npy=context.calibration_npy,
                     output=str(output))
-        return BuildResult(Artifact(target="toy", path=PATH, sha256=sha256_file(output),
+        return BuildResult(Artifact(format="toy", path=PATH, sha256=sha256_file(output),
                                     bytes=output.stat().st_size, precision="float32"))
 
 

@@ -72,7 +72,7 @@ class CoreMLBuilder(Builder):
             layer_names=list(context.layer_names),
         )
         artifact = Artifact(
-            target=self.name,
+            format=self.name,
             path=ARTIFACT_PATH,
             sha256=sha256_tree(output),
             bytes=tree_bytes(output),

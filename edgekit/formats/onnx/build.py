@@ -153,7 +153,7 @@ class ONNXBuilder(Builder):
         fallback = {"fallback_model": float_onnx, "fallback_precision": "float32"} if context.option("also_float") else {}
         return BuildResult(float_model=converted, float_by="float ONNX (exported), ONNX Runtime", **fallback,
                            artifact=Artifact(
-            target=self.name,
+            format=self.name,
             variant=variant,
             path=artifact_path,
             sha256=sha256_file(output),

@@ -72,7 +72,7 @@ class TFLiteBuilder(Builder):
                     "fallback_precision": "float16"} if context.option("also_float") else {}
         return BuildResult(float_model=str(Path(context.workdir) / "tflite.float.tflite"), **fallback,
                            float_by="float TFLite (TFLiteConverter), LiteRT", artifact=Artifact(
-            target=self.name,
+            format=self.name,
             path=ARTIFACT_PATH,
             sha256=sha256_file(output),
             bytes=output.stat().st_size,
@@ -144,7 +144,7 @@ class TFLiteBuilder(Builder):
                                          layer_test(namer, list(context.layer_names)))
         inputs, outputs = io_quantization(str(output))
         return BuildResult(float_model=str(float_model), float_by=float_by, **fallback, artifact=Artifact(
-            target=self.name, path=ARTIFACT_PATH, sha256=sha256_file(output), bytes=output.stat().st_size,
+            format=self.name, path=ARTIFACT_PATH, sha256=sha256_file(output), bytes=output.stat().st_size,
             precision=precision.label, inputs=inputs, outputs=outputs, float_ops=precision.float_ops,
             converter={"tool": f"{tool}, then LiteRT Quantizer (int8 per-channel weights, int8 activations"
                                + (", per-layer recipe)" if layers else ")"),
@@ -197,7 +197,7 @@ class TFLiteBuilder(Builder):
         inputs, outputs = io_quantization(str(output))
         return BuildResult(float_model=str(float_model), **fallback,
                            float_by="float TFLite (litert-torch), LiteRT", artifact=Artifact(
-            target=self.name, path=ARTIFACT_PATH, sha256=sha256_file(output), bytes=output.stat().st_size,
+            format=self.name, path=ARTIFACT_PATH, sha256=sha256_file(output), bytes=output.stat().st_size,
             precision=precision.label, inputs=inputs, outputs=outputs, float_ops=precision.float_ops,
             converter={"tool": (f"{context.model.via}, then " if context.model.via else "")
                        + "litert_torch.convert + PT2E static INT8 (symmetric, per-channel)",
