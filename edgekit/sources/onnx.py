@@ -33,8 +33,17 @@ def prepare(model_path: str, kind: str, export_dir: str, hints: dict[str, Any] |
     return {**describe_onnx(converted), "converted_model": converted, "fixed_inputs": record(fixed)}
 
 
+PEEK_MAX_BYTES = 256 * 2**20  # a bigger graph file (weights inside) is read in the describing child only
+
+
 def peek(model_path: Path) -> dict[str, Any] | None:
-    """The graph's op types and inputs, read without weights or checks (``Source.peek``)."""
+    """The graph's op types and inputs, read without weights or checks (``Source.peek``), in the
+    parent: only for a file small enough not to matter to its memory."""
+    try:
+        if Path(model_path).stat().st_size > PEEK_MAX_BYTES:
+            return None
+    except OSError:
+        return None
     try:
         import onnx
 
