@@ -5,7 +5,8 @@ TensorFlow or ONNX Runtime again: 2-3 s, most of a search try on a small model. 
 ``reusing()``, ``worker.call`` hands each step to a long-lived child (one per interpreter, per
 thread) that runs it as a fresh child would: its own scratch folder, working directory and
 progress file, the same request and response files. The child is replaced after ``MAX_STEPS``
-steps (the converter's per-call leak stays bounded), after a crash and after a timeout.
+steps or once it holds more than ``MAX_CHILD_RSS`` bytes (the converter's per-call leak stays
+bounded), after a crash and after a timeout.
 Outside ``reusing()`` every step still gets its own child.
 """
 
@@ -27,6 +28,7 @@ from . import worker
 
 log = logging.getLogger("edgekit.worker")
 MAX_STEPS = 24  # steps one child runs before it is replaced (TensorFlow's converter leaks per call)
+MAX_CHILD_RSS = 3 * 2**30  # a child holding more memory than this after a step is replaced (Linux: /proc)
 
 
 @contextmanager
@@ -79,7 +81,15 @@ class _Child:
         log.debug("reused child process %d started", self.proc.pid)
 
     def usable(self) -> bool:
-        return self.proc.poll() is None and self.steps < MAX_STEPS
+        return self.proc.poll() is None and self.steps < MAX_STEPS and self.resident_bytes() <= MAX_CHILD_RSS
+
+    def resident_bytes(self) -> int:
+        """The child's resident memory (0 where /proc does not say: no other platform is watched)."""
+        try:
+            pages = int(Path(f"/proc/{self.proc.pid}/statm").read_text().split()[1])
+        except (OSError, ValueError, IndexError):
+            return 0
+        return pages * os.sysconf("SC_PAGE_SIZE")
 
     def exit_description(self) -> str:
         code = self.proc.poll()

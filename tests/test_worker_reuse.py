@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 from pathlib import Path
 
@@ -86,3 +87,11 @@ def test_a_child_is_replaced_after_max_steps(monkeypatch):
     with worker_reuse.reusing():
         pids = [worker.call(where_am_i, what="a step", tag=str(i))["pid"] for i in range(3)]
     assert pids[0] == pids[1] != pids[2]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a child's memory is read from /proc (Linux)")
+def test_a_child_holding_too_much_memory_is_replaced(monkeypatch):
+    monkeypatch.setattr(worker_reuse, "MAX_CHILD_RSS", 1024)  # any Python process holds more
+    with worker_reuse.reusing():
+        pids = [worker.call(where_am_i, what="a step", tag=str(i))["pid"] for i in range(2)]
+    assert pids[0] != pids[1]
