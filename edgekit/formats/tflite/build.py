@@ -104,13 +104,11 @@ class TFLiteBuilder(Builder):
         every later quantization of it), then LiteRT Quantizer with the per-layer recipe."""
         float_model = Path(context.workdir) / "tflite.float.tflite"
         float16 = Path(context.workdir) / "tflite.float16.tflite" if context.option("also_float") else None
-        source = float_model.with_name(float_model.name + ".source")
-        made_from = source.read_text() if source.is_file() else None
-        if made_from != context.model.path or not float_model.is_file() or (float16 and not float16.is_file()):
+        if not _made_from(str(float_model), context.model.path) or (float16 and not float16.is_file()):
             worker.call(convert_float, what="TFLite float conversion", timeout=context.timeout_s,
                         saved_model=context.model.path, output=str(float_model),
                         float16_output=str(float16) if float16 else None)
-            source.write_text(context.model.path)
+            _mark_made_from(str(float_model), context.model.path)
         tool = ((f"{context.model.via}, then " if context.model.via else "")
                 + "tensorflow.lite.TFLiteConverter.from_saved_model (float)")
         fallback = {"fallback_model": str(float16), "fallback_precision": "float16"} if float16 else {}
