@@ -233,8 +233,12 @@ def _package_gate_options(p: argparse.ArgumentParser) -> None:
                         "plain INT8, fail if a gate fails)")
     p.add_argument("--search-budget", dest="search_budget_s", type=_positive_float(0), default=600.0,
                    metavar="SECONDS", help=_help("per format, the search starts no new try after this long", 600))
-    p.add_argument("--allow-float-ops", action="store_true",
-                   help="keep ops that cannot be INT8 in float (recorded in the manifest) instead of failing")
+    p.add_argument("--allow-float-ops", dest="allow_float_ops", action="store_true", default=True,
+                   help="keep ops no INT8 kernel runs (a SQRT, a DIV of two activations) in float, each named in "
+                        "the manifest and the precision label (default)")
+    p.add_argument("--full-integer", dest="allow_float_ops", action="store_false",
+                   help="refuse a TFLite artifact with float ops inside the network (integer-only accelerators: "
+                        "NPUs, Edge TPU) instead of keeping them in float")
     p.add_argument("--also-float", dest="also_float", action=argparse.BooleanOptionalAction, default=None,
                    help="also package a validated float artifact per format (float16 TFLite and CoreML, float32 ONNX) "
                         "for devices where INT8 is slower; `edgekit tune` measures which is faster (default: on for "

@@ -55,7 +55,7 @@ class ConversionError(EdgekitError):
 
 class UnsupportedOpError(ConversionError):
     default_hint = (
-        "pass --allow-float-ops to keep these ops in float (recorded in the manifest), "
+        "leave out --full-integer to keep these ops in float (recorded in the manifest), "
         "or replace the layer with an INT8-capable one"
     )
 

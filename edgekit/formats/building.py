@@ -41,7 +41,7 @@ class BuildContext:
     output_names: tuple[str, ...] = ()  # the model's outputs, in order
     keep_float: tuple[str, ...] = ()  # layers to leave in float
     int16_layers: tuple[str, ...] = ()  # layers given 16-bit activations with 8-bit weights (int16x8)
-    allow_float_ops: bool = False
+    allow_float_ops: bool = True  # False: --full-integer refuses float ops inside a TFLite network
     explain_npy: str | None = None  # samples for the per-layer error report (--explain); None = no report
     sensitivity_npy: str | None = None  # the same samples, for --auto-fix's layer search to ask for the report
     timeout_s: float | None = None

@@ -34,7 +34,7 @@ class PackageOptions:
     # name, then per-layer precision: packaging/autofix.py, layer_search.py); False: plain PTQ, a hard failure
     auto_fix: bool = True
     search_budget_s: float = 600.0  # the search starts no try after this many seconds, per format
-    allow_float_ops: bool = False
+    allow_float_ops: bool = True  # False: --full-integer
     force: bool = False
     archive: bool = False
     labels_file: str | None = None

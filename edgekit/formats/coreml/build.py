@@ -395,6 +395,24 @@ def running_ranges() -> Iterator[None]:
         _model_debugger.ModelDebugger.record_intermediate_output = staticmethod(saved[1])
 
 
+_CONSTANT_OPS = {"const"} | _DEQUANTIZE_OPS
+_CONSTANT_PRESERVING = {"cast", "transpose", "reshape", "expand_dims", "squeeze"}  # constant in, constant out
+
+
+def _is_constant(source: Any, produced_by: dict[str, Any]) -> bool:
+    """Whether an op argument is a constant (a weight), following casts and reshapes back to it;
+    a graph input (``source`` None) or any computed value is an activation."""
+    for _ in range(8):
+        if source is None:
+            return False
+        if source.type in _CONSTANT_OPS:
+            return True
+        if source.type not in _CONSTANT_PRESERVING or "x" not in source.inputs:
+            return False
+        source = produced_by.get(source.inputs["x"].arguments[0].name)
+    return False
+
+
 def check_structure(path: str, input_shape: tuple[int, ...], kept: set[str] = frozenset()) -> dict[str, Any]:
     """The saved package loads, has one input of the expected shape, and int8 weights only (but
     for the ops in ``kept``, the --keep-float layers, whose weights are float16 by request)."""
@@ -420,8 +438,10 @@ def check_structure(path: str, input_shape: tuple[int, ...], kept: set[str] = fr
         argument = _WEIGHT_OPS.get(op.type)
         if argument is None or argument not in op.inputs:
             continue
-        weight_ops += 1
         source = produced_by.get(op.inputs[argument].arguments[0].name)
+        if not _is_constant(source, produced_by):
+            continue  # a product of two activations (attention's Q.K and scores.V): no weight to compress
+        weight_ops += 1
         if source is not None and source.type in _DEQUANTIZE_OPS:
             data = source.attributes.get("quantized_data") or source.attributes.get("data")
             if data is not None and data.type.tensorType.dataType == MIL_pb2.INT8:

@@ -64,7 +64,8 @@ class Evaluator:
             raise EvaluatorError(f"not supported by the evaluator: {', '.join(unknown)}")
 
     def run(self, feeds: dict[str, np.ndarray], observe: Callable[[str, np.ndarray], None] | None = None) -> dict[str, np.ndarray]:
-        env: dict[str, Any] = {name: np.asarray(value, dtype=np.float32) for name, value in feeds.items()}
+        env: dict[str, Any] = {name: _f(np.asarray(value)) if np.asarray(value).dtype.kind == "f"
+                               else np.asarray(value) for name, value in feeds.items()}
         for op in self.operations:
             if op.op_type == "const":
                 value = op.outputs[0].val
@@ -89,10 +90,19 @@ class Evaluator:
         """First output for a batch, one sample at a time (CoreML programs here have batch 1)."""
         return self.predict_all(x)[self.output_names[0]]
 
-    def predict_all(self, x: np.ndarray) -> dict[str, np.ndarray]:
-        """Every output by name for a batch, one sample at a time."""
-        (name,) = self.input_names
-        results = [self.run({name: x[i : i + 1]}) for i in range(len(x))]
+    def predict_all(self, x: Any) -> dict[str, np.ndarray]:
+        """Every output by name for a batch, one sample at a time: ``x`` is the one input's array,
+        or arrays by input name (an ``.npz``)."""
+        if isinstance(x, np.ndarray):
+            if len(self.input_names) != 1:
+                raise EvaluatorError(f"the program has {len(self.input_names)} inputs; one array was given")
+            x = {self.input_names[0]: x}
+        missing = [n for n in self.input_names if n not in x]
+        if missing:
+            raise EvaluatorError(f"no samples for the program's input(s) {missing}")
+        feeds = {n: np.asarray(x[n]) for n in self.input_names}
+        count = len(next(iter(feeds.values())))
+        results = [self.run({n: v[i : i + 1] for n, v in feeds.items()}) for i in range(count)]
         return {out: np.concatenate([r[out] for r in results]).astype(np.float32) for out in self.output_names}
 
 
@@ -318,6 +328,81 @@ def _concat(values: Iterable[Any], axis: Any, interleave: bool = False) -> np.nd
     return np.concatenate([_f(v) for v in values], axis=int(axis))
 
 
+def _gelu(x: Any, mode: str = "EXACT") -> np.ndarray:
+    x = _f(x).astype(np.float64)
+    if mode == "EXACT":
+        from math import erf, sqrt
+
+        y = 0.5 * x * (1 + np.vectorize(erf)(x / sqrt(2)))
+    elif mode == "TANH_APPROXIMATION":
+        y = 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x**3)))
+    elif mode == "SIGMOID_APPROXIMATION":
+        y = x / (1 + np.exp(-1.702 * x))
+    else:
+        raise EvaluatorError(f"gelu mode {mode!r} is not supported by the evaluator")
+    return y.astype(np.float32)
+
+
+def _erf(x: Any) -> np.ndarray:
+    from math import erf
+
+    return np.vectorize(erf)(_f(x).astype(np.float64)).astype(np.float32)
+
+
+def _layer_norm(x: Any, axes: Any, gamma: Any = None, beta: Any = None, epsilon: Any = 1e-5) -> np.ndarray:
+    x = _f(x)
+    dims = tuple(int(a) % x.ndim for a in np.asarray(axes).reshape(-1))
+    mean = x.mean(axis=dims, keepdims=True)
+    y = (x - mean) / np.sqrt(((x - mean) ** 2).mean(axis=dims, keepdims=True) + np.float32(epsilon))
+    if gamma is not None:
+        y = y * _f(gamma)
+    return y + _f(beta) if beta is not None else y
+
+
+def _slice_by_index(x: Any, begin: Any, end: Any, stride: Any = None, begin_mask: Any = None, end_mask: Any = None,
+                    squeeze_mask: Any = None) -> np.ndarray:
+    x = np.asarray(x)
+    rank = x.ndim
+    begin, end = np.asarray(begin).reshape(-1), np.asarray(end).reshape(-1)
+    stride = np.ones(rank, int) if stride is None else np.asarray(stride).reshape(-1)
+    masks = [np.zeros(rank, bool) if m is None else np.asarray(m, bool).reshape(-1)
+             for m in (begin_mask, end_mask, squeeze_mask)]
+    index: list[Any] = []
+    for axis in range(rank):
+        if masks[2][axis]:
+            index.append(int(begin[axis]))
+            continue
+        start = None if masks[0][axis] else int(begin[axis])
+        stop = None if masks[1][axis] else int(end[axis])
+        index.append(slice(start, stop, int(stride[axis])))
+    return x[tuple(index)]
+
+
+def _slice_by_size(x: Any, begin: Any, size: Any) -> np.ndarray:
+    x = np.asarray(x)
+    index = tuple(slice(int(b), None if int(s) == -1 else int(b) + int(s))
+                  for b, s in zip(np.asarray(begin).reshape(-1), np.asarray(size).reshape(-1)))
+    return x[index]
+
+
+def _split(x: Any, axis: Any, num_splits: Any = None, split_sizes: Any = None) -> tuple[np.ndarray, ...]:
+    x = np.asarray(x)
+    axis = int(axis)
+    if split_sizes is not None:
+        sizes = [int(v) for v in np.asarray(split_sizes).reshape(-1)]
+    else:
+        sizes = [x.shape[axis] // int(num_splits)] * int(num_splits)
+    return tuple(np.split(x, np.cumsum(sizes)[:-1], axis=axis))
+
+
+def _gather(x: Any, indices: Any, axis: Any = 0, batch_dims: Any = 0, validate_indices: Any = False) -> np.ndarray:
+    if int(batch_dims or 0):
+        raise EvaluatorError("gather with batch_dims is not supported by the evaluator")
+    x, ids = np.asarray(x), np.asarray(indices).astype(np.int64)
+    axis = int(axis) % x.ndim
+    return np.take(x, np.where(ids < 0, ids + x.shape[axis], ids), axis=axis)
+
+
 def _binary(fn: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> Callable[..., np.ndarray]:
     return lambda x, y: fn(_f(x), _f(y))
 
@@ -363,4 +448,31 @@ OPS: dict[str, Callable[..., Any]] = {
     "expand_dims": lambda x, axes: np.expand_dims(x, tuple(int(a) for a in np.asarray(axes).reshape(-1))),
     "concat": _concat,
     "pad": _pad,
+    "gelu": _gelu,
+    "erf": _erf,
+    "layer_norm": _layer_norm,
+    "slice_by_index": _slice_by_index,
+    "slice_by_size": _slice_by_size,
+    "split": _split,
+    "gather": _gather,
+    "gather_along_axis": lambda x, indices, axis=0: np.take_along_axis(np.asarray(x), np.asarray(indices).astype(
+        np.int64), axis=int(axis)),
+    "sqrt": lambda x: np.sqrt(_f(x)),
+    "rsqrt": lambda x, epsilon=1e-12: 1 / np.sqrt(_f(x) + np.float32(epsilon)),
+    "square": lambda x: _f(x) * _f(x),
+    "exp": lambda x: np.exp(_f(x)),
+    "log": lambda x, epsilon=1e-45: np.log(_f(x) + np.float32(epsilon)),
+    "abs": lambda x: np.abs(_f(x)),
+    "pow": _binary(np.power),
+    "floor_div": _binary(np.floor_divide),
+    "reduce_min": _reduce(np.min),
+    "reduce_prod": _reduce(np.prod),
+    "tile": lambda x, reps: np.tile(np.asarray(x), [int(v) for v in np.asarray(reps).reshape(-1)]),
+    "stack": lambda values, axis: np.stack([np.asarray(v) for v in values], axis=int(axis)),
+    "identity": lambda x: np.asarray(x),
+    "logical_not": lambda x: np.logical_not(np.asarray(x, bool)),
+    "logical_and": lambda x, y: np.logical_and(np.asarray(x, bool), np.asarray(y, bool)),
+    "logical_or": lambda x, y: np.logical_or(np.asarray(x, bool), np.asarray(y, bool)),
+    "silu": lambda x: _f(x) / (1 + np.exp(-_f(x))),
+    "leaky_relu": lambda x, alpha=0.01: np.where(_f(x) >= 0, _f(x), _f(x) * np.float32(alpha)),
 }

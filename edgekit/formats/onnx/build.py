@@ -306,6 +306,8 @@ def quantize(
     prepared = str(work / "model.prep.onnx")
     shape_inference = _pre_process(source, prepared)
     model = onnx.load(prepared)
+    if _flatten_gemm_biases(model):
+        onnx.save(model, prepared)
     excluded, missing = _layer_nodes(model, list(keep_float or []))
     wide, missing_wide = _layer_nodes(model, list(int16_layers or []))
     for flag, absent in (("--keep-float", missing), ("--int16-activations", missing_wide)):
@@ -351,6 +353,36 @@ def _pre_process(source: str, prepared: str) -> str:
                                   f"(with symbolic shape inference: {first})") from None
         return f"onnx (symbolic shape inference failed: {str(first).strip().splitlines()[0][:200]})"
     return "symbolic"
+
+
+def _flatten_gemm_biases(model: Any) -> int:
+    """Gemm biases shaped ``[1, N]`` rewritten as ``[N]`` (the same broadcast); how many.
+
+    ``quant_pre_process`` fuses MatMul + Add into Gemm, and JAX/TF exports carry their biases as
+    ``[1, N]``: ``quantize_static``'s int32-bias weight-scale adjustment assumes a 1-D bias and
+    fails on a 2-D one (``The truth value of an array ... is ambiguous``)."""
+    from onnx import numpy_helper
+
+    initializers = {i.name: i for i in model.graph.initializer}
+    uses: dict[str, int] = {}
+    for node in model.graph.node:
+        for name in node.input:
+            uses[name] = uses.get(name, 0) + 1
+    flattened = 0
+    for node in model.graph.node:
+        if node.op_type != "Gemm" or len(node.input) < 3 or node.input[2] not in initializers:
+            continue
+        bias = numpy_helper.to_array(initializers[node.input[2]])
+        if bias.ndim != 2 or bias.shape[0] != 1:
+            continue
+        old = node.input[2]
+        model.graph.initializer.append(numpy_helper.from_array(bias.reshape(-1), name=f"{old}_1d"))
+        node.input[2] = f"{old}_1d"
+        uses[old] -= 1
+        if not uses[old]:  # a new name: any shape recorded for the old one stays true of it
+            model.graph.initializer.remove(initializers.pop(old))
+        flattened += 1
+    return flattened
 
 
 def _calibration_reader(samples: dict[str, Any], graph_inputs: list[str]) -> Any:

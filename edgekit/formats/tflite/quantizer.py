@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from ... import worker
-from ...errors import ConversionError, EdgekitError
+from ...errors import ConversionError, EdgekitError, first_line
 from ..building import in_layer, read_samples
 
 FLOAT, INT16 = "float", "int16"  # a layer's precision other than the default int8
@@ -59,21 +59,53 @@ def quantize_float_tflite(float_model: str, calibration_npy: str, output: str,
         else:
             raise EdgekitError(f"unknown layer precision {precision!r} for {layer}", hint="use float or int16")
     calibration = _calibration(qt, float_model, calibration_npy)
-    try:
-        result = qt.quantize(calibration, enable_progress_report=False)
-        result.export_model(output, overwrite=True)
-    except EdgekitError:
-        raise
-    except Exception as exc:  # the quantizer's own errors: an op or a recipe it cannot apply
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ConversionError(f"LiteRT Quantizer failed: {type(exc).__name__}: {first[:300]}",
-                              hint="keep the layer it names in float (--keep-float LAYER), or package the other "
-                                   "formats") from None
+    left_float: list[dict[str, str]] = []
+    while True:
+        try:
+            result = qt.quantize(calibration, enable_progress_report=False)
+            result.export_model(output, overwrite=True)
+            break
+        except EdgekitError:
+            raise
+        except Exception as exc:  # the quantizer's own errors: an op or a recipe it cannot apply
+            failing = _failing_op(exc)
+            if failing is not None and len(left_float) < MAX_OPS_LEFT_FLOAT \
+                    and failing not in [(f["op"], f["scope"]) for f in left_float]:
+                # that one op in float (named in the artifact's float ops), the rest quantized as before
+                from litert_quantizer import qtyping
+
+                left_float.append({"op": failing[0], "scope": failing[1], "error": first_line(exc)[:200]})
+                qt.update_quantization_recipe(regex="^" + re.escape(failing[1]), operation_name=failing[0],
+                                              op_config=qtyping.OpQuantizationConfig(), algorithm_key="no_quantize")
+                continue
+            raise ConversionError(f"LiteRT Quantizer failed: {type(exc).__name__}: {first_line(exc)[:300]}"
+                                  + (f" (on {failing[0]} {failing[1].rstrip(';')})" if failing else ""),
+                                  hint="keep the layer it names in float (--keep-float LAYER), or package the other "
+                                       "formats") from None
     seconds = time.perf_counter() - started
     explained = _explain(qt, float_model, explain_npy, namer, layer_names or []) if explain_npy else None
     fixed = fix_int8_output_scales(output)
     return {"litert_quantizer": _version("litert-quantizer"), "seconds": round(seconds, 3),
-            "layers": dict(layers or {}), "fixed_output_scales": fixed, "explain": explained}
+            "layers": dict(layers or {}), "fixed_output_scales": fixed, "explain": explained,
+            "left_float": left_float}
+
+
+MAX_OPS_LEFT_FLOAT = 16  # the quantizer failing on more ops than this: the model is not for this route
+
+
+def _failing_op(exc: BaseException) -> tuple[str, str] | None:
+    """The op LiteRT Quantizer was materializing when it failed: (op name, op scope), read from
+    its parameter generator's frame (it names neither in the error)."""
+    traceback = exc.__traceback__
+    found = None
+    while traceback is not None:
+        local = traceback.tb_frame.f_locals
+        if traceback.tb_frame.f_code.co_name == "generate_quantization_parameters" and "op_scope" in local \
+                and "op_key" in local:
+            key = local["op_key"]
+            found = (str(getattr(key, "value", key)), str(local["op_scope"]))
+        traceback = traceback.tb_next
+    return found if found and found[1] else None
 
 
 def _explain(qt: Any, float_model: str, explain_npy: str, namer: str, layer_names: list[str]) -> list[dict[str, Any]]:

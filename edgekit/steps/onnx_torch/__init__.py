@@ -27,6 +27,7 @@ from ...errors import ConversionError, OTHER_ROUTES
 
 from . import elementwise, layers, resize, shapes  # noqa: F401  (importing them registers their ops)
 from .fuse import _fuse_linear
+from .patterns import fuse_patterns
 from .graph import _QUANTIZED, ONNX_DOMAINS, Args, DataDependent, Node, _attributes
 from .registry import _DTYPES, OPS, _run_node
 
@@ -106,6 +107,7 @@ def _module_class() -> type:
             self.example_outputs = {name: values[name] for name in self.output_names}
             run = [n for n in nodes if any(o in dynamic for o in n.outputs)]
             ranks = {name: value.dim() for name, value in values.items() if isinstance(value, torch.Tensor)}
+            run = fuse_patterns(run, constants, set(self.output_names), ranks)
             self.steps = _fuse_linear(run, constants, set(self.output_names), ranks)
             used = {i for step in self.steps for i in step.consumes if i in constants}
             used |= {o for o in self.output_names if o in constants}
