@@ -102,6 +102,13 @@ class Model:
         """Every output, by name, for any model."""
         return self._run_all(self.preprocess(inputs), raw)
 
+    def stream(self, pairs: Mapping[str, str] | None = None, initial: Mapping[str, Any] | None = None) -> Any:
+        """A ``Stream``: calls in order with each state output fed back to its input
+        (``edgekit.streaming``); ``pairs`` names them (input -> output) where names do not."""
+        from .streaming import Stream
+
+        return Stream(self, pairs, initial)
+
     def predict_tensor(self, x: Any, raw: bool = False) -> np.ndarray | dict[str, np.ndarray]:
         """Outputs for preprocessed batches: an array (one input) or a mapping by input name;
         arrays already in an INT8 artifact's input dtype are fed unchanged."""

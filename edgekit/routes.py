@@ -53,7 +53,8 @@ def route(source: Source, kind: str, fmt: Format) -> Route | None:
         step = next((c for c in CONVERSIONS if c.produces == accepted.form and c.consumes in provided), None)
         if step is not None:
             return Route(kind, fmt.name, accepted.form, (step,), tuple(accepted.honours),
-                         tuple(dict.fromkeys([*step.cannot, *accepted.cannot])), accepted.max_inputs)
+                         tuple(dict.fromkeys([*step.cannot, *(op for op in accepted.cannot if op not in step.rewrites)])),
+                         accepted.max_inputs)
     return None
 
 

@@ -35,6 +35,12 @@ def parser(prog: str = PROG) -> argparse.ArgumentParser:
                         "images); repeat for a batch (with --bench: the end-to-end input). "
                         "A model with several inputs: NAME=FILE per input, or .npz files with one array per input")
     add_load_options(p)
+    p.add_argument("--stream", action="store_true",
+                   help="run the frames of each input file in order (axis 0), feeding each call's state outputs "
+                        "back into its state inputs (a VAD, a keyword spotter, a streaming encoder)")
+    p.add_argument("--state", action="append", default=[], metavar="INPUT=OUTPUT",
+                   help="with --stream: the output that carries state input INPUT to the next call (default: "
+                        "found by name: state/stateN, h0/hn, state_in/state_out)")
     p.add_argument("--top-k", type=positive_int, default=5, help="labels to print per input (default 5)")
     p.add_argument("--raw", action="store_true", help="return the artifact's native (int8) outputs")
     p.add_argument("--output", "-o", type=Path, default=None, help="write outputs to .npy (one output), .npz (one array per output) or .json")
@@ -127,7 +133,8 @@ def execute(args: argparse.Namespace) -> int:
         if args.verbose:
             chosen = {"profile": model.profile.name, "artifact": model.artifact.key, **model.backend.describe()}
             print("using " + ", ".join(f"{k}={v}" for k, v in chosen.items()), file=sys.stderr)
-        names, rows = predict_rows(model, named, args.raw)
+        names, rows = (stream_rows(model, named, args.state) if args.stream
+                       else predict_rows(model, named, args.raw))
         labels, output_names = model.labels, model.output_names
         stats = predictions.stats() if predictions else None
     if stats:
@@ -191,6 +198,31 @@ def predict_rows(model: Any, named: list[tuple[str | None, Path]], raw: bool) ->
         names += [label] if count == 1 else [f"{label}[{i}]" for i in range(count)]
         rows += [{k: v[i] for k, v in outputs.items()} for i in range(count)]
     return names, rows
+
+
+def stream_rows(model: Any, named: list[tuple[str | None, Path]], specs: list[str]) -> tuple[list[str], list[dict]]:
+    """``--stream``: the frames of the input files (``-i FILE.npz`` by input name, or ``-i NAME=FILE``)
+    in order, state carried from each call to the next; one row per frame."""
+    import numpy as np
+
+    from .streaming import parse_pairs
+
+    frames: dict[str, Any] = {}
+    for name, path in named:
+        if name is None and path.suffix == ".npz":
+            with np.load(path, allow_pickle=False) as arrays:
+                frames.update({k: arrays[k] for k in arrays.files})
+        else:
+            frames[name or model.input_names[0]] = np.load(path, allow_pickle=False)
+    pairs = parse_pairs(specs, model.input_names, model.output_names) if specs else None
+    stream = model.stream(pairs)
+    given = {k: v for k, v in frames.items() if k in stream.pairs}  # a state in the file: its starting value
+    if given:
+        stream = model.stream(stream.pairs, initial=given)
+    data = {k: v for k, v in frames.items() if k in stream.frame_inputs}
+    outputs = stream.run(data)
+    total = len(next(iter(outputs.values())))
+    return [f"frame {i}" for i in range(total)], [{k: v[i] for k, v in outputs.items()} for i in range(total)]
 
 
 def write_outputs(path: Path, names: list[str], rows: list[dict], output_names: list[str]) -> None:

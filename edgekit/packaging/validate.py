@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ConversionError, PackageError
+from ..errors import OTHER_ROUTES, ConversionError, EdgekitError, PackageError, first_line
 from ..formats import Builder, BuildResult, get_backend
 from ..kinds import OutputKind, TaskResult, evaluate, infer
 from ..quantize.metrics import OutputComparison, compare_outputs
@@ -197,7 +197,18 @@ def _run_artifact(artifact: Path, backend_name: str, inputs: dict[str, np.ndarra
         parts = []
         for start in range(0, total, batch):
             chunk = {k: v[start : start + batch] for k, v in inputs.items()}
-            parts.append(backend.run(chunk if len(chunk) > 1 else list(chunk.values())))
+            try:
+                parts.append(backend.run(chunk if len(chunk) > 1 else list(chunk.values())))
+            except EdgekitError:
+                raise
+            except Exception as exc:  # the runtime fails on what the converter wrote: this format's failure
+                size = len(next(iter(chunk.values())))
+                raise ConversionError(
+                    f"{backend_name} cannot run the {built.artifact.key} artifact the converter wrote (a batch of "
+                    f"{size}): {type(exc).__name__}: {first_line(exc)[:300]}",
+                    hint=f"package without --format {built.artifact.format}, or {OTHER_ROUTES} (and report the "
+                         "model: the converter produced a file its own runtime cannot run)",
+                ) from None
     finally:
         backend.close()
     return {names[i]: np.concatenate([p[j] for p in parts]) for j, i in enumerate(order)}

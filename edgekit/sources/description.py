@@ -15,7 +15,7 @@ from ..errors import EdgekitError
 from ..forms import ModelForm
 
 # source facts the manifest records under "source" and "versions", when a source gives them
-RECORDED = ("onnx_exporter", "torch", "frozen_from", "fixed_inputs")
+RECORDED = ("onnx_exporter", "torch", "frozen_from", "fixed_inputs", "rewrites")
 VERSIONS = ("tensorflow", "keras")  # (torch is recorded with the source)
 
 

@@ -23,14 +23,24 @@ def prepare(model_path: str, kind: str, export_dir: str, hints: dict[str, Any] |
     """Check and describe the ONNX model (nothing to export: formats read it as it is, or a copy
     with the ``--input NAME=VALUE`` inputs made constants)."""
     fixed = (hints or {}).get("fixed_inputs") or {}
-    if not fixed:
-        return describe_onnx(model_path)
-    from .fixed_inputs import freeze_onnx, record
-
     describe_onnx(model_path)  # the source itself is checked first: its errors name it
-    converted = str(Path(export_dir).with_name("fixed_inputs.onnx"))
-    freeze_onnx(model_path, converted, fixed, {n: s["given_shape"] for n, s in fixed.items() if "given_shape" in s})
-    return {**describe_onnx(converted), "converted_model": converted, "fixed_inputs": record(fixed)}
+    current, recorded = model_path, {}
+    if fixed:
+        from .fixed_inputs import freeze_onnx, record
+
+        current = str(Path(export_dir).with_name("fixed_inputs.onnx"))
+        freeze_onnx(model_path, current, fixed, {n: s["given_shape"] for n, s in fixed.items() if "given_shape" in s})
+        recorded["fixed_inputs"] = record(fixed)
+    from .onnx_rewrite import rewrite
+
+    rewritten = str(Path(export_dir).with_name("rewritten.onnx"))
+    changes = rewrite(current, rewritten)
+    if changes is not None:
+        current = rewritten
+        recorded["rewrites"] = changes
+    if current == model_path:
+        return describe_onnx(model_path)
+    return {**describe_onnx(current), "converted_model": current, **recorded}
 
 
 PEEK_MAX_BYTES = 256 * 2**20  # a bigger graph file (weights inside) is read in the describing child only

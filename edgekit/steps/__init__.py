@@ -35,6 +35,7 @@ class Conversion(NamedTuple):
     produces: str
     run: Callable[[ModelForm, "StepContext"], ModelForm]
     cannot: tuple[str, ...] = ()  # ONNX op types it has no conversion for (refused before it runs)
+    rewrites: tuple[str, ...] = ()  # ONNX op types it turns into plain ops: the next converter never sees them
 
 
 def onnx_to_torch(produces: str) -> Callable[[ModelForm, StepContext], ModelForm]:
@@ -48,13 +49,17 @@ def onnx_to_torch(produces: str) -> Callable[[ModelForm, StepContext], ModelForm
     return step
 
 
+UNROLLED = ("LSTM", "GRU")
+UNROLLED_CANNOT = tuple(op for op in forms.RECURRENT_OPS if op not in UNROLLED)
+
 CONVERSIONS: tuple[Conversion, ...] = (
     Conversion("tf2onnx", forms.TF_GRAPH, forms.ONNX_GRAPH, tf2onnx),
-    # edgekit's ONNX -> PyTorch converter has no recurrent layers
+    # edgekit's ONNX -> PyTorch converter unrolls GRU and LSTM into linear layers and gates
+    # (onnx_torch/recurrent.py); it has no plain RNN
     Conversion("onnx-to-torch", forms.ONNX_GRAPH, forms.TORCH_PROGRAM, onnx_to_torch(forms.TORCH_PROGRAM),
-               forms.RECURRENT_OPS),
+               UNROLLED_CANNOT, UNROLLED),
     Conversion("onnx-to-torch", forms.ONNX_GRAPH, forms.TORCH_MODULE, onnx_to_torch(forms.TORCH_MODULE),
-               forms.RECURRENT_OPS),
+               UNROLLED_CANNOT, UNROLLED),
 )
 
 __all__ = ["CONVERSIONS", "Conversion", "StepContext"]

@@ -22,7 +22,9 @@ They stand for what real exports now carry:
   a scalar ``sr`` (int64) whose ``If`` picks the 16 kHz or the 8 kHz front end, and a GRU
   state ``[2, N, 32]`` (two layers, batch on axis 1) read and written every call
   (``state`` -> ``stateN``), with ``speech`` ``[N, 1]``. ``frames.npz`` holds calibration
-  frames with states met while streaming; ``stream.npz`` 100 frames in order.
+  frames with the states met while streaming them (batch-first: ``[N, 2, 32]``, the layout the
+  package takes); ``stream.npz`` 100 frames in order; ``zeros.npy`` one zero state ``[2, 1, 32]``
+  (the source's layout, for ``--input state=zeros.npy``).
 - ``onehot``: an int32-input classifier as a JAX/TF export writes it: ``OneHot`` of byte
   tokens, ``MatMul`` + ``Add`` of a ``[1, N]`` bias (which ``quant_pre_process`` fuses into a
   Gemm with a 2-D bias), four classes.
@@ -458,7 +460,8 @@ def stream(out: Path) -> Path:
         for frame in torch.from_numpy(frames):
             states.append(state[:, 0].numpy().copy())
             _, state = core(frame[None], state)
-    np.savez(folder / "frames.npz", input=frames, state=np.stack(states, axis=1))
+    # states batch-first, as edgekit takes every input (the package's state is [N, 2, 32])
+    np.savez(folder / "frames.npz", input=frames, state=np.stack(states, axis=0))
     np.save(folder / "zeros.npy", np.zeros((2, 1, STATE), np.float32))
     test, labels = speech_frames(100, 2)
     np.savez(folder / "stream.npz", input=test, labels=labels)

@@ -54,20 +54,20 @@ def test_digits_accuracy_within_one_point_and_agreement_at_least_98_percent(digi
     assert manifest.inputs[0].preprocessing.scale == pytest.approx(1 / 255)
 
 
-def test_op_that_cannot_be_int8_is_named_with_its_layer(sin_saved_model, tmp_path, capsys):
+def test_op_that_cannot_be_int8_is_named_with_its_layer_under_full_integer(sin_saved_model, tmp_path, capsys):
     out = tmp_path / "out"
     code, _, err = run_cli(capsys, "package", sin_saved_model, "--calibration", CALIBRATION, "-o", out,
-                           "--allow-accuracy-drop")
+                           "--allow-accuracy-drop", "--full-integer")
     assert code == 1
     assert "TFLite cannot run these ops in INT8: SIN (layer wave" in err
-    assert "--allow-float-ops" in err
+    assert "leave out --full-integer" in err
     assert "Traceback" not in err
     assert not out.exists() or not any(out.iterdir())
 
 
-def test_allow_float_ops_keeps_them_and_records_them(sin_saved_model, tmp_path, capsys):
+def test_ops_with_no_int8_kernel_stay_float_by_default_and_are_recorded(sin_saved_model, tmp_path, capsys):
     code, out, err = run_cli(capsys, "package", sin_saved_model, "--calibration", CALIBRATION, "-o", tmp_path,
-                             "--allow-float-ops", "--allow-accuracy-drop")
+                             "--allow-accuracy-drop")
     assert code == 0, err
     manifest = json.loads((tmp_path / "sin_model.edgekit" / "manifest.json").read_text())
     artifact = manifest["artifacts"][0]

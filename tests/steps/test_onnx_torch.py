@@ -255,3 +255,69 @@ def test_unsupported_and_quantized_ops_are_refused_before_conversion():
     model = _model(nodes, [("x", (1, 4), np.float32)], [("y", None)], [("s", np.float32(0.1))])
     with pytest.raises(ConversionError, match="already quantized"):
         onnx_torch.module_from_onnx(model, {"x": _x(1, 4)})
+
+
+def _torch_export(module, args, opset=17, **kw):
+    import io
+
+    buffer = io.BytesIO()
+    torch.onnx.export(module.eval(), args, buffer, opset_version=opset, dynamo=False, **kw)
+    import onnx
+
+    return onnx.load_from_string(buffer.getvalue())
+
+
+@pytest.mark.parametrize("layer", ["gru", "gru_bidirectional", "lstm", "lstm_two_layers"])
+def test_recurrent_layers_match_onnx_runtime(layer):
+    """GRU (linear_before_reset, as PyTorch exports it) and LSTM, with initial states, in both
+    directions: the unrolled rebuild equals ONNX Runtime's kernels."""
+    torch.manual_seed(0)
+    cell = {"gru": lambda: torch.nn.GRU(6, 5), "gru_bidirectional": lambda: torch.nn.GRU(6, 5, bidirectional=True),
+            "lstm": lambda: torch.nn.LSTM(6, 5), "lstm_two_layers": lambda: torch.nn.LSTM(6, 5, num_layers=2)}[layer]()
+    layers = 2 if layer == "lstm_two_layers" else 1
+    directions = 2 if "bidirectional" in layer else 1
+    x, h = torch.randn(7, 3, 6), torch.randn(layers * directions, 3, 5)
+    state = (h, torch.randn(layers * directions, 3, 5)) if layer.startswith("lstm") else h
+
+    class Wrapped(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.cell = cell
+
+        def forward(self, x, h, c=None):
+            y, new = self.cell(x, (h, c) if c is not None else h)
+            return (y, *new) if isinstance(new, tuple) else (y, new)
+
+    args = (x, *state) if isinstance(state, tuple) else (x, state)
+    model = _torch_export(Wrapped(), args, input_names=["x", "h", "c"][:len(args)])
+    assert {n.op_type for n in model.graph.node} & {"GRU", "LSTM"}
+    _compare(model, {i.name: a.numpy() for i, a in zip(model.graph.input, args)}, atol=1e-5, export=False)
+
+
+@pytest.mark.parametrize("spelled", ["opset11", "opset17"])
+def test_spelled_out_gelu_and_layer_norm_become_single_ops(spelled):
+    """An Erf GELU and a ReduceMean/Pow/Sqrt/Div LayerNorm (as exports before opset 17/20 write
+    them) are rebuilt as F.gelu and F.layer_norm, which converters lower to their GELU and
+    layer-norm kernels; the values do not change."""
+    torch.manual_seed(0)
+
+    class Block(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc, self.weight, self.bias = torch.nn.Linear(8, 8), torch.nn.Parameter(torch.randn(8)), \
+                torch.nn.Parameter(torch.randn(8))
+
+        def forward(self, x):
+            y = torch.nn.functional.gelu(self.fc(x))
+            mean = y.mean(-1, keepdim=True)
+            normed = (y - mean) / torch.sqrt((y - mean).pow(2).mean(-1, keepdim=True) + 1e-5)
+            return normed * self.weight + self.bias
+
+    x = torch.randn(2, 5, 8)
+    model = _torch_export(Block(), (x,), opset=11 if spelled == "opset11" else 17, input_names=["x"])
+    ops = {n.op_type for n in model.graph.node}
+    assert {"Erf", "Sqrt", "Div", "ReduceMean"} <= ops
+    module = _compare(model, {"x": x.numpy()}, atol=1e-5)
+    fused = [step.node.op for step in module.steps]
+    assert "edgekit.Gelu" in fused and "edgekit.LayerNorm" in fused
+    assert not {"Erf", "Sqrt", "Div", "ReduceMean", "Pow"} & set(fused)

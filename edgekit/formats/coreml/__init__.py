@@ -30,8 +30,9 @@ FORMAT = Format(
                help="CoreML activations: int8 (W8A8, calibrated; on Linux with edgekit's MIL evaluator) or float16."),
     ),
     # coremltools; op names carry a TensorFlow scope (a Keras layer), not a traced PyTorch module's path
-    # edgekit's CoreML conversion takes one input (batch 1): a model with several is refused up front
+    # edgekit's CoreML conversion of Keras and TensorFlow graphs takes one input (batch 1): a model
+    # with several is refused up front; a traced PyTorch module takes each of its inputs by name
     accepts=(Accepts(forms.KERAS_MODEL, honours=("keep_float",), max_inputs=1),
-             Accepts(forms.TORCH_MODULE, max_inputs=1),
+             Accepts(forms.TORCH_MODULE),
              Accepts(forms.TF_GRAPH, honours=("keep_float",), max_inputs=1)),
 )

@@ -47,8 +47,11 @@ class CoreMLBackend(Backend):
         except Exception as exc:
             raise PackageError(f"CoreML cannot load {path}: {exc}") from None
         spec = self._model.get_spec()
+        from .names import source_name
+
+        self._feed_names = [i.name for i in spec.description.input]  # as CoreML names them
         self._inputs = [
-            TensorInfo(i.name, tuple(int(d) for d in i.type.multiArrayType.shape), np.dtype(np.float32))
+            TensorInfo(source_name(i.name), tuple(int(d) for d in i.type.multiArrayType.shape), np.dtype(np.float32))
             for i in spec.description.input
         ]
         self._outputs = [
@@ -61,7 +64,7 @@ class CoreMLBackend(Backend):
         return 1  # CoreML artifacts are converted with batch 1
 
     def _invoke(self, feeds: list[np.ndarray], raw: bool) -> list[np.ndarray]:
-        per_sample = [self._model.predict({info.name: x.astype(np.float32) for info, x in zip(self._inputs, feeds)})]
+        per_sample = [self._model.predict({name: x.astype(np.float32) for name, x in zip(self._feed_names, feeds)})]
         return [
             np.concatenate([np.asarray(result[out.name], dtype=np.float32) for result in per_sample])
             for out in self._outputs

@@ -32,6 +32,7 @@ from ...forms import ModelForm, flatten_outputs, load_module
 from ...fsutil import sha256_tree, tree_bytes
 from ...manifest import Artifact, QuantParams
 from ..building import BuildContext, Builder, BuildResult
+from .names import source_name
 
 ARTIFACT_PATH = "coreml/model.int8.mlpackage"
 DEPLOYMENT_TARGET = "iOS17"
@@ -132,10 +133,7 @@ def convert(
     keep it as the fallback, calibrate activations, compress weights, check, evaluate."""
     import coremltools as ct
 
-    if calibration_npy.endswith(".npz"):
-        raise ConversionError("CoreML: models with several inputs are not supported yet",
-                              hint=OTHER_ROUTES)
-    samples = np.load(calibration_npy, mmap_mode="r")
+    samples = _Samples(calibration_npy)
     started = time.perf_counter()
     mlmodel = _float_program(ModelForm.from_dict(model), samples, output_names or [])
     float_evaluated = _evaluate_float(mlmodel, eval_npy, float_eval_output_npy)
@@ -147,7 +145,7 @@ def convert(
     mlmodel = _quantize_weights(mlmodel, kept)
     mlmodel.save(output)
     worker.report_progress(len(samples), len(samples))
-    structure = check_structure(output, (1, *samples.shape[1:]), kept)
+    structure = check_structure(output, samples.shapes(spec_inputs(mlmodel)), kept)
     spec = mlmodel.get_spec()
     evaluated, not_evaluated = _evaluate_final(output, eval_npy, eval_output_npy)
     return {
@@ -159,7 +157,7 @@ def convert(
         "activations": activations,
         "activations_reason": reason + (f"; not evaluated: {not_evaluated}" if not_evaluated else ""),
         "structure": structure,
-        "inputs": [i.name for i in spec.description.input],
+        "inputs": [source_name(i.name) for i in spec.description.input],
         "outputs": [o.name for o in spec.description.output],
         "float_layer_ops": float_layer_ops,
         "weighted_layers": weighted_layers(mlmodel, layer_names or []),
@@ -190,11 +188,17 @@ def _float_program(form: ModelForm, samples: Any, output_names: list[str]) -> An
     if outputs > 1 and not named_outputs:
         raise ConversionError(f"CoreML: TensorFlow models with several outputs ({outputs}) are not supported yet",
                               hint=OTHER_ROUTES)
-    shape = (1, *samples.shape[1:])
-    dtype = np.int32 if samples.dtype.kind in "iu" else np.float32  # token ids stay integers
-    inputs = [ct.TensorType(name=input_name, shape=shape, dtype=dtype)] if input_name else [
-        ct.TensorType(shape=shape, dtype=dtype)
-    ]
+    if isinstance(input_name, list):  # a traced module's inputs, in order, each named
+        inputs = [ct.TensorType(name=n, shape=(1, *samples[n].shape[1:]), dtype=_coreml_dtype(samples[n]))
+                  for n in input_name]
+    else:
+        if samples.count_inputs() != 1:
+            raise ConversionError("CoreML: Keras and TensorFlow models with several inputs are not supported yet",
+                                  hint=OTHER_ROUTES)
+        one = samples.only()
+        shape, dtype = (1, *one.shape[1:]), _coreml_dtype(one)
+        inputs = [ct.TensorType(name=input_name, shape=shape, dtype=dtype)] if input_name else [
+            ct.TensorType(shape=shape, dtype=dtype)]
     try:
         return ct.convert(
             model,
@@ -222,8 +226,9 @@ def _quantize_activations(mlmodel: Any, samples: Any, mode: str,
 
     if mode == "float16":
         return mlmodel, "float16", "--coreml-activations float16: weights int8, activations float16", {}
-    name = mlmodel.get_spec().description.input[0].name
-    data = [{name: np.asarray(samples[i : i + 1], dtype=np.float32)} for i in range(len(samples))]
+    names = spec_inputs(mlmodel)
+    data = [{name: np.asarray(samples[name][i : i + 1], dtype=np.float32) for name in names}
+            for i in range(len(samples))]
     config = cto.OptimizationConfig(
         global_config=cto.experimental.OpActivationLinearQuantizerConfig(mode="linear_symmetric"),
         op_name_configs={op: None for op in kept},
@@ -292,15 +297,57 @@ def _traced_torch(form: ModelForm, samples: Any) -> tuple[Any, str, int]:
     its input name and its number of outputs."""
     import torch
 
-    module, names = load_module(form, example={"": np.asarray(samples[:1])})
-    if len(names) != 1:
-        raise ConversionError("CoreML: models with several inputs are not supported yet",
-                              hint=OTHER_ROUTES)
-    example = torch.from_numpy(np.ascontiguousarray(samples[:1]))
+    module, names = load_module(form, example=samples.example())
+    example = tuple(torch.from_numpy(np.ascontiguousarray(samples[n][:1] if samples.named else samples.only()[:1]))
+                    for n in names)
     with torch.no_grad():
-        produced = flatten_outputs(module(example))
-        traced = module if isinstance(module, torch.jit.ScriptModule) else torch.jit.trace(module, example)
-    return traced.eval(), names[0], len(produced)
+        produced = flatten_outputs(module(*example))
+        traced = module if isinstance(module, torch.jit.ScriptModule) else torch.jit.trace(
+            module, example if len(example) > 1 else example[0])
+    return traced.eval(), (names if len(names) > 1 else names[0]), len(produced)
+
+
+class _Samples:
+    """Calibration samples by model input name (``.npz``), or one input's array (``.npy``)."""
+
+    def __init__(self, path: str) -> None:
+        self.named = path.endswith(".npz")
+        self._arrays: dict[str, Any] = dict(np.load(path)) if self.named else {"": np.load(path, mmap_mode="r")}
+        self._order: list[str] = []
+
+    def __len__(self) -> int:
+        return len(next(iter(self._arrays.values())))
+
+    def __getitem__(self, name: str) -> Any:
+        from .names import source_name
+
+        if name in self._arrays:
+            return self._arrays[name]
+        if source_name(name) in self._arrays:  # an input CoreML renamed (a reserved word)
+            return self._arrays[source_name(name)]
+        if not self.named:
+            return self._arrays[""]
+        raise ConversionError(f"CoreML: no calibration samples for input {name!r} (have {sorted(self._arrays)})")
+
+    def count_inputs(self) -> int:
+        return len(self._arrays)
+
+    def only(self) -> Any:
+        return next(iter(self._arrays.values()))
+
+    def example(self) -> dict[str, np.ndarray]:
+        return {name: np.asarray(array[:1]) for name, array in self._arrays.items()}
+
+    def shapes(self, names: list[str]) -> dict[str, tuple[int, ...]]:
+        return {name: (1, *self[name].shape[1:]) for name in names}
+
+
+def _coreml_dtype(array: Any) -> Any:
+    return np.int32 if array.dtype.kind in "iu" else np.float32  # token ids stay integers
+
+
+def spec_inputs(mlmodel: Any) -> list[str]:
+    return [i.name for i in mlmodel.get_spec().description.input]
 
 
 def calibrate_activations_on_linux(mlmodel: Any, data: list[dict[str, np.ndarray]], config: Any) -> tuple[Any, dict]:
@@ -413,7 +460,8 @@ def _is_constant(source: Any, produced_by: dict[str, Any]) -> bool:
     return False
 
 
-def check_structure(path: str, input_shape: tuple[int, ...], kept: set[str] = frozenset()) -> dict[str, Any]:
+def check_structure(path: str, input_shapes: dict[str, tuple[int, ...]] | tuple[int, ...],
+                    kept: set[str] = frozenset()) -> dict[str, Any]:
     """The saved package loads, has one input of the expected shape, and int8 weights only (but
     for the ops in ``kept``, the --keep-float layers, whose weights are float16 by request)."""
     import coremltools as ct
@@ -423,10 +471,18 @@ def check_structure(path: str, input_shape: tuple[int, ...], kept: set[str] = fr
     spec = model.get_spec()
     if not spec.HasField("mlProgram"):
         raise ConversionError(f"{path} is not an ML program")
-    (feature,) = spec.description.input
-    shape = tuple(int(d) for d in feature.type.multiArrayType.shape)
-    if shape != tuple(input_shape):
-        raise ConversionError(f"CoreML input {feature.name} has shape {shape}, expected {tuple(input_shape)}")
+    features = list(spec.description.input)
+    if not isinstance(input_shapes, dict):  # one input's expected shape
+        if len(features) != 1:
+            raise ConversionError(f"CoreML model has {len(features)} inputs, expected 1")
+        input_shapes = {features[0].name: tuple(input_shapes)}
+    for feature in features:
+        shape = tuple(int(d) for d in feature.type.multiArrayType.shape)
+        expected = input_shapes.get(feature.name) or input_shapes.get(source_name(feature.name))
+        if expected is None and len(features) == 1:
+            expected = next(iter(input_shapes.values()))
+        if expected is None or shape != tuple(expected):
+            raise ConversionError(f"CoreML input {feature.name} has shape {shape}, expected {expected}")
     function = spec.mlProgram.functions["main"]
     operations = function.block_specializations[function.opset].operations
     produced_by = {out.name: op for op in operations for out in op.outputs}
@@ -585,11 +641,11 @@ def _convert_exported(form: ModelForm, samples: Any, input_name: str, output_nam
     import coremltools as ct
     import torch
 
-    module, _ = load_module(form, example={"": np.asarray(samples[:1])})
-    example = torch.from_numpy(np.ascontiguousarray(samples[:1]))
+    module, names = load_module(form, example=samples.example())
+    example = tuple(torch.from_numpy(np.ascontiguousarray(samples[n][:1])) for n in names)
     try:
         with torch.no_grad():
-            program = torch.export.export(module, (example,)).run_decompositions({})
+            program = torch.export.export(module, example).run_decompositions({})
         mlmodel = ct.convert(program, convert_to="mlprogram",
                              minimum_deployment_target=getattr(ct.target, DEPLOYMENT_TARGET))
     except Exception as exc:
@@ -600,7 +656,8 @@ def _convert_exported(form: ModelForm, samples: Any, input_name: str, output_nam
                  f"or {OTHER_ROUTES}",
         ) from None
     spec = mlmodel.get_spec()
-    renames = [(spec.description.input[0].name, input_name)]
+    renames = list(zip([i.name for i in spec.description.input], input_name if isinstance(input_name, list)
+                       else [input_name]))
     renames += [(o.name, n) for o, n in zip(spec.description.output, output_names)]
     for old, new in renames:
         if old != new:

@@ -97,10 +97,13 @@ class Evaluator:
             if len(self.input_names) != 1:
                 raise EvaluatorError(f"the program has {len(self.input_names)} inputs; one array was given")
             x = {self.input_names[0]: x}
-        missing = [n for n in self.input_names if n not in x]
+        from .names import source_name
+
+        given = {n: n if n in x else source_name(n) for n in self.input_names}
+        missing = [n for n, key in given.items() if key not in x]
         if missing:
             raise EvaluatorError(f"no samples for the program's input(s) {missing}")
-        feeds = {n: np.asarray(x[n]) for n in self.input_names}
+        feeds = {n: np.asarray(x[key]) for n, key in given.items()}
         count = len(next(iter(feeds.values())))
         results = [self.run({n: v[i : i + 1] for n, v in feeds.items()}) for i in range(count)]
         return {out: np.concatenate([r[out] for r in results]).astype(np.float32) for out in self.output_names}

@@ -12,6 +12,7 @@ LiteRT interpreter and any float op is reported by op and layer name. From a PyT
 from __future__ import annotations
 
 import re
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -178,20 +179,40 @@ class TFLiteBuilder(Builder):
                                               float_by="float TFLite (litert-torch), LiteRT", **fallback)
         precision = _loadable(lambda: analyse(str(output), list(context.layer_names), layer_namer=torch_layer),
                               "litert-torch")
-        if not context.allow_float_ops:
+        if precision.inner:
+            # PT2E annotates op patterns and leaves the others in float (a BatchNorm after a ReLU, a
+            # layer norm, attention's matmuls of two activations): LiteRT Quantizer quantizes every op
+            # of the float conversion it has a kernel for. The one with fewer float ops ships.
+            listed = ", ".join(sorted({op["op"] for op in precision.inner}))
+            note = f"litert-torch's PT2E quantizer left ops in float ({listed})"
+            pt2e_bytes = output.read_bytes()
             try:
+                rebuilt = self._quantized_from_float(context, float_model, MODULES, tool, on_progress,
+                                                     float_by="float TFLite (litert-torch), LiteRT", note=note,
+                                                     **fallback)
+            except EdgekitError as failed:
+                output.write_bytes(pt2e_bytes)  # PT2E's artifact, with its float ops named
+                if not context.allow_float_ops:
+                    _refuse_unexpected_float_ops(precision.inner, context.keep_float)
+                rebuilt, why_not = None, failed.message
+            else:
+                left = rebuilt.artifact.details["precision"]["float_layers"]
+                fewer = len([op for op in rebuilt.artifact.float_ops if not op.get("tail")]) < len(precision.inner)
+                rebuilt_bytes = output.read_bytes()
+                quantizer_db, pt2e_db = _worst_sqnr(rebuilt_bytes, float_model, context), \
+                    _worst_sqnr(pt2e_bytes, float_model, context)
+                if not context.allow_float_ops or (fewer and quantizer_db >= pt2e_db - CLOSE_DB):
+                    output.write_bytes(rebuilt_bytes)
+                    return rebuilt
+                output.write_bytes(pt2e_bytes)
+                why_not = (f"LiteRT Quantizer left more ops in float ({', '.join(left)})" if not fewer else
+                           f"LiteRT Quantizer's build was further from float ({quantizer_db:.1f} dB against "
+                           f"{pt2e_db:.1f} dB on the calibration samples)")
+            if not context.allow_float_ops:
                 _refuse_unexpected_float_ops(precision.inner, context.keep_float)
-            except UnsupportedOpError as refused:
-                # PT2E annotates op patterns, and leaves others in float (a BatchNorm after a ReLU is a
-                # per-channel multiply and add, which int8 kernels run): LiteRT Quantizer quantizes
-                # every op of the float conversion it has a kernel for; what it cannot is refused as before
-                note = f"litert-torch's PT2E quantizer left ops in float ({refused.message.split(': ', 1)[-1]})"
-                try:
-                    return self._quantized_from_float(context, float_model, MODULES, tool, on_progress,
-                                                      float_by="float TFLite (litert-torch), LiteRT", note=note,
-                                                      **fallback)
-                except UnsupportedOpError:
-                    raise refused from None
+            pt2e_note = why_not
+        else:
+            pt2e_note = ""
         inputs, outputs = io_quantization(str(output))
         return BuildResult(float_model=str(float_model), **fallback,
                            float_by="float TFLite (litert-torch), LiteRT", artifact=Artifact(
@@ -200,11 +221,47 @@ class TFLiteBuilder(Builder):
             converter={"tool": (f"{context.model.via}, then " if context.model.via else "")
                        + "litert_torch.convert + PT2E static INT8 (symmetric, per-channel)",
                        "torch": info["torch"], "litert_torch": info["litert_torch"], "calibration_method": MINMAX,
-                       "seconds": info["seconds"]},
+                       "seconds": info["seconds"], **({"why": pt2e_note} if pt2e_note else {})},
             details={"keep_float": [], "environment": python, "precision": precision.record(),
                      # ops given the fixed output scale TFLite's int8 kernels need, requantized after
                      **({"requantized_outputs": info["fixed_output_scales"]} if info.get("fixed_output_scales") else {})},
         ))
+
+
+CLOSE_DB = 1.0  # the build with fewer float ops ships unless it is this much further from float
+SQNR_SAMPLES = 32
+
+
+def _worst_sqnr(model: bytes, float_model: Path, context: BuildContext) -> float:
+    """The worst output SQNR (dB) of an INT8 build against the float conversion on the first
+    calibration samples: how two builds of one model compare before either is validated."""
+    from .litert import LiteRTBackend
+
+    samples = read_samples(context.calibration_npy)
+    count = min(SQNR_SAMPLES, len(next(iter(samples.values()))))
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "candidate.tflite"
+        path.write_bytes(model)
+        outputs = []
+        for file in (path, float_model):
+            backend = LiteRTBackend(str(file))
+            try:
+                names = [t.name for t in backend.inputs]
+                runs = []
+                for i in range(count):
+                    if list(samples) == [""]:
+                        feeds: Any = [np.asarray(samples[""][i:i + 1])]
+                    else:
+                        feeds = {n: np.asarray(samples[n][i:i + 1]) for n in names}
+                    runs.append(backend.run(feeds))
+            finally:
+                backend.close()
+            outputs.append([np.concatenate([r[k] for r in runs]).astype(np.float64) for k in range(len(runs[0]))])
+    worst = float("inf")
+    for got, want in zip(*outputs):
+        noise = float(np.mean((got - want) ** 2))
+        worst = min(worst, 10 * np.log10(float(np.mean(want ** 2)) / noise) if noise > 0 else 200.0)
+    return worst
 
 
 def _loadable(read: Callable[[], Precision], converter: str) -> Precision:

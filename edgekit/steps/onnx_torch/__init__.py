@@ -25,7 +25,7 @@ import numpy as np
 
 from ...errors import ConversionError, OTHER_ROUTES
 
-from . import elementwise, layers, resize, shapes  # noqa: F401  (importing them registers their ops)
+from . import elementwise, layers, recurrent, resize, shapes  # noqa: F401  (importing them registers their ops)
 from .fuse import _fuse_linear
 from .patterns import fuse_patterns
 from .graph import _QUANTIZED, ONNX_DOMAINS, Args, DataDependent, Node, _attributes

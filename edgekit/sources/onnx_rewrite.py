@@ -1,0 +1,197 @@
+"""Two lossless rewrites of an ONNX source before anything converts it (child side).
+
+- ``If`` on a condition that constants decide (a sample rate fixed with ``--input sr=16000``):
+  the branch taken is inlined and the other dropped. No converter here rebuilds control flow,
+  and a fixed input leaves only one branch reachable.
+- Inputs and outputs whose batch dimension is not the first (a recurrent state
+  ``[layers, batch, hidden]``): a Transpose at the graph's edge makes them batch-first, as
+  every edgekit input and output is (samples are stacked on axis 0 everywhere: calibration,
+  validation, the runtime's batching). The package's tensor is then ``[batch, layers,
+  hidden]``; the manifest's description records the axis the source had.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+MAX_FOLDS = 32  # nested Ifs: each fold can expose another
+
+
+def rewrite(source: str, destination: str) -> dict[str, Any] | None:
+    """Write the rewritten model to ``destination``; what changed, or None (nothing to do)."""
+    import onnx
+
+    model = onnx.load(source)
+    folded = fold_constant_ifs(model)
+    moved = batch_first(model)
+    if not folded and not moved:
+        return None
+    onnx.checker.check_model(model)
+    onnx.save(model, destination)
+    return {"folded_ifs": folded, "batch_axes": moved}
+
+
+def fold_constant_ifs(model: Any) -> list[dict[str, Any]]:
+    """Inline every top-level ``If`` whose condition follows from constants; what was folded."""
+    folded = []
+    for _ in range(MAX_FOLDS):
+        graph = model.graph
+        target = None
+        for index, node in enumerate(graph.node):
+            if node.op_type == "If":
+                value = _constant_value(model, node.input[0])
+                if value is not None:
+                    target = (index, node, bool(value.reshape(-1)[0]))
+                    break
+        if target is None:
+            return folded
+        index, node, taken = target
+        branch = next(a.g for a in node.attribute if a.name == ("then_branch" if taken else "else_branch"))
+        _inline(graph, index, node, branch)
+        folded.append({"node": node.name or node.output[0], "condition": node.input[0], "taken": taken})
+    return folded
+
+
+def _constant_value(model: Any, name: str) -> Any:
+    """The value of ``name`` when it follows from initializers and constant nodes alone."""
+    import numpy as np
+    from onnx import helper, numpy_helper
+    from onnx.reference import ReferenceEvaluator
+
+    graph = model.graph
+    initializers = {i.name: i for i in graph.initializer}
+    if name in initializers:
+        return numpy_helper.to_array(initializers[name])
+    producers = {o: n for n in graph.node for o in n.output}
+    needed, stack, seen = [], [name], set()
+    while stack:
+        current = stack.pop()
+        if current in seen or current in initializers or current == "":
+            continue
+        seen.add(current)
+        node = producers.get(current)
+        if node is None or node.op_type in ("If", "Loop", "Scan") or any(a.type in (5, 10) for a in node.attribute):
+            return None  # a graph input, or something with a subgraph
+        needed.append(node)
+        stack.extend(node.input)
+    order = [n for n in graph.node if any(n is m for m in needed)]
+    used = {i for n in order for i in n.input}
+    small = helper.make_graph(order, "condition", [], [helper.make_tensor_value_info(name, 0, None)],
+                              initializer=[initializers[i] for i in used if i in initializers])
+    try:
+        evaluated = ReferenceEvaluator(helper.make_model(small, opset_imports=list(model.opset_import))).run(None, {})
+    except Exception:
+        return None
+    return np.asarray(evaluated[0])
+
+
+def _inline(graph: Any, index: int, node: Any, branch: Any) -> None:
+    """The If node at ``index`` replaced by ``branch``'s nodes; names made inside the branch get
+    the node's name as a prefix (they may repeat names of the outer graph), its outputs the If's."""
+    from onnx import helper
+
+    prefix = f"{node.name or node.output[0]}/"
+    produced = {o for n in branch.node for o in n.output if o} | {i.name for i in branch.initializer}
+    outputs = {v.name: out for v, out in zip(branch.output, node.output)}
+    renamed = {name: outputs.get(name, prefix + name) for name in produced}
+    new_nodes = []
+    for inner in branch.node:
+        copy = type(inner)()
+        copy.CopyFrom(inner)
+        for i, name in enumerate(copy.input):
+            copy.input[i] = renamed.get(name, name)
+        for i, name in enumerate(copy.output):
+            copy.output[i] = renamed.get(name, name) if name else name
+        copy.name = prefix + (inner.name or inner.op_type)
+        new_nodes.append(copy)
+    for initializer in branch.initializer:
+        copy = type(initializer)()
+        copy.CopyFrom(initializer)
+        copy.name = renamed[initializer.name]
+        graph.initializer.append(copy)
+    for value, out in zip(branch.output, node.output):  # a branch that returns an outer value as it is
+        if value.name not in produced:
+            new_nodes.append(helper.make_node("Identity", [value.name], [out], name=f"{prefix}{out}/identity"))
+    del graph.node[index]
+    for offset, inner in enumerate(new_nodes):
+        graph.node.insert(index + offset, inner)
+
+
+def batch_first(model: Any) -> dict[str, int]:
+    """Inputs and outputs with the batch dimension on axis k > 0 made batch-first by a Transpose;
+    their names -> the source's batch axis."""
+    from onnx import helper
+
+    graph = model.graph
+    initializers = {i.name for i in graph.initializer}
+    inputs = [v for v in graph.input if v.name not in initializers]
+    firsts = Counter(_dims(v)[0] for v in inputs if _dims(v) and _dims(v)[0])
+    if not firsts:
+        return {}
+    batch = firsts.most_common(1)[0][0]
+    moved: dict[str, int] = {}
+    front: list[Any] = []
+    for value in inputs:
+        axis = _batch_axis(value, batch)
+        if not axis:
+            continue
+        rank = len(_dims(value))
+        perm_to_first = [axis] + [d for d in range(rank) if d != axis]
+        inner = f"{value.name}__source_layout"
+        for other in graph.node:
+            for i, name in enumerate(other.input):
+                if name == value.name:
+                    other.input[i] = inner
+        front.append(helper.make_node("Transpose", [value.name], [inner], perm=_inverse(perm_to_first),
+                                      name=f"{value.name}/to_source_layout"))
+        _permute(value, perm_to_first)
+        moved[value.name] = axis
+    for value in graph.output:
+        axis = _batch_axis(value, batch)
+        if not axis:
+            continue
+        rank = len(_dims(value))
+        perm_to_first = [axis] + [d for d in range(rank) if d != axis]
+        inner = f"{value.name}__source_layout"
+        for other in graph.node:
+            for i, name in enumerate(other.output):
+                if name == value.name:
+                    other.output[i] = inner
+            for i, name in enumerate(other.input):
+                if name == value.name:
+                    other.input[i] = inner
+        graph.node.append(helper.make_node("Transpose", [inner], [value.name], perm=perm_to_first,
+                                           name=f"{value.name}/to_batch_first"))
+        _permute(value, perm_to_first)
+        moved[value.name] = axis
+    for offset, node in enumerate(front):
+        graph.node.insert(offset, node)
+    return moved
+
+
+def _dims(value: Any) -> list[str]:
+    return [d.dim_param if d.HasField("dim_param") else "" for d in value.type.tensor_type.shape.dim]
+
+
+def _batch_axis(value: Any, batch: str) -> int | None:
+    names = _dims(value)
+    return names.index(batch) if batch in names and names[0] != batch and names.count(batch) == 1 else None
+
+
+def _permute(value: Any, perm: list[int]) -> None:
+    dims = list(value.type.tensor_type.shape.dim)
+    copies = []
+    for d in dims:
+        copy = type(d)()
+        copy.CopyFrom(d)
+        copies.append(copy)
+    for position, source in enumerate(perm):
+        dims[position].CopyFrom(copies[source])
+
+
+def _inverse(perm: list[int]) -> list[int]:
+    inverse = [0] * len(perm)
+    for position, source in enumerate(perm):
+        inverse[source] = position
+    return inverse
