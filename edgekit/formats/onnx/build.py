@@ -316,6 +316,10 @@ def quantize(
                 f"{flag}: no ONNX nodes belong to layer(s) {', '.join(absent)}",
                 hint="use layer names as the model defines them (see --explain's report)",
             )
+    from .masks import mask_nodes
+
+    masked = [entry for entry in mask_nodes(model) if entry[0] not in {name for name, _, _ in excluded}]
+    excluded = excluded + masked  # an additive attention mask and its Softmax stay float (masks.py)
     initializers = {i.name for i in model.graph.initializer}
     graph_inputs = [i.name for i in model.graph.input if i.name not in initializers]
     samples = read_samples(calibration_npy)
