@@ -25,7 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .errors import ERROR_CLASSES, ConversionError, EdgekitError
+from .errors import ERROR_CLASSES, OTHER_ROUTES, ConversionError, EdgekitError
 from .fsutil import temp_dir
 
 # Keep TensorFlow's C++ logging and oneDNN notices out of users' terminals.
@@ -327,6 +327,21 @@ def _main(argv: list[str]) -> int:
     return answer(target, Path(request_path), Path(response_path))
 
 
+def _converter_failure(exc: BaseException) -> str:
+    """A converter library's own exception in edgekit's words: which library raised it, and its
+    message (a bare ``KeyError: 'const_66'`` says neither)."""
+    library = ""
+    frame = exc.__traceback__
+    while frame is not None:
+        module = str(frame.tb_frame.f_globals.get("__name__", ""))
+        if module and not module.startswith(("edgekit", "__main__")):
+            library = module.split(".")[0]
+        frame = frame.tb_next
+    text = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
+    where = f"{library} raised" if library else "the conversion raised"
+    return f"{where} {type(exc).__name__}" + (f": {text}" if text else "")
+
+
 def answer(target: str, request_path: Path, response_path: Path) -> int:
     """Child side: run ``target`` with the request's keyword arguments; write the response
     (result or error) where the parent looks for it. 0 when it succeeded."""
@@ -353,8 +368,9 @@ def answer(target: str, request_path: Path, response_path: Path) -> int:
         payload = {
             "error": {
                 "type": type(found).__name__ if found else "ConversionError",
-                "message": found.message if found else f"{type(exc).__name__}: {exc}",
-                "hint": found.hint if found else "rerun with --debug for the converter's traceback",
+                "message": found.message if found else _converter_failure(exc),
+                "hint": found.hint if found else f"{OTHER_ROUTES}; rerun with --debug for the converter's traceback "
+                                                 "and report it with the model",
                 "traceback": traceback.format_exc(),
             }
         }

@@ -7,7 +7,7 @@ import os
 import pytest
 
 from edgekit import worker
-from edgekit.errors import ConversionError
+from edgekit.errors import OTHER_ROUTES, ConversionError
 from tests.conftest import ROOT
 
 MLIR_LINE = ('loc(fused["Concatenate:", "functional_1/detections_1/concat@__inference_serving_default_92"]): error: '
@@ -49,6 +49,23 @@ def test_debug_prints_the_converter_log(capsys):
 def test_python_errors_in_a_child_keep_their_type_and_text():
     with pytest.raises(ConversionError, match=r"ValueError: the shape \(3, 4\) does not fit"):
         worker.call(fails_with_a_python_error, what="a step")
+
+
+def fails_inside_a_library() -> None:
+    import torch
+
+    torch.nn.Module().register_buffer("a.b", None)  # torch raises KeyError('buffer name can\'t contain ".")'
+
+
+def test_a_library_error_in_a_child_names_the_library_and_a_fix():
+    """A converter library's bare exception (litert-torch once surfaced `KeyError: "attribute
+    'const_66' already exists"` as the whole reason) says which library raised it, and the fix
+    names the other routes (the packager fills them in) and --debug."""
+    pytest.importorskip("torch")
+    with pytest.raises(ConversionError) as info:
+        worker.call(fails_inside_a_library, what="a step")
+    assert info.value.message.startswith("torch raised KeyError:")
+    assert OTHER_ROUTES in info.value.hint and "--debug" in info.value.hint
 
 
 def test_only_module_level_functions_can_be_sent():

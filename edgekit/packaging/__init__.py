@@ -316,9 +316,26 @@ def build_formats(planned: list[Planned], context: BuildContext, described: Sour
         outcomes += scheme_variants(builder, outcome.context or own, run, remedies)
     if not any(o.built for o in outcomes):
         details = "; ".join(f"{o.name}: {o.error.message}" for o in outcomes if o.error)
-        first = next((o.error.hint for o in outcomes if o.error), "")
-        raise EdgekitError(f"no target could be built (every requested format failed: {details})", hint=first)
+        raise EdgekitError(f"no target could be built (every requested format failed: {details})",
+                           hint=final_hint(planned, outcomes))
     return outcomes
+
+
+def final_hint(planned: list[Planned], outcomes: list[FormatOutcome]) -> str:
+    """The fix when every requested format failed: a format's own hint that names no other
+    format that failed here, else the formats not requested whose routes exist, else a pointer
+    to the errors themselves. Never a format that was just tried and failed."""
+    failed = {o.name for o in outcomes if o.error}
+    for outcome in outcomes:
+        hint = outcome.error.hint if outcome.error else ""
+        if hint and not any(f"--format {name}" in hint for name in failed - {outcome.name}):
+            return hint
+    requested = {p.builder.name for p in planned}
+    untried = sorted({r.format for p in planned for r in p.others} - requested)
+    if untried:
+        return (f"package it for {' and '.join(untried)} ({' '.join('--format ' + f for f in untried)}), or fix "
+                "the causes named above")
+    return "each format's error above names its cause; fix that in the model, or report it with the model"
 
 
 def refused_routes(planned: list[Planned], op_types: Iterable[str], inputs: int) -> dict[str, EdgekitError]:

@@ -321,3 +321,14 @@ def test_spelled_out_gelu_and_layer_norm_become_single_ops(spelled):
     fused = [step.node.op for step in module.steps]
     assert "edgekit.Gelu" in fused and "edgekit.LayerNorm" in fused
     assert not {"Erf", "Sqrt", "Div", "ReduceMean", "Pow"} & set(fused)
+
+
+@pytest.mark.parametrize("mode", ["reflect", "edge", "wrap"])
+@pytest.mark.parametrize("shape, pads", [((2, 40), [0, 3, 0, 5]), ((2, 3, 10), [0, 0, 2, 0, 0, 4]),
+                                         ((1, 2, 6, 7), [0, 0, 1, 2, 0, 0, 3, 1])])
+def test_reflect_edge_and_wrap_padding_on_any_axis(mode, shape, pads):
+    """A TF export's MirrorPad pads the samples of [N, T] audio (axis 1), which F.pad's reflect
+    mode does not take: it was refused on the TFLite and CoreML routes."""
+    model = _model([helper.make_node("Pad", ["x", "pads"], ["y"], mode=mode)], [("x", shape, np.float32)],
+                   [("y", None)], [("pads", np.array(pads, np.int64))])
+    _compare(model, {"x": _x(*shape)})

@@ -138,9 +138,7 @@ class ONNXBuilder(Builder):
                 layer_names=list(context.layer_names), workdir=str(context.workdir),
             )
         # NNAPI / CoreML EP usability is a question for the ARM build; the x86 scheme variants skip it
-        mobile = None if variant or context.trial else worker.call(
-            mobile_usability, what="ONNX mobile usability check", model=str(output)
-        )
+        mobile = None if variant or context.trial else _mobile_report(output)
         fused = _runtime_graph(str(output))
         companions = [
             {"path": rel, "sha256": sha256_file(context.package_dir / rel),
@@ -219,12 +217,21 @@ def _prebuilt_path(context: BuildContext, variant: str, settings: dict[str, Any]
     return Path(context.workdir) / f"onnx.prebuilt-{variant or 'main'}-{key}.onnx"
 
 
+def _mobile_report(output: Path) -> dict[str, Any]:
+    """The mobile usability report, or why there is none: informational, it never costs the
+    artifact (ORT's checker has failed on graphs its runtime runs, e.g. a TF export's MirrorPad)."""
+    try:
+        return worker.call(mobile_usability, what="ONNX mobile usability check", model=str(output))
+    except EdgekitError as exc:
+        return {"tool": "onnxruntime.tools.mobile_helpers.usability_checker", "error": exc.message}
+
+
 def _convert_to_ort(model: Path, context: BuildContext) -> str | None:
     """The ``.ort`` companion (and its operator config) beside the QDQ model; None when written,
     else why not (ORT's own type inference can refuse a graph the full runtime runs)."""
     try:
         _write_ort(model, context)
-    except ConversionError as exc:
+    except EdgekitError as exc:  # a companion: its failure (a timeout too) never costs the .onnx
         return exc.message
     return None
 

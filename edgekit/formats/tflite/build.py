@@ -165,18 +165,28 @@ class TFLiteBuilder(Builder):
         python = toolenv.python_for(toolenv.LITERT_TORCH)
         float_model = Path(context.workdir) / "tflite.float.tflite"
         per_layer = bool(context.keep_float or context.int16_layers or context.explain_npy)
-        info = worker.call(
-            convert_torch, what="TFLite conversion (litert-torch)", timeout=context.timeout_s,
-            on_progress=on_progress, python=python, model=context.model.to_dict(),
-            calibration_npy=context.calibration_npy, output=str(output), output_names=list(context.output_names),
-            float_output=str(float_model), pt2e=not per_layer,
-        )
+        arguments = dict(python=python, model=context.model.to_dict(), calibration_npy=context.calibration_npy,
+                         output=str(output), output_names=list(context.output_names), float_output=str(float_model))
+        pt2e_failed = ""
+        try:
+            info = worker.call(convert_torch, what="TFLite conversion (litert-torch)", timeout=context.timeout_s,
+                               on_progress=on_progress, pt2e=not per_layer, **arguments)
+        except ConversionError as failed:
+            if per_layer or "did not finish within" in failed.message:  # a timeout is not a PT2E failure
+                raise
+            # PT2E's prepare/convert passes rewrite the module (and have failed on large rebuilt
+            # graphs); the float conversion alone, quantized by LiteRT Quantizer, avoids them
+            pt2e_failed = f"litert-torch's PT2E quantization failed ({failed.message}); LiteRT Quantizer " \
+                          "quantized litert-torch's float conversion instead"
+            info = worker.call(convert_torch, what="TFLite float conversion (litert-torch)",
+                               timeout=context.timeout_s, on_progress=on_progress, pt2e=False, **arguments)
         tool = (f"{context.model.via}, then " if context.model.via else "") + "litert_torch.convert (float)"
         fallback = {"fallback_model": str(float_model), "fallback_precision": "float32"} \
             if context.option("also_float") else {}
-        if per_layer:  # PT2E has no per-layer control: LiteRT Quantizer on litert-torch's float conversion
+        if per_layer or pt2e_failed:  # PT2E has no per-layer control: LiteRT Quantizer on the float conversion
             return self._quantized_from_float(context, float_model, MODULES, tool, on_progress,
-                                              float_by="float TFLite (litert-torch), LiteRT", **fallback)
+                                              float_by="float TFLite (litert-torch), LiteRT", note=pt2e_failed,
+                                              **fallback)
         precision = _loadable(lambda: analyse(str(output), list(context.layer_names), layer_namer=torch_layer),
                               "litert-torch")
         if precision.inner:

@@ -216,10 +216,33 @@ def _pad(a: Args) -> Any:
     if mode == "constant":
         return _F().pad(x, order, value=value)
     torch_mode = {"reflect": "reflect", "edge": "replicate", "wrap": "circular"}.get(mode)
-    if torch_mode is None or first < 2:
-        raise ConversionError(f"ONNX node {a.node.name}: Pad mode {mode!r} on these axes is not supported",
-                              hint=OTHER_ROUTES)
-    return _F().pad(x, order, mode=torch_mode)
+    if torch_mode is None:
+        raise ConversionError(f"ONNX node {a.node.name}: Pad mode {mode!r} is not supported", hint=OTHER_ROUTES)
+    if first >= 2 and 3 <= rank <= 5 and rank - first <= 3 and all(b >= 0 for b in begins) \
+            and all(e >= 0 for e in ends):
+        return _F().pad(x, order, mode=torch_mode)
+    # any axis, any rank (a TF export's MirrorPad over the samples of [N, T] audio): one gather of
+    # precomputed source indices per padded axis, which every converter has
+    for axis in range(rank):
+        if begins[axis] or ends[axis]:
+            size = int(x.shape[axis])
+            table = a.derived(f"pad{axis}", lambda s=size, b=begins[axis], e=ends[axis]: _pad_indices(mode, s, b, e))
+            x = x.index_select(axis, table)
+    return x
+
+
+def _pad_indices(mode: str, size: int, begin: int, end: int) -> np.ndarray:
+    """The source index of each position of an axis padded by ``begin``/``end`` (negative: cropped)."""
+    positions = np.arange(-begin, size + end)
+    if mode == "reflect":
+        if size == 1:
+            return np.zeros(len(positions), np.int64)
+        period = 2 * (size - 1)
+        folded = np.mod(positions, period)
+        return np.where(folded < size, folded, period - folded).astype(np.int64)
+    if mode == "edge":
+        return np.clip(positions, 0, size - 1).astype(np.int64)
+    return np.mod(positions, size).astype(np.int64)  # wrap
 
 
 @op("DepthToSpace")
