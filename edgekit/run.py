@@ -180,7 +180,8 @@ def predict_rows(model: Any, named: list[tuple[str | None, Path]], raw: bool) ->
         from .data.preprocessing import image_files
 
         files = [file for _, path in named for file in (image_files(path) if path.is_dir() else [path])]
-        sets = [(str(path), str(path)) for path in files]  # a folder: each of its files, named
+        sets = [(str(path), _one_input_npz(path, model.input_names[0]) if path.suffix == ".npz" else str(path))
+                for path in files]  # a folder: each of its files, named
     elif named and all(name is not None for name, _ in named):
         sets = [(" ".join(f"{n}={p}" for n, p in named), {n: str(p) for n, p in named})]
     else:
@@ -223,6 +224,21 @@ def stream_rows(model: Any, named: list[tuple[str | None, Path]], specs: list[st
     outputs = stream.run(data)
     total = len(next(iter(outputs.values())))
     return [f"frame {i}" for i in range(total)], [{k: v[i] for k, v in outputs.items()} for i in range(total)]
+
+
+def _one_input_npz(path: Path, name: str) -> Any:
+    """The array of a one-input model's ``.npz``: the one named after the input, or its only array."""
+    import numpy as np
+
+    from .errors import InputError
+
+    with np.load(path, allow_pickle=False) as arrays:
+        if name in arrays.files:
+            return arrays[name]
+        if len(arrays.files) == 1:
+            return arrays[arrays.files[0]]
+        raise InputError(f"{path} holds arrays {arrays.files}, none named after the model's input {name!r}",
+                         hint=f"name the array {name!r}, or pass it as a .npy file")
 
 
 def write_outputs(path: Path, names: list[str], rows: list[dict], output_names: list[str]) -> None:

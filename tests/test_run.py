@@ -72,6 +72,17 @@ def test_run_writes_json_output(digits_package, tmp_path):
     assert np.asarray(values).shape == (1, 10)
 
 
+def test_a_one_input_model_reads_its_array_from_an_npz(digits_package, tmp_path):
+    """`-i data.npz` was read as an image file ('cannot identify image file') for a one-input model."""
+    x, _ = load_npz(EVAL)
+    np.savez(tmp_path / "one.npz", whatever=x[:3])
+    result = run_device(digits_package, "-i", tmp_path / "one.npz", "--output", tmp_path / "out.npy")
+    assert result.returncode == 0, result.stderr
+    assert np.load(tmp_path / "out.npy").shape == (3, 10)
+    np.savez(tmp_path / "two.npz", a=x[:2], b=x[:2])
+    assert_user_error(run_device(digits_package, "-i", tmp_path / "two.npz"), "none named after the model's input")
+
+
 def test_run_errors_are_one_line_without_traceback(tmp_path):
     np.save(tmp_path / "a.npy", np.zeros((8, 8, 1), np.uint8))  # a real input: the package is what is missing
     result = run_device(tmp_path / "missing.edgekit", "--input", tmp_path / "a.npy")

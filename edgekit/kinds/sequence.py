@@ -22,18 +22,20 @@ from . import register
 from .base import Graph, Kind, OutputKind, TaskResult, shape_text
 
 BLANK_MIN_SHARE = 0.25  # a CTC blank wins at least this share of steps (real lines: most of them)
+# raw scores need stronger evidence, and fewer steps than a detector's anchors (thousands)
+LOGITS_BLANK_SHARE, MAX_LOGIT_STEPS = 0.4, 1024
 MIN_STEPS = 4  # fewer steps than this is a small classifier head, not a sequence
 
 
-def blank_class(reference: np.ndarray) -> int | None:
+def blank_class(reference: np.ndarray, min_share: float = BLANK_MIN_SHARE) -> int | None:
     """The CTC blank of ``[N, T, C]`` float outputs: the first or last class when it is the
-    argmax of the most steps and of at least BLANK_MIN_SHARE of them; None: no blank."""
+    argmax of the most steps and of at least ``min_share`` of them; None: no blank."""
     best = reference.argmax(axis=-1).reshape(-1)
     if not best.size:
         return None
     counts = np.bincount(best, minlength=reference.shape[-1])
     top = int(counts.argmax())
-    if top not in (0, reference.shape[-1] - 1) or counts[top] < BLANK_MIN_SHARE * best.size:
+    if top not in (0, reference.shape[-1] - 1) or counts[top] < min_share * best.size:
         return None
     return top
 
@@ -103,7 +105,10 @@ class Sequence(Kind):
         if not reference.size or not _steps_shape(reference):
             return None
         how = _is_distribution(reference)
-        blank = blank_class(reference) if how else None
+        if how is None and reference.shape[1] <= MAX_LOGIT_STEPS and reference.shape[2] >= 3:
+            how = "scores (logits)"  # a recognizer exported without its final softmax
+        blank = blank_class(reference, LOGITS_BLANK_SHARE if how == "scores (logits)" else BLANK_MIN_SHARE) \
+            if how else None
         if blank is None:
             return None
         shape = list(reference.shape)

@@ -527,10 +527,23 @@ def test_a_state_saved_for_one_sample_is_repeated_for_each_sample_of_a_batch(tmp
     assert made.manifest.source["fixed_inputs"]["h0"]["shape"] == [1, 1, 8]
 
 
-def test_an_output_batched_on_axis_1_is_refused_by_name(tmp_path):
-    """A seq-first state as an output would be joined across samples on axis 0: refused, named."""
+def test_an_output_batched_on_axis_1_is_made_batch_first(tmp_path):
+    """A seq-first state as an output would be joined across samples on axis 0: a Transpose makes
+    it [batch, 1, hidden], recorded, and its values are the source's transposed."""
+    import onnxruntime as ort
+
     gru_model(tmp_path / "gru.onnx", squeeze=False)
-    np.save(tmp_path / "frames.npy", np.zeros((60, 5, 4), np.float32))
+    frames = np.random.default_rng(4).normal(0, 1, (60, 5, 4)).astype(np.float32)
+    np.save(tmp_path / "frames.npy", frames)
     result = edgekit_cli("package", tmp_path / "gru.onnx", "-c", tmp_path / "frames.npy", "-o", tmp_path / "out",
-                         "--format", "onnx", "--input", "h0=0")
-    assert_user_error(result, "model output 'h' has its batch dimension ('batch') on axis 1", "batch-first")
+                         "--format", "onnx", "--input", "h0=0", "--no-also-float")
+    assert result.returncode == 0, result.stderr[-3000:]
+    package = tmp_path / "out" / "gru.edgekit"
+    manifest = json.loads((package / "manifest.json").read_text())
+    assert manifest["source"]["rewrites"]["batch_axes"] == {"h": 1}
+    expected = ort.InferenceSession(str(tmp_path / "gru.onnx")).run(
+        None, {"frames": frames[:5], "h0": np.zeros((1, 5, 8), np.float32)})[0]
+    import edgekit
+
+    with edgekit.load(package) as model:
+        np.testing.assert_allclose(model.predict(frames[:5]), expected.transpose(1, 0, 2), atol=0.1)

@@ -51,3 +51,11 @@ def test_one_changed_character_in_one_line_of_fifty_fails_the_default_gate():
     assert result.values["char_error_rate"] == 1 / 150
     assert not result.passed and "decoded sequences equal to float's >= 99%" in result.rule
     assert evaluate("sequence", reference, reference, None, 1.0).passed
+
+
+def test_raw_ctc_logits_are_a_sequence_but_a_detectors_thousands_of_anchors_are_not():
+    logits = _ctc([[1, 2], [3, 4, 5]] * 5) * 3 + 7  # no longer log-probabilities
+    assert infer("logits", logits, None).kind == "sequence"
+    anchors = np.random.default_rng(0).normal(0, 1, (4, 2000, 5)).astype(np.float32)
+    anchors[:, :, 0] += 5  # background wins everywhere
+    assert infer("scores", anchors, None).kind != "sequence"

@@ -211,7 +211,7 @@ class TFLiteBuilder(Builder):
                 rebuilt_bytes = output.read_bytes()
                 quantizer_db, pt2e_db = _worst_sqnr(rebuilt_bytes, float_model, context), \
                     _worst_sqnr(pt2e_bytes, float_model, context)
-                if not context.allow_float_ops or (fewer and quantizer_db >= pt2e_db - CLOSE_DB):
+                if not context.allow_float_ops or (fewer and quantizer_db >= min(pt2e_db - CLOSE_DB, GOOD_DB)):
                     output.write_bytes(rebuilt_bytes)
                     return rebuilt
                 output.write_bytes(pt2e_bytes)
@@ -238,7 +238,10 @@ class TFLiteBuilder(Builder):
         ))
 
 
-CLOSE_DB = 1.0  # the build with fewer float ops ships unless it is this much further from float
+# the build with fewer float ops ships unless it is further from float than the other by CLOSE_DB
+# and below GOOD_DB (healthy INT8 builds of the reference models measure 28-62 dB; a build with
+# more float ops is closer to float by construction)
+CLOSE_DB, GOOD_DB = 1.0, 30.0
 SQNR_SAMPLES = 32
 
 
