@@ -9,8 +9,9 @@ and as a SavedModel and a YOLOv8-style ONNX head (boxes joined to scores: collap
 with ``--auto-fix`` repaired), a YOLOv5-style export (levels joined on the anchor axis), 360 sigmoid pitch bins, an
 L2 embedding with dead units, a sigmoid probability map, a trained segmentation head, an
 audio model whose calibration holds one click (its INT8 ranges are wasted on it), and two small
-sigmoid heads (3 regressed values in 0..1, 6 multi-label outputs), each calibrated on its range
-and on data 20x too narrow. Every quantized artifact is judged, the ONNX scheme builds too, and
+sigmoid heads (3 regressed values in 0..1, 6 multi-label outputs) and a CTC text-line recognizer
+with attention blocks (``models/attention/build.py``; truth: lines read right), each calibrated
+on its range and on data 20x too narrow. Every quantized artifact is judged, the ONNX scheme builds too, and
 its truth is computed in the arithmetic its verdict used (``judged_by``: this CPU's fused kernels,
 or the QDQ graph as quantized for builds meant for other devices).
 
@@ -47,6 +48,10 @@ sys.path.insert(0, str(ROOT / "models" / "verdict"))
 from benchio import print_and_save  # noqa: E402
 
 import build as verdict_models  # noqa: E402
+
+sys.path.insert(0, str(ROOT / "models" / "attention"))
+sys.modules.pop("build")
+import build as attention_models  # noqa: E402
 import edgekit  # noqa: E402
 from edgekit.devices import int8_kernel_features  # noqa: E402
 
@@ -135,6 +140,18 @@ def build_cases(work: Path) -> dict[str, Case]:
     np.savez(work / "features_narrow.npz", features=features[:300] * 0.05)  # 20x too narrow
     np.savez(work / "features_eval.npz", features=features[300:400])
     features_test = features[400:]
+    subprocess.run([sys.executable, str(ROOT / "models/attention/build.py"), "recognizer", "--output", str(work)],
+                   check=True, env=ENV, capture_output=True)
+    lines = np.load(work / "recognizer/lines.npz")["line"]
+    np.savez(work / "lines_narrow.npz", line=lines * 0.05)
+    np.savez(work / "lines_eval.npz", line=np.load(work / "recognizer/heldout.npz")["line"][:100])
+    test_lines, test_texts = attention_models.text_lines(200, 7)
+    recognizer = {
+        f"CTC text-line recognizer (attention, opset 11), calibrated {how}": Case(
+            work / "recognizer/recognizer.onnx", work / calibration, ["tflite", "onnx"], test_lines,
+            lambda f, q: _lines_truth(f, q, test_texts), {"eval": str(work / "lines_eval.npz")})
+        for how, calibration in (("on its range", "recognizer/lines.npz"), ("on data 20x too narrow",
+                                                                            "lines_narrow.npz"))}
     sigmoid_heads = {
         f"{title}, calibrated {how}": Case(
             work / f"{model}.keras", work / f"features{suffix}.npz", ["tflite", "onnx"], features_test, truth,
@@ -185,6 +202,7 @@ def build_cases(work: Path) -> dict[str, Case]:
             work / "onsets.keras", work / "click.npz", ["tflite", "onnx"], clips[230:], _values_truth,
             {"eval": str(work / "clean.npz")}),
         **sigmoid_heads,
+        **recognizer,
     }
 
 
@@ -262,6 +280,14 @@ def _unit_values_truth(f: np.ndarray, q: np.ndarray) -> tuple[bool, str]:
     """Values squashed into 0..1 (normalised coordinates, scores): mean absolute error <= 0.02."""
     error = float(np.mean(np.abs(q - f)))
     return bool(error <= 0.02), f"mean |error| {error:.3f} on 0..1 outputs"
+
+
+def _lines_truth(f: np.ndarray, q: np.ndarray, texts: list[list[int]]) -> tuple[bool, str]:
+    """What a recognizer's user reads: lines decoded (greedy CTC) exactly right, against the true
+    texts; at most 1 pp of lines lost."""
+    right_f = np.mean([d == t for d, t in zip(attention_models.greedy_ctc(f), texts)])
+    right_q = np.mean([d == t for d, t in zip(attention_models.greedy_ctc(q), texts)])
+    return bool(100 * (right_f - right_q) <= 1.0), f"lines read right {100 * right_f:.1f}% -> {100 * right_q:.1f}%"
 
 
 def _labels_truth(f: np.ndarray, q: np.ndarray) -> tuple[bool, str]:

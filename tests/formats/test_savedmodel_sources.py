@@ -50,3 +50,31 @@ def test_a_saved_model_with_resource_variables_converts_and_explains_with_usable
                        softmax, "--keep-float", "output_0", "-o", out, "--force")
     assert kept.returncode == 0, kept.stderr[-3000:]
     assert f"SOFTMAX ({softmax})" in kept.stdout
+
+
+def test_a_jax_style_one_hot_saved_model_ships_tflite_with_its_one_hot_in_float(tmp_path):
+    """A jax2tf-style SavedModel: int32 tokens -> tf.one_hot -> dense layers with a [1, N] bias.
+    TFLite's ONE_HOT takes no quantized operand: it stays float (named in the artifact) instead
+    of failing the format, and the ONNX build quantizes (its Gemm bias flattened to 1-D)."""
+    run_tf(f"""
+        import numpy as np, tensorflow as tf
+        rng = np.random.default_rng(0)
+        w1 = tf.constant(rng.normal(0, 0.3, (128, 32)).astype(np.float32))
+        w2 = tf.constant(rng.normal(0, 0.3, (32, 4)).astype(np.float32))
+        b2 = tf.constant(rng.normal(0, 0.1, (1, 4)).astype(np.float32))
+        class M(tf.Module):
+            @tf.function(input_signature=[tf.TensorSpec([None, 24], tf.int32, name="tokens")])
+            def __call__(self, tokens):
+                counts = tf.reduce_sum(tf.one_hot(tokens, 128, dtype=tf.float32), axis=1)
+                return {{"probabilities": tf.nn.softmax(tf.matmul(tf.nn.relu(tf.matmul(counts, w1)), w2) + b2)}}
+        m = M()
+        tf.saved_model.save(m, {str(tmp_path / "sm")!r}, signatures={{"serving_default": m.__call__}})
+        np.savez({str(tmp_path / "tokens.npz")!r}, tokens=rng.integers(32, 96, (200, 24)).astype(np.int32))
+    """)
+    result = edgekit_cli("package", tmp_path / "sm", "--format", "tflite", "--format", "onnx", "-c",
+                         tmp_path / "tokens.npz", "--no-also-float", "-o", tmp_path / "out", "--name", "onehot")
+    assert result.returncode == 0, result.stderr[-3000:]
+    manifest = json.loads((tmp_path / "out" / "onehot.edgekit" / "manifest.json").read_text())
+    tflite = next(a for a in manifest["artifacts"] if a["format"] == "tflite")
+    assert "ONE_HOT" in {op["op"] for op in tflite["float_ops"]} and tflite["precision"].startswith("int8+float")
+    assert all(m["passed"] for m in manifest["validation"]["artifacts"].values())

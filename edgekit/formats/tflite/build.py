@@ -239,9 +239,10 @@ class TFLiteBuilder(Builder):
 
 
 # the build with fewer float ops ships unless it is further from float than the other by CLOSE_DB
-# and below GOOD_DB (healthy INT8 builds of the reference models measure 28-62 dB; a build with
-# more float ops is closer to float by construction)
-CLOSE_DB, GOOD_DB = 1.0, 30.0
+# and below GOOD_DB, the values gate's SQNR floor (a build with more float ops is closer to float
+# by construction: BatchNorm-after-ReLU measured 23.6 dB int8, 33.3 dB with it float; a GRU's
+# gates through LiteRT Quantizer 8 dB)
+CLOSE_DB, GOOD_DB = 1.0, 20.0
 SQNR_SAMPLES = 32
 
 
