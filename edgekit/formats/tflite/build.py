@@ -155,6 +155,39 @@ class TFLiteBuilder(Builder):
                      **({"requantized_outputs": info["fixed_output_scales"]} if info["fixed_output_scales"] else {})},
         ))
 
+    def _pt2e_or_quantizer(self, context: BuildContext, precision: Precision, float_model: Path, tool: str,
+                           on_progress: Callable[[int, int], None] | None,
+                           fallback: dict[str, Any]) -> BuildResult | str:
+        """PT2E annotates op patterns and leaves the others in float (a BatchNorm after a ReLU, a
+        layer norm, attention's matmuls of two activations): LiteRT Quantizer quantizes every op
+        of the float conversion it has a kernel for. Its build (returned) ships when it has fewer
+        float ops and is not under the floor (``CLOSE_DB``, ``GOOD_DB``); else PT2E's stays in
+        place and the reason is returned."""
+        output = context.package_dir / ARTIFACT_PATH
+        listed = ", ".join(sorted({op["op"] for op in precision.inner}))
+        note = f"litert-torch's PT2E quantizer left ops in float ({listed})"
+        pt2e_bytes = output.read_bytes()
+        try:
+            rebuilt = self._quantized_from_float(context, float_model, MODULES, tool, on_progress,
+                                                 float_by="float TFLite (litert-torch), LiteRT", note=note, **fallback)
+        except EdgekitError as failed:
+            output.write_bytes(pt2e_bytes)  # PT2E's artifact, with its float ops named
+            if not context.allow_float_ops:
+                _refuse_unexpected_float_ops(precision.inner, context.keep_float)
+            return failed.message
+        left = rebuilt.artifact.details["precision"]["float_layers"]
+        fewer = len([op for op in rebuilt.artifact.float_ops if not op.get("tail")]) < len(precision.inner)
+        rebuilt_bytes = output.read_bytes()
+        quantizer_db, pt2e_db = _worst_sqnr(rebuilt_bytes, float_model, context), \
+            _worst_sqnr(pt2e_bytes, float_model, context)
+        if not context.allow_float_ops or (fewer and quantizer_db >= min(pt2e_db - CLOSE_DB, GOOD_DB)):
+            output.write_bytes(rebuilt_bytes)
+            return rebuilt
+        output.write_bytes(pt2e_bytes)
+        return (f"LiteRT Quantizer left more ops in float ({', '.join(left)})" if not fewer else
+                f"LiteRT Quantizer's build was further from float ({quantizer_db:.1f} dB against {pt2e_db:.1f} dB "
+                "on the calibration samples)")
+
     def _build_from_torch(self, context: BuildContext, on_progress: Callable[[int, int], None] | None) -> BuildResult:
         """litert-torch in its own environment (PT2E static INT8), then the same checks as above."""
         from ... import toolenv
@@ -189,40 +222,12 @@ class TFLiteBuilder(Builder):
                                               **fallback)
         precision = _loadable(lambda: analyse(str(output), list(context.layer_names), layer_namer=torch_layer),
                               "litert-torch")
+        pt2e_note = ""
         if precision.inner:
-            # PT2E annotates op patterns and leaves the others in float (a BatchNorm after a ReLU, a
-            # layer norm, attention's matmuls of two activations): LiteRT Quantizer quantizes every op
-            # of the float conversion it has a kernel for. The one with fewer float ops ships.
-            listed = ", ".join(sorted({op["op"] for op in precision.inner}))
-            note = f"litert-torch's PT2E quantizer left ops in float ({listed})"
-            pt2e_bytes = output.read_bytes()
-            try:
-                rebuilt = self._quantized_from_float(context, float_model, MODULES, tool, on_progress,
-                                                     float_by="float TFLite (litert-torch), LiteRT", note=note,
-                                                     **fallback)
-            except EdgekitError as failed:
-                output.write_bytes(pt2e_bytes)  # PT2E's artifact, with its float ops named
-                if not context.allow_float_ops:
-                    _refuse_unexpected_float_ops(precision.inner, context.keep_float)
-                rebuilt, why_not = None, failed.message
-            else:
-                left = rebuilt.artifact.details["precision"]["float_layers"]
-                fewer = len([op for op in rebuilt.artifact.float_ops if not op.get("tail")]) < len(precision.inner)
-                rebuilt_bytes = output.read_bytes()
-                quantizer_db, pt2e_db = _worst_sqnr(rebuilt_bytes, float_model, context), \
-                    _worst_sqnr(pt2e_bytes, float_model, context)
-                if not context.allow_float_ops or (fewer and quantizer_db >= min(pt2e_db - CLOSE_DB, GOOD_DB)):
-                    output.write_bytes(rebuilt_bytes)
-                    return rebuilt
-                output.write_bytes(pt2e_bytes)
-                why_not = (f"LiteRT Quantizer left more ops in float ({', '.join(left)})" if not fewer else
-                           f"LiteRT Quantizer's build was further from float ({quantizer_db:.1f} dB against "
-                           f"{pt2e_db:.1f} dB on the calibration samples)")
-            if not context.allow_float_ops:
-                _refuse_unexpected_float_ops(precision.inner, context.keep_float)
-            pt2e_note = why_not
-        else:
-            pt2e_note = ""
+            chosen = self._pt2e_or_quantizer(context, precision, float_model, tool, on_progress, fallback)
+            if isinstance(chosen, BuildResult):
+                return chosen
+            pt2e_note = chosen
         inputs, outputs = io_quantization(str(output))
         return BuildResult(float_model=str(float_model), **fallback,
                            float_by="float TFLite (litert-torch), LiteRT", artifact=Artifact(
