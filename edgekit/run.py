@@ -206,7 +206,7 @@ def stream_rows(model: Any, named: list[tuple[str | None, Path]], specs: list[st
     in order, state carried from each call to the next; one row per frame."""
     import numpy as np
 
-    from .streaming import parse_pairs
+    from .streaming import find_pairs, parse_pairs
 
     frames: dict[str, Any] = {}
     for name, path in named:
@@ -215,11 +215,10 @@ def stream_rows(model: Any, named: list[tuple[str | None, Path]], specs: list[st
                 frames.update({k: arrays[k] for k in arrays.files})
         else:
             frames[name or model.input_names[0]] = np.load(path, allow_pickle=False)
-    pairs = parse_pairs(specs, model.input_names, model.output_names) if specs else None
-    stream = model.stream(pairs)
-    given = {k: v for k, v in frames.items() if k in stream.pairs}  # a state in the file: its starting value
-    if given:
-        stream = model.stream(stream.pairs, initial=given)
+    pairs = (parse_pairs(specs, model.input_names, model.output_names) if specs
+             else find_pairs(model.input_names, model.output_names))
+    given = {k: v for k, v in frames.items() if k in pairs}  # a state in the file: its starting value
+    stream = model.stream(pairs or None, initial=given or None)
     data = {k: v for k, v in frames.items() if k in stream.frame_inputs}
     outputs = stream.run(data)
     total = len(next(iter(outputs.values())))

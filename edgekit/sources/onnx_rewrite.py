@@ -132,42 +132,48 @@ def batch_first(model: Any) -> dict[str, int]:
     batch = firsts.most_common(1)[0][0]
     moved: dict[str, int] = {}
     front: list[Any] = []
-    for value in inputs:
-        axis = _batch_axis(value, batch)
-        if not axis:
+    for value in inputs:  # the package feeds it batch-first: a Transpose back to the source's layout
+        perm = _to_first(value, batch)
+        if perm is None:
             continue
-        rank = len(_dims(value))
-        perm_to_first = [axis] + [d for d in range(rank) if d != axis]
-        inner = f"{value.name}__source_layout"
-        for other in graph.node:
-            for i, name in enumerate(other.input):
-                if name == value.name:
-                    other.input[i] = inner
-        front.append(helper.make_node("Transpose", [value.name], [inner], perm=_inverse(perm_to_first),
+        inner = _rename_uses(graph, value.name, outputs_too=False)
+        front.append(helper.make_node("Transpose", [value.name], [inner], perm=_inverse(perm),
                                       name=f"{value.name}/to_source_layout"))
-        _permute(value, perm_to_first)
-        moved[value.name] = axis
-    for value in graph.output:
-        axis = _batch_axis(value, batch)
-        if not axis:
+        _permute(value, perm)
+        moved[value.name] = perm[0]
+    for value in graph.output:  # the source computes it in its layout: a Transpose to batch-first
+        perm = _to_first(value, batch)
+        if perm is None:
             continue
-        rank = len(_dims(value))
-        perm_to_first = [axis] + [d for d in range(rank) if d != axis]
-        inner = f"{value.name}__source_layout"
-        for other in graph.node:
-            for i, name in enumerate(other.output):
-                if name == value.name:
-                    other.output[i] = inner
-            for i, name in enumerate(other.input):
-                if name == value.name:
-                    other.input[i] = inner
-        graph.node.append(helper.make_node("Transpose", [inner], [value.name], perm=perm_to_first,
+        inner = _rename_uses(graph, value.name, outputs_too=True)
+        graph.node.append(helper.make_node("Transpose", [inner], [value.name], perm=perm,
                                            name=f"{value.name}/to_batch_first"))
-        _permute(value, perm_to_first)
-        moved[value.name] = axis
+        _permute(value, perm)
+        moved[value.name] = perm[0]
     for offset, node in enumerate(front):
         graph.node.insert(offset, node)
     return moved
+
+
+def _to_first(value: Any, batch: str) -> list[int] | None:
+    """The permutation moving ``value``'s batch axis to the front, or None when it is there."""
+    axis = _batch_axis(value, batch)
+    if not axis:
+        return None
+    return [axis] + [d for d in range(len(_dims(value))) if d != axis]
+
+
+def _rename_uses(graph: Any, name: str, outputs_too: bool) -> str:
+    """Every node's use of ``name`` (its inputs; with ``outputs_too`` its producer's output as
+    well) renamed to ``NAME__source_layout``; the new name."""
+    inner = f"{name}__source_layout"
+    for node in graph.node:
+        fields = (node.input, node.output) if outputs_too else (node.input,)
+        for names in fields:
+            for i, current in enumerate(names):
+                if current == name:
+                    names[i] = inner
+    return inner
 
 
 def _dims(value: Any) -> list[str]:
