@@ -440,6 +440,8 @@ def _compare(args: argparse.Namespace) -> int:
         print(f"warning: skipped {skipped}", file=sys.stderr)
     for note in comparison.notes:
         print(f"note: {note}", file=sys.stderr)
+    for warning in comparison.warnings:
+        print(f"WARNING: conditions differ: {warning}", file=sys.stderr)
     if fail_on_regression is not None and not comparison.compared:
         from .errors import InputError
 

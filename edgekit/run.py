@@ -84,10 +84,37 @@ def parser(prog: str = PROG) -> argparse.ArgumentParser:
     bench.add_argument("--csv", type=Path, default=None, help="also write the summary as CSV")
     bench.add_argument("--device-name", default=None, help="name for this device in reports (default: hostname)")
     bench.add_argument("--push", default=None, metavar="URL", help="POST the report to an edgekit server")
+    bench.add_argument("--sustained", type=_duration, default=None, metavar="DURATION",
+                       help="measure for this long (90s, 10m, 1h) in windows: latency over time, first vs last "
+                            "minute p50 and a throttling verdict (replaces --runs/--min-seconds)")
+    bench.add_argument("--window", type=_positive_float, default=None, metavar="SECONDS",
+                       help="window length of a --sustained run (default: about 60 windows, 0.5-30 s each)")
+    bench.add_argument("--fail-on-fallback", action="store_true",
+                       help="exit 3 when a requested delegate or execution provider is not active or left ops to "
+                            "the CPU (the report says which)")
+    bench.add_argument("--no-launch", action="store_true",
+                       help="skip timing a new process's load and first inference (empty, then warm caches)")
     bench.add_argument("--cv-warn", type=_non_negative_float, default=0.05,
                        help="warn when the p50's 95%% confidence interval is wider than this fraction of the p50: "
                             "differences of that size cannot then be told apart (default 0.05)")
     return p
+
+
+def _duration(text: str) -> float:
+    from .bench.sustained import parse_duration
+    from .errors import EdgekitError
+
+    try:
+        return parse_duration(text)
+    except EdgekitError as exc:
+        raise argparse.ArgumentTypeError(f"{exc.message}; {exc.hint}") from None
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError("must be greater than 0")
+    return value
 
 
 def _non_negative(text: str) -> int:

@@ -102,7 +102,8 @@ def tune(source: str, runs: int = 60, min_seconds: float = 1.0, threads: list[in
     default = Choice(entry.key, backend_cls.name, default_threads(chosen_profile))
     if default not in found:
         found.append(default)
-    options = BenchOptions(runs=runs, warmup=5, min_seconds=min_seconds, profile=profile)
+    options = BenchOptions(runs=runs, warmup=5, min_seconds=min_seconds, profile=profile, launch=False,
+                           placement=False)  # choosing the fastest: steady state only
     report = bench(str(root), options, choices=[(c.artifact, c.backend, c.threads) for c in found])
     samples = {c: [ms / 1e3 for ms in r["latency"]["samples_ms"]] for r, c in zip(report["results"], found)}
     medians = {c: float(r["latency"]["p50"]) for r, c in zip(report["results"], found)}  # the harness's summary

@@ -242,7 +242,7 @@ def int8_vs_float(package: Path, threads: int | list[int], runs: int) -> dict:
     # the x86 profile lists every runtime that runs here (LiteRT, ONNX Runtime, OpenVINO)
     pairs = list(dict.fromkeys((a.key, b.name) for a, b in runnable(manifest, get_profile("x86-cpu"))))
     choices = [(key, backend, t) for key, backend in pairs for t in counts]
-    report = bench(str(root), BenchOptions(runs=runs, warmup=10, min_seconds=2.0), choices=choices)
+    report = bench(str(root), BenchOptions(runs=runs, warmup=10, min_seconds=2.0, launch=False, placement=False), choices=choices)
     p50 = {(r["config"]["artifact"], r["config"]["backend"], r["config"]["threads"]): r["latency"]["p50"]
            for r in report["results"]}
     floats = {a.key for a in manifest.artifacts if a.precision.startswith("float")}
@@ -324,7 +324,7 @@ def tuned_vs(package: Path, against: str, threads: int, runs: int, artifacts: li
     tuning = tune(str(package), threads=[threads], artifacts=artifacts, include_failed=include_failed,
                   min_seconds=2.0)["tuning"]
     backend = "litert" if against.startswith("tflite") else "onnxruntime"
-    report = bench(str(package), BenchOptions(runs=runs, warmup=10, min_seconds=2.0),
+    report = bench(str(package), BenchOptions(runs=runs, warmup=10, min_seconds=2.0, launch=False, placement=False),
                    choices=[(None, None, None), (against, backend, threads)])
     tuned, forced = (r["latency"]["p50"] for r in report["results"])
     return {"artifacts": artifacts or "all", "decision": tuning["decision"], "evidence": tuning["evidence"],

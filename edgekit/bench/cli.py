@@ -28,6 +28,7 @@ def run_bench(args: argparse.Namespace) -> int:
         input=str(args.inputs[0]) if args.inputs else None, eval=args.eval, cv_warn=args.cv_warn,
         sweep_threads=args.sweep_threads or [], sweep_batches=args.sweep_batch or [], device_name=args.device_name,
         require_signature=args.require_signature, trusted_keys=args.trusted_keys,
+        sustained_s=args.sustained, window_s=args.window, launch=not args.no_launch,
     )
     from ..fsutil import ensure_writable
 
@@ -51,7 +52,30 @@ def run_bench(args: argparse.Namespace) -> int:
     if args.push:
         status = push(report, args.push)
         print(f"pushed to {args.push} (HTTP {status})")
+    fallbacks = fallback_reasons(report)
+    if args.fail_on_fallback and fallbacks:
+        for reason in fallbacks:
+            print(f"error: fallback: {reason}", file=sys.stderr)
+        print("hint: install the runtime build with that accelerator, or check the device profile's delegate / "
+              "providers; the report's placement section lists the ops", file=sys.stderr)
+        return FALLBACK_EXIT
     return 0
+
+
+FALLBACK_EXIT = 3
+
+
+def fallback_reasons(report: dict[str, Any]) -> list[str]:
+    """One line per configuration whose requested accelerator did not take its ops."""
+    from ..formats.placement import fell_back
+
+    found = []
+    for result in report["results"]:
+        reason = fell_back(result.get("placement") or {})
+        if reason:
+            config = result["config"]
+            found.append(f"{config['artifact']}/{config['backend']} t{config['threads']}: {reason}")
+    return found
 
 
 def print_summary(report: dict[str, Any]) -> None:
@@ -79,5 +103,47 @@ def print_summary(report: dict[str, Any]) -> None:
         acc = (result.get("accuracy") or {}).get("accuracy")
         if acc is not None:
             print(f"{'':<{aw}} accuracy on device: {100 * acc:.2f}% ({result['accuracy']['samples']} samples)")
+    for row, result in zip(rows, report["results"]):
+        _print_extras(row, result)
+    print_context(report)
     if report["thermal"]["throttled"]:
         print("THROTTLED during this run: " + "; ".join(report["thermal"]["reasons"]))
+
+
+def _print_extras(row: dict[str, Any], result: dict[str, Any]) -> None:
+    """Launch, first inference, placement and the sustained verdict of one configuration."""
+    name = f"{row['artifact']}/{row['backend']} t{row['threads']}"
+    launch = result.get("launch") or {}
+    first, again = launch.get("first_launch") or {}, launch.get("relaunch") or {}
+    if "process_ms" in first:
+        print(f"{name}: first launch {first['process_ms']:.0f} ms to the first result (empty cache), relaunch "
+              f"{again.get('process_ms', float('nan')):.0f} ms (warm cache); in this process: load "
+              f"{result['load_ms'].get('total_s', 0):.1f} ms, first inference {result['first_inference_ms']:.2f} ms")
+    placement = result.get("placement") or {}
+    if placement.get("by_target"):
+        where = ", ".join(f"{target} {count}" for target, count in placement["by_target"].items())
+        print(f"{name}: ops by where they ran: {where}" + (
+            f" (fallback: {placement['fallback_ops']} ops)" if placement.get("fallback_ops") else ""))
+    sustained = result.get("sustained") or {}
+    if sustained.get("first"):
+        verdict = sustained["verdict"]
+        print(f"{name}: sustained {sustained['duration_s']:.0f} s: {sustained['first']['span']} p50 "
+              f"{sustained['first']['p50']:.3f} ms, {sustained['last']['span']} {sustained['last']['p50']:.3f} ms "
+              f"({sustained['change_pct']:+.1f}%): {verdict['verdict']} ({verdict['reason']})")
+
+
+def print_context(report: dict[str, Any]) -> None:
+    """The conditions line: what a reader needs to trust (or not) the figures above."""
+    conditions = (report.get("context") or {}).get("conditions") or {}
+    parts = []
+    for key, label in (("governor", "governor"), ("power_source", "power"), ("power_mode", "power mode")):
+        if conditions.get(key):
+            parts.append(f"{label} {conditions[key]}")
+    if conditions.get("max_c") is not None:
+        parts.append(f"hottest zone {conditions['max_c']:.0f} °C")
+    if conditions.get("other_cores") is not None:
+        parts.append(f"other processes {conditions['other_cores']:.2f} cores")
+    unread = [key.replace("_", " ") for key, value in (report.get("context") or {}).items()
+              if isinstance(value, dict) and "unreadable" in value]
+    print("conditions: " + (", ".join(parts) or "none readable") + (f"; not readable here: {', '.join(unread)}"
+                                                                      if unread else ""))

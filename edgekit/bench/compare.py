@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import EdgekitError
+from .conditions import condition_warnings
 from .report import ReportError, read_report
 from .stats import DEFAULT_MARGIN_PCT, regression_verdict
 
@@ -63,6 +64,8 @@ class Comparison:
     threshold_pct: float | None = None
     baseline_source: int = 0  # the one report every other row is compared with
     notes: list[str] = field(default_factory=list)  # how the baseline was chosen, when it needed choosing
+    warnings: list[str] = field(default_factory=list)  # conditions that differ between reports (conditions.py)
+    reports: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
 
     @property
     def regressions(self) -> list[Row]:
@@ -169,7 +172,8 @@ def compare(
     with _warnings.catch_warnings():
         _warnings.simplefilter("ignore")
         return Comparison(rows=rows, baseline=reports[source][0], skipped=skipped, threshold_pct=threshold_pct,
-                          baseline_source=source, notes=notes)
+                          baseline_source=source, notes=notes, warnings=condition_warnings(reports, source),
+                          reports=reports)
 
 
 def baseline_report(reports: list[tuple[str, dict[str, Any]]], baseline: str | None) -> tuple[int, list[str]]:
@@ -226,6 +230,10 @@ def table_rows(comparison: Comparison) -> list[list[str]]:
             f"{latency['p90']:.3f}",
             f"{(result.get('throughput') or {}).get('per_s', 0):.0f}/s",
             f"{result.get('peak_rss_mib', 0):.0f} MiB",
+            launch_cell(result),
+            f"{result['first_inference_ms']:.2f}" if isinstance(result.get("first_inference_ms"), (int, float)) else "",
+            over_time_cell(result),
+            placement_cell(result),
             "" if accuracy is None else f"{100 * accuracy:.2f}%",
             "" if row.speedup is None else f"{row.speedup:.2f}x",
             verdict,
@@ -234,7 +242,39 @@ def table_rows(comparison: Comparison) -> list[list[str]]:
 
 
 HEADERS = ["device", "artifact", "backend", "precision", "threads", "batch", "size", "p50 ms", "p90 ms",
-           "throughput", "RSS", "accuracy", "speedup", "vs baseline"]
+           "throughput", "RSS", "launch ms", "1st inf ms", "over time", "placement", "accuracy", "speedup", "vs baseline"]
+
+
+def launch_cell(result: dict[str, Any]) -> str:
+    """"first / relaunch" ms from process start to the first result ("" when not measured)."""
+    launch = result.get("launch") or {}
+    first, again = (launch.get("first_launch") or {}), (launch.get("relaunch") or {})
+    if "process_ms" not in first:
+        return ""
+    return f"{first['process_ms']:.0f} / {again.get('process_ms', 0):.0f}"
+
+
+def over_time_cell(result: dict[str, Any]) -> str:
+    """A sustained run's first-to-last change and verdict ("" for a short run)."""
+    sustained = result.get("sustained") or {}
+    if "change_pct" not in sustained:
+        return ""
+    verdict = sustained["verdict"]
+    return f"{sustained['change_pct']:+.0f}% {verdict['verdict']}" + (" (throttled)" if verdict.get("throttled") else "")
+
+
+def placement_cell(result: dict[str, Any]) -> str:
+    """"all on X" or "N/M on CPU" for the requested accelerator ("" when not recorded)."""
+    placement = result.get("placement") or {}
+    if not placement.get("ops"):
+        return ""
+    if not placement.get("requested"):
+        return f"{placement['ops']} ops, CPU"
+    if placement.get("missing"):
+        return f"{', '.join(placement['missing'])} not active"
+    if placement.get("fallback_ops"):
+        return f"{placement['fallback_ops']}/{placement['ops']} ops fell back"
+    return f"all {placement['ops']} on {', '.join(placement['requested'])}"
 
 
 def markdown(comparison: Comparison) -> str:
@@ -245,4 +285,7 @@ def markdown(comparison: Comparison) -> str:
         lines += ["", "| configuration | " + " | ".join(grid.devices) + " |", "|" + "---|" * (len(grid.devices) + 1)]
         lines += ["| " + config + " | " + " | ".join(matrix_cell(comparison, grid.cells.get((config, d)))
                                                    for d in grid.devices) + " |" for config in grid.configs]
+    if comparison.warnings:
+        lines += ["", "Conditions (read before trusting a speedup):", ""]
+        lines += [f"- {warning}" for warning in comparison.warnings]
     return "\n".join(lines) + "\n"

@@ -5,7 +5,10 @@ inference, warm-up, then steady state until both ``runs`` and ``min_seconds`` ar
 sample kept. Model-only latency (the runtime call with native-dtype IO) is reported next to
 the end-to-end path an application pays: decode/resize/normalize, quantize + invoke +
 dequantize, and top-k postprocessing. Throughput at batch 1 and at ``batch``; peak RSS;
-accuracy when evaluation data is given; thermal state before and after.
+accuracy when evaluation data is given. Around it, the run context (``context``): clocks,
+temperatures, throttling, load and power before, after and (``--sustained``) between windows;
+launch times of a new process (``launch``); and where each configuration's ops ran
+(``placement``).
 """
 
 from __future__ import annotations
@@ -23,8 +26,11 @@ import numpy as np
 
 from ..version import __version__
 from ..runtime import Model, load
-from .fingerprint import fingerprint, thermal_state, throttled_during
+from .report import SCHEMA_VERSION
+from . import context as run_context
+from .fingerprint import fingerprint
 from .stats import CV_WARN, summarize
+from .sustained import summarize_sustained, timeline, window_seconds
 
 
 @dataclass
@@ -46,11 +52,24 @@ class BenchOptions:
     seed: int = 0
     require_signature: bool | None = None
     trusted_keys: str | None = None
+    sustained_s: float | None = None  # measure for this long, in windows (--sustained)
+    window_s: float | None = None  # window length of a sustained run (default: about 60 windows)
+    launch: bool = True  # time a new process's load and first inference (empty, then warm caches)
+    placement: bool = True  # which ops ran on the requested delegate / provider
 
 
 def peak_rss_mib() -> float:
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return round(peak / (1024 * 1024) if sys.platform == "darwin" else peak / 1024, 1)
+
+
+def rss_mib() -> float | None:
+    """Resident memory now (Linux: /proc/self/statm), None where it cannot be read."""
+    try:
+        pages = int(Path("/proc/self/statm").read_text().split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return round(pages * resource.getpagesize() / (1024 * 1024), 1)
 
 
 def _timed(call: Callable[[], Any]) -> float:
@@ -161,12 +180,15 @@ class _Config:
     x: np.ndarray | None = None
     call: Callable[[], Any] | None = None
     samples: list[float] = field(default_factory=list)
+    times: list[float] = field(default_factory=list)  # when each sample started (sustained runs), s
     first_ms: float = 0.0
     warmup_ms: float = 0.0
+    rss_after_load_mib: float | None = None
 
 
 def _prepare(source: str, options: BenchOptions, config: _Config) -> None:
     config.model, config.load = load_model(source, options, config.artifact, config.threads, config.backend)
+    config.rss_after_load_mib = rss_mib()
     x = _native(config.model, _sample_input(config.model, options, config.batch))
     backend = config.model.backend
     config.x = x
@@ -202,6 +224,36 @@ def _measure(configs: list[_Config], options: BenchOptions) -> None:
                 config.samples.append(_timed(config.call))
 
 
+def _measure_sustained(configs: list[_Config], options: BenchOptions, started: float) -> list[dict[str, Any]]:
+    """Round-robin like ``_measure`` for ``options.sustained_s``, every sample time-stamped and the
+    context read at each window boundary (between turns: never inside a timed call)."""
+    assert options.sustained_s is not None
+    rng = random.Random(options.seed)
+    window = window_seconds(options.sustained_s, options.window_s)
+    snapshots = [run_context.snapshot(started=started)]
+    clock_start = time.perf_counter()
+    next_snapshot = window
+    chunk = 5
+    while (elapsed := time.perf_counter() - clock_start) < options.sustained_s:
+        order = list(configs)
+        rng.shuffle(order)
+        for config in order:
+            if len(configs) > 1:
+                time.sleep(SETTLE_S)
+                config.call()
+            for _ in range(chunk):
+                begin = time.perf_counter()
+                config.call()
+                end = time.perf_counter()
+                config.samples.append(end - begin)
+                config.times.append(begin - clock_start)
+        if elapsed >= next_snapshot:
+            snapshots.append(run_context.snapshot(started=started))
+            next_snapshot += window
+    snapshots.append(run_context.snapshot(started=started))
+    return snapshots
+
+
 def bench(source: str, options: BenchOptions, artifacts: list[str] | None = None,
           choices: list[tuple[str, str, int]] | None = None) -> dict[str, Any]:
     """Benchmark one artifact (or, with ``artifacts``/sweep options, several configurations;
@@ -209,7 +261,9 @@ def bench(source: str, options: BenchOptions, artifacts: list[str] | None = None
     from ..devices import runtime_threads
     from ..formats import exact_name
 
-    before = thermal_state()
+    started = time.monotonic()
+    static = run_context.static_context()
+    before = run_context.snapshot(started=started)
     # ``artifacts`` and ``choices`` are a manifest's keys: each loads that build exactly (the user's
     # --artifact onnx means this CPU's best ONNX build, a sweep of keys means each one)
     if choices:
@@ -221,9 +275,14 @@ def bench(source: str, options: BenchOptions, artifacts: list[str] | None = None
         configs = [_Config(artifact=a, threads=t, batch=b) for a in targets for t in threads_list for b in batches]
     for config in configs:
         _prepare(source, options, config)
-    _measure(configs, options)
-    after = thermal_state()
-    reasons = throttled_during(before, after)
+    snapshots = _measure_sustained(configs, options, started) if options.sustained_s else []
+    if not options.sustained_s:
+        _measure(configs, options)
+    after = snapshots[-1] if snapshots else run_context.snapshot(started=started)
+    reasons = run_context.throttle_reasons(before, after)
+    usage = run_context.during(before, after)
+    points = timeline(snapshots) if snapshots else []
+    launches = _launches(source, options, configs)
     results = []
     for config in configs:
         model = config.model
@@ -258,30 +317,93 @@ def bench(source: str, options: BenchOptions, artifacts: list[str] | None = None
             "end_to_end": end_to_end(model, options, max(20, options.runs // 5)) if config.batch == 1 else None,
             "accuracy": accuracy(model, options.eval) if options.eval else None,
             "peak_rss_mib": peak_rss_mib(),
+            "rss_after_load_mib": config.rss_after_load_mib,
+            "launch": launches.get((config.artifact, config.backend)),
+            "placement": model.backend.placement() if options.placement else None,
             "warnings": warnings,
         }
+        if options.sustained_s:
+            result["sustained"] = summarize_sustained(np.asarray(config.times), np.asarray(config.samples) * 1e3,
+                                                      options.sustained_s, window_seconds(options.sustained_s,
+                                                                                          options.window_s), points)
+            result["latency"]["samples_ms"] = _thinned(result["latency"]["samples_ms"])
+            warnings.extend(_sustained_warning(result))
         results.append(result)
     first = configs[0].model
     assert first is not None
     report = {
         "schema": "edgekit.bench.report",
-        "schema_version": 1,
+        "schema_version": SCHEMA_VERSION,
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "edgekit_version": __version__,
         "model": {"name": first.manifest.name, "source": str(source), "artifacts": [a.key for a in first.manifest.artifacts]},
         "device": fingerprint(profile=first.profile.name) | {"name": options.device_name or _hostname()},
         "settings": {"runs": options.runs, "warmup": options.warmup, "min_seconds": options.min_seconds,
                      "batch": options.batch, "sweep_threads": options.sweep_threads,
-                     "sweep_batches": options.sweep_batches, "seed": options.seed, "cv_warn": options.cv_warn},
-        "thermal": {"before": before, "after": after, "throttled": bool(reasons), "reasons": reasons},
+                     "sweep_batches": options.sweep_batches, "seed": options.seed, "cv_warn": options.cv_warn,
+                     "sustained_s": options.sustained_s},
+        "thermal": {"before": _public(before), "after": _public(after), "throttled": bool(reasons), "reasons": reasons},
+        "context": static | {"before": _public(before), "after": _public(after), "during": usage,
+                             "timeline": points,
+                             "conditions": run_context.conditions(static, before, after, usage)},
         "results": results,
-        "warnings": ([f"THROTTLED: {r}" for r in reasons]) + [w for r in results for w in r["warnings"]]
-        + _fastest_unresolved(results),
+        "warnings": ([f"THROTTLED: {r}" for r in reasons]) + _shared_warning(usage)
+        + [w for r in results for w in r["warnings"]] + _fastest_unresolved(results),
     }
     for config in configs:
         if config.model is not None:
             config.model.close()
     return report
+
+
+MAX_STORED_SAMPLES = 10_000  # a 30-minute run of a 1 ms model is 1.8 M samples: the report keeps a stride
+
+
+def _thinned(samples_ms: list[float]) -> list[float]:
+    if len(samples_ms) <= MAX_STORED_SAMPLES:
+        return samples_ms
+    step = -(-len(samples_ms) // MAX_STORED_SAMPLES)
+    return samples_ms[::step]
+
+
+def _public(snapshot: dict[str, Any]) -> dict[str, Any]:
+    """A snapshot as written in the report (the raw CPU counters are only for differences)."""
+    return {k: v for k, v in snapshot.items() if k != "counters"}
+
+
+def _launches(source: str, options: BenchOptions, configs: list[_Config]) -> dict[tuple[Any, Any], dict[str, Any]]:
+    """Launch times once per artifact and backend (threads change little of a load)."""
+    if not options.launch:
+        return {}
+    from ..formats import exact_name
+    from .launch import launch_times
+
+    found: dict[tuple[Any, Any], dict[str, Any]] = {}
+    for config in configs:
+        key = (config.artifact, config.backend)
+        if key not in found:
+            assert config.model is not None
+            found[key] = launch_times(source, exact_name(config.model.artifact.key), config.model.backend.name, config.threads,
+                                      options.profile)
+    return found
+
+
+def _shared_warning(usage: dict[str, Any]) -> list[str]:
+    share = usage.get("other_share")
+    if share is None or share < run_context.BUSY_SHARE:
+        return []
+    return [f"SHARED: other processes used {usage['other_cores']:.2f} cores ({share:.0%} of the CPU time) during the "
+            "run: latency is higher than on an idle device; compare only with runs taken under the same load"]
+
+
+def _sustained_warning(result: dict[str, Any]) -> list[str]:
+    sustained = result["sustained"]
+    verdict = sustained.get("verdict") or {}
+    if verdict.get("verdict") != "slowed down":
+        return []
+    return [f"{_config_name(result)} slowed down over the run: {sustained['first']['span']} p50 "
+            f"{sustained['first']['p50']:.3f} ms, {sustained['last']['span']} {sustained['last']['p50']:.3f} ms "
+            f"({sustained['change_pct']:+.1f}%): {verdict['reason']}"]
 
 
 def _fastest_unresolved(results: list[dict[str, Any]]) -> list[str]:

@@ -5,7 +5,9 @@ air-gapped lab, a CI artifact). What a fleet engineer reads first comes first: a
 one row per configuration and one column per device (p50 and speedup vs the baseline). Then
 the latency distribution per configuration on a logarithmic axis (devices differ by 10-100x,
 and one slow whisker must not squash every box into the first pixels), p50/p90 bars with a
-labelled scale, and accuracy vs latency when the reports carry accuracy. SVGs scale to the
+labelled scale, accuracy vs latency when the reports carry accuracy, latency (and other
+processes' CPU use) over time for sustained runs, and the run context of every device with
+the conditions that differ between them. SVGs scale to the
 window (viewBox + max-width), labels are sized from their text and never clipped. A small
 inline script counts the rendered charts into ``data-charts-rendered`` on <body> (what the
 browser test checks).
@@ -219,6 +221,103 @@ def scatter_chart(comparison: Comparison) -> str | None:
     return "".join(parts)
 
 
+def _line_chart(name: str, label: str, series: list[tuple[str, list[tuple[float, float]]]], y_title: str,
+                css: str) -> str:
+    """Lines over time (x: seconds from the run's start) with labelled linear axes."""
+    height, left, right, top, bottom = 300, 64, WIDTH - 24, 16, 246
+    x_hi = linear_ticks(max(t for _, points in series for t, _ in points) or 1.0)
+    y_hi = linear_ticks(max(v for _, points in series for _, v in points) * 1.1 or 1.0)
+
+    def sx(value: float) -> float:
+        return left + value / x_hi[-1] * (right - left)
+
+    def sy(value: float) -> float:
+        return bottom - value / y_hi[-1] * (bottom - top)
+
+    parts = [_svg_open(name, WIDTH, height + 22 * len(series), label),
+             f'<line x1="{left}" y1="{bottom}" x2="{right}" y2="{bottom}" stroke="#9ca3af"/>',
+             f'<line x1="{left}" y1="{top}" x2="{left}" y2="{bottom}" stroke="#9ca3af"/>',
+             f'<text x="{(left + right) / 2}" y="{bottom + 34}" font-size="11" text-anchor="middle">seconds from the start '
+             "of the run</text>",
+             f'<text x="14" y="{(top + bottom) / 2}" font-size="11" text-anchor="middle" '
+             f'transform="rotate(-90 14 {(top + bottom) / 2})">{_esc(y_title)}</text>']
+    for tick in x_hi:
+        parts.append(f'<text x="{sx(tick):.1f}" y="{bottom + 16}" font-size="10" text-anchor="middle">{tick:g}</text>')
+    for tick in y_hi:
+        parts.append(f'<line x1="{left}" y1="{sy(tick):.1f}" x2="{right}" y2="{sy(tick):.1f}" stroke="#f3f4f6"/>'
+                     f'<text x="{left - 6}" y="{sy(tick) + 3:.1f}" font-size="10" text-anchor="end">{tick:g}</text>')
+    for i, (title, points) in enumerate(series):
+        color = PALETTE[i % len(PALETTE)]
+        path = " ".join(f"{sx(t):.1f},{sy(v):.1f}" for t, v in points)
+        parts.append(f'<polyline class="{css}" points="{path}" fill="none" stroke="{color}" stroke-width="2">'
+                     f"<title>{_esc(title)}</title></polyline>")
+        y = height + 22 * i
+        parts.append(f'<line x1="{left}" y1="{y - 4}" x2="{left + 24}" y2="{y - 4}" stroke="{color}" stroke-width="3"/>'
+                     f'<text x="{left + 30}" y="{y}" font-size="12">{_esc(_short(title))}</text>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def timeline_chart(comparison: Comparison) -> str | None:
+    """p50 per window of every sustained configuration: where a device throttles or is shared."""
+    series = []
+    for row in comparison.rows:
+        windows = (row.result.get("sustained") or {}).get("windows") or []
+        if len(windows) >= 2:
+            series.append((row.label, [(w["t_s"], w["p50"]) for w in windows]))
+    if not series:
+        return None
+    return _line_chart("latency-over-time", "p50 per window over time", series, "p50 per window, ms", "timeline")
+
+
+def load_chart(comparison: Comparison) -> str | None:
+    """Other processes' CPU use over each sustained run, per device (from /proc/stat)."""
+    series = []
+    for name, report in comparison.reports:
+        points = [(p["t_s"], p["other_cores"]) for p in (report.get("context") or {}).get("timeline") or []
+                  if p.get("other_cores") is not None]
+        if len(points) >= 2:
+            series.append((f"{report['device'].get('name', name)}: other processes", points))
+    if not series:
+        return None
+    return _line_chart("load-over-time", "other processes' CPU use over time", series, "cores used by other processes",
+                       "load")
+
+
+CONTEXT_HEADERS = ["device", "governor", "CPU MHz (allowed)", "hottest °C", "throttled", "other processes (cores)",
+                   "power", "power mode", "runtimes", "not readable"]
+
+
+def _context_cells(name: str, report: dict[str, Any]) -> list[str]:
+    context = report.get("context") or {}
+    conditions = context.get("conditions") or {}
+    policies = (context.get("cpu_frequency") or {}).get("policies") or []
+    mhz = ", ".join(f"{p.get('min_mhz') or '?'}-{p.get('max_mhz') or '?'}" for p in policies)
+    throttled = conditions.get("throttled")
+    versions = context.get("versions") or report["device"].get("libraries") or {}
+    return [
+        report["device"].get("name", name),
+        str(conditions.get("governor") or "unknown"),
+        mhz or "unknown",
+        "unknown" if conditions.get("max_c") is None else f"{conditions['max_c']:.0f}",
+        "unknown" if throttled is None else ("yes: " + "; ".join(conditions.get("throttle_reasons") or []) if throttled
+                                             else "no"),
+        "unknown" if conditions.get("other_cores") is None else f"{conditions['other_cores']:.2f}",
+        str(conditions.get("power_source") or "unknown"),
+        str(conditions.get("power_mode") or "-"),
+        ", ".join(f"{k} {v}" for k, v in versions.items() if k not in ("edgekit", "python", "numpy")),
+        ", ".join(k.replace("_", " ") for k, v in context.items() if isinstance(v, dict) and "unreadable" in v)
+        or ("run context not recorded" if "unreadable" in context else ""),
+    ]
+
+
+def context_table(comparison: Comparison) -> str:
+    rows = "".join("<tr>" + "".join(f"<td>{_esc(c)}</td>" for c in _context_cells(name, report)) + "</tr>"
+                   for name, report in comparison.reports)
+    head = "".join(f"<th>{_esc(h)}</th>" for h in CONTEXT_HEADERS)
+    return f'<table class="context"><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>'
+
+
 def render(comparison: Comparison, title: str = "edgekit benchmark comparison") -> str:
     table = "".join("<tr>" + "".join(f"<td>{_esc(c)}</td>" for c in cells) + "</tr>" for cells in table_rows(comparison))
     charts = [("Latency distribution (box: p25–p75, thick: p50, dashed: p90, whiskers: p1–p99; log axis)",
@@ -227,6 +326,13 @@ def render(comparison: Comparison, title: str = "edgekit benchmark comparison") 
     scatter = scatter_chart(comparison)
     if scatter:
         charts.append(("Accuracy vs latency", scatter))
+    over_time = timeline_chart(comparison)
+    if over_time:
+        charts.append(("Latency over time (sustained runs: p50 per window)", over_time))
+    busy = load_chart(comparison)
+    if busy:
+        charts.append(("Other processes' CPU use over time", busy))
+    warnings = "".join(f"<li>{_esc(w)}</li>" for w in comparison.warnings)
     notes = "".join(f"<li>{_esc(s)}</li>" for s in comparison.skipped)
     sections = "".join(f"<section><h2>{_esc(name)}</h2>{svg}</section>" for name, svg in charts)
     margin = DEFAULT_MARGIN_PCT if comparison.threshold_pct is None else comparison.threshold_pct
@@ -254,6 +360,10 @@ samples{threshold}.</p>
 <section><h2>Every measured configuration</h2>
 <div class="scroll"><table><thead><tr>{''.join(f'<th>{_esc(h)}</th>' for h in HEADERS)}</tr></thead>
 <tbody>{table}</tbody></table></div></section>
+<section><h2>Run context per device</h2>
+<div class="scroll">{context_table(comparison)}</div>
+{f'<p>Conditions (read before trusting a speedup):</p><ul class="conditions">{warnings}</ul>' if warnings else ''}
+</section>
 {f'<p>Skipped files:</p><ul>{notes}</ul>' if notes else ''}
 {sections}
 <script>

@@ -17,7 +17,7 @@ from ..errors import EdgekitError
 from ..fsutil import write_text_atomic
 
 SCHEMA = "edgekit.bench.report"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: run context, launch times, placement, sustained windows
 SCHEMA_FILE = Path(__file__).with_name("report.schema.json")
 CSV_COLUMNS = ("device", "model", "artifact", "backend", "precision", "threads", "batch", "size_bytes",
                "p50_ms", "p90_ms", "p99_ms", "mean_ms", "cv", "spread", "throughput_per_s", "peak_rss_mib", "accuracy",
@@ -29,7 +29,19 @@ class ReportError(EdgekitError):
 
 
 def _upgrade(data: dict[str, Any]) -> dict[str, Any]:
-    """Bring an older schema version up to the current one (none yet: version 1 is the first)."""
+    """Bring an older schema version up to the current one. Version 1 recorded no run context:
+    its conditions are what its thermal section says, the rest unknown (never guessed)."""
+    if data.get("schema_version") == 1 and "context" not in data:
+        thermal = data.get("thermal") or {}
+        after = thermal.get("after") or {}
+        readable = bool(after.get("zones_c") or after.get("raspberry_pi"))
+        data = dict(data)
+        data["context"] = {"unreadable": "schema 1 report: no run context was recorded", "conditions": {
+            "throttled": bool(thermal.get("throttled")) if readable or thermal.get("throttled") else None,
+            "throttle_reasons": list(thermal.get("reasons") or []), "max_c": after.get("max_c"),
+            "governor": (data.get("device") or {}).get("cpu", {}).get("governor"), "capped": None,
+            "other_cores": None, "other_share": None, "shared": None, "power_source": None,
+            "power_mode": ((after.get("jetson") or {}).get("power_mode")), "under_voltage": None}}
     return data
 
 

@@ -157,6 +157,13 @@ class Backend(ABC):
         """What actually runs: library version, delegate/providers, threads."""
         return {"backend": self.name, "library": self.available()}
 
+    def placement(self) -> dict[str, object]:
+        """Which ops ran on which accelerator (``edgekit.formats.placement``'s shape); a backend
+        whose runtime gives no account says so."""
+        from .placement import unreadable_placement
+
+        return unreadable_placement(f"{self.name} does not report where its ops run")
+
     def close(self) -> None:
         """Release the runtime's resources."""
 

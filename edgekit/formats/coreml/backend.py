@@ -70,5 +70,38 @@ class CoreMLBackend(Backend):
             for out in self._outputs
         ]
 
+    def placement(self) -> dict[str, object]:
+        """Per-operation preferred compute device from CoreML's compute plan (``MLComputePlan``,
+        macOS 14.4+ with coremltools 8+): ops the plan keeps on the CPU although the model was
+        loaded for all compute units are the fallback. Not available: said so."""
+        from collections import Counter
+
+        from ..placement import placement, unreadable_placement
+
+        try:
+            import coremltools as ct
+            from coremltools.models.compute_plan import MLComputePlan
+
+            plan = MLComputePlan.load_from_path(path=self._model.get_compiled_model_path(),
+                                                compute_units=ct.ComputeUnit.ALL)
+            devices: Counter[str] = Counter()
+            on_cpu: Counter[str] = Counter()
+            for function in plan.model_structure.program.functions.values():
+                for operation in function.block.operations:
+                    usage = plan.get_compute_device_usage_for_mlprogram_operation(operation)
+                    if usage is None or operation.operator_name == "const":
+                        continue
+                    device = type(usage.preferred_compute_device).__name__.removeprefix("ML").removesuffix(
+                        "ComputeDevice")
+                    devices[device] += 1
+                    if device == "CPU":
+                        on_cpu[operation.operator_name] += 1
+        except Exception as exc:  # an older macOS or coremltools has no compute plan
+            return unreadable_placement(f"CoreML's compute plan is not available here ({type(exc).__name__}: {exc})"[:200])
+        accelerator = "NeuralEngine/GPU"  # compute units ALL: either one is what was asked for
+        taken = devices.get("NeuralEngine", 0) + devices.get("GPU", 0)
+        return placement(dict(devices), [accelerator], [accelerator] if taken else [], on_cpu,
+                         "CoreML compute plan (operation -> preferred device)")
+
     def close(self) -> None:
         self._model = None

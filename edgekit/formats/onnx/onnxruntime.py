@@ -130,6 +130,7 @@ class OnnxRuntimeBackend(Backend):
         self.path = path
         self.threads = threads
         self.spin = spin
+        self.requested_providers = [p[0] if isinstance(p, tuple) else p for p in providers]
         self.providers = choose_providers(providers, ort.get_available_providers())
         if compiled_dir is not None:
             self.providers = [_with_engine_cache(p, Path(compiled_dir)) for p in self.providers]
@@ -166,7 +167,9 @@ class OnnxRuntimeBackend(Backend):
         if save_to is not None:
             options.optimized_model_filepath = str(save_to)
         try:
-            return ort.InferenceSession(model, sess_options=options, providers=self.providers)
+            session = ort.InferenceSession(model, sess_options=options, providers=self.providers)
+            self._opened = (model, already_optimized)  # what placement() profiles again
+            return session
         except Exception as exc:  # onnxruntime raises its own exception types for bad models
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise PackageError(f"ONNX Runtime cannot load {model}: {first}") from None
@@ -220,9 +223,20 @@ class OnnxRuntimeBackend(Backend):
             "threads": self.threads,
             "spin": self.spin,
             "providers": self.active_providers,
+            "requested_providers": self.requested_providers,
             "optimized_model_from_cache": self.optimized_from_cache,
             **({"compiled_cache_replaced": self.cache_replaced} if self.cache_replaced else {}),
         }
+
+    def placement(self) -> dict[str, object]:
+        """Node -> provider from one profiled run of a second session on the same graph and providers
+        (ONNX Runtime records each node's provider in its profile). Nodes ONNX Runtime keeps on the
+        CPU on purpose (shape arithmetic, host copies) are not counted as a fallback."""
+        from .placement_profile import profiled_placement
+
+        model, already_optimized = self._opened
+        options = self._options(_ort(), self.threads, already_optimized=already_optimized, spin=self.spin)
+        return profiled_placement(_ort(), model, options, self.providers, self.requested_providers, self._inputs)
 
     @staticmethod
     def _info(tensor: Any) -> TensorInfo:

@@ -134,6 +134,27 @@ class OpenVINOBackend(Backend):
         return {"backend": self.name, "library": self.available(), "threads": self.threads, "device": self.device,
                 "compiled_cache": self.compiled_cache}
 
+    def placement(self) -> dict[str, object]:
+        """Layers of the compiled (runtime) model per device and per runtime precision: which layers
+        run int8 kernels and which were left at f32/bf16 (OpenVINO's own per-layer account)."""
+        from collections import Counter
+
+        from ..placement import placement, unreadable_placement
+
+        try:
+            ops = self._compiled.get_runtime_model().get_ordered_ops()
+            info = [op.get_rt_info() for op in ops]
+            layers = [(str(i["layerType"].astype(str)), str(i["runtimePrecision"].astype(str))) for i in info]
+        except Exception as exc:  # openvino raises its own types; placement is a report, never a failure
+            return unreadable_placement(f"OpenVINO's runtime model could not be read: {exc}"[:200])
+        compute = [(kind, precision) for kind, precision in layers if kind not in ("Const", "Parameter", "Result")]
+        requested = [self.device] if self.device.split(":")[0] not in ("CPU",) else []
+        return placement({self.device: len(compute)}, requested, [self.device], Counter(),
+                         "OpenVINO runtime model (layer -> device, runtime precision)",
+                         precisions=dict(Counter(precision for _, precision in compute).most_common()),
+                         float_layers=dict(Counter(kind for kind, precision in compute
+                                                   if precision in ("f32", "bf16", "f16")).most_common(10)))
+
     def close(self) -> None:
         self._request = None
         self._compiled = None

@@ -12,6 +12,7 @@ import contextlib
 import importlib
 import os
 import sys
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -100,6 +101,24 @@ def _quiet_native_stderr() -> Iterator[None]:
         os.close(saved)
 
 
+def _delegated_ops(originals: list[dict[str, Any]], partitions: list[dict[str, Any]]) -> set[int]:
+    """Indices of the original ops inside some DELEGATE op: walking back from each partition's
+    outputs through the ops that produced them, stopping at the partition's inputs."""
+    producer = {tensor: op for op in originals for tensor in op["outputs"]}
+    delegated: set[int] = set()
+    for partition in partitions:
+        boundary = {int(t) for t in partition["inputs"]}
+        pending = [int(t) for t in partition["outputs"]]
+        while pending:
+            tensor = pending.pop()
+            op = producer.get(tensor)
+            if tensor in boundary or op is None or op["index"] in delegated:
+                continue
+            delegated.add(op["index"])
+            pending.extend(int(t) for t in op["inputs"] if int(t) >= 0)
+    return delegated
+
+
 def _signature_details(interpreter: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Input and output details named as the model names them (its signature's keys, e.g. "image",
     "output_0"), not as the converter named the tensors ("serving_default_image:0"); a model
@@ -142,10 +161,12 @@ class LiteRTBackend(Backend):
 
     @classmethod
     def profile_options(cls, section: dict[str, Any], cache_dir: Callable[[str], Path | None]) -> dict[str, Any]:
-        """``[runtime.litert]``: ``delegate`` (an external delegate library) and ``delegate_options``."""
+        """``[runtime.litert]``: ``delegate`` (an external delegate library), ``delegate_options``,
+        and ``xnnpack = false`` to run LiteRT's own kernels without its default XNNPACK delegate."""
+        options: dict[str, Any] = {} if section.get("xnnpack", True) else {"xnnpack": False}
         if not section.get("delegate"):
-            return {}
-        return {"delegate": section["delegate"], "delegate_options": dict(section.get("delegate_options", {}))}
+            return options
+        return options | {"delegate": section["delegate"], "delegate_options": dict(section.get("delegate_options", {}))}
 
     def __init__(
         self,
@@ -153,9 +174,12 @@ class LiteRTBackend(Backend):
         threads: int | None = None,
         delegate: str | None = None,
         delegate_options: dict[str, Any] | None = None,
+        xnnpack: bool = True,
         **_: object,
     ) -> None:
         self.path = path
+        self.xnnpack = xnnpack
+        self.requested_delegate = delegate
         self.library = _interpreter_module()[1]
         self.threads = threads
         self.delegate = None
@@ -165,7 +189,7 @@ class LiteRTBackend(Backend):
             if loaded is not None:
                 delegates.append(loaded)
                 self.delegate = delegate
-        self._interpreter = open_interpreter(path, threads, delegates=delegates)
+        self._interpreter = open_interpreter(path, threads, with_delegates=xnnpack, delegates=delegates)
         inputs, outputs = _signature_details(self._interpreter)
         self._input_indices = [d["index"] for d in inputs]
         self._inputs = [_info(d) for d in inputs]
@@ -200,8 +224,32 @@ class LiteRTBackend(Backend):
             "backend": self.name,
             "library": self.library,
             "threads": self.threads,
-            "delegate": self.delegate or "XNNPACK (default CPU delegate)",
+            "delegate": self.delegate or ("XNNPACK (default CPU delegate)" if self.xnnpack else "none (LiteRT kernels)"),
         }
+
+    def placement(self) -> dict[str, object]:
+        """Delegate partitions from the interpreter's graph: after delegation it holds the original
+        ops plus one DELEGATE op per partition; an original op belongs to a partition when it lies
+        between that DELEGATE's inputs and outputs. The rest run on LiteRT's own kernels."""
+        from ..placement import placement, unreadable_placement
+
+        details = getattr(self._interpreter, "_get_ops_details", None)
+        if details is None:
+            return unreadable_placement(f"{self.library} does not list its ops")
+        ops = details()
+        partitions = [op for op in ops if op["op_name"] == "DELEGATE"]
+        delegated = _delegated_ops([op for op in ops if op["op_name"] != "DELEGATE"], partitions)
+        requested = [self.requested_delegate] if self.requested_delegate else (["XNNPACK"] if self.xnnpack else [])
+        active = [self.delegate] if self.delegate else (["XNNPACK"] if self.xnnpack and partitions else [])
+        where = (active or requested or ["delegate"])[0]
+        left = [op["op_name"] for op in ops if op["op_name"] != "DELEGATE" and op["index"] not in delegated]
+        by_target = {where: len(delegated)} if delegated else {}
+        if left:
+            by_target["LiteRT kernels (CPU)"] = len(left)
+        if requested and not partitions and self.xnnpack and not self.requested_delegate:
+            active = []  # XNNPACK was asked for but took no partition: nothing ran on it
+        return placement(by_target, requested, active, Counter(left), "LiteRT delegate partitions",
+                         partitions=len(partitions))
 
     def close(self) -> None:
         self._interpreter = None

@@ -1,0 +1,83 @@
+"""Sustained-run arithmetic: durations, windows, first vs last stretch, and the verdict's cause."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from edgekit.bench.sustained import edge_seconds, parse_duration, summarize_sustained, timeline, window_seconds
+from edgekit.errors import EdgekitError
+
+
+@pytest.mark.parametrize("text, seconds", [("90", 90), ("90s", 90), ("10m", 600), ("1h", 3600), ("1m30s", 90),
+                                           ("2.5m", 150)])
+def test_durations(text, seconds):
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "soon", "10 minutes", "1s", "-5m"])
+def test_bad_durations_are_refused_by_name(text):
+    with pytest.raises(EdgekitError, match="--sustained"):
+        parse_duration(text)
+
+
+def test_windows_and_edges_scale_with_the_run():
+    assert window_seconds(1800) == 30 and window_seconds(120) == 2 and window_seconds(10) == 0.5
+    assert window_seconds(600, 5) == 5
+    assert edge_seconds(1800) == 60 and edge_seconds(120) == 30
+
+
+def _run(duration, slow_after, factor, seed=0):
+    rng = np.random.default_rng(seed)
+    times = np.linspace(0, duration, 4000, endpoint=False)
+    samples = rng.normal(10.0, 0.3, times.size)
+    samples[times >= slow_after] *= factor
+    return times, samples
+
+
+def _points(duration, window, **late):
+    """A context timeline whose values change to ``late`` halfway through."""
+    points = []
+    for t in np.arange(0, duration + window, window):
+        early = t < duration / 2
+        points.append({"t_s": float(t), "max_c": 55.0 if early else late.get("max_c", 55.0),
+                       "cpu_mhz": 2400.0 if early else late.get("cpu_mhz", 2400.0),
+                       "other_cores": 0.02 if early else late.get("other_cores", 0.02),
+                       "throttling_now": False if early else late.get("throttling_now", False), "load_1m": 0.1})
+    return points
+
+
+def test_a_clock_drop_is_called_throttling():
+    times, samples = _run(600, 300, 1.6)
+    result = summarize_sustained(times, samples, 600, 10, _points(600, 10, cpu_mhz=1500.0, max_c=84.0))
+    assert result["first"]["span"] == "first minute" and result["last"]["span"] == "last minute"
+    assert result["change_pct"] == pytest.approx(60, abs=3)
+    verdict = result["verdict"]
+    assert verdict["verdict"] == "slowed down" and verdict["throttled"]
+    assert "CPU clock fell from 2400 to 1500 MHz" in verdict["reason"] and "rose from 55 to 84 °C" in verdict["reason"]
+    assert len(result["windows"]) == 60 and result["windows"][-1]["p50"] > result["windows"][0]["p50"] * 1.5
+
+
+def test_contention_is_not_called_throttling():
+    times, samples = _run(120, 60, 1.4)
+    verdict = summarize_sustained(times, samples, 120, 2, _points(120, 2, other_cores=1.0))["verdict"]
+    assert verdict["verdict"] == "slowed down" and not verdict["throttled"]
+    assert "contention" in verdict["reason"] and "throttled" not in verdict["reason"]
+
+
+def test_a_steady_run_and_an_unexplained_slowdown():
+    times, samples = _run(120, 60, 1.0)
+    assert summarize_sustained(times, samples, 120, 2, _points(120, 2))["verdict"]["verdict"] == "steady"
+    times, samples = _run(120, 60, 1.3)
+    verdict = summarize_sustained(times, samples, 120, 2, [])["verdict"]
+    assert verdict["verdict"] == "slowed down" and verdict["reason"] == "no cause visible in the signals read here"
+
+
+def test_timeline_turns_counters_into_other_processes_cores():
+    def snap(t, busy, mine):
+        return {"t_s": t, "max_c": None, "cpu_mhz": {"0-3": 1800.0}, "load_average": [0.5, 0.4, 0.3],
+                "counters": {"busy_s": busy, "total_s": 2 * t + 100, "steal_s": 0.0, "self_s": mine, "wall_s": t}}
+
+    points = timeline([snap(0.0, 10.0, 0.0), snap(10.0, 20.0, 9.0), snap(20.0, 40.0, 18.0)])
+    assert [p["other_cores"] for p in points] == [None, 0.1, 1.1]
+    assert points[1]["cpu_mhz"] == 1800.0 and points[1]["load_1m"] == 0.5

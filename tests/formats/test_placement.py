@@ -1,0 +1,66 @@
+"""Where each configuration's ops ran, read from the real runtimes (LiteRT, ONNX Runtime, OpenVINO)."""
+
+from __future__ import annotations
+
+import pytest
+
+from edgekit.formats.onnx.onnxruntime import OnnxRuntimeBackend
+from edgekit.formats.placement import fell_back
+from edgekit.formats.tflite.litert import LiteRTBackend, open_interpreter
+from tests.conftest import digits_tflite
+
+
+def _op_count(path) -> int:
+    return len(open_interpreter(str(path), with_delegates=False)._get_ops_details())
+
+
+def test_litert_with_xnnpack_counts_its_partitions(digits_package):
+    path = digits_tflite(digits_package)
+    placement = LiteRTBackend(str(path)).placement()
+    assert placement["requested"] == ["XNNPACK"] and placement["active"] == ["XNNPACK"]
+    assert placement["partitions"] >= 1 and placement["ops"] == _op_count(path)
+    assert placement["by_target"]["XNNPACK"] >= placement["ops"] - 2  # the convolutions and dense layers
+    left = placement["by_target"].get("LiteRT kernels (CPU)", 0)
+    assert placement["fallback_ops"] == left == sum(placement["fallback"].values())
+    assert (fell_back(placement) is None) == (left == 0)
+
+
+def test_litert_without_xnnpack_runs_everything_on_its_kernels(digits_package):
+    path = digits_tflite(digits_package)
+    backend = LiteRTBackend(str(path), xnnpack=False)
+    placement = backend.placement()
+    assert placement["partitions"] == 0 and placement["requested"] == [] and placement["fallback_ops"] == 0
+    assert placement["by_target"] == {"LiteRT kernels (CPU)": _op_count(path)}
+    assert backend.describe()["delegate"] == "none (LiteRT kernels)" and fell_back(placement) is None
+
+
+def test_litert_profile_turns_xnnpack_off():
+    assert LiteRTBackend.profile_options({"xnnpack": False}, lambda key: None) == {"xnnpack": False}
+    assert LiteRTBackend.profile_options({}, lambda key: None) == {}
+
+
+def test_onnxruntime_cpu_provider_places_every_node_on_the_cpu(digits_all_package):
+    path = digits_all_package / "onnx" / "model.int8.onnx"
+    placement = OnnxRuntimeBackend(str(path)).placement()
+    assert placement["by_target"] == {"CPUExecutionProvider": placement["ops"]} and placement["ops"] >= 5
+    assert placement["requested"] == [] and placement["fallback_ops"] == 0 and fell_back(placement) is None
+
+
+def test_a_requested_provider_this_build_lacks_is_a_fallback(digits_all_package):
+    path = digits_all_package / "onnx" / "model.int8.onnx"
+    backend = OnnxRuntimeBackend(str(path), providers=["CUDAExecutionProvider", "CPUExecutionProvider"])
+    placement = backend.placement()
+    assert placement["requested"] == ["CUDAExecutionProvider"] and placement["missing"] == ["CUDAExecutionProvider"]
+    assert placement["fallback_ops"] > 0 and "Shape" not in placement["fallback"]
+    assert "CUDAExecutionProvider is not active" in fell_back(placement)
+    assert backend.describe()["requested_providers"] == ["CUDAExecutionProvider", "CPUExecutionProvider"]
+
+
+def test_openvino_reports_runtime_precision_per_layer(digits_all_package):
+    pytest.importorskip("openvino")
+    from edgekit.formats.onnx.openvino import OpenVINOBackend
+
+    placement = OpenVINOBackend(str(digits_all_package / "onnx" / "model.int8.onnx")).placement()
+    assert placement["by_target"] == {"CPU": placement["ops"]} and placement["requested"] == []
+    assert sum(placement["precisions"].values()) == placement["ops"]
+    assert placement["precisions"].get("i8", 0) + placement["precisions"].get("u8", 0) > 0  # int8 kernels ran
