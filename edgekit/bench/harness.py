@@ -279,6 +279,7 @@ def bench(source: str, options: BenchOptions, artifacts: list[str] | None = None
     if not options.sustained_s:
         _measure(configs, options)
     after = snapshots[-1] if snapshots else run_context.snapshot(started=started)
+    static["versions"] = run_context.versions()  # now that the runtimes are imported
     reasons = run_context.throttle_reasons(before, after)
     usage = run_context.during(before, after)
     points = timeline(snapshots) if snapshots else []

@@ -20,7 +20,14 @@ from edgekit.errors import EdgekitError
 from tests.conftest import run_cli
 
 
-def make_report(device="pi5", model="digits", scale=1.0, seed=0, artifacts=("tflite", "onnx"), accuracy=0.985):
+QUIET = {"throttled": False, "throttle_reasons": [], "max_c": 52.0, "governor": "performance", "capped": False,
+         "other_cores": 0.02, "other_share": 0.005, "shared": False, "power_source": "mains", "power_mode": None,
+         "under_voltage": False}
+
+
+def make_report(device="pi5", model="digits", scale=1.0, seed=0, artifacts=("tflite", "onnx"), accuracy=0.985,
+                conditions=None, versions=None):
+    """A schema 1 report, or with ``conditions`` a schema 2 one carrying that run context."""
     rng = np.random.default_rng(seed)
     results = []
     for i, artifact in enumerate(artifacts):
@@ -43,7 +50,9 @@ def make_report(device="pi5", model="digits", scale=1.0, seed=0, artifacts=("tfl
             "device": {"name": device, "arch": "aarch64", "cpu": {"model": "x"}, "cores": 4, "os": "Linux",
                        "python": "3.11", "libraries": {}},
             "settings": {}, "thermal": {"before": {}, "after": {}, "throttled": False, "reasons": []},
-            "results": results, "warnings": []}
+            "results": results, "warnings": []} | ({} if conditions is None else {
+                "schema_version": 2, "context": {"conditions": QUIET | conditions,
+                                                 "versions": versions or {"onnxruntime": "1.22.0"}}})
 
 
 @pytest.fixture
@@ -141,9 +150,10 @@ def test_different_models_are_refused_unless_allowed(tmp_path, capsys):
 def test_markdown_output_and_csv_export(fleet, capsys):
     code, out, _ = run_cli(capsys, "compare", fleet, "--markdown")
     assert code == 0 and out.startswith("| device | artifact |")
-    rows, matrix = out.split("\n\n")
+    rows, matrix, conditions = out.split("\n\n", 2)
+    assert conditions.startswith("Conditions") and "throttling could not be read on any" in out
     assert rows.count("\n") == 2 + 6 - 1  # header, separator, one row per device x artifact
-    assert matrix.startswith("| configuration | orin | pi5 | server |") and matrix.count("\n") == 2 + 2
+    assert matrix.startswith("| configuration | orin | pi5 | server |") and len(matrix.splitlines()) == 2 + 2
     assert "(baseline)" in matrix.splitlines()[2].split("|")[2]  # the first file is the default baseline
     assert to_csv([make_report()]).count("\n") == 3
 
@@ -247,7 +257,7 @@ def test_push_sends_the_report_to_a_server():
 
 def test_schema_file_requires_what_reports_carry():
     schema = json.loads(SCHEMA_FILE.read_text())
-    report = make_report()
+    report = make_report(conditions={})
     assert set(schema["required"]) <= set(report)
     assert set(schema["$defs"]["result"]["required"]) <= set(report["results"][0])
     copy.deepcopy(report)
@@ -376,3 +386,76 @@ def test_a_regression_gate_that_compared_nothing_fails(tmp_path, capsys):
     assert code != 0 and "compared nothing" in err and "Traceback" not in err
     code, _, err = run_cli(capsys, "compare", tmp_path / "base.json", "--fail-on-regression", "5")
     assert code != 0 and "compared nothing" in err
+
+
+def test_compare_warns_when_conditions_differ(tmp_path, capsys):
+    """Throttled against cool, powersave against performance, a shared CPU against an idle one,
+    battery against mains, another runtime version: each is said, naming both devices."""
+    write_report(make_report("pi5-a", seed=1, conditions={}), tmp_path / "a.json")
+    write_report(make_report("pi5-b", seed=2, conditions={
+        "throttled": True, "throttle_reasons": ["Raspberry Pi reports currently throttled (after the run)"],
+        "governor": "powersave", "other_cores": 1.1, "other_share": 0.28, "shared": True, "power_source": "battery"},
+        versions={"onnxruntime": "1.20.1"}), tmp_path / "b.json")
+    comparison = compare([str(tmp_path / "a.json"), str(tmp_path / "b.json")])
+    text = "\n".join(comparison.warnings)
+    assert "pi5-b (b) was throttled during its run (Raspberry Pi reports currently throttled" in text
+    assert "pi5-a (a) ran with CPU governor performance, pi5-b (b) with powersave" in text
+    assert "pi5-b (b) ran while other processes used 1.10 cores (28% of its CPU time), pi5-a (a) 0.02" in text
+    assert "power source mains" in text and "onnxruntime 1.22.0 vs 1.20.1" in text
+    code, out, err = run_cli(capsys, "compare", tmp_path / "a.json", tmp_path / "b.json", "--markdown")
+    assert code == 0 and err.count("WARNING: conditions differ:") == len(comparison.warnings) == 5
+    assert "Conditions (read before trusting a speedup):" in out
+
+
+def test_same_conditions_warn_about_nothing_and_old_reports_are_unknown(tmp_path):
+    write_report(make_report("a", seed=1, conditions={}), tmp_path / "a.json")
+    write_report(make_report("b", seed=2, conditions={"other_cores": 0.1}), tmp_path / "b.json")
+    assert compare([str(tmp_path / "a.json"), str(tmp_path / "b.json")]).warnings == []
+    write_report(make_report("old", seed=3), tmp_path / "old.json")  # schema 1: no run context
+    warnings = compare([str(tmp_path / "a.json"), str(tmp_path / "old.json")]).warnings
+    assert warnings == ["old: throttling could not be read there (no thermal zone or firmware flags): it cannot be "
+                        "ruled out"]
+    upgraded = read_report(tmp_path / "old.json")
+    assert upgraded["context"]["unreadable"].startswith("schema 1 report")
+    assert upgraded["context"]["conditions"]["other_cores"] is None
+
+
+def _sustained(report: dict, slow_from: float, factor: float, busy: float) -> dict:
+    """Give every result 60 s of windows that slow by ``factor`` from ``slow_from`` s, and the
+    report a context timeline with other processes at ``busy`` cores from then on."""
+    for result in report["results"]:
+        base = result["latency"]["p50"]
+        windows = [{"t_s": float(t), "count": 100, "p50": base * (factor if t >= slow_from else 1.0),
+                    "p90": base * 1.2, "max": base * 2} for t in range(0, 60, 2)]
+        result["sustained"] = {"duration_s": 60.0, "window_s": 2.0, "edge_s": 15.0, "windows": windows,
+                               "first": {"p50": base, "count": 700, "span": "first 15 s"},
+                               "last": {"p50": base * factor, "count": 700, "span": "last 15 s"},
+                               "change_pct": round(100 * (factor - 1), 1),
+                               "verdict": {"verdict": "slowed down" if factor > 1.05 else "steady",
+                                           "reason": "contention", "throttled": False}}
+    report["context"]["timeline"] = [{"t_s": float(t), "other_cores": busy if t >= slow_from else 0.01}
+                                     for t in range(0, 62, 2)]
+    return report
+
+
+def test_html_report_plots_latency_over_time_and_the_context_in_chromium(tmp_path, capsys):
+    write_report(_sustained(make_report("quiet", seed=1, conditions={}), 60, 1.0, 0.0), tmp_path / "quiet.json")
+    write_report(_sustained(make_report("hogged", seed=2, conditions={"other_cores": 0.6, "other_share": 0.3,
+                                                                        "shared": True}), 30, 1.4, 1.2),
+                 tmp_path / "hogged.json")
+    html_path = tmp_path / "over-time.html"
+    code, _, err = run_cli(capsys, "compare", tmp_path / "quiet.json", tmp_path / "hogged.json", "--html", html_path)
+    assert code == 0 and "hogged ran while other processes used 0.60 cores" in err
+    text = html_path.read_text()
+    for chart in ("latency-over-time", "load-over-time"):
+        assert f'data-chart="{chart}"' in text
+    assert text.count('class="timeline"') == 4 and text.count('class="load"') == 2
+    context = text.split('<table class="context">')[1].split("</table>")[0]
+    assert context.count("<tr>") == 3 and "performance" in context and "0.60" in context
+    assert "+40% slowed down" in text and 'class="conditions"' in text
+    browser = _required_chromium()
+    dom = subprocess.run([browser, *_browser_flags(tmp_path), "--dump-dom", html_path.as_uri()], capture_output=True,
+                         text=True, timeout=120)
+    match = re.search(r'data-charts-rendered="(\d+)"', dom.stdout)
+    assert match, dom.stderr[-2000:]
+    assert int(match.group(1)) == 5  # distribution, bars, accuracy, latency over time, load over time
