@@ -425,7 +425,7 @@ def _compare(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from .bench.compare import HEADERS, compare, matrix, matrix_cell, table_rows
+    from .bench.compare import compare, matrix, matrix_cell, shown_table
     from .bench.compare import markdown as to_markdown
     from .fsutil import write_text_atomic
 
@@ -456,9 +456,10 @@ def _compare(args: argparse.Namespace) -> int:
     else:
         console = Console(width=None if Console().is_terminal else 160)
         table = Table(title=f"baseline: {comparison.baseline}", title_justify="left")
-        for header in HEADERS:
+        headers, rows = shown_table(comparison)
+        for header in headers:
             table.add_column(header, justify="left" if header in ("device", "artifact", "backend", "precision") else "right")
-        for cells in table_rows(comparison):
+        for cells in rows:
             table.add_row(*cells)
         console.print(table)
         grid = matrix(comparison)
@@ -471,7 +472,7 @@ def _compare(args: argparse.Namespace) -> int:
                 across.add_row(config, *(matrix_cell(comparison, grid.cells.get((config, d))) for d in grid.devices))
             console.print(across)
     if csv_path:
-        from .bench.report import read_report, to_csv
+        from .bench.report import to_csv
         from .bench.compare import gather
 
         found, _ = gather(list(reports), strict)

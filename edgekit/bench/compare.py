@@ -245,6 +245,9 @@ HEADERS = ["device", "artifact", "backend", "precision", "threads", "batch", "si
            "throughput", "RSS", "launch ms", "1st inf ms", "over time", "placement", "accuracy", "speedup", "vs baseline"]
 
 
+ALWAYS_SHOWN = {"device", "artifact", "backend", "precision", "threads", "batch", "p50 ms", "vs baseline"}
+
+
 def launch_cell(result: dict[str, Any]) -> str:
     """"first / relaunch" ms from process start to the first result ("" when not measured)."""
     launch = result.get("launch") or {}
@@ -277,9 +280,18 @@ def placement_cell(result: dict[str, Any]) -> str:
     return f"all {placement['ops']} on {', '.join(placement['requested'])}"
 
 
+def shown_table(comparison: Comparison) -> tuple[list[str], list[list[str]]]:
+    """Headers and rows without the columns no report filled (launch, placement, over time and
+    accuracy are empty for older or shorter runs): a table that fits a terminal."""
+    rows = table_rows(comparison)
+    keep = [i for i, header in enumerate(HEADERS) if header in ALWAYS_SHOWN or any(row[i] for row in rows)]
+    return [HEADERS[i] for i in keep], [[row[i] for i in keep] for row in rows]
+
+
 def markdown(comparison: Comparison) -> str:
-    lines = ["| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
-    lines += ["| " + " | ".join(cells) + " |" for cells in table_rows(comparison)]
+    headers, rows = shown_table(comparison)
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    lines += ["| " + " | ".join(cells) + " |" for cells in rows]
     grid = matrix(comparison)
     if len(grid.devices) > 1:
         lines += ["", "| configuration | " + " | ".join(grid.devices) + " |", "|" + "---|" * (len(grid.devices) + 1)]

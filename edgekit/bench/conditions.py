@@ -64,10 +64,10 @@ def _own(label: str, report: dict[str, Any]) -> list[str]:
                      "it cannot be ruled out")
     for result in report.get("results") or []:
         verdict = ((result.get("sustained") or {}).get("verdict") or {})
-        if verdict.get("verdict") == "slowed down":
+        if verdict.get("verdict") in ("slowed down", "sped up"):  # not steady: which of its figures is "the" one?
             config = result.get("config") or {}
-            found.append(f"{label} {config.get('artifact')}/{config.get('backend')} slowed down during its own "
-                         f"sustained run ({result['sustained'].get('change_pct', 0):+.1f}%): {verdict.get('reason')}")
+            found.append(f"{label} {config.get('artifact')}/{config.get('backend')} {verdict['verdict']} during its "
+                         f"own sustained run ({result['sustained'].get('change_pct', 0):+.1f}%): {verdict.get('reason')}")
     return found
 
 

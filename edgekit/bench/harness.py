@@ -254,11 +254,61 @@ def _measure_sustained(configs: list[_Config], options: BenchOptions, started: f
     return snapshots
 
 
+def _result(config: _Config, options: BenchOptions, launches: dict[tuple[Any, Any], dict[str, Any]],
+            points: list[dict[str, Any]]) -> dict[str, Any]:
+    """One configuration's entry of the report, from its samples and the run's context."""
+    from ..devices import runtime_threads
+
+    model = config.model
+    assert model is not None
+    summary = summarize(config.samples, options.cv_warn)
+    warnings = []
+    if summary["noisy"]:
+        width = summary["p50_ci_width"]
+        warnings.append(
+            (f"the p50 is known only to {width:.1%} (95% CI width; spread IQR / median {summary['spread']:.0%})"
+             if width is not None else f"latency spread (IQR / median) {summary['spread']:.0%} with few samples")
+            + f": differences under {options.cv_warn:.0%} cannot be told apart; measure longer "
+            "(--runs, --min-seconds) or on a quieter machine"
+        )
+    # from the median: a mean moves 3x between identical runs when a few samples stall
+    throughput = {"batch": config.batch, "per_s": round(config.batch * 1e3 / summary["p50"], 2),
+                  "from": "median latency"}
+    result = {
+        "config": {
+            "artifact": model.artifact.key,
+            "precision": model.artifact.precision,
+            "threads": runtime_threads(model.profile, _facts(), config.threads),
+            "batch": config.batch,
+            **model.backend.describe(),
+        },
+        "size_bytes": model.artifact.bytes,
+        "load_ms": config.load,
+        "first_inference_ms": round(config.first_ms, 3),
+        "warmup": {"runs": options.warmup, "total_ms": round(config.warmup_ms, 3)},
+        "latency": summary | {"samples_ms": _ms(config.samples)},
+        "throughput": throughput,
+        "end_to_end": end_to_end(model, options, max(20, options.runs // 5)) if config.batch == 1 else None,
+        "accuracy": accuracy(model, options.eval) if options.eval else None,
+        "peak_rss_mib": peak_rss_mib(),
+        "rss_after_load_mib": config.rss_after_load_mib,
+        "launch": launches.get((config.artifact, config.backend)),
+        "placement": model.backend.placement() if options.placement else None,
+        "warnings": warnings,
+    }
+    if options.sustained_s:
+        window = window_seconds(options.sustained_s, options.window_s)
+        result["sustained"] = summarize_sustained(np.asarray(config.times), np.asarray(config.samples) * 1e3,
+                                                  options.sustained_s, window, points)
+        result["latency"]["samples_ms"] = _thinned(result["latency"]["samples_ms"])
+        warnings.extend(_sustained_warning(result))
+    return result
+
+
 def bench(source: str, options: BenchOptions, artifacts: list[str] | None = None,
           choices: list[tuple[str, str, int]] | None = None) -> dict[str, Any]:
     """Benchmark one artifact (or, with ``artifacts``/sweep options, several configurations;
     ``choices``: exactly these (artifact, backend, threads) at ``options.batch``)."""
-    from ..devices import runtime_threads
     from ..formats import exact_name
 
     started = time.monotonic()
@@ -284,52 +334,7 @@ def bench(source: str, options: BenchOptions, artifacts: list[str] | None = None
     usage = run_context.during(before, after)
     points = timeline(snapshots) if snapshots else []
     launches = _launches(source, options, configs)
-    results = []
-    for config in configs:
-        model = config.model
-        assert model is not None
-        summary = summarize(config.samples, options.cv_warn)
-        warnings = []
-        if summary["noisy"]:
-            width = summary["p50_ci_width"]
-            warnings.append(
-                (f"the p50 is known only to {width:.1%} (95% CI width; spread IQR / median {summary['spread']:.0%})"
-                 if width is not None else f"latency spread (IQR / median) {summary['spread']:.0%} with few samples")
-                + f": differences under {options.cv_warn:.0%} cannot be told apart; measure longer "
-                "(--runs, --min-seconds) or on a quieter machine"
-            )
-        # from the median: a mean moves 3x between identical runs when a few samples stall
-        throughput = {"batch": config.batch, "per_s": round(config.batch * 1e3 / summary["p50"], 2),
-                      "from": "median latency"}
-        result = {
-            "config": {
-                "artifact": model.artifact.key,
-                "precision": model.artifact.precision,
-                "threads": runtime_threads(model.profile, _facts(), config.threads),
-                "batch": config.batch,
-                **model.backend.describe(),
-            },
-            "size_bytes": model.artifact.bytes,
-            "load_ms": config.load,
-            "first_inference_ms": round(config.first_ms, 3),
-            "warmup": {"runs": options.warmup, "total_ms": round(config.warmup_ms, 3)},
-            "latency": summary | {"samples_ms": _ms(config.samples)},
-            "throughput": throughput,
-            "end_to_end": end_to_end(model, options, max(20, options.runs // 5)) if config.batch == 1 else None,
-            "accuracy": accuracy(model, options.eval) if options.eval else None,
-            "peak_rss_mib": peak_rss_mib(),
-            "rss_after_load_mib": config.rss_after_load_mib,
-            "launch": launches.get((config.artifact, config.backend)),
-            "placement": model.backend.placement() if options.placement else None,
-            "warnings": warnings,
-        }
-        if options.sustained_s:
-            result["sustained"] = summarize_sustained(np.asarray(config.times), np.asarray(config.samples) * 1e3,
-                                                      options.sustained_s, window_seconds(options.sustained_s,
-                                                                                          options.window_s), points)
-            result["latency"]["samples_ms"] = _thinned(result["latency"]["samples_ms"])
-            warnings.extend(_sustained_warning(result))
-        results.append(result)
+    results = [_result(config, options, launches, points) for config in configs]
     first = configs[0].model
     assert first is not None
     report = {

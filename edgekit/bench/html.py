@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from .compare import HEADERS, Comparison, matrix, matrix_cell, table_rows
+from .compare import Comparison, matrix, matrix_cell, shown_table
 from .stats import DEFAULT_MARGIN_PCT
 
 PALETTE = ["#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c", "#0891b2", "#4d7c0f", "#be185d"]
@@ -319,7 +319,8 @@ def context_table(comparison: Comparison) -> str:
 
 
 def render(comparison: Comparison, title: str = "edgekit benchmark comparison") -> str:
-    table = "".join("<tr>" + "".join(f"<td>{_esc(c)}</td>" for c in cells) + "</tr>" for cells in table_rows(comparison))
+    headers, rows = shown_table(comparison)
+    table = "".join("<tr>" + "".join(f"<td>{_esc(c)}</td>" for c in cells) + "</tr>" for cells in rows)
     charts = [("Latency distribution (box: p25–p75, thick: p50, dashed: p90, whiskers: p1–p99; log axis)",
                distribution_chart(comparison)),
               ("p50 and p90 per device and configuration", bars_chart(comparison))]
@@ -358,7 +359,7 @@ samples{threshold}.</p>
 <section><h2>p50 per configuration and device (speedup vs baseline)</h2>
 <div class="scroll">{matrix_table(comparison)}</div></section>
 <section><h2>Every measured configuration</h2>
-<div class="scroll"><table><thead><tr>{''.join(f'<th>{_esc(h)}</th>' for h in HEADERS)}</tr></thead>
+<div class="scroll"><table><thead><tr>{''.join(f'<th>{_esc(h)}</th>' for h in headers)}</tr></thead>
 <tbody>{table}</tbody></table></div></section>
 <section><h2>Run context per device</h2>
 <div class="scroll">{context_table(comparison)}</div>

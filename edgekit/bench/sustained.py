@@ -132,7 +132,7 @@ def summarize_sustained(times_s: np.ndarray, samples_ms: np.ndarray, duration_s:
         reason = ("throttled: " if throttled else "") + ("; ".join(found) if found else
                                                          "no cause visible in the signals read here")
     elif verdict == "sped up":
-        reason = "; ".join(found) or "the device settled (clocks ramping up, caches, other work ending)"
+        reason = "; ".join(found) or "no cause visible in the signals read here"
     else:
         reason = compared["reason"] + (f" (though {'; '.join(found)})" if found else "")
     edge_name = "minute" if edge == EDGE_S else f"{edge:.0f} s"
