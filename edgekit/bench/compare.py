@@ -228,6 +228,7 @@ def table_rows(comparison: Comparison) -> list[list[str]]:
             f"{result.get('size_bytes', 0) / 1024:.0f} KiB",
             f"{latency['p50']:.3f}",
             f"{latency['p90']:.3f}",
+            f"{latency['p99']:.3f}" if isinstance(latency.get("p99"), (int, float)) else "",
             f"{(result.get('throughput') or {}).get('per_s', 0):.0f}/s",
             f"{result.get('peak_rss_mib', 0):.0f} MiB",
             launch_cell(result),
@@ -241,7 +242,7 @@ def table_rows(comparison: Comparison) -> list[list[str]]:
     return out
 
 
-HEADERS = ["device", "artifact", "backend", "precision", "threads", "batch", "size", "p50 ms", "p90 ms",
+HEADERS = ["device", "artifact", "backend", "precision", "threads", "batch", "size", "p50 ms", "p90 ms", "p99 ms",
            "throughput", "RSS", "launch ms", "1st inf ms", "over time", "placement", "accuracy", "speedup", "vs baseline"]
 
 

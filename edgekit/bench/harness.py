@@ -30,7 +30,7 @@ from .report import SCHEMA_VERSION
 from . import context as run_context
 from .fingerprint import fingerprint
 from .stats import CV_WARN, summarize
-from .sustained import summarize_sustained, timeline, window_seconds
+from .sustained import Recorder, summarize_sustained, timeline, window_seconds
 
 
 @dataclass
@@ -180,7 +180,8 @@ class _Config:
     x: np.ndarray | None = None
     call: Callable[[], Any] | None = None
     samples: list[float] = field(default_factory=list)
-    times: list[float] = field(default_factory=list)  # when each sample started (sustained runs), s
+    times: list[float] = field(default_factory=list)  # when each kept sample started (sustained runs), s
+    recorder: Recorder | None = None  # a sustained run's samples, bounded per window
     first_ms: float = 0.0
     warmup_ms: float = 0.0
     rss_after_load_mib: float | None = None
@@ -230,6 +231,8 @@ def _measure_sustained(configs: list[_Config], options: BenchOptions, started: f
     assert options.sustained_s is not None
     rng = random.Random(options.seed)
     window = window_seconds(options.sustained_s, options.window_s)
+    for config in configs:
+        config.recorder = Recorder(window, seed=options.seed)
     snapshots = [run_context.snapshot(started=started)]
     clock_start = time.perf_counter()
     next_snapshot = window
@@ -241,16 +244,20 @@ def _measure_sustained(configs: list[_Config], options: BenchOptions, started: f
             if len(configs) > 1:
                 time.sleep(SETTLE_S)
                 config.call()
+            record = config.recorder.add  # type: ignore[union-attr]
             for _ in range(chunk):
                 begin = time.perf_counter()
                 config.call()
                 end = time.perf_counter()
-                config.samples.append(end - begin)
-                config.times.append(begin - clock_start)
+                record(begin - clock_start, end - begin)
         if elapsed >= next_snapshot:
             snapshots.append(run_context.snapshot(started=started))
             next_snapshot += window
     snapshots.append(run_context.snapshot(started=started))
+    for config in configs:
+        assert config.recorder is not None
+        times, latencies = config.recorder.samples()
+        config.times, config.samples = times.tolist(), latencies.tolist()
     return snapshots
 
 
@@ -296,11 +303,14 @@ def _result(config: _Config, options: BenchOptions, launches: dict[tuple[Any, An
         "placement": model.backend.placement() if options.placement else None,
         "warnings": warnings,
     }
-    if options.sustained_s:
-        window = window_seconds(options.sustained_s, options.window_s)
+    if config.recorder is not None:
+        window = window_seconds(options.sustained_s or 0.0, options.window_s)
         result["sustained"] = summarize_sustained(np.asarray(config.times), np.asarray(config.samples) * 1e3,
-                                                  options.sustained_s, window, points)
-        result["latency"]["samples_ms"] = _thinned(result["latency"]["samples_ms"])
+                                                  options.sustained_s or 0.0, window, points,
+                                                  exact=config.recorder.exact())
+        # the summary is over the kept samples (a uniform sample of each window); count is every one measured
+        result["latency"] |= {"count": config.recorder.total, "summarized": len(config.samples),
+                              "samples_ms": _thinned(result["latency"]["samples_ms"])}
         warnings.extend(_sustained_warning(result))
     return result
 
@@ -389,8 +399,8 @@ def _launches(source: str, options: BenchOptions, configs: list[_Config]) -> dic
         key = (config.artifact, config.backend)
         if key not in found:
             assert config.model is not None
-            found[key] = launch_times(source, exact_name(config.model.artifact.key), config.model.backend.name, config.threads,
-                                      options.profile)
+            found[key] = launch_times(source, exact_name(config.model.artifact.key), config.model.backend.name,
+                                      config.threads, options.profile, options.require_signature, options.trusted_keys)
     return found
 
 

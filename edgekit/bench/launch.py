@@ -24,10 +24,10 @@ started = time.perf_counter()
 import numpy as np
 from edgekit.runtime import load
 imported = time.perf_counter()
-source, artifact, backend, threads, profile = json.loads(sys.argv[1])
+source, artifact, backend, threads, profile, require_signature, trusted_keys = json.loads(sys.argv[1])
 timings = {}
 model = load(source, artifact=artifact, backend=backend, threads=threads, profile=profile, warmup=False,
-             timings=timings, allow_failed=True)
+             timings=timings, allow_failed=True, require_signature=require_signature, trusted_keys=trusted_keys)
 loaded = time.perf_counter()
 runtime = model.backend
 feeds = [np.zeros((runtime.fixed_batch or 1, *[d if d > 0 else 1 for d in info.shape[1:]]), info.dtype)
@@ -62,11 +62,11 @@ def _child(source: str, config: tuple[Any, ...], cache: str) -> dict[str, Any]:
 
 
 def launch_times(source: str, artifact: str | None, backend: str | None, threads: int | None,
-                 profile: str) -> dict[str, Any]:
+                 profile: str, require_signature: bool | None = None, trusted_keys: str | None = None) -> dict[str, Any]:
     """``first_launch`` (empty caches) and ``relaunch`` (caches warm), each: interpreter start to
     first result (``process_ms``) and its parts (import, load, first inference)."""
     with tempfile.TemporaryDirectory(prefix="edgekit-launch-") as cache:
-        config = (artifact, backend, threads, profile)
+        config = (artifact, backend, threads, profile, require_signature, trusted_keys)
         first = _child(source, config, cache)
         again = _child(source, config, cache) if "unreadable" not in first else first
     return {"first_launch": first, "relaunch": again,

@@ -21,7 +21,8 @@ SCHEMA_VERSION = 2  # 2: run context, launch times, placement, sustained windows
 SCHEMA_FILE = Path(__file__).with_name("report.schema.json")
 CSV_COLUMNS = ("device", "model", "artifact", "backend", "precision", "threads", "batch", "size_bytes",
                "p50_ms", "p90_ms", "p99_ms", "mean_ms", "cv", "spread", "throughput_per_s", "peak_rss_mib", "accuracy",
-               "throttled")
+               "throttled", "first_inference_ms", "first_launch_ms", "relaunch_ms", "sustained_change_pct",
+               "fallback_ops", "other_cores")
 
 
 class ReportError(EdgekitError):
@@ -147,6 +148,12 @@ def summary_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
             "peak_rss_mib": result.get("peak_rss_mib"),
             "accuracy": accuracy,
             "throttled": (report.get("thermal") or {}).get("throttled", False),
+            "first_inference_ms": result.get("first_inference_ms"),
+            "first_launch_ms": ((result.get("launch") or {}).get("first_launch") or {}).get("process_ms"),
+            "relaunch_ms": ((result.get("launch") or {}).get("relaunch") or {}).get("process_ms"),
+            "sustained_change_pct": (result.get("sustained") or {}).get("change_pct"),
+            "fallback_ops": (result.get("placement") or {}).get("fallback_ops"),
+            "other_cores": ((report.get("context") or {}).get("conditions") or {}).get("other_cores"),
         })
     return rows
 

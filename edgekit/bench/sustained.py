@@ -11,7 +11,9 @@ the cores (contention), or nothing visible.
 
 from __future__ import annotations
 
+import random
 import re
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -25,6 +27,54 @@ MAX_EDGE_SAMPLES = 5000  # bootstrap cost grows with samples x resamples: a stri
 MIN_DURATION_S = 2.0
 CLOCK_DROP = 0.05  # a 5% lower mean CPU clock in the last stretch is throttling, not noise
 CONTENTION_CORES = 0.25  # other processes taking a quarter core more in the last stretch
+PER_WINDOW = 2000  # samples kept per window: an hour of a 20 µs model is 180 M samples, a Pi has 1-8 GB
+
+
+@dataclass
+class _Window:
+    count: int = 0
+    max_s: float = 0.0
+    kept: list[tuple[float, float]] = field(default_factory=list)  # (time, latency), a uniform sample
+
+
+class Recorder:
+    """Samples of a sustained run in bounded memory: per window the exact count and maximum and a
+    uniform random sample of at most ``per_window`` latencies (reservoir sampling, seeded), so
+    window percentiles stay exact in expectation however long the run and however fast the model."""
+
+    def __init__(self, window_s: float, per_window: int = PER_WINDOW, seed: int = 0) -> None:
+        self.window_s = window_s
+        self.per_window = per_window
+        self.windows: dict[int, _Window] = {}
+        self.total = 0
+        self._rng = random.Random(seed)
+
+    def add(self, t_s: float, latency_s: float) -> None:
+        window = self.windows.get(int(t_s // self.window_s))
+        if window is None:
+            window = self.windows[int(t_s // self.window_s)] = _Window()
+        window.count += 1
+        self.total += 1
+        if latency_s > window.max_s:
+            window.max_s = latency_s
+        if len(window.kept) < self.per_window:
+            window.kept.append((t_s, latency_s))
+        else:
+            slot = self._rng.randrange(window.count)
+            if slot < self.per_window:
+                window.kept[slot] = (t_s, latency_s)
+
+    def samples(self) -> tuple[np.ndarray, np.ndarray]:
+        """(times in s, latencies in s) of every kept sample, in time order."""
+        kept = sorted(pair for window in self.windows.values() for pair in window.kept)
+        if not kept:
+            return np.zeros(0), np.zeros(0)
+        times, latencies = zip(*kept)
+        return np.asarray(times), np.asarray(latencies)
+
+    def exact(self) -> dict[float, tuple[int, float]]:
+        """Window start (s) -> (samples measured, maximum latency in ms), counted exactly."""
+        return {round(index * self.window_s, 3): (w.count, w.max_s * 1e3) for index, w in sorted(self.windows.items())}
 
 
 def parse_duration(text: str) -> float:
@@ -50,14 +100,18 @@ def edge_seconds(duration_s: float) -> float:
     return EDGE_S if duration_s >= 4 * EDGE_S else duration_s / 4
 
 
-def windows(times_s: np.ndarray, samples_ms: np.ndarray, window_s: float) -> list[dict[str, Any]]:
+def windows(times_s: np.ndarray, samples_ms: np.ndarray, window_s: float,
+            exact: dict[float, tuple[int, float]] | None = None) -> list[dict[str, Any]]:
+    """p50/p90 per window from the samples; count and max from ``exact`` (a ``Recorder``'s) when the
+    samples are a subsample."""
     out = []
     index = np.floor(times_s / window_s).astype(np.int64)
     for bucket in np.unique(index):
         chosen = samples_ms[index == bucket]
-        out.append({"t_s": round(float(bucket * window_s), 3), "count": int(chosen.size),
-                    "p50": float(np.median(chosen)), "p90": float(np.percentile(chosen, 90)),
-                    "max": float(chosen.max())})
+        start = round(float(bucket * window_s), 3)
+        count, largest = (exact or {}).get(start, (int(chosen.size), float(chosen.max())))
+        out.append({"t_s": start, "count": count, "p50": float(np.median(chosen)),
+                    "p90": float(np.percentile(chosen, 90)), "max": largest})
     return out
 
 
@@ -116,13 +170,14 @@ def causes(points: list[dict[str, Any]], start_s: float, end_s: float, edge_s: f
 
 
 def summarize_sustained(times_s: np.ndarray, samples_ms: np.ndarray, duration_s: float, window_s: float,
-                        points: list[dict[str, Any]], margin_pct: float = DEFAULT_MARGIN_PCT) -> dict[str, Any]:
+                        points: list[dict[str, Any]], margin_pct: float = DEFAULT_MARGIN_PCT,
+                        exact: dict[float, tuple[int, float]] | None = None) -> dict[str, Any]:
     """Windows, first vs last stretch and the verdict for one configuration."""
     edge = edge_seconds(duration_s)
     start, end = float(times_s.min()), float(times_s.max())
     first, last = samples_ms[times_s < start + edge], samples_ms[times_s >= end - edge]
     result: dict[str, Any] = {"duration_s": round(duration_s, 3), "window_s": window_s, "edge_s": round(edge, 3),
-                              "windows": windows(times_s, samples_ms, window_s)}
+                              "windows": windows(times_s, samples_ms, window_s, exact)}
     if first.size < 5 or last.size < 5:
         return result | {"verdict": {"verdict": "unknown", "reason": "too few samples in the first or last stretch"}}
     compared = regression_verdict(_thin(first), _thin(last), margin_pct)

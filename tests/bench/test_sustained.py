@@ -81,3 +81,25 @@ def test_timeline_turns_counters_into_other_processes_cores():
     points = timeline([snap(0.0, 10.0, 0.0), snap(10.0, 20.0, 9.0), snap(20.0, 40.0, 18.0)])
     assert [p["other_cores"] for p in points] == [None, 0.1, 1.1]
     assert points[1]["cpu_mhz"] == 1800.0 and points[1]["load_1m"] == 0.5
+
+
+def test_recorder_keeps_memory_bounded_and_counts_exactly():
+    """A long run of a fast model: every sample counted, at most PER_WINDOW kept per window, and
+    the kept ones a fair sample (their median is the window's)."""
+    from edgekit.bench.sustained import Recorder
+
+    recorder = Recorder(window_s=1.0, per_window=500)
+    rng = np.random.default_rng(3)
+    times = np.sort(rng.uniform(0, 4, 40_000))
+    latencies = np.where(times < 2, 0.010, 0.020) * rng.lognormal(0, 0.1, times.size)
+    for t, x in zip(times, latencies):
+        recorder.add(float(t), float(x))
+    kept_t, kept_x = recorder.samples()
+    assert recorder.total == 40_000 and kept_x.size == 4 * 500 and np.all(np.diff(kept_t) >= 0)
+    exact = recorder.exact()
+    assert sum(count for count, _ in exact.values()) == 40_000
+    assert exact[3.0][1] == pytest.approx(1e3 * latencies[times >= 3].max())
+    result = summarize_sustained(kept_t, kept_x * 1e3, 4.0, 1.0, [], exact=exact)
+    assert [w["count"] for w in result["windows"]] == [int(np.sum((times >= s) & (times < s + 1))) for s in range(4)]
+    assert result["windows"][0]["p50"] == pytest.approx(10.0, rel=0.03)
+    assert result["windows"][3]["p50"] == pytest.approx(20.0, rel=0.03)
