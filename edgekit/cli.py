@@ -454,7 +454,7 @@ def _compare(args: argparse.Namespace) -> int:
     if markdown:
         print(to_markdown(comparison), end="")
     else:
-        console = Console(width=None if Console().is_terminal else 160)
+        console = Console(width=None if Console().is_terminal else 250)  # logs and files: no wrapping
         table = Table(title=f"baseline: {comparison.baseline}", title_justify="left")
         headers, rows = shown_table(comparison)
         for header in headers:

@@ -273,7 +273,8 @@ def placement_cell(result: dict[str, Any]) -> str:
     if not placement.get("ops"):
         return ""
     if not placement.get("requested"):
-        return f"{placement['ops']} ops, CPU"
+        return ", ".join(f"{count} {target.removesuffix('ExecutionProvider')}"
+                         for target, count in (placement.get("by_target") or {}).items())
     if placement.get("missing"):
         return f"{', '.join(placement['missing'])} not active"
     if placement.get("fallback_ops"):

@@ -14,20 +14,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..devices import SYSROOT_ENV, DeviceFacts
+from ..devices import DeviceFacts
 from .context import HOT_C, jetson, raspberry_pi, throttle_reasons
 from .context.raspberry_pi import decode_throttled
-from .context.sysfs import read
+from .context.sysfs import read, root
 from .context.thermal import zone_temperatures
 
 __all__ = ["cpu_info", "decode_throttled", "fingerprint", "memory_mib", "thermal_state", "throttled_during"]
-
-def _root() -> Path:
-    return Path(os.environ.get(SYSROOT_ENV) or "/")
-
-
-def _read(path: Path) -> str:
-    return read(path)
+_root, _read = root, read
 
 
 def cpu_info(root: Path) -> dict[str, Any]:

@@ -262,8 +262,9 @@ def _measure_sustained(configs: list[_Config], options: BenchOptions, started: f
 
 
 def _result(config: _Config, options: BenchOptions, launches: dict[tuple[Any, Any], dict[str, Any]],
-            points: list[dict[str, Any]]) -> dict[str, Any]:
-    """One configuration's entry of the report, from its samples and the run's context."""
+            points: list[dict[str, Any]], peak_mib: float) -> dict[str, Any]:
+    """One configuration's entry of the report, from its samples and the run's context
+    (``peak_mib``: the process's peak RSS when measuring ended, before placement's extra sessions)."""
     from ..devices import runtime_threads
 
     model = config.model
@@ -297,7 +298,7 @@ def _result(config: _Config, options: BenchOptions, launches: dict[tuple[Any, An
         "throughput": throughput,
         "end_to_end": end_to_end(model, options, max(20, options.runs // 5)) if config.batch == 1 else None,
         "accuracy": accuracy(model, options.eval) if options.eval else None,
-        "peak_rss_mib": peak_rss_mib(),
+        "peak_rss_mib": peak_mib,
         "rss_after_load_mib": config.rss_after_load_mib,
         "launch": launches.get((config.artifact, config.backend)),
         "placement": model.backend.placement() if options.placement else None,
@@ -343,8 +344,9 @@ def bench(source: str, options: BenchOptions, artifacts: list[str] | None = None
     reasons = run_context.throttle_reasons(before, after)
     usage = run_context.during(before, after)
     points = timeline(snapshots) if snapshots else []
+    peak_mib = peak_rss_mib()
     launches = _launches(source, options, configs)
-    results = [_result(config, options, launches, points) for config in configs]
+    results = [_result(config, options, launches, points, peak_mib) for config in configs]
     first = configs[0].model
     assert first is not None
     report = {

@@ -61,7 +61,7 @@ def test_report_carries_the_run_context_launch_times_and_placement(digits_packag
     assert first["process_ms"] > first["load_ms"] > 0 and again["process_ms"] > 0 and first["first_inference_ms"] > 0
     assert first["cache_hit"] is None or first["cache_hit"] is False
     placement = entry["placement"]
-    assert placement["requested"] == ["XNNPACK"] and sum(placement["by_target"].values()) == placement["ops"] > 0
+    assert placement["partitions"] >= 1 and sum(placement["by_target"].values()) == placement["ops"] > 0
     assert entry["rss_after_load_mib"] > 0
     assert "first launch" in result.stdout and "ops by where they ran: XNNPACK" in result.stdout
     assert "conditions:" in result.stdout

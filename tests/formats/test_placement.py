@@ -17,12 +17,19 @@ def _op_count(path) -> int:
 def test_litert_with_xnnpack_counts_its_partitions(digits_package):
     path = digits_tflite(digits_package)
     placement = LiteRTBackend(str(path)).placement()
-    assert placement["requested"] == ["XNNPACK"] and placement["active"] == ["XNNPACK"]
     assert placement["partitions"] >= 1 and placement["ops"] == _op_count(path)
     assert placement["by_target"]["XNNPACK"] >= placement["ops"] - 2  # the convolutions and dense layers
     left = placement["by_target"].get("LiteRT kernels (CPU)", 0)
-    assert placement["fallback_ops"] == left == sum(placement["fallback"].values())
-    assert (fell_back(placement) is None) == (left == 0)
+    assert sum(placement["not_delegated"].values()) == left
+    # XNNPACK is LiteRT's default, not an accelerator asked for: what it leaves is no fallback
+    assert placement["requested"] == [] and placement["fallback_ops"] == 0 and fell_back(placement) is None
+
+
+def test_an_external_delegate_that_does_not_load_is_a_fallback(digits_package):
+    backend = LiteRTBackend(str(digits_tflite(digits_package)), delegate="libedgetpu-missing.so.1")
+    placement = backend.placement()
+    assert placement["requested"] == ["libedgetpu-missing.so.1"] and placement["missing"] == ["libedgetpu-missing.so.1"]
+    assert "libedgetpu-missing.so.1 is not active" in fell_back(placement)
 
 
 def test_litert_without_xnnpack_runs_everything_on_its_kernels(digits_package):

@@ -230,7 +230,9 @@ class LiteRTBackend(Backend):
     def placement(self) -> dict[str, object]:
         """Delegate partitions from the interpreter's graph: after delegation it holds the original
         ops plus one DELEGATE op per partition; an original op belongs to a partition when it lies
-        between that DELEGATE's inputs and outputs. The rest run on LiteRT's own kernels."""
+        between that DELEGATE's inputs and outputs. The rest run on LiteRT's own kernels. XNNPACK,
+        LiteRT's default CPU delegate, is reported but not "requested": only an external delegate
+        (a GPU, an Edge TPU) is an accelerator whose ops can fall back."""
         from ..placement import placement, unreadable_placement
 
         details = getattr(self._interpreter, "_get_ops_details", None)
@@ -239,17 +241,15 @@ class LiteRTBackend(Backend):
         ops = details()
         partitions = [op for op in ops if op["op_name"] == "DELEGATE"]
         delegated = _delegated_ops([op for op in ops if op["op_name"] != "DELEGATE"], partitions)
-        requested = [self.requested_delegate] if self.requested_delegate else (["XNNPACK"] if self.xnnpack else [])
-        active = [self.delegate] if self.delegate else (["XNNPACK"] if self.xnnpack and partitions else [])
-        where = (active or requested or ["delegate"])[0]
-        left = [op["op_name"] for op in ops if op["op_name"] != "DELEGATE" and op["index"] not in delegated]
+        requested = [self.requested_delegate] if self.requested_delegate else []
+        active = [self.delegate] if self.delegate else []
+        where = self.delegate or ("XNNPACK" if self.xnnpack else "delegate")
+        left = Counter(op["op_name"] for op in ops if op["op_name"] != "DELEGATE" and op["index"] not in delegated)
         by_target = {where: len(delegated)} if delegated else {}
         if left:
-            by_target["LiteRT kernels (CPU)"] = len(left)
-        if requested and not partitions and self.xnnpack and not self.requested_delegate:
-            active = []  # XNNPACK was asked for but took no partition: nothing ran on it
-        return placement(by_target, requested, active, Counter(left), "LiteRT delegate partitions",
-                         partitions=len(partitions))
+            by_target["LiteRT kernels (CPU)"] = sum(left.values())
+        return placement(by_target, requested, active, left, "LiteRT delegate partitions", partitions=len(partitions),
+                         not_delegated=dict(left.most_common()))
 
     def close(self) -> None:
         self._interpreter = None
