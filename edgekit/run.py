@@ -339,6 +339,8 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
         cli.error("the following arguments are required: --input/-i (or pass --bench or --serve)")
     if args.bench and args.inputs and len(args.inputs) > 1:
         cli.error("--bench takes at most one --input (the end-to-end sample)")
+    if args.window is not None and args.sustained is None:
+        cli.error("--window sets the windows of a --sustained run: pass --sustained DURATION too")
     return guarded(lambda: run_bench(args) if args.bench else execute(args), debug)
 
 

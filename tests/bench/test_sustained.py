@@ -103,3 +103,17 @@ def test_recorder_keeps_memory_bounded_and_counts_exactly():
     assert [w["count"] for w in result["windows"]] == [int(np.sum((times >= s) & (times < s + 1))) for s in range(4)]
     assert result["windows"][0]["p50"] == pytest.approx(10.0, rel=0.03)
     assert result["windows"][3]["p50"] == pytest.approx(20.0, rel=0.03)
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--bench", "--sustained", "soon"], "--sustained 'soon' is not a duration"),
+    (["--bench", "--sustained", "1s"], "shorter than 2 s"),
+    (["--bench", "--window", "2"], "pass --sustained DURATION too"),
+    (["--bench", "--sustained", "10s", "--window", "0"], "--window: must be greater than 0"),
+    (["-i", "x.npy", "--sustained", "10s"], "--sustained applies to --bench only"),
+])
+def test_sustained_options_are_checked_before_anything_runs(args, needle, tmp_path):
+    from tests.conftest import device_cli
+
+    result = device_cli(tmp_path / "missing.edgekit", *args)
+    assert result.returncode == 2 and needle in result.stderr and "Traceback" not in result.stderr, result.stderr
