@@ -143,7 +143,8 @@ def print_context(report: dict[str, Any]) -> None:
         parts.append(f"hottest zone {conditions['max_c']:.0f} °C")
     if conditions.get("other_cores") is not None:
         parts.append(f"other processes {conditions['other_cores']:.2f} cores")
-    unread = [key.replace("_", " ") for key, value in (report.get("context") or {}).items()
-              if isinstance(value, dict) and "unreadable" in value]
+    from .context import unreadable_signals
+
+    unread = unreadable_signals(report.get("context") or {})
     print("conditions: " + (", ".join(parts) or "none readable") + (f"; not readable here: {', '.join(unread)}"
                                                                       if unread else ""))

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from .compare import Comparison, matrix, matrix_cell, shown_table
+from .context import unreadable_signals
 from .stats import DEFAULT_MARGIN_PCT
 
 PALETTE = ["#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c", "#0891b2", "#4d7c0f", "#be185d"]
@@ -306,8 +307,7 @@ def _context_cells(name: str, report: dict[str, Any]) -> list[str]:
         str(conditions.get("power_source") or "unknown"),
         str(conditions.get("power_mode") or "-"),
         ", ".join(f"{k} {v}" for k, v in versions.items() if k not in ("edgekit", "python", "numpy")),
-        ", ".join(k.replace("_", " ") for k, v in context.items() if isinstance(v, dict) and "unreadable" in v)
-        or ("run context not recorded" if "unreadable" in context else ""),
+        ", ".join(unreadable_signals(context)) or ("run context not recorded" if "unreadable" in context else ""),
     ]
 
 

@@ -123,6 +123,8 @@ def test_a_machine_that_exposes_nothing_says_so(sysroot):
     for signal in ("cpu_frequency", "power", "raspberry_pi", "jetson", "accelerator_clocks"):
         assert "unreadable" in static[signal], signal
     assert "governor and frequency unknown" in static["cpu_frequency"]["unreadable"]
+    # said in the report; in the summary only what this device could have exposed (it is no Pi or Jetson)
+    assert context.unreadable_signals(static) == ["cpu frequency", "power", "accelerator clocks"]
     snap = context.snapshot()
     assert snap["zones_c"] == {} and snap["max_c"] is None and snap["cpu_mhz"] is None and snap["counters"] is None
     usage = context.during(snap, snap)

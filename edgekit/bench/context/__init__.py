@@ -25,6 +25,16 @@ BUSY_SHARE = 0.15  # other processes using this share of the CPU time (or more) 
 _RUNTIME_MODULES = ("numpy", "ai_edge_litert", "tflite_runtime", "onnxruntime", "openvino", "coremltools")
 
 
+VENDOR_SIGNALS = ("raspberry_pi", "jetson")  # unreadable on every other device: not a gap in what was read
+
+
+def unreadable_signals(context: dict[str, Any]) -> list[str]:
+    """The signals a report's device could have exposed and did not (cpufreq, power, clocks...);
+    "not a Raspberry Pi" / "not a Jetson" are left out of this list (the report keeps them)."""
+    return [key.replace("_", " ") for key, value in context.items()
+            if isinstance(value, dict) and "unreadable" in value and key not in VENDOR_SIGNALS]
+
+
 def versions() -> dict[str, str]:
     """edgekit, Python and every runtime library this process has loaded, with their versions."""
     from ...version import __version__
