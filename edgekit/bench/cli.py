@@ -112,6 +112,8 @@ def print_summary(report: dict[str, Any]) -> None:
 
 def _print_extras(row: dict[str, Any], result: dict[str, Any]) -> None:
     """Launch, first inference, placement and the sustained verdict of one configuration."""
+    from .sustained import first_to_last
+
     name = f"{row['artifact']}/{row['backend']} t{row['threads']}"
     launch = result.get("launch") or {}
     first, again = launch.get("first_launch") or {}, launch.get("relaunch") or {}
@@ -127,9 +129,8 @@ def _print_extras(row: dict[str, Any], result: dict[str, Any]) -> None:
     sustained = result.get("sustained") or {}
     if sustained.get("first"):
         verdict = sustained["verdict"]
-        print(f"{name}: sustained {sustained['duration_s']:.0f} s: {sustained['first']['span']} p50 "
-              f"{sustained['first']['p50']:.3f} ms, {sustained['last']['span']} {sustained['last']['p50']:.3f} ms "
-              f"({sustained['change_pct']:+.1f}%): {verdict['verdict']} ({verdict['reason']})")
+        print(f"{name}: sustained {sustained['duration_s']:.0f} s: {first_to_last(sustained)}: {verdict['verdict']} "
+              f"({verdict['reason']})")
 
 
 def print_context(report: dict[str, Any]) -> None:

@@ -30,7 +30,7 @@ from .report import SCHEMA_VERSION
 from . import context as run_context
 from .fingerprint import fingerprint
 from .stats import CV_WARN, summarize
-from .sustained import Recorder, summarize_sustained, timeline, window_seconds
+from .sustained import Recorder, first_to_last, summarize_sustained, timeline, window_seconds
 
 
 @dataclass
@@ -419,9 +419,7 @@ def _sustained_warning(result: dict[str, Any]) -> list[str]:
     verdict = sustained.get("verdict") or {}
     if verdict.get("verdict") != "slowed down":
         return []
-    return [f"{_config_name(result)} slowed down over the run: {sustained['first']['span']} p50 "
-            f"{sustained['first']['p50']:.3f} ms, {sustained['last']['span']} {sustained['last']['p50']:.3f} ms "
-            f"({sustained['change_pct']:+.1f}%): {verdict['reason']}"]
+    return [f"{_config_name(result)} slowed down over the run: {first_to_last(sustained)}: {verdict['reason']}"]
 
 
 def _fastest_unresolved(results: list[dict[str, Any]]) -> list[str]:

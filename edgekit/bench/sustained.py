@@ -198,3 +198,10 @@ def summarize_sustained(times_s: np.ndarray, samples_ms: np.ndarray, duration_s:
         "verdict": {"verdict": verdict, "reason": reason, "throttled": throttled and verdict == "slowed down",
                     "ratio_ci95": [compared["ci_low"], compared["ci_high"]], "causes": found},
     }
+
+
+def first_to_last(sustained: dict[str, Any]) -> str:
+    """"first 15 s p50 0.212 ms, last 15 s 0.224 ms (+5.7%)": how the run summary and its warning say it."""
+    first, last = sustained["first"], sustained["last"]
+    return (f"{first['span']} p50 {first['p50']:.3f} ms, {last['span']} {last['p50']:.3f} ms "
+            f"({sustained['change_pct']:+.1f}%)")
