@@ -333,7 +333,7 @@ def _format_options(p: argparse.ArgumentParser) -> None:
                              help=option.help)
 
 
-def _package(args: argparse.Namespace) -> None:
+def _package(args: argparse.Namespace) -> int:
     from .formats import build_options, expand_formats
     from .packaging import PackageOptions, build_package, partial_error
     from .progress import Progress
@@ -386,14 +386,47 @@ def _package(args: argparse.Namespace) -> None:
     print(f"package: {result.path}")
     if result.archive:
         print(f"archive: {result.archive}")
-    if result.manifest.validation.passed is None:
+    if result.manifest.validation.state == "not measured":
         print("warning: no artifact of this package could be measured here: it has no verdict (its manifest says "
               "passed: null, state: not measured)", file=sys.stderr)
-    elif not result.manifest.validation.passed:
+    elif result.manifest.validation.state == "failed":
         print("warning: validation failed (see above); the package was kept because of --allow-accuracy-drop "
                    "and its manifest says passed: false", file=sys.stderr)
     if result.failed and not allow_partial:
         raise partial_error(result)
+    return _verdict_exit(result.manifest)
+
+
+def _verdict_exit(manifest: Any) -> int:
+    """The exit status of a written package whose verdict is not a pass: not decidable (too few
+    held-out samples: EXIT_NOT_DECIDED), or INT8 only built, never measured (EXIT_UNVERIFIED)."""
+    from .packaging.verdict import EXIT_NOT_DECIDED, EXIT_UNVERIFIED
+
+    validation = manifest.validation
+    if validation.state == "not decidable":
+        open_gates = {a.key: validation.artifact(a.key).undecided for a in manifest.artifacts
+                      if not validation.artifact(a.key).decided}
+        needed = max((int(u.get("samples_needed") or 0) for gates in open_gates.values() for u in gates), default=0)
+        for key, gates in open_gates.items():
+            counts = "; ".join(f"{u.get('gate')}: {u.get('have')} {u.get('unit')}, {u.get('needed')} needed"
+                               for u in gates)
+            print(f"{key}: not decidable ({counts})", file=sys.stderr)
+        print(f"not decidable: the package was written, but its gates were met on too few held-out samples to decide "
+              f"a pass (manifest: passed null, state not decidable); {needed} held-out samples would decide it "
+              f"(--eval DATA with {needed}+ samples) [exit {EXIT_NOT_DECIDED}]", file=sys.stderr)
+        return EXIT_NOT_DECIDED
+    integer = [a for a in manifest.artifacts if a.precision != "float" and not a.precision.startswith("float")]
+    verified = [a for a in integer if validation.artifact(a.key).verdict == "passed"]
+    unverified = [a for a in integer if not validation.artifact(a.key).measured]
+    if unverified and not verified:
+        for artifact in unverified:
+            print(f"{artifact.key}: built, unverified {artifact.precision}: "
+                  f"{validation.artifact(artifact.key).reason or 'not measured here'}", file=sys.stderr)
+        print("unverified: no INT8 artifact of this package was measured against the float model here; measure it "
+              "where its runtime runs (on macOS for CoreML: python -m edgekit.run PACKAGE --artifact "
+              f"{unverified[0].format} --eval DATA) before shipping it [exit {EXIT_UNVERIFIED}]", file=sys.stderr)
+        return EXIT_UNVERIFIED
+    return 0
 
 
 def _add_compare(commands: Any) -> None:
@@ -406,12 +439,13 @@ def _add_compare(commands: Any) -> None:
                    help="write a self-contained HTML report with charts")
     p.add_argument("--markdown", action="store_true", help="print the table as Markdown")
     p.add_argument("--csv", dest="csv_path", type=Path, default=None, help="write the summary as CSV")
-    p.add_argument("--margin", type=_positive_float(0), default=5.0, metavar="PCT",
+    p.add_argument("--margin", type=_positive_float(0), default=None, metavar="PCT",
                    help="equivalence margin: a difference is stated only when it is significant (bootstrap 95%% CI of "
-                        "the ratio of medians, from the raw samples) and larger than PCT percent (default: 5)")
+                        "the ratio of medians, from the raw samples) and larger than PCT percent (default: 5, or "
+                        "--fail-on-regression's PCT when only that is given)")
     p.add_argument("--fail-on-regression", type=_positive_float(0), default=None, metavar="PCT",
                    help="exit 1 if any configuration is significantly slower than the baseline by more than PCT "
-                        "percent (PCT is then the margin)")
+                        "percent (independent of --margin, which decides what the table calls a difference)")
     p.add_argument("--strict", action="store_true",
                    help="fail on files that are not readable reports instead of skipping them")
     p.add_argument("--allow-different-models", action="store_true", help="compare reports of different models")
@@ -434,14 +468,18 @@ def _compare(args: argparse.Namespace) -> int:
     for path, what in ((html_path, "HTML report"), (csv_path, "CSV")):
         if path is not None:
             ensure_writable(path, what)
-    threshold = margin if fail_on_regression is None else fail_on_regression
+    from .bench.stats import DEFAULT_MARGIN_PCT
+
+    threshold = margin if margin is not None else (fail_on_regression if fail_on_regression is not None
+                                                   else DEFAULT_MARGIN_PCT)
     comparison = compare(list(reports), baseline, threshold, strict, allow_different_models)
     for skipped in comparison.skipped:
         print(f"warning: skipped {skipped}", file=sys.stderr)
     for note in comparison.notes:
         print(f"note: {note}", file=sys.stderr)
+    said = "conditions differ" if len(comparison.reports) > 1 else "run conditions"  # one report differs from nothing
     for warning in comparison.warnings:
-        print(f"WARNING: conditions differ: {warning}", file=sys.stderr)
+        print(f"WARNING: {said}: {warning}", file=sys.stderr)
     if fail_on_regression is not None and not comparison.compared:
         from .errors import InputError
 
@@ -483,13 +521,15 @@ def _compare(args: argparse.Namespace) -> int:
 
         write_text_atomic(html_path, render_html(comparison))
         print(f"html: {html_path}")
-    if fail_on_regression is not None and comparison.regressions:
-        for row in comparison.regressions:
-            v = row.verdict
-            print(f"REGRESSION: {row.label} is {100 * (v['ratio'] - 1):.1f}% slower than {v['baseline']} "
-                       f"(95% CI {100 * (v['ci_low'] - 1):.1f}% to {100 * (v['ci_high'] - 1):.1f}%)", file=sys.stderr)
-        return 1
-    return 0
+    failing = [] if fail_on_regression is None else [
+        row for row in comparison.compared  # significantly slower (CI above 1) by more than PCT, whatever --margin
+        if row.verdict["ci_low"] > 1 and row.verdict["ratio"] > 1 + fail_on_regression / 100]
+    for row in failing:
+        v = row.verdict
+        print(f"REGRESSION: {row.label} is {100 * (v['ratio'] - 1):.1f}% slower than {v['baseline']} "
+              f"(95% CI {100 * (v['ci_low'] - 1):.1f}% to {100 * (v['ci_high'] - 1):.1f}%; "
+              f"--fail-on-regression {fail_on_regression:g})", file=sys.stderr)
+    return 1 if failing else 0
 
 
 def _add_keys(commands: Any) -> None:

@@ -105,6 +105,14 @@ class InputError(DataError):
     default_hint = "pass images, or arrays shaped like the model input (see inputs in manifest.json)"
 
 
+class OptionError(InputError):
+    """A packaging option out of its range, or two options that contradict each other: a usage
+    error (exit 2, as argparse's own), from the command line and the Python API alike."""
+
+    exit_code = 2
+    default_hint = "see edgekit package --help"
+
+
 class StorageError(EdgekitError):
     """A file could not be written or read because of the disk: full, read-only, or no permission."""
 
@@ -128,6 +136,11 @@ class FailedArtifactWarning(UserWarning):
 class UnmeasuredArtifactWarning(UserWarning):
     """The artifact chosen was never compared with the float model (nothing where it was packaged
     could run it): it has no verdict."""
+
+
+class UndecidedArtifactWarning(UserWarning):
+    """The artifact chosen met its gates on too few validation samples to decide them (its
+    manifest says ``verdict: not decidable``): a pass was never established."""
 
 
 class KernelArithmeticWarning(UserWarning):

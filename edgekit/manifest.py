@@ -365,6 +365,9 @@ class Manifest:
     def from_json(cls, text: str | bytes) -> Manifest:
         try:
             data = json.loads(text)
+        except RecursionError:  # a manifest nested thousands deep: tampered, never written by edgekit
+            raise PackageError("manifest.json is nested too deeply to be a manifest",
+                               hint="the package is corrupt or was tampered with: copy or rebuild it") from None
         except (ValueError, UnicodeDecodeError) as exc:
             raise PackageError(
                 f"manifest.json is not valid JSON ({exc})", hint="the package is corrupt: copy or rebuild it"

@@ -60,7 +60,7 @@ def _cache_file() -> Path:
 def _cached(sources: list[list[str]]) -> list[dict[str, Any]] | None:
     try:
         stored = json.loads(_cache_file().read_bytes())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return None
     if not isinstance(stored, dict) or stored.get("edgekit") != __version__ or stored.get("sources") != sources:
         return None

@@ -87,8 +87,9 @@ def parser(prog: str = PROG) -> argparse.ArgumentParser:
     bench.add_argument("--sustained", type=_duration, default=None, metavar="DURATION",
                        help="measure for this long (90s, 10m, 1h) in windows: latency over time, first vs last "
                             "minute p50 and a throttling verdict (replaces --runs/--min-seconds)")
-    bench.add_argument("--window", type=_positive_float, default=None, metavar="SECONDS",
-                       help="window length of a --sustained run (default: about 60 windows, 0.5-30 s each)")
+    bench.add_argument("--window", type=_window, default=None, metavar="DURATION",
+                       help="window length of a --sustained run, in seconds or with units like --sustained (2, 2s, "
+                            "1m; default: about 60 windows, 0.5-30 s each); at most half the run")
     bench.add_argument("--fail-on-fallback", action="store_true",
                        help="exit 3 when a requested delegate or execution provider is not active or left ops to "
                             "the CPU (the report says which)")
@@ -110,11 +111,14 @@ def _duration(text: str) -> float:
         raise argparse.ArgumentTypeError(f"{exc.message}; {exc.hint}") from None
 
 
-def _positive_float(text: str) -> float:
-    value = float(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError("must be greater than 0")
-    return value
+def _window(text: str) -> float:
+    from .bench.sustained import seconds_in
+    from .errors import EdgekitError
+
+    try:
+        return seconds_in(text, "--window")
+    except EdgekitError as exc:
+        raise argparse.ArgumentTypeError(f"{exc.message}; {exc.hint}") from None
 
 
 def _non_negative(text: str) -> int:
@@ -163,6 +167,7 @@ def execute(args: argparse.Namespace) -> int:
         names, rows = (stream_rows(model, named, args.state) if args.stream
                        else predict_rows(model, named, args.raw))
         labels, output_names = model.labels, model.output_names
+        classes = {name for name, kind in model.manifest.validation.kinds.items() if kind.get("kind") == "classes"}
         stats = predictions.stats() if predictions else None
     if stats:
         print(f"prediction cache: {stats['hits']} hits, {stats['misses']} misses", file=sys.stderr)
@@ -171,7 +176,7 @@ def execute(args: argparse.Namespace) -> int:
         print(f"wrote {len(rows)} output rows ({', '.join(names[:3])}{', ...' if len(names) > 3 else ''}) to "
               f"{args.output}", file=sys.stderr)
         return 0
-    print("\n".join(format_rows(names, rows, labels, args.top_k, args.raw)))
+    print("\n".join(format_rows(names, rows, labels, args.top_k, args.raw, classes)))
     return 0
 
 
@@ -216,8 +221,9 @@ def predict_rows(model: Any, named: list[tuple[str | None, Path]], raw: bool) ->
             if name is not None or path.suffix != ".npz":
                 raise InputError(f"this model has inputs {model.input_names}: pass -i NAME=FILE for each, "
                                  "or .npz files with one array per input name", hint="e.g. -i tokens=ids.npy -i mask=m.npy")
-            with np.load(path, allow_pickle=False) as arrays:
-                sets.append((str(path), {k: arrays[k] for k in arrays.files}))
+            with np.load(path, allow_pickle=False) as arrays:  # a "y" beside the inputs holds labels (--eval's layout)
+                sets.append((str(path), {k: arrays[k] for k in arrays.files
+                                         if k != "y" or k in model.input_names}))
     names: list[str] = []
     rows: list[dict] = []
     for label, value in sets:
@@ -253,7 +259,8 @@ def stream_rows(model: Any, named: list[tuple[str | None, Path]], specs: list[st
 
 
 def _one_input_npz(path: Path, name: str) -> Any:
-    """The array of a one-input model's ``.npz``: the one named after the input, or its only array."""
+    """The array of a one-input model's ``.npz``: the one named after the input, ``x`` (the layout
+    ``--eval`` and ``--calibration`` take, ``y`` holding labels), or its only array."""
     import numpy as np
 
     from .errors import InputError
@@ -261,6 +268,8 @@ def _one_input_npz(path: Path, name: str) -> Any:
     with np.load(path, allow_pickle=False) as arrays:
         if name in arrays.files:
             return arrays[name]
+        if "x" in arrays.files and set(arrays.files) <= {"x", "y"}:
+            return arrays["x"]
         if len(arrays.files) == 1:
             return arrays[arrays.files[0]]
         raise InputError(f"{path} holds arrays {arrays.files}, none named after the model's input {name!r}",
@@ -299,16 +308,22 @@ def write_outputs(path: Path, names: list[str], rows: list[dict], output_names: 
         write_text_atomic(path, json.dumps(document) + "\n")
 
 
-def format_rows(names: list[str], rows: list[dict], labels: list[str] | None, top_k: int, raw: bool) -> list[str]:
+def format_rows(names: list[str], rows: list[dict], labels: list[str] | None, top_k: int, raw: bool,
+                classes: set[str] = frozenset()) -> list[str]:
+    """One line per input: the top ``top_k`` classes of a labelled output, or of an unlabelled one
+    the package judged as class scores (``classes``: their output names), by index; else the values."""
     import numpy as np
 
     lines = []
     for item, row in zip(names, rows):
         if len(row) == 1:
-            value = next(iter(row.values()))
+            name, value = next(iter(row.items()))
             if labels and value.ndim == 1 and not raw:
                 best = np.argsort(value)[::-1][:top_k]
                 lines.append(f"{item}: " + ", ".join(f"{labels[i]} {value[i]:.3f}" for i in best))
+            elif name in classes and value.ndim == 1 and value.size > 1 and not raw:
+                best = np.argsort(value)[::-1][:top_k]
+                lines.append(f"{item}: " + ", ".join(f"class {i} {value[i]:.3f}" for i in best))
             else:
                 lines.append(f"{item}: {np.array2string(value, precision=4, max_line_width=120)}")
             continue
@@ -341,6 +356,9 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
         cli.error("--bench takes at most one --input (the end-to-end sample)")
     if args.window is not None and args.sustained is None:
         cli.error("--window sets the windows of a --sustained run: pass --sustained DURATION too")
+    if args.window is not None and args.window > args.sustained / 2:
+        cli.error(f"--window {args.window:g} s is longer than half the --sustained run ({args.sustained:g} s): a run "
+                  "needs at least two windows to show a trend; give a shorter --window")
     return guarded(lambda: run_bench(args) if args.bench else execute(args), debug)
 
 

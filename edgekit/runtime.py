@@ -167,6 +167,19 @@ def _say_verdict(manifest: Manifest, entry: Artifact, allow_failed: bool) -> Non
             f"was packaged ({record.reason or 'no runtime for it there'}): it has no verdict; check its outputs on "
             "your data (--eval)"), stacklevel=3)
         return
+    if failed is None and not record.decided:
+        import warnings
+
+        from .errors import UndecidedArtifactWarning
+
+        counts = "; ".join(f"{u.get('gate')} on {u.get('have')} {u.get('unit')}, {u.get('needed')} needed"
+                           for u in record.undecided)
+        needed = max((int(u.get("samples_needed") or 0) for u in record.undecided), default=0)
+        warnings.warn(UndecidedArtifactWarning(
+            f"artifact {entry.key!r} of package {manifest.name!r} met its gates on too few validation samples to "
+            f"decide them ({counts}): its accuracy against the float model is not established; repackage with "
+            f"--eval holding {needed}+ samples, or check its outputs on your data (--eval)"), stacklevel=3)
+        return
     if failed is None:
         return
     what = f"artifact {entry.key!r} of package {manifest.name!r} failed validation when it was packaged: {failed[0]}"

@@ -143,7 +143,7 @@ def verify_signature(
         signature = base64.b64decode(document["signature"], validate=True)
         if document.get("algorithm") != "ed25519":
             raise ValueError(f"algorithm {document.get('algorithm')!r}")
-    except (ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError, RecursionError) as exc:
         raise SignatureError(f"{SIGNATURE_NAME} of {root.name} is malformed ({exc})") from None
     signer = key_id(public_raw)
     if trusted is not None and signer not in trusted:

@@ -101,7 +101,7 @@ def tuned_choice(root: Path, manifest: Manifest, facts: DeviceFacts) -> Choice |
         record = json.loads(path.read_text())
     except FileNotFoundError:
         return None
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         _say("the tuned decision at %s cannot be read: ignored", path)
         return None
     stale = [what for what, now in (("device", device_identity(facts)), ("runtime libraries", runtime_identity()))

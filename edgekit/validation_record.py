@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 # what an artifact record holds besides measured/reason/passed: the summary comparison's numbers
 # (sqnr_db, cosine, top1_agreement, accuracy, ...) and the per-output, task, quantization and
 # conversion details, kept as measured
-_ARTIFACT_LISTS = ("gates", "notes", "auto_fix")
+_ARTIFACT_LISTS = ("gates", "notes", "auto_fix", "undecided", "verdict")
 
 
 class DataRecord(NamedTuple):
@@ -46,6 +46,8 @@ class ArtifactRecord(NamedTuple):
     gates: tuple[Mapping[str, Any], ...] = ()  # each failed gate: output, cause, what, fixes, margin
     notes: tuple[str, ...] = ()
     auto_fix: tuple[Mapping[str, Any], ...] = ()  # --auto-fix attempts
+    # the gates a pass could not be decided on (too few samples): output, gate, have, needed, ...
+    undecided: tuple[Mapping[str, Any], ...] = ()
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "ArtifactRecord":
@@ -55,14 +57,18 @@ class ArtifactRecord(NamedTuple):
             metrics={k: v for k, v in data.items() if k not in known},
             gates=tuple(g if isinstance(g, Mapping) else {"what": str(g)} for g in data.get("gates") or ()),
             notes=tuple(str(n) for n in data.get("notes") or ()), auto_fix=tuple(data.get("auto_fix") or ()),
+            undecided=tuple(u for u in data.get("undecided") or () if isinstance(u, Mapping)),
         )
 
     def to_dict(self) -> dict[str, Any]:
         if not self.measured:
             return {"measured": False, "reason": self.reason}
         found: dict[str, Any] = {"measured": True, **self.metrics, "gates": [dict(g) for g in self.gates]}
-        if self.passed is not None:
+        if self.passed is not None or self.undecided:  # an older record without a verdict stays as it was
             found["passed"] = self.passed
+            found["verdict"] = self.verdict
+        if self.undecided:
+            found["undecided"] = [dict(u) for u in self.undecided]
         if self.notes:
             found["notes"] = list(self.notes)
         if self.auto_fix:
@@ -72,6 +78,20 @@ class ArtifactRecord(NamedTuple):
     @property
     def failed(self) -> bool:
         return self.passed is False
+
+    @property
+    def decided(self) -> bool:
+        """False when its gates' numbers met their floors on a sample too small to support a pass."""
+        return not self.undecided
+
+    @property
+    def verdict(self) -> str:
+        """passed | failed | not decidable | not measured."""
+        if not self.measured:
+            return "not measured"
+        if self.failed:
+            return "failed"
+        return "not decidable" if self.undecided else "passed"
 
     def failed_gates(self) -> list[str] | None:
         """What it failed when validated (kept by --allow-accuracy-drop); None when it passed or
@@ -92,8 +112,9 @@ class ValidationRecord(NamedTuple):
     float_accuracy: float | None = None
     max_accuracy_drop_pp: float | None = None
     min_sqnr_db: float | None = None
-    passed: bool | None = True  # None: no artifact could be measured (not measured is not passed)
+    passed: bool | None = True  # None: nothing measured, or a pass the sample cannot support (``decided``)
     artifacts: Mapping[str, ArtifactRecord] = {}
+    decided: bool = True  # False: no gate failed, but a pass could not be decided on this sample
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None) -> "ValidationRecord":
@@ -105,6 +126,7 @@ class ValidationRecord(NamedTuple):
             max_accuracy_drop_pp=data.get("max_accuracy_drop_pp"), min_sqnr_db=data.get("min_sqnr_db"),
             passed=None if "passed" in data and data["passed"] is None else data.get("passed", True) is not False,
             artifacts={key: ArtifactRecord.from_dict(record) for key, record in (data.get("artifacts") or {}).items()},
+            decided=data.get("state") != "not decidable",
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -126,8 +148,11 @@ class ValidationRecord(NamedTuple):
 
     @property
     def state(self) -> str:
-        """passed | failed | not measured: a package none of whose artifacts could be run where it
-        was built has no verdict, and says so rather than passing."""
+        """passed | failed | not decidable | not measured: a package none of whose artifacts could be
+        run where it was built has no verdict, and one whose passes rest on too few samples has none
+        yet; each says so rather than passing."""
+        if self.passed is None and not self.decided:
+            return "not decidable"
         return {True: "passed", False: "failed", None: "not measured"}[self.passed]
 
     def artifact(self, key: str) -> "ArtifactRecord":

@@ -105,6 +105,36 @@ def _fix_notes(target: str, metrics: ArtifactRecord) -> list[str]:
     return notes
 
 
+def _count(metrics: ArtifactRecord, name: str) -> str:
+    """`` (k/n)`` behind a rate shown in the table, where a task counted it."""
+    for task in (metrics.get("tasks") or {}).values():
+        for rate in task.get("evidence") or ():
+            if rate.get("name") == name:
+                return f" ({rate.get('k')}/{rate.get('n')})"
+    return ""
+
+
+def _evidence_notes(target: str, metrics: ArtifactRecord) -> list[str]:
+    """Each rate gate's count and 95% interval, and what a pass the sample cannot support lacks."""
+    notes = []
+    for output, task in (metrics.get("tasks") or {}).items():
+        counts = []
+        for rate in task.get("evidence") or ():
+            low, high = rate.get("ci95") or (0, 1)
+            counts.append(f"{rate.get('name')} {rate.get('k')}/{rate.get('n')} {rate.get('unit')} "
+                          f"(95% CI {100 * low:.1f}-{100 * high:.1f}%, floor {100 * float(rate.get('floor', 0)):.1f}%)")
+        if counts:
+            notes.append(f"{target}: {output or 'output'} evidence: " + "; ".join(counts))
+    for gate in metrics.undecided:
+        where = f"{gate.get('output')!r} " if gate.get("output") else ""
+        notes.append(f"{target}: NOT DECIDABLE {where}{gate.get('gate')}: {gate.get('have')} {gate.get('unit')}, "
+                     f"{gate.get('needed')} needed to allow one disagreement ({gate.get('samples_needed')} held-out "
+                     "samples would decide it)" if gate.get("gate") != "samples" else
+                     f"{target}: NOT DECIDABLE: {gate.get('have')} validation samples, {gate.get('needed')} needed "
+                     "for any pass")
+    return notes
+
+
 def _margin(value: Any) -> str:
     return "-inf" if value is None else f"{value:+.3g}"
 
@@ -137,7 +167,7 @@ def render(manifest: Manifest, console: Console | None = None) -> None:
             _pct(float_acc),
             _pct(metrics.get("accuracy")),
             "n/a" if drop is None else f"{0.0 - drop:+.2f} pp",
-            _pct(metrics.get("top1_agreement")),
+            _pct(metrics.get("top1_agreement")) + _count(metrics, "top1_agreement"),
             _num(metrics.get("cosine"), ".5f"),
             _sqnr(metrics.get("sqnr_db"), bool(metrics.metrics)),
         )
@@ -149,6 +179,7 @@ def render(manifest: Manifest, console: Console | None = None) -> None:
         notes += _task_notes(artifact.key, metrics)
         notes += _fix_notes(artifact.key, metrics)
         notes += [f"{artifact.key}: FAILED {gate['what']}" for gate in metrics.gates]
+        notes += _evidence_notes(artifact.key, metrics)
     for failure in manifest.failed:
         table.add_row(failure["target"], "failed", "", "", "", "", "", "", "")
         notes.append(f"{failure['target']} failed: {failure['error']}")
@@ -161,7 +192,8 @@ def render(manifest: Manifest, console: Console | None = None) -> None:
         console.print(note, highlight=False)
     measured = [a for a in validation.artifacts.values() if a.measured]
     if measured and validation.min_sqnr_db is not None:
-        verdict = "pass" if validation.passed else "FAIL"
+        verdict = {"passed": "pass", "not decidable": "NOT DECIDABLE (too few samples, see above)"}.get(
+            validation.state, "FAIL")
         console.print(f"gates {verdict}: each output is judged by its kind's task metric (above); values need SQNR >= "
                       f"{validation.min_sqnr_db:g} dB, and so does each quantity joined into one output; labelled "
                       f"class scores may drop at most {validation.max_accuracy_drop_pp} pp", highlight=False)

@@ -90,12 +90,21 @@ class Matrix:
 
 
 def matrix(comparison: Comparison) -> Matrix:
+    """Columns by device; two reports of one device (an A/B run on one board) each keep a column,
+    named ``device (report)``, never one dropped for the other."""
     ordered = sorted(comparison.rows, key=lambda r: not comparison.is_baseline(r))  # the baseline's column first
-    devices = list(dict.fromkeys(r.device for r in ordered))
+    sources: dict[str, set[int]] = {}
+    for row in comparison.rows:
+        sources.setdefault(row.device, set()).add(row.source)
+
+    def column(row: Row) -> str:
+        return row.device if len(sources[row.device]) == 1 else f"{row.device} ({row.report})"
+
+    devices = list(dict.fromkeys(column(r) for r in ordered))
     configs = list(dict.fromkeys(r.config_label for r in comparison.rows))
     cells = {}
     for row in comparison.rows:
-        cells.setdefault((row.config_label, row.device), row)
+        cells.setdefault((row.config_label, column(row)), row)
     return Matrix(devices=devices, configs=configs, cells=cells)
 
 

@@ -37,6 +37,12 @@ def _pair(a: str, ca: dict[str, Any], b: str, cb: dict[str, Any]) -> list[str]:
     if ca.get("capped") is not None and cb.get("capped") is not None and ca["capped"] != cb["capped"]:
         capped = a if ca["capped"] else b
         found.append(f"{capped}'s CPU frequency was capped below its hardware maximum (scaling_max_freq)")
+    pa, pb = ca.get("cpus_allowed"), cb.get("cpus_allowed")
+    if pa is not None and pb is not None and pa != pb:
+        fewer, more, fewer_c, more_c = (a, b, ca, cb) if pa < pb else (b, a, cb, ca)
+        found.append(f"{fewer} ran on {fewer_c['cpus_allowed']} CPU(s) of {fewer_c.get('cpus_online') or '?'} (pinned: "
+                     f"taskset or a cpuset), {more} on {more_c['cpus_allowed']}: with threads above "
+                     f"{fewer_c['cpus_allowed']}, {fewer}'s latency includes that pinning")
     oa, ob = ca.get("other_cores"), cb.get("other_cores")
     if oa is not None and ob is not None and (abs(oa - ob) >= LOAD_GAP_CORES or bool(ca.get("shared")) != bool(cb.get("shared"))):
         busy, idle, busy_c, idle_c = (a, b, ca, cb) if oa > ob else (b, a, cb, ca)
@@ -62,6 +68,9 @@ def _own(label: str, report: dict[str, Any]) -> list[str]:
     elif conditions.get("throttled") is None:
         found.append(f"{label}: throttling could not be read there (no thermal zone or firmware flags): "
                      "it cannot be ruled out")
+    allowed, online = conditions.get("cpus_allowed"), conditions.get("cpus_online")
+    if allowed is not None and online is not None and allowed < online:
+        found.append(f"{label} ran pinned to {allowed} of {online} CPUs (taskset or a cpuset)")
     for result in report.get("results") or []:
         verdict = ((result.get("sustained") or {}).get("verdict") or {})
         if verdict.get("verdict") in ("slowed down", "sped up"):  # not steady: which of its figures is "the" one?

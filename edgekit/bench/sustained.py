@@ -77,14 +77,22 @@ class Recorder:
         return {round(index * self.window_s, 3): (w.count, w.max_s * 1e3) for index, w in sorted(self.windows.items())}
 
 
-def parse_duration(text: str) -> float:
-    """"90", "90s", "10m", "1h", "1m30s" -> seconds."""
+def seconds_in(text: str, flag: str = "--sustained") -> float:
+    """"90", "90s", "2.5s", "10m", "1h", "1m30s" -> seconds (any positive length)."""
     value = str(text).strip().lower()
     parts = re.fullmatch(r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s?)?", value)
     if not value or parts is None or not any(parts.groups()):
-        raise EdgekitError(f"--sustained {text!r} is not a duration", hint="give e.g. 90s, 10m or 1h")
+        raise EdgekitError(f"{flag} {text!r} is not a duration", hint="give e.g. 90s, 10m or 1h")
     hours, minutes, seconds = (float(g) if g else 0.0 for g in parts.groups())
     total = hours * 3600 + minutes * 60 + seconds
+    if not total > 0:
+        raise EdgekitError(f"{flag} {text!r} is not a positive duration", hint="give e.g. 2s or 30s")
+    return total
+
+
+def parse_duration(text: str) -> float:
+    """"90", "90s", "10m", "1h", "1m30s" -> seconds, at least ``MIN_DURATION_S``."""
+    total = seconds_in(text)
     if total < MIN_DURATION_S:
         raise EdgekitError(f"--sustained {text!r} is shorter than {MIN_DURATION_S:g} s",
                            hint="a sustained run needs time to show a trend: give 2m or more")

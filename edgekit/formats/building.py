@@ -92,6 +92,7 @@ class BuildResult:
     artifact: Artifact
     evaluated_npy: str | None = None
     evaluated_by: str = ""
+    not_measured: str = ""  # why the builder could not compute its outputs (the evaluator's missing ops)
     float_model: str | None = None  # the converted float model, run by the format's backend
     float_evaluated_npy: str | None = None  # or its outputs on the validation samples, computed by the builder
     float_by: str = ""  # what the float model is and what ran it

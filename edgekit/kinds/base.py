@@ -10,6 +10,7 @@ registry; none of them names a kind.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 from typing import Any, NamedTuple
 
@@ -64,6 +65,78 @@ class OutputKind:
         return cls(**{**data, "groups": groups})
 
 
+Z_95 = 1.959963984540054  # the two-sided 95% normal quantile (Wilson's interval)
+
+
+@dataclass(frozen=True)
+class Rate:
+    """The evidence behind one rate gate: ``k`` of ``n`` units (samples, rows, boxes, label
+    decisions) agree, against a ``floor``. ``tolerance`` is the share of units the gate allows to
+    disagree (``1 - floor`` for an agreement gate; the accuracy drop for an accuracy gate whose
+    floor is float's own accuracy minus it). A gate is *decidable* on ``n`` units only when it
+    allows at least one disagreement there: a 99% gate on 18 samples passes at 18/18 and fails at
+    17/18, so the sample cannot tell 99% from 94% (docs/validation.md, "How much evidence")."""
+
+    name: str  # the value it backs in TaskResult.values (top1_agreement, recall, ...)
+    k: int
+    n: int
+    floor: float
+    tolerance: float
+    unit: str = "samples"  # what is counted: samples | rows | float boxes | INT8 boxes | label decisions | lines
+
+    @property
+    def value(self) -> float:
+        return self.k / self.n if self.n else 1.0
+
+    @property
+    def passed(self) -> bool:
+        return self.value >= self.floor - 1e-12
+
+    @property
+    def needed(self) -> int | None:
+        """The fewest units on which the gate allows one disagreement; None: it allows none at any
+        size (``--max-accuracy-drop 0`` asks for exact agreement, which any sample can refute)."""
+        if self.tolerance <= 1e-12:
+            return None
+        return int(math.ceil(1 / self.tolerance - 1e-9))
+
+    @property
+    def decidable(self) -> bool:
+        return self.needed is None or self.n >= self.needed
+
+    @property
+    def interval(self) -> tuple[float, float]:
+        """Wilson's 95% score interval of the rate (good at k = n, where the normal one collapses)."""
+        return wilson(self.k, self.n)
+
+    def to_dict(self) -> dict[str, Any]:
+        low, high = self.interval
+        return {"name": self.name, "k": self.k, "n": self.n, "unit": self.unit, "value": round(self.value, 6),
+                "ci95": [round(low, 6), round(high, 6)], "floor": round(self.floor, 6),
+                "needed": self.needed, "decidable": self.decidable}
+
+    def text(self) -> str:
+        low, high = self.interval
+        return f"{self.k}/{self.n} {self.unit} (95% CI {100 * low:.1f}-{100 * high:.1f}%)"
+
+
+def wilson(k: int, n: int, z: float = Z_95) -> tuple[float, float]:
+    """Wilson's score interval for ``k`` successes in ``n`` trials; (0, 1) for ``n == 0``."""
+    if n <= 0:
+        return 0.0, 1.0
+    p = k / n
+    denominator = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denominator
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denominator
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def agreement(name: str, agree: Any, floor: float, unit: str = "samples") -> Rate:
+    """The rate of True in ``agree`` (an array of per-unit agreements) against ``floor``."""
+    flat = np.asarray(agree, dtype=bool).reshape(-1)
+    return Rate(name, int(flat.sum()), int(flat.size), floor, 1 - floor, unit)
+
+
 @dataclass(frozen=True)
 class TaskResult:
     """One task metric on one output: named numbers, whether they pass, and the rule they met."""
@@ -75,9 +148,19 @@ class TaskResult:
     # how far the gated numbers are above their floors (the worst one; negative: failing). What
     # the search compares between attempts: a rebuild is kept only when this improves.
     margin: float | None = None
+    # the counts behind every gated rate (k of n, 95% interval, whether n can decide the gate)
+    evidence: tuple[Rate, ...] = ()
+
+    @property
+    def undecidable(self) -> tuple[Rate, ...]:
+        """The gated rates whose sample is too small to decide them (said only of a pass: a rate
+        below its floor is refused whatever the sample)."""
+        return tuple(r for r in self.evidence if not r.decidable)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        found = asdict(self)
+        found["evidence"] = [r.to_dict() for r in self.evidence]
+        return found
 
 
 class Graph(NamedTuple):

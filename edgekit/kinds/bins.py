@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from . import register
-from .base import Graph, Kind, TaskResult, rows, shape_text, softmax_axis_or_last
+from .base import Graph, Kind, TaskResult, agreement, rows, shape_text, softmax_axis_or_last
 
 # sigmoid units are ordered bins only with this many units, most rows peaked: a few sigmoid
 # units make the peak rule vacuous (3 "bins" are always within one bin)
@@ -98,4 +98,6 @@ class Bins(Kind):
                           f"peak (weighted mean of the bins within {PEAK_HALF_WIDTH} of the argmax) within one bin of "
                           f"float's for >= {100 * floor:g}% of the samples (--max-accuracy-drop "
                           f"{max_accuracy_drop_pp:g} pp) and its height within {BINS_MAX_PEAK_HEIGHT_ERROR:g} of "
-                          "float's on average", margin)
+                          "float's on average", margin,
+                          (agreement("peak_within_one_bin", moved <= 1.0, floor,
+                                     "samples" if len(moved) == len(reference) else "rows"),))

@@ -12,7 +12,8 @@ from typing import Any
 import numpy as np
 
 from . import register
-from .base import BINARY_THRESHOLD, Graph, Kind, OutputKind, TaskResult, rows, shape_text, softmax_axis_or_last
+from .base import (BINARY_THRESHOLD, Graph, Kind, OutputKind, Rate, TaskResult, agreement, rows, shape_text,
+                   softmax_axis_or_last)
 
 
 def decisions(array: np.ndarray, axis: int | None) -> np.ndarray:
@@ -71,14 +72,19 @@ class Classes(Kind):
         ref = decisions(reference, axis)
         out = decisions(candidate, axis)
         values = {"top1_agreement": float(np.mean(ref == out))}
+        unit = "samples" if len(ref) == len(reference) else "rows"
         if targets is not None and len(ref) == len(targets):
             values["float_accuracy"] = float(np.mean(ref == targets))
             values["accuracy"] = float(np.mean(out == targets))
             values["accuracy_drop_pp"] = round(100 * (values["float_accuracy"] - values["accuracy"]), 4)
+            tolerance = max_accuracy_drop_pp / 100
+            evidence = Rate("accuracy", int(np.sum(out == targets)), len(ref), values["float_accuracy"] - tolerance,
+                            tolerance, unit)
             return TaskResult(self.name, values, values["accuracy_drop_pp"] <= max_accuracy_drop_pp,
                               f"accuracy drop <= {max_accuracy_drop_pp:g} pp (--max-accuracy-drop)",
-                              (max_accuracy_drop_pp - values["accuracy_drop_pp"]) / 100)
+                              (max_accuracy_drop_pp - values["accuracy_drop_pp"]) / 100, (evidence,))
         floor = 1 - max_accuracy_drop_pp / 100
         return TaskResult(self.name, values, values["top1_agreement"] >= floor - 1e-12,
                           f"top-1 agreement with float >= {100 * floor:g}% (bounds the accuracy drop by "
-                          f"--max-accuracy-drop {max_accuracy_drop_pp:g} pp)", values["top1_agreement"] - floor)
+                          f"--max-accuracy-drop {max_accuracy_drop_pp:g} pp)", values["top1_agreement"] - floor,
+                          (agreement("top1_agreement", ref == out, floor, unit),))

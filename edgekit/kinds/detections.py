@@ -10,7 +10,7 @@ import numpy as np
 
 from ..errors import EdgekitError
 from . import register
-from .base import Graph, Kind, TaskResult
+from .base import Graph, Kind, Rate, TaskResult
 
 DETECTION_MIN_MATCH = 0.90  # recall, precision and class agreement against the float detections
 DETECTION_IOU = 0.5  # a kept box matches a float box at IoU >= 0.5 (the PASCAL VOC / mAP@0.5 bar)
@@ -97,9 +97,14 @@ class _Detections(Kind):
             "score_threshold": threshold,
         }
         margin = min(values[k] for k in ("recall", "precision", "class_agreement")) - DETECTION_MIN_MATCH
+        tolerance = 1 - DETECTION_MIN_MATCH
+        evidence = tuple(Rate(name, k, n, DETECTION_MIN_MATCH, tolerance, unit) for name, k, n, unit in (
+            ("recall", matched, n_ref, "float boxes"), ("precision", matched, n_out, "INT8 boxes"),
+            ("class_agreement", same_class, matched, "matched boxes")) if n)
         return TaskResult(self.name, values, margin >= 0,
                           f"recall, precision and class agreement of the INT8 detections (score >= {threshold:g}, "
-                          f"matched at IoU >= {DETECTION_IOU:g}) vs float >= {100 * DETECTION_MIN_MATCH:g}%", margin)
+                          f"matched at IoU >= {DETECTION_IOU:g}) vs float >= {100 * DETECTION_MIN_MATCH:g}%", margin,
+                          evidence)
 
     def _boxes_rows(self, output: np.ndarray, attributes_last: bool = False) -> list[np.ndarray]:
         """Per sample, one row per candidate box: (N, 4+C) is one box per sample; (N, B, 4+C) as is;

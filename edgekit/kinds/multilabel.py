@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from . import register
-from .base import BINARY_THRESHOLD, Graph, Kind, TaskResult, rows, shape_text, softmax_axis_or_last
+from .base import BINARY_THRESHOLD, Graph, Kind, TaskResult, agreement, rows, shape_text, softmax_axis_or_last
 from .bins import single_peak_fraction, why_not_bins
 
 # sigmoid units are yes/no labels when the float model decides: most values below 0.2 or above 0.8
@@ -73,4 +73,7 @@ class MultiLabel(Kind):
         return TaskResult(self.name, values, margin >= -1e-12,
                           f"label decisions at >= {threshold:g} agree with float's for >= {100 * floor:g}% of all "
                           f"(sample, label) pairs and >= {100 * label_floor:g}% for every label (--max-accuracy-drop "
-                          f"{max_accuracy_drop_pp:g} pp)", margin)
+                          f"{max_accuracy_drop_pp:g} pp)", margin,
+                          (agreement("label_agreement", agree, floor, "label decisions"),
+                           agreement("worst_label_agreement", agree[:, worst] if agree.size else [], label_floor,
+                                     "samples")))

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from . import register
-from .base import Graph, Kind, OutputKind, TaskResult, shape_text
+from .base import Graph, Kind, OutputKind, Rate, TaskResult, agreement, shape_text
 
 BLANK_MIN_SHARE = 0.25  # a CTC blank wins at least this share of steps (real lines: most of them)
 # raw scores need stronger evidence, and fewer steps than a detector's anchors (thousands)
@@ -141,13 +141,19 @@ class Sequence(Kind):
             values["float_line_accuracy"] = float(np.mean([t == e for t, e in zip(truth, expected)]))
             values["line_accuracy"] = float(np.mean([t == p for t, p in zip(truth, produced)]))
             values["accuracy_drop_pp"] = round(100 * (values["float_line_accuracy"] - values["line_accuracy"]), 4)
+            tolerance = max_accuracy_drop_pp / 100
+            correct = sum(t == p for t, p in zip(truth, produced))
             return TaskResult(self.name, values, values["accuracy_drop_pp"] <= max_accuracy_drop_pp,
                               f"line accuracy drop <= {max_accuracy_drop_pp:g} pp (--max-accuracy-drop; "
-                              f"{rule_tail})", (max_accuracy_drop_pp - values["accuracy_drop_pp"]) / 100)
+                              f"{rule_tail})", (max_accuracy_drop_pp - values["accuracy_drop_pp"]) / 100,
+                              (Rate("line_accuracy", int(correct), len(truth), values["float_line_accuracy"] - tolerance,
+                                    tolerance, "lines"),))
         floor = 1 - max_accuracy_drop_pp / 100
         return TaskResult(self.name, values, same >= floor - 1e-12,
                           f"decoded sequences equal to float's >= {100 * floor:g}% ({rule_tail}; bounds the line "
-                          f"accuracy drop by --max-accuracy-drop {max_accuracy_drop_pp:g} pp)", same - floor)
+                          f"accuracy drop by --max-accuracy-drop {max_accuracy_drop_pp:g} pp)", same - floor,
+                          (agreement("sequence_agreement", [e == p for e, p in zip(expected, produced)], floor,
+                                     "lines"),))
 
 
 def _share(reference: np.ndarray, blank: int) -> str:

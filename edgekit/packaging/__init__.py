@@ -469,7 +469,7 @@ def assemble(plan: Plan, loaded: LoadedSource, run: PackagingContext, builders: 
     unmeasured = {b.name: b.unmeasured_reason for b in builders}
     validation = validation_record(
         measured, options, data, reference, plan.held_out,
-        unmeasured={o.name: unmeasured.get(o.built.artifact.format, "") for o in built},
+        unmeasured={o.name: o.built.not_measured or unmeasured.get(o.built.artifact.format, "") for o in built},
         measured_by={o.name: o.built.evaluated_by for o in built if o.comparison and o.built.evaluated_by},
         failures=failures, notes=notes, kinds=kinds,
     )
@@ -480,7 +480,7 @@ def assemble(plan: Plan, loaded: LoadedSource, run: PackagingContext, builders: 
                              [o.built.artifact for o in built], validation, failed, methods)
     failed_gates = [f for o in built for f in o.failures]
     if len(outcomes) > 1 or any(o.fixes for o in outcomes):
-        for line in summary_lines(outcomes, options.allow_accuracy_drop, refused):
+        for line in summary_lines(outcomes, options.allow_accuracy_drop, refused, data.evaluation_count):
             progress.say(line)
     if failed_gates and not options.allow_accuracy_drop:
         tried = {o.name: {str(a.get("change")) for a in o.fixes if not a.get("stage")} for o in built} \

@@ -24,6 +24,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from ..errors import EdgekitError
 from ..formats import Builder, BuildContext
 from ..formats.building import Fix
@@ -86,30 +88,41 @@ def _search(builder: Builder, first: Candidate, run: PackagingContext,
         return first, attempts
     failures = run.check(builder.name, whole, remedies)
     if halves is not None:
-        failures += _held_out_check(builder, run.on(halves.unseen, halves.unseen_reference), started,
-                                    Candidate(context, built, whole, failures), remedies, attempts)
+        failures += _held_out_check(builder, run, halves, started, Candidate(context, built, whole, failures),
+                                    attempts)
     return Candidate(context, built, whole, failures), attempts
 
 
-def _held_out_check(builder: Builder, unseen: PackagingContext, started: Candidate, kept: Candidate,
-                    remedies: Remedies, attempts: list[dict[str, Any]]) -> list[GateFailure]:
-    """The kept configuration on the samples no try was judged by: the gates it fails there that
-    it does not fail on all samples, named as such (recorded in ``attempts`` as the last entry)."""
-    measured = unseen.measure(kept.built, builder, kept.context)
-    if measured is None:
+def _held_out_check(builder: Builder, run: PackagingContext, halves: Any, started: Candidate, kept: Candidate,
+                    attempts: list[dict[str, Any]]) -> list[GateFailure]:
+    """The kept configuration judged on all samples (``kept.failures``), then tested for fitting
+    only the half the search chose by (``confirmation``): a gate whose unseen half is worse than
+    sampling noise allows is a failure of its own (cause "overfit"); a difference within noise is
+    not. Recorded in ``attempts`` as the last entry."""
+    from .confirmation import confirm
+
+    data = run.data
+    search_rows, unseen_rows = np.asarray(halves.search.rows), np.asarray(halves.unseen.rows)
+    test = confirm(kept.measured, run.reference, search_rows, unseen_rows, run.judging, run.options.min_sqnr_db,
+                   data.targets_y, data.labelled_output)
+    if test is None:
         return []
-    failures = unseen.check(builder.name, measured, remedies)
-    count = unseen.data.evaluation_count
-    attempts.append({"change": "held-out check", "stage": "confirmation", "samples": count,
-                     "before": _numbers(started), "after": _numbers(Candidate(kept.context, kept.built, measured,
-                                                                               failures)),
-                     "kept": not failures})
-    unseen.progress.say(f"search {builder.name}: on the {count} samples no try was judged by: "
-                        + ("passes" if not failures else "; ".join(f.what for f in failures)))
-    known = {f.key for f in kept.failures}
-    return [replace(f, what=f"{f.what} (on the {count} validation samples the search did not judge by: the "
-                            "configuration it chose does not hold beyond the samples it chose by)")
-            for f in failures if f.key not in known]
+    overfit = test.overfit
+    failures = [GateFailure(builder.name, gate.rsplit(" ", 1)[0] or None, "overfit",
+                            f"{gate}: margin {test.search[gate]:+.3g} on the {len(search_rows)} samples the search "
+                            f"chose by but {test.unseen[gate]:+.3g} on the {len(unseen_rows)} it never judged by "
+                            f"(one-sided p = {p:.3g} < {test.threshold:.3g}): the configuration fits the samples it "
+                            "was chosen on, not the model", (), margin=test.unseen[gate] - test.search[gate])
+                for gate, p in overfit.items()]
+    attempts.append({"change": "held-out check", "stage": "confirmation", "samples": len(unseen_rows),
+                     "before": _numbers(started), "after": _numbers(kept), "test": test.to_dict(),
+                     "kept": not failures and not kept.failures})
+    differences = ", ".join(f"{g} {test.search[g]:+.3g} vs {test.unseen[g]:+.3g} (p {test.p_values[g]:.2f})"
+                            for g in test.p_values)
+    run.progress.say(f"search {builder.name}: search half vs the {len(unseen_rows)} samples no try was judged by: "
+                     f"{differences}: " + ("the unseen half is worse than sampling noise allows (overfit)" if failures
+                                           else "within sampling noise"))
+    return failures
 
 
 def auto_fix(builder: Builder, first: Candidate, run: PackagingContext, remedies: Remedies = Remedies(),

@@ -69,6 +69,7 @@ class PackageOptions:
         object.__setattr__(self, "formats", formats)  # frozen: set once, here
         object.__setattr__(self, "targets", formats)
         check_numbers(self)
+        check_layers(self)
 
     @property
     def step_timeout_s(self) -> float:
@@ -175,11 +176,23 @@ NUMERIC_OPTIONS: dict[str, tuple[str, float, float, bool, bool]] = {
 }
 
 
+def check_layers(options: PackageOptions) -> None:
+    """A layer is kept in float or given 16-bit activations, never both: the two precisions
+    cannot both hold, and the one a format happened to apply would be recorded beside the other."""
+    from ..errors import OptionError
+
+    both = sorted(set(options.keep_float or ()) & set(options.int16_layers or ()))
+    if both:
+        raise OptionError(f"--keep-float and --int16-activations both name {', '.join(both)}: a layer is either float "
+                          "or int16-activation INT8, not both",
+                          hint="name each layer in one of the two options")
+
+
 def check_numbers(options: PackageOptions) -> None:
     """Each numeric option finite and in its range, else one usage error naming it."""
     import math
 
-    from ..errors import InputError
+    from ..errors import OptionError as InputError
 
     for name, (flag, low, high, whole, optional) in NUMERIC_OPTIONS.items():
         value = getattr(options, name)

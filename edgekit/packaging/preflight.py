@@ -7,6 +7,8 @@ the user a second instead of a TensorFlow start.
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,8 +28,17 @@ HOLDOUT_FRACTION = 0.2
 # Held-out samples the verdict needs at least. Gates read agreement rates: with 12 samples one
 # flipped decision is 8 points and a detector judged on 12 images proves little; with 50, one
 # sample is 2 points and a collapse shows on several. Without --eval, up to half of a small
-# calibration set is held out to reach it (calibration ranges need fewer samples than a verdict).
+# calibration set is held out to reach it, or as many as the agreement gate needs to decide a pass
+# (``decisive_samples``: 100 for the default 1 pp; calibration ranges need fewer samples than a verdict).
 MIN_VALIDATION_SAMPLES = 50
+
+
+def decisive_samples(max_accuracy_drop_pp: float) -> int:
+    """Held-out samples on which an agreement gate of ``100 - max_accuracy_drop_pp`` % allows one
+    disagreement, so that a pass there can be decided (``kinds.Rate.needed``; ``verdict.py``)."""
+    if max_accuracy_drop_pp <= 0:
+        return MIN_VALIDATION_SAMPLES
+    return max(MIN_VALIDATION_SAMPLES, int(math.ceil(100 / max_accuracy_drop_pp - 1e-9)))
 TEMP_PREFIX = "edgekit-package-"
 
 
@@ -120,7 +131,7 @@ def _split(
         held_out = True
     elif calibration.count >= 10:
         n_hold = max(1, int(round(calibration.count * HOLDOUT_FRACTION)),
-                     min(MIN_VALIDATION_SAMPLES, calibration.count // 2))
+                     min(decisive_samples(options.max_accuracy_drop), calibration.count // 2))
         if options.eval_samples:
             n_hold = min(n_hold, options.eval_samples)
         evals = calibration.select(n_hold, options.seed + 1)
@@ -134,11 +145,13 @@ def _split(
             f"only {calibration.count} samples and no --eval: validating on the calibration samples "
             "themselves (not held out)"
         )
-    if held_out and len(evals) < MIN_VALIDATION_SAMPLES:
+    decisive = decisive_samples(options.max_accuracy_drop)
+    if held_out and len(evals) < decisive:
         progress.warn(
-            f"validating on {len(evals)} held-out samples; {MIN_VALIDATION_SAMPLES}+ are needed for a verdict "
-            "that a collapsed output cannot slip through (give --eval with more samples"
-            + (", or more --calibration data)" if evaluation is None else ")")
+            f"validating on {len(evals)} held-out samples; an agreement gate of {100 - options.max_accuracy_drop:g}% "
+            f"allows one disagreement only on {decisive}+, so a pass on fewer is not decidable (the package is "
+            "written with verdict \"not decidable\", exit 4): give --eval with more samples"
+            + (", or more --calibration data" if evaluation is None else "")
         )
     if len(calib) < MIN_RECOMMENDED_SAMPLES:
         progress.warn(

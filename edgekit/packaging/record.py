@@ -14,6 +14,7 @@ from .options import PackageOptions
 from .preflight import MIN_VALIDATION_SAMPLES
 from ..validation_record import ArtifactRecord, DataRecord, ValidationRecord
 from .validate import Measured, silent_outputs
+from .verdict import undecided as undecided_gates
 
 
 def validation_record(
@@ -40,9 +41,13 @@ def validation_record(
             reason = unmeasured.get(name, "no runtime for it on this machine")
             artifacts[name] = ArtifactRecord(measured=False, reason=f"not measurable here: {reason}")
         else:
+            # a pass the sample cannot support is not a pass: passed stays null, the gates that need more say so
+            open_gates = () if failures.get(name) else undecided_gates(comparison, data.evaluation_count)
             artifacts[name] = ArtifactRecord(
-                measured=True, passed=not failures.get(name), metrics=_measured(comparison, measured_by.get(name)),
-                gates=tuple(f.to_dict() for f in failures.get(name, [])), notes=tuple(notes.get(name) or ()))
+                measured=True, passed=False if failures.get(name) else (None if open_gates else True),
+                metrics=_measured(comparison, measured_by.get(name)),
+                gates=tuple(f.to_dict() for f in failures.get(name, [])), notes=tuple(notes.get(name) or ()),
+                undecided=tuple(u.to_dict() for u in open_gates))
     from_calibration = options.eval is None
     silent = silent_outputs(reference)
     return ValidationRecord(
@@ -61,10 +66,20 @@ def validation_record(
         float_accuracy=float_accuracy,
         max_accuracy_drop_pp=options.max_accuracy_drop,
         min_sqnr_db=options.min_sqnr_db,
-        # nothing measured is its own state: no artifact passed a gate it was never put to
-        passed=not any(failures.values()) if any(a.measured for a in artifacts.values()) else None,
+        # nothing measured is its own state: no artifact passed a gate it was never put to; a pass the
+        # sample cannot support is not decided (passed null, state "not decidable")
+        passed=_package_passed(artifacts, failures),
+        decided=not any(a.undecided for a in artifacts.values()) or any(failures.values()),
         artifacts=artifacts,
     )
+
+
+def _package_passed(artifacts: dict[str, ArtifactRecord], failures: dict[str, list[GateFailure]]) -> bool | None:
+    if not any(a.measured for a in artifacts.values()):
+        return None
+    if any(failures.values()):
+        return False
+    return None if any(a.undecided for a in artifacts.values()) else True
 
 
 def _measured(comparison: Measured, measured_by: str | None) -> dict[str, Any]:

@@ -8,11 +8,14 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from .verdict import undecided, undecided_line
 
-def lines(outcomes: list[Any], kept_failed: bool, left_out: list[Any] = ()) -> list[str]:
+
+def lines(outcomes: list[Any], kept_failed: bool, left_out: list[Any] = (), samples: int | None = None) -> list[str]:
     """One line per format outcome (``packaging.FormatOutcome``); ``kept_failed``: failed
     artifacts stay in the package (``--allow-accuracy-drop``); ``left_out``: refused formats the
-    package is written without (``partial.py``). Where a failed gate stops the package, the
+    package is written without (``partial.py``); ``samples``: the validation samples, for a pass
+    they cannot support (``verdict.py``: not decidable). Where a failed gate stops the package, the
     artifacts that passed are not shipped either: their lines say so."""
     stopped = not kept_failed and any(o.failures for o in outcomes if o.error is None and not any(o is r for r in left_out))
     shipped = "passes (not shipped: the package is refused)" if stopped else "shipped"
@@ -29,7 +32,10 @@ def lines(outcomes: list[Any], kept_failed: bool, left_out: list[Any] = ()) -> l
         if outcome.name.endswith(("-float16", "-float32")):
             found.append(f"{outcome.name}: float fallback ({artifact.precision}), {shipped}")
         elif outcome.comparison is None:
-            found.append(f"{outcome.name}: {shipped} {artifact.precision}, not measured here{timing}")
+            found.append(f"{outcome.name}: built, unverified {artifact.precision}: not measured here, no verdict"
+                         f"{timing}")
+        elif not outcome.failures and samples is not None and (open_gates := undecided(outcome.comparison, samples)):
+            found.append(f"{undecided_line(outcome.name, open_gates)}; {artifact.precision}, written{timing}")
         elif not outcome.failures:
             found.append(f"{outcome.name}: {shipped} {artifact.precision}; {_tightest(outcome.comparison)}{timing}")
         else:

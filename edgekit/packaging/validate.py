@@ -56,6 +56,9 @@ class Measured:
     judged_by: str = ""
     # judged as quantized: what this CPU's own fused kernels give (information, not the verdict)
     on_this_cpu: dict[str, OutputComparison] | None = None
+    # the outputs judged, by name (sample-aligned with the reference): what the search's confirmation
+    # re-cuts into halves without running the artifact again; never written to the manifest
+    candidate: dict[str, np.ndarray] | None = field(default=None, repr=False, compare=False)
 
     @property
     def degenerate(self) -> dict[str, str]:
@@ -140,7 +143,7 @@ def measure(built: BuildResult, builder: Builder, staged: Path, data: PreparedDa
         on_this_cpu = {n: compare_outputs(reference[n], fused[n], kind=judging.kinds.get(n)) for n in names}
     conversion = _float_conversion(built, builder, data, reference, judging) if quantized else None
     return Measured(outputs, summary, tasks, metric, quantization, conversion, built.float_by if conversion else "",
-                    judged_by, on_this_cpu)
+                    judged_by, on_this_cpu, candidate)
 
 
 def _float_conversion(built: BuildResult, builder: Builder, data: PreparedData,

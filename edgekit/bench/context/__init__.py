@@ -60,7 +60,20 @@ def static_context(root: Path | None = None) -> dict[str, Any]:
         "jetson": {"power_mode": mode} if mode else unreadable("not a Jetson (no nvpmodel state or tool)"),
         "accelerator_clocks": clocks or unreadable("no devfreq device (no GPU/NPU clock exposed)"),
         "versions": versions(),
+        "cpus": cpus_allowed(),
     }
+
+
+def cpus_allowed() -> dict[str, int | None]:
+    """How many CPUs this process may run on (taskset, a cgroup cpuset) and how many are online:
+    a run pinned to fewer cores than its baseline is not the same machine's speed."""
+    import os
+
+    try:
+        allowed: int | None = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        allowed = None
+    return {"allowed": allowed, "online": os.cpu_count()}
 
 
 def snapshot(root: Path | None = None, started: float | None = None) -> dict[str, Any]:
@@ -130,6 +143,8 @@ def conditions(static: dict[str, Any], before: dict[str, Any], after: dict[str, 
         "shared": share >= BUSY_SHARE if share is not None else None,
         "power_source": (static.get("power") or {}).get("source"),
         "power_mode": mode.get("name") or (str(mode["id"]) if mode.get("id") is not None else None),
+        "cpus_allowed": (static.get("cpus") or {}).get("allowed"),
+        "cpus_online": (static.get("cpus") or {}).get("online"),
         "under_voltage": bool((after.get("raspberry_pi") or {}).get("under_voltage")) if after.get("raspberry_pi")
         else None,
     }

@@ -109,7 +109,10 @@ class CoreMLBuilder(Builder):
                               fallback_evaluated_npy=float_evaluated if info["float_evaluated"] else None)
         if info["evaluated_by"] and evaluated:
             return BuildResult(artifact, evaluated_npy=evaluated, evaluated_by=info["evaluated_by"], **float_side)
-        return BuildResult(artifact, **float_side)
+        why = str(info.get("not_evaluated") or "")
+        return BuildResult(artifact, not_measured=f"CoreML prediction runs only on macOS, and edgekit's MIL evaluator could not run it ({why})"
+                           if why else "",
+                           **float_side)
 
 
 # --- child-process side -------------------------------------------------------------------
@@ -156,6 +159,7 @@ def convert(
         "seconds": round(time.perf_counter() - started, 3),
         "activations": activations,
         "activations_reason": reason + (f"; not evaluated: {not_evaluated}" if not_evaluated else ""),
+        "not_evaluated": not_evaluated,
         "structure": structure,
         "inputs": [source_name(i.name) for i in spec.description.input],
         "outputs": [o.name for o in spec.description.output],
