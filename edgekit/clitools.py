@@ -54,7 +54,10 @@ def guarded(body: Callable[[], Any], debug: bool) -> int:
             return _report(found, debug)
         return _internal(exc, debug)
     except Exception as exc:
-        return _internal(exc, debug)
+        from .errors import missing_module_error
+
+        missing = missing_module_error(exc)
+        return _report(missing, debug) if missing is not None else _internal(exc, debug)
     finally:
         warnings.showwarning = previous
 

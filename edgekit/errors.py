@@ -179,6 +179,38 @@ _RESOURCE_ERRNOS = {
 }
 
 
+def _extras_by_module() -> dict[str, str]:
+    """The extra of edgekit's own distribution that installs each library, by import name (read
+    from the installed metadata: ``tensorflow-cpu; extra == "package"`` -> tensorflow: package)."""
+    import re
+    from importlib import metadata
+
+    try:
+        requirements = metadata.requires("edgekit") or []
+    except metadata.PackageNotFoundError:
+        return {}
+    found: dict[str, str] = {}
+    for requirement in requirements:
+        extra = re.search(r"extra\s*==\s*['\"]([^'\"]+)['\"]", requirement)
+        name = re.split(r"[\s<>=!~;\[(]", requirement.strip(), maxsplit=1)[0].lower().replace("-", "_")
+        if extra and name != "edgekit":
+            found.setdefault(name.removesuffix("_cpu"), extra.group(1))
+    return found
+
+
+def missing_module_error(exc: BaseException) -> EdgekitError | None:
+    """A library edgekit needs that is not installed, as the extra that installs it; None for
+    anything else (a module of the user's own, say)."""
+    if not isinstance(exc, ModuleNotFoundError) or not exc.name:
+        return None
+    top = exc.name.split(".")[0]
+    extra = _extras_by_module().get(top.lower())
+    if extra is None:
+        return None
+    return EdgekitError(f"{top} is not installed in this environment, and this step needs it",
+                        hint=f"pip install 'edgekit[{extra}]'")
+
+
 def resource_error(exc: BaseException) -> ResourceError | None:
     """A ``ResourceError`` naming the exhausted resource, when ``exc`` is one (EAGAIN from a
     starved machine once read ``internal error: BlockingIOError``)."""

@@ -167,7 +167,7 @@ def execute(args: argparse.Namespace) -> int:
         names, rows = (stream_rows(model, named, args.state) if args.stream
                        else predict_rows(model, named, args.raw))
         labels, output_names = model.labels, model.output_names
-        classes = {name for name, kind in model.manifest.validation.kinds.items() if kind.get("kind") == "classes"}
+        classes = _argmax_outputs(model.manifest.validation.kinds) if not labels and not args.raw else set()
         stats = predictions.stats() if predictions else None
     if stats:
         print(f"prediction cache: {stats['hits']} hits, {stats['misses']} misses", file=sys.stderr)
@@ -306,6 +306,21 @@ def write_outputs(path: Path, names: list[str], rows: list[dict], output_names: 
     else:
         document = [{"input": n, "outputs": {k: v.tolist() for k, v in row.items()}} for n, row in zip(names, rows)]
         write_text_atomic(path, json.dumps(document) + "\n")
+
+
+def _argmax_outputs(kinds: Any) -> set[str]:
+    """The outputs whose kind decides by argmax (class scores), as the package recorded them; the
+    kinds registry is imported only here, for a package without labels."""
+    from .kinds import OutputKind, argmax_decides
+
+    found = set()
+    for name, recorded in kinds.items():
+        try:
+            if argmax_decides(OutputKind.from_dict(dict(recorded))):
+                found.add(name)
+        except (TypeError, ValueError):  # a kind written by another version: print the values
+            continue
+    return found
 
 
 def format_rows(names: list[str], rows: list[dict], labels: list[str] | None, top_k: int, raw: bool,

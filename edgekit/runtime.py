@@ -300,7 +300,11 @@ def choose(
             artifact = _for_this_cpu(manifest).get(artifact, artifact)
         # a scheme's own name for the main build (onnx-s8s8); a format's name: its quantized artifact;
         # a clear error if the package lacks it
-        artifact = manifest.artifact(exact_key(artifact)).key
+        asked = artifact
+        found = manifest.artifact(exact_key(artifact))
+        artifact = found.key
+        if asked in FORMATS and found.is_float:  # its INT8 build is not in the package: said, never silent
+            _say_float_instead(manifest, asked, found.key)
     if backend is not None:
         get_backend(backend)
     wanted = [(a, b) for a, b in candidates(manifest, profile)
@@ -321,6 +325,19 @@ def choose(
             else "package it for a format this device runs: --format " + (" or ".join(here) or "tflite")
         ),
     )
+
+
+def _say_float_instead(manifest: Manifest, fmt: str, key: str) -> None:
+    import warnings
+
+    from .errors import FailedArtifactWarning
+
+    refused = next((f for f in manifest.failed if f.get("target") == fmt or f.get("format") == fmt), None)
+    why = f"its INT8 artifact was left out when it was packaged ({refused['error']})" if refused \
+        else "the package holds no INT8 artifact of it"
+    warnings.warn(FailedArtifactWarning(
+        f"--artifact {fmt}: {why}; running the float fallback {key} instead (ask for it by name to silence this)"),
+        stacklevel=4)
 
 
 def _extra(backend_cls: type[Backend]) -> str:

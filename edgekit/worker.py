@@ -364,7 +364,10 @@ def answer(target: str, request_path: Path, response_path: Path) -> int:
     except Exception as exc:  # a full disk or an exhausted machine is named; anything else keeps its traceback
         from .errors import resource_error, storage_error
 
-        found = (storage_error(exc) if isinstance(exc, OSError) else None) or resource_error(exc)
+        from .errors import missing_module_error
+
+        found = (storage_error(exc) if isinstance(exc, OSError) else None) or resource_error(exc) \
+            or missing_module_error(exc)
         payload = {
             "error": {
                 "type": type(found).__name__ if found else "ConversionError",

@@ -38,7 +38,9 @@ class Precision:
             return "int8+float tail" if self.float_ops else "int8"
         if not self.int8_ops:
             return "float"
-        parts = ["int8"] + (["int16"] if self.int16_ops else []) + (["float"] if self.inner else [])
+        only_int16 = self.int8_ops <= len(self.int16_ops)  # every integer op is a 16-bit one: no int8 left
+        parts = ([] if only_int16 else ["int8"]) + (["int16"] if self.int16_ops else []) + \
+            (["float"] if self.inner else [])
         layers = {op["layer"] for op in self.int16_ops + self.inner}
         return f"{'+'.join(parts)} ({len(layers)} layer{'s' if len(layers) != 1 else ''})"
 

@@ -197,6 +197,7 @@ class Kind:
     counts: tuple[str, ...] = ()  # its numbers printed as whole counts
     fine: tuple[str, ...] = ()  # its numbers printed with 4 decimals
     plain: tuple[str, ...] = ()  # its numbers printed as they are (thresholds)
+    counts_units = False  # its gate is rates of counted units (TaskResult.evidence: k of n)
 
     def from_graph(self, graph: Graph) -> dict[str, Any] | None:
         """The kind from the graph's evidence: ``OutputKind`` fields (kind, axis, evidence,

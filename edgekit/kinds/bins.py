@@ -54,6 +54,7 @@ def _peak(found: np.ndarray) -> np.ndarray:
 @register
 class Bins(Kind):
     name = "bins"
+    counts_units = True
     help = "per-bin probabilities over ordered bins: the peak within one bin of float's, and its height within 0.1"
     order = 40
     argmax_decides = True

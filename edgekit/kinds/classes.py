@@ -35,6 +35,7 @@ def sums_to_one(reference: np.ndarray, axis: int) -> bool:
 @register
 class Classes(Kind):
     name = "classes"
+    counts_units = True
     help = "class scores: top-1 agreement, accuracy with labels"
     order = 30
     takes_labels = True

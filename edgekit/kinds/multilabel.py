@@ -28,6 +28,7 @@ def decisive_fraction(reference: np.ndarray) -> float:
 @register
 class MultiLabel(Kind):
     name = "multilabel"
+    counts_units = True
     help = ("independent sigmoid yes/no labels: decisions at the threshold, 0.5 by default, agree with float's "
             "overall and per label")
     order = 50

@@ -83,6 +83,7 @@ def _steps_shape(reference: np.ndarray) -> bool:
 @register
 class Sequence(Kind):
     name = "sequence"
+    counts_units = True
     help = ("[N, T, C] per-step class scores (CTC or per-token): decoded-sequence agreement with float "
             "and edit distance")
     order = 25  # before classes: a CTC softmax over the last axis is a sequence, not T decisions

@@ -313,7 +313,7 @@ def build_formats(planned: list[Planned], context: BuildContext, described: Sour
             outcomes[-1] = timed_against_float(builder, outcomes[-1], fallback, run)
             outcomes.append(fallback)
         # the format's other quantized builds with what the search kept (the same layers in float)
-        outcomes += scheme_variants(builder, outcome.context or own, run, remedies)
+        outcomes += scheme_variants(builder, outcome.context or own, run, remedies, main_refused=bool(outcome.failures))
     if not any(o.built for o in outcomes):
         details = "; ".join(f"{o.name}: {o.error.message}" for o in outcomes if o.error)
         raise EdgekitError(f"no target could be built (every requested format failed: {details})",
@@ -403,7 +403,7 @@ def float_fallback(builder: Builder, built: BuildResult, context: BuildContext, 
 
 
 def scheme_variants(builder: Builder, context: BuildContext, run: PackagingContext,
-                    remedies: Remedies = Remedies()) -> list[FormatOutcome]:
+                    remedies: Remedies = Remedies(), main_refused: bool = False) -> list[FormatOutcome]:
     """The format's other quantized builds (an INT8 scheme for other CPUs), each validated
     like the main one. They are optional: one that fails to build, or fails a gate (unless
     --allow-accuracy-drop keeps it, recorded as failed, as it keeps the main artifact), is left
@@ -422,8 +422,9 @@ def scheme_variants(builder: Builder, context: BuildContext, run: PackagingConte
             continue
         failures = run.check(key, measured, remedies)
         if failures and not run.options.allow_accuracy_drop:
-            run.progress.warn(f"{key} left out: it failed validation ({failures[0].what}); devices that would use "
-                              f"it run {builder.name}")
+            instead = (f"the main {builder.name} build was refused too" if main_refused
+                       else f"devices that would use it run {builder.name}")
+            run.progress.warn(f"{key} left out: it failed validation ({failures[0].what}); {instead}")
             discard(run.staged / built.artifact.path)
             continue
         outcomes.append(FormatOutcome(key, built=built, comparison=measured, context=variant_context,
@@ -486,7 +487,9 @@ def assemble(plan: Plan, loaded: LoadedSource, run: PackagingContext, builders: 
         tried = {o.name: {str(a.get("change")) for a in o.fixes if not a.get("stage")} for o in built} \
             if options.auto_fix else None
         searched = {o.name: sum(1 for a in o.fixes if a.get("stage") == "layer search") for o in built}
-        raise AccuracyDropError(failure_message(failed_gates, tried), hint=failure_hint(tried, searched))
+        passed = [o.name for o in built if o.name in FORMATS and not o.failures and o.comparison is not None]
+        raise AccuracyDropError(failure_message(failed_gates, tried),
+                                hint=failure_hint(tried, searched, passed, any(f.fixes for f in failed_gates)))
     for f in failed_gates:
         progress.warn(f"{f.format} failed validation (kept because of --allow-accuracy-drop): {f.what}")
     write_package_files(staged, manifest, data.labels, options.sign_key)

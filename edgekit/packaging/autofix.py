@@ -74,6 +74,8 @@ def _search(builder: Builder, first: Candidate, run: PackagingContext,
         return first, []
     started = Candidate(trial_context, first.built, on_half, judged.check(builder.name, on_half, remedies))
     best, attempts = auto_fix(builder, started, judged, remedies, layers=layers)
+    if not attempts:
+        progress.warn(f"{builder.name}: the search found nothing to try: {_nothing_to_try(started, remedies, layers)}")
     if best is started:
         return first, attempts
     if not improves(best, started):  # a try replaced the artifact without beating the first build
@@ -123,6 +125,20 @@ def _held_out_check(builder: Builder, run: PackagingContext, halves: Any, starte
                      f"{differences}: " + ("the unseen half is worse than sampling noise allows (overfit)" if failures
                                            else "within sampling noise"))
     return failures
+
+
+def _nothing_to_try(started: Candidate, remedies: Remedies, layers: bool) -> str:
+    """Why the search made no try: the fixes the failures name do not apply, and no layer search."""
+    named = sorted({flag for f in started.failures for flag in f.flags})
+    fixes = (f"none of the fixes the failures name ({', '.join(named)}) applies to this build" if named
+             else "the failed gates name no fix for this format")
+    if not {"int16", "keep_float"} & set(remedies.layers):
+        search = "and this format's route honours no per-layer precision (--keep-float, --int16-activations)"
+    elif not layers:
+        search = f"and the layer search needs {LAYER_SEARCH_MIN_SAMPLES}+ validation samples"
+    else:
+        search = "and the layer search had no layer to try"
+    return f"{fixes}, {search}"
 
 
 def auto_fix(builder: Builder, first: Candidate, run: PackagingContext, remedies: Remedies = Remedies(),

@@ -195,14 +195,18 @@ def failure_message(failures: list[GateFailure], tried: dict[str, set[str]] | No
     return REFUSED_PREFIX + "; ".join(lines) + "; no package was written"
 
 
-def failure_hint(tried: dict[str, set[str]] | None = None, searched: dict[str, int] | None = None) -> str:
+def failure_hint(tried: dict[str, set[str]] | None = None, searched: dict[str, int] | None = None,
+                 passed: list[str] | None = None, named_fixes: bool = True) -> str:
     """What to do next: the search only when it has not run (``--no-auto-fix``); after it, what
-    it tried (``tried``: the named fixes by format; ``searched``: how many layer precision plans)."""
+    it tried (``tried``: the named fixes by format; ``searched``: how many layer precision plans).
+    ``passed``: the formats whose artifacts passed (offered only when there are some);
+    ``named_fixes``: whether the failures above name any fix."""
     rest = ("--explain shows the worst layers for --keep-float; --allow-accuracy-drop keeps the package as it is "
             "(recorded as failed in the manifest)")
     if tried is None:
-        return ("without --no-auto-fix, edgekit searches: it tries the fixes listed above and the layers' precision, "
-                "and keeps what passes; " + rest)
+        what = "the fixes listed above and " if named_fixes else ""
+        return (f"without --no-auto-fix, edgekit searches: it tries {what}the layers' precision where the route "
+                "honours it, and keeps what passes; " + rest)
     if not any(tried.values()) and not any((searched or {}).values()):
         return ("the search did not run (the warnings above say why: calibration data unlike the held-out data, or "
                 "too few validation samples); " + rest)
@@ -213,6 +217,7 @@ def failure_hint(tried: dict[str, set[str]] | None = None, searched: dict[str, i
         done = " and ".join(x for x in (flags, f"{plans} layer precision plans" if plans else "") if x)
         if done:
             parts.append(f"{fmt}: {done}")
+    others = (f"; or package the formats that passed ({' '.join('--format ' + f for f in passed)})" if passed
+              else "")
     return (f"the search already tried {'; '.join(parts) or 'every fix it had'} without passing every gate "
-            "(the tries are listed above and in the manifest); " + rest + "; or package the formats that passed "
-            "(--format)")
+            "(the tries are listed above and in the manifest); " + rest + others)

@@ -107,8 +107,12 @@ class _LayerSearch:
             if candidate is not None:
                 scored.append((_quality(candidate, self.start), -rank, layer))
         order = [layer for *_, layer in sorted(scored, reverse=True)]
-        self.progress.say(f"search {self.builder.name}: layers by their effect on the failing gates: "
-                          f"{', '.join(order)}")
+        if order:
+            self.progress.say(f"search {self.builder.name}: layers by their effect on the failing gates: "
+                              f"{', '.join(order)}")
+        elif layers:
+            why = "the search budget ran out first" if self.late() else "no layer could be rebuilt on its own"
+            self.progress.warn(f"search {self.builder.name}: no layer ranked ({why}; {len(layers)} candidates)")
         return order
 
     def greedy(self, order: list[str]) -> tuple[Any, dict[str, str]]:

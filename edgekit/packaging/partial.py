@@ -34,5 +34,8 @@ def leave_out(outcome: Any, staged: Path, searched: bool) -> dict[str, str]:
     tried = {outcome.name: {str(a.get("change")) for a in outcome.fixes if not a.get("stage")}} if searched else None
     plans = {outcome.name: sum(1 for a in outcome.fixes if a.get("stage") == "layer search")}
     message = failure_message(list(outcome.failures), tried).removesuffix("; no package was written")
-    return {"format": outcome.name, "target": outcome.name, "error": f"{message}; left out of the package",
-            "hint": failure_hint(tried, plans)}
+    entry: dict[str, Any] = {"format": outcome.name, "target": outcome.name,
+                             "error": f"{message}; left out of the package", "hint": failure_hint(tried, plans)}
+    if outcome.fixes:  # what the search tried, as the hint says: kept with the entry, not lost with the artifact
+        entry["search"] = [dict(a) for a in outcome.fixes]
+    return entry

@@ -137,6 +137,14 @@ def _torch_examples(module: Any, example_inputs: Any, input_shapes: Mapping[str,
     if calibration is not None and not is_path(calibration):
         arrays = collect_arrays(calibration, "calibration", {}, limit=2)
         named = {k: v for k, v in arrays.items() if k != "y"}
+        takes = _forward_inputs(module)
+        if takes is not None and len(named) > len(takes):  # (x, y, z) batches for a one-input module
+            from ..errors import DataError
+
+            raise DataError(f"the calibration data yields {len(named)} arrays per item; the module's forward() takes "
+                            f"{len(takes)} input(s) ({', '.join(takes)})",
+                            hint="yield a sample (or batch), (inputs, integer labels) pairs, a dict of arrays by input "
+                                 "name, or a list with one array per forward() input")
         if list(named) == ["x"]:
             return (tensor(named["x"]),), {}
         if named:
@@ -144,6 +152,19 @@ def _torch_examples(module: Any, example_inputs: Any, input_shapes: Mapping[str,
     raise ModelSourceError("a torch.nn.Module needs example inputs to be traced",
                            hint="pass example_inputs=(tensor,) or input_shapes={'x': [1, 3, 224, 224]}, or "
                                 "calibration as arrays (its first samples are used)")
+
+
+def _forward_inputs(module: Any) -> list[str] | None:
+    """The names of ``forward()``'s positional inputs; None when it takes ``*args``."""
+    import inspect
+
+    try:
+        parameters = inspect.signature(module.forward).parameters.values()
+    except (TypeError, ValueError):
+        return None
+    if any(p.kind is p.VAR_POSITIONAL for p in parameters):
+        return None
+    return [p.name for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
 
 
 def _batch_dims(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:

@@ -119,7 +119,7 @@ def test_preprocessing_is_said_and_a_guess_is_a_warning(tmp_path):
         folder.mkdir(parents=True, exist_ok=True)
         Image.fromarray(np.random.default_rng(i).integers(0, 255, (16, 16, 3), dtype=np.uint8)).save(folder / f"{i}.png")
     guessed = package_onnx(model, tmp_path / "images", tmp_path / "out")
-    assert guessed.returncode in (0, 1), guessed.stderr
+    assert guessed.returncode in (0, 1, 4), guessed.stderr  # 15 held-out samples: a pass is not decidable (4)
     assert "input 'images' (image): x * 0.00392157" in guessed.stdout  # the report, before converting
     assert "is a guess" in guessed.stderr and "--preprocessing" in guessed.stderr
     preset = package_onnx(model, tmp_path / "images", tmp_path / "out2", "--preprocessing", "imagenet",
@@ -221,7 +221,7 @@ def test_a_route_limit_refuses_before_the_model_loads(tmp_path):
                             [helper.make_tensor_value_info(n, TensorProto.FLOAT, ["N", 4]) for n in ("a", "b")],
                             [helper.make_tensor_value_info("sum", TensorProto.FLOAT, ["N", 4])])
     onnx.save(helper.make_model(two, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "two.onnx")
-    np.savez(tmp_path / "two.npz", a=np.ones((30, 4), np.float32), b=np.ones((30, 4), np.float32))
+    np.savez(tmp_path / "two.npz", a=np.ones((40, 4), np.float32), b=np.ones((40, 4), np.float32))  # 20 held out
     coreml = edgekit_cli("package", tmp_path / "two.onnx", "-c", tmp_path / "two.npz", "-o", tmp_path / "b",
                          "--format", "coreml", "--no-also-float")
     assert coreml.returncode == 0, coreml.stderr[-3000:]  # a traced module's inputs each by name: no limit

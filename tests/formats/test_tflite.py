@@ -66,8 +66,9 @@ def test_op_that_cannot_be_int8_is_named_with_its_layer_under_full_integer(sin_s
 
 
 def test_ops_with_no_int8_kernel_stay_float_by_default_and_are_recorded(sin_saved_model, tmp_path, capsys):
+    # the plain build (--no-auto-fix): on this random model the search may keep the softmax float too
     code, out, err = run_cli(capsys, "package", sin_saved_model, "--calibration", CALIBRATION, "-o", tmp_path,
-                             "--allow-accuracy-drop")
+                             "--allow-accuracy-drop", "--no-auto-fix")
     assert code == 0, err
     manifest = json.loads((tmp_path / "sin_model.edgekit" / "manifest.json").read_text())
     artifact = manifest["artifacts"][0]

@@ -19,11 +19,8 @@ from typing import Any
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from ...errors import EdgekitError
-
-
-class EvaluatorError(EdgekitError):
-    default_hint = "this op is outside the evaluator's op set; CoreML numerics can only be checked on macOS"
+from .evaluator_ops import EXTRA_OPS
+from .mil_arrays import EvaluatorError, _f
 
 
 _DTYPES = {"fp16": np.float32, "fp32": np.float32, "fp64": np.float64, "int8": np.int8, "uint8": np.uint8,
@@ -120,11 +117,6 @@ def _value(var: Any, env: dict[str, Any]) -> Any:
 
 
 # --- ops ------------------------------------------------------------------------------------
-
-
-def _f(x: Any) -> np.ndarray:
-    array = np.asarray(x)
-    return array.astype(np.float32) if array.dtype.kind == "f" else array
 
 
 def _cast(x: Any, dtype: str) -> np.ndarray:
@@ -479,3 +471,6 @@ OPS: dict[str, Callable[..., Any]] = {
     "silu": lambda x: _f(x) / (1 + np.exp(-_f(x))),
     "leaky_relu": lambda x, alpha=0.01: np.where(_f(x) >= 0, _f(x), _f(x) * np.float32(alpha)),
 }
+
+# resizing, transposed convolution, recurrent layers, norms and the rest
+OPS.update(EXTRA_OPS)

@@ -26,7 +26,7 @@ from ...fsutil import sha256_file
 from ...manifest import Artifact, QuantParams
 from ..building import MINMAX, BuildContext, Builder, BuildResult, in_layer, layer_of, read_samples, worst_layers
 from ..precision import Precision
-from .precision import analyse
+from .precision import analyse, full_integer_float_ops
 from .quantizer import FLOAT, INT16, MODULES, SCOPES, layer_test, quantize_float_tflite
 
 ARTIFACT_PATH = "tflite/model.int8.tflite"
@@ -67,7 +67,7 @@ class TFLiteBuilder(Builder):
         named = {output_tensors[o]: layer for o, layer in context.output_layers.items() if output_tensors.get(o)}
         precision = _loadable(lambda: analyse(str(output), list(context.layer_names), named), "TFLiteConverter")
         if not context.allow_float_ops:
-            _refuse_unexpected_float_ops(precision.inner, context.keep_float)
+            _refuse_unexpected_float_ops(full_integer_float_ops(precision), context.keep_float)
         inputs, outputs = io_quantization(str(output))
         fallback = {"fallback_model": str(Path(context.workdir) / "tflite.float16.tflite"),
                     "fallback_precision": "float16"} if context.option("also_float") else {}
@@ -139,7 +139,7 @@ class TFLiteBuilder(Builder):
             read = lambda: analyse(str(output), list(context.layer_names), named)  # noqa: E731
         precision = _loadable(read, "LiteRT Quantizer")
         if not context.allow_float_ops:
-            _refuse_unexpected_float_ops(precision.inner, context.keep_float,
+            _refuse_unexpected_float_ops(full_integer_float_ops(precision), context.keep_float,
                                          layer_test(namer, list(context.layer_names)))
         inputs, outputs = io_quantization(str(output))
         return BuildResult(float_model=str(float_model), float_by=float_by, **fallback, artifact=Artifact(
@@ -173,7 +173,7 @@ class TFLiteBuilder(Builder):
         except EdgekitError as failed:
             output.write_bytes(pt2e_bytes)  # PT2E's artifact, with its float ops named
             if not context.allow_float_ops:
-                _refuse_unexpected_float_ops(precision.inner, context.keep_float)
+                _refuse_unexpected_float_ops(full_integer_float_ops(precision), context.keep_float)
             return failed.message
         left = rebuilt.artifact.details["precision"]["float_layers"]
         fewer = len([op for op in rebuilt.artifact.float_ops if not op.get("tail")]) < len(precision.inner)
@@ -223,7 +223,7 @@ class TFLiteBuilder(Builder):
         precision = _loadable(lambda: analyse(str(output), list(context.layer_names), layer_namer=torch_layer),
                               "litert-torch")
         pt2e_note = ""
-        if precision.inner:
+        if precision.inner or (not context.allow_float_ops and full_integer_float_ops(precision)):
             chosen = self._pt2e_or_quantizer(context, precision, float_model, tool, on_progress, fallback)
             if isinstance(chosen, BuildResult):
                 return chosen
@@ -307,6 +307,7 @@ def _refuse_unexpected_float_ops(float_ops: list[dict[str, str]], kept: tuple[st
                   if op["layer"] not in kept and not any(belongs(op["tensor"], layer) for layer in kept)]
     if not unexpected:
         return
+    tail = any(op.get("tail") for op in unexpected)
     by_layer: dict[str, list[str]] = {}
     for op in unexpected:
         ops = by_layer.setdefault(op["layer"], [])
@@ -316,7 +317,9 @@ def _refuse_unexpected_float_ops(float_ops: list[dict[str, str]], kept: tuple[st
         f"{', '.join(ops[:6])}{' and more' if len(ops) > 6 else ''} (layer {layer})"
         for layer, ops in list(by_layer.items())[:5]
     )
-    raise UnsupportedOpError(f"TFLite cannot run these ops in INT8: {listed}")
+    raise UnsupportedOpError(f"TFLite cannot run these ops in INT8: {listed}" + (
+        "; under --full-integer only a final activation (softmax, sigmoid, tanh, L2 norm) may stay in float after "
+        "the last INT8 op" if tail else ""))
 
 
 def io_quantization(path: str) -> tuple[list[QuantParams], list[QuantParams]]:

@@ -32,6 +32,18 @@ TAIL_OPS = {"SOFTMAX", "LOG_SOFTMAX", "LOGISTIC", "TANH", "RELU", "RELU6", "RELU
             "MEAN", "MAXIMUM", "MINIMUM", "CAST", "SLICE", "STRIDED_SLICE", "PACK", "UNPACK", "SPLIT", "GATHER"}
 
 
+# Under --full-integer only a final activation (and the shape ops around it) may stay float after
+# the last INT8 op: a float RELU, ADD, SUM or DIV there is network arithmetic left in float.
+FULL_INTEGER_TAIL_OPS = {"SOFTMAX", "LOG_SOFTMAX", "LOGISTIC", "TANH", "L2_NORMALIZATION", "RESHAPE", "SQUEEZE",
+                         "EXPAND_DIMS", "TRANSPOSE", "CAST"}
+
+
+def full_integer_float_ops(precision: Precision) -> list[dict[str, Any]]:
+    """The float ops ``--full-integer`` refuses: every one inside the network, and a tail op that is
+    not a final activation."""
+    return precision.inner + [op for op in precision.tail if op["op"] not in FULL_INTEGER_TAIL_OPS]
+
+
 def analyse(path: str, layer_names: list[str], named: dict[str, str] | None = None,
             layer_namer: Callable[[str, list[str]], str] = layer_of) -> Precision:
     """Every compute op of the model at ``path`` by precision, float tails marked, weights sized

@@ -225,6 +225,13 @@ def _layer_scopes(float_model: str, layers: dict[str, str], namer: str,
     belongs = layer_test(namer, layer_names)
     found = {layer: [n for n in names if belongs(n, layer)] for layer in layers}
     missing = [layer for layer, tensors in found.items() if not tensors]
+    known = [layer for layer in missing if layer in layer_names]
+    if known:  # a real layer whose op the converter fused away or named after the model's output
+        what = "16-bit activations" if set(known) <= {k for k, v in layers.items() if v != "float"} else "its precision"
+        raise EdgekitError(f"layer(s) {', '.join(known)} of the model cannot take {what} on TFLite: the converter "
+                           "left no op named after them (an op fused into its neighbour, or a final op such as a "
+                           "Softmax that writes the model's output under the signature's name)",
+                           hint="name the layer before it (--explain lists the layers TFLite keeps), or leave it out")
     if missing:
         raise EdgekitError(f"no TFLite ops belong to layer(s) {', '.join(missing)}",
                            hint="use layer names as --explain lists them")

@@ -1,0 +1,124 @@
+"""Wrong answers and misleading messages found by trying edgekit as a new user and as an adversary
+would: each case names the problem, exits with the documented status, and never guesses."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import warnings
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from edgekit.errors import FailedArtifactWarning, OptionError, missing_module_error
+from edgekit.packaging import PackageOptions
+from tests.conftest import CALIBRATION, DIGITS_MODEL, device_cli, edgekit_cli
+
+
+def test_a_layer_both_kept_float_and_given_int16_is_a_usage_error():
+    with pytest.raises(OptionError, match="both name dense") as caught:
+        PackageOptions(model="m.keras", calibration="c.npz", output_dir="out", keep_float=["dense"],
+                       int16_layers=["dense", "conv"])
+    assert caught.value.exit_code == 2
+    result = edgekit_cli("package", DIGITS_MODEL, "-c", CALIBRATION, "-o", "/tmp/never", "--keep-float", "block1_dw",
+                         "--int16-activations", "block1_dw")
+    assert result.returncode == 2 and "--keep-float and --int16-activations both name block1_dw" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_an_out_of_range_search_budget_is_a_usage_error():
+    result = edgekit_cli("package", DIGITS_MODEL, "-c", CALIBRATION, "-o", "/tmp/never", "--search-budget", "1e12")
+    assert result.returncode == 2 and "--search-budget" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_a_manifest_nested_200000_deep_is_a_corrupt_package_not_an_internal_error(digits_package, tmp_path):
+    package = tmp_path / "deep.edgekit"
+    shutil.copytree(digits_package, package)
+    (package / "manifest.json").write_text('{"a": ' + "[" * 200_000 + "]" * 200_000 + "}")
+    for run in (lambda: device_cli(package, "--input", CALIBRATION), lambda: edgekit_cli("verify", package)):
+        result = run()
+        assert result.returncode == 1, result.stderr[-2000:]
+        assert "nested too deeply" in result.stderr and "RecursionError" not in result.stderr
+        assert "internal error" not in result.stderr
+
+
+def test_window_takes_units_and_must_leave_two_windows(digits_package):
+    result = device_cli(digits_package, "--bench", "--sustained", "10s", "--window", "8s")
+    assert result.returncode == 2 and "longer than half the --sustained run" in result.stderr
+    result = device_cli(digits_package, "--bench", "--sustained", "10s", "--window", "zz")
+    assert result.returncode == 2 and "--window 'zz' is not a duration" in result.stderr
+    from edgekit.bench.sustained import seconds_in
+
+    assert seconds_in("2s") == 2 and seconds_in("1m") == 60 and seconds_in("2.5") == 2.5
+
+
+def test_top_k_on_an_unlabelled_classifier_prints_the_top_classes_not_the_vector():
+    from edgekit.run import format_rows
+
+    scores = np.array([0.1, 0.7, 0.05, 0.15], np.float32)
+    (line,) = format_rows(["x.npy"], [{"probs": scores}], None, 1, False, {"probs"})
+    assert line == "x.npy: class 1 0.700"
+    (line,) = format_rows(["x.npy"], [{"values": scores}], None, 1, False, set())  # not class scores: the values
+    assert "[" in line
+
+
+def test_run_takes_the_x_y_npz_layout_that_eval_takes(digits_package, tmp_path):
+    with np.load(str(DIGITS_MODEL.parent / "data" / "eval.npz")) as data:
+        np.savez(tmp_path / "set.npz", x=data["x"][:3], y=data["y"][:3])
+    result = device_cli(digits_package, "--input", tmp_path / "set.npz", "--top-k", "1")
+    assert result.returncode == 0, result.stderr
+    assert len([line for line in result.stdout.splitlines() if line.startswith(str(tmp_path / "set.npz"))]) == 3
+
+
+def test_a_missing_library_names_the_extra_that_installs_it():
+    error = missing_module_error(ModuleNotFoundError("No module named 'torch'", name="torch"))
+    assert error is not None and "pip install 'edgekit[torch]'" in error.hint
+    assert missing_module_error(ModuleNotFoundError("No module named 'mine'", name="mine")) is None
+
+
+def test_a_dataloader_of_three_arrays_for_a_one_input_module_is_a_data_error(tmp_path):
+    torch = pytest.importorskip("torch")
+    import edgekit
+    from edgekit.errors import DataError
+
+    module = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(16, 3))
+    data = torch.utils.data.TensorDataset(torch.rand(40, 1, 4, 4), torch.randint(0, 3, (40,)), torch.rand(40, 2))
+    loader = torch.utils.data.DataLoader(data, batch_size=8)
+    with pytest.raises(DataError, match="yields 3 arrays per item; the module's forward\\(\\) takes 1 input"):
+        edgekit.package(module, loader, str(tmp_path), formats=["onnx"])
+
+
+def test_asking_for_a_format_whose_int8_was_refused_says_it_runs_the_float_fallback(digits_all_package):
+    from edgekit.devices import get_profile
+    from edgekit.manifest import Manifest
+    from edgekit.runtime import choose
+
+    manifest = Manifest.from_json((digits_all_package / "manifest.json").read_bytes())
+    assert any(a.key == "onnx-float32" for a in manifest.artifacts)
+    refused = replace(manifest, artifacts=[a for a in manifest.artifacts if a.format != "onnx" or a.is_float],
+                      failed=[{"format": "onnx", "target": "onnx", "error": "INT8 validation failed: top-1 80%",
+                               "hint": ""}])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        entry, _ = choose(refused, get_profile("x86-cpu"), "onnx")
+    assert entry.key == "onnx-float32"
+    said = [str(w.message) for w in caught if issubclass(w.category, FailedArtifactWarning)]
+    assert said and "left out when it was packaged (INT8 validation failed: top-1 80%)" in said[0]
+
+
+def test_an_undecided_package_exits_4_and_warns_when_it_loads(tmp_path):
+    with np.load(str(CALIBRATION)) as data:
+        np.savez(tmp_path / "few.npz", x=data["x"][:18], y=data["y"][:18])
+    result = edgekit_cli("package", DIGITS_MODEL, "-c", CALIBRATION, "--eval", tmp_path / "few.npz", "-o", tmp_path,
+                         "--format", "tflite", "--no-also-float")
+    assert result.returncode == 4, result.stderr[-3000:]
+    assert "not decidable" in result.stderr and "100 held-out samples would decide it" in result.stderr
+    validation = json.loads((tmp_path / "digits.edgekit" / "manifest.json").read_text())["validation"]
+    assert validation["passed"] is None and validation["state"] == "not decidable"
+    record = validation["artifacts"]["tflite"]
+    assert record["passed"] is None and record["verdict"] == "not decidable"
+    assert record["tasks"]["probabilities"]["evidence"][0]["n"] == 18 if "probabilities" in record.get("tasks", {}) \
+        else record["undecided"][0]["have"] == 18
+    loaded = device_cli(tmp_path / "digits.edgekit", "--input", tmp_path / "few.npz", "--top-k", "1")
+    assert loaded.returncode == 0 and "too few validation samples to decide" in loaded.stderr
