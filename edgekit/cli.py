@@ -365,6 +365,8 @@ def _package(args: argparse.Namespace) -> int:
         for companion, reason in (artifact.details.get("companions_failed") or {}).items():
             print(f"warning: {artifact.key}: {companion} was not written ({reason}); the artifact itself "
                        "passed and is in the package", file=sys.stderr)
+        if artifact.details.get("no_int8"):  # a quantized build that holds no INT8 op: said, not only recorded
+            print(f"note: {artifact.key}: {artifact.details['no_int8']}")
         reason = str(artifact.details.get("activations_reason") or "")
         if artifact.details.get("activations") == "float16" and not reason.startswith("--coreml-activations"):
             print(f"note: {artifact.key}: {reason}")  # weights-only INT8, and why: said, not only recorded

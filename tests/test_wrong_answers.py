@@ -122,3 +122,22 @@ def test_an_undecided_package_exits_4_and_warns_when_it_loads(tmp_path):
         else record["undecided"][0]["have"] == 18
     loaded = device_cli(tmp_path / "digits.edgekit", "--input", tmp_path / "few.npz", "--top-k", "1")
     assert loaded.returncode == 0 and "too few validation samples to decide" in loaded.stderr
+
+
+def test_an_onnx_build_with_no_int8_op_is_labelled_float_said_and_not_copied_per_scheme(tmp_path):
+    import onnx
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph([helper.make_node("Sin", ["x"], ["s"], name="sin"),
+                               helper.make_node("Cos", ["s"], ["y"], name="cos")], "wave",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 8])])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "wave.onnx")
+    np.save(tmp_path / "x.npy", np.random.default_rng(0).normal(size=(200, 8)).astype(np.float32))
+    result = edgekit_cli("package", tmp_path / "wave.onnx", "-c", tmp_path / "x.npy", "--format", "onnx",
+                         "-o", tmp_path / "out", "--no-also-float")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "note: onnx: ONNX Runtime's quantizer left no op in INT8 (float ops: Cos, Sin)" in result.stdout
+    manifest = json.loads((tmp_path / "out" / "wave.edgekit" / "manifest.json").read_text())
+    assert [(a["path"], a["precision"]) for a in manifest["artifacts"]] == [("onnx/model.int8.onnx", "float")]
+    assert "identical copy" in result.stderr  # the scheme variants are left out, said once each

@@ -109,7 +109,7 @@ def test_recorder_keeps_memory_bounded_and_counts_exactly():
     (["--bench", "--sustained", "soon"], "--sustained 'soon' is not a duration"),
     (["--bench", "--sustained", "1s"], "shorter than 2 s"),
     (["--bench", "--window", "2"], "pass --sustained DURATION too"),
-    (["--bench", "--sustained", "10s", "--window", "0"], "--window: must be greater than 0"),
+    (["--bench", "--sustained", "10s", "--window", "0"], "--window '0' is not a positive duration"),
     (["-i", "x.npy", "--sustained", "10s"], "--sustained applies to --bench only"),
 ])
 def test_sustained_options_are_checked_before_anything_runs(args, needle, tmp_path):

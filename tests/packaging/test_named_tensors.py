@@ -69,7 +69,7 @@ def models(tmp_path_factory):
     audio = np.stack([np.sin(2 * np.pi * rng.uniform(5, 40) * t) * rng.uniform(0.1, 1) for _ in range(120)])
     np.savez(root / "audio.npz", audio=audio.astype(np.float32))
     np.savez(root / "detector.npz", image=rng.uniform(0, 1, (120, 16, 16, 3)).astype(np.float32))
-    np.savez(root / "heads.npz", photo=rng.uniform(0, 1, (120, 16, 16, 3)).astype(np.float32))
+    np.savez(root / "heads.npz", photo=rng.uniform(0, 1, (200, 16, 16, 3)).astype(np.float32))  # 100 held out
     return root
 
 

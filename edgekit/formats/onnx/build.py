@@ -147,6 +147,14 @@ class ONNXBuilder(Builder):
                               (OPS_CONFIG_PATH, "required operators for --include_ops_by_config"))
             if ort_failure is None and not variant and not context.trial
         ]
+        no_int8 = ""
+        if precision.label == "float":  # ONNX Runtime quantized nothing (a GRU-only graph, no quantizable op)
+            kinds = ", ".join(sorted({op["op"] for op in precision.float_ops})) or "none"
+            no_int8 = (f"ONNX Runtime's quantizer left no op in INT8 (float ops: {kinds}): this build is the float "
+                       "model, labelled float")
+            if variant:  # another scheme of a float graph is the same float model again: never a second copy
+                raise ConversionError(f"{no_int8}; the {variant} scheme would be an identical copy",
+                                      hint="nothing to do: devices run the main onnx build")
         converted = float_onnx if context.model.via else None  # a conversion's loss is measured apart
         fallback = {"fallback_model": float_onnx, "fallback_precision": "float32"} if context.option("also_float") else {}
         return BuildResult(float_model=converted, float_by="float ONNX (exported), ONNX Runtime", **fallback,
@@ -172,7 +180,7 @@ class ONNXBuilder(Builder):
                 "seconds": info["seconds"],
             },
             companions=companions,
-            details={
+            details={**({"no_int8": no_int8} if no_int8 else {}),
                 **({"companions_failed": {ORT_PATH: ort_failure}} if ort_failure else {}),
                 **({"mobile_usability": mobile} if mobile is not None else {}),
                 "precision": precision.record(),

@@ -78,20 +78,22 @@ def analyse(path: str, layer_names: list[str] | tuple[str, ...] = ()) -> Precisi
         tail[position] = eligible and bool(results) and all(
             all(tail[c] for c in consumers.get(o, [])) and (bool(consumers.get(o)) or o in outputs) for o in results)
     sixteen = (onnx.TensorProto.INT16, onnx.TensorProto.UINT16)
-    # a node computes in 16 bits when it reads 16-bit activations and writes them too (or writes a
-    # model output): the layers given --int16-activations, whose input and output tensors are
-    # 16-bit. The node before (it writes the 16-bit input) and the softmax after (it reads the
-    # 16-bit output, writes int8) are int8 ops, never 16-bit layers nobody asked for.
+    # a node computes in 16 bits when it reads a 16-bit activation and either has weights (int16
+    # activations x int8 weights: the layers given --int16-activations, whose input is 16-bit
+    # whatever their fused output is) or writes 16 bits itself. The softmax after such a layer
+    # reads its 16-bit output but has no weights and writes int8: an int8 op, never a 16-bit
+    # layer nobody asked for.
     wide = {node.output[0] for node in graph.node if node.op_type == "DequantizeLinear" and node.output
             and _zero_point_type(node, initializers) in sixteen}
     written_wide = {node.input[0] for node in graph.node if node.op_type == "QuantizeLinear" and node.input
-                    and _zero_point_type(node, initializers) in sixteen} | outputs
+                    and _zero_point_type(node, initializers) in sixteen}
     found = Precision()
     for position, node in enumerate(graph.node):
         if kinds[position] == "int8":
             found.int8_ops += 1
             found.int8_weighted_ops += node.op_type in WEIGHTED_OPS
-            if any(name in wide for name in node.input) and any(name in written_wide for name in node.output):
+            if any(name in wide for name in node.input) and (
+                    node.op_type in WEIGHTED_OPS or any(o in written_wide for o in node.output)):
                 layer = (layer_of(node.name, list(layer_names)) if layer_names else _layer(node.name)) or node.op_type
                 found.int16_ops.append({"op": node.op_type, "layer": layer, "tensor": node.name})
         elif kinds[position] == "float":
