@@ -231,8 +231,10 @@ def _package_gate_options(p: argparse.ArgumentParser) -> None:
                         "that cost the failing gate most at 16-bit activations or float; judged on half the held-out "
                         "samples, confirmed on the other half, recorded in the manifest (default: on; --no-auto-fix: "
                         "plain INT8, fail if a gate fails)")
-    p.add_argument("--search-budget", dest="search_budget_s", type=_positive_float(0), default=600.0,
-                   metavar="SECONDS", help=_help("per format, the search starts no new try after this long", 600))
+    p.add_argument("--search-budget", dest="search_budget_s", type=_positive_float(0), default=None,
+                   metavar="SECONDS", help="seconds for one format's whole search, the rebuild of the plan it keeps "
+                                           "included; a try starts only when the time left covers it (default: 3x "
+                                           "the format's plain build, at least 45 s)")
     p.add_argument("--allow-float-ops", dest="allow_float_ops", action="store_true", default=True,
                    help="keep ops no INT8 kernel runs (a SQRT, a DIV of two activations) in float, each named in "
                         "the manifest and the precision label (default)")
@@ -306,6 +308,10 @@ def _package_build_options(p: argparse.ArgumentParser) -> None:
                    help="give this layer 16-bit activations with 8-bit weights (int16x8: more accurate than int8, "
                         "still integer; repeatable; recorded in the manifest). Honoured where the format's quantizer "
                         "has it (`edgekit routes`); on another route it is refused before anything loads")
+    p.add_argument("--precision-plan", dest="precision_plan", type=Path, default=None, metavar="FILE",
+                   help="a precision plan to build (JSON: {\"layers\": {LAYER: \"int16\"|\"float\"}}, the "
+                        "\"precision_plan\" a package's manifest records for an artifact the search raised): "
+                        "the same as --keep-float/--int16-activations for each layer it names")
     p.add_argument("--explain", action="store_true",
                    help="report per-layer quantization error (worst layers by SQNR); on the same routes as --keep-float")
     p.add_argument("--sign", dest="sign_key", type=Path, default=None, metavar="KEY",
@@ -340,6 +346,12 @@ def _package(args: argparse.Namespace) -> int:
     from .validation_table import render, render_explanations
 
     explain, allow_partial = args.explain, args.allow_partial  # read again after building
+    keep_float, int16_layers = list(args.keep_float), list(args.int16_layers)
+    if args.precision_plan is not None:
+        from .formats.plan import PrecisionPlan
+
+        plan = PrecisionPlan.load(args.precision_plan)
+        keep_float, int16_layers = [*plan.keep_float, *keep_float], [*plan.int16, *int16_layers]
     options = PackageOptions(
         model=str(args.model), calibration=args.calibration, output_dir=str(args.output_dir),
         formats=expand_formats(args.formats or ["tflite"]), eval=args.eval_data, name=args.name,
@@ -349,7 +361,7 @@ def _package(args: argparse.Namespace) -> int:
         output_kinds=_output_kinds(args.parser, args.output_kinds), metric=args.metric, auto_fix=args.auto_fix,
         search_budget_s=args.search_budget_s,
         labels_file=str(args.labels_file) if args.labels_file else None, timeout_s=args.timeout,
-        allow_partial=allow_partial, keep_float=args.keep_float, int16_layers=args.int16_layers, explain=explain,
+        allow_partial=allow_partial, keep_float=keep_float, int16_layers=int16_layers, explain=explain,
         sign_key=str(args.sign_key) if args.sign_key else None,
         format_options={option.name: getattr(args, option.name) for _, option in build_options()},
         input_shapes=dict(args.input_shapes), also_float=args.also_float,

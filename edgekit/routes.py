@@ -44,17 +44,42 @@ class Route(NamedTuple):
 
 
 def route(source: Source, kind: str, fmt: Format) -> Route | None:
-    """How ``fmt`` is built from a ``kind`` model of ``source``; None when no route exists."""
+    """How ``fmt`` is built from a ``kind`` model of ``source`` (its preferred route); None when none exists."""
+    found = routes(source, kind, fmt)
+    return found[0] if found else None
+
+
+def routes(source: Source, kind: str, fmt: Format) -> list[Route]:
+    """Every route from a ``kind`` model of ``source`` to ``fmt``, preferred first: the forms the
+    format accepts in its order, each as the source provides it, then through one step. The
+    packager builds on the first and falls back to the next when the first cannot convert the
+    model (an op its converter lacks, or a conversion failure): PyTorch's LSTM reaches TFLite
+    through ONNX when litert-torch has no LSTM."""
     provided = source.provides.get(kind, ())
+    found: list[Route] = []
     for accepted in fmt.accepts:
         if accepted.form in provided:
-            return Route(kind, fmt.name, accepted.form, (), tuple(accepted.honours), tuple(accepted.cannot),
-                         accepted.max_inputs)
+            found.append(Route(kind, fmt.name, accepted.form, (), tuple(accepted.honours), tuple(accepted.cannot),
+                               accepted.max_inputs))
         step = next((c for c in CONVERSIONS if c.produces == accepted.form and c.consumes in provided), None)
         if step is not None:
-            return Route(kind, fmt.name, accepted.form, (step,), tuple(accepted.honours),
-                         tuple(dict.fromkeys([*step.cannot, *(op for op in accepted.cannot if op not in step.rewrites)])),
-                         accepted.max_inputs)
+            found.append(Route(kind, fmt.name, accepted.form, (step,), tuple(accepted.honours),
+                               tuple(dict.fromkeys([*step.cannot,
+                                                    *(op for op in accepted.cannot if op not in step.rewrites)])),
+                               accepted.max_inputs))
+    return found
+
+
+def fallback_route(tried: Route, alternatives: Iterable[Route], op_types: Iterable[str] = (),
+                   inputs: int = 0) -> Route | None:
+    """The next route after ``tried`` that converts a model with these ops and inputs, or None."""
+    ops = set(op_types)
+    for candidate in alternatives:
+        if candidate == tried or candidate.steps == tried.steps and candidate.form == tried.form:
+            continue
+        if set(candidate.cannot) & ops or (candidate.max_inputs is not None and inputs > candidate.max_inputs):
+            continue
+        return candidate
     return None
 
 

@@ -250,9 +250,14 @@ def candidates(manifest: Manifest, profile: Profile) -> list[tuple[Artifact, typ
     return [(present[f], known[b]) for f, b in order]
 
 
+# a mixed artifact must beat its float fallback by this factor where it was timed, or the float runs
+# (a 1.00x INT8 build has its int8 accuracy cost for nothing; 5% covers the timing's noise)
+FASTER_THAN_FLOAT = 1.05
+
+
 def _float_before_slower_mixed(order: list[tuple[str, str]], present: dict[str, Artifact]) -> list[tuple[str, str]]:
-    """A mixed artifact measured slower than its float fallback on a CPU of this kind when it was
-    packaged (``details.speed_vs_float``) comes after that fallback."""
+    """A mixed artifact measured no faster than its float fallback (``FASTER_THAN_FLOAT``) on a
+    CPU of this kind when it was packaged (``details.speed_vs_float``) comes after that fallback."""
     if not any((a.details or {}).get("speed_vs_float") for a in present.values()):
         return order  # nothing timed at packaging: no device facts to read
     arch = DeviceFacts.read().arch
@@ -261,7 +266,7 @@ def _float_before_slower_mixed(order: list[tuple[str, str]], present: dict[str, 
         speed = (artifact.details or {}).get("speed_vs_float") or {}
         fallback = speed.get("float_artifact")
         speedup = speed.get("speedup")
-        if fallback not in present or not isinstance(speedup, (int, float)) or speedup >= 1.0 \
+        if fallback not in present or not isinstance(speedup, (int, float)) or speedup >= FASTER_THAN_FLOAT \
                 or speed.get("arch") != arch:
             continue
         slow = [pair for pair in moved if pair[0] == key]

@@ -138,8 +138,20 @@ def call(
             _wait(proc, timeout, what, progress, on_progress, response)
             stderr.seek(0)
             child_stderr = stderr.read().decode(errors="replace")
-        how = f"was killed by signal {-proc.returncode}" if proc.returncode < 0 else f"exited with {proc.returncode}"
-        return _result(response, child_stderr, what, how)
+        return _result(response, child_stderr, what, exit_description(proc.returncode))
+
+
+def exit_description(code: int) -> str:
+    """How a child ended, e.g. ``was killed by signal 11 (SIGSEGV)``."""
+    if code >= 0:
+        return f"exited with {code}"
+    import signal
+
+    try:
+        name = f" ({signal.Signals(-code).name})"
+    except ValueError:
+        name = ""
+    return f"was killed by signal {-code}{name}"
 
 
 def child_env(python: str | None) -> dict[str, str]:
@@ -172,8 +184,14 @@ def _result(response: Path, child_stderr: str, what: str, how: str) -> Any:
     )
 
 
+def resolve(ref: str) -> Any:
+    """The module-level function or class a ``reference`` names (imported here, in the child)."""
+    module_name, _, name = ref.partition(":")
+    return getattr(importlib.import_module(module_name), name)
+
+
 def reference(function: Callable[..., Any]) -> str:
-    """"module:function" for a function the child can import by name."""
+    """"module:function" for a function (or class) the child can import by name."""
     qualname = getattr(function, "__qualname__", "")
     module = getattr(function, "__module__", "")
     if not module or not qualname or "." in qualname or "<" in qualname:
@@ -346,9 +364,8 @@ def answer(target: str, request_path: Path, response_path: Path) -> int:
     """Child side: run ``target`` with the request's keyword arguments; write the response
     (result or error) where the parent looks for it. 0 when it succeeded."""
     kwargs = json.loads(request_path.read_text())
-    module_name, _, function_name = target.partition(":")
     try:
-        function = getattr(importlib.import_module(module_name), function_name)
+        function = resolve(target)
         payload: dict[str, Any] = {"result": function(**kwargs)}
         code = 0
     except EdgekitError as exc:

@@ -95,7 +95,7 @@ class _Child:
         code = self.proc.poll()
         if code is None:
             return "stopped answering"
-        return f"was killed by signal {-code}" if code < 0 else f"exited with {code}"
+        return worker.exit_description(code)
 
     def run(self, target: str, what: str, folder: Path, request: Path, response: Path, progress: Path,
             timeout: float | None, on_progress: Callable[[int, int], None] | None) -> str:

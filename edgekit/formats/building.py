@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 from ..forms import ModelForm
 from ..manifest import Artifact, QuantParams
+from .plan import PrecisionPlan
 
 if TYPE_CHECKING:
     from ..devices import Profile
@@ -53,6 +54,15 @@ class BuildContext:
 
     def option(self, name: str, default: Any = None) -> Any:
         return self.options.get(name, default)
+
+    @property
+    def plan(self) -> PrecisionPlan:
+        """The layers this build leaves out of int8 (``keep_float`` and ``int16_layers`` as one plan)."""
+        return PrecisionPlan.of(self.keep_float, self.int16_layers)
+
+    def with_plan(self, plan: PrecisionPlan) -> BuildContext:
+        """This context building ``plan`` (in place of the one it had)."""
+        return replace(self, keep_float=plan.keep_float, int16_layers=plan.int16)
 
 
 class Fix(NamedTuple):

@@ -36,7 +36,7 @@ from ..formats.building import save_samples
 from ..fsutil import staging_dir, temp_dir
 from ..package_io import write_archive
 from ..progress import Progress
-from ..routes import Route, model_form, other_routes, plan, route_limits
+from ..routes import Route, fallback_route, model_form, other_routes, plan, route_limits, routes
 from ..steps import StepContext
 from ..routes import route as route_to
 from ..sources import Source, detect_source
@@ -45,11 +45,11 @@ from .assemble import make_manifest, publish_package, write_package_files
 from .data import PreparedData, prepare_data
 from .options import PackageOptions, PackageResult
 from .preflight import TEMP_PREFIX, Plan, preflight
-from .autofix import Candidate, search
+from .search import Candidate, search
 from .context import PackagingContext
 from .gates import REFUSED_PREFIX, GateFailure, Remedies, failure_hint, failure_message, saturation_note
 from .fallback import discard, fallback_result, wants_float_fallback
-from .partial import leave_out, refused_formats
+from .partial import leave_out, passed_fallbacks, refused_formats
 from .record import validation_record
 from .summary import lines as summary_lines
 from .validate import Judging, Measured, infer_kinds, silent_outputs
@@ -72,6 +72,20 @@ class Planned:
     route: Route
     remedies: Remedies
     others: tuple[Route, ...] = ()  # this model's routes to every format (for what to do instead)
+    alternatives: tuple[Route, ...] = ()  # every route to this format, preferred first (``routes.routes``)
+    fell_back: tuple[dict[str, str], ...] = ()  # routes given up for this one, each with why
+
+    def on(self, other: Route, because: str) -> Planned:
+        """The same format on another route (what it honours follows the route)."""
+        remedies = self.remedies._replace(keep_float="keep_float" in other.honours, layers=tuple(other.honours))
+        return replace(self, route=other, remedies=remedies,
+                       fell_back=(*self.fell_back, {"route": self.route.describe(), "because": because}))
+
+    def next_route(self, op_types: Iterable[str] = (), inputs: int = 0) -> Route | None:
+        """The next route to this format not tried yet that converts such a model, or None."""
+        tried = {f["route"] for f in self.fell_back} | {self.route.describe()}
+        return fallback_route(self.route, [r for r in self.alternatives if r.describe() not in tried], op_types,
+                              inputs)
 
 
 def plan_formats(options: PackageOptions, source: Source, kind: str) -> list[Planned]:
@@ -87,7 +101,7 @@ def plan_formats(options: PackageOptions, source: Source, kind: str) -> list[Pla
         remedies = Remedies(builder.fixes(), "keep_float" in route.honours, builder.saturation_explanation(),
                             layers=tuple(route.honours))
         everywhere = tuple(r for f in FORMATS.values() if (r := route_to(source, kind, f)) is not None)
-        found.append(Planned(builder, route, remedies, everywhere))
+        found.append(Planned(builder, route, remedies, everywhere, tuple(routes(source, kind, fmt))))
     return found
 
 
@@ -144,7 +158,7 @@ def build_package(options: PackageOptions, progress: Progress | None = None) -> 
     peeked = source.peek(Path(options.model)) if source.peek is not None else None
     if peeked is not None:  # the model's ops and inputs read without loading it: a route limit refuses now
         inputs = [name for name in peeked["inputs"] if name not in (options.fixed_inputs or {})]
-        refused_routes(planned, peeked["op_types"], len(inputs))
+        planned, _ = refused_routes(planned, peeked["op_types"], len(inputs), progress)
     with temp_dir(TEMP_PREFIX) as work:
         loaded = load_source(source, kind, options, work, progress, source_hints(options, plan))
         data = prepare_data(plan, options, loaded.described, progress)
@@ -286,7 +300,7 @@ def build_formats(planned: list[Planned], context: BuildContext, described: Sour
     format its build failure is the run's error."""
     progress = run.progress
     steps = StepContext(context.workdir, context.timeout_s, context.layer_names)
-    blocked = refused_routes(planned, described.op_types, len(described.inputs))  # before any conversion
+    planned, blocked = refused_routes(planned, described.op_types, len(described.inputs), progress)
     outcomes = []
     for format_plan in planned:
         builder = format_plan.builder
@@ -294,8 +308,7 @@ def build_formats(planned: list[Planned], context: BuildContext, described: Sour
         try:
             if builder.name in blocked:
                 raise blocked[builder.name]
-            own = replace(context, model=model_form(format_plan.route, described.forms, steps))
-            built, comparison = build_and_measure(builder, own, run)
+            format_plan, own, built, comparison = build_on_routes(format_plan, context, described, steps, run)
         except EdgekitError as exc:  # one format's failure (converting, or its runtime refusing the result)
             if exc.hint and OTHER_ROUTES in exc.hint:  # the formats to package instead, from the route table
                 exc.hint = exc.hint.replace(OTHER_ROUTES, other_routes(format_plan.route, format_plan.others))
@@ -306,14 +319,20 @@ def build_formats(planned: list[Planned], context: BuildContext, described: Sour
             shutil.rmtree(run.staged / builder.name, ignore_errors=True)  # its half-made files never ship
             continue
         remedies = format_plan.remedies
-        outcome = judge(builder, own, built, comparison, run, remedies)
+        outcome = judge(builder, own, built, comparison, run, remedies, plain_s=time.monotonic() - started)
         outcomes.append(replace(outcome, seconds=time.monotonic() - started))
         fallback = float_fallback(builder, outcome.built or built, own, run, remedies)
-        if fallback is not None:
-            outcomes[-1] = timed_against_float(builder, outcomes[-1], fallback, run)
-            outcomes.append(fallback)
         # the format's other quantized builds with what the search kept (the same layers in float)
-        outcomes += scheme_variants(builder, outcome.context or own, run, remedies, main_refused=bool(outcome.failures))
+        variants = scheme_variants(builder, outcome.context or own, run, remedies, main_refused=bool(outcome.failures))
+        if fallback is not None:  # the build this CPU runs is the one timed against the fallback
+            builds = [outcomes[-1], *variants]
+            here = this_cpu_build(builder.name, [b.name for b in builds if not b.failures] or [builder.name])
+            timed = next((b for b in builds if b.name == here), outcomes[-1])
+            timed = timed_against_float(builder, timed, fallback, run)
+            outcomes[-1] = timed if timed.name == outcomes[-1].name else outcomes[-1]
+            variants = [timed if v.name == timed.name else v for v in variants]
+            outcomes.append(fallback)
+        outcomes += variants
     if not any(o.built for o in outcomes):
         details = "; ".join(f"{o.name}: {o.error.message}" for o in outcomes if o.error)
         raise EdgekitError(f"no target could be built (every requested format failed: {details})",
@@ -338,16 +357,84 @@ def final_hint(planned: list[Planned], outcomes: list[FormatOutcome]) -> str:
     return "each format's error above names its cause; fix that in the model, or report it with the model"
 
 
-def refused_routes(planned: list[Planned], op_types: Iterable[str], inputs: int) -> dict[str, EdgekitError]:
-    """The formats whose route cannot convert a model with these ops and this many inputs
-    (``routes.route_limits``), by format; raised at once when no requested format is left."""
-    refused = {p.builder.name: error for p in planned
-               if (error := route_limits(p.route, op_types, inputs, p.others)) is not None}
+def ship_now(outcomes: list[FormatOutcome]) -> str:
+    """When every INT8 artifact is refused: what can ship now (the float fallbacks that passed,
+    and the flag that writes them) and the best plan the search found per format, with its margins."""
+    fallbacks = passed_fallbacks(outcomes)
+    best = []
+    for o in outcomes:
+        if o.name in FORMATS and o.failures and o.context is not None:
+            margins = ", ".join(f"{f.output or 'artifact'} {f.cause} {f.margin:+.3g}" for f in o.failures)
+            best.append(f"{o.name}: {o.context.plan.describe()} ({margins})")
+    now = (f"; ship now: the float fallbacks that passed ({', '.join(fallbacks)}): --allow-partial writes them, "
+           "every INT8 recorded as refused" if fallbacks else "; no float fallback passed either")
+    return now + (f"; best plans found: {'; '.join(best)}" if best else "")
+
+
+def refused_routes(planned: list[Planned], op_types: Iterable[str], inputs: int,
+                   progress: Progress | None = None) -> tuple[list[Planned], dict[str, EdgekitError]]:
+    """The formats on the routes that convert a model with these ops and this many inputs: a
+    format whose preferred route cannot (``routes.route_limits``) moves to its next route that
+    can, said out loud; the errors of those no route converts, by format (raised at once when no
+    requested format is left)."""
+    ops = list(op_types)
+    moved, refused = [], {}
+    for p in planned:
+        error = route_limits(p.route, ops, inputs, p.others)
+        if error is not None and (other := p.next_route(ops, inputs)) is not None:
+            why = error.message.split(" (refused", 1)[0]
+            if progress is not None:
+                progress.say(f"{p.builder.name}: the route {p.route.describe()} cannot convert this model "
+                             f"({why.split(' cannot convert ', 1)[-1]}); using {other.describe()} instead")
+            p, error = p.on(other, why), None
+        moved.append(p)
+        if error is not None:
+            refused[p.builder.name] = error
     if refused and len(refused) == len(planned):
         raise next(iter(refused.values())) if len(refused) == 1 else RouteError(
             "no requested format's route converts this model: " + "; ".join(e.message for e in refused.values()),
             hint=next(iter(refused.values())).hint)
-    return refused
+    return moved, refused
+
+
+def build_on_routes(format_plan: Planned, context: BuildContext, described: SourceDescription, steps: StepContext,
+                    run: PackagingContext) -> tuple[Planned, BuildContext, BuildResult, Measured | None]:
+    """The format built on its route; when that route's conversion fails, on the next route that
+    converts the model (said out loud and recorded in the artifact's ``details.route``)."""
+    while True:
+        try:
+            own = replace(context, model=model_form(format_plan.route, described.forms, steps))
+            built, comparison = build_and_measure(format_plan.builder, own, run)
+        except ConversionError as exc:
+            other = format_plan.next_route(described.op_types, len(described.inputs))
+            if other is None:
+                if format_plan.fell_back:
+                    tried = "; ".join(f"{f['route']}: {first_line_of(f['because'])}" for f in format_plan.fell_back)
+                    exc.message += f" (routes tried before: {tried})"
+                raise
+            run.progress.warn(f"{format_plan.builder.name}: the route {format_plan.route.describe()} failed "
+                              f"({first_line_of(exc.message)}); trying {other.describe()}")
+            shutil.rmtree(run.staged / format_plan.builder.name, ignore_errors=True)
+            format_plan = format_plan.on(other, exc.message)
+            continue
+        if format_plan.fell_back:
+            route = {"used": format_plan.route.describe(), "instead_of": list(format_plan.fell_back)}
+            artifact = built.artifact
+            built = replace(built, artifact=replace(artifact, details={**artifact.details, "route": route}))
+        return format_plan, own, built, comparison
+
+
+def first_line_of(message: str, limit: int = 200) -> str:
+    line = message.strip().splitlines()[0] if message.strip() else message
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def this_cpu_build(fmt: str, keys: list[str]) -> str:
+    """The key of the build of ``fmt`` this CPU runs among ``keys`` (ONNX's u8s8 on x86 with VNNI)."""
+    from ..devices import DeviceFacts
+    from ..formats import device_artifacts
+
+    return device_artifacts(set(keys), DeviceFacts.read()).get(fmt, fmt)
 
 
 def timed_against_float(builder: Builder, outcome: FormatOutcome, fallback: FormatOutcome,
@@ -364,7 +451,11 @@ def timed_against_float(builder: Builder, outcome: FormatOutcome, fallback: Form
         return outcome
     artifact = outcome.built.artifact
     details = {**artifact.details, "speed_vs_float": speed}
-    verdict = ("faster" if speed["speedup"] >= 1 else "slower: on this CPU kind the runtime prefers the float fallback")
+    from ..runtime import FASTER_THAN_FLOAT
+
+    verdict = ("faster" if speed["speedup"] >= FASTER_THAN_FLOAT else
+               f"{'no faster' if speed['speedup'] >= 1 else 'slower'}: on this CPU kind the runtime prefers the float "
+               "fallback")
     run.progress.say(f"{outcome.name} ({artifact.precision}) runs {speed['speedup']:.2f}x its float fallback "
                  f"{fallback.name} here ({speed['cpu']}, 1 thread): {verdict}; other devices were not measured")
     return replace(outcome, built=replace(outcome.built, artifact=replace(artifact, details=details)))
@@ -433,8 +524,9 @@ def scheme_variants(builder: Builder, context: BuildContext, run: PackagingConte
 
 
 def judge(builder: Builder, context: BuildContext, built: BuildResult, comparison: Measured | None,
-          run: PackagingContext, remedies: Remedies = Remedies()) -> FormatOutcome:
-    """The gates one artifact fails, after the search (unless --no-auto-fix)."""
+          run: PackagingContext, remedies: Remedies = Remedies(), plain_s: float = 0.0) -> FormatOutcome:
+    """The gates one artifact fails, after the search (unless --no-auto-fix); ``plain_s``: what
+    building and measuring it took (the search's budget is a multiple of it)."""
     if comparison is None:
         return FormatOutcome(builder.name, built=built, context=context, remedies=remedies)
     candidate = Candidate(context, built, comparison, run.check(builder.name, comparison, remedies))
@@ -444,10 +536,15 @@ def judge(builder: Builder, context: BuildContext, built: BuildResult, compariso
                       "above), so every range the calibration gave is suspect; keeping layers in float would hide "
                       "that, not fix it: calibrate on data like what the model will see")
     elif candidate.failures and run.options.auto_fix:
-        candidate, attempts = search(builder, candidate, run, remedies)
+        candidate, attempts = search(builder, candidate, run, remedies, plain_s)
     note = saturation_note(builder.name, candidate.measured, remedies)
     if note:
         run.progress.warn(note)
+    if candidate.context.plan:  # the plan built, as a file a later run takes again (--precision-plan)
+        artifact = candidate.built.artifact
+        plan = candidate.context.plan.to_dict()
+        candidate = replace(candidate, built=replace(candidate.built, artifact=replace(
+            artifact, details={**artifact.details, "precision_plan": plan})))
     return FormatOutcome(builder.name, built=candidate.built, comparison=candidate.measured,
                          context=candidate.context, failures=tuple(candidate.failures), fixes=tuple(attempts),
                          remedies=remedies)
@@ -458,7 +555,7 @@ def assemble(plan: Plan, loaded: LoadedSource, run: PackagingContext, builders: 
     """Manifest, gates, signature and publication of the staged package."""
     options, data, reference, staged, progress = run.options, run.data, run.reference, run.staged, run.progress
     kinds = run.judging.kinds
-    refused = refused_formats(outcomes, options.allow_accuracy_drop)  # others passed: a partial package
+    refused = refused_formats(outcomes, options.allow_accuracy_drop, options.allow_partial)  # a partial package
     built = [o for o in outcomes if o.built is not None and not any(o is r for r in refused)]
     measured = {o.name: o.comparison for o in built}
     failed = [{"format": o.name, "target": o.name, "error": o.error.message, "hint": o.error.hint}
@@ -488,8 +585,9 @@ def assemble(plan: Plan, loaded: LoadedSource, run: PackagingContext, builders: 
             if options.auto_fix else None
         searched = {o.name: sum(1 for a in o.fixes if a.get("stage") == "layer search") for o in built}
         passed = [o.name for o in built if o.name in FORMATS and not o.failures and o.comparison is not None]
+        hint = failure_hint(tried, searched, passed, any(f.fixes for f in failed_gates))
         raise AccuracyDropError(failure_message(failed_gates, tried),
-                                hint=failure_hint(tried, searched, passed, any(f.fixes for f in failed_gates)))
+                                hint=hint + ship_now(outcomes) if not passed else hint)
     for f in failed_gates:
         progress.warn(f"{f.format} failed validation (kept because of --allow-accuracy-drop): {f.what}")
     write_package_files(staged, manifest, data.labels, options.sign_key)

@@ -31,9 +31,10 @@ class PackageOptions:
     output_kinds: dict[str, str] = field(default_factory=dict)  # output name ("" = the only one) -> kind
     metric: str | None = None  # module:function judging float vs INT8 outputs
     # when a format fails its gates, search for a configuration that passes (the fixes its failures
-    # name, then per-layer precision: packaging/autofix.py, layer_search.py); False: plain PTQ, a hard failure
+    # name, then per-layer precision: packaging/search/); False: plain PTQ, a hard failure
     auto_fix: bool = True
-    search_budget_s: float = 600.0  # the search starts no try after this many seconds, per format
+    # seconds for one format's whole search, its rebuild included; None: 3x the plain build (search/budget.py)
+    search_budget_s: float | None = None
     allow_float_ops: bool = True  # False: --full-integer
     force: bool = False
     archive: bool = False
@@ -172,7 +173,7 @@ NUMERIC_OPTIONS: dict[str, tuple[str, float, float, bool, bool]] = {
     "max_accuracy_drop": ("--max-accuracy-drop", 0, 100, False, False),
     "min_sqnr_db": ("--min-sqnr", 0, 200, False, False),
     "timeout_s": ("--timeout", 1, 7 * 24 * 3600, False, True),
-    "search_budget_s": ("--search-budget", 0, 7 * 24 * 3600, False, False),
+    "search_budget_s": ("--search-budget", 0, 7 * 24 * 3600, False, True),
 }
 
 

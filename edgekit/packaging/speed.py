@@ -26,31 +26,26 @@ def is_mixed(precision: str) -> bool:
 
 def compare(builder: Builder, staged: Path, mixed: BuildResult, fallback: BuildResult,
             evaluation: dict[str, np.ndarray]) -> dict[str, Any] | None:
-    """The mixed artifact's and the float fallback's median latency here; None without a runtime."""
+    """The mixed artifact's and the float fallback's median latency here; None without a runtime
+    (or when the runtime cannot time them: a crash there ends a child process, never the packager)."""
+    from .. import worker
     from ..devices import DeviceFacts, int8_kernel_features
+    from ..errors import EdgekitError
+    from ..fsutil import temp_dir
 
     backend_cls = get_backend(builder.backend)
     if backend_cls.available() is None:
         return None
-    sample = {name: values[:1] for name, values in evaluation.items()}
-    feed: Any = sample if len(sample) > 1 else list(sample.values())
-    opened = {}
-    try:
-        for name, built in (("mixed", mixed), ("float", fallback)):
-            opened[name] = backend_cls(str(staged / built.artifact.path), threads=1)
-            opened[name].run(feed)  # warm-up
-        medians: dict[str, list[float]] = {name: [] for name in opened}
-        for _ in range(ROUNDS):
-            for name, backend in opened.items():
-                times = []
-                for _ in range(RUNS):
-                    started = time.perf_counter()
-                    backend.run(feed)
-                    times.append(time.perf_counter() - started)
-                medians[name].append(statistics.median(times))
-    finally:
-        for backend in opened.values():
-            backend.close()
+    with temp_dir("edgekit-speed-") as folder:
+        sample = Path(folder) / "sample.npz"
+        np.savez(sample, **{name: values[:1] for name, values in evaluation.items()})
+        try:
+            medians = worker.call(time_artifacts, what=f"timing {mixed.artifact.key} against {fallback.artifact.key}",
+                                  backend=worker.reference(backend_cls), sample_npz=str(sample),
+                                  artifacts={"mixed": str(staged / mixed.artifact.path),
+                                             "float": str(staged / fallback.artifact.path)})
+        except EdgekitError:
+            return None
     mixed_ms = statistics.median(medians["mixed"]) * 1000
     float_ms = statistics.median(medians["float"]) * 1000
     return {"mixed_ms": round(mixed_ms, 4), "float_ms": round(float_ms, 4),
@@ -60,3 +55,29 @@ def compare(builder: Builder, staged: Path, mixed: BuildResult, fallback: BuildR
             "how": f"interleaved, {ROUNDS} rounds of {RUNS} calls, median of the round medians"}
 
 
+def time_artifacts(backend: str, sample_npz: str, artifacts: dict[str, str]) -> dict[str, list[float]]:
+    """Child side of ``compare``: each artifact's per-round median seconds, interleaved, batch 1, one thread."""
+    from .. import worker
+
+    backend_cls: Any = worker.resolve(backend)
+    with np.load(sample_npz) as stored:
+        sample = {name: stored[name] for name in stored.files}
+    feed: Any = sample if len(sample) > 1 else list(sample.values())
+    opened = {}
+    try:
+        for name, path in artifacts.items():
+            opened[name] = backend_cls(path, threads=1)
+            opened[name].run(feed)  # warm-up
+        medians: dict[str, list[float]] = {name: [] for name in opened}
+        for _ in range(ROUNDS):
+            for name, runner in opened.items():
+                times = []
+                for _ in range(RUNS):
+                    started = time.perf_counter()
+                    runner.run(feed)
+                    times.append(time.perf_counter() - started)
+                medians[name].append(statistics.median(times))
+    finally:
+        for runner in opened.values():
+            runner.close()
+    return medians

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -181,37 +182,74 @@ def _evaluated(path: str, names: list[str]) -> dict[str, np.ndarray] | None:
 
 def _run_artifact(artifact: Path, backend_name: str, inputs: dict[str, np.ndarray], names: list[str],
                   built: BuildResult, batch: int = 32, **backend_options: Any) -> dict[str, np.ndarray] | None:
-    """Every output of the artifact on the validation inputs, by name; None without a runtime here."""
+    """Every output of the artifact on the validation inputs, by name; None without a runtime here.
+
+    Run in a child process (``run_artifact``): a runtime library that crashes on what a converter
+    wrote (LiteRT dying with SIGSEGV on a quantized attention graph) ends that child, and the
+    format fails with the signal named, never the packager."""
+    from .. import worker
+    from ..fsutil import temp_dir
+
     backend_cls = get_backend(backend_name)
     if backend_cls.available() is None:
         return None
+    with temp_dir("edgekit-run-") as folder:
+        feed, answer = Path(folder) / "inputs.npz", Path(folder) / "outputs.npz"
+        np.savez(feed, **inputs)
+        try:
+            worker.call(run_artifact, what=f"running the {built.artifact.key} artifact in {backend_name}",
+                        backend=worker.reference(backend_cls), artifact=str(artifact), inputs_npz=str(feed),
+                        names=names, key=built.artifact.key, fmt=built.artifact.format, batch=batch,
+                        options=backend_options, output_npz=str(answer))
+        except ConversionError as exc:
+            if "crashed:" not in exc.message:
+                raise
+            raise ConversionError(
+                f"{backend_name} crashed running the {built.artifact.key} artifact the converter wrote: "
+                f"{exc.message.split('crashed: ', 1)[-1].replace('the converter process', 'its process')}",
+                hint=f"package without --format {built.artifact.format}, or {OTHER_ROUTES} (and report the model: "
+                     "the runtime library dies on the file its converter wrote)") from None
+        with np.load(answer) as stored:
+            return {name: stored[f"o{i}"] for i, name in enumerate(names)}
+
+
+def run_artifact(backend: str, artifact: str, inputs_npz: str, names: list[str], key: str, fmt: str, batch: int,
+                 options: dict[str, Any], output_npz: str) -> None:
+    """Child side of ``_run_artifact``: load the artifact in its runtime and run it in batches;
+    the outputs saved by position of ``names`` (``o0``, ``o1``...: names may not be npz keys)."""
+    from .. import worker
+
+    backend_cls: Any = worker.resolve(backend)
+    with np.load(inputs_npz) as stored:
+        inputs = {name: stored[name] for name in stored.files}
     try:
-        backend = backend_cls(str(artifact), **backend_options)
+        opened = backend_cls(artifact, **options)
     except PackageError as exc:  # the runtime refuses what the converter wrote: name the artifact, not a temp path
         raise ConversionError(
-            f"{backend_name} cannot load the {built.artifact.key} artifact the converter wrote: "
-            f"{exc.message.split(': ', 1)[-1]}",
-            hint=f"package without --format {built.artifact.format} (or report the model: the converter produced "
-                 "a file its own runtime refuses)",
+            f"{backend_cls.name} cannot load the {key} artifact the converter wrote: {exc.message.split(': ', 1)[-1]}",
+            hint=f"package without --format {fmt} (or report the model: the converter produced a file its own "
+                 "runtime refuses)",
         ) from None
     try:
-        order = align(names, [t.name for t in backend.outputs], "output", built.artifact)
+        order = align(names, [t.name for t in opened.outputs], "output", SimpleNamespace(format=fmt))  # type: ignore[arg-type]
         total = len(next(iter(inputs.values())))
         parts = []
         for start in range(0, total, batch):
             chunk = {k: v[start : start + batch] for k, v in inputs.items()}
             try:
-                parts.append(backend.run(chunk if len(chunk) > 1 else list(chunk.values())))
+                parts.append(opened.run(chunk if len(chunk) > 1 else list(chunk.values())))
             except EdgekitError:
                 raise
             except Exception as exc:  # the runtime fails on what the converter wrote: this format's failure
                 size = len(next(iter(chunk.values())))
                 raise ConversionError(
-                    f"{backend_name} cannot run the {built.artifact.key} artifact the converter wrote (a batch of "
-                    f"{size}): {type(exc).__name__}: {first_line(exc)[:300]}",
-                    hint=f"package without --format {built.artifact.format}, or {OTHER_ROUTES} (and report the "
-                         "model: the converter produced a file its own runtime cannot run)",
+                    f"{backend_cls.name} cannot run the {key} artifact the converter wrote (a batch of {size}): "
+                    f"{type(exc).__name__}: {first_line(exc)[:300]}",
+                    hint=f"package without --format {fmt}, or {OTHER_ROUTES} (and report the model: the converter "
+                         "produced a file its own runtime cannot run)",
                 ) from None
     finally:
-        backend.close()
-    return {names[i]: np.concatenate([p[j] for p in parts]) for j, i in enumerate(order)}
+        opened.close()
+    outputs = {names[i]: np.concatenate([p[j] for p in parts]) for j, i in enumerate(order)}
+    np.savez(output_npz, **{f"o{i}": outputs[name] for i, name in enumerate(names)})
+

@@ -99,6 +99,7 @@ def _inline(graph: Any, index: int, node: Any, branch: Any) -> None:
     for inner in branch.node:
         copy = type(inner)()
         copy.CopyFrom(inner)
+        _rename_in_subgraphs(copy, renamed)
         for i, name in enumerate(copy.input):
             copy.input[i] = renamed.get(name, name)
         for i, name in enumerate(copy.output):
@@ -118,6 +119,24 @@ def _inline(graph: Any, index: int, node: Any, branch: Any) -> None:
         graph.node.insert(index + offset, inner)
 
 
+def _rename_in_subgraphs(node: Any, renamed: dict[str, str]) -> None:
+    """A nested ``If``/``Loop``/``Scan`` reads outer values by name: where the inlining renamed
+    them, its subgraphs (and theirs) read the new names, except names a subgraph makes itself."""
+    for attribute in node.attribute:
+        graphs = [attribute.g] if attribute.type == 5 else list(attribute.graphs) if attribute.type == 10 else []
+        for graph in graphs:
+            own = ({o for n in graph.node for o in n.output} | {i.name for i in graph.initializer}
+                   | {v.name for v in graph.input})
+            visible = {k: v for k, v in renamed.items() if k not in own}
+            for inner in graph.node:
+                _rename_in_subgraphs(inner, visible)
+                for i, name in enumerate(inner.input):
+                    inner.input[i] = visible.get(name, name)
+            for value in graph.output:  # a branch returning an outer value as it is
+                if value.name in visible:
+                    value.name = visible[value.name]
+
+
 def batch_first(model: Any) -> dict[str, int]:
     """Inputs and outputs with the batch dimension on axis k > 0 made batch-first by a Transpose;
     their names -> the source's batch axis."""
@@ -126,10 +145,9 @@ def batch_first(model: Any) -> dict[str, int]:
     graph = model.graph
     initializers = {i.name for i in graph.initializer}
     inputs = [v for v in graph.input if v.name not in initializers]
-    firsts = Counter(_dims(v)[0] for v in inputs if _dims(v) and _dims(v)[0])
-    if not firsts:
+    batch = batch_dim_name([_dims(v) for v in inputs])
+    if batch is None:
         return {}
-    batch = firsts.most_common(1)[0][0]
     moved: dict[str, int] = {}
     front: list[Any] = []
     for value in inputs:  # the package feeds it batch-first: a Transpose back to the source's layout
@@ -153,6 +171,25 @@ def batch_first(model: Any) -> dict[str, int]:
     for offset, node in enumerate(front):
         graph.node.insert(offset, node)
     return moved
+
+
+def batch_dim_name(shapes: list[list[str]]) -> str | None:
+    """The symbolic dimension that is the batch, from the inputs' dimension names: the one the
+    most inputs share, then one named like a batch (``batch``, ``N``), then the one most often
+    on axis 0. An exporter names a recurrent state's dims after the node that made them
+    (``AddstateN_dim_0, batch, 128``): its own first dim is not the batch because it comes
+    first in that one input."""
+    named = [[d for d in dims] for dims in shapes if dims]
+    counts = Counter(d for dims in named for d in set(dims) if d)
+    if not counts:
+        return None
+    first = Counter(dims[0] for dims in named if dims[0])
+
+    def score(name: str) -> tuple[int, int, int]:
+        looks = int("batch" in name.lower() or name in ("N", "n", "B", "bs"))
+        return counts[name], looks, first[name]
+
+    return max(sorted(counts), key=score)
 
 
 def _to_first(value: Any, batch: str) -> list[int] | None:

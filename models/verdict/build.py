@@ -31,6 +31,10 @@ labels; seconds each, seeded. They stand for model families users bring:
   must cover beyond plain CNNs: a per-channel PReLU, nearest upsampling, SiLU, a channel split
   and concat, and an LSTM reading the feature columns as a sequence; trained to ~100% in seconds,
   saved with ``torch.export`` (dynamic batch), calibration and held-out images with labels.
+- ``lstm_encoder``: a PyTorch speaker encoder (two LSTM layers over 40 mel frames, the last state
+  projected to a unit-norm 64-d embedding), saved with ``torch.export``. litert-torch has no
+  LSTM: its TFLite is built on the fallback route, through ONNX and edgekit's ONNX -> PyTorch
+  rebuild, which unrolls the LSTM.
 - ``shapes``: a three-class image classifier (square, vbar, hbar, in that output order), trained
   to 100%, with an image folder whose alphabetical order (hbar, square, vbar) is not the model's.
 
@@ -436,8 +440,48 @@ def coreml_ops(out: Path) -> Path:
     return folder / "coreml_ops.pt2"
 
 
+def lstm_encoder(out: Path) -> Path:
+    import numpy as np
+    import torch
+    from torch import nn
+
+    torch.manual_seed(0)
+
+    class Encoder(nn.Module):
+        """Two LSTM layers over mel frames, the last state projected and unit-normalised."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.lstm = nn.LSTM(32, 48, num_layers=2, batch_first=True)
+            self.project = nn.Linear(48, 64)
+
+        def forward(self, mel: torch.Tensor) -> torch.Tensor:
+            sequence, _ = self.lstm(mel)
+            return nn.functional.normalize(self.project(sequence[:, -1]), dim=-1)
+
+    folder = out / "lstm_encoder"
+    folder.mkdir(parents=True, exist_ok=True)
+    x, who = mel_frames(800, 0)
+    model, head = Encoder(), nn.Linear(64, 20)
+    optimizer = torch.optim.Adam([*model.parameters(), *head.parameters()], 1e-2)
+    frames, speakers = torch.from_numpy(x), torch.from_numpy(who)
+    for step in range(60):  # a speaker classifier on top trains the embedding (seconds)
+        batch = slice((step * 100) % 800, (step * 100) % 800 + 100)
+        optimizer.zero_grad()
+        nn.functional.cross_entropy(head(model(frames[batch]) * 10), speakers[batch]).backward()
+        optimizer.step()
+    model.eval()
+    batch = torch.export.Dim("batch", min=1, max=4096)
+    program = torch.export.export(model, (torch.zeros(2, 40, 32),), dynamic_shapes=({0: batch},))
+    torch.export.save(program, str(folder / "lstm_encoder.pt2"))
+    for name, seed, count in (("calibration", 1, 200), ("eval", 2, 200)):
+        np.savez(folder / f"{name}.npz", mel=mel_frames(count, seed)[0])
+    return folder / "lstm_encoder.pt2"
+
+
 BUILDERS = {"yolo": yolo, "yolov5": yolov5, "pitch": pitch, "embedding": embedding, "probmap": probmap, "shapes": shapes,
-            "audio_bn": audio_bn, "outlier_cnn": outlier_cnn, "coreml_ops": coreml_ops}
+            "audio_bn": audio_bn, "outlier_cnn": outlier_cnn, "coreml_ops": coreml_ops,
+            "lstm_encoder": lstm_encoder}
 
 
 def main() -> None:

@@ -35,3 +35,11 @@ def test_the_order_stays_where_it_was_faster_or_measured_on_another_cpu_kind():
 def test_mixed_precision_labels():
     assert is_mixed("int8+float (2 layers)") and is_mixed("int8+int16 (1 layer)")
     assert not is_mixed("int8") and not is_mixed("int8+float tail") and not is_mixed("float16")
+
+
+def test_a_mixed_artifact_no_faster_than_float_runs_after_it_as_the_build_line_says():
+    """A 1.00x plan has its int8 accuracy cost for nothing: the build line says the runtime
+    prefers the float fallback, and the runtime does (``FASTER_THAN_FLOAT``)."""
+    present = _artifacts(1.0, os.uname().machine)
+    assert _float_before_slower_mixed(ORDER, present)[0] == ("tflite-float16", "litert")
+    assert _float_before_slower_mixed(ORDER, _artifacts(1.06, os.uname().machine)) == ORDER

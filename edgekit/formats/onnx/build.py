@@ -405,17 +405,24 @@ def _flatten_gemm_biases(model: Any) -> int:
 
 
 def _calibration_reader(samples: dict[str, Any], graph_inputs: list[str]) -> Any:
-    """The calibration samples one at a time, as ONNX Runtime's calibrator reads them."""
+    """The calibration samples one at a time, as ONNX Runtime's calibrator reads them; a range of
+    them at a time where it is asked for one (``set_range``: calibration in strides)."""
     from onnxruntime.quantization import CalibrationDataReader
 
     total = len(next(iter(samples.values())))
 
     class Reader(CalibrationDataReader):
         def __init__(self) -> None:
-            self.i = 0
+            self.i, self.end = 0, total
+
+        def __len__(self) -> int:
+            return total
+
+        def set_range(self, start_index: int, end_index: int) -> None:
+            self.i, self.end = start_index, min(end_index, total)
 
         def get_next(self) -> dict[str, np.ndarray] | None:
-            if self.i >= total:
+            if self.i >= self.end:
                 worker.report_progress(total, total)
                 return None
             if self.i % 10 == 0:
@@ -426,6 +433,35 @@ def _calibration_reader(samples: dict[str, Any], graph_inputs: list[str]) -> Any
             return sample
 
     return Reader()
+
+
+# the most activation bytes a histogram calibration (percentile, entropy) holds at once; above it,
+# it runs in strides (the first stride sets the bins' width: one stride when it fits keeps the
+# histograms exactly as ONNX Runtime makes them)
+HISTOGRAM_MEMORY = 2 * 2**30
+
+
+def histogram_stride(total: int, strides: int) -> int:
+    """Samples per stride for at least ``strides`` strides: the largest divisor of ``total``
+    (ONNX Runtime needs equal strides) that is at most ``total / strides``."""
+    limit = max(1, total // max(1, strides))
+    return max(d for d in range(1, limit + 1) if total % d == 0)
+
+
+def activation_bytes(model_path: str) -> int:
+    """What one sample's intermediate tensors take (float32, the shapes ONNX shape inference
+    finds, unknown dimensions as 1): what a histogram calibrator holds per sample."""
+    import onnx
+
+    try:
+        model = onnx.shape_inference.infer_shapes(onnx.load(model_path, load_external_data=False))
+    except Exception:  # noqa: BLE001 - an estimate: a model shape inference cannot read counts as small
+        return 0
+    total = 0
+    for value in list(model.graph.value_info) + list(model.graph.output):
+        dims = value.type.tensor_type.shape.dim
+        total += 4 * int(np.prod([d.dim_value if d.dim_value > 0 else 1 for d in dims])) if dims else 4
+    return total
 
 
 def _quantize_static(prepared: str, path: str, samples: dict[str, Any], graph_inputs: list[str], activations: str,
@@ -440,6 +476,12 @@ def _quantize_static(prepared: str, path: str, samples: dict[str, Any], graph_in
     extra: dict[str, Any] = {}
     if settings["max_intermediate_outputs"]:
         extra["CalibMaxIntermediateOutputs"] = int(settings["max_intermediate_outputs"])
+    total = len(next(iter(samples.values())))
+    held = total * activation_bytes(prepared)
+    if method != CalibrationMethod.MinMax and held > HISTOGRAM_MEMORY:
+        # histogram calibrators keep every sample's activations until their one collect_data call
+        # ends (21 GB on a speech model): in strides, only a stride's activations are held
+        extra["CalibStridedMinMax"] = histogram_stride(total, -(-held // HISTOGRAM_MEMORY))
     if settings.get("int16_tensors"):  # 16-bit activations there (the model is raised to opset 21 for int16 Q/DQ)
         extra["TensorQuantOverrides"] = {t: [{"quant_type": QuantType.QInt16}] for t in settings["int16_tensors"]}
     started = time.perf_counter()

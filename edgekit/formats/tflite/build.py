@@ -27,7 +27,7 @@ from ...manifest import Artifact, QuantParams
 from ..building import MINMAX, BuildContext, Builder, BuildResult, in_layer, layer_of, read_samples, worst_layers
 from ..precision import Precision
 from .precision import analyse, full_integer_float_ops
-from .quantizer import FLOAT, INT16, MODULES, SCOPES, layer_test, quantize_float_tflite
+from .quantizer import MODULES, SCOPES, layer_test, quantize_float_tflite
 
 ARTIFACT_PATH = "tflite/model.int8.tflite"
 
@@ -126,7 +126,7 @@ class TFLiteBuilder(Builder):
 
         output = context.package_dir / ARTIFACT_PATH
         output.parent.mkdir(parents=True, exist_ok=True)
-        layers = {**{layer: FLOAT for layer in context.keep_float}, **{layer: INT16 for layer in context.int16_layers}}
+        layers = dict(context.plan.layers)
         info = worker.call(quantize_float_tflite, what="TFLite quantization (LiteRT Quantizer)",
                            timeout=context.timeout_s, on_progress=on_progress, float_model=str(float_model),
                            calibration_npy=context.calibration_npy, output=str(output), layers=layers, namer=namer,

@@ -100,7 +100,9 @@ def torch_layer(tensor: str, layer_names: list[str] | None = None) -> str:
     part per module: ``...convert_torch.<locals>.Named/pkg.Net_inner/torch.nn.modules.conv.Conv1d_conv;2``
     (below edgekit's wrapper: the user's model, then its submodules). The layer is the attribute
     path below the model, with the innermost module's type (``conv (Conv1d)``), or the model's
-    own ``forward`` for an op written there (``Net.forward``)."""
+    own ``forward`` for an op written there (``Net.forward``). A module edgekit rebuilt from an
+    ONNX graph holds one submodule per ONNX node (``steps.onnx_torch.naming``): its layer is that
+    node, by its ONNX name where ``layer_names`` holds it (``/conv/Conv (Conv)``)."""
     parts = tensor.split(";")[0].split("/")
     wrapper = next((i for i, part in enumerate(parts) if part.endswith(f"{convert_torch.__name__}.<locals>.Named")), None)
     if wrapper is None or wrapper + 1 >= len(parts):
@@ -110,6 +112,10 @@ def torch_layer(tensor: str, layer_names: list[str] | None = None) -> str:
     if len(below) == 1:
         return f"{model_type}.forward"
     attributes = ".".join(attribute for _, attribute in below[1:])
+    if len(below) == 2 and layer_names:
+        from ...steps.onnx_torch.naming import original_names
+
+        attributes = original_names(layer_names).get(attributes, attributes)
     return f"{attributes} ({below[-1][0]})"
 
 

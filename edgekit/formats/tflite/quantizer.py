@@ -27,8 +27,8 @@ import numpy as np
 from ... import worker
 from ...errors import ConversionError, EdgekitError, first_line
 from ..building import in_layer, read_samples
+from ..plan import FLOAT, INT16  # a layer's precision other than the default int8 (formats/plan.py)
 
-FLOAT, INT16 = "float", "int16"  # a layer's precision other than the default int8
 SCOPES, MODULES = "scopes", "modules"  # how a converter names tensors: TensorFlow scopes, PyTorch module paths
 
 

@@ -27,6 +27,7 @@ from ...errors import ConversionError, OTHER_ROUTES
 
 from . import elementwise, layers, recurrent, resize, shapes  # noqa: F401  (importing them registers their ops)
 from .fuse import _fuse_linear
+from .naming import attribute_name
 from .patterns import fuse_patterns
 from .graph import _QUANTIZED, ONNX_DOMAINS, Args, DataDependent, Node, _attributes
 from .registry import _DTYPES, OPS, _run_node
@@ -109,6 +110,16 @@ def _module_class() -> type:
             ranks = {name: value.dim() for name, value in values.items() if isinstance(value, torch.Tensor)}
             run = fuse_patterns(run, constants, set(self.output_names), ranks)
             self.steps = _fuse_linear(run, constants, set(self.output_names), ranks)
+            # each step a submodule named after its ONNX node (``naming``): converters name ops by module path
+            self.step_modules: list[str] = []
+            for step in self.steps:
+                attribute = base = attribute_name(step.node.name)
+                count = 1
+                while hasattr(self, attribute):
+                    count += 1
+                    attribute = f"{base}_{count}"
+                self.add_module(attribute, _step_class(step.node.op)(step))
+                self.step_modules.append(attribute)
             used = {i for step in self.steps for i in step.consumes if i in constants}
             used |= {o for o in self.output_names if o in constants}
             self._buffer_of: dict[str, str] = {}
@@ -125,15 +136,38 @@ def _module_class() -> type:
 
         def forward(self, *inputs: Any) -> Any:
             values: dict[str, Any] = dict(zip(self.input_names, inputs))
-            for step in self.steps:
-                produced = step.run(Args(step.node, values, self.constants, self))
-                for out, value in zip(step.node.outputs, produced):
-                    if out:
-                        values[out] = value
+            for attribute in self.step_modules:
+                getattr(self, attribute)(values, self)
             results = [values[o] if o in values else self.constant_tensor(o) for o in self.output_names]
             return results[0] if len(results) == 1 else tuple(results)
 
     return _OnnxModule
+
+
+_STEP_CLASSES: dict[str, type] = {}
+
+
+def _step_class(op: str) -> type:
+    """A module class named after the ONNX op type (the converters name ops ``Type_attribute``),
+    one per op type, made on first use."""
+    import torch
+
+    if op not in _STEP_CLASSES:
+        def forward(self: Any, values: dict[str, Any], owner: Any) -> None:
+            step = self.step
+            produced = step.run(Args(step.node, values, owner.constants, owner))
+            for out, value in zip(step.node.outputs, produced):
+                if out:
+                    values[out] = value
+
+        def init(self: Any, step: Any) -> None:
+            torch.nn.Module.__init__(self)
+            self.step = step
+
+        name = attribute_name(op)
+        _STEP_CLASSES[op] = type(name, (torch.nn.Module,), {"__init__": init, "forward": forward,
+                                                             "__module__": __name__, "__qualname__": name})
+    return _STEP_CLASSES[op]
 
 
 def _run_eagerly(node: Node, args: Args) -> list[Any]:

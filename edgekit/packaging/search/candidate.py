@@ -6,9 +6,9 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..formats import BuildContext, BuildResult
-from .gates import GateFailure
-from .validate import Measured
+from ...formats import BuildContext, BuildResult
+from ..gates import GateFailure
+from ..validate import Measured
 
 
 @dataclass(frozen=True)

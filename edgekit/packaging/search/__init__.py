@@ -1,0 +1,148 @@
+"""The search (on by default; ``--no-auto-fix`` turns it off): a format whose gates failed is
+rebuilt with the fixes its failures name (``fixes.py``), then with a precision plan that takes
+blocks and layers out of int8 (``layers.py``), judged on half of the validation samples and
+confirmed on the other half (``confirmation``).
+
+Tries build into scratch (``trial.py``) and are quick builds (``BuildContext.trial``); the
+configuration kept is built again, in full, into the package and measured on all samples. One
+budget (``budget.py``) bounds the whole search of a format, the rebuild included. Converter steps
+share one child per interpreter (``worker_reuse``): a try costs its quantization, not another
+start of TensorFlow or ONNX Runtime."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from ...formats import Builder
+from ...worker_reuse import reusing
+from ..context import PackagingContext
+from ..gates import GateFailure, Remedies
+from .budget import Budget
+from .candidate import Candidate, improves, still_quantized
+from .fixes import named_fixes
+from .layers import search_layers
+from .trial import CONFIRMATION, Trial, TrialRunner, margins
+
+# the layer search's many tries choose among configurations by their numbers: with fewer validation
+# samples than this (the verdict's own "enough evidence" rule) it would fit the samples, not the model
+LAYER_SEARCH_MIN_SAMPLES = 50
+
+
+def search(builder: Builder, first: Candidate, run: PackagingContext, remedies: Remedies = Remedies(),
+           plain_s: float = 0.0) -> tuple[Candidate, list[dict[str, Any]]]:
+    """The search for a build that passes (``first`` failed), and the record of every try.
+    ``plain_s``: what the plain build and its measurement took (the budget is a multiple of it)."""
+    with reusing():
+        return _search(builder, first, run, remedies, Budget.for_search(run.options.search_budget_s, plain_s))
+
+
+def _search(builder: Builder, first: Candidate, run: PackagingContext, remedies: Remedies,
+            budget: Budget) -> tuple[Candidate, list[dict[str, Any]]]:
+    from ..holdout import split
+
+    data, progress = run.data, run.progress
+    halves = split(data, run.reference)
+    if halves is None:
+        progress.warn(f"{builder.name}: {data.evaluation_count} validation samples are too few to keep some "
+                      "unseen by the search: its result is judged on the samples it was chosen by (give more "
+                      "--eval data)")
+    judged = run if halves is None else run.on(halves.search, halves.search_reference)
+    layers = data.evaluation_count >= LAYER_SEARCH_MIN_SAMPLES
+    if not layers and {"int16", "keep_float"} & set(remedies.layers):
+        progress.warn(f"{builder.name}: no layer search on {data.evaluation_count} validation samples: its many tries "
+                      f"need {LAYER_SEARCH_MIN_SAMPLES}+ (half to choose by, half to confirm on), or the layers it "
+                      "keeps would fit the samples rather than the model (give --eval with more samples)")
+    trial_context = replace(first.context, trial=True, explain_npy=None)
+    on_half = judged.measure(first.built, builder, first.context)
+    if on_half is None:
+        progress.warn(f"{builder.name}: no search: nothing on this machine runs its artifact to judge a try by")
+        return first, []
+    started = Candidate(trial_context, first.built, on_half, judged.check(builder.name, on_half, remedies))
+    runner = TrialRunner(builder, judged, remedies, budget)
+    best = named_fixes(runner, started)
+    if best.failures and layers and {"int16", "keep_float"} & set(remedies.layers) and budget.allows_try():
+        best = search_layers(runner, best, remedies)
+    trials = runner.trials
+    if not trials:
+        progress.warn(f"{builder.name}: the search found nothing to try: {_nothing_to_try(started, remedies, layers, budget)}")
+    elif not budget.allows_try() and best.failures:
+        progress.warn(f"search {builder.name}: the search budget ({budget.why}: {budget.seconds:.0f} s) ended it "
+                      f"after {len(trials)} tries (--search-budget SECONDS gives it more)")
+    if best is started or not improves(best, started):
+        return first, _records(trials, budget)  # the package still holds the first build: tries built into scratch
+    # the report stays on where the kept build had it (a route may quantize per layer because of it)
+    context = replace(best.context, trial=False, package_dir=first.context.package_dir,
+                      explain_npy=first.context.explain_npy or best.context.explain_npy)
+    with progress.step(f"search {builder.name}: building the configuration kept ({context.plan.describe()})"):
+        built = builder.build(context)
+    whole = run.measure(built, builder, context)
+    if whole is None:
+        return first, _records(trials, budget)
+    failures = run.check(builder.name, whole, remedies)
+    if halves is not None:
+        failures += _held_out_check(builder, run, halves, started, Candidate(context, built, whole, failures), trials)
+    if budget.left() < 0:
+        progress.warn(f"search {builder.name}: took {budget.spent():.0f} s, over its budget of {budget.seconds:.0f} s "
+                      f"({budget.why}): the rebuild of the plan kept took longer than the plain build")
+    return Candidate(context, built, whole, failures), _records(trials, budget)
+
+
+def _records(trials: list[Trial], budget: Budget) -> list[dict[str, Any]]:
+    """The manifest's record of the search: every try, the budget on the last."""
+    records = [t.to_dict() for t in trials]
+    if records:
+        records[-1] = {**records[-1], "budget": budget.to_dict()}
+    return records
+
+
+def _held_out_check(builder: Builder, run: PackagingContext, halves: Any, started: Candidate, kept: Candidate,
+                    trials: list[Trial]) -> list[GateFailure]:
+    """The kept configuration judged on all samples (``kept.failures``), then tested for fitting
+    only the half the search chose by (``confirmation``): a gate whose unseen half is worse than
+    sampling noise allows is a failure of its own (cause "overfit"); a difference within noise is
+    not. Recorded as the last trial."""
+    from ..confirmation import confirm
+
+    data = run.data
+    search_rows, unseen_rows = np.asarray(halves.search.rows), np.asarray(halves.unseen.rows)
+    test = confirm(kept.measured, run.reference, search_rows, unseen_rows, run.judging, run.options.min_sqnr_db,
+                   data.targets_y, data.labelled_output)
+    if test is None:
+        return []
+    failures = [GateFailure(builder.name, gate.rsplit(" ", 1)[0] or None, "overfit",
+                            f"{gate}: margin {test.search[gate]:+.3g} on the {len(search_rows)} samples the search "
+                            f"chose by but {test.unseen[gate]:+.3g} on the {len(unseen_rows)} it never judged by "
+                            f"(one-sided p = {p:.3g} < {test.threshold:.3g}): the configuration fits the samples it "
+                            "was chosen on, not the model", (), margin=test.unseen[gate] - test.search[gate])
+                for gate, p in test.overfit.items()]
+    trials.append(Trial("held-out check", CONFIRMATION, before=margins(started), after=margins(kept),
+                        kept=not failures and not kept.failures,
+                        extra={"samples": len(unseen_rows), "test": test.to_dict()}))
+    differences = ", ".join(f"{g} {test.search[g]:+.3g} vs {test.unseen[g]:+.3g} (p {test.p_values[g]:.2f})"
+                            for g in test.p_values)
+    run.progress.say(f"search {builder.name}: search half vs the {len(unseen_rows)} samples no try was judged by: "
+                     f"{differences}: " + ("the unseen half is worse than sampling noise allows (overfit)" if failures
+                                           else "within sampling noise"))
+    return failures
+
+
+def _nothing_to_try(started: Candidate, remedies: Remedies, layers: bool, budget: Budget) -> str:
+    """Why the search made no try: the fixes the failures name do not apply, and no layer search."""
+    named = sorted({flag for f in started.failures for flag in f.flags})
+    fixes = (f"none of the fixes the failures name ({', '.join(named)}) applies to this build" if named
+             else "the failed gates name no fix for this format")
+    if not {"int16", "keep_float"} & set(remedies.layers):
+        search = "and this format's route honours no per-layer precision (--keep-float, --int16-activations)"
+    elif not layers:
+        search = f"and the layer search needs {LAYER_SEARCH_MIN_SAMPLES}+ validation samples"
+    elif not budget.allows_try():
+        search = f"and its budget ({budget.why}: {budget.seconds:.0f} s) leaves no time for a try and the rebuild"
+    else:
+        search = "and the layer search had no layer to try"
+    return f"{fixes}, {search}"
+
+
+__all__ = ["Budget", "Candidate", "improves", "search", "still_quantized"]

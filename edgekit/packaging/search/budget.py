@@ -1,0 +1,58 @@
+"""The search's time: one budget per format for the whole search (named fixes, the per-layer
+report, every layer try and the rebuild of the plan kept), so a search costs a known multiple
+of the plain build. A try starts only when the time left covers it and the rebuild; one that
+overruns anyway is said out loud."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+# Without --search-budget: this many times the plain build (its conversion, quantization and
+# measurement), at least MIN_AUTO_S. The rebuild of the kept plan comes out of the same budget.
+AUTO_FACTOR = 3.0
+MIN_AUTO_S = 45.0
+
+
+@dataclass
+class Budget:
+    """Seconds for one format's search, and what its tries have cost so far."""
+
+    seconds: float
+    rebuild_s: float  # what building the kept plan again for the package costs (the plain build's time)
+    why: str = ""  # how the budget was set, for messages and the manifest
+    started: float = field(default_factory=time.monotonic)
+    tries: list[float] = field(default_factory=list)
+
+    @classmethod
+    def for_search(cls, given_s: float | None, plain_s: float) -> Budget:
+        """``--search-budget`` when given, else ``AUTO_FACTOR`` times the plain build."""
+        if given_s is not None:
+            return cls(float(given_s), plain_s, f"--search-budget {given_s:g} s")
+        seconds = max(MIN_AUTO_S, AUTO_FACTOR * plain_s)
+        return cls(seconds, plain_s, f"{AUTO_FACTOR:g}x the plain build ({plain_s:.0f} s), at least {MIN_AUTO_S:g} s")
+
+    def spent(self) -> float:
+        return time.monotonic() - self.started
+
+    def left(self) -> float:
+        return self.seconds - self.spent()
+
+    def typical_try(self) -> float:
+        """What the next try is expected to cost: the median of those so far (the plain build's
+        time before any)."""
+        if not self.tries:
+            return self.rebuild_s
+        ordered = sorted(self.tries)
+        return ordered[len(ordered) // 2]
+
+    def allows_try(self) -> bool:
+        """Whether a try fits in the time left with the rebuild after it."""
+        return self.left() >= self.typical_try() + self.rebuild_s
+
+    def record(self, seconds: float) -> None:
+        self.tries.append(seconds)
+
+    def to_dict(self) -> dict[str, object]:
+        return {"seconds": round(self.seconds, 1), "spent_s": round(self.spent(), 1), "set_by": self.why,
+                "tries": len(self.tries)}

@@ -1,0 +1,212 @@
+"""The search's last stage: the layers that cost a failing gate most leave int8, in whole blocks
+first, 16-bit activations before float, until the gates pass or the budget ends; then as many
+layers as still pass go back to int8.
+
+1. **Where.** The failing build is made again with the per-layer report on (``--explain``'s
+   SQNR of each layer's activations against float); its worst layers lead. On a route with no
+   report (CoreML's), the layers with weights the build lists, nearest the output first.
+2. **Blocks** (``blocks.py``): the worst layers together, path scopes (attention, residual and
+   recurrent blocks, heads), the output and input ends; each raised to 16-bit activations
+   where the route runs them, then to float. A block that passes ends this stage; one that
+   improves the failing gates is kept and the next is tried on top of it.
+3. **Single layers**, NNCF-style, where no block passed: each candidate raised alone and
+   ranked by what it does to the failing gates (``GateFailure.margin``), then raised in that
+   order on top of each other (a tensor between two layers is quantized where one writes it
+   and where the next reads it: a layer that helps nothing alone can help with its neighbour).
+4. **Most integer.** Once the gates pass, the raised layers go back to int8 in halves, then
+   quarters, down to one at a time (least costly first); what still passes is kept.
+
+Every try is a ``Trial`` (``trial.py``); the budget (``budget.py``) bounds them all.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+
+from ...formats.plan import FLOAT, INT16, PrecisionPlan
+from ..gates import GateFailure, Remedies
+from .blocks import blocks
+from .candidate import Candidate, improves
+from .trial import LAYERS, TrialRunner
+
+CANDIDATES = 12  # the worst layers: measured one by one, and raised together as one block
+
+
+def search_layers(runner: TrialRunner, best: Candidate, remedies: Remedies) -> Candidate:
+    """The best build found; every try is in ``runner.trials``."""
+    probes = [p for p, honoured in ((INT16, "int16"), (FLOAT, "keep_float")) if honoured in remedies.layers]
+    if not probes:
+        return best
+    search = _LayerSearch(runner, probes, best)
+    worst, ordered = search.where(remedies)
+    if not search.start.failures:  # the report's build passes as it is (a route quantizing per layer)
+        return search.start
+    found = search.blocks(worst, ordered)
+    if found.failures and worst and not search.late():
+        single = search.singles(search.start, worst)
+        found = single if _quality(single, search.start) >= _quality(found, search.start) else found
+    if not found.failures:
+        found = search.most_integer(found, worst)
+    return found
+
+
+class _LayerSearch:
+    def __init__(self, runner: TrialRunner, probes: list[str], start: Candidate) -> None:
+        self.runner, self.probes, self.start = runner, probes, start
+        self.base = start.context.plan  # what the user (or a named fix) already raised: never lowered
+        self.say, self.warn = runner.run.progress.say, runner.run.progress.warn
+        self.name = runner.builder.name
+
+    def late(self) -> bool:
+        return not self.runner.budget.allows_try()
+
+    def attempt(self, plan: PrecisionPlan, base: Candidate, accept: Callable[[Candidate, Candidate], bool],
+                note: str = "") -> Candidate | None:
+        """One build of ``plan``; recorded as kept when ``accept(candidate, base)``."""
+        label = plan.describe() + (f" ({note})" if note else "")
+        candidate, trial = self.runner.attempt(label, self.start.context.with_plan(plan), base, LAYERS, plan)
+        trial.kept = candidate is not None and accept(candidate, base)
+        return candidate
+
+    def where(self, remedies: Remedies) -> tuple[list[str], list[str]]:
+        """The worst layers (worst first) and every layer the route can raise (input to output);
+        with the per-layer report, its build becomes the start (a route may quantize per-layer
+        plans with another tool than its plain build: tries are compared with that)."""
+        context = self.start.context
+        if "explain" not in remedies.layers or context.sensitivity_npy is None:
+            weighted = [layer for layer in self.start.built.artifact.details.get("weighted_layers") or []
+                        if layer not in self.base]
+            return list(reversed(weighted))[:CANDIDATES], weighted
+        made, trial = self.runner.attempt("per-layer report", replace(context, explain_npy=context.sensitivity_npy),
+                                          self.start, LAYERS, self.base)
+        trial.kept = made is not None and not made.failures
+        if made is None:
+            return [], []
+        self.start = replace(made, context=context)
+        rows = made.built.artifact.details.get("explain") or []
+        reported = list(dict.fromkeys(row["layer"] for row in rows if row.get("layer") and
+                                      row.get("sqnr_db") is not None and row["layer"] not in self.base))
+        position = {layer: i for i, layer in enumerate(context.layer_names)}
+        ordered = sorted(reported, key=lambda layer: position.get(layer, len(position)))
+        return reported[:CANDIDATES], ordered
+
+    def blocks(self, worst: list[str], ordered: list[str]) -> Candidate:
+        """Each block raised whole on top of the start, 16-bit activations first: the first plan
+        that passes, else the best that improved (the single layers then start from the start
+        again: a block that only helps would lift far more layers than a plan needs)."""
+        best = self.start
+        tried = blocks(worst, ordered)
+        if tried:
+            self.say(f"search {self.name}: blocks to raise: {'; '.join(b.name for b in tried)}")
+        for block in tried:
+            for precision in self.probes:
+                if self.late():
+                    return best
+                plan = self.base.raised([layer for layer in block.layers if layer not in self.base], precision)
+                candidate = self.attempt(plan, self.start, _passes, block.name)
+                if candidate is None:
+                    continue
+                if not candidate.failures:
+                    self.say(f"search {self.name}: {block.name} at {precision} passes")
+                    return candidate
+                if _quality(candidate, self.start) > _quality(best, self.start):
+                    best = candidate
+        return best
+
+    def singles(self, best: Candidate, worst: list[str]) -> Candidate:
+        """The candidate layers ranked alone, then raised in that order on top of each other."""
+        probe = self.probes[-1]  # the most precise: blocks tried 16-bit activations already
+        scored = []
+        for rank, layer in enumerate(worst):
+            if self.late():
+                break
+            if best.context.plan.precision(layer) == probe:
+                continue
+            candidate = self.attempt(best.context.plan.raised([layer], probe), best, improves, "sensitivity")
+            if candidate is not None:
+                if not candidate.failures:
+                    return candidate
+                scored.append((_quality(candidate, best), -rank, layer))
+        order = [layer for *_, layer in sorted(scored, reverse=True)]
+        if order:
+            self.say(f"search {self.name}: layers by their effect on the failing gates: {', '.join(order)}")
+        elif worst:
+            why = "the search budget ran out first" if self.late() else "no layer could be rebuilt on its own"
+            self.warn(f"search {self.name}: no layer ranked ({why}; {len(worst)} candidates)")
+        plan = best.context.plan
+        tentative: list[str] = []  # in the plan for being no worse, not for helping; least helpful last
+        for layer in order + order:  # most helpful first; a second pass for what the first left out
+            if not best.failures or self.late():
+                break
+            if plan.precision(layer) == probe:
+                continue
+            # with the layer added; where that leaves no layer with weights in integers, the same
+            # without one of the layers that did not help (least helpful first), or without all of them
+            trials = [plan.raised([layer], probe)]
+            trials += [plan.without([drop]).raised([layer], probe) for drop in reversed(tentative)]
+            if len(tentative) > 1:
+                trials.append(plan.without(tentative).raised([layer], probe))
+            for trial in trials:
+                if self.late():
+                    break
+                candidate = self.attempt(trial, best, improves)
+                if candidate is None:
+                    continue  # did not build, or nothing left in integers: the next variant
+                if improves(candidate, best):
+                    best, plan = candidate, trial
+                    tentative = [t for t in tentative if t in trial]
+                elif _quality(candidate, best) >= _quality(best, best):
+                    # no worse: kept in the plan (a tensor between two layers needs both; NNCF keeps
+                    # reverting in rank order too); the most-integer stage drops it if not needed
+                    plan = trial
+                    tentative = [t for t in tentative if t in trial] + [layer]
+                break
+        return best
+
+    def most_integer(self, best: Candidate, worst: Sequence[str]) -> Candidate:
+        """The raised layers back to int8 in halves, quarters, ... one, least costly first."""
+        rank = {layer: i for i, layer in enumerate(worst)}
+        raised = sorted((layer for layer in best.context.plan.layers if layer not in self.base),
+                        key=lambda layer: -rank.get(layer, -1))  # not among the worst first, then the mildest
+        size = max(1, len(raised) // 2)
+        while raised and not self.late():
+            for start in range(0, len(raised), size):
+                if self.late():
+                    break
+                chunk = [layer for layer in raised[start:start + size] if layer in best.context.plan]
+                if not chunk or len(chunk) == len(best.context.plan.layers):
+                    continue
+                plan = best.context.plan.without(chunk)
+                candidate = self.attempt(plan, best, _passes, "most integer")
+                if candidate is not None and not candidate.failures:
+                    best = candidate
+            if size == 1:
+                break
+            size = max(1, size // 2)
+            raised = [layer for layer in raised if layer in best.context.plan]
+        return best
+
+
+def _passes(candidate: Candidate, best: Candidate) -> bool:
+    return not candidate.failures
+
+
+def _score(after: list[GateFailure], before: list[GateFailure]) -> tuple[int, float]:
+    """How good a build is by the gates that failed before: how many now pass, then the sum of
+    their margins (a passing gate counts as 0, its floor)."""
+    found = {f.key: f.margin for f in after}
+    keys = [f.key for f in before]
+    passing = sum(1 for key in keys if key not in found)
+    total = sum(min(found.get(key, 0.0), 0.0) if math.isfinite(found.get(key, 0.0)) else -1e9 for key in keys)
+    return passing, total
+
+
+def _quality(candidate: Candidate, before: Candidate) -> tuple[int, float, float]:
+    """``_score`` on the gates ``before`` failed, then the worst output SQNR: a decision metric
+    moves in whole samples, so between two builds that flip as many decisions the one closer to
+    float is the better step."""
+    sqnr = min((c.sqnr_db for c in candidate.measured.outputs.values() if c.sqnr_db == c.sqnr_db),
+               default=float("inf"))
+    return (*_score(candidate.failures, before.failures), round(sqnr, 2))

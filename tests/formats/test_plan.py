@@ -1,0 +1,39 @@
+"""The precision plan: one type for the flags, the search, the manifest and a saved file."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from edgekit.errors import InputError
+from edgekit.formats.plan import FLOAT, INT16, PrecisionPlan
+
+
+def test_flags_make_one_plan_and_float_wins_over_int16():
+    plan = PrecisionPlan.of(keep_float=["conv3"], int16=["conv1", "conv3"])
+    assert plan.keep_float == ("conv3",) and plan.int16 == ("conv1",)
+    assert plan.precision("conv2") == "int8" and plan.describe() == "--keep-float conv3 --int16-activations conv1"
+
+
+def test_raising_and_lowering_layers():
+    plan = PrecisionPlan().raised(["a", "b"], INT16).raised(["b"], FLOAT)
+    assert dict(plan.layers) == {"a": INT16, "b": FLOAT}
+    assert dict(plan.without(["a"]).layers) == {"b": FLOAT}
+    assert not plan.raised(["a", "b"], "int8") and PrecisionPlan().describe() == "plain int8"
+
+
+def test_a_plan_round_trips_through_a_file(tmp_path):
+    plan = PrecisionPlan({"/model.22/cv2.0/conv/Conv": INT16, "head": FLOAT})
+    plan.save(tmp_path / "plan.json")
+    assert json.loads((tmp_path / "plan.json").read_text())["layers"]["head"] == FLOAT
+    assert PrecisionPlan.load(tmp_path / "plan.json") == plan
+
+
+@pytest.mark.parametrize("text", ['{"layers": {"a": "int4"}}', '{"layers": []}', '[1]', 'not json',
+                                  '{"default": "float", "layers": {}}'])
+def test_a_bad_plan_file_is_one_clear_error(tmp_path, text):
+    (tmp_path / "plan.json").write_text(text)
+    with pytest.raises(InputError) as raised:
+        PrecisionPlan.load(tmp_path / "plan.json")
+    assert str(tmp_path / "plan.json") in raised.value.message or "precision plan" in raised.value.message

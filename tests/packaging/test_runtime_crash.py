@@ -1,0 +1,54 @@
+"""Every step that runs a converted artifact runs it in a child process: a runtime library that
+dies on an artifact (a signal, no Python exception) fails that format by name, and the other
+formats still ship."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from edgekit.formats import FORMATS, register
+from edgekit.packaging import build_package
+from edgekit.packaging.options import PackageOptions
+from tests.conftest import ROOT
+from tests.packaging import crashing_format
+
+onnx = pytest.importorskip("onnx")
+
+
+def _dense_onnx(path) -> None:
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    weights = numpy_helper.from_array(rng.normal(0, 0.5, (8, 4)).astype(np.float32), "w")
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Relu", ["h"], ["y"])], "dense",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4])], [weights])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+
+
+@pytest.fixture
+def crashy_registered(monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))  # the child imports the format's backend by name
+    register(crashing_format.FORMAT)
+    yield
+    FORMATS.pop("crashy", None)
+
+
+def test_a_runtime_killed_by_a_signal_fails_its_format_and_the_others_ship(tmp_path, crashy_registered):
+    _dense_onnx(tmp_path / "dense.onnx")
+    rng = np.random.default_rng(1)
+    np.savez(tmp_path / "calibration.npz", x=rng.normal(0, 1, (200, 8)).astype(np.float32))
+    result = build_package(PackageOptions(model=str(tmp_path / "dense.onnx"),
+                                          calibration=str(tmp_path / "calibration.npz"),
+                                          output_dir=str(tmp_path / "out"), formats=["crashy", "onnx"],
+                                          allow_partial=True, also_float=False))
+    failed = {f["format"]: f for f in result.failed}
+    assert set(failed) == {"crashy"}
+    message = failed["crashy"]["error"]
+    assert "crashing-runtime crashed running the crashy artifact" in message
+    assert "killed by signal 11 (SIGSEGV)" in message
+    assert "package without --format crashy" in failed["crashy"]["hint"]
+    assert {a.format for a in result.manifest.artifacts} == {"onnx"}
+    assert not (result.path / "crashy").exists()

@@ -1,0 +1,53 @@
+"""Blocks the search raises whole before single layers, and the budget that bounds it all."""
+
+from __future__ import annotations
+
+from edgekit.packaging.search.blocks import blocks
+from edgekit.packaging.search.budget import MIN_AUTO_S, Budget
+
+YOLO = ["/model.0/conv/Conv", "/model.1/conv/Conv", "/model.2/cv1/conv/Conv", "/model.2/m.0/cv1/conv/Conv",
+        "/model.2/m.0/cv2/conv/Conv", "/model.9/cv1/conv/Conv", "/model.22/cv2.0/cv2.0.0/conv/Conv",
+        "/model.22/cv2.0/cv2.0.2/Conv", "/model.22/cv3.0/cv3.0.0/conv/Conv", "/model.22/cv3.0/cv3.0.2/Conv",
+        "/model.22/Concat", "/model.22/Sigmoid"]
+
+
+def test_a_detection_head_is_one_block_by_its_scope():
+    worst = ["/model.22/Concat", "/model.22/cv3.0/cv3.0.2/Conv", "/model.22/Sigmoid"]
+    found = blocks(worst, YOLO)
+    names = [b.name for b in found]
+    assert names[0] == "the 3 worst layers"
+    head = next(b for b in found if b.name == "scope model/22")
+    assert set(head.layers) == {layer for layer in YOLO if layer.startswith("/model.22/")}
+    assert "scope model/22/cv3" in names  # the class branch of the head, smaller
+    assert "the 3 layers nearest the inputs" in names
+    # the 3 (and 6) layers nearest the outputs are the worst set (and the head): one try each, not two
+    assert not any("nearest the outputs" in name for name in names)
+
+
+def test_an_attention_block_and_a_recurrent_cell_group_by_scope():
+    layers = ["embed", "block_0/attn/q", "block_0/attn/k", "block_0/attn/softmax", "block_0/mlp/fc1",
+              "block_1/attn/q", "block_1/attn/k", "block_1/attn/softmax", "block_1/mlp/fc1", "lstm/cell/ih",
+              "lstm/cell/hh", "head"]
+    found = {b.name: set(b.layers) for b in blocks(["block_1/attn/softmax", "lstm/cell/hh"], layers)}
+    assert found["scope block_1/attn"] == {"block_1/attn/q", "block_1/attn/k", "block_1/attn/softmax"}
+    assert found["scope lstm"] == {"lstm/cell/ih", "lstm/cell/hh"}
+    assert "scope block_0" not in found  # holds none of the worst layers
+
+
+def test_no_blocks_for_one_layer_and_no_duplicates():
+    assert blocks(["a"], ["a"]) == []
+    found = blocks(["a", "b"], ["a", "b", "c", "d"])
+    assert len({frozenset(b.layers) for b in found}) == len(found)
+
+
+def test_the_budget_is_a_multiple_of_the_plain_build_and_keeps_room_for_the_rebuild():
+    assert Budget.for_search(None, 10.0).seconds == MIN_AUTO_S
+    auto = Budget.for_search(None, 100.0)
+    assert auto.seconds == 300.0 and "3x the plain build" in auto.why
+    assert Budget.for_search(20.0, 100.0).seconds == 20.0
+    budget = Budget(seconds=30.0, rebuild_s=10.0)
+    assert budget.allows_try()  # 10 s for a try (no try yet: the plain build's time) + 10 s rebuild
+    budget.record(15.0)
+    budget.started -= 15.0  # as if that try took its 15 s
+    assert not budget.allows_try()  # 15 + 10 > 30 - spent
+    assert budget.to_dict()["tries"] == 1
