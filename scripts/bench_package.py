@@ -7,8 +7,9 @@ Also packages the digits reference as a Keras and as a PyTorch model (models/dig
 models/digits_torch) for every target: packaging time, converter seconds, size and accuracy per
 target for each source ("sources" in the JSON); and the search ("search" in the JSON; alone with
 --search-only): each reference model packaged with plain PTQ (--no-auto-fix) and with default
-flags, the plain time, the search's time (its tries and the final build), the configurations
-tried, the configuration kept and its final gate margins.
+flags, in a child process each: wall time and peak resident memory of the whole process tree
+for both, their ratios (the goals: a search within 3x the plain build's time and 1.5x its
+memory), the tries, the plan kept, the route, the margins and the speed against float.
 
 Builds the model from models/mobilenet_v2/build.py, packages it with `edgekit.package
 --target all` (100 synthetic calibration images), converts the same SavedModel to float
@@ -229,18 +230,68 @@ def compare_sources() -> dict[str, dict[str, object]]:
 
 SEARCH_MODELS = {  # name: (how to build it, model file, calibration, eval, formats)
     "digits (passes plain INT8)": (None, ROOT / "models/digits/digits.keras", ROOT / "models/digits/data/calibration.npz",
-                                   ROOT / "models/digits/data/eval.npz", ["tflite", "onnx"]),
+                                   ROOT / "models/digits/data/eval.npz", ["tflite", "onnx", "coreml"]),
     "outlier_cnn (Keras CNN, 97.7% plain top-1 agreement)": ("outlier_cnn", "outlier_cnn/outlier_cnn.keras",
                                                              "outlier_cnn/calibration.npz", "outlier_cnn/eval.npz",
                                                              ["tflite", "onnx", "coreml"]),
     # ONNX only: its TFLite route (ONNX -> PyTorch -> litert-torch) cannot trace the head's grid (README Limits)
     "yolo (detector head, score rows collapse)": ("yolo", "yolo/yolo.onnx", "yolo/images.npz", None, ["onnx"]),
+    "lstm_encoder (PyTorch LSTM, TFLite by the fallback route)": ("lstm_encoder", "lstm_encoder/lstm_encoder.pt2",
+                                                                  "lstm_encoder/calibration.npz",
+                                                                  "lstm_encoder/eval.npz", ["tflite", "onnx"]),
 }
 
 
+def _tree_rss(root: int) -> int:
+    """Resident bytes of a process and all its descendants now (Linux /proc; 0 elsewhere)."""
+    children: dict[int, list[int]] = {}
+    rss: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            fields = stat[stat.rindex(")") + 2:].split()
+            children.setdefault(int(fields[1]), []).append(int(entry.name))
+            rss[int(entry.name)] = int(fields[21]) * os.sysconf("SC_PAGE_SIZE")
+        except (OSError, ValueError, IndexError):
+            continue
+    total, stack = 0, [root]
+    while stack:
+        pid = stack.pop()
+        total += rss.get(pid, 0)
+        stack.extend(children.get(pid, []))
+    return total
+
+
+def run_measured(args: list[str]) -> tuple[float, int, int]:
+    """``edgekit ARGS`` in a child: wall seconds, peak resident bytes of its whole process tree
+    (the packager with its converter and runtime children, sampled every 0.1 s), exit code."""
+    import threading
+
+    started = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, "-m", "edgekit.cli", *args], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    peak = [0]
+
+    def sample() -> None:
+        while proc.poll() is None:
+            peak[0] = max(peak[0], _tree_rss(proc.pid))
+            time.sleep(0.1)
+
+    watcher = threading.Thread(target=sample, daemon=True)
+    watcher.start()
+    code = proc.wait()
+    watcher.join()
+    return time.perf_counter() - started, peak[0], code
+
+
 def compare_search() -> dict[str, dict[str, object]]:
-    """Per reference model and format: plain PTQ's time and verdict, the search's time (default
-    flags minus plain), the configurations it tried, the one it kept and the final margins."""
+    """Per reference model and format: plain PTQ's time and peak memory, the search's (default
+    flags), the configurations it tried, the one it kept, its margins and its speed against the
+    float fallback; the ratios the search must keep (time <= 3x, memory <= 1.5x the plain build)."""
+    import json
+
     found: dict[str, dict[str, object]] = {}
     with tempfile.TemporaryDirectory(prefix="edgekit-bench-search-") as tmp:
         work = Path(tmp)
@@ -252,31 +303,42 @@ def compare_search() -> dict[str, dict[str, object]]:
                 held_out = work / held_out if held_out else None
             rows: dict[str, object] = {}
             for fmt in formats:
-                timings, results = {}, {}
-                for mode, auto_fix in (("plain", False), ("default", True)):
-                    started = time.perf_counter()
-                    results[mode] = edgekit.package(str(model), str(calibration), str(work / f"{mode}-{fmt}"),
-                                                    eval=str(held_out) if held_out else None, formats=[fmt],
-                                                    auto_fix=auto_fix, allow_accuracy_drop=True, force=True,
-                                                    also_float=False, profiles=["x86-cpu"], name=f"{builder}-{fmt}")
-                    timings[mode] = time.perf_counter() - started
-                record = results["default"].manifest.validation.artifact(fmt)
-                plain = results["plain"].manifest.validation.artifact(fmt)
-                tries = list(record.auto_fix)
-                artifact = results["default"].manifest.artifact(fmt)
+                measured, manifests = {}, {}
+                for mode, flag in (("plain", "--no-auto-fix"), ("default", "--auto-fix")):
+                    out = work / f"{mode}-{fmt}"
+                    args = ["package", str(model), "-c", str(calibration), "-o", str(out), "--format", fmt, flag,
+                            "--allow-accuracy-drop", "--force", "--profile", "x86-cpu", "--name", f"{builder}-{fmt}"]
+                    if held_out:
+                        args += ["--eval", str(held_out)]
+                    measured[mode] = run_measured(args)
+                    manifest_path = out / f"{builder}-{fmt}.edgekit" / "manifest.json"
+                    manifests[mode] = json.loads(manifest_path.read_text()) if manifest_path.exists() else None
+                default = manifests["default"]
+                if default is None:
+                    rows[fmt] = {"error": f"edgekit package exited {measured['default'][2]}"}
+                    continue
+                record = default["validation"]["artifacts"][fmt]
+                tries = record.get("auto_fix") or []
+                artifact = next(a for a in default["artifacts"] if a["format"] == fmt and not a.get("variant"))
+                speeds = [a["details"]["speed_vs_float"] for a in default["artifacts"]
+                          if a["format"] == fmt and "speed_vs_float" in a.get("details", {})]
+                (plain_s, plain_rss, _), (default_s, default_rss, _) = measured["plain"], measured["default"]
                 rows[fmt] = {
-                    "plain_ptq_s": round(timings["plain"], 2), "plain_passed": plain.passed,
-                    "default_flags_s": round(timings["default"], 2),
-                    "search_s": round(max(timings["default"] - timings["plain"], 0.0), 2) if tries else 0.0,
-                    "search_over_plain": round(timings["default"] / timings["plain"], 2) if tries else 1.0,
-                    "configurations_tried": sum(1 for t in tries if t.get("stage") != "confirmation"),
-                    "passed": record.passed, "precision": artifact.precision,
-                    "kept": {"keep_float": artifact.details.get("keep_float", []),
-                             "int16_layers": artifact.details.get("int16_layers", [])},
+                    "plain_s": round(plain_s, 2), "plain_peak_rss_mib": round(plain_rss / 2**20),
+                    "plain_verdict": (manifests["plain"] or {}).get("validation", {}).get("artifacts", {})
+                                     .get(fmt, {}).get("verdict"),
+                    "default_flags_s": round(default_s, 2), "default_peak_rss_mib": round(default_rss / 2**20),
+                    "searched": bool(tries),
+                    "time_over_plain": round(default_s / plain_s, 2),
+                    "memory_over_plain": round(default_rss / plain_rss, 2) if plain_rss else None,
+                    "tries": sum(1 for t in tries if t.get("stage") != "confirmation"),
+                    "budget": next((t["budget"] for t in reversed(tries) if "budget" in t), None),
+                    "verdict": record.get("verdict"), "precision": artifact["precision"],
+                    "plan_kept": (artifact["details"].get("precision_plan") or {}).get("layers", {}),
+                    "route": (artifact["details"].get("route") or {}).get("used"),
                     "held_out_check": next((t.get("kept") for t in tries if t.get("stage") == "confirmation"), None),
-                    "final_gates": [{"gate": g.get("what"), "margin": g.get("margin")} for g in record.gates],
-                    "final_tasks": {k: {"values": v.get("values"), "margin": v.get("margin")}
-                                    for k, v in (record.metrics.get("tasks") or {}).items()},
+                    "margins": {g.get("what"): g.get("margin") for g in record.get("gates") or []},
+                    "speed_vs_float": speeds[0].get("speedup") if speeds else None,
                 }
             found[name] = rows
     return found

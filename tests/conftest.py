@@ -52,6 +52,17 @@ def built_once(tmp_path_factory: pytest.TempPathFactory, name: str, build: Calla
         return result
 
 
+def verdict_model(tmp_path_factory: pytest.TempPathFactory, name: str) -> Path:
+    """``models/verdict/build.py NAME``'s folder, built once per test run (``built_once``)."""
+
+    def build(folder: Path) -> Path:
+        subprocess.run([sys.executable, str(ROOT / "models/verdict/build.py"), name, "--output", str(folder)],
+                       check=True, capture_output=True, env={"TF_CPP_MIN_LOG_LEVEL": "3", **os.environ})
+        return folder / name
+
+    return built_once(tmp_path_factory, name.replace("_", "-"), build)
+
+
 def run_cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
     """Run ``edgekit ARGS`` in-process as the console script does; (exit code, stdout, stderr)."""
     code = edgekit_main([str(a) for a in args])

@@ -4,17 +4,13 @@ route in the table that can, said out loud and recorded in the artifact (``route
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 from edgekit import routes
 from edgekit.formats import get_format
 from edgekit.sources import SOURCES
-from tests.conftest import ROOT, built_once, edgekit_cli
+from tests.conftest import edgekit_cli, verdict_model
 
 
 def _pytorch():
@@ -36,18 +32,11 @@ def test_the_fallback_is_the_next_route_that_converts_the_ops():
     assert routes.fallback_route(found[1], found[1:], ["LSTM"]) is None  # nothing left to try
 
 
-def _lstm_encoder(folder: Path) -> Path:
-    pytest.importorskip("torch")
-    subprocess.run([sys.executable, str(ROOT / "models/verdict/build.py"), "lstm_encoder", "--output", str(folder)],
-                   check=True, capture_output=True, env={"TF_CPP_MIN_LOG_LEVEL": "3", **os.environ})
-    return folder / "lstm_encoder"
-
-
 @pytest.mark.slow
 def test_a_pytorch_lstm_reaches_tflite_through_onnx(tmp_path_factory, tmp_path):
     """litert-torch has no LSTM: the encoder is built through ONNX and the ONNX -> PyTorch
     rebuild (which unrolls it), said, recorded, and judged on held-out data like any build."""
-    model = built_once(tmp_path_factory, "lstm-encoder", _lstm_encoder)
+    model = verdict_model(tmp_path_factory, "lstm_encoder")
     result = edgekit_cli("package", model / "lstm_encoder.pt2", "-c", model / "calibration.npz", "--eval",
                          model / "eval.npz", "--format", "tflite", "-o", tmp_path, "--no-also-float")
     assert result.returncode == 0, result.stderr[-3000:]

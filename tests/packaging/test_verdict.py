@@ -163,11 +163,20 @@ def test_the_runtime_respects_the_verdict(zoo, tmp_path):
 def test_a_yolov5_export_levels_joined_on_the_anchor_axis_is_a_detector(zoo, tmp_path):
     """YOLOv5 joins [box | sigmoid(obj + classes)] per level on the last axis, then the levels on the
     anchor axis: the quantities are found inside the levels, through the Reshape that keeps the last
-    axis, and the collapsed scores are refused."""
+    axis, and the collapsed scores are refused by plain INT8. With default flags the search raises
+    a block to 16-bit activations (before float) and ships a detector checked on its task."""
     pytest.importorskip("torch")
     yolo = zoo("yolov5")
     refused = edgekit_cli("package", yolo / "yolov5.onnx", "-c", yolo / "images.npz", "--format", "onnx",
-                          "-o", tmp_path, "--force", "--no-also-float")
+                          "-o", tmp_path, "--force", "--no-also-float", "--no-auto-fix")
     assert_user_error(refused, "INT8 validation failed", "(detections:yolov5)", "rows 4..9 of axis 2")
     assert ("output0: detections:yolov5, YOLOv5 layout [N, A, 10], from Concat(axis=2) of 4 box rows and 1 "
             "objectness row and 5 class rows, 2 levels joined on axis 1") in refused.stdout
+    searched = edgekit_cli("package", yolo / "yolov5.onnx", "-c", yolo / "images.npz", "--format", "onnx",
+                           "-o", tmp_path / "searched", "--no-also-float")
+    assert searched.returncode == 0, searched.stderr[-3000:]
+    manifest = json.loads((tmp_path / "searched" / "yolov5.edgekit" / "manifest.json").read_text())
+    artifact = next(a for a in manifest["artifacts"] if a["format"] == "onnx" and not a.get("variant"))
+    assert "int16" in artifact["details"]["precision_plan"]["layers"].values()
+    task = manifest["validation"]["artifacts"]["onnx"]["tasks"]["output0"]
+    assert task["passed"] and task["values"]["recall"] >= 0.9

@@ -71,6 +71,7 @@ class CoreMLBuilder(Builder):
             float_output=str(Path(context.workdir) / "coreml.float16.mlpackage") if context.option("also_float") else None,
             keep_float=list(context.keep_float),
             layer_names=list(context.layer_names),
+            float_cache=str(Path(context.workdir) / f"coreml.float-program.{_form_key(context)}.mlpackage"),
         )
         artifact = Artifact(
             format=self.name,
@@ -130,15 +131,21 @@ def convert(
     model: dict[str, Any], output: str, calibration_npy: str, activations_mode: str = "int8",
     eval_npy: str | None = None, eval_output_npy: str | None = None, output_names: list[str] | None = None,
     float_eval_output_npy: str | None = None, float_output: str | None = None,
-    keep_float: list[str] | None = None, layer_names: list[str] | None = None,
+    keep_float: list[str] | None = None, layer_names: list[str] | None = None, float_cache: str | None = None,
 ) -> dict[str, Any]:
     """One child-process step, top to bottom: convert the route's form to a float ML program,
-    keep it as the fallback, calibrate activations, compress weights, check, evaluate."""
+    keep it as the fallback, calibrate activations, compress weights, check, evaluate.
+    ``float_cache``: where the float ML program is kept between builds of one run (the search's
+    tries convert once, then quantize many)."""
     import coremltools as ct
 
     samples = _Samples(calibration_npy)
     started = time.perf_counter()
-    mlmodel = _float_program(ModelForm.from_dict(model), samples, output_names or [])
+    mlmodel = _cached_float_program(float_cache)
+    if mlmodel is None:
+        mlmodel = _float_program(ModelForm.from_dict(model), samples, output_names or [])
+        if float_cache:
+            _save_atomically(mlmodel, float_cache)
     float_evaluated = _evaluate_float(mlmodel, eval_npy, float_eval_output_npy)
     if float_output:  # the float fallback artifact: the ML program before quantization (float16)
         mlmodel.save(float_output)
@@ -166,6 +173,40 @@ def convert(
         "float_layer_ops": float_layer_ops,
         "weighted_layers": weighted_layers(mlmodel, layer_names or []),
     }
+
+
+def _form_key(context: BuildContext) -> str:
+    """What names a float ML program in the work folder: the form, its file and the outputs."""
+    import hashlib
+
+    text = repr((context.model.to_dict(), list(context.output_names)))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _cached_float_program(path: str | None) -> Any:
+    """The float ML program an earlier build of this run kept, or None."""
+    if not path or not Path(path).exists():
+        return None
+    import coremltools as ct
+
+    from .evaluator import load_program_from_model
+
+    try:
+        mlmodel = ct.models.MLModel(path, skip_model_load=True)
+        mlmodel._mil_program = load_program_from_model(mlmodel)  # what the compression passes rewrite
+        return mlmodel
+    except Exception:  # noqa: BLE001 - a cache: converting again is always right
+        return None
+
+
+def _save_atomically(mlmodel: Any, path: str) -> None:
+    import shutil
+
+    partial = Path(path).with_name(Path(path).stem + ".partial.mlpackage")
+    shutil.rmtree(partial, ignore_errors=True)
+    mlmodel.save(str(partial))
+    shutil.rmtree(path, ignore_errors=True)
+    partial.rename(path)
 
 
 def _float_program(form: ModelForm, samples: Any, output_names: list[str]) -> Any:

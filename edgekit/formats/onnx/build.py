@@ -579,20 +579,25 @@ def explain(
     )
 
     loaded = read_samples(samples_npy)
-    if list(loaded) != [""]:
-        return []  # the per-layer report covers one-input models
-    samples = np.asarray(loaded[""])
-    input_name = onnx.load(float_onnx).graph.input[0].name
+    graph = onnx.load(float_onnx, load_external_data=False).graph
+    initializers = {i.name for i in graph.initializer}
+    inputs = [i.name for i in graph.input if i.name not in initializers]
+    arrays = {inputs[0]: np.asarray(loaded[""])} if list(loaded) == [""] else \
+        {name: np.asarray(loaded[name]) for name in inputs if name in loaded}
+    if sorted(arrays) != sorted(inputs):
+        return []  # inputs the samples do not name (fixed with --input): nothing to feed them
+    count = len(next(iter(arrays.values())))
 
-    class Reader(CalibrationDataReader):
+    class Reader(CalibrationDataReader):  # every input by name (a streaming model's state beside its frames)
         def __init__(self) -> None:
             self.i = 0
 
         def get_next(self) -> dict[str, np.ndarray] | None:
-            if self.i >= len(samples):
+            if self.i >= count:
                 return None
             self.i += 1
-            return {input_name: samples[self.i - 1 : self.i].astype(np.float32)}
+            return {name: (v[self.i - 1 : self.i].astype(np.float32) if v.dtype.kind == "f" else v[self.i - 1 : self.i])
+                    for name, v in arrays.items()}
 
     float_aug = str(Path(workdir) / "explain.float.onnx")
     qdq_aug = str(Path(workdir) / "explain.qdq.onnx")

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from ... import forms, worker
-from ...errors import ConversionError, EdgekitError, OTHER_ROUTES, UnsupportedOpError
+from ...errors import ConversionError, EdgekitError, OTHER_ROUTES, UnsupportedOpError, first_line
 from ...fsutil import sha256_file
 from ...manifest import Artifact, QuantParams
 from ..building import MINMAX, BuildContext, Builder, BuildResult, in_layer, layer_of, read_samples, worst_layers
@@ -253,29 +253,46 @@ SQNR_SAMPLES = 32
 
 def _worst_sqnr(model: bytes, float_model: Path, context: BuildContext) -> float:
     """The worst output SQNR (dB) of an INT8 build against the float conversion on the first
-    calibration samples: how two builds of one model compare before either is validated."""
-    from .litert import LiteRTBackend
-
-    samples = read_samples(context.calibration_npy)
-    count = min(SQNR_SAMPLES, len(next(iter(samples.values()))))
+    calibration samples: how two builds of one model compare before either is validated. Run in
+    a child (LiteRT may crash or refuse a build): a build it cannot run scores -inf."""
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "candidate.tflite"
         path.write_bytes(model)
-        outputs = []
-        for file in (path, float_model):
-            backend = LiteRTBackend(str(file))
-            try:
-                names = [t.name for t in backend.inputs]
-                runs = []
-                for i in range(count):
-                    if list(samples) == [""]:
-                        feeds: Any = [np.asarray(samples[""][i:i + 1])]
-                    else:
-                        feeds = {n: np.asarray(samples[n][i:i + 1]) for n in names}
+        try:
+            return float(worker.call(worst_sqnr, what="comparing two TFLite builds on calibration samples",
+                                     timeout=context.timeout_s, candidate=str(path), reference=str(float_model),
+                                     calibration_npy=context.calibration_npy))
+        except EdgekitError:
+            return float("-inf")
+
+
+def worst_sqnr(candidate: str, reference: str, calibration_npy: str) -> float:
+    """Child side of ``_worst_sqnr``."""
+    from .litert import LiteRTBackend
+
+    samples = read_samples(calibration_npy)
+    count = min(SQNR_SAMPLES, len(next(iter(samples.values()))))
+    outputs = []
+    for file in (candidate, reference):
+        backend = LiteRTBackend(str(file))
+        try:
+            names = [t.name for t in backend.inputs]
+            runs = []
+            for i in range(count):
+                if list(samples) == [""]:
+                    feeds: Any = [np.asarray(samples[""][i:i + 1])]
+                else:
+                    feeds = {n: np.asarray(samples[n][i:i + 1]) for n in names}
+                try:
                     runs.append(backend.run(feeds))
-            finally:
-                backend.close()
-            outputs.append([np.concatenate([r[k] for r in runs]).astype(np.float64) for k in range(len(runs[0]))])
+                except EdgekitError:
+                    raise
+                except Exception as exc:  # LiteRT refusing to run a build: this build's failure, named
+                    raise ConversionError(f"LiteRT cannot run {Path(file).name}: {type(exc).__name__}: "
+                                          f"{first_line(exc)[:200]}") from None
+        finally:
+            backend.close()
+        outputs.append([np.concatenate([r[k] for r in runs]).astype(np.float64) for k in range(len(runs[0]))])
     worst = float("inf")
     for got, want in zip(*outputs):
         noise = float(np.mean((got - want) ** 2))

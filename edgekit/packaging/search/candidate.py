@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import shutil
 from dataclasses import dataclass
-from pathlib import Path
 
 from ...formats import BuildContext, BuildResult
 from ..gates import GateFailure
@@ -43,8 +41,3 @@ def improves(new: Candidate, old: Candidate) -> bool:
         return False
     return len(after) < len(before) or any(after[key] > before[key] + IMPROVEMENT for key in after)
 
-
-def restore(backup: Path, artifact_dir: Path) -> None:
-    """Put a format's artifact folder back as it was before a try that is not kept."""
-    shutil.rmtree(artifact_dir, ignore_errors=True)
-    shutil.move(str(backup), str(artifact_dir))

@@ -56,6 +56,7 @@ class _LayerSearch:
     def __init__(self, runner: TrialRunner, probes: list[str], start: Candidate) -> None:
         self.runner, self.probes, self.start = runner, probes, start
         self.base = start.context.plan  # what the user (or a named fix) already raised: never lowered
+        self.inputs = set(runner.run.data.evaluation)  # model inputs: a report may name them, no op computes them
         self.say, self.warn = runner.run.progress.say, runner.run.progress.warn
         self.name = runner.builder.name
 
@@ -82,12 +83,17 @@ class _LayerSearch:
         made, trial = self.runner.attempt("per-layer report", replace(context, explain_npy=context.sensitivity_npy),
                                           self.start, LAYERS, self.base)
         trial.kept = made is not None and not made.failures
-        if made is None:
-            return [], []
-        self.start = replace(made, context=context)
-        rows = made.built.artifact.details.get("explain") or []
-        reported = list(dict.fromkeys(row["layer"] for row in rows if row.get("layer") and
-                                      row.get("sqnr_db") is not None and row["layer"] not in self.base))
+        rows = [] if made is None else made.built.artifact.details.get("explain") or []
+        if made is not None:
+            self.start = replace(made, context=context)
+        reported = list(dict.fromkeys(row["layer"] for row in rows if row.get("layer") and row.get("sqnr_db") is not None
+                                      and row["layer"] not in self.base and row["layer"] not in self.inputs))
+        if not reported:  # the report could not rank them: the model's layers, the output's end first
+            named = [layer for layer in context.layer_names if layer not in self.base and layer not in self.inputs]
+            why = f"did not build ({trial.error})" if made is None else "ranked no layer"
+            self.warn(f"search {self.name}: the per-layer report {why}; trying the model's layers from the output "
+                      f"end ({len(named)} named)")
+            return list(reversed(named))[:CANDIDATES], named
         position = {layer: i for i, layer in enumerate(context.layer_names)}
         ordered = sorted(reported, key=lambda layer: position.get(layer, len(position)))
         return reported[:CANDIDATES], ordered
