@@ -477,8 +477,9 @@ def _quantize_static(prepared: str, path: str, samples: dict[str, Any], graph_in
     if settings["max_intermediate_outputs"]:
         extra["CalibMaxIntermediateOutputs"] = int(settings["max_intermediate_outputs"])
     total = len(next(iter(samples.values())))
-    held = total * activation_bytes(prepared)
-    if method != CalibrationMethod.MinMax and held > HISTOGRAM_MEMORY:
+    # shape inference over the whole graph only where a histogram calibrator would hold it all (not per min/max try)
+    held = total * activation_bytes(prepared) if method != CalibrationMethod.MinMax else 0
+    if held > HISTOGRAM_MEMORY:
         # histogram calibrators keep every sample's activations until their one collect_data call
         # ends (21 GB on a speech model): in strides, only a stride's activations are held
         extra["CalibStridedMinMax"] = histogram_stride(total, -(-held // HISTOGRAM_MEMORY))
