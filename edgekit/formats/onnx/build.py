@@ -286,6 +286,34 @@ def _layer_nodes(model: Any, layers: list[str]) -> tuple[list[tuple[str, str, st
     return found, missing
 
 
+# activations ONNX Runtime's QDQ quantizer folds into the op before them (the op then writes their
+# output with the activation's range): raised to float, that op must be too, or nothing changes
+FOLDED_ACTIVATIONS = {"Relu", "Clip"}
+FOLDS_INTO = {"Conv", "Gemm", "MatMul", "ConvTranspose", "Add"}
+
+
+def _with_folding_producers(model: Any, excluded: list[tuple[str, str, str]]) -> list[tuple[str, str, str]]:
+    """``excluded`` plus the producer of each excluded Relu/Clip the quantizer would fold into it
+    (a layer named by its activation, as reports name it by the tensor it writes)."""
+    producer = {out: n for n in model.graph.node for out in n.output}
+    readers: dict[str, int] = {}
+    for node in model.graph.node:
+        for name in node.input:
+            readers[name] = readers.get(name, 0) + 1
+    names = {name for name, _, _ in excluded}
+    added = []
+    for name, op_type, layer in excluded:
+        if op_type not in FOLDED_ACTIVATIONS:
+            continue
+        node = next(n for n in model.graph.node if n.name == name)
+        before = producer.get(node.input[0]) if node.input else None
+        if (before is not None and before.op_type in FOLDS_INTO and readers.get(node.input[0]) == 1
+                and before.name not in names):
+            names.add(before.name)
+            added.append((before.name, before.op_type, layer))
+    return excluded + added
+
+
 def _activations_of(model: Any, nodes: list[str]) -> list[str]:
     """The activation tensors the named nodes read and write (not their weights): what a layer's
     16-bit activations are (ONNX Runtime's TensorQuantOverrides, per tensor)."""
@@ -324,6 +352,7 @@ def quantize(
     if _flatten_gemm_biases(model):
         onnx.save(model, prepared)
     excluded, missing = _layer_nodes(model, list(keep_float or []))
+    excluded = _with_folding_producers(model, excluded)
     wide, missing_wide = _layer_nodes(model, list(int16_layers or []))
     for flag, absent in (("--keep-float", missing), ("--int16-activations", missing_wide)):
         if absent:

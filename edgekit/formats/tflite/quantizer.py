@@ -149,6 +149,7 @@ def _calibration(qt: Any, float_model: str, calibration_npy: str) -> Any:
     """Each tensor's range over the calibration samples: computed once per float model and
     calibration set, then read back for every quantization of it."""
     from litert_quantizer import calibrator
+    from litert_quantizer.utils import qsv_utils
 
     from ...fsutil import sha256_file
 
@@ -173,8 +174,14 @@ def _calibration(qt: Any, float_model: str, calibration_npy: str) -> Any:
     worker.report_progress(count, count)
     # every tensor's range is collected with the whole model float: a layer's precision changes the
     # recipe, never the ranges, so one calibration serves every recipe
+    # min and max over every sample: the quantizer's own default (a moving average of each sample's
+    # range, 0.95 per step) clips what few samples reach, and those are the ones a gate then loses
     qt_all = _full_recipe_quantizer(float_model)
-    found = qt_all.calibrate({signature: dataset}, mode=calibrator.CalibrationMode.CALIBRATION_PROFILER_BASED)
+    calibration = calibrator.Calibrator(Path(float_model).read_bytes(),
+                                        mode=calibrator.CalibrationMode.CALIBRATION_PROFILER_BASED,
+                                        qsv_update_func=qsv_utils.min_max_update)
+    calibration.calibrate({signature: dataset}, qt_all._recipe_manager)  # noqa: SLF001 (pinned 0.11)
+    found = calibration.get_model_qsvs()
     partial = stored.with_name(f".{stored.name}.partial")
     with open(partial, "wb") as file:
         pickle.dump(found, file)

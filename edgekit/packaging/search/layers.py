@@ -21,6 +21,7 @@ Every try is a ``Trial`` (``trial.py``); the budget (``budget.py``) bounds them 
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -59,6 +60,7 @@ class _LayerSearch:
         self.inputs = set(runner.run.data.evaluation)  # model inputs: a report may name them, no op computes them
         self.say, self.warn = runner.run.progress.say, runner.run.progress.warn
         self.name = runner.builder.name
+        self.seen: dict[str, Candidate | None] = {}  # plan -> its build: a plan is built once per search
 
     def late(self) -> bool:
         return not self.runner.budget.allows_try()
@@ -66,9 +68,13 @@ class _LayerSearch:
     def attempt(self, plan: PrecisionPlan, base: Candidate, accept: Callable[[Candidate, Candidate], bool],
                 note: str = "") -> Candidate | None:
         """One build of ``plan``; recorded as kept when ``accept(candidate, base)``."""
+        key = json.dumps(plan.to_dict(), sort_keys=True)
+        if key in self.seen:
+            return self.seen[key]
         label = plan.describe() + (f" ({note})" if note else "")
         candidate, trial = self.runner.attempt(label, self.start.context.with_plan(plan), base, LAYERS, plan)
         trial.kept = candidate is not None and accept(candidate, base)
+        self.seen[key] = candidate
         return candidate
 
     def where(self, remedies: Remedies) -> tuple[list[str], list[str]]:
@@ -95,7 +101,11 @@ class _LayerSearch:
                       f"end ({len(named)} named)")
             return list(reversed(named))[:CANDIDATES], named
         position = {layer: i for i, layer in enumerate(context.layer_names)}
-        ordered = sorted(reported, key=lambda layer: position.get(layer, len(position)))
+
+        def place(layer: str) -> int:  # a route's name may add the op it became: "conv1/Conv (Conv2d)"
+            return position.get(layer, position.get(layer.rsplit(" (", 1)[0], len(position)))
+
+        ordered = sorted(reported, key=place)
         return reported[:CANDIDATES], ordered
 
     def blocks(self, worst: list[str], ordered: list[str]) -> Candidate:
@@ -163,9 +173,10 @@ class _LayerSearch:
                 if improves(candidate, best):
                     best, plan = candidate, trial
                     tentative = [t for t in tentative if t in trial]
-                elif _quality(candidate, best) >= _quality(best, best):
+                elif trial is trials[0] and _quality(candidate, best) >= _quality(best, best):
                     # no worse: kept in the plan (a tensor between two layers needs both; NNCF keeps
-                    # reverting in rank order too); the most-integer stage drops it if not needed
+                    # reverting in rank order too); the most-integer stage drops it if not needed.
+                    # A variant that dropped a layer kept for its neighbour must improve to replace it
                     plan = trial
                     tentative = [t for t in tentative if t in trial] + [layer]
                 break
