@@ -9,8 +9,8 @@ by, by more than chance? For every gate (task metric, SQNR, joined-quantity slic
 is the gate's margin on the search half minus its margin on the unseen half; its null
 distribution comes from re-cutting all samples into two random halves of the same sizes
 (a permutation test: if the search did not overfit, its half is just one random half). A gate
-whose unseen half is worse with a one-sided p below ``ALPHA`` divided by the number of gates
-(Bonferroni) marks the configuration as overfit. For a rate gate this is Fisher's exact test
+whose unseen half fails its floor and is worse with a one-sided p below ``ALPHA`` divided by the
+number of gates (Bonferroni) marks the configuration as overfit (worse but passing is kept). For a rate gate this is Fisher's exact test
 between the halves: one flip in 120 falls in either half with probability 1/2 (p = 0.5, kept);
 six flips all in the unseen 60 have p = 0.014 (refused).
 
@@ -52,8 +52,11 @@ class Confirmation:
 
     @property
     def overfit(self) -> dict[str, float]:
-        """Gates whose unseen half is worse than chance allows: gate -> p."""
-        return {g: p for g, p in self.p_values.items() if p < self.threshold and self.unseen[g] < self.search[g]}
+        """Gates whose unseen half fails its floor and is worse than chance allows: gate -> p. An
+        unseen half that is worse but still passes shows the configuration holds on samples it
+        was not chosen by, which is all the confirmation asks."""
+        return {g: p for g, p in self.p_values.items()
+                if p < self.threshold and self.unseen[g] < self.search[g] and self.unseen[g] < 0}
 
     def to_dict(self) -> dict[str, Any]:
         return {"search_half": {g: round(v, 6) for g, v in self.search.items()},

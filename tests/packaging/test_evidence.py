@@ -127,3 +127,16 @@ def test_the_confirmation_judges_sqnr_gates_too():
     comparison = compare_outputs(reference, even)
     found = Measured({"y": comparison}, comparison, candidate={"y": even})
     assert not confirm(found, {"y": reference}, np.arange(0, 120, 2), np.arange(1, 120, 2), Judging(), 20.0).overfit
+
+
+def test_an_unseen_half_worse_than_chance_but_still_passing_is_not_overfit():
+    rng = np.random.default_rng(4)
+    reference = rng.normal(size=(200, 32)).astype(np.float32)
+    candidate = reference.copy()
+    candidate[0::2] += rng.normal(scale=0.01, size=(100, 32)).astype(np.float32)  # ~40 dB where chosen
+    candidate[1::2] += rng.normal(scale=0.04, size=(100, 32)).astype(np.float32)  # ~28 dB unseen: passes 20 dB
+    comparison = compare_outputs(reference, candidate)
+    found = Measured({"y": comparison}, comparison, candidate={"y": candidate})
+    test = confirm(found, {"y": reference}, np.arange(0, 200, 2), np.arange(1, 200, 2), Judging(), 20.0)
+    assert test.p_values["y sqnr"] < test.threshold  # worse than sampling noise allows ...
+    assert not test.overfit  # ... yet it passes its floor on samples the search never judged by

@@ -94,3 +94,44 @@ def test_an_int32_one_hot_classifier_that_collapses_in_int8_ships_searched_on_tf
         assert artifact["precision"].startswith("int8+") and artifact["details"]["precision_plan"]["layers"]
         with edgekit.load(package, artifact=fmt) as loaded:
             assert np.mean(loaded.predict(texts).argmax(-1) == labels) >= 0.95  # the task, on unseen texts
+
+
+def test_a_yolo_head_ships_on_tflite_with_a_searched_block_plan(tmp_path_factory, tmp_path):
+    """The ONNX -> TFLite route fuses the Concat the named fix would keep float (said, not silent);
+    the search raises the output-end block at 16-bit activations and narrows it back."""
+    model = verdict_model(tmp_path_factory, "yolo")
+    result = edgekit_cli("package", model / "yolo.onnx", "-c", model / "images.npz", "--format", "tflite",
+                         "-o", tmp_path, "--no-also-float")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "--keep-float /Concat_6 failed" in result.stdout + result.stderr  # the fix's absence is said
+    manifest = json.loads((tmp_path / "yolo.edgekit" / "manifest.json").read_text())
+    record = manifest["validation"]["artifacts"]["tflite"]
+    assert record["verdict"] == "passed"
+    assert record["tasks"]["output0"]["values"]["recall"] >= 0.9
+    artifact = manifest["artifacts"][0]
+    assert artifact["details"]["precision_plan"]["layers"] and artifact["precision"].startswith("int8+")
+
+
+def test_a_prelu_landmark_cnn_that_misses_its_gate_is_searched_on_tflite_and_onnx(tmp_path_factory, tmp_path):
+    """Plain INT8 misses 20 dB on the coordinates; the search runs on both formats (a try is
+    recorded) and ships; the coordinates hold on unseen images."""
+    model = verdict_model(tmp_path_factory, "prelu_landmarks")
+    common = (model / "prelu_landmarks.pt2", "-c", model / "calibration.npz", "--eval", model / "eval.npz",
+              "--format", "tflite", "--format", "onnx", "--no-also-float", "--preprocessing", "raw")
+    plain = edgekit_cli("package", *common, "-o", tmp_path / "plain", "--no-auto-fix")
+    assert plain.returncode == 1 and "tflite: output 'output': SQNR" in plain.stderr
+    searched = edgekit_cli("package", *common, "-o", tmp_path / "out")
+    assert searched.returncode == 0, searched.stderr[-3000:]
+    package = tmp_path / "out" / "prelu_landmarks.edgekit"
+    manifest = json.loads((package / "manifest.json").read_text())
+    torch = pytest.importorskip("torch")
+    images, _ = _reference_data("spot_images", 200, 7)
+    with torch.no_grad():
+        float_out = torch.export.load(str(model / "prelu_landmarks.pt2")).module()(torch.from_numpy(images)).numpy()
+    for fmt in ("tflite", "onnx"):
+        record = manifest["validation"]["artifacts"][fmt]
+        assert record["verdict"] == "passed" and record["auto_fix"]
+        with edgekit.load(package, artifact=fmt) as loaded:
+            error = loaded.predict(images) - float_out
+        sqnr = 10 * np.log10(np.sum(float_out ** 2) / np.sum(error ** 2))
+        assert sqnr >= 19.0, (fmt, sqnr)  # the 20 dB gate holds on unseen images (within sampling)
