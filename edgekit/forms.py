@@ -10,6 +10,7 @@ and a new source reaches every format that accepts a form it provides.
 """
 
 import importlib
+import inspect
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
@@ -50,15 +51,18 @@ class ModelForm(NamedTuple):
                    dict(data.get("arguments") or {}), str(data.get("via", "")))
 
 
-def load_module(form: ModelForm, example: Mapping[str, Any] | None = None) -> tuple[Any, list[str]]:
+def load_module(form: ModelForm, example: Mapping[str, Any] | None = None,
+                submodules: bool = False) -> tuple[Any, list[str]]:
     """A PyTorch form's module (in eval mode) and its input names, by the form's own loader.
     ``example``: arrays by input name (``""`` for a one-input model), for loaders that
-    specialise the module to a shape."""
+    specialise the module to a shape. ``submodules``: keep the model's submodules where the
+    loader can (a ``torch.export`` program unflattened), for converters that name ops by them."""
     if form.form not in (TORCH_PROGRAM, TORCH_MODULE) or not form.loader:
         raise ValueError(f"{form.form} at {form.path} is not a loadable PyTorch form")
     module_name, _, function = form.loader.partition(":")
     load = getattr(importlib.import_module(module_name), function)
-    return load(form.path, example=example, **dict(form.arguments))
+    extra = {"submodules": True} if submodules and "submodules" in inspect.signature(load).parameters else {}
+    return load(form.path, example=example, **dict(form.arguments), **extra)
 
 
 def flatten_outputs(produced: Any) -> list[Any]:

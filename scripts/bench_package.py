@@ -100,9 +100,11 @@ def main() -> None:
     parser.add_argument("--search-only", action="store_true", help="only the search's figures")
     args = parser.parse_args()
     if args.search_only:
+        found = compare_search()
         print_and_save({"benchmark": "bench_package", "machine": {"platform": platform.platform(),
                                                                   **cpu_description()},
-                        "search": compare_search()}, args.output)
+                        "search": found}, args.output)
+        print_search_table(found)
         return
 
     with tempfile.TemporaryDirectory(prefix="edgekit-bench-") as tmp:
@@ -234,11 +236,23 @@ SEARCH_MODELS = {  # name: (how to build it, model file, calibration, eval, form
     "outlier_cnn (Keras CNN, 97.7% plain top-1 agreement)": ("outlier_cnn", "outlier_cnn/outlier_cnn.keras",
                                                              "outlier_cnn/calibration.npz", "outlier_cnn/eval.npz",
                                                              ["tflite", "onnx", "coreml"]),
-    # ONNX only: its TFLite route (ONNX -> PyTorch -> litert-torch) cannot trace the head's grid (README Limits)
-    "yolo (detector head, score rows collapse)": ("yolo", "yolo/yolo.onnx", "yolo/images.npz", None, ["onnx"]),
+    "yolo (detector head, score rows collapse)": ("yolo", "yolo/yolo.onnx", "yolo/images.npz", None,
+                                                  ["tflite", "onnx"]),
     "lstm_encoder (PyTorch LSTM, TFLite by the fallback route)": ("lstm_encoder", "lstm_encoder/lstm_encoder.pt2",
                                                                   "lstm_encoder/calibration.npz",
                                                                   "lstm_encoder/eval.npz", ["tflite", "onnx"]),
+    "vad_stream (streaming state joined to an accumulator)": ("vad_stream", "vad_stream/vad_stream.pt2",
+                                                              "vad_stream/calibration.npz", "vad_stream/eval.npz",
+                                                              ["tflite", "onnx"]),
+    "conv1d_asr (tf2onnx Conv1D export, three outputs)": ("conv1d_asr", "conv1d_asr/conv1d_asr.onnx",
+                                                          "conv1d_asr/calibration.npz", "conv1d_asr/eval.npz",
+                                                          ["tflite", "onnx"]),
+    "bytes_classifier (int32 -> OneHot histogram)": ("bytes_classifier", "bytes_classifier/bytes_classifier.onnx",
+                                                     "bytes_classifier/calibration.npz",
+                                                     "bytes_classifier/eval.npz", ["tflite", "onnx"]),
+    "prelu_landmarks (PReLU CNN, coordinates)": ("prelu_landmarks", "prelu_landmarks/prelu_landmarks.pt2",
+                                                 "prelu_landmarks/calibration.npz", "prelu_landmarks/eval.npz",
+                                                 ["tflite", "onnx"]),
 }
 
 
@@ -342,6 +356,25 @@ def compare_search() -> dict[str, dict[str, object]]:
                 }
             found[name] = rows
     return found
+
+
+def print_search_table(found: dict[str, dict[str, object]]) -> None:
+    """One line per reference model and format: the figures the search is held to."""
+    print(f"{'model':<28} {'fmt':<6} {'plain s':>7} {'MiB':>5} {'search s':>8} {'MiB':>5} {'time':>5} {'mem':>5} "
+          f"{'tries':>5} {'verdict':<8} {'speed':>5}  plan kept / tightest margin")
+    for name, rows in found.items():
+        for fmt, row in rows.items():
+            if "error" in row:
+                print(f"{name.split(' ')[0]:<28} {fmt:<6} {row['error']}")
+                continue
+            margins = [m for m in row["margins"].values() if isinstance(m, (int, float))]
+            plan = ", ".join(f"{layer}={p}" for layer, p in row["plan_kept"].items()) or "plain int8"
+            speed = row["speed_vs_float"]
+            print(f"{name.split(' ')[0]:<28} {fmt:<6} {row['plain_s']:>7} {row['plain_peak_rss_mib']:>5} "
+                  f"{row['default_flags_s']:>8} {row['default_peak_rss_mib']:>5} {row['time_over_plain']:>4}x "
+                  f"{row['memory_over_plain']:>4}x {row['tries']:>5} {str(row['verdict']):<8} "
+                  f"{'n/a' if speed is None else f'{speed:.2f}x':>5}  {plan[:60]} / "
+                  f"{min(margins) if margins else 'n/a'}")
 
 
 def _export_torch_digits_to_onnx(torch_digits: Path, folder: Path) -> Path:

@@ -101,11 +101,12 @@ LOADER = f"{__name__}:load_module"
 
 
 def load_module(model_path: str, example: dict[str, Any] | None = None, kind: str = "",
-                fixed: dict[str, Any] | None = None) -> tuple[Any, list[str]]:
+                fixed: dict[str, Any] | None = None, submodules: bool = False) -> tuple[Any, list[str]]:
     """The loader of this source's PyTorch forms (``edgekit.forms.load_module``): the module in
     eval mode, wrapped so that ``fixed`` inputs get their values, and its other input names
-    (``example`` is part of the loaders' protocol; a PyTorch model needs none to load)."""
-    module, names, _ = _load(model_path, kind, fixed=fixed)
+    (``example`` is part of the loaders' protocol; a PyTorch model needs none to load).
+    ``submodules``: a ``torch.export`` program keeps its submodules (``_with_submodules``)."""
+    module, names, _ = _load(model_path, kind, fixed=fixed, submodules=submodules)
     return module, names
 
 
@@ -136,11 +137,12 @@ def float_reference(prepared: dict[str, Any], inputs_npz: str, output_npz: str, 
     np.savez(output_npz, **{name: np.concatenate(parts) for name, parts in chunks.items()})
 
 
-def _load(model_path: str, kind: str, fixed: dict[str, Any] | None = None) -> tuple[Any, list[str], Any]:
+def _load(model_path: str, kind: str, fixed: dict[str, Any] | None = None,
+          submodules: bool = False) -> tuple[Any, list[str], Any]:
     """The callable model, its input names, and the torch.export program when there is one.
     ``fixed`` (``--input NAME=VALUE``) wraps the model so those inputs get their values; the names
     returned are the others. (An ONNX graph becomes a module through ``onnx_torch.load_module``.)"""
-    module, names, program = _load_model(model_path, kind)
+    module, names, program = _load_model(model_path, kind, submodules)
     if not fixed:
         return module, names, program
     from .fixed_inputs import torch_fixed
@@ -150,7 +152,21 @@ def _load(model_path: str, kind: str, fixed: dict[str, Any] | None = None) -> tu
     return wrapped, kept, program
 
 
-def _load_model(model_path: str, kind: str) -> tuple[Any, list[str], Any]:
+def _with_submodules(program: Any) -> Any:
+    """The program as a module that keeps the model's submodules (``torch.export.unflatten``):
+    converters that name ops by the module that computed them (litert-torch) then name layers
+    (``conv1``, ``act1``), not the whole model. Only where asked: re-exported, it lowers some ops
+    differently (coremltools then sees an LSTM unrolled). ``program.module()`` (one flat graph) where the
+    program does not unflatten."""
+    import torch
+
+    try:
+        return torch.export.unflatten(program)
+    except Exception:  # noqa: BLE001 - any program runs flat; only its layer names are coarser
+        return program.module()
+
+
+def _load_model(model_path: str, kind: str, submodules: bool = False) -> tuple[Any, list[str], Any]:
     import torch
 
     try:
@@ -158,7 +174,7 @@ def _load_model(model_path: str, kind: str) -> tuple[Any, list[str], Any]:
             with _weights_only_unpickling(model_path):
                 program = torch.export.load(model_path)
             names = [str(n) for n in program.graph_signature.user_inputs]
-            return program.module(), names, program
+            return (_with_submodules(program) if submodules else program.module()), names, program
         if kind == "torchscript":
             module = torch.jit.load(model_path, map_location="cpu").eval()
             names = [a.name for a in module.forward.schema.arguments[1:]]  # [0] is self

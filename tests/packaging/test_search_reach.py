@@ -135,3 +135,19 @@ def test_a_prelu_landmark_cnn_that_misses_its_gate_is_searched_on_tflite_and_onn
             error = loaded.predict(images) - float_out
         sqnr = 10 * np.log10(np.sum(float_out ** 2) / np.sum(error ** 2))
         assert sqnr >= 19.0, (fmt, sqnr)  # the 20 dB gate holds on unseen images (within sampling)
+
+
+def test_a_tflite_graph_xnnpack_cannot_run_falls_back_to_litert_kernels(tmp_path_factory, tmp_path):
+    """LiteRT's quantizer requantizes the streaming step's accumulator output for the concat that
+    reads it; XNNPACK then leaves that output's data null ("Tensor data is null"). The backend
+    says so and runs LiteRT's own kernels, on the build machine and the device alike."""
+    model = verdict_model(tmp_path_factory, "vad_stream")
+    result = edgekit_cli("package", model / "vad_stream.pt2", "-c", model / "calibration.npz", "--eval",
+                         model / "eval.npz", "--format", "tflite", "--no-also-float", "--no-auto-fix",
+                         "--int16-activations", "mix", "--allow-accuracy-drop", "-o", tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    frames = _reference_data("vad_frames", 8, 7)
+    with edgekit.load(tmp_path / "vad_stream.edgekit", artifact="tflite") as loaded:
+        outputs = loaded.predict_all(frames)
+        assert "XNNPACK failed" in loaded.backend.describe()["delegate"]
+    assert [outputs[name].shape for name in sorted(outputs)] == [(8, 1), (8, 31), (8, 1)]

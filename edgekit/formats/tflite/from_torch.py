@@ -34,7 +34,8 @@ def convert_torch(model: dict[str, Any], calibration_npy: str, output: str,
     from .requantize import fix_int8_output_scales
 
     samples = read_samples(calibration_npy)
-    module, names = load_module(ModelForm.from_dict(model), example={k: np.asarray(v[:1]) for k, v in samples.items()})
+    module, names = load_module(ModelForm.from_dict(model), example={k: np.asarray(v[:1]) for k, v in samples.items()},
+                                submodules=True)
     if list(samples) == [""]:
         samples = {names[0]: samples[""]}
 
@@ -93,6 +94,9 @@ def _version(name: str) -> str:
     return version(name)
 
 
+UNTYPED_MODULES = {"InterpreterModule", "UnflattenedModule"}
+
+
 def torch_layer(tensor: str, layer_names: list[str] | None = None) -> str:
     """The user's layer a litert-torch tensor came from, for messages.
 
@@ -116,7 +120,9 @@ def torch_layer(tensor: str, layer_names: list[str] | None = None) -> str:
         from ...steps.onnx_torch.naming import original_names
 
         attributes = original_names(layer_names).get(attributes, attributes)
-    return f"{attributes} ({below[-1][0]})"
+    kind = below[-1][0]
+    # torch.export.unflatten's modules are all InterpreterModule: the attribute path names the layer
+    return attributes if kind in UNTYPED_MODULES else f"{attributes} ({kind})"
 
 
 def _type_and_attribute(part: str) -> tuple[str, str]:

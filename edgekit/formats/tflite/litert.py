@@ -179,6 +179,7 @@ class LiteRTBackend(Backend):
     ) -> None:
         self.path = path
         self.xnnpack = xnnpack
+        self.xnnpack_failed: str | None = None  # why XNNPACK was dropped at the first run, if it was
         self.requested_delegate = delegate
         self.library = _interpreter_module()[1]
         self.threads = threads
@@ -204,6 +205,26 @@ class LiteRTBackend(Backend):
         return self._fixed_batch
 
     def _invoke(self, feeds: list[np.ndarray], raw: bool) -> list[np.ndarray]:
+        try:
+            return self._invoke_once(feeds, raw)
+        except ValueError as exc:
+            if "Tensor data is null" not in str(exc) or not self.xnnpack or self.delegate:
+                raise
+            # XNNPACK took a tensor the graph reads back out of its partition (seen on a quantized
+            # output that is requantized for a concat inside the graph): LiteRT's own kernels run it
+            from ...logs import loud
+
+            loud("edgekit.litert").warning(
+                "XNNPACK could not run %s (%s): running it on LiteRT's own kernels instead", self.path,
+                str(exc).split(".")[0])
+            self.xnnpack, self.xnnpack_failed = False, str(exc).split(".")[0]
+            self._interpreter = open_interpreter(self.path, self.threads, with_delegates=False)
+            inputs, outputs = _signature_details(self._interpreter)
+            self._input_indices, self._output_indices = [d["index"] for d in inputs], [d["index"] for d in outputs]
+            self._allocated = [tuple(int(v) for v in d["shape"]) for d in inputs]
+            return self._invoke_once(feeds, raw)
+
+    def _invoke_once(self, feeds: list[np.ndarray], raw: bool) -> list[np.ndarray]:
         shapes = [f.shape for f in feeds]
         if shapes != self._allocated:  # a new batch size (or spatial size) on a dynamic model
             for index, shape in zip(self._input_indices, shapes):
@@ -224,7 +245,8 @@ class LiteRTBackend(Backend):
             "backend": self.name,
             "library": self.library,
             "threads": self.threads,
-            "delegate": self.delegate or ("XNNPACK (default CPU delegate)" if self.xnnpack else "none (LiteRT kernels)"),
+            "delegate": self.delegate or ("XNNPACK (default CPU delegate)" if self.xnnpack else
+                                          f"none (LiteRT kernels{': XNNPACK failed, ' + self.xnnpack_failed if self.xnnpack_failed else ''})"),
         }
 
     def placement(self) -> dict[str, object]:
