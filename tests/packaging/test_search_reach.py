@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -73,6 +74,17 @@ def test_a_conv1d_tf_export_with_three_outputs_ships_int8_on_tflite_and_onnx(tmp
         assert np.corrcoef(outputs["energy"][:, 0], clips["energy"][:, 0])[0, 1] >= 0.98
 
 
+def _plain_then_searched(model: Path, name: str, model_file: str, tmp_path: Path, *options: str):
+    """``edgekit package`` with ``--no-auto-fix`` (plain INT8), then with default flags (the
+    search): the plain run's result, the searched package and its manifest."""
+    common = (model / model_file, "-c", model / "calibration.npz", "--eval", model / "eval.npz", *options)
+    plain = edgekit_cli("package", *common, "-o", tmp_path / "plain", "--no-auto-fix")
+    searched = edgekit_cli("package", *common, "-o", tmp_path / "out")
+    assert searched.returncode == 0, searched.stderr[-3000:]
+    package = tmp_path / "out" / f"{name}.edgekit"
+    return plain, package, json.loads((package / "manifest.json").read_text())
+
+
 def test_an_int32_one_hot_classifier_that_collapses_in_int8_ships_searched_on_tflite_and_onnx(tmp_path_factory,
                                                                                               tmp_path):
     """The byte histogram (1/1024 per byte beside the padding's ~0.98) rounds away at one int8
@@ -80,14 +92,9 @@ def test_an_int32_one_hot_classifier_that_collapses_in_int8_ships_searched_on_tf
     the ranges are min/max over every sample (not the quantizer's moving average, which clips),
     and a layer kept for its neighbour is not dropped for one that does not help."""
     model = verdict_model(tmp_path_factory, "bytes_classifier")
-    common = (model / "bytes_classifier.onnx", "-c", model / "calibration.npz", "--eval", model / "eval.npz",
-              "--format", "onnx", "--format", "tflite", "--no-also-float")
-    plain = edgekit_cli("package", *common, "-o", tmp_path / "plain", "--no-auto-fix")
+    plain, package, manifest = _plain_then_searched(model, "bytes_classifier", "bytes_classifier.onnx", tmp_path,
+                                                    "--format", "onnx", "--format", "tflite", "--no-also-float")
     assert plain.returncode == 1 and "top1_agreement" in plain.stderr
-    searched = edgekit_cli("package", *common, "-o", tmp_path / "out")
-    assert searched.returncode == 0, searched.stderr[-3000:]
-    package = tmp_path / "out" / "bytes_classifier.edgekit"
-    manifest = json.loads((package / "manifest.json").read_text())
     texts, labels = _reference_data("byte_strings", 200, 7)
     for fmt in ("onnx", "tflite"):
         artifact = next(a for a in manifest["artifacts"] if a["format"] == fmt and not a.get("variant"))
@@ -116,14 +123,10 @@ def test_a_prelu_landmark_cnn_that_misses_its_gate_is_searched_on_tflite_and_onn
     """Plain INT8 misses 20 dB on the coordinates; the search runs on both formats (a try is
     recorded) and ships; the coordinates hold on unseen images."""
     model = verdict_model(tmp_path_factory, "prelu_landmarks")
-    common = (model / "prelu_landmarks.pt2", "-c", model / "calibration.npz", "--eval", model / "eval.npz",
-              "--format", "tflite", "--format", "onnx", "--no-also-float", "--preprocessing", "raw")
-    plain = edgekit_cli("package", *common, "-o", tmp_path / "plain", "--no-auto-fix")
+    plain, package, manifest = _plain_then_searched(model, "prelu_landmarks", "prelu_landmarks.pt2", tmp_path,
+                                                    "--format", "tflite", "--format", "onnx", "--no-also-float",
+                                                    "--preprocessing", "raw")
     assert plain.returncode == 1 and "tflite: output 'output': SQNR" in plain.stderr
-    searched = edgekit_cli("package", *common, "-o", tmp_path / "out")
-    assert searched.returncode == 0, searched.stderr[-3000:]
-    package = tmp_path / "out" / "prelu_landmarks.edgekit"
-    manifest = json.loads((package / "manifest.json").read_text())
     torch = pytest.importorskip("torch")
     images, _ = _reference_data("spot_images", 200, 7)
     with torch.no_grad():

@@ -300,12 +300,13 @@ def _with_folding_producers(model: Any, excluded: list[tuple[str, str, str]]) ->
     for node in model.graph.node:
         for name in node.input:
             readers[name] = readers.get(name, 0) + 1
+    by_name = {n.name: n for n in model.graph.node}
     names = {name for name, _, _ in excluded}
     added = []
     for name, op_type, layer in excluded:
         if op_type not in FOLDED_ACTIVATIONS:
             continue
-        node = next(n for n in model.graph.node if n.name == name)
+        node = by_name[name]
         before = producer.get(node.input[0]) if node.input else None
         if (before is not None and before.op_type in FOLDS_INTO and readers.get(node.input[0]) == 1
                 and before.name not in names):

@@ -190,13 +190,7 @@ class LiteRTBackend(Backend):
             if loaded is not None:
                 delegates.append(loaded)
                 self.delegate = delegate
-        self._interpreter = open_interpreter(path, threads, with_delegates=xnnpack, delegates=delegates)
-        inputs, outputs = _signature_details(self._interpreter)
-        self._input_indices = [d["index"] for d in inputs]
-        self._inputs = [_info(d) for d in inputs]
-        self._output_indices = [d["index"] for d in outputs]
-        self._outputs = [_info(d) for d in outputs]
-        self._allocated = [tuple(int(v) for v in d["shape"]) for d in inputs]
+        self._open(with_delegates=xnnpack, delegates=delegates)
         dynamic = all(info.shape[:1] == (-1,) for info in self._inputs)
         self._fixed_batch = None if dynamic else int(self._allocated[0][0])  # computed once: run() asks per call
 
@@ -218,11 +212,20 @@ class LiteRTBackend(Backend):
                 "XNNPACK could not run %s (%s): running it on LiteRT's own kernels instead", self.path,
                 str(exc).split(".")[0])
             self.xnnpack, self.xnnpack_failed = False, str(exc).split(".")[0]
-            self._interpreter = open_interpreter(self.path, self.threads, with_delegates=False)
-            inputs, outputs = _signature_details(self._interpreter)
-            self._input_indices, self._output_indices = [d["index"] for d in inputs], [d["index"] for d in outputs]
-            self._allocated = [tuple(int(v) for v in d["shape"]) for d in inputs]
+            self._open(with_delegates=False)
             return self._invoke_once(feeds, raw)
+
+    def _open(self, with_delegates: bool, delegates: list[Any] | None = None) -> None:
+        """The interpreter and its signature's tensors, as allocated (at first load, or again
+        without XNNPACK)."""
+        self._interpreter = open_interpreter(self.path, self.threads, with_delegates=with_delegates,
+                                             delegates=delegates)
+        inputs, outputs = _signature_details(self._interpreter)
+        self._input_indices = [d["index"] for d in inputs]
+        self._inputs = [_info(d) for d in inputs]
+        self._output_indices = [d["index"] for d in outputs]
+        self._outputs = [_info(d) for d in outputs]
+        self._allocated = [tuple(int(v) for v in d["shape"]) for d in inputs]
 
     def _invoke_once(self, feeds: list[np.ndarray], raw: bool) -> list[np.ndarray]:
         shapes = [f.shape for f in feeds]
