@@ -33,8 +33,16 @@ def start(package: Path, *extra: str) -> tuple[subprocess.Popen, str, str]:
 
 
 def workers_of(proc: subprocess.Popen) -> list[int]:
+    """The server's live worker processes; a child reaped between listing and reading is not one."""
     children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
-    return [int(pid) for pid in children if "spawn_main" in Path(f"/proc/{pid}/cmdline").read_text()]
+    return [int(pid) for pid in children if "spawn_main" in command_line(int(pid))]
+
+
+def command_line(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_text()
+    except (FileNotFoundError, ProcessLookupError):  # exited (a killed worker being reaped)
+        return ""
 
 
 def metric(url: str, name: str) -> float:
