@@ -28,8 +28,25 @@ def compare(builder: Builder, staged: Path, mixed: BuildResult, fallback: BuildR
             evaluation: dict[str, np.ndarray]) -> dict[str, Any] | None:
     """The mixed artifact's and the float fallback's median latency here; None without a runtime
     (or when the runtime cannot time them: a crash there ends a child process, never the packager)."""
-    from .. import worker
     from ..devices import DeviceFacts, int8_kernel_features
+
+    medians = median_ms(builder, {"mixed": staged / mixed.artifact.path, "float": staged / fallback.artifact.path},
+                        evaluation, f"timing {mixed.artifact.key} against {fallback.artifact.key}")
+    if medians is None:
+        return None
+    mixed_ms, float_ms = medians["mixed"], medians["float"]
+    return {"mixed_ms": round(mixed_ms, 4), "float_ms": round(float_ms, 4),
+            "speedup": round(float_ms / mixed_ms, 3) if mixed_ms > 0 else None,
+            "float_artifact": fallback.artifact.key, "threads": 1, "batch": 1,
+            "arch": DeviceFacts.read().arch, "cpu": int8_kernel_features(),
+            "how": f"interleaved, {ROUNDS} rounds of {RUNS} calls, median of the round medians"}
+
+
+def median_ms(builder: Builder, artifacts: dict[str, Path], evaluation: dict[str, np.ndarray], what: str,
+              rounds: int = ROUNDS, runs: int = RUNS) -> dict[str, float] | None:
+    """Each artifact's median latency here in ms (batch 1, one thread, interleaved in one child);
+    None without a runtime of the format or when that runtime cannot time them."""
+    from .. import worker
     from ..errors import EdgekitError
     from ..fsutil import temp_dir
 
@@ -40,23 +57,17 @@ def compare(builder: Builder, staged: Path, mixed: BuildResult, fallback: BuildR
         sample = Path(folder) / "sample.npz"
         np.savez(sample, **{name: values[:1] for name, values in evaluation.items()})
         try:
-            medians = worker.call(time_artifacts, what=f"timing {mixed.artifact.key} against {fallback.artifact.key}",
-                                  backend=worker.reference(backend_cls), sample_npz=str(sample),
-                                  artifacts={"mixed": str(staged / mixed.artifact.path),
-                                             "float": str(staged / fallback.artifact.path)})
+            medians = worker.call(time_artifacts, what=what, backend=worker.reference(backend_cls),
+                                  sample_npz=str(sample), artifacts={k: str(v) for k, v in artifacts.items()},
+                                  rounds=rounds, runs=runs)
         except EdgekitError:
             return None
-    mixed_ms = statistics.median(medians["mixed"]) * 1000
-    float_ms = statistics.median(medians["float"]) * 1000
-    return {"mixed_ms": round(mixed_ms, 4), "float_ms": round(float_ms, 4),
-            "speedup": round(float_ms / mixed_ms, 3) if mixed_ms > 0 else None,
-            "float_artifact": fallback.artifact.key, "threads": 1, "batch": 1,
-            "arch": DeviceFacts.read().arch, "cpu": int8_kernel_features(),
-            "how": f"interleaved, {ROUNDS} rounds of {RUNS} calls, median of the round medians"}
+    return {name: statistics.median(values) * 1000 for name, values in medians.items()}
 
 
-def time_artifacts(backend: str, sample_npz: str, artifacts: dict[str, str]) -> dict[str, list[float]]:
-    """Child side of ``compare``: each artifact's per-round median seconds, interleaved, batch 1, one thread."""
+def time_artifacts(backend: str, sample_npz: str, artifacts: dict[str, str], rounds: int = ROUNDS,
+                   runs: int = RUNS) -> dict[str, list[float]]:
+    """Child side of ``median_ms``: each artifact's per-round median seconds, interleaved, batch 1, one thread."""
     from .. import worker
 
     backend_cls: Any = worker.resolve(backend)
@@ -69,10 +80,10 @@ def time_artifacts(backend: str, sample_npz: str, artifacts: dict[str, str]) -> 
             opened[name] = backend_cls(path, threads=1)
             opened[name].run(feed)  # warm-up
         medians: dict[str, list[float]] = {name: [] for name in opened}
-        for _ in range(ROUNDS):
+        for _ in range(rounds):
             for name, runner in opened.items():
                 times = []
-                for _ in range(RUNS):
+                for _ in range(runs):
                     started = time.perf_counter()
                     runner.run(feed)
                     times.append(time.perf_counter() - started)

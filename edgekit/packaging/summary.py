@@ -69,7 +69,7 @@ def _configuration(outcome: Any) -> str:
 
 
 def _search(tries: tuple[dict[str, Any], ...]) -> str:
-    count = sum(1 for t in tries if t.get("stage") != "confirmation")
+    count = sum(1 for t in tries if t.get("stage") not in ("confirmation", "speed"))  # builds, not decisions
     return f"search: {count} tr{'y' if count == 1 else 'ies'}" if count else ""
 
 

@@ -131,13 +131,35 @@ def test_a_prelu_landmark_cnn_that_misses_its_gate_is_searched_on_tflite_and_onn
     images, _ = _reference_data("spot_images", 200, 7)
     with torch.no_grad():
         float_out = torch.export.load(str(model / "prelu_landmarks.pt2")).module()(torch.from_numpy(images)).numpy()
+    speed_decisions = 0
     for fmt in ("tflite", "onnx"):
         record = manifest["validation"]["artifacts"][fmt]
         assert record["verdict"] == "passed" and record["auto_fix"]
+        speed_decisions += _check_speed_decision(manifest, fmt)
         with edgekit.load(package, artifact=fmt) as loaded:
             error = loaded.predict(images) - float_out
         sqnr = 10 * np.log10(np.sum(float_out ** 2) / np.sum(error ** 2))
         assert sqnr >= 19.0, (fmt, sqnr)  # the 20 dB gate holds on unseen images (within sampling)
+    assert speed_decisions  # 16-bit and float plans that both pass were timed against each other
+
+
+def _check_speed_decision(manifest: dict, fmt: str) -> int:
+    """The speed stage's record, when the search reached it: the plans that passed, each timed,
+    the one kept the fastest unless within the 5% the plan found first keeps, and the artifact
+    built with the plan kept. 1 when there was one."""
+    tries = manifest["validation"]["artifacts"][fmt]["auto_fix"]
+    decisions = [t for t in tries if t.get("stage") == "speed"]
+    if not decisions:
+        return 0
+    (decision,) = decisions
+    timed = decision["timed_ms"]
+    assert len(timed) >= 2 and all(ms > 0 for ms in timed.values()), decision
+    found, fastest = next(iter(timed)), min(timed, key=timed.get)
+    kept = decision["change"].split(": ", 1)[1]
+    assert kept == (found if timed[found] < 1.05 * timed[fastest] else fastest), decision
+    artifact = next(a for a in manifest["artifacts"] if a["format"] == fmt and not a.get("variant"))
+    assert artifact["details"]["precision_plan"]["layers"] == decision["plan"]
+    return 1
 
 
 def test_a_tflite_graph_xnnpack_cannot_run_falls_back_to_litert_kernels(tmp_path_factory, tmp_path):

@@ -1,7 +1,7 @@
 """The search (on by default; ``--no-auto-fix`` turns it off): a format whose gates failed is
 rebuilt with the fixes its failures name (``fixes.py``), then with a precision plan that takes
-blocks and layers out of int8 (``layers.py``), judged on half of the validation samples and
-confirmed on the other half (``confirmation``).
+blocks and layers out of int8 (``layers.py``; among plans that pass, the fastest here), judged
+on half of the validation samples and confirmed on the other half (``confirmation``).
 
 Tries build into scratch (``trial.py``) and are quick builds (``BuildContext.trial``); the
 configuration kept is built again, in full, into the package and measured on all samples. One
@@ -69,10 +69,13 @@ def _search(builder: Builder, first: Candidate, run: PackagingContext, remedies:
                       "judges its tries on every sample, none kept unseen")
         halves, judged = None, run
         started = Candidate(trial_context, first.built, first.measured, first.failures)
-    runner = TrialRunner(builder, judged, remedies, budget)
-    best = named_fixes(runner, started)
-    if best.failures and layers and {"int16", "keep_float"} & set(remedies.layers) and budget.allows_try():
-        best = search_layers(runner, best, remedies)
+    runner = TrialRunner(builder, judged, remedies, budget, first.context.workdir)
+    try:
+        best = named_fixes(runner, started)
+        if best.failures and layers and {"int16", "keep_float"} & set(remedies.layers) and budget.allows_try():
+            best = search_layers(runner, best, remedies)
+    finally:
+        runner.close()
     trials = runner.trials
     if not trials:
         progress.warn(f"{builder.name}: the search found nothing to try: {_nothing_to_try(started, remedies, layers, budget)}")

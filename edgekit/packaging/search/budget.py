@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 # measurement), at least MIN_AUTO_S. The rebuild of the kept plan comes out of the same budget.
 AUTO_FACTOR = 3.0
 MIN_AUTO_S = 45.0
+REBUILD_TRIES = 3.0  # the rebuild of the kept plan, in typical tries (a full build on every sample)
 
 
 @dataclass
@@ -46,9 +47,18 @@ class Budget:
         ordered = sorted(self.tries)
         return ordered[len(ordered) // 2]
 
-    def allows_try(self) -> bool:
-        """Whether a try fits in the time left with the rebuild after it."""
-        return self.left() >= self.typical_try() + self.rebuild_s
+    def rebuild_estimate(self) -> float:
+        """What rebuilding the kept plan into the package is expected to cost: a full build (its
+        companions and scheme variants too) measured on every sample, so a few tries' worth, never
+        more than the plain build (which also converted the source once, and tries reuse that)."""
+        if not self.tries:
+            return self.rebuild_s
+        return min(self.rebuild_s, REBUILD_TRIES * self.typical_try())
+
+    def allows_try(self, reserved: int = 0) -> bool:
+        """Whether a try fits in the time left with the rebuild after it (and ``reserved`` more
+        tries a later stage needs)."""
+        return self.left() >= (1 + reserved) * self.typical_try() + self.rebuild_estimate()
 
     def record(self, seconds: float) -> None:
         self.tries.append(seconds)

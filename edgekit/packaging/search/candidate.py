@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from ...formats import BuildContext, BuildResult
 from ..gates import GateFailure
@@ -17,6 +18,7 @@ class Candidate:
     built: BuildResult
     measured: Measured
     failures: list[GateFailure]
+    files: Path | None = None  # a search try that passed: the scratch folder its artifact is in (to time it)
 
 
 def still_quantized(built: BuildResult) -> bool:

@@ -15,6 +15,9 @@ layers as still pass go back to int8.
    and where the next reads it: a layer that helps nothing alone can help with its neighbour).
 4. **Most integer.** Once the gates pass, the raised layers go back to int8 in halves, then
    quarters, down to one at a time (least costly first); what still passes is kept.
+5. **Fastest.** The layers left raised are tried at the route's other precision (float for
+   16-bit activations, and back); the plans that pass are timed here against each other, and
+   the fastest is kept (``fastest``).
 
 Every try is a ``Trial`` (``trial.py``); the budget (``budget.py``) bounds them all.
 """
@@ -30,9 +33,11 @@ from ...formats.plan import FLOAT, INT16, PrecisionPlan
 from ..gates import GateFailure, Remedies
 from .blocks import blocks
 from .candidate import Candidate, improves
-from .trial import LAYERS, TrialRunner
+from .trial import LAYERS, SPEED, Trial, TrialRunner, margins
 
 CANDIDATES = 12  # the worst layers: measured one by one, and raised together as one block
+FASTER = 1.05  # a passing plan replaces the one found when this much faster (within it: timing noise)
+SPEED_ROUNDS, SPEED_RUNS = 5, 5  # interleaved rounds of calls when passing plans are timed against each other
 
 
 def search_layers(runner: TrialRunner, best: Candidate, remedies: Remedies) -> Candidate:
@@ -49,7 +54,7 @@ def search_layers(runner: TrialRunner, best: Candidate, remedies: Remedies) -> C
         single = search.singles(search.start, worst)
         found = single if _quality(single, search.start) >= _quality(found, search.start) else found
     if not found.failures:
-        found = search.most_integer(found, worst)
+        found = search.fastest(search.most_integer(found, worst))
     return found
 
 
@@ -62,8 +67,8 @@ class _LayerSearch:
         self.name = runner.builder.name
         self.seen: dict[str, Candidate | None] = {}  # plan -> its build: a plan is built once per search
 
-    def late(self) -> bool:
-        return not self.runner.budget.allows_try()
+    def late(self, reserved: int = 0) -> bool:
+        return not self.runner.budget.allows_try(reserved)
 
     def attempt(self, plan: PrecisionPlan, base: Candidate, accept: Callable[[Candidate, Candidate], bool],
                 note: str = "") -> Candidate | None:
@@ -182,15 +187,65 @@ class _LayerSearch:
                 break
         return best
 
+    def fastest(self, found: Candidate) -> Candidate:
+        """Among the plans that pass, the one this CPU runs fastest (batch 1, one thread, the
+        build this CPU runs): the plan found, and its raised layers at the route's other
+        precision. Accuracy alone would keep 16-bit activations (closer to int8), but TFLite's
+        int16x8 kernels run several times slower than its float ones on x86, and ONNX Runtime
+        runs a 16-bit QDQ pair around a float kernel; neither is known before it is timed. The
+        plans are timed interleaved in one child; another replaces the plan found only when it
+        is at least ``FASTER`` times faster, and the timings are recorded."""
+        plan = found.context.plan
+        raised = [layer for layer in plan.layers if layer not in self.base]
+        if not raised or found.files is None:
+            return found
+        passing = [found]
+        for precision in self.probes:
+            if all(plan.precision(layer) == precision for layer in raised):
+                continue
+            if self.late():
+                self.say(f"search {self.name}: no time left to try the raised layers at {precision} for speed")
+                continue
+            candidate = self.attempt(plan.raised(raised, precision), found, _never, "speed")
+            if candidate is not None and not candidate.failures and candidate.files is not None:
+                passing.append(candidate)
+        if len(passing) < 2:
+            return found
+        from ..speed import median_ms
+
+        labels = [c.context.plan.describe() for c in passing]
+        timed = median_ms(self.runner.builder, {label: c.files / c.built.artifact.path
+                                                for label, c in zip(labels, passing) if c.files is not None},
+                          self.runner.run.data.evaluation, f"timing {len(passing)} passing plans of {self.name}",
+                          rounds=SPEED_ROUNDS, runs=SPEED_RUNS)
+        if timed is None:
+            self.warn(f"search {self.name}: {len(passing)} plans pass; nothing here could time them, so the plan "
+                      "found first is kept")
+            return found
+        chosen = min(passing, key=lambda c: timed[c.context.plan.describe()])
+        if timed[labels[0]] < FASTER * timed[chosen.context.plan.describe()]:
+            chosen = found
+        kept_label = chosen.context.plan.describe()
+        ms = {label: round(timed[label], 4) for label in labels}
+        self.say(f"search {self.name}: {len(passing)} plans pass; timed here (batch 1, 1 thread): "
+                 + ", ".join(f"{label} {value:.3g} ms" for label, value in ms.items()) + f"; keeping {kept_label}")
+        self.runner.trials.append(Trial(f"fastest passing plan: {kept_label}", SPEED, chosen.context.plan,
+                                        before=margins(found), after=margins(chosen), kept=True,
+                                        extra={"timed_ms": ms, "how": f"interleaved in one child, {SPEED_ROUNDS} "
+                                               f"rounds of {SPEED_RUNS} calls, batch 1, 1 thread; another plan "
+                                               f"replaces the one found when {FASTER:g}x faster"}))
+        return chosen
+
     def most_integer(self, best: Candidate, worst: Sequence[str]) -> Candidate:
         """The raised layers back to int8 in halves, quarters, ... one, least costly first."""
         rank = {layer: i for i, layer in enumerate(worst)}
         raised = sorted((layer for layer in best.context.plan.layers if layer not in self.base),
                         key=lambda layer: -rank.get(layer, -1))  # not among the worst first, then the mildest
         size = max(1, len(raised) // 2)
-        while raised and not self.late():
+        reserved = len(self.probes) - 1  # the speed stage's tries at the other precision (``fastest``)
+        while raised and not self.late(reserved):
             for start in range(0, len(raised), size):
-                if self.late():
+                if self.late(reserved):
                     break
                 chunk = [layer for layer in raised[start:start + size] if layer in best.context.plan]
                 if not chunk or len(chunk) == len(best.context.plan.layers):
@@ -204,6 +259,10 @@ class _LayerSearch:
             size = max(1, size // 2)
             raised = [layer for layer in raised if layer in best.context.plan]
         return best
+
+
+def _never(candidate: Candidate, best: Candidate) -> bool:
+    return False
 
 
 def _passes(candidate: Candidate, best: Candidate) -> bool:

@@ -11,6 +11,7 @@ import math
 import shutil
 import time
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 from ...errors import EdgekitError
@@ -21,7 +22,7 @@ from ..gates import GateFailure, Remedies
 from .budget import Budget
 from .candidate import Candidate, still_quantized
 
-NAMED_FIX, LAYERS, CONFIRMATION = "", "layer search", "confirmation"  # a Trial's stage
+NAMED_FIX, LAYERS, SPEED, CONFIRMATION = "", "layer search", "speed", "confirmation"  # a Trial's stage
 
 
 def gate_name(failure: GateFailure) -> str:
@@ -75,19 +76,24 @@ class Trial:
 class TrialRunner:
     """Builds and measures tries for one format's search, each into its own scratch folder."""
 
-    def __init__(self, builder: Builder, run: PackagingContext, remedies: Remedies, budget: Budget) -> None:
+    def __init__(self, builder: Builder, run: PackagingContext, remedies: Remedies, budget: Budget,
+                 workdir: Path) -> None:
         self.builder, self.run, self.remedies, self.budget = builder, run, remedies, budget
+        self.scratch = workdir / "search" / builder.name  # where tries build (removed by ``close``)
         self.trials: list[Trial] = []
         self._count = 0
 
     def build(self, context: BuildContext) -> Candidate:
         """``context`` built into scratch and measured (an ``EdgekitError`` when it does not build,
-        leaves nothing in integers, or nothing here can measure it)."""
+        leaves nothing in integers, or nothing here can measure it). A build that passes keeps its
+        files until the search ends (``Candidate.files``: passing plans are timed against each
+        other); the others' are removed once measured."""
         self._count += 1
-        scratch = context.workdir / "search" / self.builder.name / f"try-{self._count}"
+        scratch = self.scratch / f"try-{self._count}"
         shutil.rmtree(scratch, ignore_errors=True)
         scratch.mkdir(parents=True)
         began = time.monotonic()
+        kept = False
         try:
             built = self.builder.build(replace(context, package_dir=scratch))
             if not still_quantized(built):
@@ -95,10 +101,17 @@ class TrialRunner:
             measured = replace(self.run, staged=scratch).measure(built, self.builder, context)
             if measured is None:
                 raise EdgekitError("nothing here can measure it")
+            failures = self.run.check(self.builder.name, measured, self.remedies)
+            kept = not failures
         finally:
-            shutil.rmtree(scratch, ignore_errors=True)  # the outputs are measured: the files are not needed
+            if not kept:
+                shutil.rmtree(scratch, ignore_errors=True)  # the outputs are measured: the files are not needed
             self.budget.record(time.monotonic() - began)
-        return Candidate(context, built, measured, self.run.check(self.builder.name, measured, self.remedies))
+        return Candidate(context, built, measured, failures, files=scratch if kept else None)
+
+    def close(self) -> None:
+        """The tries' files removed (the configuration kept is built again into the package)."""
+        shutil.rmtree(self.scratch, ignore_errors=True)
 
     def attempt(self, change: str, context: BuildContext, base: Candidate, stage: str = NAMED_FIX,
                 plan: PrecisionPlan | None = None) -> tuple[Candidate | None, Trial]:
