@@ -345,7 +345,7 @@ def compare_search() -> dict[str, dict[str, object]]:
                     "searched": bool(tries),
                     "time_over_plain": round(default_s / plain_s, 2),
                     "memory_over_plain": round(default_rss / plain_rss, 2) if plain_rss else None,
-                    "tries": sum(1 for t in tries if t.get("stage") != "confirmation"),
+                    "tries": sum(1 for t in tries if t.get("stage") not in ("confirmation", "speed")),
                     "budget": next((t["budget"] for t in reversed(tries) if "budget" in t), None),
                     "verdict": record.get("verdict"), "precision": artifact["precision"],
                     "plan_kept": (artifact["details"].get("precision_plan") or {}).get("layers", {}),

@@ -11,7 +11,7 @@ start of TensorFlow or ONNX Runtime."""
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -35,12 +35,27 @@ def search(builder: Builder, first: Candidate, run: PackagingContext, remedies: 
            plain_s: float = 0.0) -> tuple[Candidate, list[dict[str, Any]]]:
     """The search for a build that passes (``first`` failed), and the record of every try.
     ``plain_s``: what the plain build and its measurement took (the budget is a multiple of it)."""
-    with reusing():
-        return _search(builder, first, run, remedies, Budget.for_search(run.options.search_budget_s, plain_s))
+    budget = Budget.for_search(run.options.search_budget_s, plain_s)
+    with reusing():  # the tries share converter children; they end before the rebuild (a peak of its own)
+        found = _tries(builder, first, run, remedies, budget)
+    if isinstance(found, tuple):
+        return found
+    return _rebuild(builder, first, run, remedies, budget, found)
 
 
-def _search(builder: Builder, first: Candidate, run: PackagingContext, remedies: Remedies,
-            budget: Budget) -> tuple[Candidate, list[dict[str, Any]]]:
+@dataclass
+class _Found:
+    """What the tries found, for the rebuild into the package."""
+
+    started: Candidate  # the first build, judged as the tries were
+    best: Candidate
+    halves: Any  # the search and unseen halves of the validation samples (None: judged on all)
+    trials: list[Trial]
+
+
+def _tries(builder: Builder, first: Candidate, run: PackagingContext, remedies: Remedies,
+           budget: Budget) -> _Found | tuple[Candidate, list[dict[str, Any]]]:
+    """The search's tries; the final answer when there is nothing to rebuild."""
     from ..holdout import split
 
     data, progress = run.data, run.progress
@@ -84,6 +99,13 @@ def _search(builder: Builder, first: Candidate, run: PackagingContext, remedies:
                       f"after {len(trials)} tries (--search-budget SECONDS gives it more)")
     if best is started or not improves(best, started):
         return first, _records(trials, budget)  # the package still holds the first build: tries built into scratch
+    return _Found(started, best, halves, trials)
+
+
+def _rebuild(builder: Builder, first: Candidate, run: PackagingContext, remedies: Remedies, budget: Budget,
+             found: _Found) -> tuple[Candidate, list[dict[str, Any]]]:
+    """The configuration kept, built again in full into the package and judged on every sample."""
+    progress, best, halves, started, trials = run.progress, found.best, found.halves, found.started, found.trials
     # the report stays on where the kept build had it (a route may quantize per layer because of it)
     context = replace(best.context, trial=False, package_dir=first.context.package_dir,
                       explain_npy=first.context.explain_npy or best.context.explain_npy)
@@ -97,7 +119,7 @@ def _search(builder: Builder, first: Candidate, run: PackagingContext, remedies:
         failures += _held_out_check(builder, run, halves, started, Candidate(context, built, whole, failures), trials)
     if budget.left() < 0:
         progress.warn(f"search {builder.name}: took {budget.spent():.0f} s, over its budget of {budget.seconds:.0f} s "
-                      f"({budget.why}): the rebuild of the plan kept took longer than the plain build")
+                      f"({budget.why}): the rebuild of the plan kept took longer than its estimate")
     return Candidate(context, built, whole, failures), _records(trials, budget)
 
 

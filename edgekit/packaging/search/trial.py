@@ -103,6 +103,9 @@ class TrialRunner:
                 raise EdgekitError("nothing here can measure it")
             failures = self.run.check(self.builder.name, measured, self.remedies)
             kept = not failures
+            # a try is judged: its outputs are not needed again (the confirmation re-cuts the
+            # rebuild's), and a search keeps every try it made
+            measured = replace(measured, candidate=None)
         finally:
             if not kept:
                 shutil.rmtree(scratch, ignore_errors=True)  # the outputs are measured: the files are not needed
