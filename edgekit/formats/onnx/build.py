@@ -467,8 +467,10 @@ def _calibration_reader(samples: dict[str, Any], graph_inputs: list[str]) -> Any
 
 # the most activation bytes a histogram calibration (percentile, entropy) holds at once; above it,
 # it runs in strides (the first stride sets the bins' width: one stride when it fits keeps the
-# histograms exactly as ONNX Runtime makes them)
-HISTOGRAM_MEMORY = 2 * 2**30
+# histograms exactly as ONNX Runtime makes them). ORT's calibrator keeps every sample's
+# activations of a stride until it reduces them to histograms: this bounds the calibration's
+# memory beside the converter's own (a 200-clip speech model held 280 MB in one stride)
+HISTOGRAM_MEMORY = 64 * 2**20
 
 
 def histogram_stride(total: int, strides: int) -> int:
@@ -599,15 +601,14 @@ def _upgrade_opset(float_onnx: str, work: Path) -> tuple[str, int | None]:
 def explain(
     float_onnx: str, qdq_onnx: str, samples_npy: str, layer_names: list[str], workdir: str
 ) -> list[dict[str, Any]]:
-    """Per-tensor SQNR of the QDQ model's activations against the float model's (qdq_loss_debug)."""
+    """Per-tensor SQNR of the QDQ model's activations against the float model's, matched as
+    ONNX Runtime's ``qdq_loss_debug`` matches them. Its ``collect_activations`` keeps every
+    intermediate tensor of every sample of both models in memory (gigabytes on a detector);
+    here each sample's are reduced to sums of squares before the next runs, so memory is one
+    sample's activations whatever the sample count."""
     import onnx
-    from onnxruntime.quantization import CalibrationDataReader
-    from onnxruntime.quantization.qdq_loss_debug import (
-        collect_activations,
-        compute_activation_error,
-        create_activation_matching,
-        modify_model_output_intermediate_tensors,
-    )
+    import onnxruntime as ort
+    from onnxruntime.quantization.qdq_loss_debug import create_activation_matching, modify_model_output_intermediate_tensors
 
     loaded = read_samples(samples_npy)
     graph = onnx.load(float_onnx, load_external_data=False).graph
@@ -619,23 +620,31 @@ def explain(
         return []  # inputs the samples do not name (fixed with --input): nothing to feed them
     count = len(next(iter(arrays.values())))
 
-    class Reader(CalibrationDataReader):  # every input by name (a streaming model's state beside its frames)
-        def __init__(self) -> None:
-            self.i = 0
-
-        def get_next(self) -> dict[str, np.ndarray] | None:
-            if self.i >= count:
-                return None
-            self.i += 1
-            return {name: (v[self.i - 1 : self.i].astype(np.float32) if v.dtype.kind == "f" else v[self.i - 1 : self.i])
-                    for name, v in arrays.items()}
-
     float_aug = str(Path(workdir) / "explain.float.onnx")
     qdq_aug = str(Path(workdir) / "explain.qdq.onnx")
     modify_model_output_intermediate_tensors(float_onnx, float_aug)
     modify_model_output_intermediate_tensors(qdq_onnx, qdq_aug)
-    matching = create_activation_matching(collect_activations(qdq_aug, Reader()), collect_activations(float_aug, Reader()))
-    errors = compute_activation_error(matching)
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # as collect_activations runs
+    sessions = [ort.InferenceSession(path, sess_options=options, providers=["CPUExecutionProvider"])
+                for path in (qdq_aug, float_aug)]
+    signal: dict[str, float] = {}
+    noise: dict[str, float] = {}
+    for i in range(count):  # every input by name (a streaming model's state beside its frames)
+        feed = {name: (v[i : i + 1].astype(np.float32) if v.dtype.kind == "f" else v[i : i + 1])
+                for name, v in arrays.items()}
+        qdq_acts, float_acts = (_saved_activations(session, feed) for session in sessions)
+        for tensor, match in create_activation_matching(qdq_acts, float_acts).items():
+            if match.get("float") is None or match.get("post_qdq") is None:
+                continue
+            reference = np.asarray(match["float"][0], np.float64).ravel()
+            quantized = np.asarray(match["post_qdq"][0], np.float64).ravel()
+            signal[tensor] = signal.get(tensor, 0.0) + float(np.dot(reference, reference))
+            noise[tensor] = noise.get(tensor, 0.0) + float(np.sum((reference - quantized) ** 2))
+        del qdq_acts, float_acts
+    tiny = np.finfo("float").eps  # qdq_loss_debug's floor on both norms
+    errors = {tensor: {"xmodel_err": 20 * np.log10(max(np.sqrt(signal[tensor]), tiny) / max(np.sqrt(noise[tensor]), tiny))}
+              for tensor in signal}
     producers = {out: node for node in onnx.load(float_onnx).graph.node for out in node.output}
     rows = []
     for tensor, error in errors.items():
@@ -650,6 +659,17 @@ def explain(
             "sqnr_db": sqnr if np.isfinite(sqnr) else None,
         })
     return worst_layers(rows)
+
+
+def _saved_activations(session: Any, feed: dict[str, np.ndarray]) -> dict[str, list[np.ndarray]]:
+    """One sample's intermediate tensors from a ``modify_model_output_intermediate_tensors``
+    model, by tensor name (as ``collect_activations`` names them)."""
+    from onnxruntime.quantization import qdq_loss_debug
+
+    postfix = qdq_loss_debug._TENSOR_SAVE_POSTFIX
+    values = session.run(None, feed)
+    return {output.name[: -len(postfix)]: [value] for output, value in zip(session.get_outputs(), values)
+            if output.name.endswith(postfix)}
 
 
 def mobile_usability(model: str) -> dict[str, Any]:
@@ -690,8 +710,17 @@ def mobile_usability(model: str) -> dict[str, Any]:
 
 def _runtime_graph(path: str) -> dict[str, Any]:
     """Int8 and float compute nodes after ONNX Runtime's own optimization on this CPU
-    (``fused.runtime_graph``, in this process: validation runs ONNX Runtime here anyway); a
-    failure to read it is recorded, never the artifact's failure."""
+    (``fused.runtime_graph``), read in a child like every step that loads an artifact (a crash
+    in the runtime is never the packager's end, and its session's memory goes with the child);
+    a failure to read it is recorded, never the artifact's failure."""
+    try:
+        return dict(worker.call(runtime_graph_or_error, what="ONNX Runtime's optimized graph", path=path))
+    except EdgekitError as exc:
+        return {"error": first_line(exc)[:200]}
+
+
+def runtime_graph_or_error(path: str) -> dict[str, Any]:
+    """Child side of ``_runtime_graph``: the counts, or the error ONNX Runtime raised reading them."""
     from .fused import runtime_graph
 
     try:
