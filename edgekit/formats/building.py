@@ -68,8 +68,8 @@ class BuildContext:
 class Fix(NamedTuple):
     """One rebuild ``--auto-fix`` may try when a gate fails, and the flag a user would pass for it.
 
-    ``option`` is the ``BuildContext.options`` key it sets to ``value``; ``"keep_float"`` adds
-    ``value`` (a layer) to ``BuildContext.keep_float``. ``when``: ``"always"``, or ``"saturated"``
+    ``option`` is the ``BuildContext.options`` key it sets to ``value``; ``"keep_float"`` and
+    ``"int16_layers"`` add ``value`` (a layer) to ``BuildContext.keep_float`` / ``int16_layers``. ``when``: ``"always"``, or ``"saturated"``
     for a fix that only helps where this CPU's fused int8 kernels lose what the quantization keeps."""
 
     flag: str
@@ -78,11 +78,16 @@ class Fix(NamedTuple):
     when: str = "always"
 
     def apply(self, context: BuildContext) -> BuildContext | None:
-        """The context with this fix in effect; None when it already is."""
+        """The context with this fix in effect; None when it already is (or, for 16-bit
+        activations, when the layer is already float: never lowered)."""
         if self.option == "keep_float":
             if self.value in context.keep_float:
                 return None
             return replace(context, keep_float=(*context.keep_float, self.value))
+        if self.option == "int16_layers":
+            if self.value in context.int16_layers or self.value in context.keep_float:
+                return None
+            return replace(context, int16_layers=(*context.int16_layers, self.value))
         if context.options.get(self.option) == self.value:
             return None
         return replace(context, options=MappingProxyType({**context.options, self.option: self.value}))
@@ -90,6 +95,11 @@ class Fix(NamedTuple):
 
 def keep_float_fix(layer: str) -> Fix:
     return Fix(f"--keep-float {layer}", "keep_float", layer)
+
+
+def int16_fix(layer: str) -> Fix:
+    """16-bit activations on ``layer`` (8-bit weights): tried before float where the route runs them."""
+    return Fix(f"--int16-activations {layer}", "int16_layers", layer)
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any, NamedTuple
 
 from ..devices import int8_kernel_features
-from ..formats.building import Fix, keep_float_fix
+from ..formats.building import Fix, int16_fix, keep_float_fix
 from ..kinds import OutputKind, show_value
 from .validate import Measured
 
@@ -176,7 +176,8 @@ def saturation_note(fmt: str, measured: Measured, remedies: Remedies = Remedies(
 
 def _fixes(remedies: Remedies, saturated: bool, producer: str | None) -> tuple[Fix, ...]:
     """What fixes a failure, most likely first; ``--auto-fix`` tries them in this order."""
-    fixes = [keep_float_fix(producer)] if producer and remedies.keep_float else []
+    fixes = [int16_fix(producer)] if producer and "int16" in remedies.layers else []  # 16-bit before float
+    fixes += [keep_float_fix(producer)] if producer and remedies.keep_float else []
     fixes += [f for f in remedies.fixes if f.when == "always" or (saturated and f.when == "saturated")]
     return tuple(fixes)
 

@@ -40,6 +40,11 @@ labels; seconds each, seeded. They stand for model families users bring:
   state and accumulator out. The accumulator (hundreds) joins the state (units near +-1) in one
   tensor: plain INT8 leaves the state a few steps (about 2 dB, 72% of decisions agree); the
   search raises the block around that tensor.
+- ``state_stream``: one step of a streaming model whose next state leaves packed with its
+  energy accumulator in one tensor (PyTorch, ``torch.export``). One int8 scale for the pack
+  spans the accumulator's hundreds and rounds the state's units away (rows 0..30 at 0 dB);
+  16-bit activations on the packing op carry both (ONNX ships them; on TFLite they pass and the
+  same op in float is faster on x86).
 - ``conv1d_asr``: a Keras Conv1D transcriber with three outputs (per-frame classes, a clip class,
   a log energy), trained in seconds on tone segments and exported to ONNX by tf2onnx (each Conv1D
   between Transposes). Plain INT8 ONNX misses the per-frame gate by a few frames in 40,000.
@@ -541,6 +546,46 @@ def vad_stream(out: Path) -> Path:
     return folder / "vad_stream.pt2"
 
 
+def state_frames(n: int, seed: int) -> dict:
+    """Streaming steps of ``state_stream``: a 16-band frame at a random level, the recurrent
+    state (units in -1..1) and the energy accumulator (0..400)."""
+    return vad_frames(n, seed)
+
+
+def state_stream(out: Path) -> Path:
+    import numpy as np
+    import torch
+    from torch import nn
+
+    torch.manual_seed(0)
+
+    class StateCell(nn.Module):
+        """One step: frame, state and accumulator in; the speech probability, and the next state
+        and accumulator packed into one tensor (as streaming exports return their state). One
+        int8 scale for the pack spans the accumulator's hundreds: the state's units round away."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.inp, self.mix, self.head = nn.Linear(16, 31), nn.Linear(31, 31), nn.Linear(31, 1)
+            with torch.no_grad():
+                self.head.weight *= 12
+
+        def forward(self, frame: torch.Tensor, h: torch.Tensor, acc: torch.Tensor):  # noqa: ANN201
+            acc_next = 0.9 * acc + (frame * frame).sum(-1, keepdim=True)
+            h_next = torch.tanh(self.mix(torch.tanh(self.inp(frame)) + 0.5 * h) + 0.002 * acc_next)
+            return torch.sigmoid(self.head(h_next)), torch.cat([h_next, acc_next], dim=-1)
+
+    folder = out / "state_stream"
+    folder.mkdir(parents=True, exist_ok=True)
+    batch = torch.export.Dim("batch", min=1, max=4096)
+    example = tuple(torch.from_numpy(v) for v in state_frames(2, 9).values())
+    program = torch.export.export(StateCell().eval(), example, dynamic_shapes=({0: batch}, {0: batch}, {0: batch}))
+    torch.export.save(program, str(folder / "state_stream.pt2"))
+    np.savez(folder / "calibration.npz", **state_frames(300, 1))
+    np.savez(folder / "eval.npz", **state_frames(240, 2))
+    return folder / "state_stream.pt2"
+
+
 def tone_segments(n: int, seed: int) -> dict:
     """1600-sample clips at 16 kHz of four 400-sample segments, each one of eight tones (1-4.5 kHz)
     at one of four levels per clip, in noise, shaped [N, 1600, 1]; targets per 8-sample frame
@@ -694,7 +739,7 @@ def prelu_landmarks(out: Path) -> Path:
 
 BUILDERS = {"yolo": yolo, "yolov5": yolov5, "pitch": pitch, "embedding": embedding, "probmap": probmap, "shapes": shapes,
             "audio_bn": audio_bn, "outlier_cnn": outlier_cnn, "coreml_ops": coreml_ops,
-            "lstm_encoder": lstm_encoder, "vad_stream": vad_stream, "conv1d_asr": conv1d_asr,
+            "lstm_encoder": lstm_encoder, "vad_stream": vad_stream, "state_stream": state_stream, "conv1d_asr": conv1d_asr,
             "bytes_classifier": bytes_classifier, "prelu_landmarks": prelu_landmarks}
 
 

@@ -99,7 +99,8 @@ def test_a_collapsed_score_slice_fails_plain_int8_and_ships_with_default_flags(m
         assert f"{fmt}: output 'output_0' rows 4..6 of axis 1 (softmax rows" in failed.stderr
         assert f"{fmt}: output 'output_0' (detections:yolo)" in failed.stderr
     assert "SQNR" in failed.stderr and "< 20 dB" in failed.stderr and "distinct values" in failed.stderr
-    assert "(fix: --keep-float detections" in failed.stderr and "without --no-auto-fix, edgekit searches" in failed.stderr
+    assert "(fix: --int16-activations detections or --keep-float detections" in failed.stderr
+    assert "without --no-auto-fix, edgekit searches" in failed.stderr
     assert "Traceback" not in failed.stderr
 
     fixed = package(models, "detector", "images.npz")  # default flags: the search
@@ -110,12 +111,15 @@ def test_a_collapsed_score_slice_fails_plain_int8_and_ships_with_default_flags(m
         record = manifest["validation"]["artifacts"][fmt]
         assert record["worst_slice"]["channels"] == [4, 7]
         assert record["worst_slice"]["sqnr_db"] >= 20, record["worst_slice"]
-        assert record["auto_fix"][0]["change"] == "--keep-float detections" and record["auto_fix"][0]["kept"]
-        assert record["auto_fix"][0]["before"]["worst_sqnr_db"] < 20
-        assert record["auto_fix"][0]["before"]["gates"]["output_0 slice rows 4..6"] < 0
+        first = record["auto_fix"][0]  # the joining op at 16-bit activations, before float
+        assert first["change"] == "--int16-activations detections", record["auto_fix"]
+        assert first["before"]["worst_sqnr_db"] < 20
+        assert first["before"]["gates"]["output_0 slice rows 4..6"] < 0
+        kept = [t["change"] for t in record["auto_fix"] if t["kept"] and not t.get("stage")]
+        assert kept and kept[0] in ("--int16-activations detections", "--keep-float detections"), record["auto_fix"]
         artifact = next(a for a in manifest["artifacts"] if a["format"] == fmt)
-        assert artifact["details"]["keep_float"] == ["detections"]
-    assert "search tflite: --keep-float detections" in fixed.stdout
+        assert artifact["details"]["precision_plan"]["layers"].get("detections") in ("int16", "float")
+    assert "search tflite: --int16-activations detections" in fixed.stdout + fixed.stderr  # said, built or not
 
 
 def test_the_detection_task_metric_judges_boxes_and_classes(models):

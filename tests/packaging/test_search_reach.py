@@ -40,6 +40,39 @@ def test_a_streaming_state_that_collapses_in_int8_ships_with_a_searched_block_pl
     assert plan and len(plan) < 6 and artifact["precision"].startswith("int8+")  # most of it still int8
 
 
+def test_a_packed_streaming_state_that_collapses_in_int8_passes_with_16_bit_activations(tmp_path_factory, tmp_path):
+    """The next state leaves packed with an accumulator in one tensor: plain INT8 rounds the
+    state's units away. The search's first fix is 16-bit activations on the op that packs them
+    (before float): ONNX ships int8+int16; on TFLite a 16-bit plan passes too (the speed stage
+    may ship the same layers in float where that runs faster). Fresh steps hold on both."""
+    model = verdict_model(tmp_path_factory, "state_stream")
+    plain, package, manifest = _plain_then_searched(model, "state_stream", "state_stream.pt2", tmp_path,
+                                                    "--format", "tflite", "--format", "onnx", "--no-also-float")
+    assert plain.returncode == 1 and "rows 0..30" in plain.stderr
+    onnx_record = manifest["validation"]["artifacts"]["onnx"]
+    assert onnx_record["auto_fix"][0]["change"] == "--int16-activations node_cat" and onnx_record["auto_fix"][0]["kept"]
+    onnx_artifact = next(a for a in manifest["artifacts"] if a["format"] == "onnx" and not a.get("variant"))
+    assert set(onnx_artifact["details"]["precision_plan"]["layers"].values()) == {"int16"}
+    tflite_tries = manifest["validation"]["artifacts"]["tflite"]["auto_fix"]
+    assert any(t.get("plan") and set(t["plan"].values()) == {"int16"} and t["after"] and not t["after"]["gates"]
+               for t in tflite_tries), tflite_tries  # a 16-bit plan passed on TFLite
+    steps = _reference_data("state_frames", 300, 11)
+    for fmt in ("tflite", "onnx"):
+        assert manifest["validation"]["artifacts"][fmt]["verdict"] == "passed"
+        with edgekit.load(package, artifact=fmt) as loaded:
+            outputs = loaded.predict_all(steps)
+        torch = pytest.importorskip("torch")
+        with torch.no_grad():
+            speech, packed = torch.export.load(str(model / "state_stream.pt2")).module()(
+                *(torch.from_numpy(steps[name]) for name in ("frame", "h", "acc")))
+        state = outputs["output_1"][:, :31]
+        error = state - packed.numpy()[:, :31]
+        sqnr = 10 * np.log10(np.sum(packed.numpy()[:, :31] ** 2) / np.sum(error ** 2))
+        assert sqnr >= 20, (fmt, sqnr)  # the state's units survive the pack
+        agree = np.mean((outputs["output_0"][:, 0] > 0.5) == (speech.numpy()[:, 0] > 0.5))
+        assert agree >= 0.98, (fmt, agree)
+
+
 def _reference_data(name: str, count: int, seed: int) -> dict:
     """Fresh data from a reference model's own generator: samples no build step has seen."""
     spec = importlib.util.spec_from_file_location("verdict_build", ROOT / "models/verdict/build.py")

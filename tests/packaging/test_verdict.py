@@ -62,7 +62,7 @@ def test_a_a_yolo_head_whose_scores_collapse_is_refused_by_plain_int8_and_ships_
     # named: the score rows of axis 1, the detection metric, and the Concat as the first fix
     assert "output 'output0' rows 4..21 of axis 1 (sigmoid rows" in refused.stderr
     assert "(detections:yolo)" in refused.stderr and "recall" in refused.stderr
-    assert "fix: --keep-float /Concat_6" in refused.stderr
+    assert "fix: --int16-activations /Concat_6 or --keep-float /Concat_6" in refused.stderr  # 16-bit first
     assert not (tmp_path / "yolo.edgekit").exists()
 
     fixed = edgekit_cli(*args, "--no-also-float")  # default flags: the search
@@ -71,7 +71,9 @@ def test_a_a_yolo_head_whose_scores_collapse_is_refused_by_plain_int8_and_ships_
     onnx = record["artifacts"]["onnx"]
     assert record["kinds"]["output0"]["kind"] == "detections:yolo"
     assert record["kinds"]["output0"]["groups_axis"] == 1 and record["kinds"]["output0"]["joined_by"] == "/Concat_6"
-    assert onnx["auto_fix"][0]["change"] == "--keep-float /Concat_6" and onnx["auto_fix"][0]["kept"]
+    assert onnx["auto_fix"][0]["change"] == "--int16-activations /Concat_6"  # 16-bit activations before float
+    kept = [t["change"] for t in onnx["auto_fix"] if t["kept"] and not t.get("stage")]
+    assert kept and kept[0] in ("--int16-activations /Concat_6", "--keep-float /Concat_6"), onnx["auto_fix"]
     task = onnx["tasks"]["output0"]["values"]
     assert task["recall"] >= 0.9 and task["class_agreement"] >= 0.9 and task["float_detections"] > 0
     # the scores themselves match float now (not just the decisions)
