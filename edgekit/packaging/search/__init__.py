@@ -23,7 +23,7 @@ from ..gates import GateFailure, Remedies
 from .budget import Budget
 from .candidate import Candidate, improves, still_quantized
 from .fixes import named_fixes
-from .layers import search_layers
+from .layers import fastest_plan, search_layers
 from .trial import CONFIRMATION, Trial, TrialRunner, margins
 
 # the layer search's many tries choose among configurations by their numbers: with fewer validation
@@ -89,6 +89,8 @@ def _tries(builder: Builder, first: Candidate, run: PackagingContext, remedies: 
         best = named_fixes(runner, started)
         if best.failures and layers and {"int16", "keep_float"} & set(remedies.layers) and budget.allows_try():
             best = search_layers(runner, best, remedies)
+        elif best is not started and best.context.plan != started.context.plan:
+            best = fastest_plan(runner, best, remedies, started.context.plan)  # a named fix raised a layer
     finally:
         runner.close()
     trials = runner.trials

@@ -58,6 +58,17 @@ def search_layers(runner: TrialRunner, best: Candidate, remedies: Remedies) -> C
     return found
 
 
+def fastest_plan(runner: TrialRunner, found: Candidate, remedies: Remedies, user_plan: PrecisionPlan) -> Candidate:
+    """A passing build from the named fixes, timed against its raised layers at the route's other
+    precision (``_LayerSearch.fastest``); ``user_plan`` (the user's own layers) is never changed."""
+    probes = [p for p, honoured in ((INT16, "int16"), (FLOAT, "keep_float")) if honoured in remedies.layers]
+    if len(probes) < 2 or found.failures:
+        return found
+    search = _LayerSearch(runner, probes, found)
+    search.base = user_plan
+    return search.fastest(found)
+
+
 class _LayerSearch:
     def __init__(self, runner: TrialRunner, probes: list[str], start: Candidate) -> None:
         self.runner, self.probes, self.start = runner, probes, start
