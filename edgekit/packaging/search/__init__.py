@@ -11,7 +11,7 @@ start of TensorFlow or ONNX Runtime."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -29,6 +29,10 @@ from .trial import CONFIRMATION, Trial, TrialRunner, margins
 # the layer search's many tries choose among configurations by their numbers: with fewer validation
 # samples than this (the verdict's own "enough evidence" rule) it would fit the samples, not the model
 LAYER_SEARCH_MIN_SAMPLES = 50
+# the plan kept is chosen on half the samples; when it fails on all of them, at most this many other
+# plans that passed are rebuilt in its place (the one found last first: the most-integer stage
+# walks from broad plans to narrow ones, so going back raises layers again)
+MAX_FALLBACKS = 2
 
 
 def search(builder: Builder, first: Candidate, run: PackagingContext, remedies: Remedies = Remedies(),
@@ -51,6 +55,7 @@ class _Found:
     best: Candidate
     halves: Any  # the search and unseen halves of the validation samples (None: judged on all)
     trials: list[Trial]
+    fallbacks: list[Candidate] = field(default_factory=list)  # other plans that passed, next best first
 
 
 def _tries(builder: Builder, first: Candidate, run: PackagingContext, remedies: Remedies,
@@ -101,28 +106,71 @@ def _tries(builder: Builder, first: Candidate, run: PackagingContext, remedies: 
                       f"after {len(trials)} tries (--search-budget SECONDS gives it more)")
     if best is started or not improves(best, started):
         return first, _records(trials, budget)  # the package still holds the first build: tries built into scratch
-    return _Found(started, best, halves, trials)
+    return _Found(started, best, halves, trials, _fallbacks(best, runner.passed))
+
+
+def _fallbacks(best: Candidate, passed: list[Candidate]) -> list[Candidate]:
+    """The other plans that passed, found last first, one per plan, at most ``MAX_FALLBACKS``."""
+    seen = {best.context.plan.describe()}
+    found: list[Candidate] = []
+    for candidate in reversed(passed):
+        key = candidate.context.plan.describe()
+        if candidate is best or key in seen:
+            continue
+        seen.add(key)
+        found.append(candidate)
+    return found[:MAX_FALLBACKS]
 
 
 def _rebuild(builder: Builder, first: Candidate, run: PackagingContext, remedies: Remedies, budget: Budget,
              found: _Found) -> tuple[Candidate, list[dict[str, Any]]]:
-    """The configuration kept, built again in full into the package and judged on every sample."""
-    progress, best, halves, started, trials = run.progress, found.best, found.halves, found.started, found.trials
-    # the report stays on where the kept build had it (a route may quantize per layer because of it)
-    context = replace(best.context, trial=False, package_dir=first.context.package_dir,
-                      explain_npy=first.context.explain_npy or best.context.explain_npy)
-    with progress.step(f"search {builder.name}: building the configuration kept ({context.plan.describe()})"):
-        built = builder.build(context)
-    whole = run.measure(built, builder, context)
-    if whole is None:
-        return first, _records(trials, budget)
-    failures = run.check(builder.name, whole, remedies)
-    if halves is not None:
-        failures += _held_out_check(builder, run, halves, started, Candidate(context, built, whole, failures), trials)
+    """The configuration kept, built again in full into the package and judged on every sample;
+    where it fails there (its half of the samples hid a flip or two), the next plan that passed
+    is rebuilt in its place while the budget covers a rebuild (``MAX_FALLBACKS``)."""
+    progress, trials = run.progress, found.trials
+    kept: Candidate | None = None
+    for chosen in [found.best, *found.fallbacks]:
+        if kept is not None:
+            if budget.left() < budget.rebuild_estimate():
+                progress.warn(f"search {builder.name}: no time left in its budget ({budget.why}: {budget.seconds:.0f} "
+                              f"s) to rebuild another plan that passed ({chosen.context.plan.describe()}); "
+                              "--search-budget SECONDS gives it more")
+                break
+            progress.say(f"search {builder.name}: the plan kept fails on all {run.data.evaluation_count} samples "
+                         f"({'; '.join(f.what for f in kept.failures)}); rebuilding the next plan that passed "
+                         f"({chosen.context.plan.describe()})")
+        rebuilt = _rebuild_one(builder, first, run, remedies, found, chosen)
+        if rebuilt is None:  # nothing measured it; what the package holds is the last build measured
+            break
+        kept = rebuilt  # the package holds the build made last: it is the one judged and returned
+        if not rebuilt.failures:
+            break
+        trials.append(Trial(f"all samples: {rebuilt.context.plan.describe() or 'no layer raised'}", CONFIRMATION,
+                            rebuilt.context.plan, before=margins(chosen), after=margins(rebuilt), kept=False,
+                            extra={"samples": run.data.evaluation_count}))
     if budget.left() < 0:
         progress.warn(f"search {builder.name}: took {budget.spent():.0f} s, over its budget of {budget.seconds:.0f} s "
                       f"({budget.why}): the rebuild of the plan kept took longer than its estimate")
-    return Candidate(context, built, whole, failures), _records(trials, budget)
+    return (first if kept is None else kept), _records(trials, budget)
+
+
+def _rebuild_one(builder: Builder, first: Candidate, run: PackagingContext, remedies: Remedies, found: _Found,
+                 chosen: Candidate) -> Candidate | None:
+    """One configuration built in full into the package, judged on every sample and, where the
+    search judged on half, tested for fitting only that half; None when nothing here measures it."""
+    # the report stays on where the kept build had it (a route may quantize per layer because of it)
+    context = replace(chosen.context, trial=False, package_dir=first.context.package_dir,
+                      explain_npy=first.context.explain_npy or chosen.context.explain_npy)
+    with run.progress.step(f"search {builder.name}: building the configuration kept ({context.plan.describe()})"):
+        built = builder.build(context)
+    whole = run.measure(built, builder, context)
+    if whole is None:
+        return None
+    failures = run.check(builder.name, whole, remedies)
+    if found.halves is not None:
+        failures += _held_out_check(builder, run, found.halves, found.started,
+                                    Candidate(context, built, whole, failures), found.trials)
+    return Candidate(context, built, whole, failures)
 
 
 def _records(trials: list[Trial], budget: Budget) -> list[dict[str, Any]]:

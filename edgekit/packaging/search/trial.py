@@ -81,6 +81,7 @@ class TrialRunner:
         self.builder, self.run, self.remedies, self.budget = builder, run, remedies, budget
         self.scratch = workdir / "search" / builder.name  # where tries build (removed by ``close``)
         self.trials: list[Trial] = []
+        self.passed: list[Candidate] = []  # the builds that passed, in the order found
         self._count = 0
 
     def build(self, context: BuildContext) -> Candidate:
@@ -110,7 +111,10 @@ class TrialRunner:
             if not kept:
                 shutil.rmtree(scratch, ignore_errors=True)  # the outputs are measured: the files are not needed
             self.budget.record(time.monotonic() - began)
-        return Candidate(context, built, measured, failures, files=scratch if kept else None)
+        candidate = Candidate(context, built, measured, failures, files=scratch if kept else None)
+        if kept:
+            self.passed.append(candidate)
+        return candidate
 
     def close(self) -> None:
         """The tries' files removed (the configuration kept is built again into the package)."""
