@@ -83,8 +83,11 @@ def prepare(model_path: str, kind: str, export_dir: str, hints: dict[str, Any] |
         "torch_kind": kind,
         "onnx_exporter": exporter,
         "source_model": model_path,
-        "output_layers": {name: name for name in outputs},
     })
+    # each output's layer: the exported graph's node writing it (``describe_onnx``), the name the
+    # ONNX route keeps float and the op TFLite's converters write that output with; an output
+    # the graph passes through from an input is its own layer
+    info["output_layers"] = {name: info.get("output_layers", {}).get(name) or name for name in outputs}
     if fixed:
         from .fixed_inputs import record
 

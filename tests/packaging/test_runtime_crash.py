@@ -52,3 +52,29 @@ def test_a_runtime_killed_by_a_signal_fails_its_format_and_the_others_ship(tmp_p
     assert "package without --format crashy" in failed["crashy"]["hint"]
     assert {a.format for a in result.manifest.artifacts} == {"onnx"}
     assert not (result.path / "crashy").exists()
+
+
+def test_the_tflite_build_opens_no_litert_interpreter_in_the_packager(tmp_path, monkeypatch):
+    """Reading a TFLite artifact's ops, scales and output tensors is LiteRT loading it: done in a
+    child like running it (a converter's artifact that kills LiteRT ends that child, not the
+    packager). The packager's own interpreters are counted, then the real class runs."""
+    from edgekit.formats.tflite.litert import _interpreter_module
+
+    module = _interpreter_module()[0]
+    opened = []
+    real_init = module.Interpreter.__init__
+
+    def counted(self, *args, **kwargs):
+        opened.append(kwargs.get("model_path"))
+        real_init(self, *args, **kwargs)
+
+    monkeypatch.setattr(module.Interpreter, "__init__", counted)
+    _dense_onnx(tmp_path / "dense.onnx")
+    rng = np.random.default_rng(1)
+    np.savez(tmp_path / "calibration.npz", x=rng.normal(0, 1, (200, 8)).astype(np.float32))
+    result = build_package(PackageOptions(model=str(tmp_path / "dense.onnx"),
+                                          calibration=str(tmp_path / "calibration.npz"),
+                                          output_dir=str(tmp_path / "out"), formats=["tflite"], also_float=False))
+    assert not result.failed and result.manifest.artifacts[0].precision.startswith("int8")
+    assert [q.name for q in result.manifest.artifacts[0].outputs] == ["y"]  # the signature, read in the child
+    assert opened == []

@@ -43,7 +43,8 @@ def test_a_streaming_state_that_collapses_in_int8_ships_with_a_searched_block_pl
 def test_a_packed_streaming_state_that_collapses_in_int8_passes_with_16_bit_activations(tmp_path_factory, tmp_path):
     """The next state leaves packed with an accumulator in one tensor: plain INT8 rounds the
     state's units away. The search's first fix is 16-bit activations on the op that packs them
-    (before float), and it passes on ONNX; on TFLite a 16-bit block plan passes. The speed stage
+    (before float), and it passes on ONNX and TFLite (whose converter names that op after the
+    output it writes: found through the output). The speed stage
     may ship the same layers in float where that runs faster here. Fresh steps hold on both."""
     model = verdict_model(tmp_path_factory, "state_stream")
     plain, package, manifest = _plain_then_searched(model, "state_stream", "state_stream.pt2", tmp_path,
@@ -55,8 +56,9 @@ def test_a_packed_streaming_state_that_collapses_in_int8_passes_with_16_bit_acti
     if not _check_speed_decision(manifest, "onnx"):  # the 16-bit plan ships unless timed slower than float here
         assert set(onnx_artifact["details"]["precision_plan"]["layers"].values()) == {"int16"}
     tflite_tries = manifest["validation"]["artifacts"]["tflite"]["auto_fix"]
-    assert any(t.get("plan") and set(t["plan"].values()) == {"int16"} and t["after"] and not t["after"]["gates"]
-               for t in tflite_tries), tflite_tries  # a 16-bit plan passed on TFLite
+    # TFLite's converter names the packing op after the output it writes: the named fix finds it there
+    assert tflite_tries[0]["change"] == "--int16-activations node_cat", tflite_tries
+    assert tflite_tries[0]["after"] and not tflite_tries[0]["after"]["gates"]  # and 16-bit activations pass
     steps = _reference_data("state_frames", 300, 11)
     for fmt in ("tflite", "onnx"):
         assert manifest["validation"]["artifacts"][fmt]["verdict"] == "passed"
@@ -162,20 +164,25 @@ def test_a_plan_kept_on_half_the_samples_that_fails_on_all_gives_way_to_the_next
         assert shipped == on_all[-1]["plan"]
 
 
-def test_a_yolo_head_ships_on_tflite_with_a_searched_block_plan(tmp_path_factory, tmp_path):
-    """The ONNX -> TFLite route fuses the Concat the named fix would keep float (said, not silent);
-    the search raises the output-end block at 16-bit activations and narrows it back."""
+def test_a_yolo_head_ships_on_tflite_with_the_named_fix_on_its_joining_concat(tmp_path_factory, tmp_path):
+    """The ONNX -> TFLite route names the op writing the model's output after the output, not
+    after the Concat that joins box and score rows: the named fix finds it through the output it
+    writes, raises it to 16-bit activations first, and it passes (the speed stage may ship it in
+    float where that runs faster here)."""
     model = verdict_model(tmp_path_factory, "yolo")
     result = edgekit_cli("package", model / "yolo.onnx", "-c", model / "images.npz", "--format", "tflite",
                          "-o", tmp_path, "--no-also-float")
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "--keep-float /Concat_6 failed" in result.stdout + result.stderr  # the fix's absence is said
+    assert "applies to no" not in result.stdout + result.stderr and "failed" not in result.stderr
     manifest = json.loads((tmp_path / "yolo.edgekit" / "manifest.json").read_text())
     record = manifest["validation"]["artifacts"]["tflite"]
     assert record["verdict"] == "passed"
     assert record["tasks"]["output0"]["values"]["recall"] >= 0.9
+    first = record["auto_fix"][0]
+    assert first["change"] == "--int16-activations /Concat_6" and first["kept"] and not first["after"]["gates"]
     artifact = manifest["artifacts"][0]
-    assert artifact["details"]["precision_plan"]["layers"] and artifact["precision"].startswith("int8+")
+    assert list(artifact["details"]["precision_plan"]["layers"]) == ["/Concat_6"]
+    assert artifact["precision"].startswith("int8+")
 
 
 def test_a_prelu_landmark_cnn_that_misses_its_gate_is_searched_on_tflite_and_onnx(tmp_path_factory, tmp_path):

@@ -26,7 +26,7 @@ from ...fsutil import sha256_file
 from ...manifest import Artifact, QuantParams
 from ..building import MINMAX, BuildContext, Builder, BuildResult, in_layer, layer_of, read_samples, worst_layers
 from ..precision import Precision
-from .precision import analyse, full_integer_float_ops
+from .precision import analyse, artifact_graph, full_integer_float_ops
 from .quantizer import MODULES, SCOPES, layer_test, quantize_float_tflite
 
 ARTIFACT_PATH = "tflite/model.int8.tflite"
@@ -63,12 +63,11 @@ class TFLiteBuilder(Builder):
             float16_output=str(Path(context.workdir) / "tflite.float16.tflite") if context.option("also_float") else None,
             calibrated_cache=str(Path(context.workdir) / "tflite.calibrated.tflite"),
         )
-        _, output_tensors = _tensor_names(output.read_bytes())
-        named = {output_tensors[o]: layer for o, layer in context.output_layers.items() if output_tensors.get(o)}
-        precision = _loadable(lambda: analyse(str(output), list(context.layer_names), named), "TFLiteConverter")
+        graph = _loadable(lambda: artifact_graph(str(output)), "TFLiteConverter")
+        precision = analyse(graph, list(context.layer_names), _output_writers(graph, context))
         if not context.allow_float_ops:
             _refuse_unexpected_float_ops(full_integer_float_ops(precision), context.keep_float)
-        inputs, outputs = io_quantization(str(output))
+        inputs, outputs = io_quantization(graph)
         fallback = {"fallback_model": str(Path(context.workdir) / "tflite.float16.tflite"),
                     "fallback_precision": "float16"} if context.option("also_float") else {}
         return BuildResult(float_model=str(Path(context.workdir) / "tflite.float.tflite"), **fallback,
@@ -130,18 +129,15 @@ class TFLiteBuilder(Builder):
         info = worker.call(quantize_float_tflite, what="TFLite quantization (LiteRT Quantizer)",
                            timeout=context.timeout_s, on_progress=on_progress, float_model=str(float_model),
                            calibration_npy=context.calibration_npy, output=str(output), layers=layers, namer=namer,
-                           layer_names=list(context.layer_names), explain_npy=context.explain_npy)
-        if namer == MODULES:
-            read = lambda: analyse(str(output), list(context.layer_names), layer_namer=torch_layer)  # noqa: E731
-        else:
-            _, output_tensors = _tensor_names(output.read_bytes())
-            named = {output_tensors[o]: layer for o, layer in context.output_layers.items() if output_tensors.get(o)}
-            read = lambda: analyse(str(output), list(context.layer_names), named)  # noqa: E731
-        precision = _loadable(read, "LiteRT Quantizer")
+                           layer_names=list(context.layer_names), explain_npy=context.explain_npy,
+                           output_layers=dict(context.output_layers))
+        graph = _loadable(lambda: artifact_graph(str(output)), "LiteRT Quantizer")
+        precision = analyse(graph, list(context.layer_names), _output_writers(graph, context),
+                            layer_namer=torch_layer if namer == MODULES else layer_of)
         if not context.allow_float_ops:
             _refuse_unexpected_float_ops(full_integer_float_ops(precision), context.keep_float,
                                          layer_test(namer, list(context.layer_names)))
-        inputs, outputs = io_quantization(str(output))
+        inputs, outputs = io_quantization(graph)
         return BuildResult(float_model=str(float_model), float_by=float_by, **fallback, artifact=Artifact(
             format=self.name, path=ARTIFACT_PATH, sha256=sha256_file(output), bytes=output.stat().st_size,
             precision=precision.label, inputs=inputs, outputs=outputs, float_ops=precision.float_ops,
@@ -220,15 +216,16 @@ class TFLiteBuilder(Builder):
             return self._quantized_from_float(context, float_model, MODULES, tool, on_progress,
                                               float_by="float TFLite (litert-torch), LiteRT", note=pt2e_failed,
                                               **fallback)
-        precision = _loadable(lambda: analyse(str(output), list(context.layer_names), layer_namer=torch_layer),
-                              "litert-torch")
+        graph = _loadable(lambda: artifact_graph(str(output)), "litert-torch")
+        precision = analyse(graph, list(context.layer_names), _output_writers(graph, context),
+                            layer_namer=torch_layer)
         pt2e_note = ""
         if precision.inner or (not context.allow_float_ops and full_integer_float_ops(precision)):
             chosen = self._pt2e_or_quantizer(context, precision, float_model, tool, on_progress, fallback)
             if isinstance(chosen, BuildResult):
                 return chosen
             pt2e_note = chosen
-        inputs, outputs = io_quantization(str(output))
+        inputs, outputs = io_quantization(graph)
         return BuildResult(float_model=str(float_model), **fallback,
                            float_by="float TFLite (litert-torch), LiteRT", artifact=Artifact(
             format=self.name, path=ARTIFACT_PATH, sha256=sha256_file(output), bytes=output.stat().st_size,
@@ -300,7 +297,14 @@ def worst_sqnr(candidate: str, reference: str, calibration_npy: str) -> float:
     return worst
 
 
-def _loadable(read: Callable[[], Precision], converter: str) -> Precision:
+def _output_writers(graph: dict[str, Any], context: BuildContext) -> dict[str, str]:
+    """The tensor behind each model output -> the layer computing it (converters name that op's
+    result after the signature's output, not after the layer)."""
+    tensors = graph["output_tensors"]
+    return {tensors[o]: layer for o, layer in context.output_layers.items() if tensors.get(o)}
+
+
+def _loadable(read: Callable[[], Any], converter: str) -> Any:
     """``read()`` of the artifact just written; LiteRT refusing it is this format's failure, named
     by the op (an int8 LOGISTIC whose output scale is not 1/256: a sigmoid concatenated with other
     values, as in YOLO heads, is rewritten before this: ``requantize``), never a path in the staging
@@ -339,15 +343,16 @@ def _refuse_unexpected_float_ops(float_ops: list[dict[str, str]], kept: tuple[st
         "the last INT8 op" if tail else ""))
 
 
-def io_quantization(path: str) -> tuple[list[QuantParams], list[QuantParams]]:
-    from .litert import LiteRTBackend
+def io_quantization(artifact: str | dict[str, Any]) -> tuple[list[QuantParams], list[QuantParams]]:
+    """The signature's inputs and outputs with their int8 scales (``artifact``: the path, read in a
+    child, or what ``artifact_graph`` read of it)."""
+    graph = artifact_graph(artifact) if isinstance(artifact, str) else artifact
+    signature = graph["signature"]
 
-    backend = LiteRTBackend(path)
-    try:
-        convert = lambda t: QuantParams(t.name, str(t.dtype), t.scale, t.zero_point)  # noqa: E731
-        return [convert(t) for t in backend.inputs], [convert(t) for t in backend.outputs]
-    finally:
-        backend.close()
+    def params(tensors: list[dict[str, Any]]) -> list[QuantParams]:
+        return [QuantParams(t["name"], t["dtype"], t["scale"], t["zero_point"]) for t in tensors]
+
+    return params(signature["inputs"]), params(signature["outputs"])
 
 
 # --- child-process side -------------------------------------------------------------------

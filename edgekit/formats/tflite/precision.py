@@ -44,18 +44,58 @@ def full_integer_float_ops(precision: Precision) -> list[dict[str, Any]]:
     return precision.inner + [op for op in precision.tail if op["op"] not in FULL_INTEGER_TAIL_OPS]
 
 
-def analyse(path: str, layer_names: list[str], named: dict[str, str] | None = None,
-            layer_namer: Callable[[str, list[str]], str] = layer_of) -> Precision:
-    """Every compute op of the model at ``path`` by precision, float tails marked, weights sized
-    (``named``: layers of tensors whose names do not say it, such as the model's outputs;
-    ``layer_namer``: the layer a tensor name belongs to, as the converter that wrote it names them)."""
-    from .litert import open_interpreter
+def read_artifact(path: str) -> dict[str, Any]:
+    """Child side of ``artifact_graph``: the ops, tensors and signature of the ``.tflite`` at
+    ``path`` as LiteRT reads them (its own kernels, no delegate), as JSON values."""
+    from .litert import _info, _signature_details, open_interpreter
 
     interpreter = open_interpreter(path, with_delegates=False)
-    details = {d["index"]: d for d in interpreter.get_tensor_details()}
-    ops = interpreter._get_ops_details()  # the public API has no op list
-    outputs = {int(d["index"]) for d in interpreter.get_output_details()}
-    inputs = {int(d["index"]) for d in interpreter.get_input_details()}
+
+    def types(values: Any) -> list[str]:
+        return [np.dtype(t).name for t in list(values)]
+
+    ops = [{"op_name": op["op_name"], "inputs": [int(t) for t in op["inputs"]],
+            "outputs": [int(t) for t in op["outputs"]], "operand_types": types(op.get("operand_types", [])),
+            "result_types": types(op.get("result_types", []))}
+           for op in interpreter._get_ops_details()]  # the public API has no op list
+    tensors = [{"index": int(d["index"]), "name": d["name"], "shape": [int(v) for v in d["shape"]],
+                "dtype": np.dtype(d["dtype"]).name} for d in interpreter.get_tensor_details()]
+    inputs, outputs = _signature_details(interpreter)
+
+    def io(details: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [{"name": t.name, "dtype": str(t.dtype), "scale": t.scale, "zero_point": t.zero_point}
+                for t in map(_info, details)]
+
+    names = {t["index"]: t["name"] for t in tensors}
+    output_tensors = {}  # signature output -> the tensor behind it (named by the op that writes it)
+    for key in interpreter.get_signature_list():
+        for output, detail in interpreter.get_signature_runner(key).get_output_details().items():
+            output_tensors[output] = names.get(int(detail["index"]), "")
+    return {"ops": ops, "tensors": tensors, "output_tensors": output_tensors,
+            "inputs": [int(d["index"]) for d in interpreter.get_input_details()],
+            "outputs": [int(d["index"]) for d in interpreter.get_output_details()],
+            "signature": {"inputs": io(inputs), "outputs": io(outputs)}}
+
+
+def artifact_graph(path: str) -> dict[str, Any]:
+    """``read_artifact`` in a child, like every step that loads an artifact: LiteRT dying on what
+    a converter wrote (a signal, not an exception) is this build's named failure, never the end
+    of the packager."""
+    from ... import worker
+
+    return dict(worker.call(read_artifact, what="LiteRT reading the TFLite artifact", path=path))
+
+
+def analyse(artifact: str | dict[str, Any], layer_names: list[str], named: dict[str, str] | None = None,
+            layer_namer: Callable[[str, list[str]], str] = layer_of) -> Precision:
+    """Every compute op of the model by precision, float tails marked, weights sized (``artifact``:
+    its path, or what ``artifact_graph`` read of it; ``named``: layers of tensors whose names do not
+    say it, such as the model's outputs; ``layer_namer``: the layer a tensor name belongs to, as the
+    converter that wrote it names them)."""
+    graph = artifact_graph(artifact) if isinstance(artifact, str) else artifact
+    details = {d["index"]: d for d in graph["tensors"]}
+    ops = graph["ops"]
+    outputs, inputs = set(graph["outputs"]), set(graph["inputs"])
     consumers: dict[int, list[int]] = {}
     produced: set[int] = set()
     for position, op in enumerate(ops):

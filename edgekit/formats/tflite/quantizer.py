@@ -34,10 +34,13 @@ SCOPES, MODULES = "scopes", "modules"  # how a converter names tensors: TensorFl
 
 def quantize_float_tflite(float_model: str, calibration_npy: str, output: str,
                           layers: dict[str, str] | None = None, namer: str = SCOPES,
-                          layer_names: list[str] | None = None, explain_npy: str | None = None) -> dict[str, Any]:
+                          layer_names: list[str] | None = None, explain_npy: str | None = None,
+                          output_layers: dict[str, str] | None = None) -> dict[str, Any]:
     """Write ``output``: the float model with int8 weights and activations, except the ops of
     each layer in ``layers`` (layer -> ``"float"`` or ``"int16"``). ``namer`` says how tensor
-    names map to layers (``SCOPES``: TensorFlow name scopes, ``MODULES``: PyTorch module paths)."""
+    names map to layers (``SCOPES``: TensorFlow name scopes, ``MODULES``: PyTorch module paths);
+    ``output_layers`` (model output -> the layer computing it) names the ops that write the
+    model's outputs, which converters name after the signature's output instead."""
     from litert_quantizer import quantizer, recipe
 
     from .requantize import fix_int8_output_scales
@@ -45,7 +48,8 @@ def quantize_float_tflite(float_model: str, calibration_npy: str, output: str,
     started = time.perf_counter()
     qt = quantizer.Quantizer(float_model)
     qt.load_quantization_recipe(recipe.static_wi8_ai8())
-    scopes = _layer_scopes(float_model, layers or {}, namer, layer_names or [])
+    writers = output_writers(float_model, output_layers or {})
+    scopes = _layer_scopes(float_model, layers or {}, namer, layer_names or [], writers)
     for layer, precision in (layers or {}).items():
         # an op's scope is its output tensors' names, each followed by ";" (LiteRT Quantizer's get_op_scope)
         pattern = "(^|;)(" + "|".join(re.escape(name) for name in scopes[layer]) + ");"
@@ -83,7 +87,7 @@ def quantize_float_tflite(float_model: str, calibration_npy: str, output: str,
                                   hint="keep the layer it names in float (--keep-float LAYER), or package the other "
                                        "formats") from None
     seconds = time.perf_counter() - started
-    explained = _explain(qt, float_model, explain_npy, namer, layer_names or []) if explain_npy else None
+    explained = _explain(qt, float_model, explain_npy, namer, layer_names or [], writers) if explain_npy else None
     fixed = fix_int8_output_scales(output)
     return {"litert_quantizer": _version("litert-quantizer"), "seconds": round(seconds, 3),
             "layers": dict(layers or {}), "fixed_output_scales": fixed, "explain": explained,
@@ -108,7 +112,8 @@ def _failing_op(exc: BaseException) -> tuple[str, str] | None:
     return found if found and found[1] else None
 
 
-def _explain(qt: Any, float_model: str, explain_npy: str, namer: str, layer_names: list[str]) -> list[dict[str, Any]]:
+def _explain(qt: Any, float_model: str, explain_npy: str, namer: str, layer_names: list[str],
+             writers: dict[str, str] | None = None) -> list[dict[str, Any]]:
     """Per-layer SQNR of the quantized model's activations against the float model's (LiteRT
     Quantizer's tensor-by-tensor validation), worst first: the candidates for --keep-float."""
     from litert_quantizer.utils import validation_utils
@@ -131,7 +136,8 @@ def _explain(qt: Any, float_model: str, explain_npy: str, namer: str, layer_name
         if tensor not in ops or "snr" not in metrics:
             continue  # inputs and constants: not an op's result
         ratio = float(metrics["snr"])
-        rows.append({"layer": namer_of(tensor, layer_names), "op": ops[tensor], "tensor": tensor,
+        layer = (writers or {}).get(tensor) or namer_of(tensor, layer_names)
+        rows.append({"layer": layer, "op": ops[tensor], "tensor": tensor,
                      "sqnr_db": float(10 * np.log10(ratio)) if ratio > 0 and np.isfinite(ratio) else None})
     return worst_layers(rows)
 
@@ -223,14 +229,34 @@ def op_tensor_names(float_model: str) -> list[str]:
     return [details[int(op["outputs"][0])] for op in interpreter._get_ops_details() if len(op["outputs"])]
 
 
-def _layer_scopes(float_model: str, layers: dict[str, str], namer: str,
-                  layer_names: list[str]) -> dict[str, list[str]]:
-    """The op output tensors of each layer; a layer with none is refused by name."""
+def output_writers(float_model: str, output_layers: dict[str, str]) -> dict[str, str]:
+    """The tensor behind each signature output -> the layer computing that output: a converter
+    names the op writing a model output after the signature (``serving_default_output_1_output``),
+    not after its layer, so that layer is found through the output it computes."""
+    if not output_layers:
+        return {}
+    from .litert import _interpreter_module
+
+    module, _ = _interpreter_module()
+    interpreter = module.Interpreter(model_path=float_model)
+    names = {d["index"]: d["name"] for d in interpreter.get_tensor_details()}
+    writers = {}
+    for key in interpreter.get_signature_list():
+        for output, detail in interpreter.get_signature_runner(key).get_output_details().items():
+            if output_layers.get(output) and names.get(int(detail["index"])):
+                writers[names[int(detail["index"])]] = output_layers[output]
+    return writers
+
+
+def _layer_scopes(float_model: str, layers: dict[str, str], namer: str, layer_names: list[str],
+                  writers: dict[str, str] | None = None) -> dict[str, list[str]]:
+    """The op output tensors of each layer (the ops writing the outputs it computes among them);
+    a layer with none is refused by name."""
     if not layers:
         return {}
     names = op_tensor_names(float_model)
     belongs = layer_test(namer, layer_names)
-    found = {layer: [n for n in names if belongs(n, layer)] for layer in layers}
+    found = {layer: [n for n in names if belongs(n, layer) or (writers or {}).get(n) == layer] for layer in layers}
     missing = [layer for layer, tensors in found.items() if not tensors]
     known = [layer for layer in missing if layer in layer_names]
     if known:  # a real layer whose op the converter fused away or named after the model's output
