@@ -150,6 +150,7 @@ def partial_error(result: PackageResult) -> PartialPackageError:
 def build_package(options: PackageOptions, progress: Progress | None = None) -> PackageResult:
     """The stages; the result lists failed formats instead of raising for them."""
     progress = progress or Progress()
+    began = time.monotonic()
     source, kind = detect_source(options.model)
     planned = plan_formats(options, source, kind)
     profiles = device_profiles(options.profiles)  # an unknown --profile is said before anything loads
@@ -171,7 +172,7 @@ def build_package(options: PackageOptions, progress: Progress | None = None) -> 
         with staging_dir(plan.destination) as staged:
             context = build_context(options, loaded, data, staged, work, profiles)
             run = PackagingContext(data, reference, staged, progress, judging, options,
-                                   dict(loaded.described.output_layers))
+                                   dict(loaded.described.output_layers), setup_s=time.monotonic() - began)
             outcomes = build_formats(planned, context, loaded.described, run)
             result = assemble(plan, loaded, run, [p.builder for p in planned], context, outcomes)
     if plan.archive is not None:
@@ -319,7 +320,8 @@ def build_formats(planned: list[Planned], context: BuildContext, described: Sour
             shutil.rmtree(run.staged / builder.name, ignore_errors=True)  # its half-made files never ship
             continue
         remedies = format_plan.remedies
-        outcome = judge(builder, own, built, comparison, run, remedies, plain_s=time.monotonic() - started)
+        outcome = judge(builder, own, built, comparison, run, remedies, plain_s=time.monotonic() - started,
+                        shared_s=run.setup_s / len(planned))
         outcomes.append(replace(outcome, seconds=time.monotonic() - started))
         fallback = float_fallback(builder, outcome.built or built, own, run, remedies)
         # the format's other quantized builds with what the search kept (the same layers in float)
@@ -524,9 +526,11 @@ def scheme_variants(builder: Builder, context: BuildContext, run: PackagingConte
 
 
 def judge(builder: Builder, context: BuildContext, built: BuildResult, comparison: Measured | None,
-          run: PackagingContext, remedies: Remedies = Remedies(), plain_s: float = 0.0) -> FormatOutcome:
+          run: PackagingContext, remedies: Remedies = Remedies(), plain_s: float = 0.0,
+          shared_s: float = 0.0) -> FormatOutcome:
     """The gates one artifact fails, after the search (unless --no-auto-fix); ``plain_s``: what
-    building and measuring it took (the search's budget is a multiple of it)."""
+    building and measuring it took, ``shared_s``: its share of the steps before any format (the
+    search's budget is a multiple of both)."""
     if comparison is None:
         return FormatOutcome(builder.name, built=built, context=context, remedies=remedies)
     candidate = Candidate(context, built, comparison, run.check(builder.name, comparison, remedies))
@@ -536,7 +540,7 @@ def judge(builder: Builder, context: BuildContext, built: BuildResult, compariso
                       "above), so every range the calibration gave is suspect; keeping layers in float would hide "
                       "that, not fix it: calibrate on data like what the model will see")
     elif candidate.failures and run.options.auto_fix:
-        candidate, attempts = search(builder, candidate, run, remedies, plain_s)
+        candidate, attempts = search(builder, candidate, run, remedies, plain_s, shared_s)
     note = saturation_note(builder.name, candidate.measured, remedies)
     if note:
         run.progress.warn(note)

@@ -29,6 +29,7 @@ class PackagingContext:
     judging: Judging
     options: PackageOptions
     producers: dict[str, str]  # output name -> the layer computing it (for --keep-float)
+    setup_s: float = 0.0  # the command's time before the first format was built (loading, data, float reference)
 
     def on(self, data: PreparedData, reference: dict[str, np.ndarray]) -> PackagingContext:
         """The same run judged on other samples (the search's half of them)."""

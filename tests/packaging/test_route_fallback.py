@@ -48,3 +48,56 @@ def test_a_pytorch_lstm_reaches_tflite_through_onnx(tmp_path_factory, tmp_path):
     assert artifact["details"]["route"]["used"] == "torch_export -> onnx-to-torch -> torch-program -> tflite"
     assert "LSTM" in artifact["details"]["route"]["instead_of"][0]["because"]
     assert manifest["validation"]["artifacts"]["tflite"]["verdict"] == "passed"
+
+
+GATED_MODEL = '''
+import torch
+
+
+class Gated(torch.nn.Module):
+    """A small CNN whose forward branches on a tensor's value: torch.export cannot trace it."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.head = torch.nn.Linear(8, 4)
+
+    def forward(self, x):
+        h = torch.relu(self.conv(x))
+        if h.sum() >= 0:  # always true after a ReLU, but decided on the data
+            h = h * 1.0
+        return torch.softmax(self.head(h.mean(dim=(2, 3))), dim=-1)
+
+
+def build():
+    return Gated().eval()
+'''
+
+
+@pytest.mark.slow
+def test_a_conversion_that_fails_on_the_preferred_route_is_built_on_the_next(tmp_path):
+    """No preflight names the problem: litert-torch's own torch.export fails on a data-dependent
+    branch. The TFLite build moves to the route through ONNX (whose exporter traces it), said
+    with the first route's error, recorded, and judged like any build."""
+    import numpy as np
+
+    (tmp_path / "gated.py").write_text(GATED_MODEL)
+    rng = np.random.default_rng(0)
+    np.savez(tmp_path / "calibration.npz", x=rng.normal(0, 1, (120, 3, 16, 16)).astype(np.float32))
+    np.savez(tmp_path / "eval.npz", x=rng.normal(0, 1, (120, 3, 16, 16)).astype(np.float32))
+    result = edgekit_cli("package", f"{tmp_path / 'gated.py'}:build", "-c", tmp_path / "calibration.npz", "--eval",
+                         tmp_path / "eval.npz", "--format", "tflite", "--no-also-float", "--preprocessing", "raw",
+                         "-o", tmp_path / "out")
+    assert result.returncode == 0, result.stderr[-3000:]
+    said = result.stdout + result.stderr
+    assert "tflite: the route torch_factory -> torch-program -> tflite failed (" in said
+    assert "trying torch_factory -> onnx-to-torch -> torch-program -> tflite" in said
+    manifest = json.loads((tmp_path / "out" / "gated.edgekit" / "manifest.json").read_text())
+    artifact = manifest["artifacts"][0]
+    route = artifact["details"]["route"]
+    assert route["used"] == "torch_factory -> onnx-to-torch -> torch-program -> tflite"
+    assert route["instead_of"][0]["route"] == "torch_factory -> torch-program -> tflite"
+    assert "data-dependent" in route["instead_of"][0]["because"]
+    assert artifact["precision"].startswith("int8")
+    assert manifest["validation"]["artifacts"]["tflite"]["verdict"] == "passed"

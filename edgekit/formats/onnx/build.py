@@ -608,6 +608,7 @@ def explain(
     sample's activations whatever the sample count."""
     import onnx
     import onnxruntime as ort
+    from onnxruntime.quantization import qdq_loss_debug
     from onnxruntime.quantization.qdq_loss_debug import create_activation_matching, modify_model_output_intermediate_tensors
 
     loaded = read_samples(samples_npy)
@@ -628,12 +629,13 @@ def explain(
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # as collect_activations runs
     sessions = [ort.InferenceSession(path, sess_options=options, providers=["CPUExecutionProvider"])
                 for path in (qdq_aug, float_aug)]
+    postfix = qdq_loss_debug._TENSOR_SAVE_POSTFIX  # the intermediate outputs' mark
     signal: dict[str, float] = {}
     noise: dict[str, float] = {}
     for i in range(count):  # every input by name (a streaming model's state beside its frames)
         feed = {name: (v[i : i + 1].astype(np.float32) if v.dtype.kind == "f" else v[i : i + 1])
                 for name, v in arrays.items()}
-        qdq_acts, float_acts = (_saved_activations(session, feed) for session in sessions)
+        qdq_acts, float_acts = (_saved_activations(session, feed, postfix) for session in sessions)
         for tensor, match in create_activation_matching(qdq_acts, float_acts).items():
             if match.get("float") is None or match.get("post_qdq") is None:
                 continue
@@ -661,12 +663,9 @@ def explain(
     return worst_layers(rows)
 
 
-def _saved_activations(session: Any, feed: dict[str, np.ndarray]) -> dict[str, list[np.ndarray]]:
+def _saved_activations(session: Any, feed: dict[str, np.ndarray], postfix: str) -> dict[str, list[np.ndarray]]:
     """One sample's intermediate tensors from a ``modify_model_output_intermediate_tensors``
-    model, by tensor name (as ``collect_activations`` names them)."""
-    from onnxruntime.quantization import qdq_loss_debug
-
-    postfix = qdq_loss_debug._TENSOR_SAVE_POSTFIX
+    model, by tensor name (as ``collect_activations`` names them: ``postfix`` marks them)."""
     values = session.run(None, feed)
     return {output.name[: -len(postfix)]: [value] for output, value in zip(session.get_outputs(), values)
             if output.name.endswith(postfix)}

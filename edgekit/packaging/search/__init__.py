@@ -36,14 +36,15 @@ MAX_FALLBACKS = 2
 
 
 def search(builder: Builder, first: Candidate, run: PackagingContext, remedies: Remedies = Remedies(),
-           plain_s: float = 0.0) -> tuple[Candidate, list[dict[str, Any]]]:
+           plain_s: float = 0.0, shared_s: float = 0.0) -> tuple[Candidate, list[dict[str, Any]]]:
     """The search for a build that passes (``first`` failed), and the record of every try.
-    ``plain_s``: what the plain build and its measurement took (the budget is a multiple of it)."""
-    budget = Budget.for_search(run.options.search_budget_s, plain_s)
+    ``plain_s``: what the plain build and its measurement took; ``shared_s``: this format's share
+    of the steps every format needed first (the budget is a multiple of both)."""
+    budget = Budget.for_search(run.options.search_budget_s, plain_s, shared_s)
     with reusing():  # the tries share converter children; they end before the rebuild (a peak of its own)
         found = _tries(builder, first, run, remedies, budget)
-    if isinstance(found, tuple):
-        return found
+    if found.best is None:  # the package still holds the first build: tries built into scratch
+        return first, _records(found.trials, budget)
     return _rebuild(builder, first, run, remedies, budget, found)
 
 
@@ -51,16 +52,16 @@ def search(builder: Builder, first: Candidate, run: PackagingContext, remedies: 
 class _Found:
     """What the tries found, for the rebuild into the package."""
 
-    started: Candidate  # the first build, judged as the tries were
-    best: Candidate
+    started: Candidate | None  # the first build, judged as the tries were (None: no try could be judged)
+    best: Candidate | None  # None: nothing better than the first build to rebuild
     halves: Any  # the search and unseen halves of the validation samples (None: judged on all)
     trials: list[Trial]
     fallbacks: list[Candidate] = field(default_factory=list)  # other plans that passed, next best first
 
 
 def _tries(builder: Builder, first: Candidate, run: PackagingContext, remedies: Remedies,
-           budget: Budget) -> _Found | tuple[Candidate, list[dict[str, Any]]]:
-    """The search's tries; the final answer when there is nothing to rebuild."""
+           budget: Budget) -> _Found:
+    """The search's tries and what they found."""
     from ..holdout import split
 
     data, progress = run.data, run.progress
@@ -79,7 +80,7 @@ def _tries(builder: Builder, first: Candidate, run: PackagingContext, remedies: 
     on_half = judged.measure(first.built, builder, first.context)
     if on_half is None:
         progress.warn(f"{builder.name}: no search: nothing on this machine runs its artifact to judge a try by")
-        return first, []
+        return _Found(None, None, None, [])
     started = Candidate(trial_context, first.built, on_half, judged.check(builder.name, on_half, remedies))
     if halves is not None and not started.failures:
         # the failure is within what one half's sampling hides: tries judged on that half would all
@@ -105,7 +106,7 @@ def _tries(builder: Builder, first: Candidate, run: PackagingContext, remedies: 
         progress.warn(f"search {builder.name}: the search budget ({budget.why}: {budget.seconds:.0f} s) ended it "
                       f"after {len(trials)} tries (--search-budget SECONDS gives it more)")
     if best is started or not improves(best, started):
-        return first, _records(trials, budget)  # the package still holds the first build: tries built into scratch
+        return _Found(started, None, halves, trials)
     return _Found(started, best, halves, trials, _fallbacks(best, runner.passed))
 
 
@@ -128,6 +129,7 @@ def _rebuild(builder: Builder, first: Candidate, run: PackagingContext, remedies
     where it fails there (its half of the samples hid a flip or two), the next plan that passed
     is rebuilt in its place while the budget covers a rebuild (``MAX_FALLBACKS``)."""
     progress, trials = run.progress, found.trials
+    assert found.best is not None and found.started is not None  # ``search`` rebuilds only what was found
     kept: Candidate | None = None
     for chosen in [found.best, *found.fallbacks]:
         if kept is not None:
@@ -168,6 +170,7 @@ def _rebuild_one(builder: Builder, first: Candidate, run: PackagingContext, reme
         return None
     failures = run.check(builder.name, whole, remedies)
     if found.halves is not None:
+        assert found.started is not None
         failures += _held_out_check(builder, run, found.halves, found.started,
                                     Candidate(context, built, whole, failures), found.trials)
     return Candidate(context, built, whole, failures)

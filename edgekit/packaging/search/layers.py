@@ -64,15 +64,15 @@ def fastest_plan(runner: TrialRunner, found: Candidate, remedies: Remedies, user
     probes = [p for p, honoured in ((INT16, "int16"), (FLOAT, "keep_float")) if honoured in remedies.layers]
     if len(probes) < 2 or found.failures:
         return found
-    search = _LayerSearch(runner, probes, found)
-    search.base = user_plan
-    return search.fastest(found)
+    return _LayerSearch(runner, probes, found, base=user_plan).fastest(found)
 
 
 class _LayerSearch:
-    def __init__(self, runner: TrialRunner, probes: list[str], start: Candidate) -> None:
+    def __init__(self, runner: TrialRunner, probes: list[str], start: Candidate,
+                 base: PrecisionPlan | None = None) -> None:
         self.runner, self.probes, self.start = runner, probes, start
-        self.base = start.context.plan  # what the user (or a named fix) already raised: never lowered
+        # what the user (or a named fix) already raised: never lowered
+        self.base = start.context.plan if base is None else base
         self.inputs = set(runner.run.data.evaluation)  # model inputs: a report may name them, no op computes them
         self.say, self.warn = runner.run.progress.say, runner.run.progress.warn
         self.name = runner.builder.name
