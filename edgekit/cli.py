@@ -233,9 +233,9 @@ def _package_gate_options(p: argparse.ArgumentParser) -> None:
                         "plain INT8, fail if a gate fails)")
     p.add_argument("--search-budget", dest="search_budget_s", type=_positive_float(0), default=None,
                    metavar="SECONDS", help="seconds for one format's whole search, the rebuild of the plan it keeps "
-                                           "included; a try starts only when the time left covers it (default: 2x "
+                                           "included; a try starts only when the time left covers it (default: 3x "
                                            "the format's plain build with its share of loading the model and the "
-                                           "float reference, at least 20 s: a searched command within 3x a plain one)")
+                                           "float reference, at least 45 s)")
     p.add_argument("--allow-float-ops", dest="allow_float_ops", action="store_true", default=True,
                    help="keep ops no INT8 kernel runs (a SQRT, a DIV of two activations) in float, each named in "
                         "the manifest and the precision label (default)")

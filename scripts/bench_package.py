@@ -98,9 +98,11 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=100, help="calibration samples")
     parser.add_argument("--output", type=Path, default=ROOT / "out" / "bench" / "bench_package.json")
     parser.add_argument("--search-only", action="store_true", help="only the search's figures")
+    parser.add_argument("--models", nargs="*", default=None, metavar="NAME",
+                        help="only the reference models whose name starts with one of these (the search's figures)")
     args = parser.parse_args()
     if args.search_only:
-        found = compare_search()
+        found = compare_search(args.models)
         print_and_save({"benchmark": "bench_package", "machine": {"platform": platform.platform(),
                                                                   **cpu_description()},
                         "search": found}, args.output)
@@ -195,7 +197,7 @@ def main() -> None:
         "validation_int8_vs_float": manifest.validation.to_dict()["artifacts"],
         "failed_targets": manifest.failed,
         "sources": compare_sources(),
-        "search": compare_search(),
+        "search": compare_search(args.models),
     }
     print_and_save(report, args.output)
 
@@ -303,7 +305,7 @@ def run_measured(args: list[str]) -> tuple[float, int, int]:
     return time.perf_counter() - started, peak[0], code
 
 
-def compare_search() -> dict[str, dict[str, object]]:
+def compare_search(models: list[str] | None = None) -> dict[str, dict[str, object]]:
     """Per reference model and format: plain PTQ's time and peak memory, the search's (default
     flags), the configurations it tried, the one it kept, its margins and its speed against the
     float fallback; the ratios the search must keep (time <= 3x, memory <= 1.5x the plain build)."""
@@ -313,6 +315,8 @@ def compare_search() -> dict[str, dict[str, object]]:
     with tempfile.TemporaryDirectory(prefix="edgekit-bench-search-") as tmp:
         work = Path(tmp)
         for name, (builder, model, calibration, held_out, formats) in SEARCH_MODELS.items():
+            if models and not any(name.startswith(prefix) for prefix in models):
+                continue
             if builder is not None:
                 subprocess.run([sys.executable, str(ROOT / "models/verdict/build.py"), builder, "--output", str(work)],
                                check=True, capture_output=True)

@@ -43,9 +43,12 @@ def test_no_blocks_for_one_layer_and_no_duplicates():
 def test_the_budget_is_a_multiple_of_the_plain_build_and_keeps_room_for_the_rebuild():
     assert Budget.for_search(None, 5.0).seconds == MIN_AUTO_S
     auto = Budget.for_search(None, 100.0)
-    assert auto.seconds == 200.0 and "2x the plain build" in auto.why
-    shared = Budget.for_search(None, 100.0, 20.0)  # a searched command within 3x the plain command
-    assert shared.seconds == 240.0 and "share of loading" in shared.why
+    assert auto.seconds == 300.0 and "3x the plain build" in auto.why
+    shared = Budget.for_search(None, 100.0, 20.0)  # with its share of loading and the float reference
+    assert shared.seconds == 360.0 and "share of loading" in shared.why
+    report = Budget(seconds=100.0, rebuild_s=30.0)
+    report.record(12.0, typical=False)  # the per-layer report: more than a try, less than the plain build
+    assert report.typical_try() == 12.0 and report.tries == []
     assert Budget.for_search(20.0, 100.0).seconds == 20.0
     budget = Budget(seconds=30.0, rebuild_s=10.0)
     assert budget.allows_try()  # 10 s for a try (no try yet: the plain build's time) + 10 s rebuild

@@ -16,7 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from ...formats import Builder
+from ...formats import Builder, BuildContext
+from ...formats.plan import FLOAT, INT16
 from ...worker_reuse import reusing
 from ..context import PackagingContext
 from ..gates import GateFailure, Remedies
@@ -30,8 +31,8 @@ from .trial import CONFIRMATION, Trial, TrialRunner, margins
 # samples than this (the verdict's own "enough evidence" rule) it would fit the samples, not the model
 LAYER_SEARCH_MIN_SAMPLES = 50
 # the plan kept is chosen on half the samples; when it fails on all of them, at most this many other
-# plans that passed are rebuilt in its place (the one found last first: the most-integer stage
-# walks from broad plans to narrow ones, so going back raises layers again)
+# plans are rebuilt in its place: its 16-bit layers in float, then plans that passed, the one found
+# last first (the most-integer stage walks from broad plans to narrow ones: going back raises layers)
 MAX_FALLBACKS = 2
 
 
@@ -56,7 +57,7 @@ class _Found:
     best: Candidate | None  # None: nothing better than the first build to rebuild
     halves: Any  # the search and unseen halves of the validation samples (None: judged on all)
     trials: list[Trial]
-    fallbacks: list[Candidate] = field(default_factory=list)  # other plans that passed, next best first
+    fallbacks: list[BuildContext] = field(default_factory=list)  # what to rebuild if ``best`` fails on all samples
 
 
 def _tries(builder: Builder, first: Candidate, run: PackagingContext, remedies: Remedies,
@@ -107,19 +108,29 @@ def _tries(builder: Builder, first: Candidate, run: PackagingContext, remedies: 
                       f"after {len(trials)} tries (--search-budget SECONDS gives it more)")
     if best is started or not improves(best, started):
         return _Found(started, None, halves, trials)
-    return _Found(started, best, halves, trials, _fallbacks(best, runner.passed))
+    return _Found(started, best, halves, trials, _fallbacks(best, runner.passed, trials, remedies))
 
 
-def _fallbacks(best: Candidate, passed: list[Candidate]) -> list[Candidate]:
-    """The other plans that passed, found last first, one per plan, at most ``MAX_FALLBACKS``."""
-    seen = {best.context.plan.describe()}
-    found: list[Candidate] = []
+def _fallbacks(best: Candidate, passed: list[Candidate], trials: list[Trial], remedies: Remedies) -> list[BuildContext]:
+    """What to rebuild in place of ``best`` if it fails on all samples, at most ``MAX_FALLBACKS``:
+    its 16-bit layers in float where the route runs them and no try of that plan failed (the
+    same layers, closer to float), then the other plans that passed, found last first."""
+    plan = best.context.plan
+    failed = {t.plan.describe() for t in trials if t.plan is not None and (t.after is None or t.after["gates"])}
+    seen = {plan.describe()}
+    found: list[BuildContext] = []
+    int16 = [layer for layer, precision in plan.layers.items() if precision == INT16]
+    if int16 and "keep_float" in remedies.layers:
+        precise = plan.raised(int16, FLOAT)
+        if precise.describe() not in failed:
+            seen.add(precise.describe())
+            found.append(best.context.with_plan(precise))
     for candidate in reversed(passed):
         key = candidate.context.plan.describe()
         if candidate is best or key in seen:
             continue
         seen.add(key)
-        found.append(candidate)
+        found.append(candidate.context)
     return found[:MAX_FALLBACKS]
 
 
@@ -127,20 +138,23 @@ def _rebuild(builder: Builder, first: Candidate, run: PackagingContext, remedies
              found: _Found) -> tuple[Candidate, list[dict[str, Any]]]:
     """The configuration kept, built again in full into the package and judged on every sample;
     where it fails there (its half of the samples hid a flip or two), the next plan that passed
-    is rebuilt in its place while the budget covers a rebuild (``MAX_FALLBACKS``)."""
+    is rebuilt in its place (once even past the budget, then while it covers a rebuild;
+    ``MAX_FALLBACKS``)."""
     progress, trials = run.progress, found.trials
     assert found.best is not None and found.started is not None  # ``search`` rebuilds only what was found
     kept: Candidate | None = None
-    for chosen in [found.best, *found.fallbacks]:
+    for attempt, chosen in enumerate([found.best.context, *found.fallbacks]):
         if kept is not None:
-            if budget.left() < budget.rebuild_estimate():
+            # one rebuild in place of a kept plan that failed may overrun the budget (said below):
+            # a search that found plans that pass does not end on the one that fails
+            if attempt > 1 and budget.left() < budget.rebuild_estimate():
                 progress.warn(f"search {builder.name}: no time left in its budget ({budget.why}: {budget.seconds:.0f} "
-                              f"s) to rebuild another plan that passed ({chosen.context.plan.describe()}); "
+                              f"s) to rebuild another plan ({chosen.plan.describe()}); "
                               "--search-budget SECONDS gives it more")
                 break
             progress.say(f"search {builder.name}: the plan kept fails on all {run.data.evaluation_count} samples "
-                         f"({'; '.join(f.what for f in kept.failures)}); rebuilding the next plan that passed "
-                         f"({chosen.context.plan.describe()})")
+                         f"({'; '.join(f.what for f in kept.failures)}); rebuilding the next plan in its place "
+                         f"({chosen.plan.describe()})")
         rebuilt = _rebuild_one(builder, first, run, remedies, found, chosen)
         if rebuilt is None:  # nothing measured it; what the package holds is the last build measured
             break
@@ -148,21 +162,23 @@ def _rebuild(builder: Builder, first: Candidate, run: PackagingContext, remedies
         if not rebuilt.failures:
             break
         trials.append(Trial(f"all samples: {rebuilt.context.plan.describe() or 'no layer raised'}", CONFIRMATION,
-                            rebuilt.context.plan, before=margins(chosen), after=margins(rebuilt), kept=False,
+                            rebuilt.context.plan, before=margins(found.best), after=margins(rebuilt), kept=False,
                             extra={"samples": run.data.evaluation_count}))
     if budget.left() < 0:
         progress.warn(f"search {builder.name}: took {budget.spent():.0f} s, over its budget of {budget.seconds:.0f} s "
-                      f"({budget.why}): the rebuild of the plan kept took longer than its estimate")
+                      f"({budget.why}): " + ("the plan kept failed on all samples and was rebuilt in another's place"
+                                             if any(t.change.startswith("all samples: ") for t in trials)
+                                             else "the rebuild of the plan kept took longer than its estimate"))
     return (first if kept is None else kept), _records(trials, budget)
 
 
 def _rebuild_one(builder: Builder, first: Candidate, run: PackagingContext, remedies: Remedies, found: _Found,
-                 chosen: Candidate) -> Candidate | None:
+                 chosen: BuildContext) -> Candidate | None:
     """One configuration built in full into the package, judged on every sample and, where the
     search judged on half, tested for fitting only that half; None when nothing here measures it."""
     # the report stays on where the kept build had it (a route may quantize per layer because of it)
-    context = replace(chosen.context, trial=False, package_dir=first.context.package_dir,
-                      explain_npy=first.context.explain_npy or chosen.context.explain_npy)
+    context = replace(chosen, trial=False, package_dir=first.context.package_dir,
+                      explain_npy=first.context.explain_npy or chosen.explain_npy)
     with run.progress.step(f"search {builder.name}: building the configuration kept ({context.plan.describe()})"):
         built = builder.build(context)
     whole = run.measure(built, builder, context)

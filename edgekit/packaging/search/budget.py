@@ -10,11 +10,12 @@ from dataclasses import dataclass, field
 
 # Without --search-budget: this many times the plain build (its conversion, quantization and
 # measurement, with its share of what every format needs first: loading the model, the data, the
-# float reference), at least MIN_AUTO_S. A command that searches then takes at most 1 + AUTO_FACTOR
-# times the plain command (3x). The rebuild of the kept plan comes out of the same budget.
-AUTO_FACTOR = 2.0
-MIN_AUTO_S = 20.0
-REBUILD_TRIES = 3.0  # the rebuild of the kept plan, in typical tries (a full build on every sample)
+# float reference), at least MIN_AUTO_S. The rebuild of the kept plan comes out of the same budget.
+# Less starves real models: their per-layer report costs most of a plain build, and the rebuild
+# up to one; a search that ends early (most do) costs less.
+AUTO_FACTOR = 3.0
+MIN_AUTO_S = 45.0
+REBUILD_TRIES = 4.0  # the rebuild of the kept plan, in typical tries (a full build measured on every sample: 4.5 on the bytes classifier)
 
 
 @dataclass
@@ -26,6 +27,7 @@ class Budget:
     why: str = ""  # how the budget was set, for messages and the manifest
     started: float = field(default_factory=time.monotonic)
     tries: list[float] = field(default_factory=list)
+    heavier: list[float] = field(default_factory=list)  # builds that cost more than a try (the per-layer report)
 
     @classmethod
     def for_search(cls, given_s: float | None, plain_s: float, shared_s: float = 0.0) -> Budget:
@@ -45,10 +47,11 @@ class Budget:
         return self.seconds - self.spent()
 
     def typical_try(self) -> float:
-        """What the next try is expected to cost: the median of those so far (the plain build's
-        time before any)."""
+        """What the next try is expected to cost: the median of those so far; before any, the
+        cheapest heavier build (a try costs less than the per-layer report's), else the plain
+        build's time."""
         if not self.tries:
-            return self.rebuild_s
+            return min([self.rebuild_s, *self.heavier])
         ordered = sorted(self.tries)
         return ordered[len(ordered) // 2]
 
@@ -56,8 +59,6 @@ class Budget:
         """What rebuilding the kept plan into the package is expected to cost: a full build (its
         companions and scheme variants too) measured on every sample, so a few tries' worth, never
         more than the plain build (which also converted the source once, and tries reuse that)."""
-        if not self.tries:
-            return self.rebuild_s
         return min(self.rebuild_s, REBUILD_TRIES * self.typical_try())
 
     def allows_try(self, reserved: int = 0) -> bool:
@@ -65,8 +66,9 @@ class Budget:
         tries a later stage needs)."""
         return self.left() >= (1 + reserved) * self.typical_try() + self.rebuild_estimate()
 
-    def record(self, seconds: float) -> None:
-        self.tries.append(seconds)
+    def record(self, seconds: float, typical: bool = True) -> None:
+        """A build's time: a try's (``typical``), or one that costs more than a try."""
+        (self.tries if typical else self.heavier).append(seconds)
 
     def to_dict(self) -> dict[str, object]:
         return {"seconds": round(self.seconds, 1), "spent_s": round(self.spent(), 1), "set_by": self.why,

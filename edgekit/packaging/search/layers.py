@@ -103,7 +103,7 @@ class _LayerSearch:
                         if layer not in self.base]
             return list(reversed(weighted))[:CANDIDATES], weighted
         made, trial = self.runner.attempt("per-layer report", replace(context, explain_npy=context.sensitivity_npy),
-                                          self.start, LAYERS, self.base)
+                                          self.start, LAYERS, self.base, typical=False)
         trial.kept = made is not None and not made.failures
         rows = [] if made is None else made.built.artifact.details.get("explain") or []
         if made is not None:

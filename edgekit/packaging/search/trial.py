@@ -84,11 +84,12 @@ class TrialRunner:
         self.passed: list[Candidate] = []  # the builds that passed, in the order found
         self._count = 0
 
-    def build(self, context: BuildContext) -> Candidate:
+    def build(self, context: BuildContext, typical: bool = True) -> Candidate:
         """``context`` built into scratch and measured (an ``EdgekitError`` when it does not build,
         leaves nothing in integers, or nothing here can measure it). A build that passes keeps its
         files until the search ends (``Candidate.files``: passing plans are timed against each
-        other); the others' are removed once measured."""
+        other); the others' are removed once measured. ``typical``: whether its time predicts the
+        next try's (the per-layer report's build does not: it also runs every layer of both models)."""
         self._count += 1
         scratch = self.scratch / f"try-{self._count}"
         shutil.rmtree(scratch, ignore_errors=True)
@@ -110,7 +111,7 @@ class TrialRunner:
         finally:
             if not kept:
                 shutil.rmtree(scratch, ignore_errors=True)  # the outputs are measured: the files are not needed
-            self.budget.record(time.monotonic() - began)
+            self.budget.record(time.monotonic() - began, typical)
         candidate = Candidate(context, built, measured, failures, files=scratch if kept else None)
         if kept:
             self.passed.append(candidate)
@@ -121,13 +122,13 @@ class TrialRunner:
         shutil.rmtree(self.scratch, ignore_errors=True)
 
     def attempt(self, change: str, context: BuildContext, base: Candidate, stage: str = NAMED_FIX,
-                plan: PrecisionPlan | None = None) -> tuple[Candidate | None, Trial]:
-        """One try, recorded (``kept`` is for the caller to set)."""
+                plan: PrecisionPlan | None = None, typical: bool = True) -> tuple[Candidate | None, Trial]:
+        """One try, recorded (``kept`` is for the caller to set; ``typical``: as ``build``)."""
         trial = Trial(change, stage, plan, before=margins(base))
         began = time.monotonic()
         with self.run.progress.step(f"search {self.builder.name}: {change}"):
             try:
-                candidate: Candidate | None = self.build(context)
+                candidate: Candidate | None = self.build(context, typical)
             except EdgekitError as exc:
                 candidate, trial.error = None, exc.message
         trial.seconds = round(time.monotonic() - began, 2)
