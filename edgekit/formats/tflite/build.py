@@ -470,18 +470,11 @@ def convert(
 def _tensor_names(model: bytes) -> tuple[list[str], dict[str, str]]:
     """Every named tensor, and the tensor behind each signature output (named by the signature,
     e.g. ``StatefulPartitionedCall_1:0``, not by the layer that computes it)."""
-    from .litert import _interpreter_module
+    from .litert import _interpreter_module, output_tensor_names
 
     module, _ = _interpreter_module()
     interpreter = module.Interpreter(model_content=model)
-    details = interpreter.get_tensor_details()
-    names = {d["index"]: d["name"] for d in details}
-    outputs = {}
-    for key in interpreter.get_signature_list():
-        runner = interpreter.get_signature_runner(key)
-        for output, detail in runner.get_output_details().items():
-            outputs[output] = names.get(detail["index"], "")
-    return [d["name"] for d in details if d["name"]], outputs
+    return [d["name"] for d in interpreter.get_tensor_details() if d["name"]], output_tensor_names(interpreter)
 
 
 def _made_from(path: str, key: str) -> bool:

@@ -135,6 +135,17 @@ def _signature_details(interpreter: Any) -> tuple[list[dict[str, Any]], list[dic
     return list(interpreter.get_input_details()), list(interpreter.get_output_details())
 
 
+def output_tensor_names(interpreter: Any) -> dict[str, str]:
+    """Each signature output -> the tensor behind it (named by the op that writes it, e.g.
+    ``serving_default_output_1_output`` or ``StatefulPartitionedCall_1:0``, not by its layer)."""
+    names = {int(d["index"]): d["name"] for d in interpreter.get_tensor_details()}
+    found = {}
+    for key in interpreter.get_signature_list():
+        for output, detail in interpreter.get_signature_runner(key).get_output_details().items():
+            found[output] = names.get(int(detail["index"]), "")
+    return found
+
+
 def _info(detail: dict[str, Any]) -> TensorInfo:
     scale, zero_point = detail.get("quantization", (0.0, 0))
     signature = detail.get("shape_signature", detail["shape"])

@@ -48,6 +48,7 @@ def read_artifact(path: str) -> dict[str, Any]:
     """Child side of ``artifact_graph``: the ops, tensors and signature of the ``.tflite`` at
     ``path`` as LiteRT reads them (its own kernels, no delegate), as JSON values."""
     from .litert import _info, _signature_details, open_interpreter
+    from .litert import output_tensor_names as output_tensors
 
     interpreter = open_interpreter(path, with_delegates=False)
 
@@ -66,12 +67,7 @@ def read_artifact(path: str) -> dict[str, Any]:
         return [{"name": t.name, "dtype": str(t.dtype), "scale": t.scale, "zero_point": t.zero_point}
                 for t in map(_info, details)]
 
-    names = {t["index"]: t["name"] for t in tensors}
-    output_tensors = {}  # signature output -> the tensor behind it (named by the op that writes it)
-    for key in interpreter.get_signature_list():
-        for output, detail in interpreter.get_signature_runner(key).get_output_details().items():
-            output_tensors[output] = names.get(int(detail["index"]), "")
-    return {"ops": ops, "tensors": tensors, "output_tensors": output_tensors,
+    return {"ops": ops, "tensors": tensors, "output_tensors": output_tensors(interpreter),
             "inputs": [int(d["index"]) for d in interpreter.get_input_details()],
             "outputs": [int(d["index"]) for d in interpreter.get_output_details()],
             "signature": {"inputs": io(inputs), "outputs": io(outputs)}}

@@ -235,17 +235,11 @@ def output_writers(float_model: str, output_layers: dict[str, str]) -> dict[str,
     not after its layer, so that layer is found through the output it computes."""
     if not output_layers:
         return {}
-    from .litert import _interpreter_module
+    from .litert import _interpreter_module, output_tensor_names
 
     module, _ = _interpreter_module()
-    interpreter = module.Interpreter(model_path=float_model)
-    names = {d["index"]: d["name"] for d in interpreter.get_tensor_details()}
-    writers = {}
-    for key in interpreter.get_signature_list():
-        for output, detail in interpreter.get_signature_runner(key).get_output_details().items():
-            if output_layers.get(output) and names.get(int(detail["index"])):
-                writers[names[int(detail["index"])]] = output_layers[output]
-    return writers
+    tensors = output_tensor_names(module.Interpreter(model_path=float_model))
+    return {tensors[o]: layer for o, layer in output_layers.items() if layer and tensors.get(o)}
 
 
 def _layer_scopes(float_model: str, layers: dict[str, str], namer: str, layer_names: list[str],
