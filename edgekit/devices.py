@@ -90,6 +90,7 @@ class DeviceFacts(NamedTuple):
     cuda: bool = False
     cpu_count: int = 1
     cpu_flags: frozenset[str] = frozenset()  # /proc/cpuinfo flags (x86) or Features (ARM): int8 kernels differ by them
+    cpu_model: str = ""  # /proc/cpuinfo's model name (x86) or Hardware/Model (ARM)
 
     @classmethod
     def read(cls, root: str | os.PathLike[str] | None = None) -> DeviceFacts:
@@ -102,6 +103,7 @@ class DeviceFacts(NamedTuple):
         except AttributeError:  # macOS
             cpus = os.cpu_count() or 1
         system = os.uname()  # platform.system()/machine() without importing platform
+        cpu = _read(base / "proc/cpuinfo")  # the one reader of the CPU's description (below the test sysroot)
         return cls(
             os=system.sysname.lower(),
             arch=system.machine,
@@ -109,7 +111,8 @@ class DeviceFacts(NamedTuple):
             nv_tegra_release=tegra.splitlines()[0] if tegra else "",
             cuda=cuda,
             cpu_count=cpus,
-            cpu_flags=_flags(_read(base / "proc/cpuinfo")),
+            cpu_flags=_flags(cpu),
+            cpu_model=_cpu_model(cpu),
         )
 
 
@@ -289,37 +292,21 @@ def _flags(cpuinfo: str) -> frozenset[str]:
     return frozenset()
 
 
+def _cpu_model(cpuinfo: str) -> str:
+    """The CPU's name: ``model name`` (x86), else the board's ``Model``, ``Hardware`` or ``cpu model`` (ARM, MIPS)."""
+    order = ("model name", "model", "hardware", "cpu model")
+    found = {}
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        key = key.strip().lower()
+        if key in order and value.strip() and key not in found:
+            found[key] = value.strip()
+    return next((found[k] for k in order if k in found), "")
+
+
 def _read(path: Path) -> str:
     try:
         return path.read_bytes().decode(errors="replace")
     except OSError:
         return ""
 
-
-def int8_kernel_features(cpuinfo: str | None = None) -> str:
-    """The CPU's int8 dot-product support in words, e.g. "an AMD EPYC CPU with AVX2 and no VNNI".
-
-    Without VNNI (x86) or dot-product (ARM) instructions, ONNX Runtime's int8 GEMM adds pairs of
-    u8*s8 products in 16-bit lanes (vpmaddubsw), which saturate; with them it does not.
-    """
-    text = _read(Path("/proc/cpuinfo")) if cpuinfo is None else cpuinfo
-    flags: set[str] = set()
-    model = ""
-    for line in text.splitlines():
-        key, _, value = line.partition(":")
-        key = key.strip().lower()
-        if key in ("flags", "features") and not flags:
-            flags = set(value.split())
-        elif key in ("model name", "cpu model", "hardware") and not model:
-            model = value.strip()
-    name = f"{' '.join(model.split()[:3])} CPU" if model else f"{os.uname().machine} CPU"
-    vnni = sorted(f for f in flags if "vnni" in f)
-    if vnni:
-        return f"{name} with {', '.join(v.upper() for v in vnni)}"
-    if "asimddp" in flags:
-        return f"{name} with ARM dot-product (asimddp)"
-    if "avx2" in flags:
-        return f"{name} with AVX2 and no VNNI"
-    if "asimd" in flags:
-        return f"{name} with NEON and no dot-product"
-    return f"{name} without int8 dot-product instructions"

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from .errors import EdgekitError, RouteError
 from .forms import ModelForm
-from .steps import CONVERSIONS, Conversion, StepContext
+from .steps import STEPS, Conversion, StepContext
 
 if TYPE_CHECKING:
     from .formats import Format
@@ -61,7 +61,7 @@ def routes(source: Source, kind: str, fmt: Format) -> list[Route]:
         if accepted.form in provided:
             found.append(Route(kind, fmt.name, accepted.form, (), tuple(accepted.honours), tuple(accepted.cannot),
                                accepted.max_inputs))
-        step = next((c for c in CONVERSIONS if c.produces == accepted.form and c.consumes in provided), None)
+        step = next((c for c in STEPS.values() if c.produces == accepted.form and c.consumes in provided), None)
         if step is not None:
             found.append(Route(kind, fmt.name, accepted.form, (step,), tuple(accepted.honours),
                                tuple(dict.fromkeys([*step.cannot,
@@ -120,7 +120,7 @@ def table(sources: Iterable[Source] | None = None, formats: Iterable[Format] | N
     from .formats import FORMATS
     from .sources import SOURCES
 
-    return [r for s in (SOURCES if sources is None else sources) for kind in s.provides
+    return [r for s in (SOURCES.values() if sources is None else sources) for kind in s.provides
             for f in (FORMATS.values() if formats is None else formats) if (r := route(s, kind, f)) is not None]
 
 

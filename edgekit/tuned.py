@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 
 from . import cache
 from .version import __version__
-from .devices import SYSROOT_ENV, DeviceFacts
+from .devices import DeviceFacts
 from .fsutil import sha256_hex
 from .logs import quiet
 from .manifest import Manifest
@@ -47,20 +47,7 @@ def manifest_digest(root: Path) -> str:
 def device_identity(facts: DeviceFacts) -> dict[str, Any]:
     """What makes one device's timings another's: OS, architecture, board, CPU model, cores, GPU."""
     return {"os": facts.os, "arch": facts.arch, "board": facts.device_tree_model, "tegra": facts.nv_tegra_release,
-            "cuda": facts.cuda, "cores": facts.cpu_count, "cpu": _cpu_model()}
-
-
-def _cpu_model() -> str:
-    root = Path(os.environ.get(SYSROOT_ENV) or "/")
-    try:
-        with open(root / "proc/cpuinfo", errors="replace") as lines:
-            for line in lines:
-                key, _, value = line.partition(":")
-                if key.strip() in ("model name", "Hardware", "Model", "cpu model"):
-                    return value.strip()
-    except OSError:
-        pass
-    return os.uname().machine
+            "cuda": facts.cuda, "cores": facts.cpu_count, "cpu": facts.cpu_model or facts.arch}
 
 
 def runtime_identity() -> dict[str, str]:

@@ -42,6 +42,7 @@ import edgekit  # noqa: E402
 from edgekit import worker  # noqa: E402
 from edgekit.formats.tflite.litert import LiteRTBackend, open_interpreter  # noqa: E402
 from edgekit.formats.onnx.onnxruntime import OnnxRuntimeBackend  # noqa: E402
+from edgekit.devices import DeviceFacts  # noqa: E402
 from edgekit.formats import FORMATS  # noqa: E402
 from edgekit.formats.tflite.build import convert as tflite_convert  # noqa: E402
 from edgekit.sources.tensorflow import prepare  # noqa: E402
@@ -50,17 +51,9 @@ from edgekit.sources.tensorflow import prepare  # noqa: E402
 def cpu_description() -> dict[str, object]:
     """CPU model and the SIMD features that decide INT8 vs float speed on x86 (VNNI above all)."""
     info: dict[str, object] = {"machine": platform.machine(), "cpus": os.cpu_count()}
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return info
-    for line in text.splitlines():
-        if line.startswith("model name"):
-            info["model"] = line.split(":", 1)[1].strip()
-        if line.startswith("flags"):
-            flags = set(line.split(":", 1)[1].split())
-            info["simd"] = sorted(flags & {"avx2", "avx512f", "avx512_vnni", "avx_vnni", "amx_int8", "fma"})
-            break
+    facts = DeviceFacts.read()
+    info["model"] = facts.cpu_model
+    info["simd"] = sorted(facts.cpu_flags & {"avx2", "avx512f", "avx512_vnni", "avx_vnni", "amx_int8", "fma"})
     return info
 
 

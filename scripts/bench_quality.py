@@ -53,7 +53,7 @@ sys.path.insert(0, str(ROOT / "models" / "attention"))
 sys.modules.pop("build")
 import build as attention_models  # noqa: E402
 import edgekit  # noqa: E402
-from edgekit.devices import int8_kernel_features  # noqa: E402
+from edgekit.formats.onnx.kernels import int8_kernel_features  # noqa: E402
 
 ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
 

@@ -233,7 +233,8 @@ def int8_vs_float(package: Path, threads: int | list[int], runs: int) -> dict:
     same threads (>1: faster), per runtime its INT8 against its own float fallback, and the best
     INT8 (among artifacts that passed their gates) against the fastest float."""
     from edgekit.bench.harness import BenchOptions, bench
-    from edgekit.devices import get_profile, int8_kernel_features
+    from edgekit.devices import get_profile
+    from edgekit.formats.onnx.kernels import int8_kernel_features
     from edgekit.runtime import runnable, verdict_holds_here
     from edgekit.tune import resolve_package
 

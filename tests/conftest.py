@@ -8,6 +8,7 @@ runtime; TensorFlow runs only in child processes, as in production.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -241,3 +242,66 @@ def device_matches(package: Path, x: np.ndarray, expected: np.ndarray, tolerance
         assert run.returncode == 0, run.stderr
         got = np.load(work / "device_out.npy")
         assert got.shape == expected.shape and np.abs(got - expected).max() < tolerance, artifact
+
+
+def edgekit_with(tmp_path: Path, added: dict[str, str], profiles: bool = True
+                 ) -> Callable[..., subprocess.CompletedProcess[str]]:
+    """A copy of the edgekit package with ``added`` files (path below ``edgekit/`` -> text) and a
+    ``child(*args)`` that runs ``python ARGS`` on it in ``tmp_path``: a toy format, source, kind or
+    step is one new module, nothing else edited. ``profiles``: the checkout's device profiles (the
+    copy has no ``targets/``; without them a package is for this machine alone)."""
+    site = tmp_path / "site"
+    shutil.copytree(ROOT / "edgekit", site / "edgekit", ignore=shutil.ignore_patterns("__pycache__"))
+    add_to_copy(site, added)
+    env = {**os.environ, "PYTHONPATH": str(site), "TF_CPP_MIN_LOG_LEVEL": "3",
+           **({"EDGEKIT_PROFILES": str(ROOT / "targets")} if profiles else {})}
+
+    def child(*args: object, timeout: float = 900) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, *map(str, args)], capture_output=True, text=True, env=env,
+                              cwd=tmp_path, timeout=timeout)
+
+    child.site = site  # type: ignore[attr-defined]
+    return child
+
+
+def add_to_copy(site: Path, added: dict[str, str]) -> None:
+    """Write files into ``edgekit_with``'s copy (``site``), dedented."""
+    for relative, text in added.items():
+        path = site / "edgekit" / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text).lstrip())
+
+
+# A toy module's function (inserted into its text: the module runs in the copy, without tests/):
+# a dense layer with a ReLU (``w``, ``b`` in an .npz) as a float ONNX graph
+DENSE_LAYER_ONNX = '''
+def dense_layer_onnx(weights, path):
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    with np.load(weights) as stored:
+        w, b = stored["w"].astype(np.float32), stored["b"].astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["features", "w"], ["z"], name="dense"),
+         helper.make_node("Add", ["z", "b"], ["y"], name="bias"),
+         helper.make_node("Relu", ["y"], ["activation"], name="relu")],
+        "linear", [helper.make_tensor_value_info("features", TensorProto.FLOAT, ["batch", w.shape[0]])],
+        [helper.make_tensor_value_info("activation", TensorProto.FLOAT, ["batch", w.shape[1]])],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+    return w.shape
+'''
+
+
+def dense_layer_files(folder: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``DENSE_LAYER_ONNX``'s layer as ``dense.linear.npz`` and 240 calibration rows as
+    ``calibration.npz`` in ``folder``: (w, b, x)."""
+    rng = np.random.default_rng(0)
+    w, b = rng.normal(size=(16, 8)).astype(np.float32), rng.normal(size=8).astype(np.float32) * 0.1
+    np.savez(folder / "dense.linear.npz", w=w, b=b)
+    x = rng.normal(size=(240, 16)).astype(np.float32)
+    np.savez(folder / "calibration.npz", x=x)
+    return w, b, x

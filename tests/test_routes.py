@@ -16,7 +16,7 @@ from tests.conftest import CALIBRATION, DIGITS_MODEL, EVAL, ROOT, run_cli
 
 def test_every_source_kind_reaches_every_built_in_format():
     table = routes.table()
-    kinds = {kind for source in SOURCES for kind in source.provides}
+    kinds = {kind for source in SOURCES.values() for kind in source.provides}
     assert kinds == {"keras", "h5", "saved_model", "onnx", "torch_export", "torch_factory", "torchscript"}
     assert {(r.source_kind, r.format) for r in table} == {(k, f) for k in kinds for f in FORMATS}
     by_pair = {(r.source_kind, r.format): r for r in table}
@@ -26,7 +26,7 @@ def test_every_source_kind_reaches_every_built_in_format():
 
 
 def test_routes_follow_the_formats_order_of_preference():
-    source = next(s for s in SOURCES if "torch_export" in s.provides)
+    source = next(s for s in SOURCES.values() if "torch_export" in s.provides)
     either = Format("x", "", lambda: None, (), "", "", accepts=(Accepts(forms.TF_GRAPH), Accepts(forms.ONNX_GRAPH)))
     assert routes.route(source, "torch_export", either).form == forms.ONNX_GRAPH  # the first it can reach
     nothing = Format("y", "", lambda: None, (), "", "", accepts=(Accepts(forms.KERAS_MODEL),))
@@ -38,7 +38,7 @@ def test_routes_follow_the_formats_order_of_preference():
 
 @pytest.mark.parametrize("option, able", [("explain", "tflite --format onnx"), ("int16", "tflite --format onnx")])
 def test_an_option_a_route_cannot_honour_is_refused_with_the_routes_that_can(option, able):
-    keras = next(s for s in SOURCES if "keras" in s.provides)
+    keras = next(s for s in SOURCES.values() if "keras" in s.provides)
     with pytest.raises(RouteError) as refused:
         routes.plan(keras, "keras", FORMATS.values(), {option: True})
     flag = routes.ROUTE_OPTIONS[option]
@@ -55,18 +55,18 @@ def test_an_option_a_route_cannot_honour_is_refused_with_the_routes_that_can(opt
 def test_every_tflite_route_has_per_layer_precision(option):
     """LiteRT Quantizer on the float conversion: the litert-torch routes (PyTorch and ONNX
     sources) honour --keep-float, --int16-activations and --explain, as TensorFlow's does."""
-    for source in SOURCES:
+    for source in SOURCES.values():
         for kind in source.provides:
             route = routes.route(source, kind, FORMATS["tflite"])
             if route is not None:
                 assert option in route.honours, route.describe()
-    onnx_source = next(s for s in SOURCES if "onnx" in s.provides)
+    onnx_source = next(s for s in SOURCES.values() if "onnx" in s.provides)
     with pytest.raises(RouteError, match="onnx -> onnx-to-torch -> torch-module -> coreml"):
         routes.plan(onnx_source, "onnx", FORMATS.values(), {option: True})
 
 
 def test_keep_float_reaches_every_format_from_keras_and_tensorflow_graphs_but_not_traced_pytorch_coreml():
-    for source in SOURCES:
+    for source in SOURCES.values():
         for kind in source.provides:
             for fmt in FORMATS.values():
                 route = routes.route(source, kind, fmt)

@@ -153,7 +153,7 @@ def test_formats_never_ask_what_the_source_was():
     from edgekit.formats.building import BuildContext
     from edgekit.sources import SOURCES
 
-    kinds = {kind for source in SOURCES for kind in source.provides} - set(FORMATS)
+    kinds = {kind for source in SOURCES.values() for kind in source.provides} - set(FORMATS)
     assert kinds >= {"keras", "h5", "saved_model", "torch_export", "torchscript", "torch_factory"}
     assert not {"source_kind", "source_path", "saved_model", "onnx_model"} & set(BuildContext.__dataclass_fields__)
     for path in sorted((PACKAGE / "formats").rglob("*.py")):
@@ -250,3 +250,23 @@ def test_the_kind_comparison_finder_finds_one(tmp_path):
     module = tmp_path / "m.py"
     module.write_text('def f(kind):\n    return kind.kind in ("classes", "bins") or kind.startswith("detections")\n')
     assert len(_kind_comparisons(module, {"classes", "bins", "detections:yolo"})) == 2
+
+
+def test_one_module_reads_the_cpu_description():
+    """``/proc/cpuinfo`` is read once, by ``DeviceFacts.read`` (below the test sysroot); the rest ask
+    ``DeviceFacts`` for ``cpu_model``/``cpu_flags``. Scripts included."""
+    readers = []
+    for path in sorted([*PACKAGE.rglob("*.py"), *(ROOT / "scripts").glob("*.py")]):
+        if any(v.rstrip("/").endswith("proc/cpuinfo") for v in _names_and_literals(path)[1]):
+            readers.append(str(path.relative_to(ROOT)))
+    assert readers == ["edgekit/devices.py"], readers
+
+
+def test_onnx_runtime_kernel_knowledge_stays_in_the_onnx_format():
+    """Which CPUs' int8 kernels saturate in ONNX Runtime is the ONNX format's (``kernels.py``); the
+    packaging core asks ``Builder.fused_kernels``."""
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if PACKAGE / "formats" / "onnx" in path.parents:
+            continue
+        names = _names_and_literals(path)[0]
+        assert "int8_kernel_features" not in names, path

@@ -25,15 +25,8 @@ _root, _read = root, read
 
 
 def cpu_info(root: Path) -> dict[str, Any]:
-    text = _read(root / "proc/cpuinfo")
-    model = ""
-    for key in ("model name", "Model", "Hardware", "cpu model"):
-        match = re.search(rf"^{key}\s*:\s*(.+)$", text, re.MULTILINE)
-        if match:
-            model = match.group(1).strip()
-            break
-    flags_match = re.search(r"^(?:flags|Features)\s*:\s*(.+)$", text, re.MULTILINE)
-    flags = set(flags_match.group(1).split()) if flags_match else set()
+    facts = DeviceFacts.read(root)
+    model, flags = facts.cpu_model, facts.cpu_flags
     interesting = {"avx2", "avx512f", "avx512_vnni", "avx_vnni", "amx_int8", "fma", "neon", "asimd", "asimddp", "i8mm"}
     cpufreq = root / "sys/devices/system/cpu/cpu0/cpufreq"
     khz = lambda name: int(_read(cpufreq / name)) if _read(cpufreq / name).isdigit() else None  # noqa: E731

@@ -8,12 +8,12 @@ metadata all read from here. Built-in formats come first, in this order; others 
 
 from __future__ import annotations
 
-import importlib
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import BackendUnavailableError, EdgekitError
+from ..registry import Registry, discover
 from .backend import Backend, TensorInfo
 from .base import Accepts, Format, Option
 
@@ -24,14 +24,20 @@ _FIRST = ("tflite", "onnx", "coreml")
 DEFAULT_FORMAT = "tflite"  # what `edgekit package` builds without --format
 
 
-def _discover() -> dict[str, Format]:
-    found: dict[str, Format] = {}
-    # a folder with an __init__.py (os.scandir: pkgutil's import costs every cold start a millisecond)
-    with os.scandir(Path(__file__).parent) as entries:
-        folders = [e.name for e in entries if e.is_dir() and e.name.isidentifier()
-                   and os.path.isfile(os.path.join(e.path, "__init__.py"))]
-    for folder in sorted(folders, key=lambda n: (_FIRST.index(n) if n in _FIRST else len(_FIRST), n)):
-        module = importlib.import_module(f"{__name__}.{folder}")
+def register(fmt: Format, into: Registry[Format] | None = None) -> None:
+    """Add a format (discovery does this for folders; tests and plugins may call it). A format's
+    name and each of its backends' names must be new."""
+    target = FORMATS if into is None else into
+    for backend in fmt.backends:
+        for other in target.values():
+            if other.name != fmt.name and any(b.name == backend.name and b is not backend for b in other.backends):
+                raise ValueError(f"backend name {backend.name!r} of format {fmt.name!r} is already used by {other.name!r}")
+    target.add(fmt.name, fmt)
+
+
+def _discover() -> Registry[Format]:
+    found: Registry[Format] = Registry("format")
+    for module in discover(__name__, os.path.dirname(__file__), folders=True, first=_FIRST):
         fmt = getattr(module, "FORMAT", None)
         if fmt is None:
             continue
@@ -41,20 +47,7 @@ def _discover() -> dict[str, Format]:
     return found
 
 
-def register(fmt: Format, into: dict[str, Format] | None = None) -> None:
-    """Add a format (discovery does this for folders; tests and plugins may call it)."""
-    target = FORMATS if into is None else into
-    if fmt.name in target:
-        raise ValueError(f"format {fmt.name!r} is registered twice")
-    for backend in fmt.backends:
-        for other in target.values():
-            if any(b.name == backend.name and b is not backend for b in other.backends):
-                raise ValueError(f"backend name {backend.name!r} of format {fmt.name!r} is already used by {other.name!r}")
-    target[fmt.name] = fmt
-
-
-FORMATS: dict[str, Format] = {}
-FORMATS.update(_discover())
+FORMATS: Registry[Format] = _discover()
 
 
 def __getattr__(name: str) -> Any:

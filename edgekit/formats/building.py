@@ -218,6 +218,11 @@ class Builder(ABC):
         kernels (which may saturate where a device's would not); None when the runtime does not fuse."""
         return None
 
+    def fused_kernels(self) -> str:
+        """This CPU's fused int8 kernels in words, where the runtime fuses (``unfused_backend_options``):
+        what the build line names when they and the quantization disagree."""
+        return ""
+
     def place_fallback(self, source: Path, target: Path) -> None:
         """Put the float fallback file (or .mlpackage folder) into the package."""
         import shutil

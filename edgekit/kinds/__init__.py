@@ -11,41 +11,26 @@ parts of one op and one magnitude are one group.
 
 from __future__ import annotations
 
-import importlib
 import os
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ..errors import EdgekitError
+from ..registry import Registry, discover
 from .base import Graph, Group, Kind, OutputKind, TaskResult
 
 MAGNITUDE_RATIO = 10.0  # parts of one op whose value ranges differ more than this are different quantities
 
-KINDS: dict[str, Kind] = {}
+KINDS: Registry[Kind] = Registry("output kind")
 
 
 def register(kind: type[Kind] | Kind) -> Any:
     """Add a kind (a class, as a decorator, or an instance); its name must be new."""
     instance = kind() if isinstance(kind, type) else kind
-    if not instance.name or instance.name in KINDS:
-        raise ValueError(f"output kind {instance.name!r} is unnamed or registered twice")
-    KINDS[instance.name] = instance
+    KINDS.add(instance.name, instance)
     return kind
-
-
-def unregister(name: str) -> None:
-    KINDS.pop(name, None)
-
-
-def _discover() -> None:
-    with os.scandir(Path(__file__).parent) as entries:
-        modules = sorted(e.name[:-3] for e in entries if e.name.endswith(".py") and e.name[:-3].isidentifier()
-                         and e.name not in ("__init__.py", "base.py"))
-    for module in modules:
-        importlib.import_module(f"{__name__}.{module}")
 
 
 def ordered() -> list[Kind]:
@@ -201,7 +186,8 @@ def _same_magnitude(reference: np.ndarray, axis: int, a: Group, b: Group) -> boo
     return high / low <= MAGNITUDE_RATIO
 
 
-_discover()
+for _module in discover(__name__, os.path.dirname(__file__), folders=False, skip=("base",)):
+    pass  # importing a kind's module registers it (@register)
 
 __all__ = ["KINDS", "Group", "Kind", "OutputKind", "TaskResult", "evaluate", "infer", "kind_help", "kind_names", "ordered",
            "parse_kind", "register", "resolve_kinds", "show_value"]

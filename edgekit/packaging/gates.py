@@ -27,7 +27,6 @@ import math
 from dataclasses import asdict, dataclass, replace
 from typing import Any, NamedTuple
 
-from ..devices import int8_kernel_features
 from ..formats.building import Fix, int16_fix, keep_float_fix
 from ..kinds import OutputKind, show_value
 from .validate import Measured
@@ -163,7 +162,7 @@ def saturation_note(fmt: str, measured: Measured, remedies: Remedies = Remedies(
             return None
         numbers = "; ".join(f"{name or 'output'}: {measured.outputs[name].sqnr_db:.1f} dB as quantized, {v:.1f} dB "
                             f"on this CPU" for name, v in lost.items())
-        return (f"{fmt}: judged {measured.judged_by}. This CPU's fused int8 kernels ({int8_kernel_features()}) "
+        return (f"{fmt}: judged {measured.judged_by}. This CPU's fused int8 kernels ({measured.kernels}) "
                 f"would lose accuracy on it ({numbers}); they are not what runs it")
     found = saturated_outputs(measured)
     if not found:
@@ -171,7 +170,7 @@ def saturation_note(fmt: str, measured: Measured, remedies: Remedies = Remedies(
     numbers = "; ".join(f"{name or 'output'}: {q:.1f} dB as quantized, {measured.outputs[name].sqnr_db:.1f} dB on "
                         f"this CPU" for name, q in found.items())
     why = f": {remedies.saturation}" if remedies.saturation else ""
-    return f"{fmt}: this CPU's fused int8 kernels saturate ({numbers}). It has {int8_kernel_features()}{why}"
+    return f"{fmt}: this CPU's fused int8 kernels saturate ({numbers}). It has {measured.kernels}{why}"
 
 
 def _fixes(remedies: Remedies, saturated: bool, producer: str | None) -> tuple[Fix, ...]:

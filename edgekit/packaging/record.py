@@ -103,11 +103,9 @@ def _measured(comparison: Measured, measured_by: str | None) -> dict[str, Any]:
     if comparison.judged_by:
         found["judged_by"] = comparison.judged_by
     if comparison.on_this_cpu:
-        from ..devices import int8_kernel_features
-
         # judged as quantized: what the build machine's own fused kernels gave, for information
         found["on_this_cpu"] = {
-            "evaluated": f"this CPU's fused int8 kernels ({int8_kernel_features()}); not the verdict",
+            "evaluated": f"this CPU's fused int8 kernels ({comparison.kernels}); not the verdict",
             "sqnr_db": min(c.sqnr_db for c in comparison.on_this_cpu.values()),
             "outputs": {o: c.to_dict() for o, c in comparison.on_this_cpu.items()},
         }

@@ -28,7 +28,7 @@ def compare(builder: Builder, staged: Path, mixed: BuildResult, fallback: BuildR
             evaluation: dict[str, np.ndarray]) -> dict[str, Any] | None:
     """The mixed artifact's and the float fallback's median latency here; None without a runtime
     (or when the runtime cannot time them: a crash there ends a child process, never the packager)."""
-    from ..devices import DeviceFacts, int8_kernel_features
+    from ..devices import DeviceFacts
 
     medians = median_ms(builder, {"mixed": staged / mixed.artifact.path, "float": staged / fallback.artifact.path},
                         evaluation, f"timing {mixed.artifact.key} against {fallback.artifact.key}")
@@ -38,7 +38,7 @@ def compare(builder: Builder, staged: Path, mixed: BuildResult, fallback: BuildR
     return {"mixed_ms": round(mixed_ms, 4), "float_ms": round(float_ms, 4),
             "speedup": round(float_ms / mixed_ms, 3) if mixed_ms > 0 else None,
             "float_artifact": fallback.artifact.key, "threads": 1, "batch": 1,
-            "arch": DeviceFacts.read().arch, "cpu": int8_kernel_features(),
+            "arch": DeviceFacts.read().arch, "cpu": builder.fused_kernels() or DeviceFacts.read().cpu_model,
             "how": f"interleaved, {ROUNDS} rounds of {RUNS} calls, median of the round medians"}
 
 

@@ -55,6 +55,7 @@ class Measured:
     # which arithmetic the verdict above is on: this CPU's runtime as a device runs it, or the
     # quantization itself for an artifact built for devices whose kernels compute it exactly
     judged_by: str = ""
+    kernels: str = ""  # this CPU's fused int8 kernels in words (``Builder.fused_kernels``), where they run
     # judged as quantized: what this CPU's own fused kernels give (information, not the verdict)
     on_this_cpu: dict[str, OutputComparison] | None = None
     # the outputs judged, by name (sample-aligned with the reference): what the search's confirmation
@@ -112,11 +113,9 @@ def measure(built: BuildResult, builder: Builder, staged: Path, data: PreparedDa
     candidate = plain if verdict_on_plain else fused
     judged_by = ""
     if unfused is not None:
-        from ..devices import int8_kernel_features
-
         judged_by = (f"as quantized (the QDQ graph without int8 kernel fusion: the exact int8 arithmetic of the "
                      f"devices it is built for): {as_quantized}" if verdict_on_plain
-                     else f"on this CPU's fused int8 kernels ({int8_kernel_features()}), as the runtime here runs it")
+                     else f"on this CPU's fused int8 kernels ({builder.fused_kernels()}), as the runtime here runs it")
     outputs = {n: compare_outputs(reference[n], candidate[n], data.targets_y if n == data.labelled_output else None,
                                   judging.kinds.get(n)) for n in names}
     if data.labelled_output is not None:
@@ -144,7 +143,7 @@ def measure(built: BuildResult, builder: Builder, staged: Path, data: PreparedDa
         on_this_cpu = {n: compare_outputs(reference[n], fused[n], kind=judging.kinds.get(n)) for n in names}
     conversion = _float_conversion(built, builder, data, reference, judging) if quantized else None
     return Measured(outputs, summary, tasks, metric, quantization, conversion, built.float_by if conversion else "",
-                    judged_by, on_this_cpu, candidate)
+                    judged_by, builder.fused_kernels() if unfused is not None else "", on_this_cpu, candidate)
 
 
 def _float_conversion(built: BuildResult, builder: Builder, data: PreparedData,

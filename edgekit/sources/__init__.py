@@ -7,13 +7,12 @@ is one of its kinds.
 
 from __future__ import annotations
 
-import importlib
 import os
 import re
-import pkgutil
 from pathlib import Path
 
 from ..errors import ModelSourceError
+from ..registry import Registry, discover, gather
 from .base import Source
 
 _FIRST = ("tensorflow", "onnx")
@@ -21,23 +20,15 @@ _NOT_YET = {".tflite": "TFLite", ".mlpackage": "CoreML"}
 _FACTORY = re.compile(r"^(?P<file>.+\.py):(?P<function>[A-Za-z_]\w*)$")  # file.py:factory (PyTorch)
 
 
-def _discover() -> list[Source]:
-    found = []
-    names = [m.name for m in pkgutil.iter_modules([str(Path(__file__).parent)]) if m.name != "base"]
-    for name in sorted(names, key=lambda n: (_FIRST.index(n) if n in _FIRST else len(_FIRST), n)):
-        source = getattr(importlib.import_module(f"{__name__}.{name}"), "SOURCE", None)
-        if isinstance(source, Source):
-            found.append(source)
-    return found
-
-
-SOURCES: list[Source] = _discover()
+SOURCES: Registry[Source] = gather(Registry("source"), discover(__name__, os.path.dirname(__file__), folders=False,
+                                                             first=_FIRST, skip=("base",)),
+                                   "SOURCE", Source, lambda source: source.name)
 
 
 def detect_source(path: str | os.PathLike[str]) -> tuple[Source, str]:
     """The source that reads the model at ``path`` and the model's kind; a clear error otherwise."""
     model = Path(path)
-    accepts = "; ".join(s.accepts for s in SOURCES)
+    accepts = "; ".join(s.accepts for s in SOURCES.values())
     factory = _FACTORY.match(str(path))
     if factory and not Path(factory["file"]).is_file():
         raise ModelSourceError(f"model factory file {factory['file']} does not exist",
@@ -51,7 +42,7 @@ def detect_source(path: str | os.PathLike[str]) -> tuple[Source, str]:
         )
     if not factory and not model.is_dir() and not os.access(model, os.R_OK):
         raise ModelSourceError(f"model {model} is not readable", hint="check the file's permissions")
-    for source in SOURCES:
+    for source in SOURCES.values():
         try:
             kind = source.detect(model)
         except OSError as exc:

@@ -11,6 +11,7 @@ from typing import Any
 from .. import forms
 from ..errors import ConversionError, EdgekitError, UnsupportedOpError
 from ..forms import ModelForm
+from .base import Conversion
 
 TF2ONNX_OPSET = 17  # what tf2onnx writes (the ONNX format quantizes opset 13 and later)
 
@@ -34,6 +35,9 @@ def tf2onnx(form: ModelForm, context: Any) -> ModelForm:
         version_file.write_text(match.group(1) if match else "")
     version = version_file.read_text()
     return ModelForm(forms.ONNX_GRAPH, str(output), via=f"tf2onnx {version}".strip())
+
+
+CONVERSIONS = (Conversion("tf2onnx", forms.TF_GRAPH, forms.ONNX_GRAPH, tf2onnx),)
 
 
 def explain_tf2onnx_failure(log: str, layer_names: list[str] | None = None) -> EdgekitError:

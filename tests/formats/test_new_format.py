@@ -10,15 +10,10 @@ artifact/backend and the server's model metadata.
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
-import sys
-import textwrap
 
 import pytest
 
-from tests.conftest import CALIBRATION, DIGITS_MODEL, EVAL, ROOT
+from tests.conftest import CALIBRATION, DIGITS_MODEL, EVAL, edgekit_with
 
 pytestmark = pytest.mark.slow
 
@@ -123,17 +118,12 @@ print(json.dumps({"chosen": chosen, "outputs": outputs, "platform": metadata["pl
 
 
 def test_a_toy_format_is_one_folder(tmp_path):
-    site = tmp_path / "site"
-    shutil.copytree(ROOT / "edgekit", site / "edgekit", ignore=shutil.ignore_patterns("__pycache__"))
-    toy = site / "edgekit" / "formats" / "toy"
-    toy.mkdir()
-    for name, text in (("__init__.py", TOY_INIT), ("backend.py", TOY_BACKEND), ("build.py", TOY_BUILD)):
-        (toy / name).write_text(textwrap.dedent(text).lstrip())
-    env = {**os.environ, "PYTHONPATH": str(site), "TF_CPP_MIN_LOG_LEVEL": "3"}
+    python = edgekit_with(tmp_path, {"formats/toy/__init__.py": TOY_INIT, "formats/toy/backend.py": TOY_BACKEND,
+                                     "formats/toy/build.py": TOY_BUILD}, profiles=False)
+    site = python.site
 
     def edgekit_cli(*args):
-        return subprocess.run([sys.executable, "-m", "edgekit.cli", *map(str, args)], capture_output=True, text=True,
-                              env=env, cwd=tmp_path, timeout=600)
+        return python("-m", "edgekit.cli", *args, timeout=600)
 
     assert "toy" in edgekit_cli("package", "--help").stdout  # --format choices
     profiles = edgekit_cli("profiles")
@@ -150,14 +140,12 @@ def test_a_toy_format_is_one_folder(tmp_path):
 
     x, _ = load_npz(EVAL)
     np.save(tmp_path / "x.npy", (x[:3] / 255).astype(np.float32))
-    probe = subprocess.run([sys.executable, "-c", PROBE, str(tmp_path / "out" / "digits.edgekit"),
-                            str(tmp_path / "x.npy")], capture_output=True, text=True, env=env, cwd=tmp_path)
+    probe = python("-c", PROBE, tmp_path / "out" / "digits.edgekit", tmp_path / "x.npy")
     assert probe.returncode == 0, probe.stderr[-3000:]
     found = json.loads(probe.stdout.strip().splitlines()[-1])
     assert found["edgekit"].startswith(str(site))  # the copy with the new folder, nothing else
     assert found["chosen"] == ["toy", "numpy-linear"] and found["outputs"] == [3, 10]
     assert found["platform"] == "toy_linear" and found["artifact"] == "toy"
-    run = subprocess.run([sys.executable, "-m", "edgekit.run", str(tmp_path / "out" / "digits.edgekit"),
-                          "-i", str(tmp_path / "x.npy"), "--artifact", "toy", "-v"],
-                         capture_output=True, text=True, env=env, cwd=tmp_path)
+    run = python("-m", "edgekit.run", tmp_path / "out" / "digits.edgekit", "-i", tmp_path / "x.npy", "--artifact",
+                 "toy", "-v")
     assert run.returncode == 0 and "artifact=toy" in run.stderr and "backend=numpy-linear" in run.stderr, run.stderr

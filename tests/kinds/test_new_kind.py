@@ -8,16 +8,11 @@ the edgekit package; a child process using that copy packages a small ONNX model
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
-import sys
-import textwrap
 
 import numpy as np
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import edgekit_with
 
 pytestmark = pytest.mark.slow
 
@@ -68,18 +63,14 @@ def _tanh_model(path, rng):
 
 
 def test_a_toy_kind_is_one_module_inferred_gated_and_shown(tmp_path):
-    site = tmp_path / "site"
-    shutil.copytree(ROOT / "edgekit", site / "edgekit", ignore=shutil.ignore_patterns("__pycache__"))
-    (site / "edgekit" / "kinds" / "signs.py").write_text(textwrap.dedent(TOY_KIND).lstrip())
+    python = edgekit_with(tmp_path, {"kinds/signs.py": TOY_KIND})
     rng = np.random.default_rng(0)
     _tanh_model(tmp_path / "hashing.onnx", rng)
     np.save(tmp_path / "calibration.npy", rng.normal(size=(200, 8)).astype(np.float32))
     np.save(tmp_path / "eval.npy", rng.normal(size=(200, 8)).astype(np.float32))
-    env = {**os.environ, "PYTHONPATH": str(site), "EDGEKIT_PROFILES": str(ROOT / "targets")}
 
     def child(*args):
-        return subprocess.run([sys.executable, "-m", "edgekit.cli", *map(str, args)], capture_output=True, text=True,
-                              env=env, cwd=tmp_path, timeout=900)
+        return python("-m", "edgekit.cli", *args)
 
     assert "signs" in child("package", "--help").stdout  # --output-kind lists it
     built = child("package", tmp_path / "hashing.onnx", "-c", tmp_path / "calibration.npy", "--eval",

@@ -12,7 +12,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from edgekit.devices import int8_kernel_features
+from edgekit.formats.onnx.kernels import int8_kernel_features
 from tests.conftest import assert_user_error, edgekit_cli, run_tf
 
 pytestmark = pytest.mark.slow

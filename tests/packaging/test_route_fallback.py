@@ -14,7 +14,7 @@ from tests.conftest import edgekit_cli, verdict_model
 
 
 def _pytorch():
-    return next(s for s in SOURCES if "torch_export" in s.provides)
+    return next(s for s in SOURCES.values() if "torch_export" in s.provides)
 
 
 def test_every_route_to_a_format_is_listed_preferred_first():

@@ -33,7 +33,7 @@ def crashy_registered(monkeypatch):
     monkeypatch.setenv("PYTHONPATH", str(ROOT))  # the child imports the format's backend by name
     register(crashing_format.FORMAT)
     yield
-    FORMATS.pop("crashy", None)
+    FORMATS.remove("crashy")
 
 
 def test_a_runtime_killed_by_a_signal_fails_its_format_and_the_others_ship(tmp_path, crashy_registered):

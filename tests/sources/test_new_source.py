@@ -11,16 +11,11 @@ device runtime's predictions match the layer computed with NumPy.
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
-import sys
-import textwrap
 
 import numpy as np
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import DENSE_LAYER_ONNX, dense_layer_files, edgekit_with
 
 pytestmark = pytest.mark.slow
 
@@ -39,26 +34,11 @@ def detect(model: Path):
 
 
 def prepare(model_path, kind, export_dir, hints=None):
-    import numpy as np
-    import onnx
-    from onnx import TensorProto, helper, numpy_helper
-
-    with np.load(model_path) as stored:
-        w, b = stored["w"].astype(np.float32), stored["b"].astype(np.float32)
-    graph = helper.make_graph(
-        [helper.make_node("MatMul", ["features", "w"], ["z"], name="dense"),
-         helper.make_node("Add", ["z", "b"], ["y"], name="bias"),
-         helper.make_node("Relu", ["y"], ["activation"], name="relu")],
-        "linear", [helper.make_tensor_value_info("features", TensorProto.FLOAT, ["batch", w.shape[0]])],
-        [helper.make_tensor_value_info("activation", TensorProto.FLOAT, ["batch", w.shape[1]])],
-        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
     path = str(Path(export_dir).with_name("linear.onnx"))
-    onnx.save(model, path)
+    inputs, outputs = dense_layer_onnx(model_path, path)
     return {
-        "inputs": [{"name": "features", "shape": [-1, int(w.shape[0])], "dtype": "float32"}],
-        "outputs": [{"name": "activation", "shape": [-1, int(w.shape[1])], "dtype": "float32"}],
+        "inputs": [{"name": "features", "shape": [-1, int(inputs)], "dtype": "float32"}],
+        "outputs": [{"name": "activation", "shape": [-1, int(outputs)], "dtype": "float32"}],
         "layers": ["dense", "bias", "relu"], "rescales": False, "output_layers": {"activation": "relu"},
         "model_path": model_path,
         "forms": {forms.ONNX_GRAPH: ModelForm(forms.ONNX_GRAPH, path, via="toy dense layer as ONNX").to_dict()},
@@ -75,26 +55,12 @@ def float_reference(prepared, inputs_npz, output_npz):
 
 SOURCE = Source(name="toy", accepts="NAME.linear.npz", detect=detect, prepare=prepare,
                 float_reference=float_reference, provides={"linear": (forms.ONNX_GRAPH,)})
-'''
+''' + DENSE_LAYER_ONNX
 
 
 def test_a_toy_source_is_one_module_and_reaches_every_format(tmp_path):
-    site = tmp_path / "site"
-    shutil.copytree(ROOT / "edgekit", site / "edgekit", ignore=shutil.ignore_patterns("__pycache__"))
-    (site / "edgekit" / "sources" / "toy_linear.py").write_text(textwrap.dedent(TOY_SOURCE).lstrip())
-    rng = np.random.default_rng(0)
-    w, b = rng.normal(size=(16, 8)).astype(np.float32), rng.normal(size=8).astype(np.float32) * 0.1
-    np.savez(tmp_path / "dense.linear.npz", w=w, b=b)
-    x = rng.normal(size=(240, 16)).astype(np.float32)
-    np.savez(tmp_path / "calibration.npz", x=x)
-    # the checkout's device profiles: the copy has no targets/, and without them the package would be
-    # for this machine alone (then its S8S8 ONNX is judged by this CPU's kernels, which saturate without VNNI)
-    env = {**os.environ, "PYTHONPATH": str(site), "TF_CPP_MIN_LOG_LEVEL": "3", "EDGEKIT_PROFILES": str(ROOT / "targets")}
-
-    def child(*args):
-        return subprocess.run([sys.executable, *map(str, args)], capture_output=True, text=True, env=env,
-                              cwd=tmp_path, timeout=900)
-
+    child = edgekit_with(tmp_path, {"sources/toy_linear.py": TOY_SOURCE})
+    w, b, x = dense_layer_files(tmp_path)
     routes = child("-m", "edgekit.cli", "routes")
     assert "linear -> onnx-graph -> onnx" in routes.stdout, routes.stdout
     assert "linear -> onnx-to-torch -> torch-program -> tflite" in routes.stdout

@@ -50,6 +50,11 @@ class ONNXBuilder(Builder):
     def unfused_backend_options(self) -> dict[str, Any] | None:
         return {"graph_optimizations": False}
 
+    def fused_kernels(self) -> str:
+        from .kernels import int8_kernel_features
+
+        return int8_kernel_features()
+
     def place_fallback(self, source: Path, target: Path) -> None:
         """The float model with its weights inside: an exported model may keep them in a
         ``.onnx.data`` file beside it, which a copy of the ``.onnx`` alone would lose."""

@@ -64,6 +64,6 @@ def runtime_graph(path: str) -> dict[str, Any]:
 
 def _cpu() -> str:
     """The machine and the int8 features that decide ONNX Runtime's kernels (VNNI, dot product)."""
-    from ...devices import int8_kernel_features
+    from .kernels import int8_kernel_features
 
     return f"{platform.machine()}: {int8_kernel_features()}"

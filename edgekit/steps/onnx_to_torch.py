@@ -1,0 +1,35 @@
+"""The ``onnx-to-torch`` step: a float ONNX graph rebuilt as a PyTorch module (``onnx_torch/``), for the
+formats whose converters take PyTorch (litert-torch, coremltools' PyTorch frontend). Declared here,
+apart from the converter, so that reading the route table never imports it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from .. import forms
+from ..forms import ModelForm
+from .base import Conversion, StepContext
+
+
+def onnx_to_torch(produces: str) -> Callable[[ModelForm, StepContext], ModelForm]:
+    """ONNX -> a PyTorch module rebuilt from the graph (``onnx_torch``), loaded by the converter
+    that needs it: nothing runs until then."""
+
+    def step(form: ModelForm, context: StepContext) -> ModelForm:
+        return ModelForm(produces, form.path, loader="edgekit.steps.onnx_torch:load_module",
+                         via="edgekit ONNX -> PyTorch module")
+
+    return step
+
+
+# edgekit's ONNX -> PyTorch converter unrolls GRU and LSTM into linear layers and gates
+# (onnx_torch/recurrent.py); it has no plain RNN
+UNROLLED = ("LSTM", "GRU")
+UNROLLED_CANNOT = tuple(op for op in forms.RECURRENT_OPS if op not in UNROLLED)
+
+CONVERSIONS = (
+    Conversion("onnx-to-torch", forms.ONNX_GRAPH, forms.TORCH_PROGRAM, onnx_to_torch(forms.TORCH_PROGRAM),
+               UNROLLED_CANNOT, UNROLLED),
+    Conversion("onnx-to-torch", forms.ONNX_GRAPH, forms.TORCH_MODULE, onnx_to_torch(forms.TORCH_MODULE),
+               UNROLLED_CANNOT, UNROLLED),
+)
