@@ -341,7 +341,7 @@ def _format_options(p: argparse.ArgumentParser) -> None:
 
 
 def _package(args: argparse.Namespace) -> int:
-    from .formats import build_options, expand_formats
+    from .formats import DEFAULT_FORMAT, build_options, expand_formats
     from .packaging import PackageOptions, build_package, partial_error
     from .progress import Progress
     from .validation_table import render, render_explanations
@@ -355,7 +355,7 @@ def _package(args: argparse.Namespace) -> int:
         keep_float, int16_layers = [*plan.keep_float, *keep_float], [*plan.int16, *int16_layers]
     options = PackageOptions(
         model=str(args.model), calibration=args.calibration, output_dir=str(args.output_dir),
-        formats=expand_formats(args.formats or ["tflite"]), eval=args.eval_data, name=args.name,
+        formats=expand_formats(args.formats or [DEFAULT_FORMAT]), eval=args.eval_data, name=args.name,
         samples=args.samples, eval_samples=args.eval_samples, seed=args.seed,
         max_accuracy_drop=args.max_accuracy_drop, allow_accuracy_drop=args.allow_accuracy_drop,
         allow_float_ops=args.allow_float_ops, force=args.force, archive=args.archive, min_sqnr_db=args.min_sqnr_db,

@@ -18,7 +18,7 @@ from . import cache
 from .version import __version__
 from .devices import DeviceFacts, Profile, check_threads, resolve_profile, runtime_threads
 from .errors import BackendUnavailableError, EdgekitError, PackageError
-from .formats import FORMATS, Backend, Format, backends, format_for_file, format_of_backend, get_backend
+from .formats import DEFAULT_FORMAT, FORMATS, Backend, Format, backends, format_for_file, format_of_backend, get_backend
 from .fsutil import sha256_file, sha256_hex
 from .logs import quiet
 from .manifest import Artifact, Manifest, TensorSpec
@@ -327,7 +327,7 @@ def choose(
         hint=(
             f"install {' or '.join(sorted({_extra(b) for _, b in wanted}))} on this device"
             if wanted
-            else "package it for a format this device runs: --format " + (" or ".join(here) or "tflite")
+            else "package it for a format this device runs: --format " + (" or ".join(here) or DEFAULT_FORMAT)
         ),
     )
 

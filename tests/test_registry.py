@@ -15,7 +15,7 @@ def test_every_axis_is_a_registry_in_its_fixed_order():
     assert all(isinstance(axis, Registry) for axis in (FORMATS, SOURCES, KINDS, STEPS))
     assert list(FORMATS)[:3] == ["tflite", "onnx", "coreml"]
     assert list(SOURCES)[:2] == ["tensorflow", "onnx"]
-    assert list(STEPS) == ["tf2onnx -> onnx-graph", "onnx-to-torch -> torch-program", "onnx-to-torch -> torch-module"]
+    assert list(STEPS) == ["onnx-to-torch -> torch-program", "onnx-to-torch -> torch-module", "tf2onnx -> onnx-graph"]
 
 
 def test_a_name_registered_twice_is_an_error_and_remove_takes_it_out():

@@ -122,13 +122,25 @@ def test_one_version():
     assert re.search(rf'__version__ = "{re.escape(project)}"', (PACKAGE / "version.py").read_text())
 
 
+def _docstrings(tree: ast.Module) -> set[int]:
+    return {id(node.body[0].value) for node in ast.walk(tree)
+            if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+            and node.body and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
+
+
+def _literal_occurrences(path: Path) -> list[tuple[int, str]]:
+    """Every string constant of a module with its line, docstrings left out, each occurrence once."""
+    tree = ast.parse(path.read_text(), str(path))
+    docstrings = _docstrings(tree)
+    return [(node.lineno, node.value) for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings]
+
+
 def _names_and_literals(path: Path) -> tuple[set[str], set[str], set[str]]:
     """A module's identifiers, its string constants (docstrings left out: prose may name
     anything) and the modules it imports."""
     tree = ast.parse(path.read_text(), str(path))
-    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
-                  if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
-                  and node.body and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
+    docstrings = _docstrings(tree)
     names, literals, imported = set(), set(), set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Name):
@@ -183,17 +195,13 @@ def _format_words() -> set[str]:
 
 def test_format_names_outside_the_formats_are_few():
     """String literals that are a format's (or its converter's) name, by the packaging core's
-    rule, counted once per module, in every module outside ``edgekit/formats/``: a choice that
+    rule, counted at every occurrence, in every module outside ``edgekit/formats/``: a choice that
     depends on the format belongs to the format (its ``Format`` fields, ``DeviceRules``)."""
     words = _format_words()
-    found = {}
-    for path in sorted(PACKAGE.rglob("*.py")):
-        if PACKAGE / "formats" in path.parents:
-            continue
-        hits = {v for v in _names_and_literals(path)[1] if v.lower() in words}
-        if hits:
-            found[str(path.relative_to(PACKAGE))] = sorted(hits)
-    assert sum(len(h) for h in found.values()) <= 15, found
+    found = [f"{path.relative_to(PACKAGE)}:{line}: {value}" for path in sorted(PACKAGE.rglob("*.py"))
+             if PACKAGE / "formats" not in path.parents
+             for line, value in _literal_occurrences(path) if value.lower() in words]
+    assert len(found) <= 15, found
 
 
 def test_no_module_outside_the_onnx_format_names_an_onnx_scheme():
@@ -270,3 +278,21 @@ def test_onnx_runtime_kernel_knowledge_stays_in_the_onnx_format():
             continue
         names = _names_and_literals(path)[0]
         assert "int8_kernel_features" not in names, path
+
+
+def test_runtime_library_names_come_from_the_backends():
+    """A list of runtime libraries (benchmark versions, report comparisons, fingerprints) is
+    ``formats.runtime_libraries()``, the backends' own ``libraries``: no hand list outside the formats."""
+    from edgekit.formats import runtime_libraries
+
+    libraries = set(runtime_libraries())
+    lists = []
+    for path in sorted([*PACKAGE.rglob("*.py"), *(ROOT / "scripts").glob("*.py")]):
+        if PACKAGE / "formats" in path.parents:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+                named = {e.value for e in node.elts if isinstance(e, ast.Constant) and e.value in libraries}
+                if len(named) >= 2:
+                    lists.append(f"{path.relative_to(ROOT)}:{node.lineno}: {sorted(named)}")
+    assert not lists, lists

@@ -13,7 +13,6 @@ from __future__ import annotations
 from typing import Any
 
 LOAD_GAP_CORES = 0.25  # other processes' CPU use differing by a quarter core or more
-RUNTIME_LIBRARIES = ("ai_edge_litert", "tflite_runtime", "onnxruntime", "openvino", "coremltools")
 
 
 def report_conditions(report: dict[str, Any]) -> dict[str, Any]:
@@ -56,7 +55,10 @@ def _versions(report: dict[str, Any]) -> dict[str, str]:
     context = report.get("context") or {}
     found = dict(context.get("versions") or {})
     found.update({k: v for k, v in ((report.get("device") or {}).get("libraries") or {}).items() if k not in found})
-    return {k: v for k, v in found.items() if k in RUNTIME_LIBRARIES}
+    from ..formats import runtime_libraries
+
+    libraries = runtime_libraries()
+    return {k: v for k, v in found.items() if k in libraries}
 
 
 def _own(label: str, report: dict[str, Any]) -> list[str]:

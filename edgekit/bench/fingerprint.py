@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..devices import DeviceFacts
+from ..formats import runtime_libraries
 from .context import HOT_C, jetson, raspberry_pi, throttle_reasons
 from .context.raspberry_pi import decode_throttled
 from .context.sysfs import read, root
@@ -63,7 +64,7 @@ def fingerprint(backend: dict[str, Any] | None = None, profile: str | None = Non
     facts = DeviceFacts.read(root)
     uname = os.uname()
     libraries = {}
-    for module in ("numpy", "ai_edge_litert", "tflite_runtime", "onnxruntime", "coremltools"):
+    for module in ("numpy", *runtime_libraries()):
         loaded = sys.modules.get(module)
         if loaded is not None:
             libraries[module] = getattr(loaded, "__version__", "?")

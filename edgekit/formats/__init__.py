@@ -111,6 +111,12 @@ def backends() -> dict[str, type[Backend]]:
     return {b.name: b for f in FORMATS.values() for b in f.backends}
 
 
+def runtime_libraries() -> tuple[str, ...]:
+    """Every backend's runtime library (top-level module names), in format order: what a benchmark
+    report's versions and a tuned choice's identity name."""
+    return tuple(dict.fromkeys(m for b in backends().values() for m in b.libraries))
+
+
 def get_backend(name: str) -> type[Backend]:
     found = backends()
     if name not in found:

@@ -16,7 +16,7 @@ from ..registry import Registry, discover, gather
 from .base import Source
 
 _FIRST = ("tensorflow", "onnx")
-_NOT_YET = {".tflite": "TFLite", ".mlpackage": "CoreML"}
+_NOT_YET = (".tflite", ".mlpackage")  # converted models: edgekit's own outputs, not a source yet
 _FACTORY = re.compile(r"^(?P<file>.+\.py):(?P<function>[A-Za-z_]\w*)$")  # file.py:factory (PyTorch)
 
 
@@ -37,7 +37,7 @@ def detect_source(path: str | os.PathLike[str]) -> tuple[Source, str]:
         raise ModelSourceError(f"model {model} does not exist", hint=f"pass a model: {accepts}")
     if model.suffix.lower() in _NOT_YET:
         raise ModelSourceError(
-            f"{_NOT_YET[model.suffix.lower()]} models ({model.name}) are not supported as a source yet",
+            f"converted {model.suffix.lower()} models ({model.name}) are not supported as a source yet",
             hint="export the model from its framework as a Keras .keras file, a TF SavedModel or ONNX",
         )
     if not factory and not model.is_dir() and not os.access(model, os.R_OK):

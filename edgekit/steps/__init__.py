@@ -20,11 +20,8 @@ import os
 from ..registry import Registry, discover, gather
 from .base import Conversion, StepContext
 
-_FIRST = ("tf2onnx", "onnx_to_torch")
-
 STEPS: Registry[Conversion] = gather(Registry("conversion step"),
-                                     discover(__name__, os.path.dirname(__file__), folders=False, first=_FIRST,
-                                              skip=("base",)),
+                                     discover(__name__, os.path.dirname(__file__), folders=False, skip=("base",)),
                                      "CONVERSIONS", Conversion, lambda step: step.key)
 
 __all__ = ["STEPS", "Conversion", "StepContext"]

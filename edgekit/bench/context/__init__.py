@@ -22,7 +22,6 @@ from .sysfs import unreadable
 HOT_C = 80.0  # a zone at or over this during a run is reported as a throttling risk
 BUSY_SHARE = 0.15  # other processes using this share of the CPU time (or more) make a run "shared"
 
-_RUNTIME_MODULES = ("numpy", "ai_edge_litert", "tflite_runtime", "onnxruntime", "openvino", "coremltools")
 
 
 VENDOR_SIGNALS = ("raspberry_pi", "jetson")  # unreadable on every other device: not a gap in what was read
@@ -37,10 +36,11 @@ def unreadable_signals(context: dict[str, Any]) -> list[str]:
 
 def versions() -> dict[str, str]:
     """edgekit, Python and every runtime library this process has loaded, with their versions."""
+    from ...formats import runtime_libraries
     from ...version import __version__
 
     found = {"edgekit": __version__, "python": platform.python_version()}
-    for module in _RUNTIME_MODULES:
+    for module in ("numpy", *runtime_libraries()):
         loaded = sys.modules.get(module)
         if loaded is not None:
             found[module] = str(getattr(loaded, "__version__", None) or getattr(loaded, "get_version", lambda: "?")())
