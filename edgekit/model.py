@@ -109,6 +109,16 @@ class Model:
 
         return Stream(self, pairs, initial)
 
+    def zeros(self, name: str) -> np.ndarray:
+        """One sample of zeros for input ``name`` (batch 1, an unknown dimension 1), in the dtype
+        ``predict`` takes for it (float for a float or quantized input): a stream's initial state."""
+        port = next((p for p in self._ports if p.spec.name == name), None)
+        if port is None:
+            raise InputError(f"{name!r} is not an input of this model ({', '.join(self.input_names)})")
+        shape = [1] + [int(d) if d is not None and d > 0 else 1 for d in port.sample_shape]
+        return np.zeros(shape, dtype=np.float32 if port.tensor.dtype.kind == "f" or port.tensor.quantized
+                        else port.tensor.dtype)
+
     def predict_tensor(self, x: Any, raw: bool = False) -> np.ndarray | dict[str, np.ndarray]:
         """Outputs for preprocessed batches: an array (one input) or a mapping by input name;
         arrays already in an INT8 artifact's input dtype are fed unchanged."""

@@ -92,10 +92,7 @@ class Stream:
             if name in self._initial:
                 self.state[name] = self._initial[name]
                 continue
-            port = next(p for p in self.model._ports if p.spec.name == name)
-            shape = [1] + [int(d) if d is not None and d > 0 else 1 for d in port.sample_shape]
-            self.state[name] = np.zeros(shape, dtype=np.float32 if port.tensor.dtype.kind == "f" or
-                                        port.tensor.quantized else port.tensor.dtype)
+            self.state[name] = self.model.zeros(name)
 
     def step(self, frame: Any) -> dict[str, np.ndarray]:
         """One call: ``frame`` (an array for a one-frame-input model, else by input name) with the

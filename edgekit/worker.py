@@ -33,7 +33,7 @@ _QUIET_ENV = {"TF_CPP_MIN_LOG_LEVEL": "3", "TF_ENABLE_ONEDNN_OPTS": "0", "ABSL_M
 
 
 log = logging.getLogger("edgekit.worker")
-_PROGRESS_ENV = "EDGEKIT_WORKER_PROGRESS"
+PROGRESS_ENV = "EDGEKIT_WORKER_PROGRESS"
 _PARENT_ENV = "EDGEKIT_WORKER_PARENT"
 TEMP_PREFIX = "edgekit-worker-"
 # Seconds one child step may take when no timeout is given: far above any conversion of a model
@@ -46,7 +46,7 @@ _PR_SET_PDEATHSIG = 1
 reuse = threading.local()
 
 
-def _die_with_parent(parent: int) -> Callable[[], None] | None:
+def die_with_parent(parent: int) -> Callable[[], None] | None:
     """A function for the child to run between fork and exec: the kernel then kills it when the
     parent dies (Linux). Everything it needs is resolved here, in the parent: importing in a
     forked child of a threaded process can deadlock."""
@@ -69,7 +69,7 @@ def _die_with_parent(parent: int) -> Callable[[], None] | None:
     return setup
 
 
-def _watch_parent() -> None:
+def watch_parent() -> None:
     """Child side, every platform: exit as soon as the parent process is gone (it was SIGKILLed)."""
     import threading
 
@@ -86,7 +86,7 @@ def _watch_parent() -> None:
     threading.Thread(target=watch, name="edgekit-parent-watchdog", daemon=True).start()
 
 
-def _scratch_env(folder: Path) -> dict[str, str]:
+def scratch_env(folder: Path) -> dict[str, str]:
     """Point a child's temporary files into ``folder`` (inside edgekit's per-call temp dir, removed
     with it): converters leave caches there (torch's ``torchinductor_<user>/``, session files)
     that no later run would remove from the system temp folder."""
@@ -125,7 +125,7 @@ def call(
             child_stderr = reused.run(target, what, Path(tmp), request, response, progress, timeout, on_progress)
             return _result(response, child_stderr, what, reused.exit_description())
         env = child_env(python)
-        env.update({**_scratch_env(Path(tmp) / "tmp"), _PROGRESS_ENV: str(progress)})
+        env.update({**scratch_env(Path(tmp) / "tmp"), PROGRESS_ENV: str(progress)})
         with open(Path(tmp) / "stderr", "w+b") as stderr:
             proc = subprocess.Popen(
                 [python or sys.executable, "-m", "edgekit.worker", target, str(request), str(response)],
@@ -133,7 +133,7 @@ def call(
                 cwd=tmp,  # converters drop scratch files in the working directory (ORT's sym_shape_infer_temp.onnx)
                 stdout=subprocess.DEVNULL,
                 stderr=stderr,
-                preexec_fn=_die_with_parent(os.getpid()),
+                preexec_fn=die_with_parent(os.getpid()),
             )
             _wait(proc, timeout, what, progress, on_progress, response)
             stderr.seek(0)
@@ -212,8 +212,8 @@ def run_tool(
         with tempfile.TemporaryDirectory(prefix=TEMP_PREFIX + f"{os.getpid()}-") as scratch:
             return subprocess.run(
                 argv, capture_output=True, text=True, timeout=timeout,
-                env={**(env or os.environ), **_QUIET_ENV, **_scratch_env(Path(scratch))},
-                preexec_fn=_die_with_parent(os.getpid()), cwd=scratch,
+                env={**(env or os.environ), **_QUIET_ENV, **scratch_env(Path(scratch))},
+                preexec_fn=die_with_parent(os.getpid()), cwd=scratch,
             )
     except subprocess.TimeoutExpired:
         raise ConversionError(f"{what} did not finish within {timeout:.0f} s",
@@ -286,7 +286,7 @@ def forward_progress(progress: Path, last: str, on_progress: Callable[[int, int]
 
 def report_progress(done: int, total: int) -> None:
     """Child side: tell the parent how far a long step is (cheap; throttle in the caller)."""
-    path = os.environ.get(_PROGRESS_ENV)
+    path = os.environ.get(PROGRESS_ENV)
     if path:
         tmp = f"{path}.tmp"
         with open(tmp, "w") as handle:
@@ -340,7 +340,7 @@ def _tail(text: str, lines: int = 15) -> str:
 
 
 def _main(argv: list[str]) -> int:
-    _watch_parent()
+    watch_parent()
     target, request_path, response_path = argv
     return answer(target, Path(request_path), Path(response_path))
 

@@ -75,7 +75,7 @@ class _Child:
         self.proc = subprocess.Popen(
             [python or sys.executable, "-m", "edgekit.worker_reuse"],
             env=worker.child_env(python), cwd=self._folder, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
-            stderr=self._stderr, preexec_fn=worker._die_with_parent(os.getpid()),
+            stderr=self._stderr, preexec_fn=worker.die_with_parent(os.getpid()),
         )
         self.steps = 0
         log.debug("reused child process %d started", self.proc.pid)
@@ -167,8 +167,8 @@ def serve() -> int:
         if not line.strip():
             continue
         step = json.loads(line)
-        os.environ.update(worker._scratch_env(Path(step["scratch"])))
-        os.environ[worker._PROGRESS_ENV] = step["progress"]
+        os.environ.update(worker.scratch_env(Path(step["scratch"])))
+        os.environ[worker.PROGRESS_ENV] = step["progress"]
         tempfile.tempdir = None  # read TMPDIR again: this step's scratch folder
         os.chdir(step["cwd"])
         try:
@@ -179,5 +179,5 @@ def serve() -> int:
 
 
 if __name__ == "__main__":
-    worker._watch_parent()
+    worker.watch_parent()
     sys.exit(serve())

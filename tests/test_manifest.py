@@ -165,3 +165,12 @@ def test_a_package_whose_artifacts_were_never_measured_is_not_passed(digits_pack
         with edgekit.load(package) as model:
             assert model.artifact is not None
     assert any(issubclass(w.category, UnmeasuredArtifactWarning) for w in caught)
+
+
+def test_a_keras_package_records_the_frameworks_that_loaded_it(digits_package):
+    """The source says which versions loaded the model (``versions`` in its description); the
+    manifest keeps them beside edgekit's and the runtimes'."""
+    import json
+
+    versions = json.loads((digits_package / "manifest.json").read_text())["versions"]
+    assert versions["tensorflow"] and versions["keras"] and versions["edgekit"], versions

@@ -296,3 +296,50 @@ def test_runtime_library_names_come_from_the_backends():
                 if len(named) >= 2:
                     lists.append(f"{path.relative_to(ROOT)}:{node.lineno}: {sorted(named)}")
     assert not lists, lists
+
+
+def _private_definitions(tree: ast.Module) -> set[str]:
+    """Private names a module defines: its functions, classes and module names, and the
+    attributes its code assigns (``self._x = ...``)."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            found.add(node.name)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            found.add(node.id)
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+            found.add(node.attr)
+    return {n for n in found if n.startswith("_") and not n.startswith("__")}
+
+
+def private_reaches(package: Path) -> list[str]:
+    """``x._name`` where ``_name`` is another edgekit module's private name (not this module's
+    own, not ``self``'s/``cls``'s): a reach through a seam that should be public."""
+    trees = {path: ast.parse(path.read_text(), str(path)) for path in sorted(package.rglob("*.py"))}
+    own = {path: _private_definitions(tree) for path, tree in trees.items()}
+    everywhere = set().union(*own.values())
+    found = []
+    for path, tree in trees.items():
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")):
+                continue
+            if isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"):
+                continue
+            if node.attr in everywhere and node.attr not in own[path]:
+                found.append(f"{path.relative_to(package.parent)}:{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_no_module_reaches_into_another_modules_privates():
+    """Seams between edgekit's parts are public (``Model.zeros`` for a stream's state, ``worker``'s
+    child set-up for the reused worker); third-party privates (converters' internals) are the
+    formats' business and not counted here."""
+    assert private_reaches(PACKAGE) == []
+
+
+def test_the_private_reach_finder_finds_one(tmp_path):
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "a.py").write_text("class A:\n    def __init__(self):\n        self._ports = []\n")
+    (package / "b.py").write_text("def f(model):\n    return model._ports\n")
+    assert private_reaches(package) == ["pkg/b.py:2: model._ports"]

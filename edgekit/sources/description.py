@@ -14,9 +14,6 @@ from typing import Any, NamedTuple
 from ..errors import EdgekitError
 from ..forms import ModelForm
 
-# source facts the manifest records under "source" and "versions", when a source gives them
-RECORDED = ("onnx_exporter", "torch", "frozen_from", "fixed_inputs", "rewrites")
-VERSIONS = ("tensorflow", "keras")  # (torch is recorded with the source)
 
 
 class TensorDescription(NamedTuple):
@@ -44,8 +41,10 @@ class SourceDescription:
     forms: Mapping[str, ModelForm] = field(default_factory=dict)  # edgekit.forms: what formats convert from
     output_layers: Mapping[str, str] = field(default_factory=dict)  # output -> the layer computing it
     output_structure: Mapping[str, Any] = field(default_factory=dict)  # output -> what it is made of
-    recorded: Mapping[str, Any] = field(default_factory=dict)  # RECORDED facts, for the manifest
-    versions: Mapping[str, str] = field(default_factory=dict)  # framework versions that loaded it
+    # what the source says about the model for the manifest's "source" (its exporter, fixed inputs,
+    # rewrites, ...) and "versions" (the frameworks that loaded it): whatever keys the source gives
+    recorded: Mapping[str, Any] = field(default_factory=dict)
+    versions: Mapping[str, str] = field(default_factory=dict)
     raw: Mapping[str, Any] = field(default_factory=dict)  # the JSON, for the source's own child steps
 
     @classmethod
@@ -60,8 +59,8 @@ class SourceDescription:
                 forms={name: ModelForm.from_dict(form) for name, form in (data.get("forms") or {}).items()},
                 output_layers=dict(data.get("output_layers") or {}),
                 output_structure=dict(data.get("output_structure") or {}),
-                recorded={k: data[k] for k in RECORDED if k in data},
-                versions={k: str(data[k]) for k in VERSIONS if k in data},
+                recorded=dict(data.get("recorded") or {}),
+                versions={str(k): str(v) for k, v in (data.get("versions") or {}).items()},
                 raw=dict(data),
             )
         except (KeyError, TypeError, ValueError) as exc:

@@ -40,7 +40,7 @@ def prepare(model_path: str, kind: str, export_dir: str, hints: dict[str, Any] |
         recorded["rewrites"] = changes
     if current == model_path:
         return describe_onnx(model_path)
-    return {**describe_onnx(current), "converted_model": current, **recorded}
+    return {**describe_onnx(current), "converted_model": current, "recorded": recorded}
 
 
 PEEK_MAX_BYTES = 256 * 2**20  # a bigger graph file (weights inside) is read in the describing child only

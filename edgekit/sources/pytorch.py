@@ -79,10 +79,9 @@ def prepare(model_path: str, kind: str, export_dir: str, hints: dict[str, Any] |
 
     info = describe_onnx(onnx_path)
     info.update({
-        "torch": torch.__version__,
         "torch_kind": kind,
-        "onnx_exporter": exporter,
         "source_model": model_path,
+        "recorded": {"torch": torch.__version__, "onnx_exporter": exporter},
     })
     # each output's layer: the exported graph's node writing it (``describe_onnx``), the name the
     # ONNX route keeps float and the op TFLite's converters write that output with; an output
@@ -91,7 +90,8 @@ def prepare(model_path: str, kind: str, export_dir: str, hints: dict[str, Any] |
     if fixed:
         from .fixed_inputs import record
 
-        info.update({"fixed_inputs": record(fixed), "torch_fixed_inputs": fixed})
+        info["recorded"]["fixed_inputs"] = record(fixed)
+        info["torch_fixed_inputs"] = fixed
     loadable = {"kind": kind, "fixed": fixed or None}
     info["forms"] = {form: ModelForm(form, model_path, loader=LOADER, arguments=loadable).to_dict()
                      for form in SOURCE.provides[kind] if form != forms.ONNX_GRAPH}

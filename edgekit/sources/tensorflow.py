@@ -62,12 +62,12 @@ def prepare(model_path: str, kind: str, export_dir: str, hints: dict[str, Any] |
         )
     import tensorflow as tf
 
-    info: dict[str, Any] = {"layers": [], "rescales": False, "tensorflow": tf.__version__}
+    info: dict[str, Any] = {"layers": [], "rescales": False, "versions": {"tensorflow": tf.__version__}, "recorded": {}}
     saved_model = model_path
     if kind in ("keras", "h5"):
         import keras
 
-        info["keras"] = keras.__version__
+        info["versions"]["keras"] = keras.__version__
         try:
             # safe_mode: a Lambda layer's Python bytecode is refused, never run
             model = keras.models.load_model(model_path, compile=False, safe_mode=True)
@@ -103,7 +103,7 @@ def prepare(model_path: str, kind: str, export_dir: str, hints: dict[str, Any] |
     if kind == "saved_model" and signature is not None and signature.captured_inputs:
         frozen = _frozen_copy(signature, export_dir)
         if frozen is not None:
-            info["frozen_from"] = saved_model
+            info["recorded"]["frozen_from"] = saved_model
             saved_model = frozen
             loaded = tf.saved_model.load(saved_model)
             signature = loaded.signatures["serving_default"]

@@ -4,7 +4,8 @@ nothing else in edgekit edited.
 The toy source provides a dense layer only as its stored weights (a ``linear-weights`` form no
 format converts from), so without a step it reaches no format. The toy step turns those weights
 into a float ONNX graph (MatMul, Add, Relu); with it, the model reaches ONNX through the step,
-packages, and the device runtime's predictions match the layer computed with NumPy. Both modules
+packages (the source's own versions and facts in the manifest), and the device runtime's
+predictions match the layer computed with NumPy. Both modules
 are added to a copy of the edgekit package and used by child processes; a second module declaring
 the same step is refused by name."""
 
@@ -45,6 +46,7 @@ def prepare(model_path, kind, export_dir, hints=None):
         "layers": ["dense", "bias", "relu"], "rescales": False, "output_layers": {"activation": "relu"},
         "model_path": str(model_path),
         "forms": {WEIGHTS: ModelForm(WEIGHTS, str(model_path), via="toy dense layer weights").to_dict()},
+        "versions": {"toy-weights": "1.0"}, "recorded": {"layout": "w, b"},  # what the manifest keeps
     }
 
 
@@ -100,6 +102,8 @@ def test_a_toy_step_is_one_module_and_takes_a_new_form_to_a_format(tmp_path):
     package = tmp_path / "out" / "dense.linear.edgekit"
     manifest = json.loads((package / "manifest.json").read_text())
     assert manifest["validation"]["artifacts"]["onnx"]["passed"], manifest["validation"]["artifacts"]["onnx"]
+    # a new source's own facts and versions reach the manifest (no fixed table drops them)
+    assert manifest["versions"]["toy-weights"] == "1.0" and manifest["source"]["layout"] == "w, b"
     from edgekit.manifest import Manifest
 
     tool = next(a.converter["tool"] for a in Manifest.from_json((package / "manifest.json").read_bytes()).artifacts
