@@ -351,10 +351,20 @@ def compare_search(models: list[str] | None = None) -> dict[str, dict[str, objec
                     "plan_kept": (artifact["details"].get("precision_plan") or {}).get("layers", {}),
                     "route": (artifact["details"].get("route") or {}).get("used"),
                     "held_out_check": next((t.get("kept") for t in tries if t.get("stage") == "confirmation"), None),
-                    "margins": {g.get("what"): g.get("margin") for g in record.get("gates") or []},
+                    "margins": _margins(record),
                     "speed_vs_float": speeds[0].get("speedup") if speeds else None,
                 }
             found[name] = rows
+    return found
+
+
+def _margins(record: dict[str, object]) -> dict[str, float | None]:
+    """Each gated output's margin above its floor (a task's worst gated number; negative: failing),
+    then each failed gate's (what the search compared between tries)."""
+    found: dict[str, float | None] = {f"{output} {task.get('task')}": task.get("margin")
+                                      for output, task in (record.get("tasks") or {}).items()
+                                      if task.get("margin") is not None}
+    found.update({str(g.get("what")): g.get("margin") for g in record.get("gates") or []})
     return found
 
 
@@ -374,7 +384,7 @@ def print_search_table(found: dict[str, dict[str, object]]) -> None:
                   f"{row['default_flags_s']:>8} {row['default_peak_rss_mib']:>5} {row['time_over_plain']:>4}x "
                   f"{row['memory_over_plain']:>4}x {row['tries']:>5} {str(row['verdict']):<8} "
                   f"{'n/a' if speed is None else f'{speed:.2f}x':>5}  {plan[:60]} / "
-                  f"{min(margins) if margins else 'n/a'}")
+                  f"{f'{min(margins):+.3g}' if margins else 'n/a'}")
 
 
 def _export_torch_digits_to_onnx(torch_digits: Path, folder: Path) -> Path:
