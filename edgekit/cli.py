@@ -341,7 +341,7 @@ def _format_options(p: argparse.ArgumentParser) -> None:
 
 
 def _package(args: argparse.Namespace) -> int:
-    from .formats import DEFAULT_FORMAT, build_options, expand_formats
+    from .formats import DEFAULT_FORMAT, FORMATS, build_options, expand_formats
     from .packaging import PackageOptions, build_package, partial_error
     from .progress import Progress
     from .validation_table import render, render_explanations
@@ -375,20 +375,10 @@ def _package(args: argparse.Namespace) -> int:
     if explain:
         render_explanations(result.manifest)
     for artifact in result.manifest.artifacts:
-        for companion, reason in (artifact.details.get("companions_failed") or {}).items():
-            print(f"warning: {artifact.key}: {companion} was not written ({reason}); the artifact itself "
-                       "passed and is in the package", file=sys.stderr)
-        if artifact.details.get("no_int8"):  # a quantized build that holds no INT8 op: said, not only recorded
-            print(f"note: {artifact.key}: {artifact.details['no_int8']}")
-        reason = str(artifact.details.get("activations_reason") or "")
-        if artifact.details.get("activations") == "float16" and not reason.startswith("--coreml-activations"):
-            print(f"note: {artifact.key}: {reason}")  # weights-only INT8, and why: said, not only recorded
-        graph = artifact.details.get("runtime_graph") or {}
-        if graph.get("float_ops") and (graph.get("int8_fraction") or 0) < 0.5:  # "INT8" that mostly runs in float
-            kinds = ", ".join(f"{op} x{n}" for op, n in sorted(graph["float_op_types"].items(), key=lambda i: -i[1])[:4])
-            print(f"note: {artifact.key}: after ONNX Runtime's graph optimization on this CPU ({graph['cpu']}), "
-                       f"{graph['float_ops']} of {graph['float_ops'] + graph['int8_ops']} compute ops run in float "
-                       f"({kinds}); `edgekit tune` on the device measures whether it beats float there")
+        fmt = FORMATS.get(artifact.format)
+        for note in fmt.notes(artifact.details) if fmt is not None and fmt.notes is not None else ():
+            print(f"{'warning' if note.warning else 'note'}: {artifact.key}: {note.text}",
+                  file=sys.stderr if note.warning else sys.stdout)
         tail = [op for op in artifact.float_ops if op.get("tail")]
         inner = [op for op in artifact.float_ops if not op.get("tail")]
         if inner:

@@ -11,6 +11,7 @@ and a new source reaches every format that accepts a form it provides.
 
 import importlib
 import inspect
+from types import MappingProxyType
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
@@ -37,7 +38,7 @@ class ModelForm(NamedTuple):
     form: str
     path: str
     loader: str = ""
-    arguments: Mapping[str, Any] = {}
+    arguments: Mapping[str, Any] = MappingProxyType({})  # a shared default: read-only
     via: str = ""
     # (no ``from __future__ import annotations`` here: docs/architecture.md, cold start)
 

@@ -15,7 +15,8 @@ from __future__ import annotations
 import json
 import math
 import re
-from dataclasses import asdict, dataclass, field
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import PurePosixPath
 from typing import Any, NamedTuple
 
@@ -157,6 +158,28 @@ class QuantParams(NamedTuple):
             raise PackageError(f"manifest: {where} is malformed ({exc})") from None
 
 
+class ArtifactDetails(NamedTuple):
+    """The entries of ``Artifact.details`` read outside the format that wrote them, typed: what
+    every format's build records for the search (its precision record, the layers with weights it
+    can keep in float, its per-layer report) and what the packager adds (the route it took when
+    the preferred one could not convert, its speed against the float fallback, the precision plan
+    kept). Every other key is its format's own: ``Format.notes`` reads those."""
+
+    precision: Mapping[str, Any]  # the precision record: ops, integer_weighted, float_layers, ...
+    weighted_layers: tuple[str, ...]  # layers with weights, input to output (routes with no per-layer report)
+    explain: tuple[Mapping[str, Any], ...]  # the per-layer report's rows: layer, op, sqnr_db, tensor
+    route: Mapping[str, Any] | None  # {"used", "preferred", "why"}: a fallback route
+    speed_vs_float: Mapping[str, Any] | None  # mixed vs float median latency where it was packaged
+    precision_plan: Mapping[str, Any] | None  # the plan kept: {"layers": {layer: int16|float}, ...}
+
+    @classmethod
+    def of(cls, details: Mapping[str, Any] | None) -> ArtifactDetails:
+        details = details or {}
+        return cls(dict(details.get("precision") or {}), tuple(details.get("weighted_layers") or ()),
+                   tuple(details.get("explain") or ()), details.get("route"), details.get("speed_vs_float"),
+                   details.get("precision_plan"))
+
+
 @dataclass
 class Artifact:
     """One file (or folder) of the package that a runtime runs, and what was recorded about it."""
@@ -235,6 +258,18 @@ class Artifact:
         if self.is_float:
             return f"{self.format}-{self.precision}"
         return f"{self.format}-{self.variant}" if self.variant else self.format
+
+    @property
+    def about(self) -> ArtifactDetails:
+        """The details edgekit reads outside the format that wrote them, typed."""
+        return ArtifactDetails.of(self.details)
+
+    def with_details(self, **added: Any) -> Artifact:
+        """This artifact with ``added`` recorded in its details (``ArtifactDetails``' packager fields)."""
+        unknown = set(added) - set(ArtifactDetails._fields)
+        if unknown:
+            raise ValueError(f"{sorted(unknown)} are not ArtifactDetails fields")
+        return replace(self, details={**self.details, **added})
 
     def to_dict(self) -> dict[str, Any]:
         return {

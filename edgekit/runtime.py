@@ -258,12 +258,12 @@ FASTER_THAN_FLOAT = 1.05
 def _float_before_slower_mixed(order: list[tuple[str, str]], present: dict[str, Artifact]) -> list[tuple[str, str]]:
     """A mixed artifact measured no faster than its float fallback (``FASTER_THAN_FLOAT``) on a
     CPU of this kind when it was packaged (``details.speed_vs_float``) comes after that fallback."""
-    if not any((a.details or {}).get("speed_vs_float") for a in present.values()):
+    if not any(a.about.speed_vs_float for a in present.values()):
         return order  # nothing timed at packaging: no device facts to read
     arch = DeviceFacts.read().arch
     moved = list(order)
     for key, artifact in present.items():
-        speed = (artifact.details or {}).get("speed_vs_float") or {}
+        speed = artifact.about.speed_vs_float or {}
         fallback = speed.get("float_artifact")
         speedup = speed.get("speedup")
         if fallback not in present or not isinstance(speedup, (int, float)) or speedup >= FASTER_THAN_FLOAT \

@@ -9,7 +9,10 @@ import annotations``: typing.NamedTuple compiles each string annotation on every
 """
 
 from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any, NamedTuple
+
+EMPTY: Mapping[str, Any] = MappingProxyType({})  # the records' empty default: shared, so read-only
 
 # what an artifact record holds besides measured/reason/passed: the summary comparison's numbers
 # (sqnr_db, cosine, top1_agreement, accuracy, ...) and the per-output, task, quantization and
@@ -42,7 +45,7 @@ class ArtifactRecord(NamedTuple):
     measured: bool = True
     reason: str = ""  # why it was not measured
     passed: bool | None = None  # None: not measured, or not recorded (older manifests)
-    metrics: Mapping[str, Any] = {}  # the summary comparison and the details (outputs, tasks, ...)
+    metrics: Mapping[str, Any] = EMPTY  # the summary comparison and the details (outputs, tasks, ...)
     gates: tuple[Mapping[str, Any], ...] = ()  # each failed gate: output, cause, what, fixes, margin
     notes: tuple[str, ...] = ()
     auto_fix: tuple[Mapping[str, Any], ...] = ()  # --auto-fix attempts
@@ -106,14 +109,14 @@ class ArtifactRecord(NamedTuple):
 
 
 class ValidationRecord(NamedTuple):
-    kinds: Mapping[str, Mapping[str, Any]] = {}  # output -> how it is judged, with the evidence
+    kinds: Mapping[str, Mapping[str, Any]] = EMPTY  # output -> how it is judged, with the evidence
     notes: tuple[str, ...] = ()
     data: DataRecord = DataRecord()
     float_accuracy: float | None = None
     max_accuracy_drop_pp: float | None = None
     min_sqnr_db: float | None = None
     passed: bool | None = True  # None: nothing measured, or a pass the sample cannot support (``decided``)
-    artifacts: Mapping[str, ArtifactRecord] = {}
+    artifacts: Mapping[str, ArtifactRecord] = EMPTY
     decided: bool = True  # False: no gate failed, but a pass could not be decided on this sample
 
     @classmethod

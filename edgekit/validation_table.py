@@ -214,7 +214,7 @@ def render_explanations(manifest: Manifest, console: Console | None = None, limi
     """The worst layers by SQNR for each artifact that has an --explain report."""
     console = console or Console(width=None if Console().is_terminal else 120)
     for artifact in manifest.artifacts:
-        rows = artifact.details.get("explain")
+        rows = artifact.about.explain
         if not rows:
             continue
         table = Table(title=f"{artifact.format}: worst layers by SQNR (INT8 vs float activations)", title_justify="left")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import re
+import sys
 import tomllib
 from pathlib import Path
 
@@ -343,3 +344,49 @@ def test_the_private_reach_finder_finds_one(tmp_path):
     (package / "a.py").write_text("class A:\n    def __init__(self):\n        self._ports = []\n")
     (package / "b.py").write_text("def f(model):\n    return model._ports\n")
     assert private_reaches(package) == ["pkg/b.py:2: model._ports"]
+
+
+def test_no_record_shares_a_mutable_default():
+    """A NamedTuple's ``= {}`` default is one dict shared by every record made without it: a write
+    to one record's would change all of them. Defaults are immutable (``MappingProxyType``, tuples)
+    or a dataclass ``default_factory``."""
+    shared = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ClassDef):
+                shared += [f"{path.relative_to(PACKAGE)}:{item.lineno}: {item.target.id}" for item in node.body
+                           if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name)
+                           and isinstance(item.value, (ast.Dict, ast.List, ast.Set))]
+    assert not shared, shared
+
+
+def _details_key_reads(path: Path) -> list[str]:
+    """``x.details["key"]`` and ``x.details.get("key")``: an artifact detail read by its key."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        target = None
+        if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
+            target = node.value
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get" \
+                and node.args and isinstance(node.args[0], ast.Constant):
+            target = node.func.value
+        if isinstance(target, ast.Attribute) and target.attr == "details" or \
+                isinstance(target, ast.BoolOp) and any(isinstance(v, ast.Attribute) and v.attr == "details"
+                                                       for v in target.values):
+            found.append(f"{path.relative_to(PACKAGE)}:{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_artifact_details_are_read_through_their_types_outside_the_formats():
+    """A format's details are its own (``Format.notes`` says them); what the packager, the search and
+    the runtime read is ``Artifact.about`` (``ArtifactDetails``), typed in one place."""
+    reads = [hit for path in sorted(PACKAGE.rglob("*.py")) if PACKAGE / "formats" not in path.parents
+             and path.name != "manifest.py" for hit in _details_key_reads(path)]
+    assert not reads, reads
+
+
+def test_the_details_read_finder_finds_one(tmp_path, monkeypatch):
+    monkeypatch.setattr(sys.modules[__name__], "PACKAGE", tmp_path)
+    (tmp_path / "m.py").write_text('def f(a):\n    return (a.details or {}).get("route"), a.details["explain"]\n')
+    assert sorted(h.split(": ", 1)[1] for h in _details_key_reads(tmp_path / "m.py")) == [
+        "(a.details or {}).get('route')", "a.details['explain']"]

@@ -17,7 +17,7 @@ source reaches which format is ``edgekit.routes``'s table.
 thing: which format and backend a device prefers.)
 """
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
@@ -110,6 +110,16 @@ class Format(NamedTuple):
     options: tuple[Option, ...] = ()  # build options only this format reads
     accepts: tuple[Accepts, ...] = ()  # forms it converts from, in order of preference (edgekit.routes)
     device_rules: DeviceRules = DeviceRules()  # which of its quantized builds a device runs
+    # what `edgekit package` says of a built artifact from the details only this format writes
+    # (its keys are the format's business: nothing outside the format reads them by name)
+    notes: Callable[[Mapping[str, Any]], "tuple[BuildNote, ...]"] | None = None
+
+
+class BuildNote(NamedTuple):
+    """One line `edgekit package` prints about an artifact: a note on stdout, a warning on stderr."""
+
+    text: str
+    warning: bool = False
 
 
 def __getattr__(name: str) -> Any:

@@ -22,6 +22,19 @@ if TYPE_CHECKING:
 MINMAX = "minmax"  # activation ranges from the calibration samples' minimum and maximum
 
 
+class Variant(NamedTuple):
+    """Another quantized build of a format for other devices (an ONNX INT8 scheme for other CPUs):
+    its artifact key's suffix, what it is in words, and the build options it sets."""
+
+    name: str  # the artifact key's suffix: onnx-NAME
+    scheme: str  # said while it builds
+    options: Mapping[str, Any]  # build options over the main build's (the variant's name among them)
+
+    def context(self, main: BuildContext) -> BuildContext:
+        """The main build's context with this variant's options."""
+        return replace(main, options=MappingProxyType({**main.options, "variant": self.name, **self.options}))
+
+
 @dataclass(frozen=True)
 class BuildContext:
     """What every format's builder reads; one per packaging run, never written to.
@@ -202,9 +215,9 @@ class Builder(ABC):
         validation measures it: see ``unfused_backend_options``)."""
         return ""
 
-    def variants(self, context: BuildContext) -> list[dict[str, Any]]:
-        """Option overrides for more quantized builds of this format, one per device kind that
-        needs another scheme (each sets ``variant``, the artifact key's suffix); none by default."""
+    def variants(self, context: BuildContext) -> list[Variant]:
+        """More quantized builds of this format, one per device kind that needs another scheme;
+        none by default."""
         return []
 
     def judged_as_quantized(self, context: BuildContext) -> str | None:

@@ -422,7 +422,7 @@ def build_on_routes(format_plan: Planned, context: BuildContext, described: Sour
         if format_plan.fell_back:
             route = {"used": format_plan.route.describe(), "instead_of": list(format_plan.fell_back)}
             artifact = built.artifact
-            built = replace(built, artifact=replace(artifact, details={**artifact.details, "route": route}))
+            built = replace(built, artifact=artifact.with_details(route=route))
         return format_plan, own, built, comparison
 
 
@@ -452,7 +452,6 @@ def timed_against_float(builder: Builder, outcome: FormatOutcome, fallback: Form
     if speed is None:
         return outcome
     artifact = outcome.built.artifact
-    details = {**artifact.details, "speed_vs_float": speed}
     from ..runtime import FASTER_THAN_FLOAT
 
     verdict = ("faster" if speed["speedup"] >= FASTER_THAN_FLOAT else
@@ -460,7 +459,7 @@ def timed_against_float(builder: Builder, outcome: FormatOutcome, fallback: Form
                "fallback")
     run.progress.say(f"{outcome.name} ({artifact.precision}) runs {speed['speedup']:.2f}x its float fallback "
                  f"{fallback.name} here ({speed['cpu']}, 1 thread): {verdict}; other devices were not measured")
-    return replace(outcome, built=replace(outcome.built, artifact=replace(artifact, details=details)))
+    return replace(outcome, built=replace(outcome.built, artifact=artifact.with_details(speed_vs_float=speed)))
 
 
 def build_and_measure(builder: Builder, context: BuildContext,
@@ -502,11 +501,11 @@ def scheme_variants(builder: Builder, context: BuildContext, run: PackagingConte
     --allow-accuracy-drop keeps it, recorded as failed, as it keeps the main artifact), is left
     out with a warning; devices that would have used it run the main artifact."""
     outcomes = []
-    for override in builder.variants(context):
-        key = f"{builder.name}-{override['variant']}"
-        variant_context = replace(context, options=MappingProxyType({**context.options, **override}))
+    for variant in builder.variants(context):
+        key = f"{builder.name}-{variant.name}"
+        variant_context = variant.context(context)
         try:
-            with run.progress.step(f"Calibrating and converting {key} ({override.get('scheme', 'variant')})"):
+            with run.progress.step(f"Calibrating and converting {key} ({variant.scheme})"):
                 built = builder.build(variant_context)
             with run.progress.step(f"Validating {key} against the float model"):
                 measured = run.measure(built, builder, variant_context)
@@ -545,10 +544,8 @@ def judge(builder: Builder, context: BuildContext, built: BuildResult, compariso
     if note:
         run.progress.warn(note)
     if candidate.context.plan:  # the plan built, as a file a later run takes again (--precision-plan)
-        artifact = candidate.built.artifact
-        plan = candidate.context.plan.to_dict()
-        candidate = replace(candidate, built=replace(candidate.built, artifact=replace(
-            artifact, details={**artifact.details, "precision_plan": plan})))
+        artifact = candidate.built.artifact.with_details(precision_plan=candidate.context.plan.to_dict())
+        candidate = replace(candidate, built=replace(candidate.built, artifact=artifact))
     return FormatOutcome(builder.name, built=candidate.built, comparison=candidate.measured,
                          context=candidate.context, failures=tuple(candidate.failures), fixes=tuple(attempts),
                          remedies=remedies)

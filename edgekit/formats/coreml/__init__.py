@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 from ... import forms
 from ..base import Accepts, Format, Option
 from .backend import CoreMLBackend
+from .notes import build_notes
 
 if TYPE_CHECKING:
     from ..building import Builder
@@ -35,4 +36,5 @@ FORMAT = Format(
     accepts=(Accepts(forms.KERAS_MODEL, honours=("keep_float",), max_inputs=1),
              Accepts(forms.TORCH_MODULE),
              Accepts(forms.TF_GRAPH, honours=("keep_float",), max_inputs=1)),
+    notes=build_notes,
 )

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from ... import forms
 from ..base import Accepts, Format, Option
 from .device_rules import RULES
+from .notes import build_notes
 from .onnxruntime import OnnxRuntimeBackend
 from .openvino import OpenVINOBackend
 
@@ -42,4 +43,5 @@ FORMAT = Format(
     # quantize_static: nodes_to_exclude (float), TensorQuantOverrides (16-bit activations)
     accepts=(Accepts(forms.ONNX_GRAPH, honours=("keep_float", "int16", "explain")),),
     device_rules=RULES,  # one INT8 build per CPU scheme (schemes.py): which one a device runs
+    notes=build_notes,
 )

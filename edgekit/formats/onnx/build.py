@@ -33,7 +33,7 @@ from ... import worker
 from ...errors import ConversionError, EdgekitError, OTHER_ROUTES, first_line
 from ...fsutil import sha256_file
 from ...manifest import Artifact, QuantParams
-from ..building import MINMAX, BuildContext, Builder, BuildResult, Fix, in_layer, read_samples, worst_layers
+from ..building import MINMAX, BuildContext, Builder, BuildResult, Fix, Variant, in_layer, read_samples, worst_layers
 from .precision import analyse as analyse_precision
 
 ARTIFACT_PATH = "onnx/model.int8.onnx"
@@ -104,9 +104,9 @@ class ONNXBuilder(Builder):
         if context.option("variant"):  # a variant's build: the main build's context chose the schemes
             wanted = schemes_named(schemes_for_profiles(context.device_profiles), "--profile")
             return {"onnx"} | {s.artifact_key for s in wanted}
-        return {"onnx"} | {f"onnx-{v['variant']}" for v in self.variants(context)}
+        return {"onnx"} | {f"onnx-{v.name}" for v in self.variants(context)}
 
-    def variants(self, context: BuildContext) -> list[dict[str, Any]]:
+    def variants(self, context: BuildContext) -> list[Variant]:
         """One more INT8 build per scheme the requested device profiles need beside S8S8
         (``edgekit.formats.onnx.schemes``), with the same layers kept in float; none when the user
         chose the scheme (--onnx-activations u8, --reduce-range)."""
@@ -115,8 +115,9 @@ class ONNXBuilder(Builder):
         if context.option("onnx_activations", "s8") != "s8" or context.option("reduce_range"):
             return []
         wanted = schemes_named(schemes_for_profiles(context.device_profiles), "--profile")
-        return [{"variant": s.variant, "scheme": s.name, "onnx_activations": s.activations,
-                 "reduce_range": s.reduce_range, "also_float": False} for s in wanted if s.variant]
+        return [Variant(s.variant, s.name, {"scheme": s.name, "onnx_activations": s.activations,
+                                            "reduce_range": s.reduce_range, "also_float": False})
+                for s in wanted if s.variant]
 
     def build(self, context: BuildContext, on_progress: Callable[[int, int], None] | None = None) -> BuildResult:
         float_onnx = context.model.path  # the route's float ONNX graph (the source's own, or converted)
@@ -206,9 +207,9 @@ class ONNXBuilder(Builder):
             shutil.copyfile(prebuilt, output)
             return dict(json.loads(prebuilt.with_suffix(".json").read_text()))
         others = [] if variant or context.trial else [
-            {"path": str(_prebuilt_path(context, v["variant"], {**settings, "activation_type": v["onnx_activations"],
-                                                                "reduce_range": v["reduce_range"]})),
-             "activation_type": v["onnx_activations"], "reduce_range": v["reduce_range"]}
+            {"path": str(_prebuilt_path(context, v.name, {**settings, "activation_type": v.options["onnx_activations"],
+                                                           "reduce_range": v.options["reduce_range"]})),
+             "activation_type": v.options["onnx_activations"], "reduce_range": v.options["reduce_range"]}
             for v in self.variants(context)]
         return dict(worker.call(
             quantize, what="ONNX quantization", timeout=context.timeout_s, on_progress=on_progress,

@@ -25,7 +25,7 @@ def still_quantized(built: BuildResult) -> bool:
     """Whether a build still computes in integers: a configuration that left no layer with weights
     in integers (every convolution and dense layer raised to float) is the float model under
     another name, never a fix; the format's precision record counts them (``ops.integer_weighted``)."""
-    precision = (built.artifact.details or {}).get("precision") or {}
+    precision = built.artifact.about.precision
     weighted = (precision.get("ops") or {}).get("integer_weighted")
     return built.artifact.precision != "float" and weighted != 0
 

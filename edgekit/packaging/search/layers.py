@@ -99,13 +99,12 @@ class _LayerSearch:
         plans with another tool than its plain build: tries are compared with that)."""
         context = self.start.context
         if "explain" not in remedies.layers or context.sensitivity_npy is None:
-            weighted = [layer for layer in self.start.built.artifact.details.get("weighted_layers") or []
-                        if layer not in self.base]
+            weighted = [layer for layer in self.start.built.artifact.about.weighted_layers if layer not in self.base]
             return list(reversed(weighted))[:CANDIDATES], weighted
         made, trial = self.runner.attempt("per-layer report", replace(context, explain_npy=context.sensitivity_npy),
                                           self.start, LAYERS, self.base, typical=False)
         trial.kept = made is not None and not made.failures
-        rows = [] if made is None else made.built.artifact.details.get("explain") or []
+        rows = () if made is None else made.built.artifact.about.explain
         if made is not None:
             self.start = replace(made, context=context)
         reported = list(dict.fromkeys(row["layer"] for row in rows if row.get("layer") and row.get("sqnr_db") is not None
