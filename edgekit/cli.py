@@ -200,12 +200,7 @@ def _package_data_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--calibration", "-c", required=True, metavar="DATA",
                    help="representative data: image folder (class sub-folders give labels), .npy/.npz (x, y), or "
                         "module:function / file.py:function returning arrays")
-    p.add_argument("--eval", dest="eval_data", metavar="DATA", default=None,
-                   help="held-out data to validate on (same forms; default: hold out 20%% of --calibration)")
-    p.add_argument("--samples", type=at_least(1), default=300,
-                   help=_help("calibration samples to use (seeded choice)", 300))
-    p.add_argument("--eval-samples", type=at_least(1), default=None, help="validate on at most this many samples")
-    p.add_argument("--seed", type=int, default=0, help=_help("seed for sample selection", 0))
+    _declared_options(p, "data")
     _package_gate_options(p)
 
 
@@ -213,49 +208,24 @@ def _package_gate_options(p: argparse.ArgumentParser) -> None:
     """The validation gates and what happens when one fails."""
     from .kinds import kind_names
 
-    p.add_argument("--max-accuracy-drop", type=_positive_float(0), default=1.0, metavar="PP",
-                   help=_help("largest INT8 accuracy drop (percentage points) before packaging fails", 1.0))
-    p.add_argument("--allow-accuracy-drop", action="store_true",
-                   help="keep the package even if a validation gate fails (recorded as failed in the manifest)")
-    p.add_argument("--min-sqnr", dest="min_sqnr_db", type=_positive_float(0), default=20.0, metavar="DB",
-                   help=_help("SQNR floor for every values output, and for each quantity joined into one output", 20.0))
+    _declared_options(p, "gates")
     p.add_argument("--output-kind", dest="output_kinds", action="append", default=[], metavar="[OUTPUT=]KIND",
                    help="judge an output by this task instead of the kind inferred from the graph and values (printed "
                         f"before building): {kind_names()} (repeatable)")
-    p.add_argument("--metric", default=None, metavar="MODULE:FUNCTION",
-                   help="your metric: called with (float_outputs, int8_outputs, labels), returns named numbers and "
-                        "optionally passed=True/False, which then decides the gate")
-    p.add_argument("--auto-fix", dest="auto_fix", action=argparse.BooleanOptionalAction, default=True,
-                   help="when a format fails a gate, search for a build that passes: the fixes the failure names "
-                        "(--reduce-range, percentile calibration, --keep-float of a joining node), then the layers "
-                        "that cost the failing gate most at 16-bit activations or float; judged on half the held-out "
-                        "samples, confirmed on the other half, recorded in the manifest (default: on; --no-auto-fix: "
-                        "plain INT8, fail if a gate fails)")
-    p.add_argument("--search-budget", dest="search_budget_s", type=_positive_float(0), default=None,
-                   metavar="SECONDS", help="seconds for one format's whole search, the rebuild of the plan it keeps "
-                                           "included; a try starts only when the time left covers it (default: 3x "
-                                           "the format's plain build with its share of loading the model and the "
-                                           "float reference, at least 45 s)")
     p.add_argument("--allow-float-ops", dest="allow_float_ops", action="store_true", default=True,
                    help="keep ops no INT8 kernel runs (a SQRT, a DIV of two activations) in float, each named in "
                         "the manifest and the precision label (default)")
     p.add_argument("--full-integer", dest="allow_float_ops", action="store_false",
                    help="refuse a TFLite artifact with float ops inside the network (integer-only accelerators: "
                         "NPUs, Edge TPU) instead of keeping them in float")
-    p.add_argument("--also-float", dest="also_float", action=argparse.BooleanOptionalAction, default=None,
-                   help="also package a validated float artifact per format (float16 TFLite and CoreML, float32 ONNX) "
-                        "for devices where INT8 is slower; `edgekit tune` measures which is faster (default: on for "
-                        "models up to 50 MB)")
     _package_output_options(p)
 
 
 def _package_output_options(p: argparse.ArgumentParser) -> None:
     """Where the package goes and what it is called."""
-    p.add_argument("--name", default=None, help="package name (default: the model file's name)")
     p.add_argument("--output", "-o", dest="output_dir", required=True, type=Path,
                    help="directory that receives NAME.edgekit/ (and NAME.ekpkg with --archive)")
-    p.add_argument("--force", action="store_true", help="replace an existing package of the same name")
-    p.add_argument("--archive", action="store_true", help="also write the package as one NAME.ekpkg zip")
+    _declared_options(p, "output")
     p.add_argument("--labels", dest="labels_file", type=Path, default=None,
                    help="text file with one class label per line, in the model's output order; class folders of an "
                         "image folder are numbered by these labels (by name), not alphabetically")
@@ -296,11 +266,7 @@ def _package_input_options(p: argparse.ArgumentParser) -> None:
 
 def _package_build_options(p: argparse.ArgumentParser) -> None:
     """How the build runs: timeouts, partial packages, float layers, signing, format options."""
-    p.add_argument("--timeout", type=_positive_float(1), default=None,
-                   help="seconds allowed per step run in a child process: loading the model (a file.py:factory "
-                        "included), the float reference, each conversion (default 1800)")
-    p.add_argument("--allow-partial", action="store_true",
-                   help="with several formats: exit 0 even if some fail (the package records what failed and why)")
+    _declared_options(p, "build")
     p.add_argument("--keep-float", dest="keep_float", action="append", default=[], metavar="LAYER",
                    help="keep this layer in float (repeatable; recorded in the manifest); see --explain for "
                         "candidates. Honoured where the format's converter has per-layer control (`edgekit routes`); "
@@ -313,8 +279,6 @@ def _package_build_options(p: argparse.ArgumentParser) -> None:
                    help="a precision plan to build (JSON: {\"layers\": {LAYER: \"int16\"|\"float\"}}, the "
                         "\"precision_plan\" a package's manifest records for an artifact the search raised): "
                         "the same as --keep-float/--int16-activations for each layer it names")
-    p.add_argument("--explain", action="store_true",
-                   help="report per-layer quantization error (worst layers by SQNR); on the same routes as --keep-float")
     p.add_argument("--sign", dest="sign_key", type=Path, default=None, metavar="KEY",
                    help="sign manifest.json with this Ed25519 key (edgekit keys generate)")
     _format_options(p)
@@ -340,9 +304,46 @@ def _format_options(p: argparse.ArgumentParser) -> None:
                              help=option.help)
 
 
+def _declared_options(p: argparse.ArgumentParser, group: str) -> None:
+    """The general packaging options of one help group, as ``PackageOptions`` declares them (flag,
+    help, range): each flag's value lands under its field's name."""
+    from .packaging.options import declarations
+
+    for found, how in declarations(group):
+        text = _help(how.help, found.default) if how.show_default and found.default not in (None, False) else how.help
+        if how.negatable:
+            p.add_argument(how.flag, dest=found.name, action=argparse.BooleanOptionalAction, default=found.default,
+                           help=text)
+        elif found.default is False:
+            p.add_argument(how.flag, dest=found.name, action="store_true", help=text)
+        elif how.low is not None:
+            p.add_argument(how.flag, dest=found.name, type=_number(how.low, how.high, how.whole), default=found.default,
+                           metavar=how.metavar, help=text)
+        else:
+            p.add_argument(how.flag, dest=found.name, default=found.default, metavar=how.metavar, help=text)
+
+
+def _number(low: float, high: float | None, whole: bool) -> Callable[[str], float]:
+    """An argparse type for a declared number: finite and from ``low`` to ``high``."""
+    def parse(text: str) -> float:
+        try:
+            value: float = int(text) if whole else float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {'a whole number' if whole else 'a number'}, got {text!r}") \
+                from None
+        if not math.isfinite(value) or value < low:
+            raise argparse.ArgumentTypeError(f"must be at least {low:g}, got {text}")
+        if high is not None and value > high:
+            raise argparse.ArgumentTypeError(f"must be at most {high:g}, got {text}")
+        return value
+
+    return parse
+
+
 def _package(args: argparse.Namespace) -> int:
     from .formats import DEFAULT_FORMAT, FORMATS, build_options, expand_formats
     from .packaging import PackageOptions, build_package, partial_error
+    from .packaging.options import declarations
     from .progress import Progress
     from .validation_table import render, render_explanations
 
@@ -355,17 +356,14 @@ def _package(args: argparse.Namespace) -> int:
         keep_float, int16_layers = [*plan.keep_float, *keep_float], [*plan.int16, *int16_layers]
     options = PackageOptions(
         model=str(args.model), calibration=args.calibration, output_dir=str(args.output_dir),
-        formats=expand_formats(args.formats or [DEFAULT_FORMAT]), eval=args.eval_data, name=args.name,
-        samples=args.samples, eval_samples=args.eval_samples, seed=args.seed,
-        max_accuracy_drop=args.max_accuracy_drop, allow_accuracy_drop=args.allow_accuracy_drop,
-        allow_float_ops=args.allow_float_ops, force=args.force, archive=args.archive, min_sqnr_db=args.min_sqnr_db,
-        output_kinds=_output_kinds(args.parser, args.output_kinds), metric=args.metric, auto_fix=args.auto_fix,
-        search_budget_s=args.search_budget_s,
-        labels_file=str(args.labels_file) if args.labels_file else None, timeout_s=args.timeout,
-        allow_partial=allow_partial, keep_float=keep_float, int16_layers=int16_layers, explain=explain,
+        formats=expand_formats(args.formats or [DEFAULT_FORMAT]),
+        **{found.name: getattr(args, found.name) for found, _ in declarations()},
+        allow_float_ops=args.allow_float_ops, output_kinds=_output_kinds(args.parser, args.output_kinds),
+        labels_file=str(args.labels_file) if args.labels_file else None,
+        keep_float=keep_float, int16_layers=int16_layers,
         sign_key=str(args.sign_key) if args.sign_key else None,
         format_options={option.name: getattr(args, option.name) for _, option in build_options()},
-        input_shapes=dict(args.input_shapes), also_float=args.also_float,
+        input_shapes=dict(args.input_shapes),
         fixed_inputs=_fixed_inputs(args.parser, args.fixed_inputs), profiles=args.profiles or None,
         preprocessing={"scale": args.scale, "mean": args.mean, "std": args.std, "color_order": args.color_order,
                        "resize": args.resize, "preset": args.preset},

@@ -390,3 +390,27 @@ def test_the_details_read_finder_finds_one(tmp_path, monkeypatch):
     (tmp_path / "m.py").write_text('def f(a):\n    return (a.details or {}).get("route"), a.details["explain"]\n')
     assert sorted(h.split(": ", 1)[1] for h in _details_key_reads(tmp_path / "m.py")) == [
         "(a.details or {}).get('route')", "a.details['explain']"]
+
+
+def test_a_general_packaging_option_is_declared_once():
+    """``PackageOptions``' declared fields give `edgekit package` its flags (dest = the field, so the
+    CLI passes them on by name), their help and their ranges: cli.py names none of those flags, and
+    no range table stands beside the declarations."""
+    from edgekit.cli_reference import edgekit_commands
+    from edgekit.packaging import options
+    from edgekit.packaging.options import declarations
+
+    package = dict(edgekit_commands())["edgekit package"]
+    by_flag = {flag: action for action in package._actions for flag in action.option_strings}
+    declared = list(declarations())
+    assert len(declared) >= 15
+    for found, how in declared:
+        assert by_flag[how.flag].dest == found.name, how.flag
+        assert how.help.replace("%%", "%")[:40] in " ".join(by_flag[how.flag].help.split())
+    tree = ast.parse((PACKAGE / "cli.py").read_text())
+    package_literals = {node.value for function in tree.body if isinstance(function, ast.FunctionDef)
+                        and function.name.startswith(("_add_package", "_package")) for node in ast.walk(function)
+                        if isinstance(node, ast.Constant) and isinstance(node.value, str)}
+    assert len(package_literals) > 50  # the functions that build `edgekit package`'s parser were found
+    assert not {how.flag for _, how in declared} & package_literals
+    assert not hasattr(options, "NUMERIC_OPTIONS")

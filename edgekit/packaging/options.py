@@ -1,14 +1,49 @@
-"""What ``edgekit package`` is asked to do (``PackageOptions``) and what it made (``PackageResult``)."""
+"""What ``edgekit package`` is asked to do (``PackageOptions``) and what it made (``PackageResult``).
+
+A general option is declared once, as its field (``declared``): the field's name is the Python
+keyword, and its ``Declared`` record gives the command-line flag, the help (and so the command
+reference), the range a number must be in (checked for the flag and the keyword alike) and the
+part of ``edgekit package --help`` it is listed in. The CLI adds those flags and passes them on
+by reading the declarations: a new general option is one field and its reader.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from collections.abc import Iterator
+from dataclasses import Field, dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..manifest import Manifest
 from ..quantize.metrics import OutputComparison
 from ..worker import DEFAULT_STEP_TIMEOUT_S
+
+
+class Declared(NamedTuple):
+    """How a general packaging option reaches the command line (``PackageOptions``' field metadata)."""
+
+    flag: str
+    help: str
+    group: str  # which part of `edgekit package --help`: data, gates, search, output, build
+    low: float | None = None  # a number's range, both ends included (None: not a number)
+    high: float | None = None
+    whole: bool = False  # a whole number
+    metavar: str | None = None
+    negatable: bool = False  # an on/off option with a --no- form (on by default, or None: decided later)
+    show_default: bool = True  # the help names the default
+
+
+def declared(default: Any, flag: str, help: str, group: str, **how: Any) -> Any:
+    """A ``PackageOptions`` field declared with its flag, help and range (``Declared``)."""
+    return field(default=default, metadata={"declared": Declared(flag, help, group, **how)})
+
+
+def declarations(group: str | None = None) -> Iterator[tuple[Field[Any], Declared]]:
+    """Every declared option (in one help group), in field order."""
+    for found in fields(PackageOptions):
+        declaration = found.metadata.get("declared")
+        if declaration is not None and (group is None or declaration.group == group):
+            yield found, declaration
 
 
 @dataclass(frozen=True)
@@ -20,31 +55,55 @@ class PackageOptions:
     calibration: str
     output_dir: str
     formats: list[str] | None = None  # default [formats.DEFAULT_FORMAT]; "all" for every registered format
-    eval: str | None = None
-    name: str | None = None
-    samples: int = 300
-    eval_samples: int | None = None
-    seed: int = 0
-    max_accuracy_drop: float = 1.0
-    allow_accuracy_drop: bool = False
-    min_sqnr_db: float = 20.0  # floor for values outputs and for each quantity joined into one output
+    eval: str | None = declared(None, "--eval", "held-out data to validate on (same forms; default: hold out 20%% of "
+                                "--calibration)", "data", metavar="DATA", show_default=False)
+    name: str | None = declared(None, "--name", "package name (default: the model file's name)", "output",
+                                show_default=False)
+    samples: int = declared(300, "--samples", "calibration samples to use (seeded choice)", "data", low=1,
+                            high=10_000_000, whole=True)
+    eval_samples: int | None = declared(None, "--eval-samples", "validate on at most this many samples", "data", low=1,
+                                        high=10_000_000, whole=True, metavar="EVAL_SAMPLES", show_default=False)
+    seed: int = declared(0, "--seed", "seed for sample selection", "data", low=0, high=2**32 - 1, whole=True)
+    max_accuracy_drop: float = declared(1.0, "--max-accuracy-drop", "largest INT8 accuracy drop (percentage points) "
+                                        "before packaging fails", "gates", low=0, high=100, metavar="PP")
+    allow_accuracy_drop: bool = declared(False, "--allow-accuracy-drop", "keep the package even if a validation gate "
+                                         "fails (recorded as failed in the manifest)", "gates")
+    min_sqnr_db: float = declared(20.0, "--min-sqnr", "SQNR floor for every values output, and for each quantity "
+                                  "joined into one output", "gates", low=0, high=200, metavar="DB")
     output_kinds: dict[str, str] = field(default_factory=dict)  # output name ("" = the only one) -> kind
-    metric: str | None = None  # module:function judging float vs INT8 outputs
+    metric: str | None = declared(None, "--metric", "your metric: called with (float_outputs, int8_outputs, labels), "
+                                  "returns named numbers and optionally passed=True/False, which then decides the gate",
+                                  "gates", metavar="MODULE:FUNCTION", show_default=False)
     # when a format fails its gates, search for a configuration that passes (the fixes its failures
     # name, then per-layer precision: packaging/search/); False: plain PTQ, a hard failure
-    auto_fix: bool = True
+    auto_fix: bool = declared(True, "--auto-fix", "when a format fails a gate, search for a build that passes: the "
+                              "fixes the failure names (--reduce-range, percentile calibration, --keep-float of a "
+                              "joining node), then the layers that cost the failing gate most at 16-bit activations "
+                              "or float; judged on half the held-out samples, confirmed on the other half, recorded "
+                              "in the manifest (default: on; --no-auto-fix: plain INT8, fail if a gate fails)",
+                              "gates", negatable=True, show_default=False)
     # seconds for one format's whole search, its rebuild included; None: 3x the plain build (search/budget.py)
-    search_budget_s: float | None = None
+    search_budget_s: float | None = declared(
+        None, "--search-budget", "seconds for one format's whole search, the rebuild of the plan it keeps included; a "
+        "try starts only when the time left covers it (default: 3x the format's plain build with its share of "
+        "loading the model and the float reference, at least 45 s)", "gates", low=0, high=7 * 24 * 3600,
+        metavar="SECONDS", show_default=False)
     allow_float_ops: bool = True  # False: --full-integer
-    force: bool = False
-    archive: bool = False
+    force: bool = declared(False, "--force", "replace an existing package of the same name", "output")
+    archive: bool = declared(False, "--archive", "also write the package as one NAME.ekpkg zip", "output")
     labels_file: str | None = None
     preprocessing: dict[str, Any] = field(default_factory=dict)  # scale, mean, std, color_order, resize
-    timeout_s: float | None = None  # per child step (loading, float reference, each conversion); None: the default
-    allow_partial: bool = False  # with several formats: keep the package if some of them fail
+    # per child step (loading, float reference, each conversion); None: the default
+    timeout_s: float | None = declared(None, "--timeout", "seconds allowed per step run in a child process: loading "
+                                       "the model (a file.py:factory included), the float reference, each conversion "
+                                       "(default 1800)", "build", low=1, high=7 * 24 * 3600, metavar="TIMEOUT",
+                                       show_default=False)
+    allow_partial: bool = declared(False, "--allow-partial", "with several formats: exit 0 even if some fail (the "
+                                   "package records what failed and why)", "build")
     keep_float: list[str] = field(default_factory=list)  # layers to keep in float
     int16_layers: list[str] = field(default_factory=list)  # layers given 16-bit activations (int16x8)
-    explain: bool = False  # per-layer quantization error report
+    explain: bool = declared(False, "--explain", "report per-layer quantization error (worst layers by SQNR); on the "
+                             "same routes as --keep-float", "build")
     sign_key: str | None = None  # Ed25519 private key: sign manifest.json
     targets: list[str] | None = None  # the former name of `formats`, accepted for one release
     # each format's own options by name (edgekit.formats.Format.options: --calibration-method, ...)
@@ -58,7 +117,10 @@ class PackageOptions:
     data_names: dict[str, str] = field(default_factory=dict)
     # float fallback artifacts (each format's float model) next to the INT8 ones, for
     # devices where INT8 is slower; None: when the model is at most FLOAT_FALLBACK_MAX_MB
-    also_float: bool | None = None
+    also_float: bool | None = declared(
+        None, "--also-float", "also package a validated float artifact per format (float16 TFLite and CoreML, float32 "
+        "ONNX) for devices where INT8 is slower; `edgekit tune` measures which is faster (default: on for models up "
+        "to 50 MB)", "gates", negatable=True, show_default=False)
 
     def __post_init__(self) -> None:
         if self.targets is not None and self.formats is not None and self.targets != self.formats:
@@ -163,20 +225,6 @@ def _check_forms(options: PackageOptions) -> None:
                                                  for k, v in options.fixed_inputs.items()})
 
 
-# Every numeric option, checked once here for the command line and the Python API alike: a NaN or
-# an infinity would switch a gate off silently (every comparison with NaN is false).
-# field -> (flag, lowest, highest, whole number, may be None)
-NUMERIC_OPTIONS: dict[str, tuple[str, float, float, bool, bool]] = {
-    "samples": ("--samples", 1, 10_000_000, True, False),
-    "eval_samples": ("--eval-samples", 1, 10_000_000, True, True),
-    "seed": ("--seed", 0, 2**32 - 1, True, False),
-    "max_accuracy_drop": ("--max-accuracy-drop", 0, 100, False, False),
-    "min_sqnr_db": ("--min-sqnr", 0, 200, False, False),
-    "timeout_s": ("--timeout", 1, 7 * 24 * 3600, False, True),
-    "search_budget_s": ("--search-budget", 0, 7 * 24 * 3600, False, True),
-}
-
-
 def check_layers(options: PackageOptions) -> None:
     """A layer is kept in float or given 16-bit activations, never both: the two precisions
     cannot both hold, and the one a format happened to apply would be recorded beside the other."""
@@ -190,12 +238,18 @@ def check_layers(options: PackageOptions) -> None:
 
 
 def check_numbers(options: PackageOptions) -> None:
-    """Each numeric option finite and in its range, else one usage error naming it."""
+    """Each numeric option finite and in its declared range, else one usage error naming it: checked
+    once here for the command line and the Python API alike (a NaN or an infinity would switch a gate
+    off silently: every comparison with NaN is false)."""
     import math
 
     from ..errors import OptionError as InputError
 
-    for name, (flag, low, high, whole, optional) in NUMERIC_OPTIONS.items():
+    for found, declaration in declarations():
+        if declaration.low is None or declaration.high is None:
+            continue
+        name, flag, low, high, whole = found.name, declaration.flag, declaration.low, declaration.high, declaration.whole
+        optional = found.default is None
         value = getattr(options, name)
         if value is None and optional:
             continue
