@@ -6,10 +6,13 @@ checks that the committed file is what this prints and that it names every optio
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .cliopts import ArgumentParser
 
 WIDTH = 100
 DELEGATED = {"run", "bench", "tune", "serve"}  # commands that hand their arguments to the device parsers
@@ -18,22 +21,20 @@ DELEGATED = {"run", "bench", "tune", "serve"}  # commands that hand their argume
 HIDDEN = {"targets"}  # former names, still accepted, not documented
 
 
-def edgekit_commands() -> Iterator[tuple[str, argparse.ArgumentParser]]:
+def edgekit_commands() -> Iterator[tuple[str, ArgumentParser]]:
     """(command path, parser) for every documented ``edgekit`` command, depth first."""
     from .cli import parser
 
-    def walk(path: str, command: argparse.ArgumentParser) -> Iterator[tuple[str, argparse.ArgumentParser]]:
+    def walk(path: str, command: ArgumentParser) -> Iterator[tuple[str, ArgumentParser]]:
         yield path, command
-        for action in command._actions:  # noqa: SLF001 - argparse keeps its sub-commands here
-            if isinstance(action, argparse._SubParsersAction):  # noqa: SLF001
-                for name, sub in action.choices.items():
-                    if name not in DELEGATED and name not in HIDDEN:
-                        yield from walk(f"{path} {name}", sub)
+        for name, sub in command.commands.items():  # cliopts.ArgumentParser keeps what it declared
+            if name not in DELEGATED and name not in HIDDEN:
+                yield from walk(f"{path} {name}", sub)
 
     yield from walk("edgekit", parser())
 
 
-def argparse_parsers() -> list[tuple[str, argparse.ArgumentParser]]:
+def argparse_parsers() -> list[tuple[str, ArgumentParser]]:
     """The device parsers that ``edgekit run/bench/tune/serve`` hand their arguments to."""
     from .run import parser as run_parser
     from .server.cli import parser as serve_parser
@@ -45,7 +46,7 @@ def option_strings() -> set[str]:
     """Every option flag of every command: what the reference must name."""
     found: set[str] = set()
     for _, parser in [*edgekit_commands(), *argparse_parsers()]:
-        for action in parser._actions:  # noqa: SLF001 - argparse keeps its option table here
+        for action in parser.actions:
             found.update(action.option_strings)
     return found
 

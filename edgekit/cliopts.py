@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import NoReturn
+from typing import Any, NoReturn
 
 
 class HelpFormatter(argparse.HelpFormatter):
@@ -26,8 +26,53 @@ class ArgumentParser(argparse.ArgumentParser):
     ``--help``, exit 2, as ``edgekit``'s commands print them (argparse prints its whole usage
     block, 25 lines for ``python -m edgekit.run``, before the one line that matters)."""
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        # what was declared, kept here because argparse keeps its own tables private: every option
+        # (the command reference reads them), each dest's first flag (for messages), each group's dests
+        # by title (which mode reads them), and the sub-commands
+        self.actions: list[argparse.Action] = []
+        self.flags: dict[str, str] = {}
+        self.groups: dict[str, list[str]] = {}
+        self.commands: dict[str, ArgumentParser] = {}
+        super().__init__(*args, **kwargs)
+
     def error(self, message: str) -> NoReturn:
         self.exit(2, usage_error(message, f"{self.prog} --help"))
+
+    def add_argument(self, *args: Any, **kwargs: Any) -> argparse.Action:
+        return self._declared(super().add_argument(*args, **kwargs))
+
+    def group(self, title: str) -> Any:
+        """An argument group whose options are remembered by title (``groups``) and flag (``flags``)."""
+        found = self.add_argument_group(title)
+        dests = self.groups.setdefault(title, [])
+        add = found.add_argument
+
+        def add_argument(*args: Any, **kwargs: Any) -> argparse.Action:
+            action = self._declared(add(*args, **kwargs))
+            dests.append(action.dest)
+            return action
+
+        found.add_argument = add_argument
+        return found
+
+    def add_subparsers(self, **kwargs: Any) -> Any:
+        table = super().add_subparsers(**kwargs)
+        add = table.add_parser
+
+        def add_parser(name: str, **more: Any) -> ArgumentParser:
+            made = add(name, **more)
+            self.commands[name] = made
+            return made
+
+        table.add_parser = add_parser
+        return table
+
+    def _declared(self, action: argparse.Action) -> argparse.Action:
+        self.actions.append(action)
+        if action.option_strings:
+            self.flags.setdefault(action.dest, action.option_strings[0])
+        return action
 
 
 def usage_error(message: str, help_command: str) -> str:
@@ -157,7 +202,7 @@ def add_load_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--debug", action="store_true", help="show full tracebacks (anywhere on the line)")
 
 
-def refuse_mixed_modes(p: argparse.ArgumentParser, args: argparse.Namespace, modes: dict[str, list[str]]) -> None:
+def refuse_mixed_modes(p: ArgumentParser, args: argparse.Namespace, modes: dict[str, list[str]]) -> None:
     """Options of a mode that is not active are an error, not silently ignored (``--serve --runs 5``).
 
     ``modes`` maps a mode ("--bench") to the dests only it reads; the active mode is the one whose
@@ -169,13 +214,7 @@ def refuse_mixed_modes(p: argparse.ArgumentParser, args: argparse.Namespace, mod
             continue
         given = [d for d in dests if getattr(args, d, None) != p.get_default(d)]
         if given:
-            flags = ", ".join(_flag(p, d) for d in given)
+            flags = ", ".join(p.flags.get(d, d) for d in given)
             where = "predicting" if mode == "predict" else mode
             p.error(f"{flags} applies to {where} only, not to {active if active != 'predict' else 'predicting'}")
 
-
-def _flag(p: argparse.ArgumentParser, dest: str) -> str:
-    for action in p._actions:  # noqa: SLF001 - argparse keeps its option table here
-        if action.dest == dest and action.option_strings:
-            return action.option_strings[0]
-    return dest

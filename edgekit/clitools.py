@@ -30,11 +30,11 @@ def split_debug(argv: Sequence[str] | None) -> tuple[list[str], bool]:
     return [a for a in args if a != "--debug"], debug
 
 
-def guarded(body: Callable[[], Any], debug: bool) -> int:
+def guarded(body: Callable[[], Any], debug: bool, verbose: bool = False) -> int:
     """Run ``body``; map failures to messages and exit codes, and edgekit warnings to ``warning:`` lines."""
     import warnings
 
-    configure_logging(debug)
+    configure_logging(debug, verbose)
     previous = warnings.showwarning
     warnings.showwarning = _show_warning
     try:
@@ -62,13 +62,13 @@ def guarded(body: Callable[[], Any], debug: bool) -> int:
         warnings.showwarning = previous
 
 
-def configure_logging(debug: bool) -> None:
+def configure_logging(debug: bool, verbose: bool = False) -> None:
     """edgekit's library diagnostics (loggers under "edgekit"): quiet by default, -v for what was
     chosen (INFO), --debug for everything (DEBUG). Only edgekit's own loggers are touched; at the
     default level ``logging`` is configured when the first warning needs it (``edgekit.logs``)."""
     from .logs import configure
 
-    configure("DEBUG" if debug else "INFO" if os.environ.get("EDGEKIT_VERBOSE") == "1" else "WARNING")
+    configure("DEBUG" if debug else "INFO" if verbose else "WARNING")
 
 
 def _show_warning(message: Any, category: type[Warning], filename: str, lineno: int, file: Any = None,

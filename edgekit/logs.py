@@ -14,12 +14,14 @@ from typing import Any
 
 
 _pending: str | None = None  # a level the CLI asked for, applied when logging is first needed
+_detail = False  # the CLI asked for detail (-v or --debug): runtimes' own load messages are shown too
 
 
 def configure(level: str) -> None:
     """edgekit's handler on the "edgekit" logger at ``level``; for WARNING (the CLI's default)
     only when a warning is first logged, so a quiet run never imports ``logging``."""
-    global _pending
+    global _pending, _detail
+    _detail = level in ("INFO", "DEBUG")
     if level == "WARNING" and "logging" not in sys.modules:
         _pending = level
         return
@@ -37,6 +39,12 @@ def _apply(level: str) -> None:
         handler._edgekit = True  # type: ignore[attr-defined]
         logger.addHandler(handler)
         logger.propagate = False
+
+
+def detail() -> bool:
+    """Whether the command asked for detail (``-v``, ``--debug``): a runtime library's own messages
+    (LiteRT's delegate lines) are shown then, hidden otherwise."""
+    return _detail
 
 
 def quiet(name: str) -> Any | None:

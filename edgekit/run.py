@@ -52,7 +52,7 @@ def parser(prog: str = PROG) -> argparse.ArgumentParser:
     from .server.cli import add_server_options
 
     add_server_options(p)
-    tuning = p.add_argument_group("tuning (--tune)")
+    tuning = p.group("tuning (--tune)")
     tuning.add_argument("--tune", action="store_true",
                         help="measure every artifact x runtime x thread count this device runs (among those that "
                              "passed the package's gates) and remember the fastest for later loads; with --input, "
@@ -66,7 +66,7 @@ def parser(prog: str = PROG) -> argparse.ArgumentParser:
     tuning.add_argument("--tune-report", type=Path, default=None,
                         help="also write the measurements as a benchmark report (edgekit compare reads it)")
     tuning.add_argument("--forget-tuned", action="store_true", help="remove the tuned choice for SOURCE and exit")
-    bench = p.add_argument_group("benchmark (--bench)")
+    bench = p.group("benchmark (--bench)")
     bench.add_argument("--bench", action="store_true", help="benchmark instead of predicting; writes a JSON report")
     bench.add_argument("--runs", type=positive_int, default=100, help="steady-state samples at least (default 100)")
     bench.add_argument("--warmup", type=_non_negative, default=10, help="warm-up runs (default 10)")
@@ -352,19 +352,16 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     args_list, debug = split_debug(argv)
     cli = parser(prog)
     args = cli.parse_args(args_list)
-    if getattr(args, "verbose", False):
-        import os
-
-        os.environ["EDGEKIT_VERBOSE"] = "1"  # runtimes' own load messages too; INFO diagnostics
+    verbose = bool(getattr(args, "verbose", False))  # INFO diagnostics and the runtimes' own load messages
     refuse_mixed_modes(cli, args, _modes(cli))
     if args.forget_tuned or (args.tune and not (args.inputs or args.bench or args.serve)):
-        return guarded(lambda: tune_command(args), debug)
+        return guarded(lambda: tune_command(args), debug, verbose)
     if args.tune:
-        code = guarded(lambda: tune_command(args, only_if_untuned=True), debug)
+        code = guarded(lambda: tune_command(args, only_if_untuned=True), debug, verbose)
         if code:
             return code
     if args.serve:
-        return guarded(lambda: _serve(args), debug)
+        return guarded(lambda: _serve(args), debug, verbose)
     if not args.bench and not args.inputs:
         cli.error("the following arguments are required: --input/-i (or pass --bench or --serve)")
     if args.bench and args.inputs and len(args.inputs) > 1:
@@ -374,12 +371,12 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     if args.window is not None and args.window > args.sustained / 2:
         cli.error(f"--window {args.window:g} s is longer than half the --sustained run ({args.sustained:g} s): a run "
                   "needs at least two windows to show a trend; give a shorter --window")
-    return guarded(lambda: run_bench(args) if args.bench else execute(args), debug)
+    return guarded(lambda: run_bench(args) if args.bench else execute(args), debug, verbose)
 
 
-def _modes(cli: argparse.ArgumentParser) -> dict[str, list[str]]:
+def _modes(cli: ArgumentParser) -> dict[str, list[str]]:
     """Which options each mode reads alone (the group titles are where they are declared)."""
-    groups = {g.title: [a.dest for a in g._group_actions] for g in cli._action_groups}  # noqa: SLF001
+    groups = cli.groups
     return {
         "predict": ["top_k", "raw", "output"],
         "--bench": [d for d in groups["benchmark (--bench)"] if d not in ("bench", "inputs")],

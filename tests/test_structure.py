@@ -401,7 +401,7 @@ def test_a_general_packaging_option_is_declared_once():
     from edgekit.packaging.options import declarations
 
     package = dict(edgekit_commands())["edgekit package"]
-    by_flag = {flag: action for action in package._actions for flag in action.option_strings}
+    by_flag = {flag: action for action in package.actions for flag in action.option_strings}
     declared = list(declarations())
     assert len(declared) >= 15
     for found, how in declared:
@@ -414,3 +414,14 @@ def test_a_general_packaging_option_is_declared_once():
     assert len(package_literals) > 50  # the functions that build `edgekit package`'s parser were found
     assert not {how.flag for _, how in declared} & package_literals
     assert not hasattr(options, "NUMERIC_OPTIONS")
+
+
+def test_no_module_reads_argparse_private_tables():
+    """argparse keeps its option table, groups and sub-commands in private attributes; edgekit's
+    ``cliopts.ArgumentParser`` keeps what it declared (``actions``, ``flags``, ``groups``, ``commands``)."""
+    private = {"_actions", "_action_groups", "_group_actions", "_SubParsersAction", "_option_string_actions",
+               "_subparsers", "_defaults"}
+    found = [f"{path.relative_to(PACKAGE)}:{node.lineno}: {node.attr}" for path in sorted(PACKAGE.rglob("*.py"))
+             for node in ast.walk(ast.parse(path.read_text(), str(path)))
+             if isinstance(node, ast.Attribute) and node.attr in private]
+    assert not found, found

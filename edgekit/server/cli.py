@@ -34,8 +34,8 @@ def _positive_float(text: str) -> float:
     return value
 
 
-def add_server_options(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("server (--serve)")
+def add_server_options(parser: ArgumentParser) -> None:
+    group = parser.group("server (--serve)")
     group.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     group.add_argument("--port", type=_port, default=8000, help="port (default 8000; 0 picks a free port)")
     group.add_argument("--grpc-port", type=_port, default=None,

@@ -31,6 +31,7 @@ from multiprocessing.connection import wait
 from typing import Any
 
 from ..errors import EdgekitError
+from ..logs import detail
 from .process import Launch, bind_socket, serve_here, serving_line
 
 log = logging.getLogger("edgekit.server")
@@ -75,7 +76,7 @@ class _Supervisor:
     def start(self, index: int) -> None:
         process = self.context.Process(target=_worker_main, name=f"edgekit-worker-{index}",
                                        args=(self.launch, self.sock.getsockname()[:2], index, self.events,
-                                             os.environ.get("EDGEKIT_DEBUG") == "1"))
+                                             os.environ.get("EDGEKIT_DEBUG") == "1", detail()))
         process.start()
         self.workers[index] = process
 
@@ -184,11 +185,12 @@ def _ended(code: int | None) -> str:
     return f"exited with code {code}"
 
 
-def _worker_main(launch: Launch, address: tuple[str, int], index: int, events: Any, debug: bool) -> None:
+def _worker_main(launch: Launch, address: tuple[str, int], index: int, events: Any, debug: bool,
+                 verbose: bool = False) -> None:
     """One worker: serve its own socket on ``address``; report readiness or the error that stopped it."""
     from ..clitools import configure_logging
 
-    configure_logging(debug)
+    configure_logging(debug, verbose)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # until uvicorn installs its handlers: the parent forwards
     try:
         sock = bind_socket(address[0], address[1], reuse_port=True)

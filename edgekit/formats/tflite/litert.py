@@ -80,9 +80,11 @@ def open_interpreter(
 @contextlib.contextmanager
 def _quiet_native_stderr() -> Iterator[None]:
     """LiteRT's C++ prints "INFO: Created TensorFlow Lite XNNPACK delegate for CPU." on every load;
-    keep it out of users' output unless they asked for detail (-v sets EDGEKIT_VERBOSE=1). Errors
+    keep it out of users' output unless they asked for detail (-v, --debug: ``logs.detail``). Errors
     still reach the caller: the interpreter raises them as Python exceptions."""
-    if os.environ.get("EDGEKIT_VERBOSE") == "1" or os.environ.get("EDGEKIT_DEBUG") == "1":
+    from ...logs import detail
+
+    if detail():
         yield
         return
     try:
