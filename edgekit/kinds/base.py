@@ -164,7 +164,7 @@ class TaskResult:
 
 
 class Graph(NamedTuple):
-    """What the source's graph says of one output (``quantize.structure``), with its float values."""
+    """What the source's graph says of one output (``comparison.structure``), with its float values."""
 
     name: str
     reference: np.ndarray  # the float model's values on the validation samples, batch first

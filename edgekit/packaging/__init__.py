@@ -290,7 +290,7 @@ def resolve_kinds(specs: dict[str, str], described: SourceDescription) -> dict[s
 
 
 def load_metric(spec: str) -> Any:
-    from ..quantize.user_metric import load_metric as load
+    from ..comparison.user_metric import load_metric as load
 
     return load(spec)
 

@@ -29,7 +29,7 @@ import numpy as np
 
 from ..kinds import evaluate
 from ..kinds.base import Rate
-from ..quantize.metrics import worst_slice
+from ..comparison.metrics import worst_slice
 from .validate import Judging, Measured
 
 ALPHA = 0.05

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from ..manifest import Manifest
-from ..quantize.metrics import OutputComparison
+from ..comparison.metrics import OutputComparison
 from ..worker import DEFAULT_STEP_TIMEOUT_S
 
 

@@ -21,8 +21,8 @@ import numpy as np
 from ..errors import OTHER_ROUTES, ConversionError, EdgekitError, PackageError, first_line
 from ..formats import Builder, BuildResult, get_backend
 from ..kinds import OutputKind, TaskResult, evaluate, infer
-from ..quantize.metrics import OutputComparison, compare_outputs
-from ..quantize.user_metric import run_metric
+from ..comparison.metrics import OutputComparison, compare_outputs
+from ..comparison.user_metric import run_metric
 from ..model import align
 from ..sources.description import SourceDescription
 from .data import PreparedData

@@ -110,7 +110,7 @@ def describe_onnx(model_path: str) -> dict[str, Any]:
 
 
 def _structure(model: Any) -> dict[str, Any]:
-    from ..quantize.structure import describe_onnx_outputs
+    from ..comparison.structure import describe_onnx_outputs
 
     try:
         return describe_onnx_outputs(model)

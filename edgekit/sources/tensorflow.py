@@ -133,7 +133,7 @@ TF_PART_PASS_THROUGH = TF_PASS_THROUGH | {"Reshape", "Transpose", "Squeeze", "Ex
 
 
 def _graph_structure(signature: Any) -> dict[str, dict[str, Any]]:
-    """Each output's structure (``edgekit.quantize.structure``'s form) from the TensorFlow graph,
+    """Each output's structure (``edgekit.comparison.structure``'s form) from the TensorFlow graph,
     with the variables folded in so the layers' ops are visible (not a StatefulPartitionedCall)."""
     try:
         from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
@@ -297,7 +297,7 @@ KERAS_PART_PASS_THROUGH = KERAS_PASS_THROUGH | {"Reshape", "Permute", "Flatten",
 
 
 def _output_structure(model: Any) -> dict[str, dict[str, Any]]:
-    """Each output's structure as ``edgekit.quantize.structure`` describes it, from the Keras layers
+    """Each output's structure as ``edgekit.comparison.structure`` describes it, from the Keras layers
     (a functional model; anything else gives no structure and the values decide)."""
     found = {}
     for name, tensor in _named_outputs(model):

@@ -7,7 +7,7 @@ import pytest
 
 from edgekit.errors import EdgekitError
 from edgekit.kinds import KINDS, evaluate, parse_kind, resolve_kinds
-from edgekit.quantize.user_metric import run_metric
+from edgekit.comparison.user_metric import run_metric
 
 
 def detections(reference, candidate, layout, threshold):

@@ -7,7 +7,7 @@ import onnx
 from onnx import TensorProto, helper
 
 from edgekit.kinds import infer
-from edgekit.quantize.structure import describe_onnx_outputs
+from edgekit.comparison.structure import describe_onnx_outputs
 
 
 def _yolo_graph(transpose: bool) -> onnx.ModelProto:

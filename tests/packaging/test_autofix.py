@@ -13,7 +13,7 @@ from edgekit.packaging.search import Candidate, improves
 from edgekit.packaging.gates import check
 from edgekit.packaging.validate import Measured
 from edgekit.kinds import infer
-from edgekit.quantize.metrics import compare_outputs
+from edgekit.comparison.metrics import compare_outputs
 from edgekit.kinds import evaluate
 from tests.conftest import ROOT, edgekit_cli
 

@@ -11,7 +11,7 @@ from edgekit.kinds.base import Rate, wilson
 from edgekit.packaging.confirmation import confirm
 from edgekit.packaging.validate import Judging, Measured
 from edgekit.packaging.verdict import MIN_SAMPLES_FOR_A_PASS, samples_to_decide, undecided
-from edgekit.quantize.metrics import compare_outputs
+from edgekit.comparison.metrics import compare_outputs
 from edgekit.validation_record import ArtifactRecord, ValidationRecord
 
 

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from edgekit.quantize.metrics import compare_outputs
+from edgekit.comparison.metrics import compare_outputs
 
 
 def test_identical_outputs_are_perfect():
