@@ -11,18 +11,30 @@ import platform
 from datetime import datetime, timezone
 from pathlib import Path
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..version import __version__
-from ..errors import OutputExistsError
-from ..formats import backends
+from ..errors import AccuracyDropError, OutputExistsError
+from ..formats import FORMATS, backends
 from ..fsutil import publish, sha256_tree, write_text_atomic
 from ..manifest import Artifact, Manifest, TensorSpec
 from ..sources.description import SourceDescription
 from ..validation_record import ValidationRecord
+from .context import PackagingContext
 from .data import PreparedData
-from .options import PackageOptions
+from .each_format import FormatOutcome, ship_now
+from .gates import failure_hint, failure_message, saturation_note
+from .options import PackageOptions, PackageResult
+from .partial import leave_out, refused_formats
+from .preflight import Plan
+from .record import validation_record
+from .summary import lines as summary_lines
+
+if TYPE_CHECKING:
+    from ..formats import Builder, BuildContext
+    from . import LoadedSource
 
 
 def _model_file(model: str) -> str:
@@ -119,3 +131,49 @@ def _versions(source_versions: Mapping[str, str]) -> dict[str, str]:
 def _method_summary(methods: dict[str, str]) -> str:
     distinct = set(methods.values())
     return distinct.pop() if len(distinct) == 1 else "; ".join(f"{t}: {m}" for t, m in methods.items())
+
+
+def assemble_package(plan: Plan, loaded: LoadedSource, run: PackagingContext, builders: list[Builder],
+                     context: BuildContext, outcomes: list[FormatOutcome]) -> PackageResult:
+    """Manifest, gates, signature and publication of the staged package."""
+    options, data, reference, staged, progress = run.options, run.data, run.reference, run.staged, run.progress
+    kinds = run.judging.kinds
+    refused = refused_formats(outcomes, options.allow_accuracy_drop, options.allow_partial)  # a partial package
+    built = [o for o in outcomes if o.built is not None and not any(o is r for r in refused)]
+    measured = {o.name: o.comparison for o in built}
+    failed = [{"format": o.name, "target": o.name, "error": o.error.message, "hint": o.error.hint}
+              for o in outcomes if o.error]
+    failed += [leave_out(o, staged, options.auto_fix) for o in refused]
+    failures = {o.name: list(o.failures) for o in built}
+    notes = {o.name: [n for n in [saturation_note(o.name, o.comparison, o.remedies)] if n]
+             for o in built if o.comparison}
+    unmeasured = {b.name: b.unmeasured_reason for b in builders}
+    validation = validation_record(
+        measured, options, data, reference, plan.held_out,
+        unmeasured={o.name: o.built.not_measured or unmeasured.get(o.built.artifact.format, "") for o in built},
+        measured_by={o.name: o.built.evaluated_by for o in built if o.comparison and o.built.evaluated_by},
+        failures=failures, notes=notes, kinds=kinds,
+    )
+    validation = validation.with_auto_fix({o.name: list(o.fixes) for o in built if o.fixes})
+    methods = {b.name: b.range_method(next((o.context for o in built if o.name == b.name and o.context),
+                                                 context)) for b in builders}
+    manifest = make_manifest(plan.name, options, loaded.kind, loaded.described, data,
+                             [o.built.artifact for o in built], validation, failed, methods)
+    failed_gates = [f for o in built for f in o.failures]
+    if len(outcomes) > 1 or any(o.fixes for o in outcomes):
+        for line in summary_lines(outcomes, options.allow_accuracy_drop, refused, data.evaluation_count):
+            progress.say(line)
+    if failed_gates and not options.allow_accuracy_drop:
+        tried = {o.name: {str(a.get("change")) for a in o.fixes if not a.get("stage")} for o in built} \
+            if options.auto_fix else None
+        searched = {o.name: sum(1 for a in o.fixes if a.get("stage") == "layer search") for o in built}
+        passed = [o.name for o in built if o.name in FORMATS and not o.failures and o.comparison is not None]
+        hint = failure_hint(tried, searched, passed, any(f.fixes for f in failed_gates))
+        raise AccuracyDropError(failure_message(failed_gates, tried),
+                                hint=hint + ship_now(outcomes) if not passed else hint)
+    for f in failed_gates:
+        progress.warn(f"{f.format} failed validation (kept because of --allow-accuracy-drop): {f.what}")
+    write_package_files(staged, manifest, data.labels, options.sign_key)
+    publish_package(staged, plan.destination, options.force)
+    summaries = {name: m.summary if m is not None else None for name, m in measured.items()}
+    return PackageResult(plan.destination, manifest, plan.archive, summaries, progress.warnings, failed)

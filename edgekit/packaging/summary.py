@@ -12,7 +12,7 @@ from .verdict import undecided, undecided_line
 
 
 def lines(outcomes: list[Any], kept_failed: bool, left_out: list[Any] = (), samples: int | None = None) -> list[str]:
-    """One line per format outcome (``packaging.FormatOutcome``); ``kept_failed``: failed
+    """One line per format outcome (``packaging.each_format.FormatOutcome``); ``kept_failed``: failed
     artifacts stay in the package (``--allow-accuracy-drop``); ``left_out``: refused formats the
     package is written without (``partial.py``); ``samples``: the validation samples, for a pass
     they cannot support (``verdict.py``: not decidable). Where a failed gate stops the package, the

@@ -1,0 +1,321 @@
+"""One format's part of ``edgekit package``: its route (falling back to the next when the preferred
+one cannot convert the model), its build and measurement, the verdict and the search when a gate
+fails, the float fallback, its scheme variants and the mixed build's speed against float; then
+what to say when every INT8 build is refused. ``packaging/__init__.py`` conducts the stages and
+calls ``build_formats`` once for every planned format."""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+from typing import Any
+
+from ..errors import OTHER_ROUTES, ConversionError, EdgekitError, RouteError
+from ..formats import FORMATS, Builder, BuildContext, BuildResult
+from ..progress import Progress
+from ..routes import Route, fallback_route, model_form, other_routes, route_limits
+from ..sources.description import SourceDescription
+from ..steps import StepContext
+from .context import PackagingContext
+from .fallback import discard, fallback_result
+from .gates import GateFailure, Remedies, saturation_note
+from .partial import passed_fallbacks
+from .search import Candidate, search
+from .validate import Measured
+
+
+@dataclass(frozen=True)
+class Planned:
+    """A format to build: its builder, its route from this source, and what fixes its gates."""
+
+    builder: Builder
+    route: Route
+    remedies: Remedies
+    others: tuple[Route, ...] = ()  # this model's routes to every format (for what to do instead)
+    alternatives: tuple[Route, ...] = ()  # every route to this format, preferred first (``routes.routes``)
+    fell_back: tuple[dict[str, str], ...] = ()  # routes given up for this one, each with why
+
+    def on(self, other: Route, because: str) -> Planned:
+        """The same format on another route (what it honours follows the route)."""
+        remedies = self.remedies._replace(keep_float="keep_float" in other.honours, layers=tuple(other.honours))
+        return replace(self, route=other, remedies=remedies,
+                       fell_back=(*self.fell_back, {"route": self.route.describe(), "because": because}))
+
+    def next_route(self, op_types: Iterable[str] = (), inputs: int = 0) -> Route | None:
+        """The next route to this format not tried yet that converts such a model, or None."""
+        tried = {f["route"] for f in self.fell_back} | {self.route.describe()}
+        return fallback_route(self.route, [r for r in self.alternatives if r.describe() not in tried], op_types,
+                              inputs)
+
+
+@dataclass(frozen=True)
+class FormatOutcome:
+    """One format's result: built (and measured, with the gates it fails), or failed with the reason."""
+
+    name: str
+    built: BuildResult | None = None
+    comparison: Measured | None = None
+    error: EdgekitError | None = None
+    context: BuildContext | None = None  # what built it (after --auto-fix: the fixes kept)
+    failures: tuple[GateFailure, ...] = ()
+    fixes: tuple[dict[str, Any], ...] = ()  # --auto-fix attempts, as recorded in the manifest
+    remedies: Remedies = Remedies()  # what its format and route can do about failed gates
+    seconds: float = 0.0  # building, measuring and searching it
+
+
+def build_formats(planned: list[Planned], context: BuildContext, described: SourceDescription,
+                  run: PackagingContext) -> list[FormatOutcome]:
+    """Each format built, measured and judged in turn (and searched, by default); with one
+    format its build failure is the run's error."""
+    progress = run.progress
+    steps = StepContext(context.workdir, context.timeout_s, context.layer_names)
+    planned, blocked = refused_routes(planned, described.op_types, len(described.inputs), progress)
+    outcomes = []
+    for format_plan in planned:
+        builder = format_plan.builder
+        started = time.monotonic()
+        try:
+            if builder.name in blocked:
+                raise blocked[builder.name]
+            format_plan, own, built, comparison = build_on_routes(format_plan, context, described, steps, run)
+        except EdgekitError as exc:  # one format's failure (converting, or its runtime refusing the result)
+            if exc.hint and OTHER_ROUTES in exc.hint:  # the formats to package instead, from the route table
+                exc.hint = exc.hint.replace(OTHER_ROUTES, other_routes(format_plan.route, format_plan.others))
+            if len(planned) == 1:
+                raise
+            progress.warn(f"{builder.name} failed: {exc.message}")
+            outcomes.append(FormatOutcome(builder.name, error=exc, seconds=time.monotonic() - started))
+            shutil.rmtree(run.staged / builder.name, ignore_errors=True)  # its half-made files never ship
+            continue
+        remedies = format_plan.remedies
+        outcome = judge(builder, own, built, comparison, run, remedies, plain_s=time.monotonic() - started,
+                        shared_s=run.setup_s / len(planned))
+        outcomes.append(replace(outcome, seconds=time.monotonic() - started))
+        fallback = float_fallback(builder, outcome.built or built, own, run, remedies)
+        # the format's other quantized builds with what the search kept (the same layers in float)
+        variants = scheme_variants(builder, outcome.context or own, run, remedies, main_refused=bool(outcome.failures))
+        if fallback is not None:  # the build this CPU runs is the one timed against the fallback
+            builds = [outcomes[-1], *variants]
+            here = this_cpu_build(builder.name, [b.name for b in builds if not b.failures] or [builder.name])
+            timed = next((b for b in builds if b.name == here), outcomes[-1])
+            timed = timed_against_float(builder, timed, fallback, run)
+            outcomes[-1] = timed if timed.name == outcomes[-1].name else outcomes[-1]
+            variants = [timed if v.name == timed.name else v for v in variants]
+            outcomes.append(fallback)
+        outcomes += variants
+    if not any(o.built for o in outcomes):
+        details = "; ".join(f"{o.name}: {o.error.message}" for o in outcomes if o.error)
+        raise EdgekitError(f"no target could be built (every requested format failed: {details})",
+                           hint=final_hint(planned, outcomes))
+    return outcomes
+
+
+def final_hint(planned: list[Planned], outcomes: list[FormatOutcome]) -> str:
+    """The fix when every requested format failed: a format's own hint that names no other
+    format that failed here, else the formats not requested whose routes exist, else a pointer
+    to the errors themselves. Never a format that was just tried and failed."""
+    failed = {o.name for o in outcomes if o.error}
+    for outcome in outcomes:
+        hint = outcome.error.hint if outcome.error else ""
+        if hint and not any(f"--format {name}" in hint for name in failed - {outcome.name}):
+            return hint
+    requested = {p.builder.name for p in planned}
+    untried = sorted({r.format for p in planned for r in p.others} - requested)
+    if untried:
+        return (f"package it for {' and '.join(untried)} ({' '.join('--format ' + f for f in untried)}), or fix "
+                "the causes named above")
+    return "each format's error above names its cause; fix that in the model, or report it with the model"
+
+
+def ship_now(outcomes: list[FormatOutcome]) -> str:
+    """When every INT8 artifact is refused: what can ship now (the float fallbacks that passed,
+    and the flag that writes them) and the best plan the search found per format, with its margins."""
+    fallbacks = passed_fallbacks(outcomes)
+    best = []
+    for o in outcomes:
+        if o.name in FORMATS and o.failures and o.context is not None:
+            margins = ", ".join(f"{f.output or 'artifact'} {f.cause} {f.margin:+.3g}" for f in o.failures)
+            best.append(f"{o.name}: {o.context.plan.describe()} ({margins})")
+    now = (f"; ship now: the float fallbacks that passed ({', '.join(fallbacks)}): --allow-partial writes them, "
+           "every INT8 recorded as refused" if fallbacks else "; no float fallback passed either")
+    return now + (f"; best plans found: {'; '.join(best)}" if best else "")
+
+
+def refused_routes(planned: list[Planned], op_types: Iterable[str], inputs: int,
+                   progress: Progress | None = None) -> tuple[list[Planned], dict[str, EdgekitError]]:
+    """The formats on the routes that convert a model with these ops and this many inputs: a
+    format whose preferred route cannot (``routes.route_limits``) moves to its next route that
+    can, said out loud; the errors of those no route converts, by format (raised at once when no
+    requested format is left)."""
+    ops = list(op_types)
+    moved, refused = [], {}
+    for p in planned:
+        error = route_limits(p.route, ops, inputs, p.others)
+        if error is not None and (other := p.next_route(ops, inputs)) is not None:
+            why = error.message.split(" (refused", 1)[0]
+            if progress is not None:
+                progress.say(f"{p.builder.name}: the route {p.route.describe()} cannot convert this model "
+                             f"({why.split(' cannot convert ', 1)[-1]}); using {other.describe()} instead")
+            p, error = p.on(other, why), None
+        moved.append(p)
+        if error is not None:
+            refused[p.builder.name] = error
+    if refused and len(refused) == len(planned):
+        raise next(iter(refused.values())) if len(refused) == 1 else RouteError(
+            "no requested format's route converts this model: " + "; ".join(e.message for e in refused.values()),
+            hint=next(iter(refused.values())).hint)
+    return moved, refused
+
+
+def build_on_routes(format_plan: Planned, context: BuildContext, described: SourceDescription, steps: StepContext,
+                    run: PackagingContext) -> tuple[Planned, BuildContext, BuildResult, Measured | None]:
+    """The format built on its route; when that route's conversion fails, on the next route that
+    converts the model (said out loud and recorded in the artifact's ``details.route``)."""
+    while True:
+        try:
+            own = replace(context, model=model_form(format_plan.route, described.forms, steps))
+            built, comparison = build_and_measure(format_plan.builder, own, run)
+        except ConversionError as exc:
+            other = format_plan.next_route(described.op_types, len(described.inputs))
+            if other is None:
+                if format_plan.fell_back:
+                    tried = "; ".join(f"{f['route']}: {first_line_of(f['because'])}" for f in format_plan.fell_back)
+                    exc.message += f" (routes tried before: {tried})"
+                raise
+            run.progress.warn(f"{format_plan.builder.name}: the route {format_plan.route.describe()} failed "
+                              f"({first_line_of(exc.message)}); trying {other.describe()}")
+            shutil.rmtree(run.staged / format_plan.builder.name, ignore_errors=True)
+            format_plan = format_plan.on(other, exc.message)
+            continue
+        if format_plan.fell_back:
+            route = {"used": format_plan.route.describe(), "instead_of": list(format_plan.fell_back)}
+            artifact = built.artifact
+            built = replace(built, artifact=artifact.with_details(route=route))
+        return format_plan, own, built, comparison
+
+
+def first_line_of(message: str, limit: int = 200) -> str:
+    line = message.strip().splitlines()[0] if message.strip() else message
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def this_cpu_build(fmt: str, keys: list[str]) -> str:
+    """The key of the build of ``fmt`` this CPU runs among ``keys`` (ONNX's u8s8 on x86 with VNNI)."""
+    from ..devices import DeviceFacts
+    from ..formats import device_artifacts
+
+    return device_artifacts(set(keys), DeviceFacts.read()).get(fmt, fmt)
+
+
+def timed_against_float(builder: Builder, outcome: FormatOutcome, fallback: FormatOutcome,
+                        run: PackagingContext) -> FormatOutcome:
+    """A mixed artifact timed against its float fallback here (``speed.py``), recorded in its
+    details; said when it is slower (the runtime then prefers the fallback on this CPU kind)."""
+    from .speed import compare, is_mixed
+
+    if outcome.built is None or fallback.built is None or not is_mixed(outcome.built.artifact.precision):
+        return outcome
+    with run.progress.step(f"Timing {outcome.name} against {fallback.name}"):
+        speed = compare(builder, run.staged, outcome.built, fallback.built, run.data.evaluation)
+    if speed is None:
+        return outcome
+    artifact = outcome.built.artifact
+    from ..runtime import FASTER_THAN_FLOAT
+
+    verdict = ("faster" if speed["speedup"] >= FASTER_THAN_FLOAT else
+               f"{'no faster' if speed['speedup'] >= 1 else 'slower'}: on this CPU kind the runtime prefers the float "
+               "fallback")
+    run.progress.say(f"{outcome.name} ({artifact.precision}) runs {speed['speedup']:.2f}x its float fallback "
+                 f"{fallback.name} here ({speed['cpu']}, 1 thread): {verdict}; other devices were not measured")
+    return replace(outcome, built=replace(outcome.built, artifact=artifact.with_details(speed_vs_float=speed)))
+
+
+def build_and_measure(builder: Builder, context: BuildContext,
+                      run: PackagingContext) -> tuple[BuildResult, Measured | None]:
+    """One format's artifact, written into the staging tree, and its measurement."""
+    with run.progress.step(f"Calibrating and converting {builder.name} on {run.data.calibration_count} "
+                           "samples") as update:
+        built = builder.build(context, update)
+    written = run.staged / built.artifact.path
+    if not written.exists() or (written.is_file() and written.stat().st_size == 0):
+        raise ConversionError(f"the {builder.name} converter reported success but wrote no artifact at "
+                              f"{built.artifact.path}", hint="rerun with --debug and report the log")
+    with run.progress.step(f"Validating {builder.name} against the float model"):
+        return built, run.measure(built, builder, context)
+
+
+def float_fallback(builder: Builder, built: BuildResult, context: BuildContext, run: PackagingContext,
+                   remedies: Remedies = Remedies()) -> FormatOutcome | None:
+    """The format's float fallback, validated like the INT8 artifact; one that fails a gate is
+    left out of the package (it is optional) with a warning saying why."""
+    fallback = fallback_result(builder, built, run.staged)
+    if fallback is None:
+        return None
+    key = fallback.artifact.key
+    with run.progress.step(f"Validating {key} (float fallback) against the float model"):
+        measured = run.measure(fallback, builder, context, quantized=False)
+    failures = run.check(key, measured, remedies)
+    if failures:
+        run.progress.warn(f"{key} (float fallback) left out: it failed validation ({failures[0].what})")
+        discard(run.staged / fallback.artifact.path)
+        return None
+    return FormatOutcome(key, built=fallback, comparison=measured, context=context, remedies=remedies)
+
+
+def scheme_variants(builder: Builder, context: BuildContext, run: PackagingContext,
+                    remedies: Remedies = Remedies(), main_refused: bool = False) -> list[FormatOutcome]:
+    """The format's other quantized builds (an INT8 scheme for other CPUs), each validated
+    like the main one. They are optional: one that fails to build, or fails a gate (unless
+    --allow-accuracy-drop keeps it, recorded as failed, as it keeps the main artifact), is left
+    out with a warning; devices that would have used it run the main artifact."""
+    outcomes = []
+    for variant in builder.variants(context):
+        key = f"{builder.name}-{variant.name}"
+        variant_context = variant.context(context)
+        try:
+            with run.progress.step(f"Calibrating and converting {key} ({variant.scheme})"):
+                built = builder.build(variant_context)
+            with run.progress.step(f"Validating {key} against the float model"):
+                measured = run.measure(built, builder, variant_context)
+        except EdgekitError as exc:
+            run.progress.warn(f"{key} left out: {exc.message}")
+            continue
+        failures = run.check(key, measured, remedies)
+        if failures and not run.options.allow_accuracy_drop:
+            instead = (f"the main {builder.name} build was refused too" if main_refused
+                       else f"devices that would use it run {builder.name}")
+            run.progress.warn(f"{key} left out: it failed validation ({failures[0].what}); {instead}")
+            discard(run.staged / built.artifact.path)
+            continue
+        outcomes.append(FormatOutcome(key, built=built, comparison=measured, context=variant_context,
+                                      failures=tuple(failures), remedies=remedies))
+    return outcomes
+
+
+def judge(builder: Builder, context: BuildContext, built: BuildResult, comparison: Measured | None,
+          run: PackagingContext, remedies: Remedies = Remedies(), plain_s: float = 0.0,
+          shared_s: float = 0.0) -> FormatOutcome:
+    """The gates one artifact fails, after the search (unless --no-auto-fix); ``plain_s``: what
+    building and measuring it took, ``shared_s``: its share of the steps before any format (the
+    search's budget is a multiple of both)."""
+    if comparison is None:
+        return FormatOutcome(builder.name, built=built, context=context, remedies=remedies)
+    candidate = Candidate(context, built, comparison, run.check(builder.name, comparison, remedies))
+    attempts: list[dict[str, Any]] = []
+    if candidate.failures and run.options.auto_fix and run.data.unrepresentative:
+        run.progress.warn(f"{builder.name}: no search: the held-out data lie far outside the calibration data (said "
+                      "above), so every range the calibration gave is suspect; keeping layers in float would hide "
+                      "that, not fix it: calibrate on data like what the model will see")
+    elif candidate.failures and run.options.auto_fix:
+        candidate, attempts = search(builder, candidate, run, remedies, plain_s, shared_s)
+    note = saturation_note(builder.name, candidate.measured, remedies)
+    if note:
+        run.progress.warn(note)
+    if candidate.context.plan:  # the plan built, as a file a later run takes again (--precision-plan)
+        artifact = candidate.built.artifact.with_details(precision_plan=candidate.context.plan.to_dict())
+        candidate = replace(candidate, built=replace(candidate.built, artifact=artifact))
+    return FormatOutcome(builder.name, built=candidate.built, comparison=candidate.measured,
+                         context=candidate.context, failures=tuple(candidate.failures), fixes=tuple(attempts),
+                         remedies=remedies)
