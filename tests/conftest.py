@@ -207,8 +207,13 @@ def digits_tflite(package: Path) -> Path:
     return package / "tflite" / "model.int8.tflite"
 
 
+# A packaging command's limit in tests: a hang fails, a slow machine does not (a search on a busy 2-core
+# machine has taken 4-5 minutes; the product's own steps time out at 30)
+PACKAGE_TIMEOUT_S = 900
+
+
 def edgekit_cli(*args: object, env: dict[str, str] | None = None, cwd: Path | None = None,
-                timeout: float = 300) -> subprocess.CompletedProcess[str]:
+                timeout: float = PACKAGE_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
     """The installed `edgekit` command in a child process, as a user runs it."""
     return subprocess.run([sys.executable, "-m", "edgekit.cli", *map(str, args)], capture_output=True, text=True,
                           env={**os.environ, **(env or {})}, cwd=cwd or ROOT, timeout=timeout)
