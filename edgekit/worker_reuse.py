@@ -70,7 +70,9 @@ class _Child:
     """A ``python -m edgekit.worker_reuse`` process: one JSON line per step on its stdin."""
 
     def __init__(self, python: str | None) -> None:
-        self._folder = Path(tempfile.mkdtemp(prefix=worker.TEMP_PREFIX + "reused-"))
+        # named with the parent's pid, as ``fsutil.temp_dir`` names its folders: a later run removes it
+        # when that parent was killed before it could
+        self._folder = Path(tempfile.mkdtemp(prefix=f"{worker.TEMP_PREFIX}{os.getpid()}-reused-"))
         self._stderr = open(self._folder / "stderr", "w+b")  # noqa: SIM115 - kept open for the child's life
         self.proc = subprocess.Popen(
             [python or sys.executable, "-m", "edgekit.worker_reuse"],

@@ -41,6 +41,7 @@ from ..routes import plan, routes
 from ..routes import route as route_to
 from ..sources import Source, detect_source
 from ..sources.description import SourceDescription
+from ..worker_reuse import reusing
 from .assemble import assemble_package
 from .context import PackagingContext
 from .data import PreparedData, prepare_data
@@ -118,7 +119,7 @@ def build_package(options: PackageOptions, progress: Progress | None = None) -> 
     if peeked is not None:  # the model's ops and inputs read without loading it: a route limit refuses now
         inputs = [name for name in peeked["inputs"] if name not in (options.fixed_inputs or {})]
         planned, _ = refused_routes(planned, peeked["op_types"], len(inputs), progress)
-    with temp_dir(TEMP_PREFIX) as work:
+    with temp_dir(TEMP_PREFIX) as work, reusing():
         loaded = load_source(source, kind, options, work, progress, source_hints(options, plan))
         data = prepare_data(plan, options, loaded.described, progress)
         given = resolve_kinds(options.output_kinds, loaded.described)

@@ -42,7 +42,7 @@ def search(builder: Builder, first: Candidate, run: PackagingContext, remedies: 
     ``plain_s``: what the plain build and its measurement took; ``shared_s``: this format's share
     of the steps every format needed first (the budget is a multiple of both)."""
     budget = Budget.for_search(run.options.search_budget_s, plain_s, shared_s)
-    with reusing():  # the tries share converter children; they end before the rebuild (a peak of its own)
+    with reusing():  # the tries share converter children (already so inside a packaging run: it shares them all)
         found = _tries(builder, first, run, remedies, budget)
     if found.best is None:  # the package still holds the first build: tries built into scratch
         return first, _records(found.trials, budget)
