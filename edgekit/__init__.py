@@ -24,7 +24,7 @@ def load(
     ``source``: package directory, ``.ekpkg``, ``http(s)://``/``file://`` URL, ``.tflite`` or
     ``.onnx``. ``artifact``/``backend`` narrow the choice; ``profile``: device profile or "auto".
     """
-    from .runtime import load as _load
+    from .device.runtime import load as _load
 
     return _load(source, artifact=artifact, backend=backend, threads=threads, profile=profile, **options)
 

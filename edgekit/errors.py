@@ -2,7 +2,7 @@
 
 The CLI prints ``error: MESSAGE`` and ``  fix: HINT`` and exits with ``exit_code``; a traceback
 appears only with ``--debug``. Errors raised inside a conversion subprocess travel back to the
-parent by class name (see ``edgekit.worker``), so every class here must be constructible as
+parent by class name (see ``edgekit.conversion.worker``), so every class here must be constructible as
 ``cls(message, hint=...)``.
 """
 
@@ -67,7 +67,7 @@ OTHER_ROUTES = "package it for a format whose route avoids this converter (edgek
 
 class RouteError(EdgekitError):
     """No conversion route takes this kind of model to a requested format, or a route cannot
-    honour an option given (``edgekit.routes``); said before anything loads."""
+    honour an option given (``edgekit.conversion.routes``); said before anything loads."""
 
     default_hint = "see `edgekit routes` for how each kind of model reaches each format"
 

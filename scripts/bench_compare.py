@@ -58,7 +58,7 @@ def measure(samples: int) -> dict:
     with tempfile.TemporaryDirectory() as folder:
         for device, scale, seed in (("box-a", 1.0, 1), ("box-b", 1.1, 2)):
             Path(folder, f"{device}.json").write_text(json.dumps(report(device, scale, samples, seed)))
-        code = ("import resource, sys; from edgekit.cli import run; status = run(sys.argv[1:]); "
+        code = ("import resource, sys; from edgekit.cli.main import run; status = run(sys.argv[1:]); "
                 "print('PEAK_KIB', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr); "
                 "sys.exit(status)")
         began = time.perf_counter()

@@ -42,7 +42,7 @@ import edgekit  # noqa: E402
 from edgekit import worker  # noqa: E402
 from edgekit.formats.tflite.litert import LiteRTBackend, open_interpreter  # noqa: E402
 from edgekit.formats.onnx.onnxruntime import OnnxRuntimeBackend  # noqa: E402
-from edgekit.devices import DeviceFacts  # noqa: E402
+from edgekit.device.devices import DeviceFacts  # noqa: E402
 from edgekit.formats import FORMATS  # noqa: E402
 from edgekit.formats.tflite.build import convert as tflite_convert  # noqa: E402
 from edgekit.sources.tensorflow import prepare  # noqa: E402

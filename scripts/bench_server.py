@@ -69,7 +69,7 @@ NAIVE_SERVER = textwrap.dedent("""
 """)
 
 
-# Peer servers for --peers, each in its own virtual environment (edgekit.toolenv; created on first
+# Peer servers for --peers, each in its own virtual environment (edgekit.conversion.toolenv; created on first
 # use): MLServer 1.7.1 needs uvloop<0.22 here, PyTriton 0.7.0 needs numpy<2. Never test dependencies.
 MLSERVER_RUNTIME = textwrap.dedent("""
     import os
@@ -123,7 +123,7 @@ PYTRITON_SERVER = textwrap.dedent("""
 
 def peer_pythons() -> dict[str, str]:
     """The peers' interpreters, creating their environments on first use."""
-    from edgekit import toolenv
+    from edgekit.conversion import toolenv
 
     mlserver = toolenv.Tool("bench-mlserver", ("mlserver==1.7.1", "uvloop<0.22", "onnxruntime>=1.20"),
                             "the MLServer peer of scripts/bench_server.py --peers")

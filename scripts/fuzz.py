@@ -37,7 +37,7 @@ from benchio import save_json  # noqa: E402
 from edgekit.bench.report import ReportError, validate_report  # noqa: E402
 from edgekit.errors import EdgekitError  # noqa: E402
 from edgekit.manifest import Manifest  # noqa: E402
-from edgekit.package_io import open_package  # noqa: E402
+from edgekit.device.package_io import open_package  # noqa: E402
 from edgekit.server.protocol import ProtocolError, parse_request  # noqa: E402
 
 SCALARS = [None, True, False, 0, -1, 1, 2**63, -(2**63), 1e308, -1e-308, float("nan"), "", "x", "../x", "\0",
@@ -178,7 +178,7 @@ def case_manifest_names(rng, base, workdir: Path):
     import shutil
 
     from edgekit.export.triton import _write_model
-    from edgekit.package_io import open_package, verified_artifact_path
+    from edgekit.device.package_io import open_package, verified_artifact_path
 
     document = json.loads(json.dumps(base))
     for _ in range(rng.randint(1, 3)):

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edgekit.cli import run as edgekit_main
+from edgekit.cli.main import run as edgekit_main
 
 ROOT = Path(__file__).resolve().parents[1]
 DIGITS = ROOT / "models" / "digits"

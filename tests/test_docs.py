@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from edgekit.cli_reference import option_strings, render
+from edgekit.cli.reference import option_strings, render
 from tests.conftest import ROOT
 
 REFERENCE = ROOT / "docs" / "reference" / "cli.md"
@@ -24,7 +24,7 @@ def test_the_readme_starts_with_the_two_setup_commands_and_fits_on_a_screen():
 
 def test_the_command_reference_is_generated_and_names_every_option():
     text = REFERENCE.read_text()
-    assert text == render(), "docs/reference/cli.md is stale: run python -m edgekit.cli_reference"
+    assert text == render(), "docs/reference/cli.md is stale: run python -m edgekit.cli.reference"
     missing = sorted(option for option in option_strings() if option not in text)
     assert not missing, f"options missing from the reference: {missing}"
     assert {"--calibration", "--fail-on-regression", "--margin", "--grpc-port", "--sweep-threads"} <= option_strings()

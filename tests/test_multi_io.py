@@ -2,7 +2,7 @@
 
 Bare ``.onnx`` and ``.tflite`` files with several outputs return every output, identical to the
 raw ONNX Runtime session / LiteRT interpreter, through ``edgekit.load`` and ``python -m
-edgekit.run`` (printed and written with ``--output``).
+edgekit.cli.run`` (printed and written with ``--output``).
 """
 
 from __future__ import annotations

@@ -98,7 +98,7 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_no_import_cycle_among_edgekit_modules():
     graph = import_graph()
-    assert len(graph) > 100 and "edgekit.runtime" in graph["edgekit"]  # the walk sees lazy imports
+    assert len(graph) > 100 and "edgekit.device.runtime" in graph["edgekit"]  # the walk sees lazy imports
     assert cycles(graph) == []
 
 
@@ -268,7 +268,7 @@ def test_one_module_reads_the_cpu_description():
     for path in sorted([*PACKAGE.rglob("*.py"), *(ROOT / "scripts").glob("*.py")]):
         if any(v.rstrip("/").endswith("proc/cpuinfo") for v in _names_and_literals(path)[1]):
             readers.append(str(path.relative_to(ROOT)))
-    assert readers == ["edgekit/devices.py"], readers
+    assert readers == ["edgekit/device/devices.py"], readers
 
 
 def test_onnx_runtime_kernel_knowledge_stays_in_the_onnx_format():
@@ -396,7 +396,7 @@ def test_a_general_packaging_option_is_declared_once():
     """``PackageOptions``' declared fields give `edgekit package` its flags (dest = the field, so the
     CLI passes them on by name), their help and their ranges: cli.py names none of those flags, and
     no range table stands beside the declarations."""
-    from edgekit.cli_reference import edgekit_commands
+    from edgekit.cli.reference import edgekit_commands
     from edgekit.packaging import options
     from edgekit.packaging.options import declarations
 
@@ -407,7 +407,7 @@ def test_a_general_packaging_option_is_declared_once():
     for found, how in declared:
         assert by_flag[how.flag].dest == found.name, how.flag
         assert how.help.replace("%%", "%")[:40] in " ".join(by_flag[how.flag].help.split())
-    tree = ast.parse((PACKAGE / "cli.py").read_text())
+    tree = ast.parse((PACKAGE / "cli" / "main.py").read_text())
     package_literals = {node.value for function in tree.body if isinstance(function, ast.FunctionDef)
                         and function.name.startswith(("_add_package", "_package")) for node in ast.walk(function)
                         if isinstance(node, ast.Constant) and isinstance(node.value, str)}
@@ -425,3 +425,25 @@ def test_no_module_reads_argparse_private_tables():
              for node in ast.walk(ast.parse(path.read_text(), str(path)))
              if isinstance(node, ast.Attribute) and node.attr in private]
     assert not found, found
+
+
+# what every side shares stays at the top; the rest lives in the room named for its job
+TOP_LEVEL = {"__init__", "__main__", "errors", "fsutil", "logs", "manifest", "names", "progress", "registry",
+             "run", "validation_record", "version"}
+BUILD_SIDE_AND_COMMANDS = ("edgekit.packaging", "edgekit.sources", "edgekit.steps", "edgekit.conversion",
+                           "edgekit.cli", "edgekit.server", "edgekit.export")
+
+
+def test_the_top_level_holds_only_what_every_side_shares():
+    """The device side is ``device/``, what converters run through is ``conversion/``, the commands
+    are ``cli/`` (``edgekit/run.py`` only keeps ``python -m edgekit.run`` working)."""
+    assert {path.stem for path in PACKAGE.glob("*.py")} == TOP_LEVEL
+    assert len((PACKAGE / "run.py").read_text().splitlines()) <= 10
+
+
+def test_the_device_side_imports_neither_the_build_side_nor_the_commands():
+    graph = import_graph()
+    device = [name for name in graph if name.startswith("edgekit.device")]
+    assert "edgekit.device.runtime" in device and "edgekit.device.cache" in device
+    reaches = {name: sorted(d for d in graph[name] if d.startswith(BUILD_SIDE_AND_COMMANDS)) for name in device}
+    assert not {name: found for name, found in reaches.items() if found}

@@ -54,7 +54,7 @@ def test_window_takes_units_and_must_leave_two_windows(digits_package):
 
 
 def test_top_k_on_an_unlabelled_classifier_prints_the_top_classes_not_the_vector():
-    from edgekit.run import format_rows
+    from edgekit.cli.run import format_rows
 
     scores = np.array([0.1, 0.7, 0.05, 0.15], np.float32)
     (line,) = format_rows(["x.npy"], [{"probs": scores}], None, 1, False, {"probs"})
@@ -90,9 +90,9 @@ def test_a_dataloader_of_three_arrays_for_a_one_input_module_is_a_data_error(tmp
 
 
 def test_asking_for_a_format_whose_int8_was_refused_says_it_runs_the_float_fallback(digits_all_package):
-    from edgekit.devices import get_profile
+    from edgekit.device.devices import get_profile
     from edgekit.manifest import Manifest
-    from edgekit.runtime import choose
+    from edgekit.device.runtime import choose
 
     manifest = Manifest.from_json((digits_all_package / "manifest.json").read_bytes())
     assert any(a.key == "onnx-float32" for a in manifest.artifacts)

@@ -12,9 +12,9 @@ from .report import push, summary_rows, to_csv, write_report
 
 def runnable_artifacts(source: str, profile: str) -> list[str]:
     """Every artifact of the package this device has a runtime for, in the profile's order."""
-    from ..devices import detect, get_profile
-    from ..package_io import open_package
-    from ..runtime import runnable
+    from ..device.devices import detect, get_profile
+    from ..device.package_io import open_package
+    from ..device.runtime import runnable
 
     _, manifest = open_package(source)
     chosen = detect() if profile == "auto" else get_profile(profile)

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from ..version import __version__
-from ..runtime import Model, load
+from ..device.runtime import Model, load
 from .report import SCHEMA_VERSION
 from . import context as run_context
 from .fingerprint import fingerprint
@@ -265,7 +265,7 @@ def _result(config: _Config, options: BenchOptions, launches: dict[tuple[Any, An
             points: list[dict[str, Any]], peak_mib: float) -> dict[str, Any]:
     """One configuration's entry of the report, from its samples and the run's context
     (``peak_mib``: the process's peak RSS when measuring ended, before placement's extra sessions)."""
-    from ..devices import runtime_threads
+    from ..device.devices import runtime_threads
 
     model = config.model
     assert model is not None
@@ -442,7 +442,7 @@ def _config_name(result: dict[str, Any]) -> str:
 
 
 def _facts() -> Any:
-    from ..devices import DeviceFacts
+    from ..device.devices import DeviceFacts
 
     return DeviceFacts.read()
 

@@ -22,7 +22,7 @@ _CHILD = r"""
 import json, sys, time
 started = time.perf_counter()
 import numpy as np
-from edgekit.runtime import load
+from edgekit.device.runtime import load
 imported = time.perf_counter()
 source, artifact, backend, threads, profile, require_signature, trusted_keys = json.loads(sys.argv[1])
 timings = {}

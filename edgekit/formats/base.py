@@ -9,9 +9,9 @@ it reads and returns, in ``building.py``) is imported only when packaging: a dev
 ``FORMAT`` and its backend, never the converters, and this module stays small because every
 ``python -m edgekit.run`` pays for importing it.
 
-What a format converts from is a *form* of the model (``edgekit.forms``: a TensorFlow graph,
+What a format converts from is a *form* of the model (``edgekit.conversion.forms``: a TensorFlow graph,
 a float ONNX graph, a PyTorch module, ...), never the kind of file the user passed: which
-source reaches which format is ``edgekit.routes``'s table.
+source reaches which format is ``edgekit.conversion.routes``'s table.
 
 (Device profiles, the TOML files in the repository's top-level ``targets/``, are a different
 thing: which format and backend a device prefers.)
@@ -40,8 +40,8 @@ class Option(NamedTuple):
 
 
 class Accepts(NamedTuple):
-    """A form of the model this format converts from (``edgekit.forms``), and which generic
-    options its converter honours on it (``edgekit.routes.ROUTE_OPTIONS`` keys)."""
+    """A form of the model this format converts from (``edgekit.conversion.forms``), and which generic
+    options its converter honours on it (``edgekit.conversion.routes.ROUTE_OPTIONS`` keys)."""
 
     form: str
     honours: tuple[str, ...] = ()
@@ -108,7 +108,7 @@ class Format(NamedTuple):
     serving_platform: str  # KServe v2 / Triton "platform" of its artifacts
     bare_suffixes: tuple[str, ...] = ()  # a plain file with this suffix is runnable without a package
     options: tuple[Option, ...] = ()  # build options only this format reads
-    accepts: tuple[Accepts, ...] = ()  # forms it converts from, in order of preference (edgekit.routes)
+    accepts: tuple[Accepts, ...] = ()  # forms it converts from, in order of preference (edgekit.conversion.routes)
     device_rules: DeviceRules = DeviceRules()  # which of its quantized builds a device runs
     # what `edgekit package` says of a built artifact from the details only this format writes
     # (its keys are the format's business: nothing outside the format reads them by name)

@@ -11,12 +11,12 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
-from ..forms import ModelForm
+from ..conversion.forms import ModelForm
 from ..manifest import Artifact, QuantParams
 from .plan import PrecisionPlan
 
 if TYPE_CHECKING:
-    from ..devices import Profile
+    from ..device.devices import Profile
 
 
 MINMAX = "minmax"  # activation ranges from the calibration samples' minimum and maximum
@@ -47,7 +47,7 @@ class BuildContext:
     eval_npy: str  # validation inputs (for formats that validate without a runtime)
     package_dir: Path  # the package being staged; artifacts go below it
     workdir: Path  # scratch space for intermediates (float ONNX, ...), removed afterwards
-    # the form of the model this format converts from, as its route produced it (edgekit.routes):
+    # the form of the model this format converts from, as its route produced it (edgekit.conversion.routes):
     # a builder reads this, never what kind of file the user passed
     model: ModelForm = ModelForm("", "")
     layer_names: tuple[str, ...] = ()  # to name layers in op errors

@@ -5,7 +5,7 @@
    (converter child).
 3. ``prepare_data``: calibration and validation samples as the model sees them (``data.py``).
 4. ``float_reference``: the float model's outputs on the validation samples (converter child).
-5. ``build_formats`` (``each_format.py``): each format's route (``edgekit.routes``, planned before
+5. ``build_formats`` (``each_format.py``): each format's route (``edgekit.conversion.routes``, planned before
    anything loads) turns what the source described into the form the format converts from, then its
    builder makes the artifact into the staging tree, measured against the float outputs
    (``validate.py``), searched when a gate fails (``search/``); a ``FormatOutcome`` per format,
@@ -29,19 +29,19 @@ from typing import Any
 
 import numpy as np
 
-from .. import worker
-from ..devices import Profile
+from ..conversion import worker
+from ..device.devices import Profile
 from ..errors import EdgekitError, PartialPackageError
 from ..formats import FORMATS, BuildContext, expand_formats, get_format
 from ..formats.building import save_samples
 from ..fsutil import staging_dir, temp_dir
-from ..package_io import write_archive
+from ..device.package_io import write_archive
 from ..progress import Progress
-from ..routes import plan, routes
-from ..routes import route as route_to
+from ..conversion.routes import plan, routes
+from ..conversion.routes import route as route_to
 from ..sources import Source, detect_source
 from ..sources.description import SourceDescription
-from ..worker_reuse import reusing
+from ..conversion.worker_reuse import reusing
 from .assemble import assemble_package
 from .context import PackagingContext
 from .data import PreparedData, prepare_data
@@ -206,7 +206,7 @@ def float_reference(loaded: LoadedSource, data: PreparedData, work: Path, progre
 def device_profiles(names: list[str] | None) -> tuple[Profile, ...]:
     """The device profiles the package is for (``--profile``; ``auto`` is this machine's;
     default: every profile edgekit knows): formats read what their devices need from them."""
-    from ..devices import detect, get_profile, load_profiles
+    from ..device.devices import detect, get_profile, load_profiles
 
     known = load_profiles()
     chosen = [detect(profiles=known) if name == "auto" else get_profile(name, known) for name in names] \

@@ -94,7 +94,7 @@ def write_package_files(staged: Path, manifest: Manifest, labels: list[str] | No
     if labels:
         write_text_atomic(staged / "labels.txt", "\n".join(labels) + "\n")
     if sign_key:
-        from ..signing import sign_directory
+        from ..device.signing import sign_directory
 
         sign_directory(staged, sign_key)
 

@@ -134,9 +134,9 @@ def prepare_data(plan: Plan, options: PackageOptions, described: SourceDescripti
 def outside_calibration(name: str, calibration: np.ndarray, evaluation: np.ndarray, what: str,
                         named: bool) -> list[str]:
     """Said before anything is built: validation samples far outside the calibration range (the
-    runtime's rule, ``edgekit.model.RANGE_MARGIN``) saturate the INT8 input and every range after
+    runtime's rule, ``edgekit.device.model.RANGE_MARGIN``) saturate the INT8 input and every range after
     it; the verdict on them then measures the data mismatch, not the quantization."""
-    from ..model import RANGE_MARGIN
+    from ..device.model import RANGE_MARGIN
 
     if not calibration.size or not evaluation.size or calibration.dtype.kind != "f":
         return []

@@ -15,7 +15,7 @@ from typing import Any
 from ..errors import OTHER_ROUTES, ConversionError, EdgekitError, RouteError
 from ..formats import FORMATS, Builder, BuildContext, BuildResult
 from ..progress import Progress
-from ..routes import Route, fallback_route, model_form, other_routes, route_limits
+from ..conversion.routes import Route, fallback_route, model_form, other_routes, route_limits
 from ..sources.description import SourceDescription
 from ..steps import StepContext
 from .context import PackagingContext
@@ -203,7 +203,7 @@ def first_line_of(message: str, limit: int = 200) -> str:
 
 def this_cpu_build(fmt: str, keys: list[str]) -> str:
     """The key of the build of ``fmt`` this CPU runs among ``keys`` (ONNX's u8s8 on x86 with VNNI)."""
-    from ..devices import DeviceFacts
+    from ..device.devices import DeviceFacts
     from ..formats import device_artifacts
 
     return device_artifacts(set(keys), DeviceFacts.read()).get(fmt, fmt)
@@ -222,7 +222,7 @@ def timed_against_float(builder: Builder, outcome: FormatOutcome, fallback: Form
     if speed is None:
         return outcome
     artifact = outcome.built.artifact
-    from ..runtime import FASTER_THAN_FLOAT
+    from ..device.runtime import FASTER_THAN_FLOAT
 
     verdict = ("faster" if speed["speedup"] >= FASTER_THAN_FLOAT else
                f"{'no faster' if speed['speedup'] >= 1 else 'slower'}: on this CPU kind the runtime prefers the float "

@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 
 from ..manifest import Manifest
 from ..comparison.metrics import OutputComparison
-from ..worker import DEFAULT_STEP_TIMEOUT_S
+from ..conversion.worker import DEFAULT_STEP_TIMEOUT_S
 
 
 class Declared(NamedTuple):
@@ -299,7 +299,7 @@ class PackageResult:
 
         from rich.console import Console
 
-        from ..validation_table import render
+        from ..cli.validation_table import render
 
         buffer = io.StringIO()
         render(self.manifest, Console(file=buffer, width=width, force_terminal=False, color_system=None))

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import worker
+from ..conversion import worker
 from ..data.sources import DataSource, open_data
 from ..errors import DataError, OutputExistsError
 from ..fsutil import ensure_writable, remove_stale, remove_stale_temp
@@ -76,7 +76,7 @@ def preflight(options: PackageOptions, progress: Progress) -> Plan:
     remove_stale_temp(TEMP_PREFIX)
     remove_stale_temp(worker.TEMP_PREFIX)
     if options.sign_key:
-        from ..signing import check_private_key
+        from ..device.signing import check_private_key
 
         check_private_key(options.sign_key)
     calibration = open_data(options.calibration, "calibration", options.data_names.get(options.calibration))

@@ -28,7 +28,7 @@ def compare(builder: Builder, staged: Path, mixed: BuildResult, fallback: BuildR
             evaluation: dict[str, np.ndarray]) -> dict[str, Any] | None:
     """The mixed artifact's and the float fallback's median latency here; None without a runtime
     (or when the runtime cannot time them: a crash there ends a child process, never the packager)."""
-    from ..devices import DeviceFacts
+    from ..device.devices import DeviceFacts
 
     medians = median_ms(builder, {"mixed": staged / mixed.artifact.path, "float": staged / fallback.artifact.path},
                         evaluation, f"timing {mixed.artifact.key} against {fallback.artifact.key}")
@@ -46,7 +46,7 @@ def median_ms(builder: Builder, artifacts: dict[str, Path], evaluation: dict[str
               rounds: int = ROUNDS, runs: int = RUNS) -> dict[str, float] | None:
     """Each artifact's median latency here in ms (batch 1, one thread, interleaved in one child);
     None without a runtime of the format or when that runtime cannot time them."""
-    from .. import worker
+    from ..conversion import worker
     from ..errors import EdgekitError
     from ..fsutil import temp_dir
 
@@ -68,7 +68,7 @@ def median_ms(builder: Builder, artifacts: dict[str, Path], evaluation: dict[str
 def time_artifacts(backend: str, sample_npz: str, artifacts: dict[str, str], rounds: int = ROUNDS,
                    runs: int = RUNS) -> dict[str, list[float]]:
     """Child side of ``median_ms``: each artifact's per-round median seconds, interleaved, batch 1, one thread."""
-    from .. import worker
+    from ..conversion import worker
 
     backend_cls: Any = worker.resolve(backend)
     with np.load(sample_npz) as stored:

@@ -23,7 +23,7 @@ from ..formats import Builder, BuildResult, get_backend
 from ..kinds import OutputKind, TaskResult, evaluate, infer
 from ..comparison.metrics import OutputComparison, compare_outputs
 from ..comparison.user_metric import run_metric
-from ..model import align
+from ..device.model import align
 from ..sources.description import SourceDescription
 from .data import PreparedData
 
@@ -186,7 +186,7 @@ def _run_artifact(artifact: Path, backend_name: str, inputs: dict[str, np.ndarra
     Run in a child process (``run_artifact``): a runtime library that crashes on what a converter
     wrote (LiteRT dying with SIGSEGV on a quantized attention graph) ends that child, and the
     format fails with the signal named, never the packager."""
-    from .. import worker
+    from ..conversion import worker
     from ..fsutil import temp_dir
 
     backend_cls = get_backend(backend_name)
@@ -216,7 +216,7 @@ def run_artifact(backend: str, artifact: str, inputs_npz: str, names: list[str],
                  options: dict[str, Any], output_npz: str) -> None:
     """Child side of ``_run_artifact``: load the artifact in its runtime and run it in batches;
     the outputs saved by position of ``names`` (``o0``, ``o1``...: names may not be npz keys)."""
-    from .. import worker
+    from ..conversion import worker
 
     backend_cls: Any = worker.resolve(backend)
     with np.load(inputs_npz) as stored:

@@ -21,7 +21,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ..bench.report import ReportError
-from ..runtime import Model
+from ..device.runtime import Model
 from .dataplane import VERSION, DataPlane, ServedModel, ServerOptions
 from .protocol import CLIENT_CLOSED, HEADER_LENGTH, ProtocolError
 from .reports import ReportStore

@@ -6,8 +6,8 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from ..cliopts import ArgumentParser, HelpFormatter, at_least, bounded, worker_count
-from ..clitools import guarded, split_debug
+from ..cli.options import ArgumentParser, HelpFormatter, at_least, bounded, worker_count
+from ..cli.tools import guarded, split_debug
 
 
 def _port(text: str) -> int:
@@ -89,7 +89,7 @@ def options_from(args: argparse.Namespace):  # noqa: ANN201 - ServerOptions, imp
 
 def parser(prog: str = "edgekit serve") -> argparse.ArgumentParser:
     """``edgekit serve``'s options (also what its command reference is generated from)."""
-    from ..cliopts import add_load_options
+    from ..cli.options import add_load_options
 
     p = ArgumentParser(prog=prog, formatter_class=HelpFormatter,
                        description="Serve packages over KServe v2 (Open Inference Protocol) with dynamic batching and "

@@ -20,8 +20,8 @@ import numpy as np
 
 from ..version import __version__
 from ..errors import EdgekitError
-from ..prediction_cache import PredictionCache
-from ..runtime import Model
+from ..device.prediction_cache import PredictionCache
+from ..device.runtime import Model
 from .batcher import Arrival, DynamicBatcher, Overloaded
 from .metrics import ServerMetrics
 from .protocol import ProtocolError, datatype_of, encode_response, parse_request

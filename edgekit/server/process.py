@@ -41,7 +41,7 @@ class Launch:
 
 def serve_here(launch: Launch, sock: Any, on_ready: Any) -> None:
     """Load the models and serve ``sock`` in this process; ``on_ready(names, grpc_port)`` once ready."""
-    from ..runtime import load
+    from ..device.runtime import load
 
     models = [load(source, artifact=launch.artifact, backend=launch.backend, threads=launch.threads,
                    profile=launch.profile, require_signature=launch.require_signature,

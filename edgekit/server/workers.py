@@ -43,7 +43,7 @@ def serve_workers(launch: Launch, sock: Any) -> None:
     ``launch.options.workers`` processes until SIGTERM/SIGINT."""
     count = launch.options.workers
     if launch.threads is None:  # the device's threads shared out, so workers do not oversubscribe it
-        from ..runtime import default_threads
+        from ..device.runtime import default_threads
 
         launch = replace(launch, threads=max(1, default_threads(launch.profile) // count))
     grpc_reserved = None
@@ -188,7 +188,7 @@ def _ended(code: int | None) -> str:
 def _worker_main(launch: Launch, address: tuple[str, int], index: int, events: Any, debug: bool,
                  verbose: bool = False) -> None:
     """One worker: serve its own socket on ``address``; report readiness or the error that stopped it."""
-    from ..clitools import configure_logging
+    from ..cli.tools import configure_logging
 
     configure_logging(debug, verbose)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # until uvicorn installs its handlers: the parent forwards

@@ -2,11 +2,11 @@
 
 A source (TensorFlow/Keras, ONNX, ...) is one module below ``edgekit/sources/`` defining
 ``SOURCE``. ``detect`` runs in the parent and only looks at files; ``prepare`` and
-``float_reference`` run in a converter child (``edgekit.worker``) because they import the
+``float_reference`` run in a converter child (``edgekit.conversion.worker``) because they import the
 framework. ``prepare`` returns a JSON description every later step reads: ``inputs`` and
 ``outputs`` (name, shape with -1 for dynamic dimensions, dtype), ``layers`` (names, for error
 messages), ``rescales`` (the model normalizes its own input), ``forms``: each form the
-kind provides (``provides``; ``edgekit.forms.ModelForm.to_dict``), which ``edgekit.routes``
+kind provides (``provides``; ``edgekit.conversion.forms.ModelForm.to_dict``), which ``edgekit.conversion.routes``
 hands to the formats, and what the manifest keeps: ``recorded`` (facts about the model for its
 ``source`` record: exporter, fixed inputs, rewrites) and ``versions`` (the frameworks that loaded
 it), whatever keys the source gives.
@@ -31,7 +31,7 @@ class Source:
     detect: Callable[[Path], str | None]  # the kind of model at path ("keras", "onnx", ...), or None if not ours
     prepare: Callable[..., dict[str, Any]]  # child: (model_path, kind, export_dir) -> description
     float_reference: Callable[..., None]  # child: (prepared, inputs_npy, output_npy) -> writes the outputs
-    # kind -> the forms (edgekit.forms) its prepare() describes under "forms": what formats convert from
+    # kind -> the forms (edgekit.conversion.forms) its prepare() describes under "forms": what formats convert from
     provides: dict[str, tuple[str, ...]] = field(default_factory=dict)
     # kind -> what code loading that kind runs (printed before loading; see README "Security model")
     runs_code: dict[str, str] = field(default_factory=dict)

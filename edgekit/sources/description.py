@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from ..errors import EdgekitError
-from ..forms import ModelForm
+from ..conversion.forms import ModelForm
 
 
 
@@ -38,7 +38,7 @@ class SourceDescription:
     layers: tuple[str, ...] = ()  # layer (or node) names, for error messages and --keep-float
     op_types: tuple[str, ...] = ()  # the ONNX op types of the model, where a description has them
     rescales: bool = False  # the model normalizes its own input (a Rescaling layer)
-    forms: Mapping[str, ModelForm] = field(default_factory=dict)  # edgekit.forms: what formats convert from
+    forms: Mapping[str, ModelForm] = field(default_factory=dict)  # edgekit.conversion.forms: what formats convert from
     output_layers: Mapping[str, str] = field(default_factory=dict)  # output -> the layer computing it
     output_structure: Mapping[str, Any] = field(default_factory=dict)  # output -> what it is made of
     # what the source says about the model for the manifest's "source" (its exporter, fixed inputs,

@@ -9,9 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .. import forms
+from ..conversion import forms
 from ..errors import ModelSourceError
-from ..forms import ModelForm
+from ..conversion.forms import ModelForm
 from .base import Source, first_line
 
 

@@ -23,9 +23,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from .. import forms
+from ..conversion import forms
 from ..errors import ModelSourceError
-from ..forms import ModelForm, flatten_outputs
+from ..conversion.forms import ModelForm, flatten_outputs
 from .base import Source, first_line
 
 FACTORY = re.compile(r"^(?P<file>.+\.py):(?P<function>[A-Za-z_]\w*)$")
@@ -105,7 +105,7 @@ LOADER = f"{__name__}:load_module"
 
 def load_module(model_path: str, example: dict[str, Any] | None = None, kind: str = "",
                 fixed: dict[str, Any] | None = None, submodules: bool = False) -> tuple[Any, list[str]]:
-    """The loader of this source's PyTorch forms (``edgekit.forms.load_module``): the module in
+    """The loader of this source's PyTorch forms (``edgekit.conversion.forms.load_module``): the module in
     eval mode, wrapped so that ``fixed`` inputs get their values, and its other input names
     (``example`` is part of the loaders' protocol; a PyTorch model needs none to load).
     ``submodules``: a ``torch.export`` program keeps its submodules (``_with_submodules``)."""

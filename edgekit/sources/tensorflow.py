@@ -1,7 +1,7 @@
 """TensorFlow sources (build side): Keras ``.keras``/``.h5`` and TF SavedModel directories.
 
 ``detect`` runs in the parent and only looks at files. ``prepare`` and ``float_reference`` run
-in a child process (``edgekit.worker``) because they import TensorFlow: every format converts
+in a child process (``edgekit.conversion.worker``) because they import TensorFlow: every format converts
 from the one SavedModel that ``prepare`` exports, and the float reference outputs come from
 that same SavedModel.
 """
@@ -12,9 +12,9 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-from .. import forms
+from ..conversion import forms
 from ..errors import ModelSourceError
-from ..forms import ModelForm
+from ..conversion.forms import ModelForm
 from .base import Source, first_line
 
 _HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"

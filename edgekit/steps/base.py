@@ -1,4 +1,4 @@
-"""What a conversion step is: one form of the model into another (``edgekit.forms``), and what it reads."""
+"""What a conversion step is: one form of the model into another (``edgekit.conversion.forms``), and what it reads."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
-from ..forms import ModelForm
+from ..conversion.forms import ModelForm
 
 
 class StepContext(NamedTuple):

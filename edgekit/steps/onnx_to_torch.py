@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from .. import forms
-from ..forms import ModelForm
+from ..conversion import forms
+from ..conversion.forms import ModelForm
 from .base import Conversion, StepContext
 
 

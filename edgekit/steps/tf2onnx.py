@@ -8,9 +8,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .. import forms
+from ..conversion import forms
 from ..errors import ConversionError, EdgekitError, UnsupportedOpError
-from ..forms import ModelForm
+from ..conversion.forms import ModelForm
 from .base import Conversion
 
 TF2ONNX_OPSET = 17  # what tf2onnx writes (the ONNX format quantizes opset 13 and later)
@@ -18,7 +18,7 @@ TF2ONNX_OPSET = 17  # what tf2onnx writes (the ONNX format quantizes opset 13 an
 
 def tf2onnx(form: ModelForm, context: Any) -> ModelForm:
     """SavedModel -> float ONNX (the result and tf2onnx's version stay in the workdir)."""
-    from .. import worker
+    from ..conversion import worker
 
     output = Path(context.workdir) / "model.float.onnx"
     version_file = output.with_suffix(".tf2onnx-version")

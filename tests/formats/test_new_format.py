@@ -20,7 +20,7 @@ pytestmark = pytest.mark.slow
 TOY_INIT = '''
 """Toy: a linear model fitted to the float model, stored as .npy weights, run with NumPy."""
 
-from ... import forms
+from ...conversion import forms
 from ..base import Accepts, Builder, Format
 from .backend import LinearBackend
 
@@ -64,7 +64,7 @@ class LinearBackend(Backend):
 TOY_BUILD = '''
 import numpy as np
 
-from ... import worker
+from ...conversion import worker
 from ...fsutil import sha256_file
 from ...manifest import Artifact
 from ..building import Builder, BuildResult
@@ -102,7 +102,7 @@ PROBE = '''
 import json, subprocess, sys
 import numpy as np
 import edgekit
-from edgekit.cli import parser
+from edgekit.cli.main import parser
 from edgekit.server.app import ServerOptions
 from edgekit.server.dataplane import DataPlane
 

@@ -7,7 +7,7 @@ import json
 import pytest
 
 import edgekit
-from edgekit.devices import SYSROOT_ENV, Profile, load_profiles
+from edgekit.device.devices import SYSROOT_ENV, Profile, load_profiles
 from edgekit.errors import EdgekitError, KernelArithmeticWarning
 from edgekit.formats.onnx.schemes import S8S8, U8S8, U8S8_REDUCED, scheme_for_cpu, schemes_for_cpu
 from tests.conftest import CALIBRATION, DIGITS_MODEL, EVAL, run_cli
@@ -102,7 +102,7 @@ def test_the_runtime_runs_the_scheme_built_for_its_cpu(digits_all_package, tmp_p
 
 
 def test_the_schemes_a_package_needs_come_from_its_profiles():
-    from edgekit.devices import detect
+    from edgekit.device.devices import detect
     from edgekit.formats.onnx.schemes import schemes_for_profiles
     from edgekit.packaging import device_profiles
 
@@ -120,10 +120,10 @@ def test_tune_never_picks_a_build_whose_verdict_this_cpus_kernels_break(digits_a
     saturating kernels: fast, and not what was validated. Tuning there must not consider it."""
     import platform
 
-    from edgekit.devices import get_profile
+    from edgekit.device.devices import get_profile
     from edgekit.manifest import Manifest
-    from edgekit.runtime import verdict_holds_here
-    from edgekit.tune import candidates
+    from edgekit.device.runtime import verdict_holds_here
+    from edgekit.device.tune import candidates
 
     if platform.machine() not in ("x86_64", "AMD64"):
         pytest.skip("the x86 scheme choice is checked on x86 (the CPU architecture is not faked)")

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from edgekit import forms
+from edgekit.conversion import forms
 from edgekit.formats import Accepts, Format
 from edgekit.formats.building import Builder, BuildContext, BuildResult
 from edgekit.formats.onnx.onnxruntime import OnnxRuntimeBackend

@@ -26,7 +26,7 @@ def test_all_targets_share_one_calibration_and_preprocessing(digits_all_package)
 
 
 def test_validation_table_has_a_row_per_artifact(digits_all_package, capsys):
-    from edgekit.validation_table import render
+    from edgekit.cli.validation_table import render
 
     render(Manifest.from_json((digits_all_package / "manifest.json").read_bytes()))
     out = capsys.readouterr().out

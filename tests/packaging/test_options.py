@@ -46,7 +46,7 @@ def test_the_command_line_refuses_the_same_numbers(capsys, tmp_path, flag, value
 
 def test_a_preset_beginning_with_a_dash_is_read_as_help_lists_it(capsys, tmp_path):
     """``--preprocessing -1..1`` (with a space) was an argparse error; only ``=`` worked."""
-    from edgekit.cli import joined_dash_values
+    from edgekit.cli.main import joined_dash_values
 
     assert joined_dash_values(["package", "m", "--preprocessing", "-1..1", "-o", "x"]) == [
         "package", "m", "--preprocessing=-1..1", "-o", "x"]

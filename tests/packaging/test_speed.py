@@ -7,7 +7,7 @@ import os
 
 from edgekit.manifest import Artifact
 from edgekit.packaging.speed import is_mixed
-from edgekit.runtime import _float_before_slower_mixed
+from edgekit.device.runtime import _float_before_slower_mixed
 
 
 def _artifacts(speedup: float, arch: str) -> dict[str, Artifact]:

@@ -11,9 +11,9 @@ import time
 
 import pytest
 
-from edgekit import cache
-from edgekit.cache_verify import problem, verify_all
-from edgekit.package_io import open_package
+from edgekit.device import cache
+from edgekit.device.cache_verify import problem, verify_all
+from edgekit.device.package_io import open_package
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.slow
@@ -21,7 +21,7 @@ pytestmark = pytest.mark.slow
 _WRITER = """
 import os, random, shutil, sys, zipfile
 from pathlib import Path
-from edgekit.package_io import unpacked_entry, write_archive
+from edgekit.device.package_io import unpacked_entry, write_archive
 source, work = Path(sys.argv[1]), Path(sys.argv[2])
 rng = random.Random(os.getpid())
 while True:  # new content each time, so every round writes a new cache entry

@@ -105,7 +105,7 @@ def test_report_reader_on_mutated_reports(where, value):
                           st.binary(max_size=64)), max_size=5),
        st.integers(0, 400), st.binary(max_size=8))
 def test_ekpkg_reader_on_random_and_damaged_archives(tmp_path_factory, members, cut, noise):
-    from edgekit.package_io import open_package
+    from edgekit.device.package_io import open_package
 
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w") as archive:

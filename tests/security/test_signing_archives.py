@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import shutil
 import stat
 import subprocess
@@ -14,8 +13,8 @@ import pytest
 
 import edgekit
 from edgekit.errors import EdgekitError, PackageError
-from edgekit.package_io import open_package, verify_package, write_archive
-from edgekit.signing import SignatureError, generate_keys, sign_directory
+from edgekit.device.package_io import open_package, verify_package, write_archive
+from edgekit.device.signing import SignatureError, generate_keys, sign_directory
 from tests.conftest import EVAL, ROOT, load_npz, run_cli
 
 pytestmark = pytest.mark.slow
@@ -154,7 +153,7 @@ def test_unsafe_archives_are_refused(tmp_path, entries, message):
 
 
 def test_zip_bombs_and_too_many_files_are_refused(tmp_path, monkeypatch):
-    import edgekit.package_io as package_io
+    import edgekit.device.package_io as package_io
 
     monkeypatch.setattr(package_io, "MAX_UNPACKED_BYTES", 1 << 20)
     bomb = tmp_path / "bomb.ekpkg"

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from edgekit.devices import DeviceFacts, max_threads
+from edgekit.device.devices import DeviceFacts, max_threads
 from edgekit.errors import EdgekitError, InputError, PackageError
 from edgekit.manifest import Manifest
 from edgekit.names import is_safe_name, kubernetes_name, name_from_source, slug
@@ -151,14 +151,14 @@ def test_tune_measures_the_untuned_default_and_never_stores_a_slower_choice(digi
                                                                             monkeypatch):
     """`--tune-artifacts tflite --tune-threads N` once stored tflite at N threads as "fastest
     measured" without ever measuring the untuned default it replaced."""
-    from edgekit.runtime import choose, default_threads
-    from edgekit.tune import tune
+    from edgekit.device.runtime import choose, default_threads
+    from edgekit.device.tune import tune
 
     monkeypatch.setenv("EDGEKIT_CACHE_DIR", str(tmp_path / "cache"))
     package = tmp_path / "digits.edgekit"
     shutil.copytree(digits_all_package, package)
     manifest = Manifest.from_json((package / "manifest.json").read_bytes())
-    from edgekit.devices import detect
+    from edgekit.device.devices import detect
 
     entry, backend_cls = choose(manifest, detect())
     untuned = {"artifact": entry.key, "backend": backend_cls.name, "threads": default_threads()}
@@ -187,7 +187,7 @@ def test_exhausted_threads_or_memory_are_named_not_internal_errors():
             "import edgekit.packaging as b; b.preflight = starved\n"
             "sys.argv = ['edgekit', 'package', 'models/digits/digits.keras', '--calibration',"
             " 'models/digits/data/calibration.npz', '-o', sys.argv[1]]\n"
-            "from edgekit.cli import main\n"
+            "from edgekit.cli.main import main\n"
             "main()\n")
     result = subprocess.run([sys.executable, "-c", code, "/tmp/edgekit-never-written"], capture_output=True,
                             text=True, cwd=Path(__file__).resolve().parents[2], timeout=120)

@@ -24,8 +24,8 @@ TOY_SOURCE = '''
 
 from pathlib import Path
 
-from .. import forms
-from ..forms import ModelForm
+from ..conversion import forms
+from ..conversion.forms import ModelForm
 from .base import Source
 
 

@@ -25,7 +25,7 @@ TOY_SOURCE = '''
 
 from pathlib import Path
 
-from ..forms import ModelForm
+from ..conversion.forms import ModelForm
 from .base import Source
 
 WEIGHTS = "linear-weights"
@@ -67,8 +67,8 @@ TOY_STEP = '''
 
 from pathlib import Path
 
-from .. import forms
-from ..forms import ModelForm
+from ..conversion import forms
+from ..conversion.forms import ModelForm
 from .base import Conversion
 
 

@@ -13,7 +13,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from ...devices import SYSROOT_ENV
+from ...device.devices import SYSROOT_ENV
 
 
 def root() -> Path:

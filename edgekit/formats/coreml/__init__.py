@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ... import forms
+from ...conversion import forms
 from ..base import Accepts, Format, Option
 from .backend import CoreMLBackend
 from .notes import build_notes

@@ -1,6 +1,6 @@
 """CoreML target: an ML program ``coreml/model.int8.mlpackage``, W8A8 (int8 weights and activations).
 
-``coremltools.convert`` turns the route's form (``edgekit.forms``: a Keras model, a traced
+``coremltools.convert`` turns the route's form (``edgekit.conversion.forms``: a Keras model, a traced
 PyTorch module, or a TensorFlow graph through ``source="tensorflow"``) into an ML program for iOS 17 / macOS 14 (the first targets that run
 int8 weight dequantization and activation quantization ops). Weights are quantized with
 ``linear_quantize_weights``: per-channel, symmetric int8, every weight (no size threshold).
@@ -26,9 +26,9 @@ from typing import Any
 
 import numpy as np
 
-from ... import forms, worker
+from ...conversion import forms, worker
 from ...errors import ConversionError, OTHER_ROUTES, first_line
-from ...forms import ModelForm, flatten_outputs, load_module
+from ...conversion.forms import ModelForm, flatten_outputs, load_module
 from ...fsutil import sha256_tree, tree_bytes
 from ...manifest import Artifact, QuantParams
 from ..building import BuildContext, Builder, BuildResult

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ... import forms
+from ...conversion import forms
 from ..base import Accepts, Format, Option
 from .device_rules import RULES
 from .notes import build_notes

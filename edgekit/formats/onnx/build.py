@@ -1,7 +1,7 @@
 """ONNX target: QDQ INT8 ``onnx/model.int8.onnx`` plus ``onnx/model.int8.ort`` for minimal builds.
 
-It converts a float ONNX graph (``edgekit.forms.ONNX_GRAPH``: the user's ``.onnx``, a PyTorch
-model's export, or tf2onnx's conversion of a TensorFlow graph; ``edgekit.routes``). Quantization is ONNX Runtime's static QDQ flow:
+It converts a float ONNX graph (``edgekit.conversion.forms.ONNX_GRAPH``: the user's ``.onnx``, a PyTorch
+model's export, or tf2onnx's conversion of a TensorFlow graph; ``edgekit.conversion.routes``). Quantization is ONNX Runtime's static QDQ flow:
 ``quant_pre_process`` then ``quantize_static`` with per-channel symmetric int8 weights.
 
 Activations default to int8 (S8S8), which ONNX Runtime recommends as the first choice for QDQ
@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from ... import worker
+from ...conversion import worker
 from ...errors import ConversionError, EdgekitError, OTHER_ROUTES, first_line
 from ...fsutil import sha256_file
 from ...manifest import Artifact, QuantParams
@@ -81,7 +81,7 @@ class ONNXBuilder(Builder):
         among the package's); every other artifact is for devices that compute the QDQ graph
         exactly (ARM dot-product, VNNI, TensorRT; 7-bit weights anywhere), so it is judged as
         quantized. This machine's saturating kernels must not judge an S8S8 build for a Pi."""
-        from ...devices import DeviceFacts
+        from ...device.devices import DeviceFacts
         from .schemes import SCHEMES, artifact_for_cpu
 
         facts = DeviceFacts.read()

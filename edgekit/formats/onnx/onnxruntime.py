@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from ... import compiled_cache
+from ...device import compiled_cache
 from ...errors import BackendUnavailableError, PackageError
 from ..backend import Backend, TensorInfo, dequantize, quantize
 
@@ -83,7 +83,7 @@ def choose_providers(preferred: Sequence[str | tuple[str, dict[str, Any]]], avai
 def _cache_unusable(directory: Path, reason: str) -> None:
     import warnings
 
-    from ...cache import describe_space
+    from ...device.cache import describe_space
     from ...errors import CacheWarning
 
     warnings.warn(CacheWarning(

@@ -1,6 +1,6 @@
 """TFLite target: full-integer INT8 ``tflite/model.int8.tflite``.
 
-From a TensorFlow graph (``edgekit.forms.TF_GRAPH``): converts the SavedModel with
+From a TensorFlow graph (``edgekit.conversion.forms.TF_GRAPH``): converts the SavedModel with
 ``TFLiteConverter.from_saved_model`` (the path that
 works for Keras 3 with TensorFlow 2.20/2.21), ``TFLITE_BUILTINS_INT8`` only, int8 input and
 output, calibrated with the representative dataset. The converter silently leaves ops it
@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from ... import forms, worker
+from ...conversion import forms, worker
 from ...errors import ConversionError, EdgekitError, OTHER_ROUTES, UnsupportedOpError, first_line
 from ...fsutil import sha256_file
 from ...manifest import Artifact, QuantParams
@@ -186,7 +186,7 @@ class TFLiteBuilder(Builder):
 
     def _build_from_torch(self, context: BuildContext, on_progress: Callable[[int, int], None] | None) -> BuildResult:
         """litert-torch in its own environment (PT2E static INT8), then the same checks as above."""
-        from ... import toolenv
+        from ...conversion import toolenv
         from .from_torch import convert_torch, torch_layer
 
         output = context.package_dir / ARTIFACT_PATH

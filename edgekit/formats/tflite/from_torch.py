@@ -1,6 +1,6 @@
-"""TFLite from a PyTorch module (``edgekit.forms.TORCH_PROGRAM``): litert-torch with PT2E static INT8 quantization (child side).
+"""TFLite from a PyTorch module (``edgekit.conversion.forms.TORCH_PROGRAM``): litert-torch with PT2E static INT8 quantization (child side).
 
-Runs in litert-torch's own environment (``edgekit.toolenv.LITERT_TORCH``): the model is wrapped
+Runs in litert-torch's own environment (``edgekit.conversion.toolenv.LITERT_TORCH``): the model is wrapped
 so that the LiteRT signature carries the source's input and output names, exported with
 ``torch.export`` on one calibration sample (batch 1), prepared with litert-torch's symmetric
 per-channel PT2E quantizer, calibrated on every calibration sample, converted, and written
@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from ... import worker
+from ...conversion import worker
 from ..building import read_samples
 
 
@@ -30,7 +30,7 @@ def convert_torch(model: dict[str, Any], calibration_npy: str, output: str,
     from litert_torch.quantize.quant_config import QuantConfig
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
-    from ...forms import ModelForm, flatten_outputs, load_module
+    from ...conversion.forms import ModelForm, flatten_outputs, load_module
     from .requantize import fix_int8_output_scales
 
     samples = read_samples(calibration_npy)

@@ -77,7 +77,7 @@ def artifact_graph(path: str) -> dict[str, Any]:
     """``read_artifact`` in a child, like every step that loads an artifact: LiteRT dying on what
     a converter wrote (a signal, not an exception) is this build's named failure, never the end
     of the packager."""
-    from ... import worker
+    from ...conversion import worker
 
     return dict(worker.call(read_artifact, what="LiteRT reading the TFLite artifact", path=path))
 

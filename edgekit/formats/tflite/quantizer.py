@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from ... import worker
+from ...conversion import worker
 from ...errors import ConversionError, EdgekitError, first_line
 from ..building import in_layer, read_samples
 from ..plan import FLOAT, INT16  # a layer's precision other than the default int8 (formats/plan.py)

@@ -18,7 +18,7 @@ import numpy as np
 
 from ...formats import Builder, BuildContext
 from ...formats.plan import FLOAT, INT16
-from ...worker_reuse import reusing
+from ...conversion.worker_reuse import reusing
 from ..context import PackagingContext
 from ..gates import GateFailure, Remedies
 from .budget import Budget

@@ -41,7 +41,7 @@ def load(path: str, example: dict[str, np.ndarray]) -> Any:
 
 
 def load_module(path: str, example: dict[str, Any] | None = None) -> tuple[Any, list[str]]:
-    """The loader of the PyTorch forms made from an ONNX graph (``edgekit.forms.load_module``):
+    """The loader of the PyTorch forms made from an ONNX graph (``edgekit.conversion.forms.load_module``):
     the module in eval mode, specialised to ``example`` (by input name; ``""`` for a one-input
     model), and its input names."""
     names = input_names(path)

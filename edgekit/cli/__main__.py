@@ -1,0 +1,5 @@
+"""``python -m edgekit.cli``: the ``edgekit`` command."""
+
+from .main import main
+
+main()

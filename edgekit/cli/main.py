@@ -1,0 +1,725 @@
+"""The ``edgekit`` command line: ``package`` (build side), the device commands, and the tools
+around them.
+
+argparse, as ``python -m edgekit.run`` uses (a CLI framework would cost the device's cold start
+more than argparse does): one library for both entry points, so their usage errors read the
+same (one ``error:`` line and a ``fix:`` line, exit 2). ``edgekit run``, ``bench``, ``tune`` and
+``serve`` hand their arguments to the device parsers unchanged.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from ..version import __version__
+from .options import ArgumentParser, HelpFormatter, at_least, number_list
+from .tools import guarded, split_debug
+
+PROG = "edgekit"
+
+
+def _run(argv: list[str], command: str) -> int:
+    from .run import main as run_main
+
+    extra = {"bench": ["--bench"], "tune": ["--tune"]}.get(command, [])
+    return run_main([*argv, *extra], prog=f"edgekit {command}")
+
+
+def _serve(argv: list[str], command: str) -> int:
+    from ..server.cli import main as serve_main
+
+    return serve_main(argv)
+
+
+# commands whose options are the device parsers' (python -m edgekit.run, edgekit serve)
+DELEGATED: dict[str, tuple[Callable[[list[str], str], int], str]] = {
+    "run": (_run, "predict on this device: same as `python -m edgekit.run` (see `edgekit run --help`)"),
+    "bench": (_run, "benchmark on this device: same as `python -m edgekit.run SOURCE --bench`"),
+    "tune": (_run, "measure which artifact, runtime and thread count is fastest here and remember it"),
+    "serve": (_serve, "serve packages over KServe v2 with dynamic batching (see `edgekit serve --help`)"),
+}
+
+
+# --- argument types: a bad value is a usage error naming the option ----------------------------
+
+
+def _positive_float(minimum: float) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        if not math.isfinite(value) or not value >= minimum:
+            raise argparse.ArgumentTypeError(f"must be a finite number of at least {minimum:g}, got {text}")
+        return value
+
+    return parse
+
+
+_float_list = number_list(float, "numbers")
+
+
+def _resize(text: str) -> list[int]:
+    try:
+        height, width = (int(v) for v in text.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected HEIGHTxWIDTH such as 224x224, got {text!r}") from None
+    return [height, width]
+
+
+def _input_shape(text: str) -> tuple[str, list[int]]:
+    name, sep, dims = text.partition("=")
+    try:
+        shape = [int(d) for d in dims.lower().split("x")]
+    except ValueError:
+        shape = []
+    if not sep or not name or not shape or any(d < 1 for d in shape):
+        raise argparse.ArgumentTypeError(f"expected NAME=DxDxD such as images=1x3x320x320, got {text!r}")
+    return name, shape
+
+
+def _fixed_inputs(parser: argparse.ArgumentParser, values: list[str]) -> dict[str, dict[str, object]]:
+    """``--input NAME=VALUE``, each value read and checked before any model loads."""
+    from ..sources.fixed_inputs import parse_value
+
+    fixed: dict[str, dict[str, object]] = {}
+    for text in values:
+        name, sep, value = text.partition("=")
+        if not sep or not name or not value:
+            parser.error(f"argument --input: expected NAME=VALUE such as sample_rate=16000 or h0=state.npy, got {text!r}")
+        if name in fixed:
+            parser.error(f"argument --input: {name!r} is given twice")
+        fixed[name] = parse_value(name, value)
+    return fixed
+
+
+def _output_kinds(parser: argparse.ArgumentParser, values: list[str]) -> dict[str, str]:
+    """``OUTPUT=KIND`` or a bare ``KIND`` (the model's only output), checked before any model loads."""
+    from ..errors import EdgekitError
+    from ..kinds import parse_kind
+
+    kinds: dict[str, str] = {}
+    for text in values:
+        name, sep, kind = text.rpartition("=")
+        try:
+            parse_kind(kind)
+        except EdgekitError as exc:
+            parser.error(f"argument --output-kind: {exc.message}; {exc.hint}")
+        if name in kinds:
+            parser.error(f"argument --output-kind: output {name or '(the only one)'} is given two kinds")
+        kinds[name] = kind
+    return kinds
+
+
+def _help(text: str, default: Any) -> str:
+    return f"{text} (default: {default})"
+
+
+# --- the parser ----------------------------------------------------------------------------
+
+
+def parser() -> ArgumentParser:
+    """Every ``edgekit`` command (the command reference is generated from this)."""
+    p = ArgumentParser(prog=PROG, formatter_class=HelpFormatter,
+                       description="Package trained models as calibrated INT8 artifacts and run them on edge devices: "
+                                   "`edgekit package model.keras --format all --calibration data/ -o dist/`, then "
+                                   "`edgekit run dist/model.edgekit --input cat.jpg`.")
+    p.add_argument("--version", action="version", version=f"edgekit {__version__}")
+    p.add_argument("--debug", action="store_true", help="show full tracebacks (anywhere on the line; also EDGEKIT_DEBUG=1)")
+    commands = p.add_subparsers(dest="command", metavar="COMMAND", title="commands")
+    commands.required = True
+    _add_package(commands)
+    for name, (_, summary) in DELEGATED.items():
+        commands.add_parser(name, help=summary, add_help=False)  # listed here; parsed by the device parsers
+    _add_compare(commands)
+    _add_keys(commands)
+    _add_export(commands)
+    profiles = _command(commands, "profiles", _profiles,
+                        "list device profiles, which one matches this machine, and why; then the formats and "
+                        "runtimes here")
+    profiles.add_argument("--root", default=None, help="read device facts below this directory instead of / (tests)")
+    targets = commands.add_parser("targets", formatter_class=HelpFormatter)  # the former name of profiles, unlisted
+    targets.add_argument("--root", default=None)
+    targets.set_defaults(handler=_profiles, parser=targets)
+    _command(commands, "routes", _routes,
+             "list how each kind of model reaches each format: the conversion steps, and which of --keep-float "
+             "and --explain each route honours")
+    _add_cache(commands)
+    return p
+
+
+def _routes(args: argparse.Namespace) -> None:
+    from ..conversion.routes import ROUTE_OPTIONS, table
+
+    for route in table():
+        honours = ", ".join(ROUTE_OPTIONS[o] for o in route.honours) or "no per-layer options"
+        print(f"{route.describe():<58} {honours}")
+
+
+def _command(commands: Any, name: str, handler: Callable[[argparse.Namespace], Any], summary: str,
+             description: str | None = None) -> ArgumentParser:
+    sub = commands.add_parser(name, help=summary, description=description or summary[0].upper() + summary[1:] + ".",
+                              formatter_class=HelpFormatter)
+    sub.set_defaults(handler=handler, parser=sub)
+    return sub
+
+
+def _group(commands: Any, name: str, summary: str) -> Any:
+    """A command with sub-commands (``edgekit keys generate``): its sub-command table."""
+    group = commands.add_parser(name, help=summary, description=summary[0].upper() + summary[1:] + ".",
+                                formatter_class=HelpFormatter)
+    table = group.add_subparsers(dest=f"{name}_command", metavar="COMMAND", title="commands")
+    table.required = True
+    return table
+
+
+def _add_package(commands: Any) -> None:
+    from ..formats import FORMATS
+
+    p = _command(commands, "package", _package, "convert MODEL into a validated INT8 package for every --format",
+                 "Convert MODEL into a validated INT8 package for every --format. MODEL: Keras .keras/.h5, a TF "
+                 "SavedModel directory, .onnx, or PyTorch (.pt2 from torch.export, a TorchScript .pt, or "
+                 "file.py:factory returning an nn.Module); each reaches tflite, onnx and coreml (routes: "
+                 "docs/formats.md). Every artifact is calibrated on --calibration, then checked against the float "
+                 "model on held-out data; the measured accuracy, top-1 agreement, cosine similarity and SQNR are "
+                 "printed and recorded in the package's manifest.json.")
+    p.add_argument("model", type=Path, help="the trained model (see above)")
+    p.add_argument("-f", "--format", "-t", "--target", dest="formats", action="append", choices=[*FORMATS, "all"],
+                   metavar="FORMAT", help=f"output format: {', '.join(FORMATS)}; repeat for several, or 'all' "
+                                          "(default: tflite; --target is its former name)")
+    _package_data_options(p)
+
+
+def _package_data_options(p: argparse.ArgumentParser) -> None:
+    """What the model is calibrated and validated on, and which samples."""
+    p.add_argument("--calibration", "-c", required=True, metavar="DATA",
+                   help="representative data: image folder (class sub-folders give labels), .npy/.npz (x, y), or "
+                        "module:function / file.py:function returning arrays")
+    _declared_options(p, "data")
+    _package_gate_options(p)
+
+
+def _package_gate_options(p: argparse.ArgumentParser) -> None:
+    """The validation gates and what happens when one fails."""
+    from ..kinds import kind_names
+
+    _declared_options(p, "gates")
+    p.add_argument("--output-kind", dest="output_kinds", action="append", default=[], metavar="[OUTPUT=]KIND",
+                   help="judge an output by this task instead of the kind inferred from the graph and values (printed "
+                        f"before building): {kind_names()} (repeatable)")
+    p.add_argument("--allow-float-ops", dest="allow_float_ops", action="store_true", default=True,
+                   help="keep ops no INT8 kernel runs (a SQRT, a DIV of two activations) in float, each named in "
+                        "the manifest and the precision label (default)")
+    p.add_argument("--full-integer", dest="allow_float_ops", action="store_false",
+                   help="refuse a TFLite artifact with float ops inside the network (integer-only accelerators: "
+                        "NPUs, Edge TPU) instead of keeping them in float")
+    _package_output_options(p)
+
+
+def _package_output_options(p: argparse.ArgumentParser) -> None:
+    """Where the package goes and what it is called."""
+    p.add_argument("--output", "-o", dest="output_dir", required=True, type=Path,
+                   help="directory that receives NAME.edgekit/ (and NAME.ekpkg with --archive)")
+    _declared_options(p, "output")
+    p.add_argument("--labels", dest="labels_file", type=Path, default=None,
+                   help="text file with one class label per line, in the model's output order; class folders of an "
+                        "image folder are numbered by these labels (by name), not alphabetically")
+    _package_input_options(p)
+
+
+def _package_input_options(p: argparse.ArgumentParser) -> None:
+    """How raw inputs become model inputs (preprocessing, shapes, fixed inputs)."""
+    from ..formats import FORMATS
+
+    p.add_argument("--scale", type=float, default=None,
+                   help="preprocessing: multiply raw values (e.g. 0.00392157 = 1/255)")
+    p.add_argument("--mean", type=_float_list, default=None, metavar="M[,M,M]",
+                   help="preprocessing: subtract after scaling, per channel")
+    p.add_argument("--std", type=_float_list, default=None, metavar="S[,S,S]",
+                   help="preprocessing: divide after subtracting, per channel")
+    p.add_argument("--color-order", type=str.upper, choices=["RGB", "BGR", "L"], default=None,
+                   help="preprocessing: channel order images are fed in")
+    p.add_argument("--resize", type=_resize, default=None, metavar="HxW",
+                   help="preprocessing: resize images (default: the model's input)")
+    p.add_argument("--preprocessing", dest="preset", choices=["0..1", "-1..1", "imagenet", "raw"], default=None,
+                   help="preprocessing preset for 0..255 pixels: 0..1 (x/255), -1..1 (x/127.5-1), imagenet "
+                        "(mean/std), raw; --scale/--mean/--std override its fields")
+    p.add_argument("--input-shape", dest="input_shapes", action="append", type=_input_shape, default=[],
+                   metavar="NAME=DxDxD", help="fix an input's dynamic dimensions, e.g. images=1x3x320x320 (repeatable)")
+    p.add_argument("--profile", dest="profiles", action="append", default=[], metavar="PROFILE",
+                   help="device profile the package is for (repeatable; see `edgekit profiles`): decides which "
+                        "quantized builds are made beside each format's main one, as the profiles' [quantization] "
+                        f"lists ({'; '.join(h for f in FORMATS.values() if (h := f.device_rules.builds_help))}); "
+                        "'auto': this machine's (default: every known profile)")
+    p.add_argument("--input", dest="fixed_inputs", action="append", default=[], metavar="NAME=VALUE",
+                   help="fix a model input that is not a batch of samples (a scalar sample rate, a recurrent state of "
+                        "zeros) to a number or a .npy tensor (one sample's value where an axis is another input's batch: repeated "
+                        "per sample); it is folded into every artifact as a constant and recorded in the manifest "
+                        "(repeatable; ONNX and PyTorch sources)")
+    _package_build_options(p)
+
+
+def _package_build_options(p: argparse.ArgumentParser) -> None:
+    """How the build runs: timeouts, partial packages, float layers, signing, format options."""
+    _declared_options(p, "build")
+    p.add_argument("--keep-float", dest="keep_float", action="append", default=[], metavar="LAYER",
+                   help="keep this layer in float (repeatable; recorded in the manifest); see --explain for "
+                        "candidates. Honoured where the format's converter has per-layer control (`edgekit routes`); "
+                        "on another route it is refused before anything loads")
+    p.add_argument("--int16-activations", dest="int16_layers", action="append", default=[], metavar="LAYER",
+                   help="give this layer 16-bit activations with 8-bit weights (int16x8: more accurate than int8, "
+                        "still integer; repeatable; recorded in the manifest). Honoured where the format's quantizer "
+                        "has it (`edgekit routes`); on another route it is refused before anything loads")
+    p.add_argument("--precision-plan", dest="precision_plan", type=Path, default=None, metavar="FILE",
+                   help="a precision plan to build (JSON: {\"layers\": {LAYER: \"int16\"|\"float\"}}, the "
+                        "\"precision_plan\" a package's manifest records for an artifact the search raised): "
+                        "the same as --keep-float/--int16-activations for each layer it names")
+    p.add_argument("--sign", dest="sign_key", type=Path, default=None, metavar="KEY",
+                   help="sign manifest.json with this Ed25519 key (edgekit keys generate)")
+    _format_options(p)
+
+
+def _format_options(p: argparse.ArgumentParser) -> None:
+    """Each format's own options (``Format.options``), as flags."""
+    from ..formats import build_options
+
+    own = p.add_argument_group("format options (each read by one format)")
+    for _, option in build_options():
+        if option.kind is bool:
+            own.add_argument(option.flag, dest=option.name, action="store_true", default=option.default,
+                             help=option.help)
+        elif option.choices:
+            own.add_argument(option.flag, dest=option.name, choices=list(option.choices), default=option.default,
+                             help=_help(option.help, option.default))
+        elif option.kind is int:
+            own.add_argument(option.flag, dest=option.name, type=at_least(option.minimum or 0),
+                             default=option.default, metavar=option.metavar or "N", help=option.help)
+        else:
+            own.add_argument(option.flag, dest=option.name, default=option.default, metavar=option.metavar,
+                             help=option.help)
+
+
+def _declared_options(p: argparse.ArgumentParser, group: str) -> None:
+    """The general packaging options of one help group, as ``PackageOptions`` declares them (flag,
+    help, range): each flag's value lands under its field's name."""
+    from ..packaging.options import declarations
+
+    for found, how in declarations(group):
+        text = _help(how.help, found.default) if how.show_default and found.default not in (None, False) else how.help
+        if how.negatable:
+            p.add_argument(how.flag, dest=found.name, action=argparse.BooleanOptionalAction, default=found.default,
+                           help=text)
+        elif found.default is False:
+            p.add_argument(how.flag, dest=found.name, action="store_true", help=text)
+        elif how.low is not None:
+            p.add_argument(how.flag, dest=found.name, type=_number(how.low, how.high, how.whole), default=found.default,
+                           metavar=how.metavar, help=text)
+        else:
+            p.add_argument(how.flag, dest=found.name, default=found.default, metavar=how.metavar, help=text)
+
+
+def _number(low: float, high: float | None, whole: bool) -> Callable[[str], float]:
+    """An argparse type for a declared number: finite and from ``low`` to ``high``."""
+    def parse(text: str) -> float:
+        try:
+            value: float = int(text) if whole else float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {'a whole number' if whole else 'a number'}, got {text!r}") \
+                from None
+        if not math.isfinite(value) or value < low:
+            raise argparse.ArgumentTypeError(f"must be at least {low:g}, got {text}")
+        if high is not None and value > high:
+            raise argparse.ArgumentTypeError(f"must be at most {high:g}, got {text}")
+        return value
+
+    return parse
+
+
+def _package(args: argparse.Namespace) -> int:
+    from ..formats import DEFAULT_FORMAT, FORMATS, build_options, expand_formats
+    from ..packaging import PackageOptions, build_package, partial_error
+    from ..packaging.options import declarations
+    from ..progress import Progress
+    from .validation_table import render, render_explanations
+
+    explain, allow_partial = args.explain, args.allow_partial  # read again after building
+    keep_float, int16_layers = list(args.keep_float), list(args.int16_layers)
+    if args.precision_plan is not None:
+        from ..formats.plan import PrecisionPlan
+
+        plan = PrecisionPlan.load(args.precision_plan)
+        keep_float, int16_layers = [*plan.keep_float, *keep_float], [*plan.int16, *int16_layers]
+    options = PackageOptions(
+        model=str(args.model), calibration=args.calibration, output_dir=str(args.output_dir),
+        formats=expand_formats(args.formats or [DEFAULT_FORMAT]),
+        **{found.name: getattr(args, found.name) for found, _ in declarations()},
+        allow_float_ops=args.allow_float_ops, output_kinds=_output_kinds(args.parser, args.output_kinds),
+        labels_file=str(args.labels_file) if args.labels_file else None,
+        keep_float=keep_float, int16_layers=int16_layers,
+        sign_key=str(args.sign_key) if args.sign_key else None,
+        format_options={option.name: getattr(args, option.name) for _, option in build_options()},
+        input_shapes=dict(args.input_shapes),
+        fixed_inputs=_fixed_inputs(args.parser, args.fixed_inputs), profiles=args.profiles or None,
+        preprocessing={"scale": args.scale, "mean": args.mean, "std": args.std, "color_order": args.color_order,
+                       "resize": args.resize, "preset": args.preset},
+    )
+    result = build_package(options, Progress())
+    render(result.manifest)
+    if explain:
+        render_explanations(result.manifest)
+    for artifact in result.manifest.artifacts:
+        fmt = FORMATS.get(artifact.format)
+        for note in fmt.notes(artifact.details) if fmt is not None and fmt.notes is not None else ():
+            print(f"{'warning' if note.warning else 'note'}: {artifact.key}: {note.text}",
+                  file=sys.stderr if note.warning else sys.stdout)
+        tail = [op for op in artifact.float_ops if op.get("tail")]
+        inner = [op for op in artifact.float_ops if not op.get("tail")]
+        if inner:
+            ops = ", ".join(sorted({f"{op['op']} ({op['layer']})" for op in inner}))
+            print(f"note: {artifact.key} keeps these ops in float: {ops}")
+        if tail:
+            ops = ", ".join(sorted({f"{op['op']} ({op['layer']})" for op in tail}))
+            print(f"note: {artifact.key} computes its output tail in float after the last INT8 op: {ops} "
+                       "(as ONNX Runtime and CoreML run it; the label says int8+float tail)")
+    print(f"package: {result.path}")
+    if result.archive:
+        print(f"archive: {result.archive}")
+    if result.manifest.validation.state == "not measured":
+        print("warning: no artifact of this package could be measured here: it has no verdict (its manifest says "
+              "passed: null, state: not measured)", file=sys.stderr)
+    elif result.manifest.validation.state == "failed":
+        print("warning: validation failed (see above); the package was kept because of --allow-accuracy-drop "
+                   "and its manifest says passed: false", file=sys.stderr)
+    if result.failed and not allow_partial:
+        raise partial_error(result)
+    return _verdict_exit(result.manifest)
+
+
+def _verdict_exit(manifest: Any) -> int:
+    """The exit status of a written package whose verdict is not a pass: not decidable (too few
+    held-out samples: EXIT_NOT_DECIDED), or INT8 only built, never measured (EXIT_UNVERIFIED)."""
+    from ..packaging.verdict import EXIT_NOT_DECIDED, EXIT_UNVERIFIED
+
+    validation = manifest.validation
+    if validation.state == "not decidable":
+        open_gates = {a.key: validation.artifact(a.key).undecided for a in manifest.artifacts
+                      if not validation.artifact(a.key).decided}
+        needed = max((int(u.get("samples_needed") or 0) for gates in open_gates.values() for u in gates), default=0)
+        for key, gates in open_gates.items():
+            counts = "; ".join(f"{u.get('gate')}: {u.get('have')} {u.get('unit')}, {u.get('needed')} needed"
+                               for u in gates)
+            print(f"{key}: not decidable ({counts})", file=sys.stderr)
+        print(f"not decidable: the package was written, but its gates were met on too few held-out samples to decide "
+              f"a pass (manifest: passed null, state not decidable); {needed} held-out samples would decide it "
+              f"(--eval DATA with {needed}+ samples) [exit {EXIT_NOT_DECIDED}]", file=sys.stderr)
+        return EXIT_NOT_DECIDED
+    integer = [a for a in manifest.artifacts if a.precision != "float" and not a.precision.startswith("float")]
+    verified = [a for a in integer if validation.artifact(a.key).verdict == "passed"]
+    unverified = [a for a in integer if not validation.artifact(a.key).measured]
+    if unverified and not verified:
+        for artifact in unverified:
+            print(f"{artifact.key}: built, unverified {artifact.precision}: "
+                  f"{validation.artifact(artifact.key).reason or 'not measured here'}", file=sys.stderr)
+        print("unverified: no INT8 artifact of this package was measured against the float model here; measure it "
+              "where its runtime runs (on macOS for CoreML: python -m edgekit.run PACKAGE --artifact "
+              f"{unverified[0].format} --eval DATA) before shipping it [exit {EXIT_UNVERIFIED}]", file=sys.stderr)
+        return EXIT_UNVERIFIED
+    return 0
+
+
+def _add_compare(commands: Any) -> None:
+    p = _command(commands, "compare", _compare,
+                 "compare benchmark REPORTS (files or folders of them) across devices, formats and precisions")
+    p.add_argument("reports", nargs="+", help="report files, or folders of them")
+    p.add_argument("--baseline", default=None,
+                   help="report file name (without .json) or device name to compare against (default: the first report)")
+    p.add_argument("--html", dest="html_path", type=Path, default=None,
+                   help="write a self-contained HTML report with charts")
+    p.add_argument("--markdown", action="store_true", help="print the table as Markdown")
+    p.add_argument("--csv", dest="csv_path", type=Path, default=None, help="write the summary as CSV")
+    p.add_argument("--margin", type=_positive_float(0), default=None, metavar="PCT",
+                   help="equivalence margin: a difference is stated only when it is significant (bootstrap 95%% CI of "
+                        "the ratio of medians, from the raw samples) and larger than PCT percent (default: 5, or "
+                        "--fail-on-regression's PCT when only that is given)")
+    p.add_argument("--fail-on-regression", type=_positive_float(0), default=None, metavar="PCT",
+                   help="exit 1 if any configuration is significantly slower than the baseline by more than PCT "
+                        "percent (independent of --margin, which decides what the table calls a difference)")
+    p.add_argument("--strict", action="store_true",
+                   help="fail on files that are not readable reports instead of skipping them")
+    p.add_argument("--allow-different-models", action="store_true", help="compare reports of different models")
+
+
+def _compare(args: argparse.Namespace) -> int:
+    reports, baseline, html_path, markdown = args.reports, args.baseline, args.html_path, args.markdown
+    csv_path, margin, fail_on_regression = args.csv_path, args.margin, args.fail_on_regression
+    strict, allow_different_models = args.strict, args.allow_different_models
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from ..bench.compare import compare, matrix, matrix_cell, shown_table
+    from ..bench.compare import markdown as to_markdown
+    from ..fsutil import write_text_atomic
+
+    from ..fsutil import ensure_writable
+
+    for path, what in ((html_path, "HTML report"), (csv_path, "CSV")):
+        if path is not None:
+            ensure_writable(path, what)
+    from ..bench.stats import DEFAULT_MARGIN_PCT
+
+    threshold = margin if margin is not None else (fail_on_regression if fail_on_regression is not None
+                                                   else DEFAULT_MARGIN_PCT)
+    comparison = compare(list(reports), baseline, threshold, strict, allow_different_models)
+    for skipped in comparison.skipped:
+        print(f"warning: skipped {skipped}", file=sys.stderr)
+    for note in comparison.notes:
+        print(f"note: {note}", file=sys.stderr)
+    said = "conditions differ" if len(comparison.reports) > 1 else "run conditions"  # one report differs from nothing
+    for warning in comparison.warnings:
+        print(f"WARNING: {said}: {warning}", file=sys.stderr)
+    if fail_on_regression is not None and not comparison.compared:
+        from ..errors import InputError
+
+        raise InputError(
+            f"--fail-on-regression compared nothing: no report's configuration matches one of the baseline "
+            f"{comparison.baseline!r} ({sum(1 for r in comparison.rows if comparison.is_baseline(r))} baseline "
+            f"row(s), {len(comparison.rows)} in all)",
+            hint="give reports of the same artifact, backend, threads and batch as the baseline's, and at least one "
+                 "report besides it (--baseline names one report file or device)")
+    if markdown:
+        print(to_markdown(comparison), end="")
+    else:
+        console = Console(width=None if Console().is_terminal else 250)  # logs and files: no wrapping
+        table = Table(title=f"baseline: {comparison.baseline}", title_justify="left")
+        headers, rows = shown_table(comparison)
+        for header in headers:
+            table.add_column(header, justify="left" if header in ("device", "artifact", "backend", "precision") else "right")
+        for cells in rows:
+            table.add_row(*cells)
+        console.print(table)
+        grid = matrix(comparison)
+        if len(grid.devices) > 1:
+            across = Table(title="p50 per configuration and device (speedup vs baseline)", title_justify="left")
+            across.add_column("configuration")
+            for device in grid.devices:
+                across.add_column(device, justify="right")
+            for config in grid.configs:
+                across.add_row(config, *(matrix_cell(comparison, grid.cells.get((config, d))) for d in grid.devices))
+            console.print(across)
+    if csv_path:
+        from ..bench.report import to_csv
+        from ..bench.compare import gather
+
+        found, _ = gather(list(reports), strict)
+        write_text_atomic(csv_path, to_csv([r for _, r in found]))
+        print(f"csv: {csv_path}")
+    if html_path:
+        from ..bench.html import render as render_html
+
+        write_text_atomic(html_path, render_html(comparison))
+        print(f"html: {html_path}")
+    failing = [] if fail_on_regression is None else [
+        row for row in comparison.compared  # significantly slower (CI above 1) by more than PCT, whatever --margin
+        if row.verdict["ci_low"] > 1 and row.verdict["ratio"] > 1 + fail_on_regression / 100]
+    for row in failing:
+        v = row.verdict
+        print(f"REGRESSION: {row.label} is {100 * (v['ratio'] - 1):.1f}% slower than {v['baseline']} "
+              f"(95% CI {100 * (v['ci_low'] - 1):.1f}% to {100 * (v['ci_high'] - 1):.1f}%; "
+              f"--fail-on-regression {fail_on_regression:g})", file=sys.stderr)
+    return 1 if failing else 0
+
+
+def _add_keys(commands: Any) -> None:
+    keys_commands = _group(commands, "keys", "signing keys for packages (Ed25519)")
+    generate = _command(keys_commands, "generate", _keys_generate,
+                        "write a private KEY (mode 0600) and its public KEY.pub (give KEY.pub to devices)")
+    generate.add_argument("key", type=Path, help="where to write the private key")
+    generate.add_argument("--force", action="store_true", help="overwrite an existing key")
+    sign = _command(commands, "sign", _sign, "sign PACKAGE (a NAME.edgekit directory or NAME.ekpkg) with KEY")
+    sign.add_argument("package", type=Path)
+    sign.add_argument("--key", required=True, type=Path, help="Ed25519 private key")
+    verify = _command(commands, "verify", _verify,
+                      "check PACKAGE's signature and every artifact's sha256 against its manifest")
+    verify.add_argument("package")
+    verify.add_argument("--trusted-keys", type=Path, default=None,
+                        help="folder of trusted KEY.pub files (default: accept any valid signature)")
+    verify.add_argument("--allow-unsigned", action="store_true", help="check the artifacts of an unsigned package")
+
+
+def _keys_generate(args: argparse.Namespace) -> None:
+    from ..device.signing import generate_keys
+
+    private, public, kid = generate_keys(args.key, args.force)
+    print(f"private key: {private}\npublic key:  {public}\nkey id: {kid}")
+
+
+def _sign(args: argparse.Namespace) -> None:
+    from ..device.package_io import sign_package
+
+    print(f"signed {args.package} with key {sign_package(args.package, args.key)}")
+
+
+def _verify(args: argparse.Namespace) -> None:
+    from ..device.package_io import verify_package
+
+    for line in verify_package(args.package, str(args.trusted_keys) if args.trusted_keys else None,
+                               args.allow_unsigned):
+        print(line)
+
+
+def _add_export(commands: Any) -> None:
+    export_commands = _group(commands, "export", "hand a package to other serving systems")
+    p = _command(export_commands, "triton", _export_triton,
+                 "write PACKAGE as a Triton model repository entry",
+                 "Write PACKAGE as a Triton model repository entry: config.pbtxt + 1/model.onnx for Triton's "
+                 "onnxruntime backend, or config.pbtxt + 1/model.py + 1/package/ for its Python backend.")
+    p.add_argument("package")
+    p.add_argument("--output", "-o", required=True, type=Path, help="Triton model repository directory")
+    p.add_argument("--max-batch-size", type=at_least(1), default=8, help=_help("Triton's max_batch_size", 8))
+    p.add_argument("--max-queue-delay-us", type=at_least(0), default=500,
+                   help=_help("Triton's dynamic batching delay, microseconds", 500))
+    p.add_argument("--instances", type=at_least(1), default=1, help=_help("model instances", 1))
+    p.add_argument("--gpu", action="store_true", help="KIND_GPU instances with the TensorRT accelerator (INT8)")
+    p.add_argument("--kserve", dest="kserve_uri", default=None, metavar="STORAGE_URI",
+                   help="also write a KServe InferenceService manifest serving the repository from STORAGE_URI")
+    p.add_argument("--backend", choices=["onnxruntime", "python"], default="onnxruntime",
+                   help=_help("onnxruntime: Triton runs the ONNX artifact; python: Triton's Python backend runs the "
+                              "package with edgekit's runtime (any artifact)", "onnxruntime"))
+    p.add_argument("--artifact", default=None, help="--backend python: the artifact to run (default: the best here)")
+    p.add_argument("--threads", type=at_least(1), default=None, help="--backend python: runtime threads")
+    p.add_argument("--python-path", default=None, metavar="DIRS",
+                   help="--backend python: where edgekit is installed if the backend's Python lacks it (e.g. a "
+                        "venv's site-packages; os.pathsep-separated)")
+    p.add_argument("--force", action="store_true", help="replace an existing model directory")
+
+
+def _export_triton(args: argparse.Namespace) -> None:
+    from ..export.triton import export_triton
+
+    path = export_triton(args.package, str(args.output), args.max_batch_size, args.gpu, args.instances,
+                         args.max_queue_delay_us, args.kserve_uri, args.force, backend=args.backend,
+                         artifact=args.artifact, threads=args.threads, python_path=args.python_path)
+    print(f"triton model: {path}")
+    if args.kserve_uri:
+        print(f"kserve: {args.output / (path.name + '.inferenceservice.yaml')}")
+
+
+def _profiles(args: argparse.Namespace) -> None:
+    root = args.root
+
+    from ..device.devices import DeviceFacts, detect, load_profiles, profile_dirs
+    from ..formats import FORMATS
+
+    facts = DeviceFacts.read(root)
+    profiles = load_profiles()
+    chosen = detect(facts, profiles)
+    runs_here = [said for f in FORMATS.values() if (said := f.device_rules.describe_device(facts))]
+    print(f"this machine: {facts.os}/{facts.arch}, {facts.cpu_count} cores, "
+               f"device-tree model {facts.device_tree_model or '(none)'}, "
+               f"Jetson {'yes' if facts.nv_tegra_release else 'no'}, NVIDIA driver {'yes' if facts.cuda else 'no'}"
+               + "".join(f", {said}" for said in runs_here))
+    for profile in sorted(profiles.values(), key=lambda p: (-p.priority, p.name)):
+        matched, reasons = profile.match(facts)
+        mark = "*" if profile.name == chosen.name else ("+" if matched else " ")
+        prefer = ", ".join(f"{a}/{b}" for a, b in profile.prefer)
+        print(f"{mark} {profile.name:<18} priority {profile.priority:<3} {profile.description}")
+        builds = "".join(f"{name} builds {', '.join(b)}; " for name, b in profile.quantization.items())
+        print(f"    prefers {prefer}; threads {profile.threads or 'all'}; {builds}{profile.path}")
+        for reason in reasons:
+            print(f"    {reason}")
+    print(f"selected: {chosen.name}" + ("" if chosen.name in profiles else f" ({chosen.description})"))
+    print("profiles are read from: " + ", ".join(str(d) for d in profile_dirs()))
+
+    print("formats:")
+    for fmt in FORMATS.values():
+        runtimes = ", ".join(f"{b.name} ({b.available() or 'not installed: ' + fmt.extra})" for b in fmt.backends)
+        print(f"  {fmt.name:<8} {fmt.description}; runs on {runtimes}")
+
+
+def _add_cache(commands: Any) -> None:
+    cache_commands = _group(commands, "cache", "inspect and manage the local cache (EDGEKIT_CACHE_DIR)")
+    _command(cache_commands, "ls", _cache_ls, "list cache entries, least recently used first")
+    _command(cache_commands, "verify", _cache_verify,
+             "check every entry's checksums; remove the ones that fail (they are rebuilt on next use)")
+    _command(cache_commands, "clear", _cache_clear, "remove every cache entry")
+
+
+def _cache_ls(args: argparse.Namespace) -> None:
+    import time
+
+    from ..device import cache
+
+    found = sorted(cache.entries(), key=lambda e: e.last_used)
+    for entry in found:
+        age = time.time() - entry.last_used
+        print(f"{entry.kind:<9} {entry.key[:40]:<40} {entry.bytes / 1024:>10.1f} KiB  used {age / 60:.0f} min ago")
+    total = sum(e.bytes for e in found)
+    print(f"{len(found)} entries, {total / (1 << 20):.1f} MiB of {cache.max_bytes() / (1 << 20):.0f} MiB "
+          f"in {cache.cache_root()}")
+
+
+def _cache_verify(args: argparse.Namespace) -> None:
+    from ..device.cache_verify import verify_all
+
+    from ..device.profile_store import CACHE_NAME, verify_cache
+
+    bad = [(f"{entry.kind}/{entry.key}", problem) for entry, problem in verify_all()]
+    profiles = verify_cache()
+    bad += [(CACHE_NAME, profiles)] if profiles else []
+    for name, problem in bad:
+        print(f"removed {name}: {problem}")
+    print(f"{len(bad)} bad entries removed" if bad else "all entries verified")
+
+
+def _cache_clear(args: argparse.Namespace) -> None:
+    from ..device import cache
+
+    print(f"removed {cache.clear()} entries from {cache.cache_root()}")
+
+
+# options whose values may begin with "-" (a preset named -1..1): argparse takes such a value for an
+# option unless it is joined with "=", so "--preprocessing -1..1", as --help lists it, is joined here
+DASH_VALUE_OPTIONS = ("--preprocessing",)
+
+
+def joined_dash_values(args: list[str]) -> list[str]:
+    """``--preprocessing -1..1`` as ``--preprocessing=-1..1``."""
+    out: list[str] = []
+    i = 0
+    while i < len(args):
+        if args[i] in DASH_VALUE_OPTIONS and i + 1 < len(args) and args[i + 1].startswith("-") \
+                and not args[i + 1].startswith("--"):
+            out.append(f"{args[i]}={args[i + 1]}")
+            i += 2
+            continue
+        out.append(args[i])
+        i += 1
+    return out
+
+
+def run(argv: Sequence[str] | None = None) -> int:
+    """``edgekit ARGS`` in this process: the exit code (0, 1 for an edgekit error, 2 for a usage error)."""
+    args_list, debug = split_debug(argv)
+    if args_list and args_list[0] in DELEGATED:
+        handler, _ = DELEGATED[args_list[0]]
+        return handler(args_list[1:] + (["--debug"] if debug else []), args_list[0])
+    try:
+        args = parser().parse_args(joined_dash_values(args_list))
+    except SystemExit as exc:  # --help, --version, or a usage error already printed
+        return exc.code if isinstance(exc.code, int) else 0
+    return guarded(lambda: args.handler(args), debug)
+
+
+def main() -> None:
+    """The console script."""
+    sys.exit(run())
+
+
+if __name__ == "__main__":
+    main()

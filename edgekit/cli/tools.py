@@ -1,0 +1,107 @@
+"""How every edgekit command line ends: one clear error line, an exit code, a traceback only with --debug.
+
+Both entry points (``edgekit`` and ``python -m edgekit.run``) are argparse parsers; their usage
+errors are printed by ``cliopts.ArgumentParser``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ..errors import EdgekitError
+
+EXIT_INTERNAL = 70
+EXIT_INTERRUPTED = 130
+
+
+def split_debug(argv: Sequence[str] | None) -> tuple[list[str], bool]:
+    """``--debug`` may appear anywhere on a command line (or EDGEKIT_DEBUG=1).
+
+    Seen once, it is kept in the environment so nested commands (``edgekit run`` forwarding to
+    ``python -m edgekit.run``) and converter children show tracebacks too.
+    """
+    args = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in args or os.environ.get("EDGEKIT_DEBUG") == "1"
+    if debug:
+        os.environ["EDGEKIT_DEBUG"] = "1"
+    return [a for a in args if a != "--debug"], debug
+
+
+def guarded(body: Callable[[], Any], debug: bool, verbose: bool = False) -> int:
+    """Run ``body``; map failures to messages and exit codes, and edgekit warnings to ``warning:`` lines."""
+    import warnings
+
+    configure_logging(debug, verbose)
+    previous = warnings.showwarning
+    warnings.showwarning = _show_warning
+    try:
+        result = body()
+        return result if isinstance(result, int) else 0
+    except EdgekitError as exc:
+        return _report(exc, debug)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except (OSError, MemoryError, RuntimeError) as exc:
+        from ..errors import resource_error, storage_error
+
+        # a full or read-only disk, or an exhausted machine, is its state, not an edgekit bug
+        found = (storage_error(exc) if isinstance(exc, OSError) else None) or resource_error(exc)
+        if found is not None:
+            return _report(found, debug)
+        return _internal(exc, debug)
+    except Exception as exc:
+        from ..errors import missing_module_error
+
+        missing = missing_module_error(exc)
+        return _report(missing, debug) if missing is not None else _internal(exc, debug)
+    finally:
+        warnings.showwarning = previous
+
+
+def configure_logging(debug: bool, verbose: bool = False) -> None:
+    """edgekit's library diagnostics (loggers under "edgekit"): quiet by default, -v for what was
+    chosen (INFO), --debug for everything (DEBUG). Only edgekit's own loggers are touched; at the
+    default level ``logging`` is configured when the first warning needs it (``edgekit.logs``)."""
+    from ..logs import configure
+
+    configure("DEBUG" if debug else "INFO" if verbose else "WARNING")
+
+
+def _show_warning(message: Any, category: type[Warning], filename: str, lineno: int, file: Any = None,
+                  line: str | None = None) -> None:
+    """edgekit's own warnings as one ``warning:`` line; others as Python prints them."""
+    if category.__module__.startswith("edgekit"):
+        print(f"warning: {message}", file=sys.stderr)
+        return
+    import warnings
+
+    print(warnings.formatwarning(message, category, filename, lineno, line), file=file or sys.stderr, end="")
+
+
+def _report(exc: EdgekitError, debug: bool) -> int:
+    if debug:
+        log = getattr(exc, "child_log", "")
+        if log:
+            print("---- converter log ----\n" + log.rstrip() + "\n---- end of converter log ----", file=sys.stderr)
+        child = getattr(exc, "child_traceback", "")
+        if child:
+            print(child, file=sys.stderr)
+        import traceback  # here: only --debug pays for it
+
+        traceback.print_exc()
+    print(exc.render(), file=sys.stderr)
+    return exc.exit_code
+
+
+def _internal(exc: BaseException, debug: bool) -> int:
+    if debug:  # a bug in edgekit: say so plainly
+        import traceback
+
+        traceback.print_exc()
+    print(f"error: internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
+    print("  fix: rerun with --debug and report the traceback", file=sys.stderr)
+    return EXIT_INTERNAL

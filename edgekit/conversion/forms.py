@@ -1,0 +1,75 @@
+"""Model forms: what a format converts from, and what a source (or a conversion step) provides.
+
+A form is a model in one framework's terms, independent of the file the user passed: a
+TensorFlow graph (a SavedModel directory), a float ONNX graph, a PyTorch module that
+``torch.export`` can export, one ``torch.jit`` can trace (TorchScript included), or a Keras
+model file. Sources say which forms each of their kinds provides (``Source.provides``), formats
+which they accept (``Format.accepts``), and ``edgekit.conversion.routes`` joins the two, with conversion
+steps (tf2onnx, ONNX -> PyTorch) in between. So a format never asks what the user's file was,
+and a new source reaches every format that accepts a form it provides.
+"""
+
+import importlib
+import inspect
+from types import MappingProxyType
+from collections.abc import Mapping
+from typing import Any, NamedTuple
+
+TF_GRAPH = "tf-graph"  # a SavedModel directory with a serving_default signature
+ONNX_GRAPH = "onnx-graph"  # a float ONNX file
+TORCH_PROGRAM = "torch-program"  # a PyTorch module torch.export can export (litert-torch needs one)
+TORCH_MODULE = "torch-module"  # a PyTorch module torch.jit can trace, or a ScriptModule
+KERAS_MODEL = "keras-model"  # a Keras .keras/.h5 file
+
+RECURRENT_OPS = ("LSTM", "GRU", "RNN")  # ONNX's recurrent op types: what some route steps cannot convert
+
+FORMS = (TF_GRAPH, ONNX_GRAPH, TORCH_PROGRAM, TORCH_MODULE, KERAS_MODEL)
+
+
+class ModelForm(NamedTuple):
+    """One form of the model, as a format's converter reads it.
+
+    ``path`` is the file or directory; a PyTorch form also names the function that loads it
+    (``loader``, ``module:function``, called with ``(path, example=..., **arguments)`` and
+    returning ``(module, input_names)``), since only its source knows how. ``via`` says which
+    conversion steps made it from what the user passed ("" when the source provided it), for the
+    manifest's converter record."""
+
+    form: str
+    path: str
+    loader: str = ""
+    arguments: Mapping[str, Any] = MappingProxyType({})  # a shared default: read-only
+    via: str = ""
+    # (no ``from __future__ import annotations`` here: docs/architecture.md, cold start)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"form": self.form, "path": self.path, "loader": self.loader, "arguments": dict(self.arguments),
+                "via": self.via}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "ModelForm":
+        return cls(str(data["form"]), str(data["path"]), str(data.get("loader", "")),
+                   dict(data.get("arguments") or {}), str(data.get("via", "")))
+
+
+def load_module(form: ModelForm, example: Mapping[str, Any] | None = None,
+                submodules: bool = False) -> tuple[Any, list[str]]:
+    """A PyTorch form's module (in eval mode) and its input names, by the form's own loader.
+    ``example``: arrays by input name (``""`` for a one-input model), for loaders that
+    specialise the module to a shape. ``submodules``: keep the model's submodules where the
+    loader can (a ``torch.export`` program unflattened), for converters that name ops by them."""
+    if form.form not in (TORCH_PROGRAM, TORCH_MODULE) or not form.loader:
+        raise ValueError(f"{form.form} at {form.path} is not a loadable PyTorch form")
+    module_name, _, function = form.loader.partition(":")
+    load = getattr(importlib.import_module(module_name), function)
+    extra = {"submodules": True} if submodules and "submodules" in inspect.signature(load).parameters else {}
+    return load(form.path, example=example, **dict(form.arguments), **extra)
+
+
+def flatten_outputs(produced: Any) -> list[Any]:
+    """A PyTorch module's outputs as a flat list, in order (a dict's values, nested tuples and lists)."""
+    if isinstance(produced, dict):
+        return list(produced.values())
+    if isinstance(produced, (list, tuple)):
+        return [t for item in produced for t in flatten_outputs(item)]
+    return [produced]

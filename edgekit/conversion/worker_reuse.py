@@ -1,0 +1,185 @@
+"""One converter child for a run of similar steps (a search's tries), instead of one per step.
+
+A child per step keeps TensorFlow's leaks and crashes out of the parent, but every start imports
+TensorFlow or ONNX Runtime again: 2-3 s, most of a search try on a small model. Inside
+``reusing()``, ``worker.call`` hands each step to a long-lived child (one per interpreter, per
+thread) that runs it as a fresh child would: its own scratch folder, working directory and
+progress file, the same request and response files. The child is replaced after ``MAX_STEPS``
+steps or once it holds more than ``MAX_CHILD_RSS`` bytes (the converter's per-call leak stays
+bounded), after a crash and after a timeout.
+Outside ``reusing()`` every step still gets its own child.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from . import worker
+
+log = logging.getLogger("edgekit.worker")
+MAX_STEPS = 24  # steps one child runs before it is replaced (TensorFlow's converter leaks per call)
+MAX_CHILD_RSS = 3 * 2**30  # a child holding more memory than this after a step is replaced (Linux: /proc)
+
+
+@contextmanager
+def reusing() -> Iterator[None]:
+    """Within this block, this thread's ``worker.call`` steps share children; they end with it."""
+    if getattr(worker.reuse, "pool", None) is not None:  # nested: the outer block owns the children
+        yield
+        return
+    pool = worker.reuse.pool = _Pool()
+    try:
+        yield
+    finally:
+        worker.reuse.pool = None
+        pool.close()
+
+
+class _Pool:
+    """This thread's reused children, one per interpreter."""
+
+    def __init__(self) -> None:
+        self.children: dict[str, _Child] = {}
+
+    def child_for(self, python: str | None) -> _Child:
+        """The reused child for ``python``, started now if there is none or it cannot take a step."""
+        key = python or sys.executable
+        child = self.children.get(key)
+        if child is None or not child.usable():
+            if child is not None:
+                child.close()
+            child = self.children[key] = _Child(python)
+        return child
+
+    def close(self) -> None:
+        for child in self.children.values():
+            child.close()
+
+
+class _Child:
+    """A ``python -m edgekit.conversion.worker_reuse`` process: one JSON line per step on its stdin."""
+
+    def __init__(self, python: str | None) -> None:
+        # named with the parent's pid, as ``fsutil.temp_dir`` names its folders: a later run removes it
+        # when that parent was killed before it could
+        self._folder = Path(tempfile.mkdtemp(prefix=f"{worker.TEMP_PREFIX}{os.getpid()}-reused-"))
+        self._stderr = open(self._folder / "stderr", "w+b")  # noqa: SIM115 - kept open for the child's life
+        self.proc = subprocess.Popen(
+            [python or sys.executable, "-m", "edgekit.conversion.worker_reuse"],
+            env=worker.child_env(python), cwd=self._folder, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+            stderr=self._stderr, preexec_fn=worker.die_with_parent(os.getpid()),
+        )
+        self.steps = 0
+        log.debug("reused child process %d started", self.proc.pid)
+
+    def usable(self) -> bool:
+        return self.proc.poll() is None and self.steps < MAX_STEPS and self.resident_bytes() <= MAX_CHILD_RSS
+
+    def resident_bytes(self) -> int:
+        """The child's resident memory (0 where /proc does not say: no other platform is watched)."""
+        try:
+            pages = int(Path(f"/proc/{self.proc.pid}/statm").read_text().split()[1])
+        except (OSError, ValueError, IndexError):
+            return 0
+        return pages * os.sysconf("SC_PAGE_SIZE")
+
+    def exit_description(self) -> str:
+        code = self.proc.poll()
+        if code is None:
+            return "stopped answering"
+        return worker.exit_description(code)
+
+    def run(self, target: str, what: str, folder: Path, request: Path, response: Path, progress: Path,
+            timeout: float | None, on_progress: Callable[[int, int], None] | None) -> str:
+        """Send one step and wait for its response (or the child's end); the child's stderr of this step."""
+        self.steps += 1
+        offset = self._stderr_size()
+        step = {"target": target, "request": str(request), "response": str(response), "progress": str(progress),
+                "cwd": str(folder), "scratch": str(folder / "tmp")}
+        try:
+            assert self.proc.stdin is not None
+            self.proc.stdin.write((json.dumps(step) + "\n").encode())
+            self.proc.stdin.flush()
+        except OSError:
+            pass  # it died between steps: reported below as a crash, and replaced at the next step
+        else:
+            self._await(response, what, progress, timeout, on_progress)
+        return self._stderr_since(offset)
+
+    def _await(self, response: Path, what: str, progress: Path, timeout: float | None,
+               on_progress: Callable[[int, int], None] | None) -> None:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        last = ""
+        try:
+            while not response.exists():
+                if self.proc.poll() is not None:
+                    return
+                if deadline is not None and time.monotonic() > deadline:
+                    self.close()
+                    raise worker.timed_out(what, timeout)
+                time.sleep(0.05)
+                last = worker.forward_progress(progress, last, on_progress)
+        except BaseException:
+            self.close()  # interrupted: never leave a converter running behind
+            raise
+
+    def _stderr_size(self) -> int:
+        try:
+            return (self._folder / "stderr").stat().st_size
+        except OSError:
+            return 0
+
+    def _stderr_since(self, offset: int) -> str:
+        try:
+            with open(self._folder / "stderr", "rb") as handle:
+                handle.seek(offset)
+                return handle.read().decode(errors="replace")
+        except OSError:
+            return ""
+
+    def close(self) -> None:
+        """End the child (it exits when its stdin closes; killed if it does not) and remove its folder."""
+        if self.proc.poll() is None:
+            try:
+                assert self.proc.stdin is not None
+                self.proc.stdin.close()
+                self.proc.wait(timeout=worker.EXIT_GRACE_S)
+            except (OSError, subprocess.TimeoutExpired):
+                self.proc.kill()
+                self.proc.wait()
+        self._stderr.close()
+        shutil.rmtree(self._folder, ignore_errors=True)
+
+
+def serve() -> int:
+    """Child side: run each step read from stdin as ``worker.answer`` would in a fresh child, until
+    stdin closes."""
+    home = os.getcwd()
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        step = json.loads(line)
+        os.environ.update(worker.scratch_env(Path(step["scratch"])))
+        os.environ[worker.PROGRESS_ENV] = step["progress"]
+        tempfile.tempdir = None  # read TMPDIR again: this step's scratch folder
+        os.chdir(step["cwd"])
+        try:
+            worker.answer(step["target"], Path(step["request"]), Path(step["response"]))
+        finally:
+            os.chdir(home)  # the step's folder is removed after it (and a working directory blocks that on Windows)
+    return 0
+
+
+if __name__ == "__main__":
+    worker.watch_parent()
+    sys.exit(serve())
