@@ -107,10 +107,10 @@ def prepare_data(plan: Plan, options: PackageOptions, described: SourceDescripti
     calib_raw = _load(calibration, plan.calibration_indices, image.spec if image else None, "calibration data")
     eval_what = "evaluation data" if plan.evaluation is not None else "held-out calibration data"
     eval_raw = _load(eval_source, plan.evaluation_indices, image.spec if image else None, eval_what)
-    calib = {p.name: model_ready(p, _pick(calib_raw.x, bindings[p.name]), f"calibration data {calibration.description}")
-             for p in plans}
-    evals = {p.name: model_ready(p, _pick(eval_raw.x, bindings[p.name]), f"{eval_what} {eval_source.description}")
-             for p in plans}
+    calib_what = f"calibration data {calibration.description}{_taken(calibration, plan.calibration_indices)}"
+    eval_what_here = f"{eval_what} {eval_source.description}{_taken(eval_source, plan.evaluation_indices)}"
+    calib = {p.name: model_ready(p, _pick(calib_raw.x, bindings[p.name]), calib_what) for p in plans}
+    evals = {p.name: model_ready(p, _pick(eval_raw.x, bindings[p.name]), eval_what_here) for p in plans}
     labelled = _labelled_output(outputs, plan.labels or calibration.labels or (plan.evaluation.labels
                                                                                   if plan.evaluation else None))
     labels = _labels(plan.labels, calibration, plan.evaluation, labelled) if labelled else None
@@ -282,6 +282,12 @@ def model_ready(plan: InputPlan, raw: np.ndarray, what: str) -> np.ndarray:
         return conform(np.asarray(raw), plan.sample_shape, what).astype(plan.dtype)
     x = normalize(raw, plan.spec) if plan.spec is not None else np.asarray(raw, np.float32)
     return conform(x, plan.sample_shape, what).astype(np.float32)
+
+
+def _taken(source: DataSource, indices: np.ndarray) -> str:
+    """Which of the file's samples a shape in a message counts (a split or ``--samples`` takes fewer
+    than the file holds: the file's own count is named, so its shape is not misread)."""
+    return "" if len(indices) == source.count else f" ({len(indices)} of its {source.count} samples)"
 
 
 def _pick(x: Any, binding: str | None) -> np.ndarray:

@@ -98,7 +98,9 @@ def test_bad_cli_usage_exits_2_without_traceback(tmp_path, capsys):
 def test_calibration_with_wrong_shape(tmp_path, capsys):
     np.save(tmp_path / "small.npy", np.zeros((50, 7, 7, 1), np.float32))
     code, _, err = package(capsys, tmp_path / "out", calibration=tmp_path / "small.npy")
-    assert_clean_failure(code, err, tmp_path / "out", "has shape (25, 7, 7, 1); the model expects (N, 8, 8, 1)")
+    # the half taken for calibration is 25 samples: the file's own 50 are named beside the shape
+    assert_clean_failure(code, err, tmp_path / "out", "small.npy (25 of its 50 samples) has shape (25, 7, 7, 1); "
+                                                      "the model expects (N, 8, 8, 1)")
 
 
 @pytest.mark.slow
