@@ -199,25 +199,46 @@ def reference(function: Callable[..., Any]) -> str:
     return f"{module}:{qualname}"
 
 
-def run_tool(
-    argv: list[str], what: str, timeout: float | None = DEFAULT_STEP_TIMEOUT_S, env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
-    """Run a converter's command line (tf2onnx, ORT tools) as a child that dies with edgekit.
+def run_module(module: str, arguments: list[str], what: str,
+               timeout: float | None = DEFAULT_STEP_TIMEOUT_S) -> dict[str, Any]:
+    """A converter's command line (``python -m MODULE ARGUMENTS``: tf2onnx, ORT's tools) in a
+    converter child, the run's reused one where there is one (its imports already made): its exit
+    code (``returncode``) and everything it said (``output``: stdout, stderr and its log records),
+    for the caller to explain a failure. A deadline gives a clear error, as for any step."""
+    return call(module_main, what, timeout=timeout, module=module, arguments=arguments)
 
-    Output is captured for the caller to explain failures; a deadline gives a clear error.
-    """
-    import tempfile
 
+def module_main(module: str, arguments: list[str]) -> dict[str, Any]:
+    """Child side of ``run_module``: the module run as ``__main__`` with ``sys.argv`` set, what it
+    writes to sys.stdout/sys.stderr and what it logs at INFO and above kept (a handler of our own on
+    the root logger: a logging set-up that a previous step's run left stays out of this one)."""
+    import contextlib
+    import io
+    import runpy
+    import traceback
+
+    said = io.StringIO()
+    handler = logging.StreamHandler(said)
+    handler.setFormatter(logging.Formatter("%(name)s - %(levelname)s - %(message)s"))
+    root = logging.getLogger()
+    level = root.level
+    root.addHandler(handler)  # before the tool's logging.basicConfig, which then adds none of its own
+    root.setLevel(logging.INFO)
+    argv, sys.argv = sys.argv, [module, *arguments]
+    code = 0
     try:
-        with tempfile.TemporaryDirectory(prefix=TEMP_PREFIX + f"{os.getpid()}-") as scratch:
-            return subprocess.run(
-                argv, capture_output=True, text=True, timeout=timeout,
-                env={**(env or os.environ), **_QUIET_ENV, **scratch_env(Path(scratch))},
-                preexec_fn=die_with_parent(os.getpid()), cwd=scratch,
-            )
-    except subprocess.TimeoutExpired:
-        raise ConversionError(f"{what} did not finish within {timeout:.0f} s",
-                              hint="raise --timeout or lower --samples") from None
+        with contextlib.redirect_stdout(said), contextlib.redirect_stderr(said):
+            runpy.run_module(module, run_name="__main__", alter_sys=True)
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except Exception:  # as its command line would end: the traceback's last line names the cause
+        code = 1
+        said.write(traceback.format_exc())
+    finally:
+        sys.argv = argv
+        root.removeHandler(handler)
+        root.setLevel(level)
+    return {"returncode": code, "output": said.getvalue()}
 
 
 def _wait(

@@ -1,10 +1,10 @@
-"""The ``tf2onnx`` step: a TensorFlow graph (SavedModel) to a float ONNX graph, with tf2onnx in its
-own process, once per packaging run; a failure names the ops tf2onnx could not convert."""
+"""The ``tf2onnx`` step: a TensorFlow graph (SavedModel) to a float ONNX graph, with tf2onnx's
+command line run in a converter child (the run's reused one, where TensorFlow is already
+imported), once per packaging run; a failure names the ops tf2onnx could not convert."""
 
 from __future__ import annotations
 
 import re
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -23,15 +23,13 @@ def tf2onnx(form: ModelForm, context: Any) -> ModelForm:
     output = Path(context.workdir) / "model.float.onnx"
     version_file = output.with_suffix(".tf2onnx-version")
     if not (output.exists() and version_file.exists()):
-        command = [
-            sys.executable, "-m", "tf2onnx.convert", "--saved-model", form.path, "--tag", "serve",
-            "--signature_def", "serving_default", "--opset", str(TF2ONNX_OPSET), "--output", str(output),
-        ]
-        proc = worker.run_tool(command, "tf2onnx conversion", context.timeout_s)
+        arguments = ["--saved-model", form.path, "--tag", "serve", "--signature_def", "serving_default",
+                     "--opset", str(TF2ONNX_OPSET), "--output", str(output)]
+        ran = worker.run_module("tf2onnx.convert", arguments, "tf2onnx conversion", context.timeout_s)
         # tf2onnx exits 0 even when it leaves ops it cannot convert in the graph: read its log too
-        if proc.returncode != 0 or not output.exists() or "Unsupported ops:" in proc.stderr:
-            raise explain_tf2onnx_failure(proc.stderr, list(context.layer_names))
-        match = re.search(r"tf2onnx=([\w.]+)", proc.stderr)
+        if ran["returncode"] != 0 or not output.exists() or "Unsupported ops:" in ran["output"]:
+            raise explain_tf2onnx_failure(ran["output"], list(context.layer_names))
+        match = re.search(r"tf2onnx=([\w.]+)", ran["output"])
         version_file.write_text(match.group(1) if match else "")
     version = version_file.read_text()
     return ModelForm(forms.ONNX_GRAPH, str(output), via=f"tf2onnx {version}".strip())

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -15,7 +13,7 @@ from edgekit.packaging.validate import Measured
 from edgekit.kinds import infer
 from edgekit.comparison.metrics import compare_outputs
 from edgekit.kinds import evaluate
-from tests.conftest import ROOT, edgekit_cli
+from tests.conftest import ROOT, edgekit_cli, verdict_model
 
 STRUCTURE = {"op": "concat", "axis": 1, "node": "head", "parts": [{"size": 4, "op": "values"},
                                                                   {"size": 3, "op": "sigmoid"}]}
@@ -80,18 +78,18 @@ def test_a_gate_that_passed_must_not_start_failing():
 
 
 @pytest.mark.slow
-def test_default_flags_search_the_layers_a_failing_gate_needs_in_higher_precision(tmp_path):
+def test_default_flags_search_the_layers_a_failing_gate_needs_in_higher_precision(tmp_path_factory, tmp_path):
     """A CNN whose plain INT8 agrees with float on ~97.5% of decisions (one tensor with two
     outlier channels): no single layer in float passes (the tensor is quantized where conv2 writes
     it and again where conv3 reads it). With default flags the search ranks layers by their
     effect on the failing gate (after blocks of them), raises them together and ships: >= 99% agreement, confirmed on the
     half of the held-out samples no try was judged by."""
-    subprocess.run([sys.executable, str(ROOT / "models" / "verdict" / "build.py"), "outlier_cnn", "--output",
-                    str(tmp_path)], check=True, capture_output=True, cwd=ROOT, timeout=900)
-    folder = tmp_path / "outlier_cnn"
-    common = ("-c", folder / "calibration.npz", "--eval", folder / "eval.npz", "--format", "tflite", "--format",
-              "onnx", "--format", "coreml", "--profile", "x86-cpu")
-    plain = edgekit_cli("package", folder / "outlier_cnn.keras", *common, "-o", tmp_path / "plain", "--no-auto-fix")
+    folder = verdict_model(tmp_path_factory, "outlier_cnn")
+    data = ("-c", folder / "calibration.npz", "--eval", folder / "eval.npz", "--profile", "x86-cpu")
+    common = (*data, "--format", "tflite", "--format", "onnx", "--format", "coreml")
+    # plain INT8's messages, on one format (the searched run below records each format's plain build)
+    plain = edgekit_cli("package", folder / "outlier_cnn.keras", *data, "--format", "tflite", "--no-also-float",
+                        "-o", tmp_path / "plain", "--no-auto-fix")
     assert plain.returncode == 1 and "top1_agreement" in plain.stderr
     assert "tflite: refused: output 'output_0' (classes): top1_agreement" in plain.stdout
     assert "best configuration plain INT8" in plain.stdout
@@ -136,14 +134,12 @@ def test_a_model_that_passes_plain_int8_is_built_as_before_with_no_search(tmp_pa
     assert "LiteRT Quantizer" not in manifest["artifacts"][0]["converter"]["tool"]  # TFLiteConverter, as before
 
 
-def test_a_format_refused_beside_one_that_passes_is_left_out_and_the_rest_ships(tmp_path):
+def test_a_format_refused_beside_one_that_passes_is_left_out_and_the_rest_ships(tmp_path_factory, tmp_path):
     """Several formats, one INT8 artifact refused (CoreML at 93.9% agreement, plain INT8) and one
     passing (TFLite at 97.2%, with --max-accuracy-drop 4 allowing 96%): the package is written
     without the refused artifact, its float fallback ships, the manifest names what failed, and the
     exit code says the package is partial unless --allow-partial."""
-    subprocess.run([sys.executable, str(ROOT / "models" / "verdict" / "build.py"), "outlier_cnn", "--output",
-                    str(tmp_path)], check=True, capture_output=True, cwd=ROOT, timeout=900)
-    folder = tmp_path / "outlier_cnn"
+    folder = verdict_model(tmp_path_factory, "outlier_cnn")
     common = ("-c", folder / "calibration.npz", "--eval", folder / "eval.npz", "--format", "tflite", "--format",
               "coreml", "--no-auto-fix", "--max-accuracy-drop", "4", "-o", tmp_path / "out", "--force")
     partial = edgekit_cli("package", folder / "outlier_cnn.keras", *common)

@@ -259,6 +259,8 @@ def package(models, model, data, *extra, also_float=False):
 def test_a_factory_file_packages_onnx_and_coreml_validated_against_pytorch(models):
     result = package(models, f"{models / 'nets.py'}:residual_cnn", "images.npy", "--format", "all",
                      also_float=True)
+    # a source that runs code says so before it loads (a .pt2 does not: test_export_programs_...)
+    assert "runs that file's Python code" in result.stderr and "Security model" in result.stderr
     manifest = json.loads((models / "out" / "nets.edgekit" / "manifest.json").read_text())
     assert manifest["source"]["format"] == "torch_factory"
     assert "torch.onnx.export" in manifest["source"]["onnx_exporter"]
@@ -302,8 +304,10 @@ def test_keep_float_and_explain_work_on_the_onnx_route_and_are_refused_on_coreml
 
 @pytest.mark.parametrize("file, formats", [("residual.pt2", ["all"]), ("residual_ts.pt", ["tflite", "onnx"])])
 def test_export_programs_and_torchscript_files_package_with_a_dynamic_batch(models, file, formats):
-    package(models, models / file, "images.npy", *[a for f in formats for a in ("--format", f)], "--name", "residual",
-            "--allow-float-ops")
+    result = package(models, models / file, "images.npy", *[a for f in formats for a in ("--format", f)],
+                     "--name", "residual", "--allow-float-ops")
+    if file.endswith(".pt2"):  # a .pt2 loads tensors only (weights-only unpickling): no code-running notice
+        assert "Security model" not in result.stderr
     manifest = json.loads((models / "out" / "residual.edgekit" / "manifest.json").read_text())
     assert manifest["inputs"][0]["shape"][0] == -1  # the batch stays dynamic
     built = list(dict.fromkeys(a["format"] for a in manifest["artifacts"]))  # ONNX: one artifact per INT8 scheme
@@ -405,13 +409,6 @@ def test_a_pt2_with_a_pickled_payload_is_refused_without_running_it(models, tmp_
     result = edgekit_cli("package", hostile, "-c", models / "images.npy", "-o", tmp_path / "out")
     assert_user_error(result, "pickled Python objects", "could run code")
     assert not marker.exists()
-
-
-def test_sources_that_run_code_say_so_before_loading(models):
-    result = package(models, f"{models / 'nets.py'}:residual_cnn", "images.npy", "--format", "onnx")
-    assert "runs that file's Python code" in result.stderr and "Security model" in result.stderr
-    result = package(models, models / "residual.pt2", "images.npy", "--format", "onnx", "--name", "plain")
-    assert "Security model" not in result.stderr  # a .pt2 loads tensors only (weights-only unpickling): no notice
 
 
 def test_a_default_static_batch_pt2_packages_for_every_format_without_flags(models):

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -255,15 +254,14 @@ def _write_ort(model: Path, context: BuildContext) -> None:
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
     shutil.copy(model, staging / model.name)
-    command = [
-        sys.executable, "-m", "onnxruntime.tools.convert_onnx_models_to_ort", str(staging / model.name),
-        "--output_dir", str(staging / "out"), "--optimization_style", "Fixed", "--target_platform", "arm",
-    ]
-    proc = worker.run_tool(command, "ONNX -> ORT format conversion", context.timeout_s)
+    arguments = [str(staging / model.name), "--output_dir", str(staging / "out"), "--optimization_style", "Fixed",
+                 "--target_platform", "arm"]
+    ran = worker.run_module("onnxruntime.tools.convert_onnx_models_to_ort", arguments,
+                            "ONNX -> ORT format conversion", context.timeout_s)
     ort_files = list((staging / "out").glob("*.ort"))
     configs = list((staging / "out").glob("*.config"))
-    if proc.returncode != 0 or len(ort_files) != 1 or len(configs) != 1:
-        tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
+    if ran["returncode"] != 0 or len(ort_files) != 1 or len(configs) != 1:
+        tail = ran["output"].strip().splitlines()[-1:] or ["no output"]
         raise ConversionError(f"ONNX -> ORT format conversion failed: {tail[0]}")
     shutil.move(ort_files[0], context.package_dir / ORT_PATH)
     config = configs[0].read_text()
