@@ -27,8 +27,9 @@ from pathlib import Path
 from . import worker
 
 log = logging.getLogger("edgekit.worker")
-MAX_STEPS = 24  # steps one child runs before it is replaced (TensorFlow's converter leaks per call)
-MAX_CHILD_RSS = 3 * 2**30  # a child holding more memory than this after a step is replaced (Linux: /proc)
+MAX_STEPS = 64  # steps one child runs before it is replaced (TensorFlow's converter leaks per call; a packaging
+# run's small steps, reading and running artifacts, count too: at 24 a search replaced its child every 15 s)
+MAX_CHILD_RSS = 2 * 2**30  # a child holding more memory than this after a step is replaced (Linux: /proc)
 
 
 @contextmanager

@@ -11,6 +11,7 @@ LiteRT interpreter and any float op is reported by op and layer name. From a PyT
 
 from __future__ import annotations
 
+import json
 import re
 import tempfile
 import time
@@ -197,9 +198,17 @@ class TFLiteBuilder(Builder):
         arguments = dict(python=python, model=context.model.to_dict(), calibration_npy=context.calibration_npy,
                          output=str(output), output_names=list(context.output_names), float_output=str(float_model))
         pt2e_failed = ""
+        # the float conversion does not depend on the precision plan: a search's tries quantize the one
+        # made for the first (litert-torch converts the whole program again otherwise, 2-3 s a try)
+        made_from = json.dumps([context.model.to_dict(), list(context.output_names)], sort_keys=True)
         try:
-            info = worker.call(convert_torch, what="TFLite conversion (litert-torch)", timeout=context.timeout_s,
-                               on_progress=on_progress, pt2e=not per_layer, **arguments)
+            if per_layer and _made_from(str(float_model), made_from):
+                info = {}
+            else:
+                _mark_made_from(str(float_model), "")  # unmarked while it is rewritten (a failure leaves no mark)
+                info = worker.call(convert_torch, what="TFLite conversion (litert-torch)", timeout=context.timeout_s,
+                                   on_progress=on_progress, pt2e=not per_layer, **arguments)
+                _mark_made_from(str(float_model), made_from)
         except ConversionError as failed:
             if per_layer or "did not finish within" in failed.message:  # a timeout is not a PT2E failure
                 raise
@@ -209,6 +218,7 @@ class TFLiteBuilder(Builder):
                           "quantized litert-torch's float conversion instead"
             info = worker.call(convert_torch, what="TFLite float conversion (litert-torch)",
                                timeout=context.timeout_s, on_progress=on_progress, pt2e=False, **arguments)
+            _mark_made_from(str(float_model), made_from)
         tool = (f"{context.model.via}, then " if context.model.via else "") + "litert_torch.convert (float)"
         fallback = {"fallback_model": str(float_model), "fallback_precision": "float32"} \
             if context.option("also_float") else {}
