@@ -137,7 +137,7 @@ def lstm_model(path, op="LSTM"):
     from onnx import TensorProto, helper, numpy_helper
 
     rng = np.random.default_rng(0)
-    hidden, features, steps = 64, 8, 12
+    hidden, features, steps = 64, 8, 6  # each step unrolls into its own layers on the TFLite route
     gates = {"LSTM": 4, "GRU": 3, "RNN": 1}[op]
     weights = [
         numpy_helper.from_array(rng.normal(0, 0.2, (1, gates * hidden, features)).astype(np.float32), "W"),
@@ -198,7 +198,7 @@ def test_an_lstm_reaches_tflite_unrolled_into_int8_linear_layers(tmp_path):
     package = tmp_path / "out" / "lstm.edgekit"
     manifest = json.loads((package / "manifest.json").read_text())
     assert manifest["validation"]["artifacts"]["tflite"]["passed"]
-    assert manifest["artifacts"][0]["details"]["precision"]["ops"]["integer_weighted"] >= 12  # 12 steps, and more
+    assert manifest["artifacts"][0]["details"]["precision"]["ops"]["integer_weighted"] >= 6  # 6 steps, and more
     expected = ort.InferenceSession(str(tmp_path / "lstm.onnx")).run(None, {"seq": data[:8]})[0]
     device_matches(package, data[:8], expected, 0.15, tmp_path, artifacts=("tflite",))
 
