@@ -145,6 +145,6 @@ def test_a_runtime_gets_the_asked_threads_else_the_profiles_lowered_to_this_devi
     big = Profile(name="big", threads=64)  # written for a bigger machine
     assert runtime_threads(Profile(name="all"), two_cores) == 2  # 0: every core
     assert runtime_threads(big, two_cores, asked=3) == 3
-    with caplog.at_level("WARNING", logger="edgekit.device.runtime"):
+    with caplog.at_level("WARNING", logger="edgekit.runtime"):
         assert runtime_threads(big, two_cores) == 8  # 4 per core at most
     assert "64 threads is more than this device runs well (2 cores); using 8" in caplog.text

@@ -149,7 +149,7 @@ def test_a_tuned_choice_is_dropped_when_the_package_device_or_runtime_changes(pa
     with edgekit.load(package) as model:
         assert model.artifact.key == "onnx-float32"
 
-    caplog.set_level("INFO", logger="edgekit.device.runtime")
+    caplog.set_level("INFO", logger="edgekit.runtime")
     monkeypatch.setenv(SYSROOT_ENV, str(_cpuinfo_root(tmp_path, "Test CPU B")))  # another device
     with edgekit.load(package) as model:
         assert model.artifact.key == "tflite"

@@ -88,7 +88,7 @@ def test_default_flags_search_the_layers_a_failing_gate_needs_in_higher_precisio
     data = ("-c", folder / "calibration.npz", "--eval", folder / "eval.npz", "--profile", "x86-cpu")
     common = (*data, "--format", "tflite", "--format", "onnx", "--format", "coreml")
     # plain INT8's messages, on one format (the searched run below records each format's plain build)
-    plain = edgekit_cli("package", folder / "outlier_cnn.keras", *data, "--format", "tflite", "--no-also-float",
+    plain = edgekit_cli("package", folder / "outlier_cnn.keras", *data, "--format", "tflite",
                         "-o", tmp_path / "plain", "--no-auto-fix")
     assert plain.returncode == 1 and "top1_agreement" in plain.stderr
     assert "tflite: refused: output 'output_0' (classes): top1_agreement" in plain.stdout
