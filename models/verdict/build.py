@@ -215,7 +215,7 @@ def pitch(out: Path) -> Path:
     keras.utils.set_random_seed(0)
     folder = out / "pitch"
     folder.mkdir(parents=True, exist_ok=True)
-    x, y = pitch_frames(3000, 0)
+    x, y = pitch_frames(6000, 0)
     frame = keras.Input((1024,), name="frame")
     h = keras.layers.Reshape((1024, 1))(frame)
     h = keras.layers.Conv1D(32, 64, strides=4, activation="relu")(h)
@@ -225,7 +225,9 @@ def pitch(out: Path) -> Path:
     h = keras.layers.Dense(256, activation="relu")(h)
     model = keras.Model(frame, keras.layers.Dense(PITCH_BINS, activation="sigmoid", name="pitch")(h))
     model.compile(keras.optimizers.Adam(2e-3), "binary_crossentropy")
-    model.fit(x, y, epochs=12, batch_size=64, verbose=0)  # a peaked 360-bin head: all the test needs of it
+    # trained to 100% raw pitch accuracy: scripts/bench_quality.py judges its INT8 builds by that task (12 epochs on
+    # 3000 frames left it at 84%, where a 2 pp drop read as broken and four verdicts turned wrong)
+    model.fit(x, y, epochs=30, batch_size=64, verbose=0)
     model.save(folder / "pitch.keras")
     calibration, _ = pitch_frames(200, 1)
     np.savez(folder / "frames.npz", frame=calibration)
