@@ -121,6 +121,7 @@ class _Child:
                on_progress: Callable[[int, int], None] | None) -> None:
         deadline = None if timeout is None else time.monotonic() + timeout
         last = ""
+        pause = 0.002  # most steps (reading or running an artifact) answer within milliseconds
         try:
             while not response.exists():
                 if self.proc.poll() is not None:
@@ -128,7 +129,8 @@ class _Child:
                 if deadline is not None and time.monotonic() > deadline:
                     self.close()
                     raise worker.timed_out(what, timeout)
-                time.sleep(0.05)
+                time.sleep(pause)
+                pause = min(pause * 1.5, 0.05)
                 last = worker.forward_progress(progress, last, on_progress)
         except BaseException:
             self.close()  # interrupted: never leave a converter running behind
@@ -183,4 +185,4 @@ def serve() -> int:
 
 if __name__ == "__main__":
     worker.watch_parent()
-    sys.exit(serve())
+    worker.exit_now(serve())

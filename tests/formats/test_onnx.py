@@ -117,6 +117,28 @@ def digits_onnx(digits_all_package, tmp_path_factory):
     return out / "digits.onnx"
 
 
+def test_onnx_preparation_and_the_ort_tool_run_without_importing_pytorch(digits_onnx, tmp_path):
+    """ONNX Runtime's tools package imports PyTorch in its ``__init__`` (4 s) for nothing edgekit
+    calls: quant_pre_process's shape inference, the usability checker and the ``.ort`` tool run,
+    in one process as in a packaging run's converter child, with PyTorch never loaded."""
+    from tests.conftest import run_python
+
+    said = run_python(f"""
+        import sys
+        from pathlib import Path
+        from edgekit.conversion.worker import module_main
+        from edgekit.formats.onnx.build import _pre_process, mobile_usability
+        print(_pre_process({str(digits_onnx)!r}, {str(tmp_path / "prepared.onnx")!r}))
+        print(mobile_usability({str(tmp_path / "prepared.onnx")!r})["tool"])
+        ran = module_main("onnxruntime.tools.convert_onnx_models_to_ort",
+                          [{str(tmp_path / "prepared.onnx")!r}, "--output_dir", {str(tmp_path / "ort")!r},
+                           "--optimization_style", "Fixed"])
+        print(ran["returncode"], len(list(Path({str(tmp_path / "ort")!r}).glob("*.ort"))), "torch" in sys.modules)
+    """)
+    assert said.split("\n")[:3] == ["symbolic", "onnxruntime.tools.mobile_helpers.usability_checker",
+                                    "0 1 False"], said
+
+
 def test_onnx_source_is_quantized_directly(digits_onnx, tmp_path, capsys):
     code, out, err = run_cli(capsys, "package", digits_onnx, "--target", "onnx", "--calibration", CALIBRATION,
                              "--eval", EVAL, "-o", tmp_path, "--calibration-method", "percentile")

@@ -394,6 +394,7 @@ def quantize(
 
 def _pre_process(source: str, prepared: str) -> str:
     """``quant_pre_process`` into ``prepared``; which shape inference it could use."""
+    _ort_tools_without_torch()
     from onnxruntime.quantization import quant_pre_process
 
     try:
@@ -406,6 +407,21 @@ def _pre_process(source: str, prepared: str) -> str:
                                   f"(with symbolic shape inference: {first})") from None
         return f"onnx (symbolic shape inference failed: {str(first).strip().splitlines()[0][:200]})"
     return "symbolic"
+
+
+def _ort_tools_without_torch() -> None:
+    """``onnxruntime.tools`` registered without running its ``__init__``, which imports PyTorch
+    (4 s, wherever it is installed) only to re-export an export helper edgekit never calls: the
+    symbolic shape inference, the usability checker and the ``.ort`` tool are its submodules and
+    need nothing from it. A child that has PyTorch or the package already loses nothing."""
+    import importlib.util
+    import sys
+
+    if "onnxruntime.tools" in sys.modules or "torch" in sys.modules:
+        return
+    spec = importlib.util.find_spec("onnxruntime.tools")
+    if spec is not None and spec.submodule_search_locations:
+        sys.modules["onnxruntime.tools"] = importlib.util.module_from_spec(spec)
 
 
 def _flatten_gemm_biases(model: Any) -> int:
@@ -680,6 +696,7 @@ def mobile_usability(model: str) -> dict[str, Any]:
     import logging
     import tempfile
 
+    _ort_tools_without_torch()
     from onnxruntime.tools.mobile_helpers import usability_checker as uc
     from onnxruntime.tools.onnx_model_utils import ModelProtoWithShapeInfo, optimize_model
 

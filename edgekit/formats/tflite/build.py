@@ -205,7 +205,7 @@ class TFLiteBuilder(Builder):
             if per_layer and _made_from(str(float_model), made_from):
                 info = {}
             else:
-                _mark_made_from(str(float_model), "")  # unmarked while it is rewritten (a failure leaves no mark)
+                _unmark(str(float_model))  # while it is rewritten: a failure leaves no mark
                 info = worker.call(convert_torch, what="TFLite conversion (litert-torch)", timeout=context.timeout_s,
                                    on_progress=on_progress, pt2e=not per_layer, **arguments)
                 _mark_made_from(str(float_model), made_from)
@@ -495,6 +495,10 @@ def _made_from(path: str, key: str) -> bool:
 
 def _mark_made_from(path: str, key: str) -> None:
     Path(path + ".source").write_text(key)
+
+
+def _unmark(path: str) -> None:
+    Path(path + ".source").unlink(missing_ok=True)
 
 
 class _CalibratedModel:
