@@ -139,3 +139,46 @@ def test_bare_tflite_returns_every_output_identical_to_the_interpreter(three_out
     with np.load(tmp_path / "out.npz") as out:
         assert sorted(out.files) == ["boxes", "presence", "scores"]
         np.testing.assert_array_equal(out["scores"], raw["scores"])
+
+
+@pytest.mark.slow
+def test_outputs_an_artifact_orders_otherwise_reach_their_names_on_the_device(tmp_path):
+    """TFLite's signature lists outputs alphabetically: the source's points, quality, logits come
+    out of the artifact as logits, points, quality, a reordering that is not its own inverse. On
+    the device every output keeps its own values under its own name (they once came back rotated:
+    points with quality's one column), through ``edgekit.load`` and ``python -m edgekit.run``."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from tests.conftest import edgekit_cli
+
+    rng = np.random.default_rng(4)
+    heads = {"points": 10, "quality": 1, "logits": 4}
+    nodes, weights = [], []
+    for name, width in heads.items():
+        weights.append(numpy_helper.from_array(rng.normal(size=(6, width)).astype(np.float32), f"w_{name}"))
+        nodes.append(helper.make_node("MatMul", ["x", f"w_{name}"], [name]))
+    graph = helper.make_graph(nodes, "heads", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 6])],
+                              [helper.make_tensor_value_info(n, TensorProto.FLOAT, ["N", w]) for n, w in heads.items()],
+                              initializer=weights)
+    source = tmp_path / "heads.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9), source)
+    np.save(tmp_path / "cal.npy", rng.uniform(-1, 1, (100, 6)).astype(np.float32))
+    built = edgekit_cli("package", source, "-c", tmp_path / "cal.npy", "--format", "tflite", "--no-also-float",
+                        "--preprocessing", "raw", "-o", tmp_path / "out")
+    assert built.returncode == 0, built.stderr[-3000:]
+    package = tmp_path / "out" / "heads.edgekit"
+    x = rng.uniform(-1, 1, (7, 6)).astype(np.float32)
+    raw = _raw_onnx(source, {"x": x})
+    with edgekit.load(package, artifact="tflite") as model:
+        assert [t.name for t in model.backend.outputs] == ["logits", "points", "quality"]  # the artifact's order
+        got = model.predict_all(x)
+    assert list(got) == list(heads)
+    for name, width in heads.items():
+        assert got[name].shape == (7, width), name
+        np.testing.assert_allclose(got[name], raw[name], atol=0.05 * np.abs(raw[name]).max(), err_msg=name)
+    np.save(tmp_path / "x.npy", x)
+    result = device_cli(package, "--artifact", "tflite", "-i", tmp_path / "x.npy", "--output", tmp_path / "out.npz")
+    assert result.returncode == 0, result.stderr
+    with np.load(tmp_path / "out.npz") as out:
+        assert {name: out[name].shape for name in out.files} == {name: (7, w) for name, w in heads.items()}

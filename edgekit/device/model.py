@@ -74,8 +74,10 @@ class Model:
         self.prediction_cache = prediction_cache
         in_order = align([s.name for s in manifest.inputs], [t.name for t in backend.inputs], "input", artifact)
         self._ports = [_port(manifest.inputs[i], backend.inputs[j]) for j, i in enumerate(in_order)]
-        self._out_order = align([s.name for s in manifest.outputs], [t.name for t in backend.outputs], "output",
-                                artifact)
+        # for each manifest output, the backend output holding it (``align`` maps the other way: the
+        # two agree only where the reordering is its own inverse, a swap of two)
+        self._out_order = in_manifest_order(
+            align([s.name for s in manifest.outputs], [t.name for t in backend.outputs], "output", artifact))
         self._closed = False
         self.out_of_range_calls = 0  # predictions whose inputs lay far outside the expected range
 
@@ -311,6 +313,15 @@ def align(wanted: list[str], found: list[str], what: str, artifact: Artifact) ->
             hint="rebuild the package with this edgekit version",
         )
     return [wanted.index(name) for name in found]
+
+
+def in_manifest_order(order: list[int]) -> list[int]:
+    """``align``'s result (for each artifact tensor, its manifest index) turned around: for each
+    manifest tensor, the index of the artifact tensor that holds it."""
+    found = [0] * len(order)
+    for j, i in enumerate(order):
+        found[i] = j
+    return found
 
 
 def _port(spec: TensorSpec, tensor: TensorInfo) -> _Port:
