@@ -39,7 +39,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 from benchio import print_and_save, require_signal  # noqa: E402
 
 import edgekit  # noqa: E402
-from edgekit import worker  # noqa: E402
+from edgekit.conversion import worker  # noqa: E402
 from edgekit.formats.tflite.litert import LiteRTBackend, open_interpreter  # noqa: E402
 from edgekit.formats.onnx.onnxruntime import OnnxRuntimeBackend  # noqa: E402
 from edgekit.device.devices import DeviceFacts  # noqa: E402

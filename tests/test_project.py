@@ -27,3 +27,16 @@ def test_every_test_file_is_collected():
     collected = {line.split("::")[0] for line in listed.stdout.splitlines() if "::" in line}
     on_disk = {str(p.relative_to(ROOT)) for p in (ROOT / "tests").rglob("test_*.py")}
     assert on_disk - collected == set(), listed.stdout[-2000:]
+
+
+def test_every_script_starts_and_prints_its_usage():
+    """A module moved inside edgekit must not leave a script importing it from the old place
+    (bench_package.py once failed at its first line after the rooms were named)."""
+    import subprocess
+
+    scripts = sorted(p for p in (ROOT / "scripts").glob("*.py") if not p.name.startswith("_") and p.name != "benchio.py")
+    assert scripts
+    for script in scripts:
+        result = subprocess.run([sys.executable, str(script), "--help"], capture_output=True, text=True, cwd=ROOT,
+                                timeout=120)
+        assert result.returncode == 0 and "usage" in result.stdout.lower(), (script.name, result.stderr[-1500:])
