@@ -12,7 +12,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -47,6 +47,22 @@ def _worker_threads() -> dict[str, str]:
 
 
 os.environ.update(_worker_threads())  # at import, before a test module imports PyTorch in this worker
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _warm_converters() -> Iterator[None]:
+    """In-process packaging runs share this test process's converter children, as one run's steps
+    do (``worker_reuse``): TensorFlow and PyTorch are imported once per child, not once per run (6.5
+    and 4 s each). A child is still replaced after its step budget, a crash, a timeout or a change
+    in the environment it would be given. tests/conversion/ checks the children themselves and
+    runs without this."""
+    if os.environ.get("EDGEKIT_TEST_FRESH_CHILDREN"):
+        yield
+        return
+    from edgekit.conversion.worker_reuse import reusing
+
+    with reusing():
+        yield
 
 
 def built_once(tmp_path_factory: pytest.TempPathFactory, name: str, build: Callable[[Path], Path]) -> Path:
@@ -230,9 +246,42 @@ PACKAGE_TIMEOUT_S = 900
 
 def edgekit_cli(*args: object, env: dict[str, str] | None = None, cwd: Path | None = None,
                 timeout: float = PACKAGE_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
-    """The installed `edgekit` command in a child process, as a user runs it."""
-    return subprocess.run([sys.executable, "-m", "edgekit.cli", *map(str, args)], capture_output=True, text=True,
+    """The `edgekit` command as a user runs it: its exit code, stdout and stderr.
+
+    ``edgekit package`` without ``env`` or ``cwd`` runs in this process, as the console script's
+    ``main`` (its converter children are this test process's shared ones, ``_warm_converters``);
+    everything else, and a package command given its own environment or folder, in a child
+    process. ``timeout`` bounds the child; an in-process run is bounded by the product's own step
+    timeouts."""
+    argv = [str(a) for a in args]
+    if argv[:1] == ["package"] and env is None and cwd is None:
+        return edgekit_in_process(argv)
+    return subprocess.run([sys.executable, "-m", "edgekit.cli", *argv], capture_output=True, text=True,
                           env={**os.environ, **(env or {})}, cwd=cwd or ROOT, timeout=timeout)
+
+
+def edgekit_in_process(argv: list[str]) -> subprocess.CompletedProcess[str]:
+    """``edgekit ARGV`` through the console script's ``main`` in this process, its output captured;
+    edgekit's log handler (bound to the stderr of the run that set it up) is removed after it."""
+    import contextlib
+    import io
+    import logging
+
+    from edgekit import logs
+
+    out, err = io.StringIO(), io.StringIO()
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = edgekit_main(argv)
+            except SystemExit as stop:  # argparse's usage errors
+                code = stop.code if isinstance(stop.code, int) else 1
+    finally:
+        logger = logging.getLogger("edgekit")
+        for handler in [h for h in logger.handlers if getattr(h, "_edgekit", False)]:
+            logger.removeHandler(handler)
+        logs._pending, logs._detail = None, False
+    return subprocess.CompletedProcess(["edgekit", *argv], code, out.getvalue(), err.getvalue())
 
 
 def device_cli(*args: object, env: dict[str, str] | None = None, cwd: Path | None = None,

@@ -40,3 +40,69 @@ def test_every_script_starts_and_prints_its_usage():
         result = subprocess.run([sys.executable, str(script), "--help"], capture_output=True, text=True, cwd=ROOT,
                                 timeout=120)
         assert result.returncode == 0 and "usage" in result.stdout.lower(), (script.name, result.stderr[-1500:])
+
+
+def _build_module(folder: str):  # noqa: ANN202
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"{folder}_build", ROOT / "models" / folder / "build.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # the fingerprint reads the recipes' module by name
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_stored_reference_model_was_trained_by_its_recipe_as_it_is_now():
+    """A build copies a stored model only while its recipe is unchanged and trains it otherwise:
+    an edited recipe left unstored would cost every test run its training again, silently."""
+    for folder in ("verdict", "attention"):
+        module = _build_module(folder)
+        for name, (files, train) in module.STORED.items():
+            assert module.TRAINED.current(name, files, train), (
+                f"models/{folder}: {name}'s recipe changed since it was stored: "
+                f"python models/{folder}/build.py --store {name}")
+
+
+def test_a_recipe_fingerprint_follows_the_helpers_and_constants_it_uses(tmp_path):
+    sys.path.insert(0, str(ROOT / "models"))
+    from trained import Store, fingerprint
+
+    recipe = '''
+from pathlib import Path
+SIZE = {size}
+
+def samples():
+    return list(range({count}))
+
+def unrelated():
+    return {other}
+
+def train(folder: Path) -> None:
+    (folder / "model.txt").write_text(str(samples()[:SIZE]))
+'''
+
+    def load(size: int, count: int, other: int):  # noqa: ANN202
+        path = tmp_path / f"recipe_{size}_{count}_{other}.py"
+        path.write_text(recipe.format(size=size, count=count, other=other))
+        import importlib.util
+
+        spec = importlib.util.spec_from_file_location(path.stem, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module
+        spec.loader.exec_module(module)
+        return module.train
+
+    base = fingerprint(load(3, 10, 0))
+    assert fingerprint(load(3, 10, 1)) == base  # a function the recipe never names
+    assert fingerprint(load(4, 10, 0)) != base  # a constant it reads
+    assert fingerprint(load(3, 11, 0)) != base  # a helper it calls
+
+    store = Store(tmp_path / "trained")
+    train = load(3, 10, 0)
+    store.store("toy", ["model.txt"], train)
+    assert store.current("toy", ["model.txt"], train)
+    assert not store.current("toy", ["model.txt"], load(4, 10, 0))
+    out = tmp_path / "out"
+    out.mkdir()
+    store.build("toy", ["model.txt"], train, out)
+    assert (out / "model.txt").read_text() == "[0, 1, 2]"

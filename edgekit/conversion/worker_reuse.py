@@ -6,7 +6,9 @@ TensorFlow or ONNX Runtime again: 2-3 s, most of a search try on a small model. 
 thread) that runs it as a fresh child would: its own scratch folder, working directory and
 progress file, the same request and response files. The child is replaced after ``MAX_STEPS``
 steps or once it holds more than ``MAX_CHILD_RSS`` bytes (the converter's per-call leak stays
-bounded), after a crash and after a timeout.
+bounded), after a crash and after a timeout, and when the environment a fresh child would get has
+changed since it started (a block held open across calls, as the test suite holds one per
+process, still runs each step under its caller's settings).
 Outside ``reusing()`` every step still gets its own child.
 """
 
@@ -55,11 +57,12 @@ class _Pool:
     def child_for(self, python: str | None) -> _Child:
         """The reused child for ``python``, started now if there is none or it cannot take a step."""
         key = python or sys.executable
+        env = worker.child_env(python)
         child = self.children.get(key)
-        if child is None or not child.usable():
+        if child is None or not child.usable() or child.settings != _settings(env):
             if child is not None:
                 child.close()
-            child = self.children[key] = _Child(python)
+            child = self.children[key] = _Child(python, env)
         return child
 
     def close(self) -> None:
@@ -70,17 +73,18 @@ class _Pool:
 class _Child:
     """A ``python -m edgekit.conversion.worker_reuse`` process: one JSON line per step on its stdin."""
 
-    def __init__(self, python: str | None) -> None:
+    def __init__(self, python: str | None, env: dict[str, str]) -> None:
         # named with the parent's pid, as ``fsutil.temp_dir`` names its folders: a later run removes it
         # when that parent was killed before it could
         self._folder = Path(tempfile.mkdtemp(prefix=f"{worker.TEMP_PREFIX}{os.getpid()}-reused-"))
         self._stderr = open(self._folder / "stderr", "w+b")  # noqa: SIM115 - kept open for the child's life
         self.proc = subprocess.Popen(
             [python or sys.executable, "-m", "edgekit.conversion.worker_reuse"],
-            env=worker.child_env(python), cwd=self._folder, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+            env=env, cwd=self._folder, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
             stderr=self._stderr, preexec_fn=worker.die_with_parent(os.getpid()),
         )
         self.steps = 0
+        self.settings = _settings(env)
         log.debug("reused child process %d started", self.proc.pid)
 
     def usable(self) -> bool:
@@ -162,6 +166,11 @@ class _Child:
                 self.proc.wait()
         self._stderr.close()
         shutil.rmtree(self._folder, ignore_errors=True)
+
+
+def _settings(env: dict[str, str]) -> dict[str, str]:
+    """A child's environment less pytest's per-test marker (it names the running test, not a setting)."""
+    return {name: value for name, value in env.items() if name != "PYTEST_CURRENT_TEST"}
 
 
 def serve() -> int:

@@ -3,7 +3,9 @@
     python models/attention/build.py NAME [NAME ...] --output DIR
 
 Each NAME writes DIR/NAME/ with the model as a PyTorch program (``NAME.pt2``, ``torch.export``)
-and as ONNX (``NAME.onnx``), its calibration data and held-out data. Seeded; seconds each.
+and as ONNX (``NAME.onnx``), its calibration data and held-out data. Seeded. The trained ones
+are stored trained in ``trained/`` (``models/trained.py``): a build copies them while their
+recipe is unchanged; ``--store NAME`` trains and stores one again after its recipe is edited.
 They stand for what real exports now carry:
 
 - ``vit``: a tiny vision transformer (8x8 patches by a strided convolution, a class token,
@@ -35,9 +37,15 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import sys
+from collections.abc import Callable
 from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from trained import Store  # noqa: E402  (models/trained.py)
+
+TRAINED = Store(Path(__file__).resolve().parent / "trained")
 
 SYMBOLS = 10  # recognizer: symbols 1..10, 0 is the CTC blank
 LINE_HEIGHT, LINE_WIDTH, COLUMNS, GLYPH_WIDTH = 16, 96, 24, 8
@@ -112,6 +120,7 @@ def _save(model, example: tuple, folder: Path, name: str, inputs: list[str], out
     """``NAME.pt2`` (dynamic batch) and ``NAME.onnx`` (TorchScript exporter, dynamic batch)."""
     import torch
 
+    example = tuple(e.clone() for e in example)  # a slice keeps its whole batch's storage, which the .pt2 would carry
     axes = {name: {axis: "batch"} for name, axis in {**{n: 0 for n in inputs + outputs}, **(batch_axes or {})}.items()}
     batch = torch.export.Dim("batch", min=1, max=1024)
     shapes = tuple({0: batch} for _ in example)
@@ -139,13 +148,23 @@ def shape_images(n: int, seed: int):  # noqa: ANN201
 
 def vit(out: Path) -> Path:
     import numpy as np
+
+    folder = out / "vit"
+    folder.mkdir(parents=True, exist_ok=True)
+    trained(folder, "vit")
+    calibration, _ = shape_images(200, 1)
+    heldout, labels = shape_images(200, 2)
+    np.savez(folder / "images.npz", image=calibration)
+    np.savez(folder / "heldout.npz", image=heldout, labels=labels)
+    return folder / "vit.onnx"
+
+
+def train_vit(folder: Path) -> None:
     import torch
     from torch import nn
 
     torch.manual_seed(0)
     _, LayerNorm, Block = _torch_blocks()
-    folder = out / "vit"
-    folder.mkdir(parents=True, exist_ok=True)
 
     class ViT(nn.Module):
         def __init__(self, dim: int = 32) -> None:
@@ -169,11 +188,6 @@ def vit(out: Path) -> Path:
     _train(model, lambda s: (xt[s % 12 * 100:(s % 12 + 1) * 100], yt[s % 12 * 100:(s % 12 + 1) * 100]),
            lambda a, b: nn.functional.nll_loss(torch.log(model(a) + 1e-9), b), 240)
     _save(model, (torch.from_numpy(x[:2]),), folder, "vit", ["image"], ["probabilities"], 17)
-    calibration, _ = shape_images(200, 1)
-    heldout, labels = shape_images(200, 2)
-    np.savez(folder / "images.npz", image=calibration)
-    np.savez(folder / "heldout.npz", image=heldout, labels=labels)
-    return folder / "vit.onnx"
 
 
 # --- text_encoder --------------------------------------------------------------------------------
@@ -198,13 +212,23 @@ def token_batches(n: int, seed: int, length: int = 16, vocab: int = 64):  # noqa
 
 def text_encoder(out: Path) -> Path:
     import numpy as np
+
+    folder = out / "text_encoder"
+    folder.mkdir(parents=True, exist_ok=True)
+    trained(folder, "text_encoder")
+    ids, mask, _ = token_batches(200, 1)
+    np.savez(folder / "texts.npz", input_ids=ids, attention_mask=mask)
+    ids, mask, topics = token_batches(200, 2)
+    np.savez(folder / "heldout.npz", input_ids=ids, attention_mask=mask, labels=topics)
+    return folder / "text_encoder.onnx"
+
+
+def train_text_encoder(folder: Path) -> None:
     import torch
     from torch import nn
 
     torch.manual_seed(0)
     _, _, Block = _torch_blocks()
-    folder = out / "text_encoder"
-    folder.mkdir(parents=True, exist_ok=True)
 
     class Encoder(nn.Module):
         def __init__(self, vocab: int = 64, dim: int = 32, length: int = 16) -> None:
@@ -228,11 +252,6 @@ def text_encoder(out: Path) -> Path:
                              tt[s % 16 * 100:(s % 16 + 1) * 100]),
            lambda a, m, b: nn.functional.cross_entropy(model(a, m), b), 300)
     _save(model, (it[:2], mt[:2]), folder, "text_encoder", ["input_ids", "attention_mask"], ["logits"], 17)
-    ids, mask, _ = token_batches(200, 1)
-    np.savez(folder / "texts.npz", input_ids=ids, attention_mask=mask)
-    ids, mask, topics = token_batches(200, 2)
-    np.savez(folder / "heldout.npz", input_ids=ids, attention_mask=mask, labels=topics)
-    return folder / "text_encoder.onnx"
 
 
 # --- recognizer ------------------------------------------------------------------------------------
@@ -279,13 +298,26 @@ def text_lines(n: int, seed: int):  # noqa: ANN201
 
 def recognizer(out: Path) -> Path:
     import numpy as np
+
+    folder = out / "recognizer"
+    folder.mkdir(parents=True, exist_ok=True)
+    trained(folder, "recognizer")
+    calibration, _ = text_lines(200, 1)
+    heldout, held_texts = text_lines(200, 2)
+    np.savez(folder / "lines.npz", line=calibration)
+    padded = np.zeros((len(held_texts), 8), np.int64)
+    for i, t in enumerate(held_texts):
+        padded[i, :len(t)] = t
+    np.savez(folder / "heldout.npz", line=heldout, texts=padded)
+    return folder / "recognizer.onnx"
+
+
+def train_recognizer(folder: Path) -> None:
     import torch
     from torch import nn
 
     torch.manual_seed(0)
     _, LayerNorm, Block = _torch_blocks()
-    folder = out / "recognizer"
-    folder.mkdir(parents=True, exist_ok=True)
 
     class Recognizer(nn.Module):
         def __init__(self, dim: int = 48) -> None:
@@ -323,14 +355,6 @@ def recognizer(out: Path) -> Path:
     model.train()
     _train(model, batch, loss_of, 400, rate=2e-3)
     _save(model, (xt[:2],), folder, "recognizer", ["line"], ["logprobs"], 11)
-    calibration, _ = text_lines(200, 1)
-    heldout, held_texts = text_lines(200, 2)
-    np.savez(folder / "lines.npz", line=calibration)
-    padded = np.zeros((len(held_texts), 8), np.int64)
-    for i, t in enumerate(held_texts):
-        padded[i, :len(t)] = t
-    np.savez(folder / "heldout.npz", line=heldout, texts=padded)
-    return folder / "recognizer.onnx"
 
 
 def greedy_ctc(logprobs) -> list[list[int]]:  # noqa: ANN001
@@ -378,14 +402,25 @@ def speech_frames(n: int, seed: int):  # noqa: ANN201
 
 def stream(out: Path) -> Path:
     import numpy as np
+
+    folder = out / "stream"
+    folder.mkdir(parents=True, exist_ok=True)
+    trained(folder, "stream")
+    np.save(folder / "zeros.npy", np.zeros((2, 1, STATE), np.float32))
+    test, labels = speech_frames(100, 2)
+    np.savez(folder / "stream.npz", input=test, labels=labels)
+    return folder / "stream.onnx"
+
+
+def train_stream(folder: Path) -> None:
+    """``stream.onnx`` and its calibration frames with the states the trained model meets (``frames.npz``)."""
+    import numpy as np
     import onnx
     import torch
     from onnx import TensorProto, helper
     from torch import nn
 
     torch.manual_seed(0)
-    folder = out / "stream"
-    folder.mkdir(parents=True, exist_ok=True)
 
     class Core(nn.Module):
         """Front-end features -> two GRU layers (one step) -> speech probability."""
@@ -462,10 +497,6 @@ def stream(out: Path) -> Path:
             _, state = core(frame[None], state)
     # states batch-first, as edgekit takes every input (the package's state is [N, 2, 32])
     np.savez(folder / "frames.npz", input=frames, state=np.stack(states, axis=0))
-    np.save(folder / "zeros.npy", np.zeros((2, 1, STATE), np.float32))
-    test, labels = speech_frames(100, 2)
-    np.savez(folder / "stream.npz", input=test, labels=labels)
-    return folder / "stream.onnx"
 
 
 # --- onehot ------------------------------------------------------------------------------------------
@@ -523,16 +554,41 @@ def onehot(out: Path) -> Path:
     return folder / "onehot.onnx"
 
 
+# the models stored trained (name -> its files, its recipe); onehot is fitted in closed form in a second
+STORED: dict[str, tuple[list[str], Callable[[Path], None]]] = {
+    "vit": (["vit.pt2", "vit.onnx"], train_vit),
+    "text_encoder": (["text_encoder.pt2", "text_encoder.onnx"], train_text_encoder),
+    "recognizer": (["recognizer.pt2", "recognizer.onnx"], train_recognizer),
+    "stream": (["stream.onnx", "frames.npz"], train_stream),
+}
+
+
+def trained(folder: Path, name: str) -> None:
+    """NAME's model files in ``folder``: the stored ones while its recipe is unchanged, else trained now."""
+    files, train = STORED[name]
+    TRAINED.build(name, files, train, folder)
+
+
 BUILDERS = {"vit": vit, "text_encoder": text_encoder, "recognizer": recognizer, "stream": stream, "onehot": onehot}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("names", nargs="+", choices=sorted(BUILDERS))
-    parser.add_argument("--output", type=Path, required=True)
+    target = parser.add_mutually_exclusive_group(required=True)
+    target.add_argument("--output", type=Path, help="build each NAME into OUTPUT/NAME/")
+    target.add_argument("--store", action="store_true",
+                        help="train each NAME's model again and store it in trained/ (after editing its recipe)")
     args = parser.parse_args()
+    if args.store:  # one thread: the same weights wherever they are stored (sums in another order differ)
+        os.environ.update({name: "1" for name in ("OMP_NUM_THREADS", "TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS")})
     for name in args.names:
-        print(BUILDERS[name](args.output))
+        if args.store:
+            if name not in STORED:
+                parser.error(f"{name} is built in seconds and is not stored; stored: {', '.join(sorted(STORED))}")
+            print(TRAINED.store(name, *STORED[name]))
+        else:
+            print(BUILDERS[name](args.output))
 
 
 if __name__ == "__main__":

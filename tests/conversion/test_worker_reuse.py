@@ -95,3 +95,14 @@ def test_a_child_holding_too_much_memory_is_replaced(monkeypatch):
     with worker_reuse.reusing():
         pids = [worker.call(where_am_i, what="a step", tag=str(i))["pid"] for i in range(2)]
     assert pids[0] != pids[1]
+
+
+def test_a_step_asked_under_a_changed_environment_gets_a_child_started_under_it(monkeypatch):
+    """A block held open across runs (the suite holds one per process) must not answer a run with
+    a child started under another run's settings (a PYTHONPATH, a thread count)."""
+    with worker_reuse.reusing():
+        first = worker.call(where_am_i, what="a step", tag="a")["pid"]
+        monkeypatch.setenv("OMP_NUM_THREADS", "3")
+        second = worker.call(where_am_i, what="a step", tag="b")["pid"]
+        third = worker.call(where_am_i, what="a step", tag="c")["pid"]
+    assert first != second == third
