@@ -10,6 +10,7 @@ only while the fingerprint recorded with them is the recipe's current one, and t
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import inspect
 import json
@@ -22,6 +23,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 Recipe = Callable[[Path], None]
+ONE_THREAD = ("OMP_NUM_THREADS", "TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS")
 
 
 def fingerprint(train: Recipe) -> str:
@@ -95,3 +97,25 @@ class Store:
         recipes = {**self.recipes(), name: fingerprint(train)}
         self.recipes_file.write_text(json.dumps(dict(sorted(recipes.items())), indent=1) + "\n")
         return self.folder / name
+
+
+def main(description: str, builders: dict[str, Callable[[Path], Path]],
+         stored: dict[str, tuple[list[str], Recipe]], store: Store) -> None:
+    """A ``build.py``'s command line: ``NAME ... --output DIR`` builds, ``NAME ... --store`` trains
+    and stores."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("names", nargs="+", choices=sorted(builders))
+    target = parser.add_mutually_exclusive_group(required=True)
+    target.add_argument("--output", type=Path, help="build each NAME into OUTPUT/NAME/")
+    target.add_argument("--store", action="store_true",
+                        help="train each NAME's model again and store it in trained/ (after editing its recipe)")
+    args = parser.parse_args()
+    if args.store:  # one thread: the same weights wherever they are stored (sums in another order differ)
+        os.environ.update({name: "1" for name in ONE_THREAD})
+    for name in args.names:
+        if args.store:
+            if name not in stored:
+                parser.error(f"{name} is built in seconds and is not stored; stored: {', '.join(sorted(stored))}")
+            print(store.store(name, *stored[name]))
+        else:
+            print(builders[name](args.output))

@@ -34,7 +34,6 @@ They stand for what real exports now carry:
 
 from __future__ import annotations
 
-import argparse
 import math
 import os
 import sys
@@ -43,7 +42,7 @@ from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from trained import Store  # noqa: E402  (models/trained.py)
+from trained import Store, main as trained_main  # noqa: E402  (models/trained.py)
 
 TRAINED = Store(Path(__file__).resolve().parent / "trained")
 
@@ -572,24 +571,5 @@ def trained(folder: Path, name: str) -> None:
 BUILDERS = {"vit": vit, "text_encoder": text_encoder, "recognizer": recognizer, "stream": stream, "onehot": onehot}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("names", nargs="+", choices=sorted(BUILDERS))
-    target = parser.add_mutually_exclusive_group(required=True)
-    target.add_argument("--output", type=Path, help="build each NAME into OUTPUT/NAME/")
-    target.add_argument("--store", action="store_true",
-                        help="train each NAME's model again and store it in trained/ (after editing its recipe)")
-    args = parser.parse_args()
-    if args.store:  # one thread: the same weights wherever they are stored (sums in another order differ)
-        os.environ.update({name: "1" for name in ("OMP_NUM_THREADS", "TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS")})
-    for name in args.names:
-        if args.store:
-            if name not in STORED:
-                parser.error(f"{name} is built in seconds and is not stored; stored: {', '.join(sorted(STORED))}")
-            print(TRAINED.store(name, *STORED[name]))
-        else:
-            print(BUILDERS[name](args.output))
-
-
 if __name__ == "__main__":
-    main()
+    trained_main(__doc__.splitlines()[0], BUILDERS, STORED, TRAINED)
