@@ -4,6 +4,8 @@ threshold, after NMS, matched at IoU >= 0.5: recall, precision and class agreeme
 
 from __future__ import annotations
 
+import hashlib
+from collections import OrderedDict
 from typing import Any
 
 import numpy as np
@@ -16,6 +18,8 @@ DETECTION_MIN_MATCH = 0.90  # recall, precision and class agreement against the 
 DETECTION_IOU = 0.5  # a kept box matches a float box at IoU >= 0.5 (the PASCAL VOC / mAP@0.5 bar)
 NMS_IOU = 0.45  # non-maximum suppression before matching, as YOLO's post-processing does
 DEFAULT_SCORE_THRESHOLD = 0.25  # YOLO's default confidence threshold
+DECODED_KEPT = 4096  # images whose kept boxes are remembered (the float outputs are judged again per try)
+_decoded: OrderedDict[tuple[Any, ...], tuple[np.ndarray, np.ndarray]] = OrderedDict()
 
 
 def _layout(graph: Graph) -> str | None:
@@ -80,8 +84,8 @@ class _Detections(Kind):
         threshold = DEFAULT_SCORE_THRESHOLD if threshold is None else threshold
         if axis is not None and reference.ndim == 3 and axis % 3 == 1:
             reference, candidate = np.swapaxes(reference, 1, 2), np.swapaxes(candidate, 1, 2)
-        found_ref = [self._decode(s, threshold) for s in self._boxes_rows(reference, axis is not None)]
-        found_out = [self._decode(s, threshold) for s in self._boxes_rows(candidate, axis is not None)]
+        found_ref = [self._kept(s, threshold) for s in self._boxes_rows(reference, axis is not None)]
+        found_out = [self._kept(s, threshold) for s in self._boxes_rows(candidate, axis is not None)]
         matched = same_class = 0
         for (rb, rc), (ob, oc) in zip(found_ref, found_out):
             for i, j in _greedy_matches(rb, ob):
@@ -131,6 +135,23 @@ class _Detections(Kind):
                                hint="name the output that holds the boxes and scores, or use --metric")
         return [r.astype(np.float64) for r in found]
 
+    def _kept(self, found: np.ndarray, threshold: float) -> tuple[np.ndarray, np.ndarray]:
+        """``_decode``, remembered by the rows' content: a search judges the same float outputs
+        (and a kept try's outputs, on sample subsets) once per try and per check."""
+        digest = hashlib.blake2b(np.ascontiguousarray(found).tobytes(), digest_size=16).digest()
+        key = (self.layout, float(threshold), found.shape, found.dtype.str, digest)
+        kept = _decoded.get(key)
+        if kept is None:
+            kept = self._decode(found, threshold)
+            for array in kept:
+                array.setflags(write=False)
+            _decoded[key] = kept
+            if len(_decoded) > DECODED_KEPT:
+                _decoded.popitem(last=False)
+        else:
+            _decoded.move_to_end(key)
+        return kept
+
     def _decode(self, found: np.ndarray, threshold: float) -> tuple[np.ndarray, np.ndarray]:
         """Corner boxes and classes kept after the score threshold and per-class NMS."""
         scores = found[:, 5:] * found[:, 4:5] if self.layout == "yolov5" else found[:, 4:]
@@ -140,14 +161,8 @@ class _Detections(Kind):
         cx, cy, w, h = (found[keep, i] for i in range(4))
         boxes = np.stack([cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2], axis=1)
         classes, best = classes[keep], best[keep]
-        chosen = []
-        for c in np.unique(classes):
-            index = np.flatnonzero(classes == c)
-            index = index[np.argsort(-best[index], kind="stable")]
-            while index.size:
-                chosen.append(index[0])
-                index = index[1:][_iou(boxes[index[0]], boxes[index[1:]]) <= NMS_IOU]
-        picked = np.array(sorted(chosen), dtype=np.int64)
+        chosen = [_nms(boxes, best, np.flatnonzero(classes == c)) for c in np.unique(classes)]
+        picked = np.sort(np.concatenate(chosen)) if chosen else np.zeros(0, dtype=np.int64)
         return boxes[picked], classes[picked]
 
 
@@ -166,16 +181,45 @@ class YoloV5(_Detections):
     help = "boxes, objectness, class scores"
 
 
-def _iou(box: np.ndarray, boxes: np.ndarray) -> np.ndarray:
-    x1 = np.maximum(box[0], boxes[:, 0])
-    y1 = np.maximum(box[1], boxes[:, 1])
-    x2 = np.minimum(box[2], boxes[:, 2])
-    y2 = np.minimum(box[3], boxes[:, 3])
+IOU_TABLE_CELLS = 1 << 21  # IoU cells computed at once: ~16 MiB per temporary, whatever the box count
+
+
+def _iou_table(boxes: np.ndarray, others: np.ndarray) -> np.ndarray:
+    """IoU of every corner box in ``boxes`` (n, 4) with every one in ``others`` (m, 4): (n, m)."""
+    a, b = boxes[:, None, :], others[None, :, :]
+    x1 = np.maximum(a[..., 0], b[..., 0])
+    y1 = np.maximum(a[..., 1], b[..., 1])
+    x2 = np.minimum(a[..., 2], b[..., 2])
+    y2 = np.minimum(a[..., 3], b[..., 3])
     inter = np.clip(x2 - x1, 0, None) * np.clip(y2 - y1, 0, None)
-    area = (box[2] - box[0]) * (box[3] - box[1])
-    areas = (boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1])
-    union = area + areas - inter
+    union = (a[..., 2] - a[..., 0]) * (a[..., 3] - a[..., 1]) + (b[..., 2] - b[..., 0]) * (b[..., 3] - b[..., 1]) - inter
     return np.where(union > 0, inter / np.where(union > 0, union, 1), 0.0)
+
+
+def _row_blocks(rows: int, columns: int) -> range:
+    """Starts of the row blocks an IoU table is computed in, so its temporaries stay bounded
+    (YOLOv8 exports 8400 boxes per image: a whole table of them is 70 M cells)."""
+    return range(0, rows, max(1, IOU_TABLE_CELLS // max(columns, 1)))
+
+
+def _nms(boxes: np.ndarray, scores: np.ndarray, index: np.ndarray) -> np.ndarray:
+    """Greedy NMS over the boxes ``index`` names (one class): the best box is kept and every box
+    overlapping it by more than NMS_IOU dropped, then the next best left. The overlaps come from
+    one IoU table (in blocks of rows for a class with thousands of boxes), not one pass over the
+    remaining boxes per kept box: the search judges hundreds of boxes per image many times."""
+    index = index[np.argsort(-scores[index], kind="stable")]
+    corners = boxes[index]
+    dropped = np.zeros(len(index), dtype=bool)
+    kept = []
+    blocks = _row_blocks(len(index), len(index))
+    for start in blocks:
+        rows = ~(_iou_table(corners[start:start + blocks.step], corners) <= NMS_IOU)  # a NaN overlap drops too
+        for offset, row in enumerate(rows):
+            i = start + offset
+            if not dropped[i]:
+                kept.append(i)
+                dropped[i + 1:] |= row[i + 1:]
+    return index[np.array(kept, dtype=np.int64)]
 
 
 def _greedy_matches(reference: np.ndarray, candidate: np.ndarray) -> list[tuple[int, int]]:
@@ -185,9 +229,14 @@ def _greedy_matches(reference: np.ndarray, candidate: np.ndarray) -> list[tuple[
     again and again, without a scan of the whole table per match (hundreds of boxes per image)."""
     if not len(reference) or not len(candidate):
         return []
-    table = np.stack([_iou(box, candidate) for box in reference])
-    rows, cols = np.nonzero(table >= DETECTION_IOU)
-    order = np.argsort(-table[rows, cols], kind="stable")
+    found = []  # (rows, columns, IoU) of the pairs above the bar, block by block in row-major order
+    blocks = _row_blocks(len(reference), len(candidate))
+    for start in blocks:
+        table = _iou_table(reference[start:start + blocks.step], candidate)
+        rows, cols = np.nonzero(table >= DETECTION_IOU)
+        found.append((rows + start, cols, table[rows, cols]))
+    rows, cols, ious = (np.concatenate(parts) for parts in zip(*found))
+    order = np.argsort(-ious, kind="stable")
     pairs, used_rows, used_cols = [], set(), set()
     for i, j in zip(rows[order].tolist(), cols[order].tolist()):
         if i in used_rows or j in used_cols:
