@@ -29,8 +29,10 @@ from pathlib import Path
 from . import worker
 
 log = logging.getLogger("edgekit.worker")
-MAX_STEPS = 64  # steps one child runs before it is replaced (TensorFlow's converter leaks per call; a packaging
-# run's small steps, reading and running artifacts, count too: at 24 a search replaced its child every 15 s)
+MAX_STEPS = 256  # steps one child runs before it is replaced. Memory is bounded by MAX_CHILD_RSS (TensorFlow's
+# converter leaks per call: ~10 MB per packaging run of ~20 steps, measured); the count bounds the rest a long-lived
+# child may gather. At 24 a search replaced its child every 15 s; at 64 every third packaging run re-imported its
+# converters (10-15 s each)
 MAX_CHILD_RSS = 2 * 2**30  # a child holding more memory than this after a step is replaced (Linux: /proc)
 
 

@@ -5,6 +5,7 @@ ONNX files exported from the same models reach TFLite and CoreML too."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -12,7 +13,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from tests.conftest import ROOT, assert_user_error, device_matches, edgekit_cli
+from tests.conftest import ROOT, assert_user_error, built_once, device_matches, edgekit_cli
 
 pytestmark = pytest.mark.slow
 torch = pytest.importorskip("torch")
@@ -20,6 +21,8 @@ torch = pytest.importorskip("torch")
 COLOURS = [[0.9, 0.1, 0.1], [0.1, 0.8, 0.2], [0.2, 0.2, 0.9], [0.9, 0.9, 0.1], [0.5, 0.5, 0.5]]
 
 MODELS = '''
+from pathlib import Path
+
 import torch
 from torch import nn
 
@@ -114,8 +117,8 @@ class Sine(nn.Module):
 def sine_net():
     """A sine activation: outside the MIL evaluator's ops, so CoreML activations stay float16 on Linux."""
     torch.manual_seed(0)
-    return _trained(nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), Sine(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
-                                  nn.Linear(8, 5), nn.Softmax(dim=1)).eval(), lambda out: out)
+    return _trained("sine_net", nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), Sine(), nn.AdaptiveAvgPool2d(1),
+                                              nn.Flatten(), nn.Linear(8, 5), nn.Softmax(dim=1)).eval(), lambda out: out)
 
 
 def keyword_spotter():
@@ -134,9 +137,14 @@ def photos(n, seed):
     return x, classes
 
 
-def _trained(model, scores, classes=5, forward=None):
+def _trained(name, model, scores, classes=5, forward=None):
     """A few seconds of Adam on the colour task: a trained model's class margins, not the near-ties of
-    random weights (whose decisions INT8 rightly changes)."""
+    random weights (whose decisions INT8 rightly changes). Trained once, when the nets are built;
+    later calls load the weights saved then, as a user's factory loads its checkpoint."""
+    stored = Path(__file__).with_name("weights") / f"{name}.pt"
+    if stored.is_file():
+        model.load_state_dict(torch.load(stored, weights_only=True))
+        return model.eval()
     forward = forward or model
     x, y = photos(256, 0)
     y = y % classes
@@ -147,6 +155,8 @@ def _trained(model, scores, classes=5, forward=None):
             loss = nn.functional.nll_loss(torch.log(scores(forward(x)) + 1e-9), y)
             loss.backward()
             optimizer.step()
+    stored.parent.mkdir(exist_ok=True)
+    torch.save(model.state_dict(), stored)
     return model.eval()
 
 
@@ -157,40 +167,56 @@ def residual_cnn():
         for bn in (model.stem[1], model.block[1]):
             bn.running_mean.uniform_(-0.2, 0.2)
             bn.running_var.uniform_(0.5, 2.0)
-    return _trained(model.eval(), lambda out: out)
+    return _trained("residual_cnn", model.eval(), lambda out: out)
 
 
 def view_net():
     torch.manual_seed(0)
-    return _trained(ViewNet().eval(), lambda out: out)
+    return _trained("view_net", ViewNet().eval(), lambda out: out)
 
 
 def gain_net():
     torch.manual_seed(3)
     model = GainNet().eval()
-    return _trained(model, lambda out: out, forward=lambda x: model(x, torch.tensor(1.0)))
+    return _trained("gain_net", model, lambda out: out, forward=lambda x: model(x, torch.tensor(1.0)))
 
 
 def scaled_net():
     torch.manual_seed(4)
     model = ScaledNet().eval()
-    return _trained(model, lambda out: torch.softmax(out, 1), forward=lambda x: model(x, 1))
+    return _trained("scaled_net", model, lambda out: torch.softmax(out, 1), forward=lambda x: model(x, 1))
 
 
 def two_heads():
     torch.manual_seed(1)
-    return _trained(TwoHeads().eval(), lambda out: out[0], classes=4)
+    return _trained("two_heads", TwoHeads().eval(), lambda out: out[0], classes=4)
 '''.replace("__COLOURS__", repr(COLOURS))
 
 
-@pytest.fixture(scope="module")
-def models(tmp_path_factory):
-    root = tmp_path_factory.mktemp("pytorch")
+# the outputs tests compare the artifacts with, computed by PyTorch once when the nets are built:
+# (factory, the data file its inputs come from, the array in that file)
+REFERENCE_OUTPUTS = (("residual_cnn", "images.npy", None), ("view_net", "images.npy", None),
+                     ("two_heads", "photos.npz", "photo"), ("keyword_spotter", "waves.npy", None))
+
+
+def build_nets(root):
+    """The nets' sources, exports and data in ``root``, and PyTorch's outputs on that data."""
     (root / "nets.py").write_text(MODELS)
+    rng = np.random.default_rng(0)
+
+    def photos(n):  # one of the five colours per image plus texture, as the models were trained on
+        colours = np.asarray(COLOURS, np.float32)[rng.integers(0, 5, n)]
+        return (colours[:, :, None, None] + rng.normal(0, 0.1, (n, 3, 16, 16))).astype(np.float32)
+
+    # 200 samples: 100 held out, as many as the default 99% gate needs to decide a pass
+    np.save(root / "images.npy", photos(200))
+    np.savez(root / "photos.npz", photo=photos(200))
+    np.save(root / "waves.npy", rng.normal(0, 0.3, (200, 1, 400)).astype(np.float32))
     code = f"""
-        import sys, torch
+        import sys, numpy as np, torch
         sys.path.insert(0, {str(root)!r})
         import nets
+        nets.sine_net()  # trained once here: every factory later loads the weights saved now
         model, x = nets.residual_cnn(), torch.rand(2, 3, 16, 16)
         batch = torch.export.Dim("batch", min=1, max=1024)
         program = torch.export.export(model, (x,), dynamic_shapes={{"image": {{0: batch}}}})
@@ -208,23 +234,39 @@ def models(tmp_path_factory):
         torch.onnx.export(nets.two_heads(), (x,), {str(root / "heads.onnx")!r}, dynamo=True,
                           input_names=["photo"], output_names=["kind", "age"],
                           dynamic_shapes=({{0: batch}},))
+        with torch.no_grad():
+            for factory, data, key in {REFERENCE_OUTPUTS!r}:
+                x = np.load({str(root)!r} + "/" + data)
+                out = getattr(nets, factory)()(torch.from_numpy(x if key is None else x[key]))
+                out = out if isinstance(out, tuple) else (out,)
+                np.savez({str(root)!r} + f"/{{factory}}.outputs.npz", *[o.numpy() for o in out])
     """
     subprocess.run([sys.executable, "-c", textwrap.dedent(code)], check=True, cwd=ROOT)
-    rng = np.random.default_rng(0)
+    return root
 
-    def photos(n):  # one of the five colours per image plus texture, as the models were trained on
-        colours = np.asarray(COLOURS, np.float32)[rng.integers(0, 5, n)]
-        return (colours[:, :, None, None] + rng.normal(0, 0.1, (n, 3, 16, 16))).astype(np.float32)
 
-    # 200 samples: 100 held out, as many as the default 99% gate needs to decide a pass
-    np.save(root / "images.npy", photos(200))
-    np.savez(root / "photos.npz", photo=photos(200))
-    np.save(root / "waves.npy", rng.normal(0, 0.3, (200, 1, 400)).astype(np.float32))
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    """The nets built once per test run (both workers), copied: the tests package into ``out/``."""
+    root = tmp_path_factory.mktemp("pytorch")
+    shutil.copytree(built_once(tmp_path_factory, "pytorch-nets", build_nets), root, dirs_exist_ok=True)
     return root
 
 
 def torch_outputs(models, factory, x):
-    """The PyTorch model's own outputs, computed in a child (torch stays out of this process)."""
+    """The PyTorch model's own outputs: from those computed when the nets were built when ``x``
+    is the first rows of that data, else computed in a child (torch stays out of this process)."""
+    for name, data, key in REFERENCE_OUTPUTS:
+        if name != factory:
+            continue
+        if key is None:
+            inputs = np.load(models / data)
+        else:
+            with np.load(models / data) as stored:
+                inputs = stored[key]
+        if np.array_equal(inputs[: len(x)], x):
+            with np.load(models / f"{factory}.outputs.npz") as stored:
+                return [stored[f"arr_{i}"][: len(x)] for i in range(len(stored.files))]
     np.save(models / "probe.npy", x)
     code = f"""
         import sys, numpy as np, torch
