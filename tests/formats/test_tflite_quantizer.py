@@ -88,7 +88,7 @@ def test_batchnorm_after_relu_from_pytorch_is_int8_with_default_flags(audio_bn, 
     """litert-torch's PT2E left BatchNorm-after-ReLU (a per-channel MUL and ADD) in float and the
     TFLite artifact was refused; LiteRT Quantizer on the float conversion quantizes every op."""
     result = edgekit_cli("package", audio_bn / "audio_bn.pt2", "-c", audio_bn / "calibration.npz",
-                         "--eval", audio_bn / "eval.npz", "-o", tmp_path, "--format", "tflite")
+                         "--eval", audio_bn / "eval.npz", "-o", tmp_path, "--format", "tflite", "--no-also-float")
     assert result.returncode == 0, result.stderr
     manifest = json.loads((tmp_path / "audio_bn.edgekit" / "manifest.json").read_text())
     artifact = manifest["artifacts"][0]
