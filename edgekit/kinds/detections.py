@@ -19,7 +19,7 @@ DETECTION_IOU = 0.5  # a kept box matches a float box at IoU >= 0.5 (the PASCAL 
 NMS_IOU = 0.45  # non-maximum suppression before matching, as YOLO's post-processing does
 DEFAULT_SCORE_THRESHOLD = 0.25  # YOLO's default confidence threshold
 DECODED_KEPT = 4096  # images whose kept boxes are remembered (the float outputs are judged again per try)
-_decoded: OrderedDict[tuple[Any, ...], tuple[np.ndarray, np.ndarray]] = OrderedDict()
+DECODED_BOXES_KEPT = 1 << 20  # and at most this many boxes among them (~40 MiB): a collapsed model keeps thousands
 
 
 def _layout(graph: Graph) -> str | None:
@@ -143,13 +143,7 @@ class _Detections(Kind):
         kept = _decoded.get(key)
         if kept is None:
             kept = self._decode(found, threshold)
-            for array in kept:
-                array.setflags(write=False)
-            _decoded[key] = kept
-            if len(_decoded) > DECODED_KEPT:
-                _decoded.popitem(last=False)
-        else:
-            _decoded.move_to_end(key)
+            _decoded.put(key, kept)
         return kept
 
     def _decode(self, found: np.ndarray, threshold: float) -> tuple[np.ndarray, np.ndarray]:
@@ -179,6 +173,39 @@ class YoloV5(_Detections):
     layout = "yolov5"
     order = 11
     help = "boxes, objectness, class scores"
+
+
+class _KeptBoxes:
+    """The least recently used images' kept boxes, bounded in images and in boxes."""
+
+    def __init__(self) -> None:
+        self.entries: OrderedDict[tuple[Any, ...], tuple[np.ndarray, np.ndarray]] = OrderedDict()
+        self.boxes = 0
+
+    def get(self, key: tuple[Any, ...]) -> tuple[np.ndarray, np.ndarray] | None:
+        kept = self.entries.get(key)
+        if kept is not None:
+            self.entries.move_to_end(key)
+        return kept
+
+    def put(self, key: tuple[Any, ...], kept: tuple[np.ndarray, np.ndarray]) -> None:
+        for array in kept:
+            array.setflags(write=False)  # shared by every caller that asks again
+        self.entries[key] = kept
+        self.boxes += len(kept[0])
+        while len(self.entries) > DECODED_KEPT or (len(self.entries) > 1 and self.boxes > DECODED_BOXES_KEPT):
+            _, (boxes, _) = self.entries.popitem(last=False)
+            self.boxes -= len(boxes)
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def clear(self) -> None:
+        self.entries.clear()
+        self.boxes = 0
+
+
+_decoded = _KeptBoxes()
 
 
 IOU_TABLE_CELLS = 1 << 21  # IoU cells computed at once: ~16 MiB per temporary, whatever the box count

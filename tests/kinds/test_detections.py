@@ -106,7 +106,7 @@ def test_remembered_detections_follow_the_threshold_and_content_and_stay_bounded
     """The kept boxes of an image are remembered by content, layout and threshold (a search judges
     the same float outputs once per try); another threshold or changed rows decode afresh."""
     monkeypatch.setattr(detections, "DECODED_KEPT", 5)
-    monkeypatch.setattr(detections, "_decoded", detections.OrderedDict())
+    monkeypatch.setattr(detections, "_decoded", detections._KeptBoxes())
     rng = np.random.default_rng(2)
     rows = np.zeros((4, 200, 7), np.float32)
     for sample in rows:
@@ -126,5 +126,10 @@ def test_remembered_detections_follow_the_threshold_and_content_and_stay_bounded
     rows[0, :, 4:] = 0  # changed rows: no box of image 0 left
     assert counted(0.25, remembered=True) == counted(0.25, remembered=False) < low
     assert len(detections._decoded) <= 5
-    kept_boxes, _ = next(iter(detections._decoded.values()))
+    kept_boxes, _ = next(iter(detections._decoded.entries.values()))
     assert not kept_boxes.flags.writeable
+    monkeypatch.setattr(detections, "DECODED_BOXES_KEPT", 40)  # fewer boxes than two images keep
+    fresh = counted(0.25, remembered=False)
+    assert counted(0.25, remembered=True) == fresh
+    assert len(detections._decoded) == 1
+    assert detections._decoded.boxes == sum(len(b) for b, _ in detections._decoded.entries.values())
