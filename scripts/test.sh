@@ -11,5 +11,9 @@ if [ "$#" -gt 0 ]; then
 fi
 # worksteal: a worker that runs out of tests takes queued ones from the other, so the long packaging
 # tests do not leave one worker busy while the other idles at the end
+# the packages and models built once for the tests (tests/conftest.py built_once) serve both runs
+EDGEKIT_TEST_SHARED_BUILDS="$(mktemp -d "${TMPDIR:-/tmp}/edgekit-test-builds-XXXXXX")"
+export EDGEKIT_TEST_SHARED_BUILDS
+trap 'rm -rf "$EDGEKIT_TEST_SHARED_BUILDS"' EXIT
 python -m pytest -n "${EDGEKIT_TEST_WORKERS:-2}" --dist worksteal -m "not serial"
-exec python -m pytest -m serial
+python -m pytest -m serial

@@ -65,20 +65,28 @@ def _warm_converters() -> Iterator[None]:
         yield
 
 
+SHARED_BUILDS_ENV = "EDGEKIT_TEST_SHARED_BUILDS"  # scripts/test.sh: a folder both of its pytest runs build into
+
+
 def built_once(tmp_path_factory: pytest.TempPathFactory, name: str, build: Callable[[Path], Path]) -> Path:
     """``build(folder)`` once per test run. Under xdist the workers share the run's base folder:
     the first builds under a file lock and records the result; the others wait and reuse it.
-    Tests must treat the result as read-only (copy it to change it)."""
-    if not os.environ.get("PYTEST_XDIST_WORKER"):
+    ``EDGEKIT_TEST_SHARED_BUILDS`` names a folder shared further, by every pytest run that is given
+    it (scripts/test.sh's parallel and serial parts). Tests must treat the result as read-only
+    (copy it to change it)."""
+    given = os.environ.get(SHARED_BUILDS_ENV)
+    if not given and not os.environ.get("PYTEST_XDIST_WORKER"):
         return build(tmp_path_factory.mktemp(name))
     from filelock import FileLock
 
-    shared = tmp_path_factory.getbasetemp().parent  # pytest-N/, above every worker's popen-gwK/
+    # pytest-N/, above every worker's popen-gwK/, unless a folder outlives this run
+    shared = Path(given) if given else tmp_path_factory.getbasetemp().parent
     record = shared / f"{name}.built"
     with FileLock(str(shared / f"{name}.lock")):
         if record.is_file():
             return Path(record.read_text())
         folder = shared / f"{name}.shared"
+        shutil.rmtree(folder, ignore_errors=True)  # what a build that failed earlier left
         folder.mkdir()
         result = build(folder)
         record.write_text(str(result))
@@ -248,14 +256,17 @@ def edgekit_cli(*args: object, env: dict[str, str] | None = None, cwd: Path | No
                 timeout: float = PACKAGE_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
     """The `edgekit` command as a user runs it: its exit code, stdout and stderr.
 
-    ``edgekit package`` without ``env`` or ``cwd`` runs in this process, as the console script's
-    ``main`` (its converter children are this test process's shared ones, ``_warm_converters``);
-    everything else, and a package command given its own environment or folder, in a child
-    process. ``timeout`` bounds the child; an in-process run is bounded by the product's own step
-    timeouts."""
+    ``edgekit package`` without ``env`` runs in this process (in ``cwd`` while it runs), as the
+    console script's ``main`` (its converter children are this test process's shared ones,
+    ``_warm_converters``); everything else, and a package command given its own environment, in a
+    child process. ``timeout`` bounds the child; an in-process run is bounded by the product's own
+    step timeouts."""
     argv = [str(a) for a in args]
-    if argv[:1] == ["package"] and env is None and cwd is None:
-        return edgekit_in_process(argv)
+    if argv[:1] == ["package"] and env is None:
+        import contextlib
+
+        with contextlib.chdir(cwd or os.getcwd()):
+            return edgekit_in_process(argv)
     return subprocess.run([sys.executable, "-m", "edgekit.cli", *argv], capture_output=True, text=True,
                           env={**os.environ, **(env or {})}, cwd=cwd or ROOT, timeout=timeout)
 

@@ -86,13 +86,16 @@ def watch_parent() -> None:
     threading.Thread(target=watch, name="edgekit-parent-watchdog", daemon=True).start()
 
 
+SCRATCH_VARIABLES = ("TMPDIR", "TEMP", "TMP", "TORCHINDUCTOR_CACHE_DIR")  # set anew for every step
+
+
 def scratch_env(folder: Path) -> dict[str, str]:
     """Point a child's temporary files into ``folder`` (inside edgekit's per-call temp dir, removed
     with it): converters leave caches there (torch's ``torchinductor_<user>/``, session files)
     that no later run would remove from the system temp folder."""
     folder.mkdir(parents=True, exist_ok=True)
-    return {"TMPDIR": str(folder), "TEMP": str(folder), "TMP": str(folder),
-            "TORCHINDUCTOR_CACHE_DIR": str(folder / "torchinductor")}
+    temp, cache = str(folder), str(folder / "torchinductor")
+    return dict(zip(SCRATCH_VARIABLES, (temp, temp, temp, cache)))
 
 
 def call(

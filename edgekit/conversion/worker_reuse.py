@@ -133,13 +133,13 @@ class _Child:
                 if self.proc.poll() is not None:
                     return
                 if deadline is not None and time.monotonic() > deadline:
-                    self.close()
+                    self.close(busy=True)
                     raise worker.timed_out(what, timeout)
                 time.sleep(pause)
                 pause = min(pause * 1.5, 0.05)
                 last = worker.forward_progress(progress, last, on_progress)
         except BaseException:
-            self.close()  # interrupted: never leave a converter running behind
+            self.close(busy=True)  # interrupted: never leave a converter running behind
             raise
 
     def _stderr_size(self) -> int:
@@ -156,8 +156,13 @@ class _Child:
         except OSError:
             return ""
 
-    def close(self) -> None:
-        """End the child (it exits when its stdin closes; killed if it does not) and remove its folder."""
+    def close(self, busy: bool = False) -> None:
+        """End the child (it exits when its stdin closes; killed if it does not) and remove its folder.
+        ``busy``: it is inside a step (past its deadline, or the caller was interrupted) and would
+        not read its stdin before the grace period ends: killed at once, as a fresh child is."""
+        if busy and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
         if self.proc.poll() is None:
             try:
                 assert self.proc.stdin is not None
@@ -171,8 +176,14 @@ class _Child:
 
 
 def _settings(env: dict[str, str]) -> dict[str, str]:
-    """A child's environment less pytest's per-test marker (it names the running test, not a setting)."""
-    return {name: value for name, value in env.items() if name != "PYTEST_CURRENT_TEST"}
+    """A child's environment less what no step reads from it: pytest's per-test marker (it names the
+    running test) and the temporary folders each step is given anew (``worker.scratch_env``). A
+    caller that changes those alone, as torch does when it sets its inductor cache folder in the
+    parent, keeps its child and its imports."""
+    return {name: value for name, value in env.items() if name not in _PER_STEP}
+
+
+_PER_STEP = frozenset({"PYTEST_CURRENT_TEST", *worker.SCRATCH_VARIABLES})
 
 
 def serve() -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -75,10 +76,15 @@ def test_a_child_that_dies_is_a_named_crash_and_the_next_step_gets_a_new_one():
         assert worker.call(where_am_i, what="a step", tag="b")["pid"] != pid
 
 
-def test_a_step_past_its_timeout_ends_the_child():
+def test_a_step_past_its_timeout_ends_the_child(monkeypatch):
+    """Ended at its deadline: a child busy in its step never reads the end of its stdin, so a grace
+    period for it to exit was only time lost (a --timeout of 5 s took 15)."""
+    monkeypatch.setattr(worker, "EXIT_GRACE_S", 60.0)
     with worker_reuse.reusing():
+        started = time.monotonic()
         with pytest.raises(ConversionError, match="did not finish within 1 s"):
-            worker.call(sleeps, what="a step", timeout=1, seconds=60)
+            worker.call(sleeps, what="a step", timeout=1, seconds=120)
+        assert time.monotonic() - started < 30  # not the 60 s grace
         assert worker.call(where_am_i, what="a step", tag="after")["pid"]
 
 
@@ -106,3 +112,14 @@ def test_a_step_asked_under_a_changed_environment_gets_a_child_started_under_it(
         second = worker.call(where_am_i, what="a step", tag="b")["pid"]
         third = worker.call(where_am_i, what="a step", tag="c")["pid"]
     assert first != second == third
+
+
+def test_a_changed_temporary_folder_keeps_the_child(monkeypatch, tmp_path):
+    """Every step is given its own temporary folders: a caller's new TMPDIR (or the inductor cache
+    folder torch sets in the parent) is no reason to start a child and import its converters again."""
+    with worker_reuse.reusing():
+        first = worker.call(where_am_i, what="a step", tag="a")
+        monkeypatch.setenv("TMPDIR", str(tmp_path))
+        monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+        second = worker.call(where_am_i, what="a step", tag="b")
+    assert first["pid"] == second["pid"]
