@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from ...conversion import worker
+from ...conversion.pt2e import qat_folding_only_where_it_can_match
 from ...errors import ConversionError
 from ..building import read_samples
 
@@ -83,7 +84,9 @@ def convert_executorch(model: dict[str, Any], calibration_npy: str, output: str,
                 worker.report_progress(i, total)
             graph(*sample(i))
     worker.report_progress(total, total)
-    quantized = _export(convert_pt2e(graph), sample(0))
+    with qat_folding_only_where_it_can_match():
+        converted = convert_pt2e(graph)
+    quantized = _export(converted, sample(0))
     placement = _lower_and_write(quantized, output)
     seconds = time.perf_counter() - started
     float_placement = _lower_and_write(exported, float_output) if float_output else None

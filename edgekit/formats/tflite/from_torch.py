@@ -12,13 +12,12 @@ transposes) and returns float outputs.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
 
 from ...conversion import worker
+from ...conversion.pt2e import qat_folding_only_where_it_can_match
 from ..building import read_samples
 
 
@@ -75,7 +74,7 @@ def convert_torch(model: dict[str, Any], calibration_npy: str, output: str,
                 worker.report_progress(i, total)
             graph(**sample(i))
     worker.report_progress(total, total)
-    with _qat_folding_only_where_it_can_match():
+    with qat_folding_only_where_it_can_match():
         graph = convert_pt2e(graph, fold_quantize=False)
     edge = litert_torch.convert(graph, (), sample_kwargs=sample(0), quant_config=QuantConfig(pt2e_quantizer=quantizer))
     edge.export(output)
@@ -85,58 +84,6 @@ def convert_torch(model: dict[str, Any], calibration_npy: str, output: str,
         litert_torch.convert(Named().eval(), (), sample_kwargs=sample(0)).export(float_output)
     return {"torch": torch.__version__, "litert_torch": _version("litert-torch"), "seconds": round(seconds, 3),
             "fixed_output_scales": fixed_scales}
-
-
-@contextmanager
-def _qat_folding_only_where_it_can_match() -> Iterator[None]:
-    """torchao's ``convert_pt2e`` folds quantization-aware-training conv + BatchNorm patterns
-    whenever a BatchNorm is left in the graph: it exports 96 pattern graphs to look for them (35 s
-    on 2 cores). In post-training quantization ``prepare_pt2e`` has already folded every conv
-    feeding a BatchNorm, and the patterns need a conv whose output reaches the BatchNorm through
-    the pattern's division (and bias addition) only. Where no BatchNorm is
-    reached that way (a BatchNorm after a ReLU or a Linear layer) the search is skipped; it runs
-    as before wherever it could match, and on any torchao without the expected internals."""
-    try:
-        from torchao.quantization.pt2e import qat_utils
-        from torchao.quantization.pt2e.utils import _is_bn_node, _is_conv_or_conv_transpose_node
-    except ImportError:
-        yield
-        return
-    original = getattr(qat_utils, "_fold_conv_bn_qat_helper", None)
-    if original is None:
-        yield
-        return
-
-    def helper(graph_module: Any, *args: Any, **kwargs: Any) -> Any:
-        if conv_reaches_batch_norm(graph_module, _is_bn_node, _is_conv_or_conv_transpose_node):
-            return original(graph_module, *args, **kwargs)
-        return graph_module
-
-    qat_utils._fold_conv_bn_qat_helper = helper
-    try:
-        yield
-    finally:
-        qat_utils._fold_conv_bn_qat_helper = original
-
-
-def conv_reaches_batch_norm(graph_module: Any, is_batch_norm: Callable[[Any], bool],
-                            is_conv: Callable[[Any], bool]) -> bool:
-    """Whether a conv's output reaches a BatchNorm directly or through the division and bias
-    addition of torchao's QAT conv + BatchNorm pattern: the only places that pattern can match."""
-    import torch
-
-    between = {torch.ops.aten.div.Tensor, torch.ops.aten.add.Tensor}
-    for node in graph_module.graph.nodes:
-        if not is_batch_norm(node):
-            continue
-        source = node.args[0]
-        for _ in range(3):  # conv -> div -> add -> BatchNorm at most
-            if is_conv(source):
-                return True
-            if getattr(source, "op", None) != "call_function" or source.target not in between:
-                break
-            source = source.args[0]
-    return False
 
 
 def _model_dtype(x: np.ndarray) -> np.ndarray:
