@@ -71,6 +71,11 @@ def convert_executorch(model: dict[str, Any], calibration_npy: str, output: str,
 
     started = time.perf_counter()
     wrapped = Positional().eval()
+    with torch.no_grad():  # checked before any conversion work: every output keeps its name
+        produced = len(wrapped(*sample(0)))
+    if produced != len(output_names):
+        raise ConversionError(f"ExecuTorch: the program returns {produced} outputs, the model {len(output_names)}",
+                              hint=OTHER_ROUTES)
     exported = _export(wrapped, sample(0))
     quantizer = XNNPACKQuantizer().set_global(get_symmetric_quantization_config(is_per_channel=True, is_dynamic=False))
     if keep_float:  # nodes of a kept layer get no annotation: they stay float
@@ -90,10 +95,6 @@ def convert_executorch(model: dict[str, Any], calibration_npy: str, output: str,
     placement = _lower_and_write(quantized, output)
     seconds = time.perf_counter() - started
     float_placement = _lower_and_write(exported, float_output) if float_output else None
-    produced = len(flatten_outputs(wrapped(*sample(0))))
-    if produced != len(output_names):
-        raise ConversionError(f"ExecuTorch: the program returns {produced} outputs, the model {len(output_names)}",
-                              hint=OTHER_ROUTES)
     return {"torch": torch.__version__, "executorch": _version("executorch"), "seconds": round(seconds, 3),
             "inputs": list(names), "placement": placement, "float_placement": float_placement}
 
