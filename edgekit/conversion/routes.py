@@ -12,7 +12,7 @@ before anything loads.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..errors import EdgekitError, RouteError
 from .forms import ModelForm
@@ -54,20 +54,36 @@ def routes(source: Source, kind: str, fmt: Format) -> list[Route]:
     format accepts in its order, each as the source provides it, then through one step. The
     packager builds on the first and falls back to the next when the first cannot convert the
     model (an op its converter lacks, or a conversion failure): PyTorch's LSTM reaches TFLite
-    through ONNX when litert-torch has no LSTM."""
+    through ONNX when litert-torch has no LSTM. Only where no such route exists, two steps
+    (a Keras model reaches a format that takes PyTorch alone through tf2onnx, then the ONNX ->
+    PyTorch rebuild): each step is a conversion that can lose the model, so no format gets a
+    longer route where a shorter one exists."""
     provided = source.provides.get(kind, ())
     found: list[Route] = []
     for accepted in fmt.accepts:
         if accepted.form in provided:
-            found.append(Route(kind, fmt.name, accepted.form, (), tuple(accepted.honours), tuple(accepted.cannot),
-                               accepted.max_inputs))
+            found.append(_route(kind, fmt, accepted, ()))
         step = next((c for c in STEPS.values() if c.produces == accepted.form and c.consumes in provided), None)
         if step is not None:
-            found.append(Route(kind, fmt.name, accepted.form, (step,), tuple(accepted.honours),
-                               tuple(dict.fromkeys([*step.cannot,
-                                                    *(op for op in accepted.cannot if op not in step.rewrites)])),
-                               accepted.max_inputs))
+            found.append(_route(kind, fmt, accepted, (step,)))
+    if found:
+        return found
+    for accepted in fmt.accepts:
+        for last in (c for c in STEPS.values() if c.produces == accepted.form):
+            first = next((c for c in STEPS.values() if c.produces == last.consumes and c.consumes in provided), None)
+            if first is not None:
+                found.append(_route(kind, fmt, accepted, (first, last)))
+                break
     return found
+
+
+def _route(kind: str, fmt: Format, accepted: Any, steps: tuple[Conversion, ...]) -> Route:
+    """A route through ``steps``: what it cannot convert is what any step cannot, and what the
+    format's converter cannot unless a step rewrites it away."""
+    rewritten = {op for step in steps for op in step.rewrites}
+    cannot = tuple(dict.fromkeys([*(op for step in steps for op in step.cannot),
+                                  *(op for op in accepted.cannot if op not in rewritten)]))
+    return Route(kind, fmt.name, accepted.form, steps, tuple(accepted.honours), cannot, accepted.max_inputs)
 
 
 def fallback_route(tried: Route, alternatives: Iterable[Route], op_types: Iterable[str] = (),

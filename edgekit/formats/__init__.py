@@ -106,6 +106,22 @@ def expand_formats(names: list[str]) -> list[str]:
     return list(dict.fromkeys(expanded))
 
 
+def missing_converter(fmt: Format) -> str | None:
+    """Why this machine cannot build ``fmt`` (its converter's modules are not installed), or None."""
+    import importlib.util
+
+    def installed(module: str) -> bool:
+        try:
+            return importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):  # a broken install, or a finder refusing it: not usable
+            return False
+
+    missing = [m for m in fmt.build_requires if not installed(m)]
+    if not missing:
+        return None
+    return f"its converter needs {', '.join(missing)}, not installed here (pip install '{fmt.build_extra}')"
+
+
 def backends() -> dict[str, type[Backend]]:
     """Every device backend by name (``--backend NAME``), in format order."""
     return {b.name: b for f in FORMATS.values() for b in f.backends}

@@ -113,6 +113,10 @@ class Format(NamedTuple):
     # what `edgekit package` says of a built artifact from the details only this format writes
     # (its keys are the format's business: nothing outside the format reads them by name)
     notes: Callable[[Mapping[str, Any]], "tuple[BuildNote, ...]"] | None = None
+    # top-level modules its converter imports beyond edgekit[package]'s, and the extra installing them:
+    # a format whose converter is not installed is left out of `--format all`, and refused by name
+    build_requires: tuple[str, ...] = ()
+    build_extra: str = ""
 
 
 class BuildNote(NamedTuple):

@@ -32,7 +32,7 @@ import numpy as np
 from ..conversion import worker
 from ..device.devices import Profile
 from ..errors import EdgekitError, PartialPackageError
-from ..formats import FORMATS, BuildContext, expand_formats, get_format
+from ..formats import FORMATS, BuildContext, expand_formats, get_format, missing_converter
 from ..formats.building import save_samples
 from ..fsutil import staging_dir, temp_dir
 from ..device.package_io import write_archive
@@ -62,10 +62,20 @@ class LoadedSource:
     described: SourceDescription  # what the source's prepare() said of the model
 
 
-def plan_formats(options: PackageOptions, source: Source, kind: str) -> list[Planned]:
+def plan_formats(options: PackageOptions, source: Source, kind: str, progress: Progress) -> list[Planned]:
     """Each requested format with its route; an option a route cannot honour, or a format no
-    route reaches, is refused here, before anything loads (``routes.plan``)."""
+    route reaches, is refused here, before anything loads (``routes.plan``). ``all`` is every
+    format whose converter is installed here (the others named); one asked for by name whose
+    converter is not installed is refused."""
     formats = [get_format(name) for name in expand_formats(options.formats or [])]
+    for fmt in list(formats):
+        why = missing_converter(fmt)
+        if why is None:
+            continue
+        if fmt.name in (options.formats or []):
+            raise EdgekitError(f"cannot build --format {fmt.name} here: {why}", hint=f"pip install '{fmt.build_extra}'")
+        progress.say(f"note: --format all leaves out {fmt.name}: {why}")
+        formats.remove(fmt)
     planned = plan(source, kind, formats, {"keep_float": bool(options.keep_float), "explain": options.explain,
                                            "int16": bool(options.int16_layers)})
     found = []
@@ -111,7 +121,7 @@ def build_package(options: PackageOptions, progress: Progress | None = None) -> 
     progress = progress or Progress()
     began = time.monotonic()
     source, kind = detect_source(options.model)
-    planned = plan_formats(options, source, kind)
+    planned = plan_formats(options, source, kind, progress)
     profiles = device_profiles(options.profiles)  # an unknown --profile is said before anything loads
     plan = preflight(options, progress)
     metric = load_metric(options.metric) if options.metric else None

@@ -11,12 +11,15 @@ from ..conversion.forms import ModelForm
 from .base import Conversion, StepContext
 
 
+LOADER = "edgekit.steps.onnx_torch:load_module"  # what loads a module rebuilt from an ONNX graph
+
+
 def onnx_to_torch(produces: str) -> Callable[[ModelForm, StepContext], ModelForm]:
     """ONNX -> a PyTorch module rebuilt from the graph (``onnx_torch``), loaded by the converter
     that needs it: nothing runs until then."""
 
     def step(form: ModelForm, context: StepContext) -> ModelForm:
-        return ModelForm(produces, form.path, loader="edgekit.steps.onnx_torch:load_module",
+        return ModelForm(produces, form.path, loader=LOADER,
                          via="edgekit ONNX -> PyTorch module")
 
     return step

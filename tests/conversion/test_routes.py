@@ -36,7 +36,8 @@ def test_routes_follow_the_formats_order_of_preference():
     assert "package it for onnx" in refused.value.hint
 
 
-@pytest.mark.parametrize("option, able", [("explain", "tflite --format onnx"), ("int16", "tflite --format onnx")])
+@pytest.mark.parametrize("option, able", [("explain", "tflite --format onnx --format executorch"),
+                                          ("int16", "tflite --format onnx")])
 def test_an_option_a_route_cannot_honour_is_refused_with_the_routes_that_can(option, able):
     keras = next(s for s in SOURCES.values() if "keras" in s.provides)
     with pytest.raises(RouteError) as refused:
@@ -81,7 +82,9 @@ def test_an_option_on_a_route_without_it_is_refused_before_the_model_loads(tmp_p
     code, out, err = run_cli(capsys, "package", DIGITS_MODEL, "--format", "all", "--calibration", CALIBRATION,
                              "--eval", EVAL, "-o", tmp_path / "out", "--int16-activations", "block1_dw")
     assert code == 1 and "Traceback" not in err
-    assert "--int16-activations is not honoured by the route keras -> keras-model -> coreml" in err
+    # neither CoreML's route nor ExecuTorch's (XNNPACK has no 16-bit activations) runs them
+    assert "--int16-activations is not honoured by the routes keras -> keras-model -> coreml; " in err
+    assert "-> torch-program -> executorch" in err
     assert "--format tflite --format onnx" in err
     assert "Loading" not in out + err and time.perf_counter() - started < 20  # nothing loaded, nothing converted
     assert not (tmp_path / "out").exists()
@@ -101,3 +104,15 @@ def test_the_docs_routes_table_is_the_route_table():
     text = (ROOT / "docs" / "formats.md").read_text()
     for route in routes.table():
         assert f"`{route.describe()}`" in text, route.describe()
+
+
+def test_only_a_format_no_one_step_route_reaches_gets_two_steps():
+    """ExecuTorch takes PyTorch programs alone: a Keras model reaches it through tf2onnx, then the
+    ONNX -> PyTorch rebuild. A format with a shorter route from the source gets no longer one (each
+    step is a conversion that can lose the model)."""
+    keras = next(s for s in SOURCES.values() if "keras" in s.provides)
+    (two,) = routes.routes(keras, "keras", FORMATS["executorch"])
+    assert [step.name for step in two.steps] == ["tf2onnx", "onnx-to-torch"] and two.form == forms.TORCH_PROGRAM
+    assert two.describe() == "keras -> tf2onnx -> onnx-graph -> onnx-to-torch -> torch-program -> executorch"
+    for name in ("tflite", "onnx", "coreml"):
+        assert all(len(r.steps) <= 1 for r in routes.routes(keras, "keras", FORMATS[name])), name

@@ -1,18 +1,22 @@
 """ExecuTorch: a PyTorch program lowered to XNNPACK with PT2E static INT8 in a converter child,
 run by ExecuTorch's runtime (``ExecuTorchBackend``) and compared with PyTorch; a layer kept in
-float is float in the lowered program. (The format is registered once its builder joins these to
-the packaging run.)"""
+float is float in the lowered program. Then the format end to end: `edgekit package --format
+executorch` from a PyTorch factory and from ONNX (validated, searched, placed), run on the device
+side, tuned and served."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+import edgekit
 from edgekit.conversion import worker
 from edgekit.errors import ConversionError, PackageError
-from tests.conftest import built_once
+from tests.conftest import ROOT, built_once, device_cli, device_matches, edgekit_cli
 
 pytestmark = pytest.mark.slow
 
@@ -59,7 +63,7 @@ def _net(folder: Path) -> Path:
         program = torch.export.export(net, (torch.rand(2, 3, 16, 16),), dynamic_shapes=({{0: batch}},))
         torch.export.save(program, {str(folder / "net.pt2")!r})
         np.save({str(folder / "calibration.npy")!r}, rng.random((64, 3, 16, 16), dtype=np.float32))
-        held = rng.random((32, 3, 16, 16), dtype=np.float32)
+        held = rng.random((120, 3, 16, 16), dtype=np.float32)
         with torch.no_grad():
             np.savez({str(folder / "held.npz")!r}, x=held, y=net(torch.from_numpy(held)).numpy())
     """
@@ -83,16 +87,24 @@ def _convert(net: Path, out: Path, **options) -> dict:
 def test_a_pytorch_program_lowers_to_xnnpack_int8_and_runs_like_pytorch(net, tmp_path):
     """One conversion (each takes ~15 s): the head kept in float, the stem int8, and the float
     fallback program; all read back from the lowered programs and run by ExecuTorch."""
-    info = _convert(net, tmp_path, float_output=str(tmp_path / "model.float32.pte"), keep_float=["head"])
+    info = _convert(net, tmp_path, float_output=str(tmp_path / "model.float32.pte"), keep_float=["head"],
+                    explain_npy=str(net / "calibration.npy"))
     placement = info["placement"]
     assert placement["delegated"]["convolution"] == 1 and placement["delegated"]["linear"] == 1
     assert placement["delegated"]["quantize_per_tensor"] >= 2  # int8 activations inside the delegate
     assert placement["layers"] == {"head": "float", "stem": "int8"}  # the plan, as lowered
     assert info["float_placement"]["layers"] == {"head": "float", "stem": "float"}
+    assert info["weighted_layers"] == ["stem", "head"]  # graph order: what the search raises from either end
+    record = info["precision"]["record"]  # the head (kept) and the mean (a portable kernel) in float
+    assert record["float_layers"] == ["head", "mean"] and record["ops"]["integer_weighted"] == 1
+    assert info["precision"]["label"] == "int8+float (2 layers)" and record["float_tail_ops"] == ["_softmax"]
+    report = {row["layer"]: row for row in info["explain"]}  # PT2E's quantized graph vs its float one
+    assert report["stem"]["op"] == "conv2d" and 20 < report["stem"]["sqnr_db"] < 80
     held = np.load(net / "held.npz")
     backend = ExecuTorchBackend(str(tmp_path / "model.int8.pte"), threads=1)
     assert backend.fixed_batch == 1 and backend.inputs[0].shape == (1, 3, 16, 16)
-    produced = backend.run(held["x"])[0]  # 32 samples, one program call each
+    assert [t.name for t in backend.inputs] == ["x"] and [t.name for t in backend.outputs] == ["scores"]
+    produced = backend.run(held["x"])[0]  # 120 samples, one program call each
     assert produced.shape == held["y"].shape and produced.dtype == np.float32
     assert np.abs(produced - held["y"]).max() < 0.05
     assert (produced.argmax(1) == held["y"].argmax(1)).mean() >= 0.9
@@ -111,3 +123,99 @@ def test_a_corrupt_program_is_a_package_error(tmp_path):
     bad.write_bytes(b"not a program" * 10)
     with pytest.raises(PackageError, match="ExecuTorch cannot load"):
         ExecuTorchBackend(str(bad))
+
+
+# --- the format end to end ---------------------------------------------------------------------
+
+DIGITS_TORCH = ROOT / "models" / "digits_torch"
+
+
+def test_a_pytorch_factory_ships_an_int8_program_with_its_plan_and_runs_tunes_and_serves(tmp_path):
+    """digits_torch with its head kept in float and the per-layer report: the plan as lowered, the
+    report, the float fallback, the device runner equal to the loaded model, placement naming the
+    op XNNPACK leaves to the portable kernels (`--fail-on-fallback` fails on it), tune, the server."""
+    result = edgekit_cli("package", f"{DIGITS_TORCH / 'model.py'}:factory", "-c", DIGITS_TORCH / "data/calibration.npz",
+                         "--eval", DIGITS_TORCH / "data/eval.npz", "--format", "executorch", "--keep-float", "head",
+                         "--explain", "-o", tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "XNNPACK runs" in result.stdout and "portable kernels run 1 ops in float outside it (mean x1)" in result.stdout
+    package = tmp_path / "model.edgekit"
+    manifest = json.loads((package / "manifest.json").read_text())
+    record = manifest["validation"]["artifacts"]["executorch"]
+    assert record["verdict"] == "passed" and record["accuracy_drop_pp"] <= 1.0
+    artifact = next(a for a in manifest["artifacts"] if a["format"] == "executorch" and a["path"].endswith(".int8.pte"))
+    details = artifact["details"]
+    assert details["placement"]["layers"] == {"block.0": "int8", "down.0": "int8", "head": "float", "stem.0": "int8"}
+    assert artifact["precision"] == "int8+float (2 layers)"  # the head kept, the mean on a portable kernel
+    assert details["precision"]["float_layers"] == ["head", "mean"]
+    assert {row["layer"] for row in details["explain"]} >= {"stem.0", "block.0", "down.0"}
+    assert any(a["path"].endswith("float32.pte") for a in manifest["artifacts"])  # the float fallback
+    x = np.load(DIGITS_TORCH / "data/eval.npz")["x"][:6]
+    with edgekit.load(package, artifact="executorch") as loaded:
+        expected = loaded.predict(x)
+        assert loaded.output_names == ["output"] and loaded.backend.describe()["backend"] == "executorch"
+    device_matches(package, x, expected, 1e-6, tmp_path, artifacts=("executorch",))
+    bench = device_cli(package, "--artifact", "executorch", "--bench", "--runs", "20", "--fail-on-fallback",
+                       "--report", tmp_path / "bench.json")
+    assert bench.returncode == 3 and "ran outside XNNPACK (mean x1)" in bench.stderr, bench.stderr[-2000:]
+    # two thread counts interleaved on ExecuTorch's one thread pool per process (resetting it under a
+    # loaded program aborted the process)
+    tuned = edgekit_cli("tune", package, "--tune-artifacts", "executorch,executorch-float32", "--tune-threads", "1,2",
+                        "--tune-seconds", "1")
+    assert tuned.returncode == 0 and "tuned: executorch" in tuned.stderr, tuned.stderr[-2000:]
+    _served(package, x, expected)
+
+
+def _served(package: Path, x: np.ndarray, expected: np.ndarray) -> None:
+    """The KServe v2 dataplane answers with the program's outputs, by name."""
+    from edgekit.server.dataplane import DataPlane, ServerOptions
+
+    plane = DataPlane([edgekit.load(package, artifact="executorch")], ServerOptions())
+    scaled = x.astype(np.float32) / 255  # the server takes the model's own input: the package's scaling done
+    body = json.dumps({"inputs": [{"name": "image", "shape": list(x.shape), "datatype": "FP32",
+                                   "data": scaled.ravel().tolist()}]}).encode()
+
+    async def scenario():
+        plane.start()
+        content, _ = await plane.infer("model", None, body, None)
+        await plane.stop()
+        return json.loads(content)
+
+    (output,) = asyncio.run(scenario())["outputs"]
+    assert output["name"] == "output"
+    np.testing.assert_allclose(np.asarray(output["data"]).reshape(expected.shape), expected, atol=1e-4)
+
+
+def test_an_onnx_model_reaches_executorch_through_the_pytorch_rebuild_with_its_names(net, tmp_path):
+    """ONNX -> PyTorch module -> PT2E: the program keeps the ONNX graph's input and output names,
+    and a layer is kept in float by its ONNX node name."""
+    import subprocess
+    import sys
+    import textwrap
+
+    onnx_path = tmp_path / "net.onnx"
+    subprocess.run([sys.executable, "-c", textwrap.dedent(f"""
+        import sys, torch
+        sys.path.insert(0, {str(net)!r})
+        from net import Net
+        torch.onnx.export(Net().eval(), (torch.rand(1, 3, 16, 16),), {str(onnx_path)!r}, dynamo=False,
+                          input_names=["pixels"], output_names=["probs"], dynamic_axes={{"pixels": {{0: "n"}}}})
+    """)], check=True, capture_output=True)
+    import onnx
+
+    head = next(n.name for n in onnx.load(str(onnx_path)).graph.node if n.op_type == "Gemm")
+    held = np.load(net / "held.npz")
+    np.savez(tmp_path / "eval.npz", x=held["x"])
+    result = edgekit_cli("package", onnx_path, "-c", net / "calibration.npy", "--eval", tmp_path / "eval.npz",
+                         "--format", "executorch", "--keep-float", head, "--no-also-float", "-o", tmp_path / "out")
+    assert result.returncode == 0, result.stderr[-3000:]
+    package = tmp_path / "out" / "net.edgekit"
+    manifest = json.loads((package / "manifest.json").read_text())
+    assert manifest["validation"]["artifacts"]["executorch"]["verdict"] == "passed"
+    (artifact,) = manifest["artifacts"]
+    assert "ONNX -> PyTorch" in artifact["converter"]["tool"]
+    assert artifact["details"]["placement"]["layers"][head] == "float"  # by its ONNX name, as lowered
+    with edgekit.load(package, artifact="executorch") as loaded:
+        assert loaded.input_names == ["pixels"] and loaded.output_names == ["probs"]
+        produced = loaded.predict(held["x"])
+    assert (produced.argmax(1) == held["y"].argmax(1)).mean() >= 0.9

@@ -16,11 +16,13 @@ pytestmark = pytest.mark.slow
 def test_all_targets_share_one_calibration_and_preprocessing(digits_all_package):
     manifest = Manifest.from_json((digits_all_package / "manifest.json").read_bytes())
     main = [a.target for a in manifest.artifacts if not a.is_float and not a.variant]  # not ONNX's scheme variants
-    assert main == list(TARGETS) == ["tflite", "onnx", "coreml"]
+    assert main == list(TARGETS) == ["tflite", "onnx", "coreml", "executorch"]
     assert manifest.failed == []
     assert manifest.calibration["samples"] == 300
     assert set(manifest.validation.to_dict()["artifacts"]) == {a.key for a in manifest.artifacts}
-    for target in ("tflite", "onnx", "coreml"):  # every cell measured on Linux, CoreML by the MIL evaluator
+    # every cell measured on Linux, CoreML by the MIL evaluator; ExecuTorch (Keras -> tf2onnx -> the
+    # ONNX -> PyTorch rebuild -> PT2E) by its runtime
+    for target in ("tflite", "onnx", "coreml", "executorch"):
         assert manifest.validation.to_dict()["artifacts"][target]["measured"] is True
         assert manifest.validation.to_dict()["artifacts"][target]["top1_agreement"] >= 0.98
 
@@ -30,7 +32,7 @@ def test_validation_table_has_a_row_per_artifact(digits_all_package, capsys):
 
     render(Manifest.from_json((digits_all_package / "manifest.json").read_bytes()))
     out = capsys.readouterr().out
-    for target in ("tflite", "onnx", "coreml"):
+    for target in ("tflite", "onnx", "coreml", "executorch"):
         assert f"│ {target}" in out
     assert "not measurable here" not in out and out.count("98.89%") >= 6
 

@@ -1,7 +1,42 @@
 """ExecuTorch: ``.pte`` programs lowered to XNNPACK (PT2E static INT8), for PyTorch's own
 on-device runtime.
 
-The conversion (``convert``, child side) and the device backend (``backend``) are here; the
-format is registered (``FORMAT``) once its builder joins them to the packaging run's
-validation, search and manifest.
+The conversion (``convert``, child side) runs in edgekit's own environment (ExecuTorch 1.5.1
+works with edgekit's torch pin); the device backend (``backend``) needs ExecuTorch's runtime,
+which imports torch (``edgekit[executorch]``).
 """
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ...conversion import forms
+from ..base import Accepts, Format
+from .backend import ExecuTorchBackend
+from .notes import build_notes
+
+if TYPE_CHECKING:
+    from ..building import Builder
+
+
+def _builder() -> Builder:
+    from .build import ExecuTorchBuilder
+
+    return ExecuTorchBuilder()
+
+
+FORMAT = Format(
+    name="executorch",
+    description="ExecuTorch program (.pte) lowered to XNNPACK, static INT8: Android, iOS, Raspberry Pi, Linux",
+    builder=_builder,
+    backends=(ExecuTorchBackend,),
+    extra="edgekit[executorch]",
+    serving_platform="executorch",
+    bare_suffixes=(".pte",),
+    # PT2E with the XNNPACK quantizer: a layer kept in float gets no annotation; XNNPACK has no
+    # 16-bit activations; the per-layer report compares PT2E's quantized graph with its float one
+    accepts=(Accepts(forms.TORCH_PROGRAM, honours=("keep_float", "explain")),),
+    notes=build_notes,
+    build_requires=("executorch", "torch"),
+    build_extra="edgekit[executorch]",
+)

@@ -3,17 +3,33 @@
 
 ExecuTorch's runtime imports torch before its C++ extension, so this backend needs torch on the
 device (``edgekit[executorch]``); XNNPACK's kernels ship in that extension. The program keeps
-float inputs and outputs: its int8 arithmetic is inside the XNNPACK delegate.
+float inputs and outputs: its int8 arithmetic is inside the XNNPACK delegate. A program has no
+tensor names; edgekit's programs return them from a constant method (``IO_METHOD``), and a
+program without one names its tensors ``input_0``, ``output_0``, ... by position.
+
+Threads: ExecuTorch has one thread pool per process, and XNNPACK binds a loaded program to the
+pool it was loaded with; resetting the pool for another thread count under a loaded program
+crashes the process (glibc aborts on the freed pool's mutex). So a backend asking for another
+count first unloads every other program in the process, then resets the pool and loads its own
+(``_ThreadPool``); an unloaded backend loads again on its next call. One count per process
+costs nothing; a benchmark interleaving counts pays a load per switch (in its untimed call).
 """
 
 from __future__ import annotations
 
+import json
+import weakref
+from collections import Counter
 from typing import Any
 
 import numpy as np
 
 from ...errors import BackendUnavailableError, PackageError
 from ..backend import Backend, TensorInfo
+
+# kernel calls that only change a tensor's memory layout or copy it: not compute left outside XNNPACK
+LAYOUT_OPS = {"_to_dim_order_copy", "_clone_dim_order", "view_copy", "clone", "_to_copy"}
+IO_METHOD = "edgekit_io"  # the constant method edgekit's programs return their tensor names from (JSON)
 
 # ExecuTorch's ScalarType codes (c10) as NumPy dtypes: the ones a program's inputs and outputs use
 _DTYPES = {0: np.uint8, 1: np.int8, 2: np.int16, 3: np.int32, 4: np.int64, 5: np.float16, 6: np.float32,
@@ -38,23 +54,43 @@ class ExecuTorchBackend(Backend):
     def __init__(self, path: str, threads: int | None = None, **_: object) -> None:
         try:
             import torch
-            from executorch.extension.pybindings import portable_lib
+
+            portable_lib = _runtime_without_exir()
             from executorch.runtime import Runtime, Verification
         except ImportError as exc:
             raise BackendUnavailableError(f"ExecuTorch's runtime is not installed ({exc.name} is missing)",
                                           hint="pip install 'edgekit[executorch]' (it installs torch too)") from None
-        if threads is not None:  # XNNPACK's thread pool is one per process
-            portable_lib._unsafe_reset_threadpool(max(1, int(threads)))
-        self._torch = torch
+        self.path, self.threads = path, (max(1, int(threads)) if threads is not None else None)
+        self._torch, self._pool = torch, portable_lib
+        self._runtime, self._verification = Runtime.get(), Verification.Minimal
+        self._program: Any = None
+        self._method: Any = None
         try:
-            program = Runtime.get().load_program(path, verification=Verification.Minimal)
-            self._method: Any = program.load_method("forward")
+            _POOL.bind(self)
+            program = self._load()
         except Exception as exc:  # noqa: BLE001 - the runtime raises RuntimeError/ValueError for a bad file
             raise PackageError(f"ExecuTorch cannot load {path}: {exc}",
                                hint="the package may be corrupt: build it again") from None
         meta = self._method.metadata
-        self._inputs = [self._info(f"input_{i}", meta.input_tensor_meta(i)) for i in range(meta.num_inputs())]
-        self._outputs = [self._info(f"output_{i}", meta.output_tensor_meta(i)) for i in range(meta.num_outputs())]
+        inputs, outputs = self._names(program, meta.num_inputs(), meta.num_outputs(), path)
+        self._inputs = [self._info(name, meta.input_tensor_meta(i)) for i, name in enumerate(inputs)]
+        self._outputs = [self._info(name, meta.output_tensor_meta(i)) for i, name in enumerate(outputs)]
+
+    @staticmethod
+    def _names(program: Any, inputs: int, outputs: int, path: str) -> tuple[list[str], list[str]]:
+        """The names ``IO_METHOD`` returns, checked against the program's own counts."""
+        if IO_METHOD not in program.method_names:
+            return [f"input_{i}" for i in range(inputs)], [f"output_{i}" for i in range(outputs)]
+        try:
+            names = json.loads(program.load_method(IO_METHOD).execute([])[0])
+            found = [str(n) for n in names["inputs"]], [str(n) for n in names["outputs"]]
+        except Exception as exc:  # noqa: BLE001 - a bad value is a bad file, whatever raised
+            raise PackageError(f"ExecuTorch program {path}: its {IO_METHOD} method does not hold tensor names ({exc})",
+                               hint="the package may be corrupt: build it again") from None
+        if (len(found[0]), len(found[1])) != (inputs, outputs):
+            raise PackageError(f"ExecuTorch program {path} names {len(found[0])} inputs and {len(found[1])} outputs "
+                               f"but has {inputs} and {outputs}", hint="the package may be corrupt: build it again")
+        return found
 
     @staticmethod
     def _info(name: str, meta: Any) -> TensorInfo:
@@ -63,13 +99,129 @@ class ExecuTorchBackend(Backend):
             raise PackageError(f"ExecuTorch program tensor {name} has a dtype edgekit does not feed (ScalarType {code})")
         return TensorInfo(name, tuple(int(d) for d in meta.sizes()), np.dtype(_DTYPES[code]))
 
+    def describe(self) -> dict[str, object]:
+        return {"backend": self.name, "library": self.available(),
+                "threads": self.threads or self._pool._threadpool_get_thread_count(),
+                "delegate": "XNNPACK (lowered into the program)"}
+
+    def placement(self) -> dict[str, object]:
+        """From the program's own execution plan: each delegate call (a partition lowered to
+        XNNPACK, opaque here: counted once) and each kernel call left to ExecuTorch's portable
+        kernels, by operator. Portable compute ops are XNNPACK's fallback; layout copies
+        (``_to_dim_order_copy``) are listed but are not compute."""
+        from ..placement import placement, unreadable_placement
+
+        try:
+            from executorch.exir._serialize._program import deserialize_pte_binary
+
+            with open(self.path, "rb") as stream:
+                read = deserialize_pte_binary(stream.read())
+        except Exception as exc:  # noqa: BLE001 - an exir that cannot read the file: say so, run on
+            return unreadable_placement(f"ExecuTorch's program reader failed ({type(exc).__name__}: {exc})")
+        plan = next(p for p in getattr(read, "program", read).execution_plan if p.name == "forward")
+        delegates: Counter[str] = Counter()
+        kernels: Counter[str] = Counter()
+        for chain in plan.chains:
+            for instruction in chain.instructions:
+                args = instruction.instr_args
+                if type(args).__name__ == "DelegateCall":
+                    delegates[plan.delegates[args.delegate_index].id] += 1
+                elif type(args).__name__ == "KernelCall":
+                    kernels[plan.operators[args.op_index].name.split("::")[-1]] += 1
+        partitions = sum(delegates.values())
+        compute = Counter({op: n for op, n in kernels.items() if op not in LAYOUT_OPS})
+        by_target = {"XNNPACK partitions": partitions} if partitions else {}
+        if kernels:
+            by_target["portable kernels (CPU)"] = sum(kernels.values())
+        return placement(by_target, ["XNNPACK"], ["XNNPACK"] if partitions else [], compute,
+                         "ExecuTorch execution plan (delegate calls, kernel calls)", partitions=partitions,
+                         not_delegated=dict(kernels.most_common()))
+
     @property
     def fixed_batch(self) -> int | None:
         return 1  # edgekit exports ExecuTorch programs with batch 1
 
+    def _load(self) -> Any:
+        """The program and its ``forward`` method, loaded on the pool as it is now."""
+        if self._method is None:
+            self._program = self._runtime.load_program(self.path, verification=self._verification)
+            self._method = self._program.load_method("forward")
+        return self._program
+
+    def unload(self) -> None:
+        """Free the program (and the XNNPACK runtime bound to the thread pool); the next call loads it again."""
+        self._method = self._program = None
+
+    def close(self) -> None:
+        self.unload()
+        _POOL.forget(self)
+
     def _invoke(self, feeds: list[np.ndarray], raw: bool) -> list[np.ndarray]:
+        _POOL.bind(self)
+        self._load()
         tensors = [self._torch.from_numpy(np.ascontiguousarray(x, dtype=info.dtype))
                    for x, info in zip(feeds, self._inputs)]
         produced = self._method.execute(tensors)
         return [np.asarray(t.numpy(), dtype=np.float32 if info.dtype.kind == "f" and not raw else info.dtype)
                 for t, info in zip(produced, self._outputs)]
+
+
+class _ThreadPool:
+    """The process's one ExecuTorch thread pool and the backends with a program loaded on it."""
+
+    def __init__(self) -> None:
+        self.loaded: weakref.WeakSet[ExecuTorchBackend] = weakref.WeakSet()
+
+    def bind(self, backend: ExecuTorchBackend) -> None:
+        """Make the pool what ``backend`` asks for before it loads or runs: where that is another
+        thread count, every other program is unloaded first (none may outlive its pool)."""
+        wanted = backend.threads
+        if wanted is not None and backend._pool._threadpool_get_thread_count() != wanted:
+            for other in list(self.loaded):
+                other.unload()
+            backend.unload()
+            self.loaded.clear()
+            backend._pool._unsafe_reset_threadpool(wanted)
+        self.loaded.add(backend)
+
+    def forget(self, backend: ExecuTorchBackend) -> None:
+        self.loaded.discard(backend)
+
+
+_POOL = _ThreadPool()
+
+
+def _runtime_without_exir() -> Any:
+    """ExecuTorch's runtime extension, imported without its compiler.
+
+    ``portable_lib`` imports ``executorch.exir._warnings`` (two decorators), and that import runs
+    ``executorch/exir/__init__.py``: the whole compiler stack (torch.export, torchao), ~10 s
+    before the first inference on this machine against ~2 s for torch itself. While the runtime
+    is imported the ``executorch.exir`` package is an empty one over the same folder, so only
+    ``_warnings.py`` runs; then it is removed, and a later ``import executorch.exir`` (the build
+    side, ``placement``) imports the real package."""
+    import importlib.util
+    import sys
+    import types
+
+    if "executorch.extension.pybindings.portable_lib" in sys.modules or "executorch.exir" in sys.modules:
+        from executorch.extension.pybindings import portable_lib
+
+        return portable_lib
+    import executorch
+
+    spec = importlib.util.find_spec("executorch.exir")
+    if spec is None or not spec.submodule_search_locations:
+        from executorch.extension.pybindings import portable_lib
+
+        return portable_lib
+    empty = types.ModuleType("executorch.exir")
+    empty.__path__ = list(spec.submodule_search_locations)
+    sys.modules["executorch.exir"] = empty
+    try:
+        from executorch.extension.pybindings import portable_lib
+    finally:
+        del sys.modules["executorch.exir"]
+        if getattr(executorch, "exir", None) is empty:
+            delattr(executorch, "exir")
+    return portable_lib

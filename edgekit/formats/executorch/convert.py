@@ -4,13 +4,21 @@ The module is exported with ``torch.export`` at batch 1 (positional inputs in th
 outputs flattened), quantized by PT2E with ExecuTorch's XNNPACK quantizer (symmetric int8,
 per-channel weights, static int8 activations calibrated on every calibration sample), lowered
 with the XNNPACK partitioner and serialized; the float program is lowered the same way as the
-fallback. Layers the precision plan keeps in float get no quantizer annotation
-(``set_module_name(name, None)``): XNNPACK runs them in float, or the portable kernels do.
-What ran where is read back from the lowered program (``placement``).
+fallback. Layers the precision plan keeps in float get no quantizer annotation (a node filter
+on ``nn_module_stack``: ``set_module_name(name, None)`` asserts in ExecuTorch 1.5.1): XNNPACK
+runs them in float, or the portable kernels do. What ran where is read back from the lowered
+program (``placement``, ``precision_of``). A program carries no tensor names, so both programs
+get a constant method (``IO_METHOD``) returning the source's input and output names as JSON:
+the backend reads them there.
+
+A module rebuilt from an ONNX graph (``edgekit.steps.onnx_torch``) holds one submodule per ONNX
+node: its layers are named by ONNX node (``layer_names``), in the plan and in what is read back.
 """
 
 from __future__ import annotations
 
+import copy
+import json
 import time
 from collections import Counter
 from pathlib import Path
@@ -22,28 +30,30 @@ from ...conversion import worker
 from ...conversion.pt2e import qat_folding_only_where_it_can_match
 from ...errors import ConversionError
 from ..building import read_samples
+from .backend import IO_METHOD
 
 OTHER_ROUTES = "build the other formats (--format tflite, onnx or coreml) for this model"
 
 
 def convert_executorch(model: dict[str, Any], calibration_npy: str, output: str, output_names: list[str],
-                       float_output: str | None = None, keep_float: list[str] | None = None) -> dict[str, Any]:
+                       float_output: str | None = None, keep_float: list[str] | None = None,
+                       layer_names: list[str] | None = None, explain_npy: str | None = None) -> dict[str, Any]:
     """INT8 ``.pte`` into ``output`` (and the float one into ``float_output``); what was done and
-    what runs where, for the manifest."""
+    what runs where, for the manifest. ``keep_float``: layers by module path, or by ONNX node
+    name on a module rebuilt from ONNX (``layer_names``, that graph's nodes). ``explain_npy``:
+    samples for the per-layer report (``per_layer_report``)."""
     import torch
 
     from ...conversion.forms import ModelForm, flatten_outputs, load_module
+    from ...steps.onnx_torch.naming import original_names
 
     samples = read_samples(calibration_npy)
     module, names = load_module(ModelForm.from_dict(model), example={k: np.asarray(v[:1]) for k, v in samples.items()},
                                 submodules=True)
     if list(samples) == [""]:
         samples = {names[0]: samples[""]}
-    modules = dict(module.named_modules()) if hasattr(module, "named_modules") else {}
-    unknown = [name for name in keep_float or [] if name not in modules]
-    if unknown:
-        raise ConversionError(f"ExecuTorch: no module named {', '.join(unknown)} in this PyTorch model",
-                              hint="name layers by their module path (as --explain lists them)")
+    paths = _module_paths_of(module, keep_float or [], layer_names or [])
+    named = original_names(layer_names or ())  # module path -> ONNX node, where rebuilt from ONNX
     # imported once the model is known to be convertible (ExecuTorch and torchao take ~8 s to import)
     from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
         XNNPACKQuantizer,
@@ -78,8 +88,8 @@ def convert_executorch(model: dict[str, Any], calibration_npy: str, output: str,
                               hint=OTHER_ROUTES)
     exported = _export(wrapped, sample(0))
     quantizer = XNNPACKQuantizer().set_global(get_symmetric_quantization_config(is_per_channel=True, is_dynamic=False))
-    if keep_float:  # nodes of a kept layer get no annotation: they stay float
-        kept = [f"inner.{name}" for name in keep_float]
+    if paths:  # nodes of a kept layer get no annotation: they stay float
+        kept = [f"inner.{path}" for path in paths]
         quantizer.set_filter_function(lambda node: not any(_inside(path, kept) for path in _module_paths(node)))
     graph = prepare_pt2e(exported.module(), quantizer)
     total = len(next(iter(samples.values())))
@@ -89,14 +99,48 @@ def convert_executorch(model: dict[str, Any], calibration_npy: str, output: str,
                 worker.report_progress(i, total)
             graph(*sample(i))
     worker.report_progress(total, total)
+    reference = copy.deepcopy(graph) if explain_npy else None  # the prepared graph computes in float
     with qat_folding_only_where_it_can_match():
         converted = convert_pt2e(graph)
+    explained = None
+    if explain_npy and reference is not None:
+        explained = per_layer_report(reference, converted, _samples(explain_npy, names), named)
     quantized = _export(converted, sample(0))
-    placement = _lower_and_write(quantized, output)
+    io = json.dumps({"inputs": list(names), "outputs": list(output_names)})
+    placement, precision = _lower_and_write(quantized, output, io, named)
     seconds = time.perf_counter() - started
-    float_placement = _lower_and_write(exported, float_output) if float_output else None
+    float_placement = _lower_and_write(exported, float_output, io, named)[0] if float_output else None
     return {"torch": torch.__version__, "executorch": _version("executorch"), "seconds": round(seconds, 3),
-            "inputs": list(names), "placement": placement, "float_placement": float_placement}
+            "inputs": list(names), "placement": placement, "float_placement": float_placement,
+            "precision": precision, "explain": explained,
+            # the layers the search can keep in float, input to output (no per-layer report on this route)
+            "weighted_layers": _weighted_layers(exported.graph_module, named)}
+
+
+def _module_paths_of(module: Any, layers: list[str], onnx_nodes: list[str]) -> list[str]:
+    """The module path of each layer to keep in float (an ONNX node's submodule on a module rebuilt
+    from ONNX); an unknown one is refused by name."""
+    from ...steps.onnx_torch.naming import attribute_name
+
+    modules = dict(module.named_modules()) if hasattr(module, "named_modules") else {}
+    nodes = set(onnx_nodes)
+    paths = [attribute_name(name) if name not in modules and name in nodes else name for name in layers]
+    unknown = [name for name, path in zip(layers, paths) if path not in modules]
+    if unknown:
+        raise ConversionError(f"ExecuTorch: no module named {', '.join(unknown)} in this PyTorch model",
+                              hint="name layers by their module path (as --explain lists them)")
+    return paths
+
+
+def _samples(path: str, names: list[str]) -> list[tuple[Any, ...]]:
+    """Each sample of a ``save_samples`` file as the program's positional inputs (batch 1)."""
+    import torch
+
+    stored = read_samples(path)
+    stored = {names[0]: stored[""]} if list(stored) == [""] else stored
+    count = len(next(iter(stored.values())))
+    return [tuple(torch.from_numpy(_model_dtype(np.asarray(stored[n][i : i + 1]))) for n in names)
+            for i in range(count)]
 
 
 def _module_paths(node: Any) -> list[str]:
@@ -118,26 +162,42 @@ def _export(module: Any, example: tuple[Any, ...]) -> Any:
                               f"{str(exc).splitlines()[0] if str(exc) else ''}", hint=OTHER_ROUTES) from None
 
 
-def _lower_and_write(exported: Any, path: str) -> dict[str, Any]:
+def _lower_and_write(exported: Any, path: str, io: str, named: dict[str, str]) -> tuple[dict, dict]:
     """Lower ``exported`` with the XNNPACK partitioner, write the ``.pte`` (temp name, then
-    rename) and say what the delegate took and what was left to the portable kernels."""
+    rename) with the names in ``IO_METHOD``; what runs where and in what precision, read from
+    the lowered graph before ``to_executorch`` adds its memory planning to it."""
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from executorch.exir import to_edge_transform_and_lower
 
-    edge = to_edge_transform_and_lower(exported, partitioner=[XnnpackPartitioner()])
-    placement = placement_of(edge.exported_program().graph_module)
+    edge = to_edge_transform_and_lower(exported, partitioner=[XnnpackPartitioner()], constant_methods={IO_METHOD: io})
+    graph_module = edge.exported_program().graph_module
+    read = placement_of(graph_module, named), precision_of(graph_module, named)
     program = edge.to_executorch()
     target = Path(path)
     partial = target.with_name(target.name + ".partial")
     partial.write_bytes(program.buffer)
     partial.replace(target)
-    return placement
+    return read
+
+
+def _layer(node: Any, named: dict[str, str]) -> str | None:
+    """The user's layer a node was traced inside: its innermost module path below the wrapper,
+    by ONNX node name on a module rebuilt from ONNX; None for an op of the model's own forward."""
+    paths = [p[len("inner."):] for p in _module_paths(node) if p.startswith("inner.")]
+    return named.get(paths[-1], paths[-1]) if paths else None
+
+
+def _weighted_layers(graph_module: Any, named: dict[str, str]) -> list[str]:
+    """Layers with weights (convolutions, linear layers, matmuls), in graph order."""
+    found = [_layer(node, named) for node in graph_module.graph.nodes
+             if node.op == "call_function" and _op_name(node.target) in WEIGHTED | {"conv2d", "conv1d", "matmul"}]
+    return list(dict.fromkeys(layer for layer in found if layer))
 
 
 WEIGHTED = {"convolution", "linear", "addmm", "mm", "bmm"}  # ops whose second argument is a weight
 
 
-def placement_of(graph_module: Any) -> dict[str, Any]:
+def placement_of(graph_module: Any, named: dict[str, str] | None = None) -> dict[str, Any]:
     """The ops inside XNNPACK delegate calls (counted from each lowered module's original graph),
     the ops left outside them (portable kernels), by op name, and each weighted layer's precision
     as lowered: ``int8`` where its weight comes out of a dequantize op, else ``float``."""
@@ -147,11 +207,9 @@ def placement_of(graph_module: Any) -> dict[str, Any]:
     partitions = 0
 
     def weighted(node: Any, where: str) -> None:
-        paths = [p for p in _module_paths(node) if p.startswith("inner.")]
-        weight = node.args[1] if len(node.args) > 1 else None
-        if paths and weight is not None:
-            quantized = str(getattr(weight, "target", "")).find("dequantize") >= 0
-            layers[paths[-1][len("inner."):]] = ("int8" if quantized else "float") + where
+        layer = _layer(node, named or {})
+        if layer is not None and len(node.args) > 1:
+            layers[layer] = ("int8" if _weight_quantized(node) else "float") + where
 
     for node in graph_module.graph.nodes:
         if node.op != "call_function":
@@ -174,10 +232,180 @@ def placement_of(graph_module: Any) -> dict[str, Any]:
             "portable_ops": sum(portable.values()), "layers": dict(sorted(layers.items()))}
 
 
+def _weight_quantized(node: Any) -> bool:
+    """Whether a weighted op's weight comes out of a dequantize op (int8 weights)."""
+    weight = node.args[1] if len(node.args) > 1 else None
+    return "dequantize" in str(getattr(weight, "target", ""))
+
+
+QDQ = {"quantize_per_tensor", "dequantize_per_tensor", "quantize_per_channel", "dequantize_per_channel",
+       "choose_qparams"}
+# ops a float tail may hold (as TFLite's TAIL_OPS): activations, normalisations, elementwise and
+# shape ops, never a layer with weights
+TAIL_OPS = {"_softmax", "softmax", "_log_softmax", "log_softmax", "sigmoid", "tanh", "relu", "hardtanh", "leaky_relu",
+            "hardswish", "abs", "view", "reshape", "squeeze", "squeeze_copy", "unsqueeze", "unsqueeze_copy", "permute",
+            "permute_copy", "cat", "mul", "div", "add", "sub", "sqrt", "rsqrt", "exp", "sum", "mean", "maximum",
+            "minimum", "clamp", "slice", "slice_copy", "select", "select_copy", "split", "split_with_sizes_copy",
+            "expand", "expand_copy", "linalg_vector_norm", "flatten"}
+NOT_COMPUTE = QDQ | {"getitem", "alloc", "view_copy", "clone", "_to_copy", "_clone_dim_order", "_to_dim_order_copy"}
+
+
+def precision_of(graph_module: Any, named: dict[str, str] | None = None) -> dict[str, Any]:
+    """What the lowered program computes in, as ``Precision`` counts it (``details.precision``).
+
+    Inside an XNNPACK partition an op is integer when its weight is int8 (weighted ops) or when it
+    reads dequantized values and its result is quantized again, directly or through the ops
+    fused after it (conv -> relu -> quantize); every other op there runs in float. Ops left
+    outside the delegate run on ExecuTorch's portable kernels in float; those after the last
+    integer op that only lead to the outputs (a final softmax) are the float tail."""
+    from ..precision import Precision
+
+    named = named or {}
+    precision = Precision()
+    float_ops: list[tuple[Any, dict[str, Any]]] = []  # portable ops
+    at_end: list[tuple[Any, dict[str, Any]]] = []  # float ops inside a delegate that only lead to its outputs
+    for node in graph_module.graph.nodes:
+        if node.op != "call_function":
+            continue
+        name = _op_name(node.target)
+        if name == "executorch_call_delegate":
+            inner = getattr(graph_module, node.args[0].target).original_module.graph
+            for op in inner.nodes:
+                op_name = _op_name(op.target) if op.op == "call_function" else ""
+                if not op_name or op_name in NOT_COMPUTE:
+                    continue
+                weighted = op_name in WEIGHTED
+                if (_weight_quantized(op) if weighted else _reads_and_writes_quantized(op)):
+                    precision.int8_ops += 1
+                    precision.int8_weighted_ops += weighted
+                    precision.int8_weight_bytes += _weight_bytes(op) if weighted else 0
+                else:
+                    precision.float_weight_bytes += _weight_bytes(op) if weighted else 0
+                    entry = {"op": op_name, "layer": _layer(op, named) or op_name, "tensor": op.name, "tail": False}
+                    precision.float_ops.append(entry)
+                    if op_name in TAIL_OPS and _only_reaches_outputs(op):  # at the delegate's end: the tail if the
+                        at_end.append((node, entry))  # delegate's results only reach the outputs
+        elif name not in NOT_COMPUTE:
+            entry = {"op": name, "layer": _layer(node, named) or name, "tensor": node.name, "tail": False}
+            precision.float_ops.append(entry)
+            float_ops.append((node, entry))
+    tail: set[Any] = set()
+    portable = {node for node, _ in float_ops}
+    for node in reversed(list(graph_module.graph.nodes)):  # a portable op whose results only reach outputs
+        if node.op == "call_function" and (node in portable and _op_name(node.target) in TAIL_OPS
+                                           or _op_name(node.target) in NOT_COMPUTE):
+            if all(user.op == "output" or user in tail for user in node.users):
+                tail.add(node)
+    for node, entry in float_ops:
+        entry["tail"] = node in tail
+    for delegate_call, entry in at_end:
+        entry["tail"] = all(user in tail for user in delegate_call.users)
+    if not precision.int8_ops:  # a float program: no tail to tell apart
+        for entry in precision.float_ops:
+            entry["tail"] = False
+    return {"label": precision.label, "record": precision.record(), "float_ops": precision.float_ops}
+
+
+def per_layer_report(reference: Any, quantized: Any, samples: list[tuple[Any, ...]],
+                     named: dict[str, str]) -> list[dict[str, Any]]:
+    """Each op's SQNR in the quantized graph against the float one, worst first (``--explain``,
+    and where the search looks first). The float side is the prepared graph (batch norms folded
+    as in the quantized one, observers passing values through), so both hold the same ops by
+    the same node names; the quantized side's value is what the next op reads: after the
+    quantize and dequantize that follow an op, where they do."""
+    import torch
+
+    from ..building import worst_layers
+
+    order = {node.name: i for i, node in enumerate(quantized.graph.nodes)}
+    ops = {node.name: node for node in quantized.graph.nodes
+           if node.op == "call_function" and _op_name(node.target) not in NOT_COMPUTE and _layer(node, named)}
+    seen_as: dict[str, str] = {}  # quantized graph node -> the op whose value it holds
+    for name, node in ops.items():
+        seen_as[name] = name
+        users = list(node.users)
+        if len(users) == 1 and _op_name(users[0].target).startswith("quantize"):
+            after = [u for u in users[0].users if _op_name(u.target).startswith("dequantize")]
+            if len(after) == 1:
+                seen_as = {k: v for k, v in seen_as.items() if k != name}
+                seen_as[after[0].name] = name
+    float_names = {node.name for node in reference.graph.nodes} & set(ops)
+    signal: dict[str, float] = dict.fromkeys(float_names, 0.0)
+    noise: dict[str, float] = dict.fromkeys(float_names, 0.0)
+
+    class Recorder(torch.fx.Interpreter):
+        def __init__(self, module: Any, keep: dict[str, str]) -> None:
+            super().__init__(module)
+            self.keep, self.values = keep, {}
+
+        def run_node(self, node: Any) -> Any:
+            value = super().run_node(node)
+            if node.name in self.keep and isinstance(value, torch.Tensor) and value.is_floating_point():
+                self.values[self.keep[node.name]] = value.detach().double()
+            return value
+
+    with torch.no_grad():
+        for sample in samples:
+            expected = Recorder(reference, {n: n for n in float_names})
+            expected.run(*sample)
+            got = Recorder(quantized, {k: v for k, v in seen_as.items() if v in float_names})
+            got.run(*sample)
+            for name, value in expected.values.items():
+                other = got.values.get(name)
+                if other is not None and other.shape == value.shape:
+                    signal[name] += float((value ** 2).sum())
+                    noise[name] += float(((value - other) ** 2).sum())
+    rows = []
+    for name in float_names:
+        if signal[name] == 0.0 and noise[name] == 0.0:
+            continue
+        sqnr = float(10 * np.log10(signal[name] / noise[name])) if noise[name] > 0 and signal[name] > 0 else None
+        rows.append({"layer": _layer(ops[name], named), "op": _op_name(ops[name].target), "tensor": name,
+                     "sqnr_db": sqnr, "order": order[name]})
+    return worst_layers(rows)
+
+
+def _weight_bytes(node: Any) -> int:
+    """The bytes of a weighted op's weight: the int8 tensor its dequantize reads, or the float one."""
+    weight = node.args[1] if len(node.args) > 1 else None
+    if weight is not None and "dequantize" in str(getattr(weight, "target", "")):
+        weight = weight.args[0]
+    value = getattr(weight, "meta", {}).get("val")
+    return int(value.numel() * value.element_size()) if value is not None and hasattr(value, "numel") else 0
+
+
+def _only_reaches_outputs(node: Any) -> bool:
+    """Whether every use of an op's result leads to the graph's output through float ops a tail may
+    hold only."""
+    return all(user.op == "output" or (user.op == "call_function" and _op_name(user.target) in TAIL_OPS | NOT_COMPUTE
+                                       and not _op_name(user.target).startswith("quantize")
+                                       and _only_reaches_outputs(user)) for user in node.users)
+
+
+def _reads_and_writes_quantized(node: Any) -> bool:
+    """Whether an op reads only dequantized values (directly or through the ops fused before it)
+    and its result is quantized again (directly or through the ops fused after it)."""
+    def compute(n: Any) -> bool:
+        return n.op == "call_function" and _op_name(n.target) not in QDQ
+
+    def upstream(n: Any) -> bool:
+        args = [a for a in n.all_input_nodes if a.op == "call_function"]
+        return bool(args) and all(_op_name(a.target).startswith("dequantize")
+                                  or (compute(a) and len(a.users) == 1 and upstream(a)) for a in args)
+
+    def downstream(n: Any) -> bool:
+        users = list(n.users)
+        return bool(users) and all(
+            (u.op == "call_function" and _op_name(u.target).startswith("quantize"))
+            or (compute(u) and len(u.all_input_nodes) == 1 and downstream(u)) for u in users)
+
+    return upstream(node) and downstream(node)
+
+
 def _op_name(target: Any) -> str:
-    """``aten.convolution.default`` -> ``convolution``; a plain function by its name."""
-    parts = getattr(target, "__name__", str(target)).split(".")
-    return parts[1] if len(parts) > 1 else parts[0]
+    """``aten.convolution.default`` (ATen or edge dialect) -> ``convolution``; a plain function by its name."""
+    opname = getattr(target, "_opname", None)
+    return str(opname) if opname else getattr(target, "__name__", str(target)).split(".")[-1]
 
 
 def _model_dtype(x: np.ndarray) -> np.ndarray:

@@ -116,9 +116,13 @@ class _LayerSearch:
                       f"end ({len(named)} named)")
             return list(reversed(named))[:CANDIDATES], named
         position = {layer: i for i, layer in enumerate(context.layer_names)}
+        # a route whose layers the source does not name (a PyTorch program's modules) orders its
+        # report's rows itself: "order", the op's place in its graph
+        order = {row["layer"]: row["order"] for row in reversed(rows) if row.get("layer") and "order" in row}
 
         def place(layer: str) -> int:  # a route's name may add the op it became: "conv1/Conv (Conv2d)"
-            return position.get(layer, position.get(layer.rsplit(" (", 1)[0], len(position)))
+            found = position.get(layer, position.get(layer.rsplit(" (", 1)[0]))
+            return found if found is not None else len(position) + order.get(layer, len(order))
 
         ordered = sorted(reported, key=place)
         return reported[:CANDIDATES], ordered

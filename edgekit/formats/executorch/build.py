@@ -1,0 +1,100 @@
+"""ExecuTorch target: ``executorch/model.int8.pte``, a PyTorch program lowered to XNNPACK with
+PT2E static INT8 (``convert.py``, in a converter child).
+
+The float program (lowered the same way) is the float reference of the conversion, so that
+validation tells a conversion loss from a quantization loss, and the float fallback. It does not
+depend on the precision plan: a search's tries lower it once (``_float_program``). Both run in
+ExecuTorch's runtime like the artifact (validation's child). What runs where and in what
+precision is read back from the lowered program by the child: the label, the float ops and the
+XNNPACK placement recorded here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+from ...conversion import worker
+from ...fsutil import sha256_file
+from ...manifest import Artifact, QuantParams
+from ..building import MINMAX, BuildContext, Builder, BuildResult
+from ...steps.onnx_to_torch import LOADER as ONNX_REBUILD
+from .convert import convert_executorch
+
+ARTIFACT_PATH = "executorch/model.int8.pte"
+
+
+class ExecuTorchBuilder(Builder):
+    name = "executorch"
+    backend = "executorch"
+    unmeasured_reason = "ExecuTorch's runtime is not installed here (pip install 'edgekit[executorch]')"
+
+    def build(self, context: BuildContext, on_progress: Callable[[int, int], None] | None = None) -> BuildResult:
+        output = context.package_dir / ARTIFACT_PATH
+        output.parent.mkdir(parents=True, exist_ok=True)
+        float_program = _float_program(context)
+        info = worker.call(
+            convert_executorch,
+            what="ExecuTorch conversion (PT2E + XNNPACK)",
+            timeout=context.timeout_s,
+            on_progress=on_progress,
+            model=context.model.to_dict(),
+            calibration_npy=context.calibration_npy,
+            output=str(output),
+            output_names=list(context.output_names),
+            float_output=None if float_program.is_file() else str(float_program),
+            keep_float=list(context.keep_float),
+            # a module rebuilt from ONNX names its layers by ONNX node; a PyTorch program by module path
+            layer_names=list(context.layer_names) if context.model.loader == ONNX_REBUILD else [],
+            explain_npy=context.explain_npy,
+        )
+        precision, placement = info["precision"], info["placement"]
+        fallback = {"fallback_model": str(float_program), "fallback_precision": "float32"} \
+            if context.option("also_float") else {}
+        return BuildResult(
+            float_model=str(float_program),
+            float_by="float ExecuTorch program (XNNPACK), ExecuTorch runtime",
+            **fallback,
+            artifact=Artifact(
+                format=self.name,
+                path=ARTIFACT_PATH,
+                sha256=sha256_file(output),
+                bytes=output.stat().st_size,
+                precision=precision["label"],
+                inputs=[QuantParams(name=n, dtype="float32") for n in info["inputs"]],
+                outputs=[QuantParams(name=n, dtype="float32") for n in context.output_names],
+                float_ops=precision["float_ops"],
+                converter={
+                    "tool": (f"{context.model.via}, then " if context.model.via else "")
+                    + "torch.export + PT2E (XNNPACKQuantizer, static int8, per-channel symmetric weights) + "
+                      "executorch.exir.to_edge_transform_and_lower (XnnpackPartitioner)",
+                    "torch": info["torch"],
+                    "executorch": info["executorch"],
+                    "calibration_method": MINMAX,
+                    "batch": 1,
+                    "seconds": info["seconds"],
+                },
+                details={
+                    "keep_float": list(context.keep_float),
+                    "precision": precision["record"],
+                    "placement": placement,
+                    # the layers the search can keep in float (this route has no per-layer report to rank them)
+                    "weighted_layers": info["weighted_layers"],
+                    **({"explain": info["explain"]} if info.get("explain") is not None else {}),
+                },
+            ),
+        )
+
+    def fallback_io(self, path: Path, quantized: Artifact) -> tuple[list[QuantParams], list[QuantParams]]:
+        return (list(quantized.inputs), list(quantized.outputs))
+
+
+def _float_program(context: BuildContext) -> Path:
+    """Where the float program of this model form lives in the work folder: named after the
+    form and the output names, so that a search's tries (and a fallback route's other form)
+    never read another model's program."""
+    key = json.dumps([context.model.to_dict(), list(context.output_names)], sort_keys=True, default=str)
+    return Path(context.workdir) / f"executorch.float32.{hashlib.sha256(key.encode()).hexdigest()[:16]}.pte"
+
