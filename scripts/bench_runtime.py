@@ -14,7 +14,9 @@ Packages digits and MobileNetV2 224 (INT8 TFLite + ONNX), then, in one run:
   every runtime that runs it here (LiteRT, ONNX Runtime, OpenVINO) x threads (1 and --threads),
   model-only latency interleaved by the benchmark harness, with this CPU's int8 features, each
   against the fastest float of any runtime; for the dense MLP, MobileNetV2 and a ResNet-18-style
-  CNN (``models/resnet_style``), summarised in ``int8_speed_summary``;
+  CNN (``models/resnet_style``), summarised in ``int8_speed_summary``; MobileNetV2 and the
+  ResNet-style CNN are also packaged for ExecuTorch where ``edgekit[executorch]`` is installed
+  (``.pte`` INT8 and its float program beside TFLite and ONNX Runtime, interleaved);
 * tuning: ``edgekit tune`` on digits (where float is faster here) and on a dense model
   (``models/dense_mlp``, where INT8 is), then the tuned ``load`` against the other precision,
   interleaved: what the decision is and the speed it buys.
@@ -46,7 +48,11 @@ sys.path.insert(0, str(ROOT / "scripts"))
 from benchio import print_and_save, require_signal  # noqa: E402
 
 import edgekit  # noqa: E402
+from edgekit.formats import FORMATS, missing_converter  # noqa: E402
 from edgekit.formats.tflite.litert import open_interpreter  # noqa: E402
+
+# the CNNs' speed rows: ExecuTorch beside TFLite and ONNX where its converter is installed
+CNN_FORMATS = ["tflite", "onnx"] + (["executorch"] if missing_converter(FORMATS["executorch"]) is None else [])
 
 RAW_LITERT = textwrap.dedent("""
     import sys
@@ -386,7 +392,7 @@ def main() -> None:
                            stdout=subprocess.DEVNULL, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
             mobilenet = edgekit.package(
                 str(work / "mobilenet_v2.keras"), str(work / "calibration.npz"), str(work / "mobilenet"),
-                eval=str(work / "eval.npz"), formats=["tflite", "onnx"], samples=100, also_float=True,
+                eval=str(work / "eval.npz"), formats=CNN_FORMATS, samples=100, also_float=True,
                 preprocessing={"scale": 1 / 255, "mean": [0.5], "std": [0.5]},
                 allow_accuracy_drop=True,  # recorded either way; the summary says which artifacts passed
             )
@@ -403,7 +409,7 @@ def main() -> None:
                            stdout=subprocess.DEVNULL, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
             resnet = edgekit.package(
                 str(work / "resnet" / "resnet_style.keras"), str(work / "resnet" / "calibration.npz"),
-                str(work / "resnet_pkg"), eval=str(work / "resnet" / "eval.npz"), formats=["tflite", "onnx"],
+                str(work / "resnet_pkg"), eval=str(work / "resnet" / "eval.npz"), formats=CNN_FORMATS,
                 samples=100,
                 preprocessing={"scale": 1 / 255, "mean": [0.5], "std": [0.5]}, also_float=True,
                 allow_accuracy_drop=True,  # a speed reference: its gates' verdict is recorded, not required

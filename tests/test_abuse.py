@@ -107,6 +107,6 @@ def test_relative_output_directory_gives_a_complete_package(tmp_path):
     import json
 
     manifest = json.loads((package / "manifest.json").read_text())
-    assert sorted({a["format"] for a in manifest["artifacts"]}) == ["coreml", "onnx", "tflite"]
+    assert sorted({a["format"] for a in manifest["artifacts"]}) == ["coreml", "executorch", "onnx", "tflite"]
     assert all(a["bytes"] > 1000 for a in manifest["artifacts"]), manifest["artifacts"]
     assert edgekit_cli("verify", package, "--allow-unsigned").returncode == 0

@@ -49,8 +49,8 @@ def test_sweep_report_follows_the_schema(digits_all_package, tmp_path):
     _check_required(schema, report, "report", schema["$defs"])
     configs = [(r["config"]["artifact"], r["config"]["threads"]) for r in report["results"]]
     # every artifact (each ONNX INT8 scheme, the float fallbacks too); coreml: not on Linux
-    assert sorted(configs) == [(a, t) for a in ("onnx", "onnx-float32", "onnx-u8s7", "onnx-u8s8", "tflite",
-                                                "tflite-float16") for t in (1, 2)]
+    assert sorted(configs) == [(a, t) for a in ("executorch", "executorch-float32", "onnx", "onnx-float32",
+                                                "onnx-u8s7", "onnx-u8s8", "tflite", "tflite-float16") for t in (1, 2)]
     for entry in report["results"]:
         latency = entry["latency"]
         assert latency["count"] == len(latency["samples_ms"]) >= 40

@@ -297,7 +297,7 @@ def test_a_scalar_input_fixed_with_input_name_value_packages_for_every_format(tm
     manifest = json.loads((package / "manifest.json").read_text())
     assert manifest["source"]["fixed_inputs"] == {"gain": {"value": 2.0}}
     assert [i["name"] for i in manifest["inputs"]] == ["audio"]
-    assert sorted({a["format"] for a in manifest["artifacts"]}) == ["coreml", "onnx", "tflite"]
+    assert sorted({a["format"] for a in manifest["artifacts"]}) == ["coreml", "executorch", "onnx", "tflite"]
     expected = ort.InferenceSession(str(tmp_path / "gain.onnx")).run(
         None, {"audio": audio[:8], "gain": np.asarray(2.0, np.float32)})[0]
     device_matches(package, audio[:8], expected, 0.25 * np.abs(expected).max(), tmp_path)
@@ -423,7 +423,7 @@ def test_an_integer_one_hot_front_end_reaches_every_format(tmp_path):
                          "--format", "all", "--no-also-float", "--allow-accuracy-drop")
     assert result.returncode == 0, result.stderr[-3000:]
     manifest = json.loads((tmp_path / "out" / "bytes.edgekit" / "manifest.json").read_text())
-    assert {a["format"] for a in manifest["artifacts"]} == {"tflite", "onnx", "coreml"}
+    assert {a["format"] for a in manifest["artifacts"]} == {"tflite", "onnx", "coreml", "executorch"}
     assert "integer input(s) bytes" in result.stdout  # CoreML: weights-only INT8, said
     onnx_precision = next(a for a in manifest["artifacts"] if a["format"] == "onnx")["precision"]
     assert onnx_precision == "int8"  # the OneHot is a lookup, not float compute

@@ -44,7 +44,7 @@ def test_a_target_that_fails_is_recorded_and_the_others_still_build(sin_saved_mo
     assert "without tflite" in err and "SIN" in err and "--allow-partial" in err
     manifest = json.loads((tmp_path / "sin_model.edgekit" / "manifest.json").read_text())
     assert [f["target"] for f in manifest["failed"]] == ["tflite"]
-    assert {a["target"] for a in manifest["artifacts"]} == {"onnx", "coreml"}
+    assert {a["target"] for a in manifest["artifacts"]} == {"onnx", "coreml", "executorch"}
     assert "tflite" in out and "failed" in out
     coreml = next(a for a in manifest["artifacts"] if a["target"] == "coreml")  # evaluator lacks sin:
     assert coreml["details"]["activations"] == "float16"  # weights-only INT8, said plainly

@@ -92,8 +92,11 @@ def test_attention_classifiers_ship_every_format_and_match_their_source(models, 
     included (its additive mask stays float in ONNX)."""
     folder = models / name
     data = {"vit": "images.npz", "text_encoder": "texts.npz"}[name]
-    result = edgekit_cli("package", folder / source, "--format", "all", "-c", folder / data, "--no-also-float",
-                         "-o", tmp_path / "out")
+    # ExecuTorch too for the ViT; the encoder's ids reach its embedding as floats in ExecuTorch's PT2E
+    # calibration through the ONNX -> PyTorch rebuild (docs/limits.md)
+    formats = ["all"] if name == "vit" else ["tflite", "onnx", "coreml"]
+    result = edgekit_cli("package", folder / source, *[a for f in formats for a in ("--format", f)], "-c",
+                         folder / data, "--no-also-float", "-o", tmp_path / "out")
     assert result.returncode == 0, result.stderr[-3000:]
     package = tmp_path / "out" / f"{name}.edgekit"
     manifest = manifest_of(package)

@@ -49,7 +49,7 @@ def test_signed_package_loads_and_verifies(signed, keys, capsys):
     with load_signed(signed, trusted) as model:
         assert model.predict(load_npz(EVAL)[0][:2]).shape == (2, 10)
     lines = verify_package(signed, str(trusted))
-    assert lines[0].startswith("signature: ok") and "trusted" in lines[0] and len(lines) == 9  # 8 artifacts
+    assert lines[0].startswith("signature: ok") and "trusted" in lines[0] and len(lines) == 11  # 10 artifacts
     code, out, _ = run_cli(capsys, "verify", signed, "--trusted-keys", trusted)
     assert code == 0 and "coreml: coreml/model.int8.mlpackage ok" in out
 

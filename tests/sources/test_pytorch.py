@@ -353,7 +353,7 @@ def test_export_programs_and_torchscript_files_package_with_a_dynamic_batch(mode
     manifest = json.loads((models / "out" / "residual.edgekit" / "manifest.json").read_text())
     assert manifest["inputs"][0]["shape"][0] == -1  # the batch stays dynamic
     built = list(dict.fromkeys(a["format"] for a in manifest["artifacts"]))  # ONNX: one artifact per INT8 scheme
-    assert built == (["tflite", "onnx", "coreml"] if formats == ["all"] else formats)  # TorchScript -> TFLite: once
+    assert built == (["tflite", "onnx", "coreml", "executorch"] if formats == ["all"] else formats)  # TorchScript -> TFLite: once
     # a SpecViolationError (torch.export cannot trace a ScriptModule); now through the model's ONNX export
     for fmt in built:
         assert manifest["validation"]["artifacts"][fmt]["passed"], fmt
@@ -404,7 +404,7 @@ def test_an_onnx_export_packages_for_every_format(models):
     result = package(models, models / "residual.onnx", "images.npy", "--format", "all", "--allow-float-ops")
     manifest = json.loads((models / "out" / "residual.edgekit" / "manifest.json").read_text())
     assert manifest["source"]["format"] == "onnx"
-    assert list(dict.fromkeys(a["format"] for a in manifest["artifacts"])) == ["tflite", "onnx", "coreml"]
+    assert list(dict.fromkeys(a["format"] for a in manifest["artifacts"])) == ["tflite", "onnx", "coreml", "executorch"]
     for fmt in ("tflite", "onnx", "coreml"):
         record = manifest["validation"]["artifacts"][fmt]
         assert record["measured"] and record["passed"] and record["sqnr_db"] >= 20, (fmt, record)
@@ -461,7 +461,7 @@ def test_a_default_static_batch_pt2_packages_for_every_format_without_flags(mode
     manifest = json.loads((models / "out" / "static.edgekit" / "manifest.json").read_text())
     assert manifest["inputs"][0]["shape"] == [1, 3, 16, 16]  # the program's batch, kept
     by_format = {a["format"]: a for a in manifest["artifacts"]}
-    assert set(by_format) == {"tflite", "onnx", "coreml"}
+    assert set(by_format) == {"tflite", "onnx", "coreml", "executorch"}
     for fmt in by_format:
         assert manifest["validation"]["artifacts"][fmt]["passed"], fmt
     tflite = by_format["tflite"]
@@ -488,7 +488,7 @@ def test_an_audio_front_end_reaches_every_format_and_runs_like_pytorch(models):
     package(models, f"{models / 'nets.py'}:keyword_spotter", "waves.npy", "--format", "all", "--name", "kws",
             "--allow-accuracy-drop")  # random weights: the verdict is not the point here, the route is
     manifest = json.loads((models / "out" / "kws.edgekit" / "manifest.json").read_text())
-    assert {a["format"] for a in manifest["artifacts"]} == {"tflite", "onnx", "coreml"}
+    assert {a["format"] for a in manifest["artifacts"]} == {"tflite", "onnx", "coreml", "executorch"}
     coreml = manifest["validation"]["artifacts"]["coreml"]
     assert coreml["measured"] and "MIL evaluator" in coreml["measured_by"]
     x = np.load(models / "waves.npy")[:6]
@@ -534,7 +534,7 @@ def test_a_scalar_tensor_input_fixed_with_input_name_value_reaches_every_format(
     manifest = json.loads((models / "out" / "gain.edgekit" / "manifest.json").read_text())
     assert [i["name"] for i in manifest["inputs"]] == ["image"]
     assert manifest["source"]["fixed_inputs"] == {"gain": {"value": 0.5}}
-    assert {a["format"] for a in manifest["artifacts"]} == {"tflite", "onnx", "coreml"}, result.stderr
+    assert {a["format"] for a in manifest["artifacts"]} == {"tflite", "onnx", "coreml", "executorch"}, result.stderr
     x = np.load(models / "images.npy")[:4]
     expected = outputs_with(models, "nets.gain_net()(x, torch.tensor(0.5))", x)
     assert not np.allclose(expected, outputs_with(models, "nets.gain_net()(x, torch.tensor(1.0))", x), atol=1e-3)

@@ -207,6 +207,7 @@ def _runtime_without_exir() -> Any:
     if "executorch.extension.pybindings.portable_lib" in sys.modules or "executorch.exir" in sys.modules:
         from executorch.extension.pybindings import portable_lib
 
+        _quantized_kernels()
         return portable_lib
     import executorch
 
@@ -224,4 +225,15 @@ def _runtime_without_exir() -> Any:
         del sys.modules["executorch.exir"]
         if getattr(executorch, "exir", None) is empty:
             delattr(executorch, "exir")
+    _quantized_kernels()
     return portable_lib
+
+
+def _quantized_kernels() -> None:
+    """ExecuTorch's quantized kernels (``quantized_decomposed::dequantize_per_channel.out``, ...):
+    a program runs them where XNNPACK left a quantized op; the runtime extension has only the
+    portable ones until this library is loaded."""
+    try:
+        import executorch.kernels.quantized  # noqa: F401
+    except ImportError:
+        pass

@@ -88,9 +88,11 @@ def convert_executorch(model: dict[str, Any], calibration_npy: str, output: str,
                               hint=OTHER_ROUTES)
     exported = _export(wrapped, sample(0))
     quantizer = XNNPACKQuantizer().set_global(get_symmetric_quantization_config(is_per_channel=True, is_dynamic=False))
-    if paths:  # nodes of a kept layer get no annotation: they stay float
-        kept = [f"inner.{path}" for path in paths]
-        quantizer.set_filter_function(lambda node: not any(_inside(path, kept) for path in _module_paths(node)))
+    kept = [f"inner.{path}" for path in paths]
+    # nodes of a kept layer get no annotation: they stay float; nor does a node reading integers (an
+    # embedding's token ids, a gather's indices: quantizing them would feed float ids to the op)
+    quantizer.set_filter_function(lambda node: not _reads_integers(node)
+                                  and not any(_inside(path, kept) for path in _module_paths(node)))
     graph = prepare_pt2e(exported.module(), quantizer)
     total = len(next(iter(samples.values())))
     with torch.no_grad():
@@ -143,6 +145,16 @@ def _samples(path: str, names: list[str]) -> list[tuple[Any, ...]]:
             for i in range(count)]
 
 
+def _reads_integers(node: Any) -> bool:
+    """Whether a graph node takes an integer tensor (token ids, indices)."""
+    for arg in node.all_input_nodes:
+        value = arg.meta.get("val")
+        dtype = getattr(value, "dtype", None)
+        if dtype is not None and not dtype.is_floating_point and not dtype.is_complex and str(dtype) != "torch.bool":
+            return True
+    return False
+
+
 def _module_paths(node: Any) -> list[str]:
     """The module paths a graph node was traced inside (``torch.export``'s ``nn_module_stack``)."""
     return [str(entry[0]) for entry in (node.meta.get("nn_module_stack") or {}).values()]
@@ -166,6 +178,7 @@ def _lower_and_write(exported: Any, path: str, io: str, named: dict[str, str]) -
     """Lower ``exported`` with the XNNPACK partitioner, write the ``.pte`` (temp name, then
     rename) with the names in ``IO_METHOD``; what runs where and in what precision, read from
     the lowered graph before ``to_executorch`` adds its memory planning to it."""
+    import executorch.kernels.quantized  # noqa: F401 - the quantized ops' out variants, for what XNNPACK leaves
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from executorch.exir import to_edge_transform_and_lower
 
