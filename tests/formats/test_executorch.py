@@ -219,3 +219,40 @@ def test_an_onnx_model_reaches_executorch_through_the_pytorch_rebuild_with_its_n
         assert loaded.input_names == ["pixels"] and loaded.output_names == ["probs"]
         produced = loaded.predict(held["x"])
     assert (produced.argmax(1) == held["y"].argmax(1)).mean() >= 0.9
+
+
+def test_token_ids_shifted_by_a_constant_stay_integers_through_the_quantizer(tmp_path):
+    """ExecuTorch's XNNPACK quantizer turned the scalar of ``ids + 1`` into a float tensor constant:
+    the ids reached the embedding as floats and calibration failed ("Expected tensor for argument
+    #1 'indices' to have one of the following scalar types: Long, Int")."""
+    import subprocess
+    import sys
+    import textwrap
+
+    code = f"""
+        import numpy as np, torch
+        class Tokens(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                torch.manual_seed(0)
+                self.embed = torch.nn.Embedding(40, 8)
+                self.head = torch.nn.Linear(8, 3)
+            def forward(self, ids):
+                return self.head(self.embed(ids + 1).mean(1))
+        ids = np.random.default_rng(0).integers(0, 39, (32, 6)).astype(np.int64)
+        batch = torch.export.Dim("batch", min=1, max=1024)
+        program = torch.export.export(Tokens().eval(), (torch.from_numpy(ids[:2]),), dynamic_shapes=({{0: batch}},))
+        torch.export.save(program, {str(tmp_path / "tokens.pt2")!r})
+        np.save({str(tmp_path / "ids.npy")!r}, ids)
+        with torch.no_grad():
+            np.save({str(tmp_path / "expected.npy")!r}, Tokens().eval()(torch.from_numpy(ids)).numpy())
+    """
+    subprocess.run([sys.executable, "-c", textwrap.dedent(code)], check=True, capture_output=True)
+    model = {"form": "torch-program", "path": str(tmp_path / "tokens.pt2"), "loader": LOADER,
+             "arguments": {"kind": "torch_export", "fixed": None}, "via": ""}
+    worker.call(convert_executorch, what="ExecuTorch conversion", model=model, calibration_npy=str(tmp_path / "ids.npy"),
+                output=str(tmp_path / "tokens.pte"), output_names=["scores"])
+    backend = ExecuTorchBackend(str(tmp_path / "tokens.pte"))
+    assert backend.inputs[0].dtype == np.int64
+    produced = backend.run(np.load(tmp_path / "ids.npy"))[0]
+    assert np.abs(produced - np.load(tmp_path / "expected.npy")).max() < 0.1

@@ -92,8 +92,7 @@ def test_attention_classifiers_ship_every_format_and_match_their_source(models, 
     included (its additive mask stays float in ONNX)."""
     folder = models / name
     data = {"vit": "images.npz", "text_encoder": "texts.npz"}[name]
-    # ExecuTorch too for the ViT; the encoder's ids reach its embedding as floats in ExecuTorch's PT2E
-    # calibration through the ONNX -> PyTorch rebuild (docs/limits.md)
+    # ExecuTorch too for the ViT; the encoder's ExecuTorch INT8 is refused by its gate (docs/limits.md)
     formats = ["all"] if name == "vit" else ["tflite", "onnx", "coreml"]
     result = edgekit_cli("package", folder / source, *[a for f in formats for a in ("--format", f)], "-c",
                          folder / data, "--no-also-float", "-o", tmp_path / "out")

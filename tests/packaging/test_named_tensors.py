@@ -190,8 +190,8 @@ def _matches_raw(pkg, manifest, artifact, feeds, got):
 
 
 def test_token_ids_pass_through_unquantized_and_unscaled(models, tmp_path):
-    # not ExecuTorch: token ids through its Keras -> ONNX -> PyTorch route reach the embedding as floats
-    # in PT2E's calibration (docs/limits.md)
+    # the three formats that take Keras directly or in one step: ExecuTorch's two-step route for token ids
+    # is tests/formats/test_executorch.py's (ids kept integers through its quantizer)
     pkg = package(models, "tokens", formats=("tflite", "onnx", "coreml"))
     manifest = json.loads((pkg / "manifest.json").read_text())
     spec = manifest["inputs"][0]

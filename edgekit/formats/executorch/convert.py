@@ -87,7 +87,8 @@ def convert_executorch(model: dict[str, Any], calibration_npy: str, output: str,
         raise ConversionError(f"ExecuTorch: the program returns {produced} outputs, the model {len(output_names)}",
                               hint=OTHER_ROUTES)
     exported = _export(wrapped, sample(0))
-    quantizer = XNNPACKQuantizer().set_global(get_symmetric_quantization_config(is_per_channel=True, is_dynamic=False))
+    quantizer = _integer_scalars_kept(XNNPACKQuantizer)().set_global(
+        get_symmetric_quantization_config(is_per_channel=True, is_dynamic=False))
     kept = [f"inner.{path}" for path in paths]
     # nodes of a kept layer get no annotation: they stay float; nor does a node reading integers (an
     # embedding's token ids, a gather's indices: quantizing them would feed float ids to the op)
@@ -143,6 +144,29 @@ def _samples(path: str, names: list[str]) -> list[tuple[Any, ...]]:
     count = len(next(iter(stored.values())))
     return [tuple(torch.from_numpy(_model_dtype(np.asarray(stored[n][i : i + 1]))) for n in names)
             for i in range(count)]
+
+
+def _integer_scalars_kept(base: type) -> type:
+    """ExecuTorch's XNNPACK quantizer before annotating turns every scalar of an ``add``/``mul``
+    into a float tensor constant, on integer tensors too: token ids plus a vocabulary offset then
+    become float and an embedding refuses them. Such integer ops are given their ``.Scalar``
+    overload (same arguments) first, which that transform leaves alone."""
+    import torch
+
+    scalar = {torch.ops.aten.add.Tensor: torch.ops.aten.add.Scalar, torch.ops.aten.mul.Tensor: torch.ops.aten.mul.Scalar}
+
+    class IntegerScalarsKept(base):  # type: ignore[misc, valid-type]
+        def transform_for_annotation(self, model: Any) -> Any:
+            for node in model.graph.nodes:
+                value = node.meta.get("val") if node.op == "call_function" else None
+                if (node.target in scalar and value is not None and not value.dtype.is_floating_point
+                        and len(node.args) == 2 and isinstance(node.args[0], torch.fx.Node)
+                        and not isinstance(node.args[1], torch.fx.Node)):
+                    node.target = scalar[node.target]
+            model.recompile()
+            return super().transform_for_annotation(model)
+
+    return IntegerScalarsKept
 
 
 def _reads_integers(node: Any) -> bool:
