@@ -57,7 +57,8 @@ def test_a_ctc_recognizer_ships_every_format_and_decodes_like_float(models, tmp_
     assert result.returncode == 0, result.stderr[-3000:]
     package = tmp_path / "out" / "recognizer.edgekit"
     manifest = manifest_of(package)
-    assert {a["format"] for a in manifest["artifacts"]} >= {"tflite", "onnx", "coreml"}
+    # ExecuTorch too: the encoder's additive attention mask and its softmax unquantized, as in ONNX
+    assert {a["format"] for a in manifest["artifacts"]} >= {"tflite", "onnx", "coreml", "executorch"}
     assert "output logprobs: sequence" in result.stdout and "CTC blank" in result.stdout
     for key, measured in manifest["validation"]["artifacts"].items():
         assert measured["passed"], key
@@ -92,14 +93,13 @@ def test_attention_classifiers_ship_every_format_and_match_their_source(models, 
     included (its additive mask stays float in ONNX)."""
     folder = models / name
     data = {"vit": "images.npz", "text_encoder": "texts.npz"}[name]
-    # ExecuTorch too for the ViT; the encoder's ExecuTorch INT8 is refused by its gate (docs/limits.md)
-    formats = ["all"] if name == "vit" else ["tflite", "onnx", "coreml"]
-    result = edgekit_cli("package", folder / source, *[a for f in formats for a in ("--format", f)], "-c",
-                         folder / data, "--no-also-float", "-o", tmp_path / "out")
+    result = edgekit_cli("package", folder / source, "--format", "all", "-c", folder / data, "--no-also-float",
+                         "-o", tmp_path / "out")
     assert result.returncode == 0, result.stderr[-3000:]
     package = tmp_path / "out" / f"{name}.edgekit"
     manifest = manifest_of(package)
-    assert {a["format"] for a in manifest["artifacts"]} >= {"tflite", "onnx", "coreml"}
+    # ExecuTorch too: the encoder's additive attention mask and its softmax unquantized, as in ONNX
+    assert {a["format"] for a in manifest["artifacts"]} >= {"tflite", "onnx", "coreml", "executorch"}
     for key, measured in manifest["validation"]["artifacts"].items():
         assert measured["passed"] and measured["measured"], key
     held = np.load(folder / "heldout.npz")
@@ -112,7 +112,7 @@ def test_attention_classifiers_ship_every_format_and_match_their_source(models, 
         given = tmp_path / "held.npz"
     session = ort.InferenceSession(str(folder / f"{name}.onnx"))
     expected = session.run(None, feeds)[0].argmax(-1)
-    for artifact in ("tflite", "onnx"):
+    for artifact in ("tflite", "onnx", "executorch"):
         run_device(package, artifact, "-i", str(given), "-o", str(tmp_path / f"{artifact}.npy"))
         produced = np.load(tmp_path / f"{artifact}.npy").argmax(-1)
         assert np.mean(produced == expected) >= 0.97, artifact
@@ -147,7 +147,8 @@ def test_a_stateful_vad_streams_100_frames_with_its_state_carried_over(models, s
     folder = models / "stream"
     package, _ = stream_package
     manifest = manifest_of(package)
-    assert {a["format"] for a in manifest["artifacts"]} >= {"tflite", "onnx", "coreml"}
+    # ExecuTorch too: the encoder's additive attention mask and its softmax unquantized, as in ONNX
+    assert {a["format"] for a in manifest["artifacts"]} >= {"tflite", "onnx", "coreml", "executorch"}
     rewrites = manifest["source"]["rewrites"]
     assert rewrites["folded_ifs"][0]["taken"] is True and rewrites["batch_axes"] == {"state": 1, "stateN": 1}
     frames = np.load(folder / "stream.npz")["input"]

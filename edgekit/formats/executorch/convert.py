@@ -90,9 +90,11 @@ def convert_executorch(model: dict[str, Any], calibration_npy: str, output: str,
     quantizer = _integer_scalars_kept(XNNPACKQuantizer)().set_global(
         get_symmetric_quantization_config(is_per_channel=True, is_dynamic=False))
     kept = [f"inner.{path}" for path in paths]
+    masked = mask_nodes(exported.graph_module.graph, set(exported.graph_signature.user_inputs))
     # nodes of a kept layer get no annotation: they stay float; nor does a node reading integers (an
-    # embedding's token ids, a gather's indices: quantizing them would feed float ids to the op)
-    quantizer.set_filter_function(lambda node: not _reads_integers(node)
+    # embedding's token ids, a gather's indices: quantizing them would feed float ids to the op), nor
+    # one mixing an attention mask into the scores, nor the softmax after it (``mask_nodes``)
+    quantizer.set_filter_function(lambda node: not _reads_integers(node) and node.name not in masked
                                   and not any(_inside(path, kept) for path in _module_paths(node)))
     graph = prepare_pt2e(exported.module(), quantizer)
     total = len(next(iter(samples.values())))
@@ -167,6 +169,50 @@ def _integer_scalars_kept(base: type) -> type:
             return super().transform_for_annotation(model)
 
     return IntegerScalarsKept
+
+
+# as edgekit/formats/onnx/masks.py on ONNX graphs: ops a mask-derived value passes through, ops that
+# mix it into activations, and the shape ops between such a mix and its softmax
+MASK_OPS = {"to", "_to_copy", "sub", "rsub", "mul", "add", "div", "neg", "eq", "ne", "lt", "le", "gt", "ge", "where",
+            "unsqueeze", "squeeze", "view", "reshape", "expand", "slice", "clone", "cat", "clamp", "logical_not",
+            "logical_and", "logical_or", "bitwise_not", "permute", "transpose", "repeat", "masked_fill", "full_like",
+            "type_as", "minimum", "maximum"}
+MIXING_OPS = {"add", "sub", "mul", "where", "masked_fill"}
+PASS_THROUGH = {"view", "reshape", "permute", "transpose", "_to_copy", "to", "squeeze", "unsqueeze", "clone"}
+
+
+def mask_nodes(graph: Any, user_inputs: set[str]) -> set[str]:
+    """The nodes adding an attention mask to activations, and the softmax each feeds: a text
+    encoder's ``(1 - mask) * -1e4`` added to the scores gets one int8 scale spanning -10000..10,
+    every score rounds to one value and the attention is lost. A value is mask-derived when it
+    follows from integer inputs through elementwise and shape ops only (an embedding's output is
+    learned features, not a mask). ``user_inputs``: the placeholders that are the model's inputs
+    (the others are its lifted weights and constants)."""
+    derived = {node for node in graph.nodes if node.op == "placeholder" and node.name in user_inputs
+               and getattr(node.meta.get("val"), "dtype", None) is not None
+               and not node.meta["val"].dtype.is_floating_point}
+    constants = {node for node in graph.nodes if node.op == "get_attr"
+                 or node.op == "placeholder" and node.name not in user_inputs}
+    if not derived:
+        return set()
+    found: set[str] = set()
+    for node in graph.nodes:
+        if node.op != "call_function":
+            continue
+        live = [a for a in node.all_input_nodes if a not in constants]
+        from_mask = [a for a in live if a in derived]
+        name = _op_name(node.target)
+        if live and len(from_mask) == len(live) and name in MASK_OPS:
+            derived.add(node)
+        elif from_mask and name in MIXING_OPS:
+            found.add(node.name)
+            frontier, steps = [node], 0
+            while frontier and steps < 4:
+                following = [user for n in frontier for user in n.users]
+                found.update(user.name for user in following if "softmax" in _op_name(user.target))
+                frontier = [user for user in following if _op_name(user.target) in PASS_THROUGH]
+                steps += 1
+    return found
 
 
 def _reads_integers(node: Any) -> bool:
