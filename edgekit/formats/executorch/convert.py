@@ -87,15 +87,7 @@ def convert_executorch(model: dict[str, Any], calibration_npy: str, output: str,
         raise ConversionError(f"ExecuTorch: the program returns {produced} outputs, the model {len(output_names)}",
                               hint=OTHER_ROUTES)
     exported = _export(wrapped, sample(0))
-    quantizer = _integer_scalars_kept(XNNPACKQuantizer)().set_global(
-        get_symmetric_quantization_config(is_per_channel=True, is_dynamic=False))
-    kept = [f"inner.{path}" for path in paths]
-    masked = mask_nodes(exported.graph_module.graph, set(exported.graph_signature.user_inputs))
-    # nodes of a kept layer get no annotation: they stay float; nor does a node reading integers (an
-    # embedding's token ids, a gather's indices: quantizing them would feed float ids to the op), nor
-    # one mixing an attention mask into the scores, nor the softmax after it (``mask_nodes``)
-    quantizer.set_filter_function(lambda node: not _reads_integers(node) and node.name not in masked
-                                  and not any(_inside(path, kept) for path in _module_paths(node)))
+    quantizer = _quantizer(XNNPACKQuantizer, get_symmetric_quantization_config, exported, paths)
     graph = prepare_pt2e(exported.module(), quantizer)
     total = len(next(iter(samples.values())))
     with torch.no_grad():
@@ -146,6 +138,19 @@ def _samples(path: str, names: list[str]) -> list[tuple[Any, ...]]:
     count = len(next(iter(stored.values())))
     return [tuple(torch.from_numpy(_model_dtype(np.asarray(stored[n][i : i + 1]))) for n in names)
             for i in range(count)]
+
+
+def _quantizer(xnnpack_quantizer: type, config: Any, exported: Any, kept_paths: list[str]) -> Any:
+    """ExecuTorch's XNNPACK quantizer, static int8 with per-channel weights, annotating every node
+    but those of a layer kept in float, those reading integers (an embedding's token ids, a
+    gather's indices: quantized, the op would get float ids) and an attention mask's mix into the
+    scores with the softmax after it (``mask_nodes``)."""
+    kept = [f"inner.{path}" for path in kept_paths]
+    masked = mask_nodes(exported.graph_module.graph, set(exported.graph_signature.user_inputs))
+    quantizer = _integer_scalars_kept(xnnpack_quantizer)().set_global(config(is_per_channel=True, is_dynamic=False))
+    quantizer.set_filter_function(lambda node: not _reads_integers(node) and node.name not in masked
+                                  and not any(_inside(path, kept) for path in _module_paths(node)))
+    return quantizer
 
 
 def _integer_scalars_kept(base: type) -> type:
