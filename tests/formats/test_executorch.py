@@ -256,3 +256,43 @@ def test_token_ids_shifted_by_a_constant_stay_integers_through_the_quantizer(tmp
     assert backend.inputs[0].dtype == np.int64
     produced = backend.run(np.load(tmp_path / "ids.npy"))[0]
     assert np.abs(produced - np.load(tmp_path / "expected.npy")).max() < 0.1
+
+
+def test_data_movement_and_attention_operands_are_not_float_layers_or_weights(tmp_path):
+    """An NHWC input transposed and padded before its first quantize (as a graph converted from
+    TensorFlow starts) made the label "int8+float (2 layers)" for a fully int8 program, and an
+    attention's ``q @ k`` counted its activation operand as float weight bytes. Data movement is
+    neither int8 nor float (as on ONNX), and only the program's constants are weights."""
+    import subprocess
+    import sys
+    import textwrap
+
+    code = f"""
+        import numpy as np, torch
+        class Layout(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                torch.manual_seed(0)
+                self.conv = torch.nn.Conv2d(3, 8, 3)
+                self.q, self.k, self.head = torch.nn.Linear(8, 8), torch.nn.Linear(8, 8), torch.nn.Linear(8, 4)
+            def forward(self, x):
+                x = torch.nn.functional.pad(x.permute(0, 3, 1, 2), (0, 1, 0, 1))
+                tokens = torch.relu(self.conv(x)).flatten(2).transpose(1, 2)
+                scores = torch.softmax(self.q(tokens) @ self.k(tokens).transpose(1, 2), dim=-1)
+                return torch.softmax(self.head((scores @ tokens).mean(1)), dim=-1)
+        x = np.random.default_rng(0).random((32, 8, 8, 3), dtype=np.float32)
+        program = torch.export.export(Layout().eval(), (torch.from_numpy(x[:1]),))
+        torch.export.save(program, {str(tmp_path / "layout.pt2")!r})
+        np.save({str(tmp_path / "x.npy")!r}, x)
+    """
+    subprocess.run([sys.executable, "-c", textwrap.dedent(code)], check=True, capture_output=True)
+    model = {"form": "torch-program", "path": str(tmp_path / "layout.pt2"), "loader": LOADER,
+             "arguments": {"kind": "torch_export", "fixed": None}, "via": ""}
+    info = worker.call(convert_executorch, what="ExecuTorch conversion", model=model,
+                       calibration_npy=str(tmp_path / "x.npy"), output=str(tmp_path / "layout.pte"),
+                       output_names=["scores"])
+    record = info["precision"]["record"]
+    moved = {"permute", "permute_copy", "constant_pad_nd", "transpose", "view_copy", "clone"}
+    assert not moved & set(record["float_layers"]), record
+    weights = 8 * 3 * 3 * 3 + 8 * 8 * 2 + 4 * 8  # conv, q, k, head as int8 (their int32 biases are not counted)
+    assert record["weight_bytes"] == {"integer": weights, "float": 0}, record

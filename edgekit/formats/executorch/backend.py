@@ -26,9 +26,8 @@ import numpy as np
 
 from ...errors import BackendUnavailableError, PackageError
 from ..backend import Backend, TensorInfo
+from .ops import LAYOUT_OPS
 
-# kernel calls that only change a tensor's memory layout or copy it: not compute left outside XNNPACK
-LAYOUT_OPS = {"_to_dim_order_copy", "_clone_dim_order", "view_copy", "clone", "_to_copy"}
 IO_METHOD = "edgekit_io"  # the constant method edgekit's programs return their tensor names from (JSON)
 
 # ExecuTorch's ScalarType codes (c10) as NumPy dtypes: the ones a program's inputs and outputs use

@@ -31,6 +31,7 @@ from ...conversion.pt2e import qat_folding_only_where_it_can_match
 from ...errors import ConversionError
 from ..building import read_samples
 from .backend import IO_METHOD
+from .ops import NOT_COMPUTE, QDQ, TAIL_OPS, WEIGHTED
 
 OTHER_ROUTES = "build the other formats (--format tflite, onnx or coreml) for this model"
 
@@ -258,8 +259,8 @@ def _lower_and_write(exported: Any, path: str, io: str, named: dict[str, str]) -
     from executorch.exir import to_edge_transform_and_lower
 
     edge = to_edge_transform_and_lower(exported, partitioner=[XnnpackPartitioner()], constant_methods={IO_METHOD: io})
-    graph_module = edge.exported_program().graph_module
-    read = placement_of(graph_module, named), precision_of(graph_module, named)
+    lowered = edge.exported_program()
+    read = placement_of(lowered.graph_module, named), precision_of(lowered, named)
     program = edge.to_executorch()
     target = Path(path)
     partial = target.with_name(target.name + ".partial")
@@ -280,9 +281,6 @@ def _weighted_layers(graph_module: Any, named: dict[str, str]) -> list[str]:
     found = [_layer(node, named) for node in graph_module.graph.nodes
              if node.op == "call_function" and _op_name(node.target) in WEIGHTED | {"conv2d", "conv1d", "matmul"}]
     return list(dict.fromkeys(layer for layer in found if layer))
-
-
-WEIGHTED = {"convolution", "linear", "addmm", "mm", "bmm"}  # ops whose second argument is a weight
 
 
 def placement_of(graph_module: Any, named: dict[str, str] | None = None) -> dict[str, Any]:
@@ -326,29 +324,19 @@ def _weight_quantized(node: Any) -> bool:
     return "dequantize" in str(getattr(weight, "target", ""))
 
 
-QDQ = {"quantize_per_tensor", "dequantize_per_tensor", "quantize_per_channel", "dequantize_per_channel",
-       "choose_qparams"}
-# ops a float tail may hold (as TFLite's TAIL_OPS): activations, normalisations, elementwise and
-# shape ops, never a layer with weights
-TAIL_OPS = {"_softmax", "softmax", "_log_softmax", "log_softmax", "sigmoid", "tanh", "relu", "hardtanh", "leaky_relu",
-            "hardswish", "abs", "view", "reshape", "squeeze", "squeeze_copy", "unsqueeze", "unsqueeze_copy", "permute",
-            "permute_copy", "cat", "mul", "div", "add", "sub", "sqrt", "rsqrt", "exp", "sum", "mean", "maximum",
-            "minimum", "clamp", "slice", "slice_copy", "select", "select_copy", "split", "split_with_sizes_copy",
-            "expand", "expand_copy", "linalg_vector_norm", "flatten"}
-NOT_COMPUTE = QDQ | {"getitem", "alloc", "view_copy", "clone", "_to_copy", "_clone_dim_order", "_to_dim_order_copy"}
-
-
-def precision_of(graph_module: Any, named: dict[str, str] | None = None) -> dict[str, Any]:
-    """What the lowered program computes in, as ``Precision`` counts it (``details.precision``).
+def precision_of(program: Any, named: dict[str, str] | None = None) -> dict[str, Any]:
+    """What the lowered program (an edge ``ExportedProgram``) computes in, as ``Precision`` counts it (``details.precision``).
 
     Inside an XNNPACK partition an op is integer when its weight is int8 (weighted ops) or when it
     reads dequantized values and its result is quantized again, directly or through the ops
     fused after it (conv -> relu -> quantize); every other op there runs in float. Ops left
     outside the delegate run on ExecuTorch's portable kernels in float; those after the last
-    integer op that only lead to the outputs (a final softmax) are the float tail."""
+    integer op that only lead to the outputs (a final softmax) are the float tail. Data movement
+    (``NEUTRAL_OPS``) is neither."""
     from ..precision import Precision
 
     named = named or {}
+    graph_module = program.graph_module
     precision = Precision()
     float_ops: list[tuple[Any, dict[str, Any]]] = []  # portable ops
     at_end: list[tuple[Any, dict[str, Any]]] = []  # float ops inside a delegate that only lead to its outputs
@@ -357,8 +345,9 @@ def precision_of(graph_module: Any, named: dict[str, str] | None = None) -> dict
             continue
         name = _op_name(node.target)
         if name == "executorch_call_delegate":
-            inner = getattr(graph_module, node.args[0].target).original_module.graph
-            for op in inner.nodes:
+            inner = getattr(graph_module, node.args[0].target).original_module
+            constants = _constants(inner)
+            for op in inner.graph.nodes:
                 op_name = _op_name(op.target) if op.op == "call_function" else ""
                 if not op_name or op_name in NOT_COMPUTE:
                     continue
@@ -366,14 +355,15 @@ def precision_of(graph_module: Any, named: dict[str, str] | None = None) -> dict
                 if (_weight_quantized(op) if weighted else _reads_and_writes_quantized(op)):
                     precision.int8_ops += 1
                     precision.int8_weighted_ops += weighted
-                    precision.int8_weight_bytes += _weight_bytes(op) if weighted else 0
+                    precision.int8_weight_bytes += _weight_bytes(op, constants) if weighted else 0
                 else:
-                    precision.float_weight_bytes += _weight_bytes(op) if weighted else 0
+                    precision.float_weight_bytes += _weight_bytes(op, constants) if weighted else 0
                     entry = {"op": op_name, "layer": _layer(op, named) or op_name, "tensor": op.name, "tail": False}
                     precision.float_ops.append(entry)
                     if op_name in TAIL_OPS and _only_reaches_outputs(op):  # at the delegate's end: the tail if the
                         at_end.append((node, entry))  # delegate's results only reach the outputs
         elif name not in NOT_COMPUTE:
+            precision.float_weight_bytes += _weight_bytes(node, _constants(program)) if name in WEIGHTED else 0
             entry = {"op": name, "layer": _layer(node, named) or name, "tensor": node.name, "tail": False}
             precision.float_ops.append(entry)
             float_ops.append((node, entry))
@@ -453,19 +443,29 @@ def per_layer_report(reference: Any, quantized: Any, samples: list[tuple[Any, ..
     return worst_layers(rows)
 
 
-def _weight_bytes(node: Any) -> int:
-    """The bytes of a weighted op's weight: the int8 tensor its dequantize reads, or the float one."""
+def _weight_bytes(node: Any, constants: set[str]) -> int:
+    """The bytes of a weighted op's weight: the int8 tensor its dequantize reads, or the float one;
+    0 where the second operand is an activation (attention's ``q @ k``), not one of the program's
+    ``constants`` (its lifted parameters, buffers and constant tensors)."""
     weight = node.args[1] if len(node.args) > 1 else None
     if weight is not None and "dequantize" in str(getattr(weight, "target", "")):
         weight = weight.args[0]
+    if getattr(weight, "op", None) != "get_attr" and getattr(weight, "name", None) not in constants:
+        return 0
     value = getattr(weight, "meta", {}).get("val")
     return int(value.numel() * value.element_size()) if value is not None and hasattr(value, "numel") else 0
+
+
+def _constants(program: Any) -> set[str]:
+    """The placeholders of an exported program that are its parameters, buffers and constants."""
+    specs = getattr(getattr(program, "graph_signature", None), "input_specs", None) or []
+    return {spec.arg.name for spec in specs if str(getattr(spec.kind, "name", spec.kind)) != "USER_INPUT"}
 
 
 def _only_reaches_outputs(node: Any) -> bool:
     """Whether every use of an op's result leads to the graph's output through float ops a tail may
     hold only."""
-    return all(user.op == "output" or (user.op == "call_function" and _op_name(user.target) in TAIL_OPS | NOT_COMPUTE
+    return all(user.op == "output" or (user.op == "call_function" and _op_name(user.target) in TAIL_OPS
                                        and not _op_name(user.target).startswith("quantize")
                                        and _only_reaches_outputs(user)) for user in node.users)
 

@@ -7,8 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..base import BuildNote
-
-LAYOUT_OPS = ("_to_dim_order_copy", "_clone_dim_order")  # layout copies around the delegate, not compute
+from .ops import LAYOUT_OPS  # layout copies around the delegate, not compute
 
 
 def build_notes(details: Mapping[str, Any]) -> tuple[BuildNote, ...]:
