@@ -335,6 +335,9 @@ def _torch_maker(name: str, spec: dict[str, Any], described: tuple[Any, list[Any
 
         return repeated
     number = spec["number"]
+    if not follow:  # one constant tensor, as for a file: exported as a constant, not a ``full`` op (a
+        value = torch.full(sizes, number, dtype=dtype)  # 0-d ``full`` inside an XNNPACK partition fails its
+        return lambda given_inputs: value  # layout pass: ChannelsLastTaggedReshapePass indexes the 0-d value)
 
     def make(given_inputs: dict[str, Any]) -> Any:
         size = list(sizes)
