@@ -39,7 +39,9 @@ class CoreMLBackend(Backend):
                 hint="use the package's tflite or onnx artifact on this device (--artifact tflite|onnx)",
             )
         try:
-            import coremltools as ct
+            from .tools import coremltools
+
+            ct = coremltools()
         except ImportError:
             raise BackendUnavailableError("coremltools is not installed", hint="pip install coremltools") from None
         try:
@@ -79,7 +81,9 @@ class CoreMLBackend(Backend):
         from ..placement import placement, unreadable_placement
 
         try:
-            import coremltools as ct
+            from .tools import coremltools
+
+            ct = coremltools()
             from coremltools.models.compute_plan import MLComputePlan
 
             plan = MLComputePlan.load_from_path(path=self._model.get_compiled_model_path(),

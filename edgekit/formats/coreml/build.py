@@ -137,7 +137,9 @@ def convert(
     keep it as the fallback, calibrate activations, compress weights, check, evaluate.
     ``float_cache``: where the float ML program is kept between builds of one run (the search's
     tries convert once, then quantize many)."""
-    import coremltools as ct
+    from .tools import coremltools
+
+    ct = coremltools()
 
     samples = _Samples(calibration_npy)
     started = time.perf_counter()
@@ -187,7 +189,9 @@ def _cached_float_program(path: str | None) -> Any:
     """The float ML program an earlier build of this run kept, or None."""
     if not path or not Path(path).exists():
         return None
-    import coremltools as ct
+    from .tools import coremltools
+
+    ct = coremltools()
 
     from .evaluator import load_program_from_model
 
@@ -212,7 +216,9 @@ def _save_atomically(mlmodel: Any, path: str) -> None:
 def _float_program(form: ModelForm, samples: Any, output_names: list[str]) -> Any:
     """The form as a float ML program, batch 1, float32 inputs and outputs; a PyTorch module's
     outputs take the source's names."""
-    import coremltools as ct
+    from .tools import coremltools
+
+    ct = coremltools()
 
     if form.form == forms.KERAS_MODEL:
         import keras
@@ -509,7 +515,9 @@ def check_structure(path: str, input_shapes: dict[str, tuple[int, ...]] | tuple[
                     kept: set[str] = frozenset()) -> dict[str, Any]:
     """The saved package loads, has one input of the expected shape, and int8 weights only (but
     for the ops in ``kept``, the --keep-float layers, whose weights are float16 by request)."""
-    import coremltools as ct
+    from .tools import coremltools
+
+    ct = coremltools()
     from coremltools.proto import MIL_pb2
 
     model = ct.models.MLModel(path, skip_model_load=True)
@@ -683,7 +691,9 @@ def _convert_exported(form: ModelForm, samples: Any, input_name: str, output_nam
                       first: Exception) -> Any:
     """The model through coremltools' torch.export frontend (batch 1, as every CoreML artifact),
     its inputs and outputs renamed to the source's names."""
-    import coremltools as ct
+    from .tools import coremltools
+
+    ct = coremltools()
     import torch
 
     module, names = load_module(form, example=samples.example())

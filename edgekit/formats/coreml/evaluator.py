@@ -29,7 +29,9 @@ _DTYPES = {"fp16": np.float32, "fp32": np.float32, "fp64": np.float64, "int8": n
 
 def load_program(path: str) -> Any:
     """The MIL program of an ``.mlpackage`` as coremltools' Python objects (no CoreML runtime needed)."""
-    import coremltools as ct
+    from .tools import coremltools
+
+    ct = coremltools()
     from coremltools.converters.mil.frontend.milproto.load import load as milproto_load
 
     model = ct.models.MLModel(path, skip_model_load=True)
