@@ -22,13 +22,19 @@ def runnable_artifacts(source: str, profile: str) -> list[str]:
 
 
 def run_bench(args: argparse.Namespace) -> int:
+    from .card import SINGLE_STREAM_QUERIES, SINGLE_STREAM_SECONDS
+
+    runs, min_seconds = args.runs, args.min_seconds
+    if args.single_stream:
+        runs, min_seconds = max(runs, SINGLE_STREAM_QUERIES), max(min_seconds, SINGLE_STREAM_SECONDS)
     options = BenchOptions(
-        runs=args.runs, warmup=args.warmup, min_seconds=args.min_seconds, threads=args.threads, batch=args.batch,
+        runs=runs, warmup=args.warmup, min_seconds=min_seconds, threads=args.threads, batch=args.batch,
         artifact=args.artifact, backend=args.backend, profile=args.profile,
         input=str(args.inputs[0]) if args.inputs else None, eval=args.eval, cv_warn=args.cv_warn,
         sweep_threads=args.sweep_threads or [], sweep_batches=args.sweep_batch or [], device_name=args.device_name,
         require_signature=args.require_signature, trusted_keys=args.trusted_keys,
         sustained_s=args.sustained, window_s=args.window, launch=not args.no_launch,
+        single_stream=args.single_stream,
     )
     from ..fsutil import ensure_writable
 
@@ -36,11 +42,17 @@ def run_bench(args: argparse.Namespace) -> int:
     for path, what in ((report_path, "report"), (args.csv, "CSV")):
         if path is not None:
             ensure_writable(path, what)  # before measuring for minutes
+    if args.card is not None:
+        ensure_writable(args.card, "card folder", is_dir=True)
     artifacts = None
     if args.sweep and not args.artifact:
         artifacts = runnable_artifacts(args.source, args.profile)
+    elif args.card is not None and not args.artifact:
+        artifacts = card_artifacts(args.source, args.profile)
     report = bench(args.source, options, artifacts)
     path = write_report(report, report_path).resolve()
+    if args.card is not None:
+        write_cards(args.source, report, args.card)
     if args.csv:
         from ..fsutil import write_text_atomic
 
@@ -63,6 +75,33 @@ def run_bench(args: argparse.Namespace) -> int:
 
 
 FALLBACK_EXIT = 3
+
+
+def card_artifacts(source: str, profile: str) -> list[str]:
+    """The artifact this device runs first and its float fallback (the card's speed-up), where
+    the device has a runtime for it."""
+    from ..device.package_io import open_package
+
+    runnable = runnable_artifacts(source, profile)
+    if not runnable:
+        return []
+    _, manifest = open_package(source)
+    first = manifest.artifact(runnable[0])
+    fmt = first.format
+    fallback = [a.key for a in manifest.artifacts if a.is_float and a.converter.get("float_fallback_for") == fmt
+                and a.key != first.key and a.key in runnable]
+    return [first.key, *fallback[:1]]
+
+
+def write_cards(source: str, report: dict[str, Any], folder: Any) -> None:
+    """One latency card per quantized artifact of ``report`` into ``folder``; their paths printed."""
+    from ..device.package_io import open_package
+    from .card import cards_from_report, write_card
+
+    _, manifest = open_package(source)
+    for card in cards_from_report(report, manifest):
+        json_path, md_path = write_card(card, folder)
+        print(f"card: {md_path} ({json_path.name})")
 
 
 def fallback_reasons(report: dict[str, Any]) -> list[str]:

@@ -120,13 +120,24 @@ def matrix_cell(comparison: Comparison, row: Row | None) -> str:
     return text + f" ({row.speedup:.2f}x)"
 
 
+def holds_reports(paths: list[str]) -> bool:
+    """Whether ``paths`` name a file or a folder holding a JSON file other than a latency card."""
+    for item in paths:
+        path = Path(item)
+        if path.is_dir() and any(not p.name.endswith(".card.json") for p in path.rglob("*.json")):
+            return True
+        if not path.is_dir():
+            return True  # a file (or a missing path, which gather names)
+    return False
+
+
 def gather(paths: list[str], strict: bool = False) -> tuple[list[tuple[str, dict[str, Any]]], list[str]]:
     """(name, report) for every readable report under ``paths``; unreadable ones skipped with a reason."""
     files: list[Path] = []
     for item in paths:
         path = Path(item)
-        if path.is_dir():
-            files.extend(sorted(p for p in path.rglob("*.json") if p.is_file()))
+        if path.is_dir():  # latency cards beside reports are not reports (``card.py``)
+            files.extend(sorted(p for p in path.rglob("*.json") if p.is_file() and not p.name.endswith(".card.json")))
         elif path.exists():
             files.append(path)
         else:

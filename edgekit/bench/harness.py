@@ -56,6 +56,7 @@ class BenchOptions:
     window_s: float | None = None  # window length of a sustained run (default: about 60 windows)
     launch: bool = True  # time a new process's load and first inference (empty, then warm caches)
     placement: bool = True  # which ops ran on the requested delegate / provider
+    single_stream: bool = False  # MLPerf's single-stream rule (runs and min_seconds raised to it by the CLI)
 
 
 def peak_rss_mib() -> float:
@@ -359,7 +360,7 @@ def bench(source: str, options: BenchOptions, artifacts: list[str] | None = None
         "settings": {"runs": options.runs, "warmup": options.warmup, "min_seconds": options.min_seconds,
                      "batch": options.batch, "sweep_threads": options.sweep_threads,
                      "sweep_batches": options.sweep_batches, "seed": options.seed, "cv_warn": options.cv_warn,
-                     "sustained_s": options.sustained_s},
+                     "sustained_s": options.sustained_s, "single_stream": options.single_stream},
         "thermal": {"before": _public(before), "after": _public(after), "throttled": bool(reasons), "reasons": reasons},
         "context": static | {"before": _public(before), "after": _public(after), "during": usage,
                              "timeline": points,

@@ -30,6 +30,21 @@ def _run(argv: list[str], command: str) -> int:
     return run_main([*argv, *extra], prog=f"edgekit {command}")
 
 
+def _card(argv: list[str], command: str) -> int:
+    """``edgekit card PACKAGE --eval DATA -o DIR``: the benchmark with ``--card DIR``."""
+    from .run import main as run_main
+
+    given = list(argv)
+    for flag in ("-o", "--output"):
+        while flag in given:
+            at = given.index(flag)
+            given[at] = "--card"
+    given = [f"--card={arg.split('=', 1)[1]}" if arg.startswith("--output=") else arg for arg in given]
+    if not any(arg == "--card" or arg.startswith("--card=") for arg in given) and not ({"-h", "--help"} & set(given)):
+        given += ["--card", "."]
+    return run_main([*given, "--bench"], prog="edgekit card")
+
+
 def _serve(argv: list[str], command: str) -> int:
     from ..server.cli import main as serve_main
 
@@ -41,6 +56,7 @@ DELEGATED: dict[str, tuple[Callable[[list[str], str], int], str]] = {
     "run": (_run, "predict on this device: same as `python -m edgekit.run` (see `edgekit run --help`)"),
     "bench": (_run, "benchmark on this device: same as `python -m edgekit.run SOURCE --bench`"),
     "tune": (_run, "measure which artifact, runtime and thread count is fastest here and remember it"),
+    "card": (_card, "benchmark on this device and write a latency card per artifact (-o DIR: Markdown and JSON)"),
     "serve": (_serve, "serve packages over KServe v2 with dynamic batching (see `edgekit serve --help`)"),
 }
 
@@ -454,6 +470,20 @@ def _add_compare(commands: Any) -> None:
     p.add_argument("--allow-different-models", action="store_true", help="compare reports of different models")
 
 
+def _print_cards(paths: list[str]) -> list[str]:
+    """Latency cards among ``paths`` (``edgekit card``) printed as one table across devices and
+    artifacts; the paths left to read as reports (none when only cards were given)."""
+    from ..bench.card import CARD_SUFFIX, card_files, read_card, side_by_side
+    from ..bench.compare import holds_reports
+
+    cards = card_files(paths)
+    if not cards:
+        return paths
+    print(side_by_side([read_card(path) for path in cards]), end="")
+    left = [path for path in paths if not str(path).endswith(CARD_SUFFIX)]
+    return left if holds_reports(left) else []
+
+
 def _compare(args: argparse.Namespace) -> int:
     reports, baseline, html_path, markdown = args.reports, args.baseline, args.html_path, args.markdown
     csv_path, margin, fail_on_regression = args.csv_path, args.margin, args.fail_on_regression
@@ -464,9 +494,7 @@ def _compare(args: argparse.Namespace) -> int:
 
     from ..bench.compare import compare, matrix, matrix_cell, shown_table
     from ..bench.compare import markdown as to_markdown
-    from ..fsutil import write_text_atomic
-
-    from ..fsutil import ensure_writable
+    from ..fsutil import ensure_writable, write_text_atomic
 
     for path, what in ((html_path, "HTML report"), (csv_path, "CSV")):
         if path is not None:
@@ -475,6 +503,8 @@ def _compare(args: argparse.Namespace) -> int:
 
     threshold = margin if margin is not None else (fail_on_regression if fail_on_regression is not None
                                                    else DEFAULT_MARGIN_PCT)
+    if not (reports := _print_cards(reports)):
+        return 0
     comparison = compare(list(reports), baseline, threshold, strict, allow_different_models)
     for skipped in comparison.skipped:
         print(f"warning: skipped {skipped}", file=sys.stderr)

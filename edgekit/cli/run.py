@@ -66,7 +66,11 @@ def parser(prog: str = PROG) -> argparse.ArgumentParser:
     tuning.add_argument("--tune-report", type=Path, default=None,
                         help="also write the measurements as a benchmark report (edgekit compare reads it)")
     tuning.add_argument("--forget-tuned", action="store_true", help="remove the tuned choice for SOURCE and exit")
-    bench = p.group("benchmark (--bench)")
+    _add_bench_options(p.group("benchmark (--bench)"))
+    return p
+
+
+def _add_bench_options(bench: Any) -> None:
     bench.add_argument("--bench", action="store_true", help="benchmark instead of predicting; writes a JSON report")
     bench.add_argument("--runs", type=positive_int, default=100, help="steady-state samples at least (default 100)")
     bench.add_argument("--warmup", type=_non_negative, default=10, help="warm-up runs (default 10)")
@@ -95,10 +99,15 @@ def parser(prog: str = PROG) -> argparse.ArgumentParser:
                             "the CPU (the report says which)")
     bench.add_argument("--no-launch", action="store_true",
                        help="skip timing a new process's load and first inference (empty, then warm caches)")
+    bench.add_argument("--card", type=Path, default=None, metavar="DIR",
+                       help="also write a latency card per artifact into DIR (Markdown and JSON; without --artifact "
+                            "or --sweep: the artifact this device runs and its float fallback, for the speed-up)")
+    bench.add_argument("--single-stream", action="store_true",
+                       help="MLPerf's single-stream rule: at least 1024 queries and 60 s per configuration, the p90 "
+                            "the headline (raises --runs and --min-seconds to them)")
     bench.add_argument("--cv-warn", type=_non_negative_float, default=0.05,
                        help="warn when the p50's 95%% confidence interval is wider than this fraction of the p50: "
                             "differences of that size cannot then be told apart (default 0.05)")
-    return p
 
 
 def _duration(text: str) -> float:

@@ -1,0 +1,336 @@
+"""Latency cards: one page per artifact and device that a device owner can trust and share.
+
+A card is distilled from one benchmark report (``report.py``) and the package's manifest, both
+read on the device: single-stream percentiles with their 95% intervals, first inference in a new
+process (edgekit's cache empty, then warm) and in the measuring process, load time, peak memory,
+size, accuracy measured here against the build machine's verdict (a device-only accuracy loss
+shows as a change), the speed-up over the artifact's float fallback measured in the same run,
+where the ops ran, and the run's conditions and versions. Conditions that make the numbers
+unlike an idle device's (a shared CPU, throttling, pinned CPUs, noisy intervals) are the card's
+first lines, and cards measured under unlike conditions are never tabled side by side without
+saying so (``side_by_side``).
+
+Files: ``CARD.json`` (schema ``card.schema.json``, versioned) and ``CARD.md`` (GitHub and phone
+readable Markdown), named ``<model>.<artifact>.<device>.card``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from ..errors import EdgekitError
+from ..fsutil import write_text_atomic
+
+SCHEMA = "edgekit.card"
+SCHEMA_VERSION = 1
+SCHEMA_FILE = Path(__file__).with_name("card.schema.json")
+# MLPerf Inference's single-stream rule: at least this many queries over at least this long, the
+# 90th percentile reported
+SINGLE_STREAM_QUERIES, SINGLE_STREAM_SECONDS = 1024, 60.0
+SINGLE_STREAM_RULE = (f"MLPerf single stream: one query at a time, at least {SINGLE_STREAM_QUERIES} queries and "
+                      f"{SINGLE_STREAM_SECONDS:g} s, headline the 90th percentile")
+
+
+def cards_from_report(report: Mapping[str, Any], manifest: Any) -> list[dict[str, Any]]:
+    """One card per quantized artifact measured in ``report`` (a float artifact measured alone gets
+    its own card too); ``manifest`` is the package's ``Manifest``."""
+    results = list(report["results"])
+    by_key = {(r["config"]["artifact"], r["config"].get("threads"), r["config"].get("batch")): r for r in results}
+    floats = {a.key for a in manifest.artifacts if a.is_float}
+    measured_quantized = [r for r in results if r["config"]["artifact"] not in floats]
+    chosen = measured_quantized or results
+    return [card(report, manifest, result, _fallback_result(manifest, result, by_key)) for result in chosen]
+
+
+def card(report: Mapping[str, Any], manifest: Any, result: Mapping[str, Any],
+         fallback: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The card of one measured configuration (``result``) of ``report``; ``fallback``: its float
+    fallback's result from the same run, for the speed-up."""
+    config = result["config"]
+    latency = result["latency"]
+    samples = latency.get("samples_ms") or []
+    seconds = round(sum(samples) / 1000.0, 3)
+    single_stream = bool(report["settings"].get("single_stream"))
+    launch = result.get("launch") or {}
+    first, again = launch.get("first_launch") or {}, launch.get("relaunch") or {}
+    context = report.get("context") or {}
+    conditions = context.get("conditions") or {}
+    return {
+        "schema": SCHEMA, "schema_version": SCHEMA_VERSION, "created": report.get("created"),
+        "edgekit_version": report.get("edgekit_version"),
+        "warnings": _warnings(report, result),
+        "model": {"name": report["model"]["name"], "package": report["model"].get("source")},
+        "artifact": {"key": config["artifact"], "precision": config.get("precision"), "size_bytes": result["size_bytes"],
+                     "backend": config.get("backend"), "library": config.get("library"),
+                     "delegate": config.get("delegate"), "providers": config.get("providers"),
+                     "threads": config.get("threads"), "batch": config.get("batch")},
+        "device": _device(report["device"]),
+        "latency_ms": {
+            "headline": "p90" if single_stream else "p50",
+            "p50": latency["p50"], "p90": latency["p90"], "p99": latency["p99"], "mean": latency["mean"],
+            "p50_ci95": latency.get("p50_ci95"), "p90_ci95": latency.get("p90_ci95"),
+            "queries": latency["count"], "seconds": seconds, "noisy": bool(latency.get("noisy")),
+        },
+        "single_stream": {"rule": SINGLE_STREAM_RULE, "asked": single_stream,
+                          "met": latency["count"] >= SINGLE_STREAM_QUERIES and seconds >= SINGLE_STREAM_SECONDS},
+        "first_inference_ms": {
+            "new_process_empty_cache": first.get("process_ms"), "new_process_warm_cache": again.get("process_ms"),
+            "in_process": result.get("first_inference_ms"),
+        },
+        "load_ms": {"cache_miss": first.get("load_ms"), "cache_hit": again.get("load_ms"),
+                    "in_process": (result.get("load_ms") or {}).get("total_s")},
+        "memory_mib": {"peak_rss": result.get("peak_rss_mib"), "after_load": result.get("rss_after_load_mib")},
+        "accuracy": _accuracy(manifest, config["artifact"], result.get("accuracy")),
+        "speedup_vs_float": _speedup(result, fallback),
+        "placement": _placement(result.get("placement")),
+        "conditions": {key: conditions.get(key) for key in (
+            "shared", "other_share", "throttled", "throttle_reasons", "governor", "capped", "cpus_allowed",
+            "cpus_online", "power_source", "power_mode", "max_c")},
+        "versions": dict(context.get("versions") or {}),
+    }
+
+
+def _fallback_result(manifest: Any, result: Mapping[str, Any],
+                     by_key: Mapping[tuple[Any, Any, Any], Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    """The same run's result for the float fallback of ``result``'s artifact (same threads, batch)."""
+    config = result["config"]
+    fmt = config["artifact"].split("-")[0]
+    for artifact in manifest.artifacts:
+        if artifact.is_float and artifact.converter.get("float_fallback_for") == fmt and artifact.key != config["artifact"]:
+            found = by_key.get((artifact.key, config.get("threads"), config.get("batch")))
+            if found is not None:
+                return found
+    return None
+
+
+def _warnings(report: Mapping[str, Any], result: Mapping[str, Any]) -> list[str]:
+    """What makes these numbers unlike an idle device's: the run's conditions (``THROTTLED:``,
+    ``SHARED:``), CPUs withheld from the run, and this configuration's own warnings (noise); the
+    report's warnings about its other configurations are theirs."""
+    conditions = (report.get("context") or {}).get("conditions") or {}
+    found = [w for w in report.get("warnings", []) if re.match(r"^[A-Z]+: ", w)]
+    allowed, online = conditions.get("cpus_allowed"), conditions.get("cpus_online")
+    if allowed and online and allowed < online:
+        found.append(f"PINNED: the run was allowed {allowed} of the {online} CPUs: not the whole device")
+    found += list(result.get("warnings", []))
+    if result["latency"].get("noisy") and not result.get("warnings"):
+        found.append("NOISY: the latency samples spread more than the noise threshold: the intervals are wide")
+    return list(dict.fromkeys(found))
+
+
+def _device(device: Mapping[str, Any]) -> dict[str, Any]:
+    cpu = device.get("cpu") or {}
+    return {"name": device.get("name"), "model": device.get("device_model"), "arch": device.get("arch"),
+            "cpu": cpu.get("model"), "simd": list(cpu.get("simd") or []), "cores": device.get("cores"),
+            "memory_mib": device.get("memory_mib"), "os": device.get("os"), "profile": device.get("profile")}
+
+
+def _accuracy(manifest: Any, key: str, measured: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Accuracy measured here and at packaging; the change is what this device loses (or gains)."""
+    record = (manifest.validation.to_dict().get("artifacts") or {}).get(key) or {}
+    here = (measured or {}).get("accuracy")
+    built = record.get("accuracy")
+    change = round((here - built) * 100, 2) if isinstance(here, (int, float)) and isinstance(built, (int, float)) else None
+    return {"on_device": here, "samples": (measured or {}).get("samples"), "data_sha256": (measured or {}).get("data_sha256"),
+            "at_packaging": built, "float_at_packaging": record.get("float_accuracy"),
+            "verdict_at_packaging": record.get("verdict"), "change_pp": change}
+
+
+def _speedup(result: Mapping[str, Any], fallback: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    if fallback is None:
+        return None
+    mine, theirs = result["latency"]["p50"], fallback["latency"]["p50"]
+    return {"float_artifact": fallback["config"]["artifact"], "float_p50_ms": theirs,
+            "speedup": round(theirs / mine, 3) if mine > 0 else None}
+
+
+def _placement(placement: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    if not placement:
+        return None
+    return {"ops": placement.get("ops"), "by_target": dict(placement.get("by_target") or {}),
+            "fallback_ops": placement.get("fallback_ops"), "not_delegated": dict(placement.get("not_delegated") or {}),
+            "how": placement.get("how")}
+
+
+# --- files -------------------------------------------------------------------------------------
+
+
+def card_name(card: Mapping[str, Any]) -> str:
+    """``<model>.<artifact>.<device>.card``: safe in any file system."""
+    parts = [card["model"]["name"], card["artifact"]["key"], card["device"]["name"] or "device"]
+    return ".".join(re.sub(r"[^A-Za-z0-9_-]+", "_", str(p)) for p in parts) + ".card"
+
+
+def write_card(card: Mapping[str, Any], folder: str | Path) -> tuple[Path, Path]:
+    """``CARD.json`` and ``CARD.md`` in ``folder`` (each written to a temp name, then renamed)."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    stem = folder / card_name(card)
+    json_path, md_path = stem.with_name(stem.name + ".json"), stem.with_name(stem.name + ".md")  # CARD_SUFFIX
+    write_text_atomic(json_path, json.dumps(card, indent=1, allow_nan=False) + "\n")
+    write_text_atomic(md_path, markdown(card))
+    return json_path, md_path
+
+
+# --- Markdown ----------------------------------------------------------------------------------
+
+
+def _ms(value: Any) -> str:
+    if not isinstance(value, (int, float)):
+        return "not measured"
+    return f"{value:.3g} ms" if value < 10 else f"{value:.1f} ms"
+
+
+def _interval(pair: Any) -> str:
+    return f" (95% CI {_ms(pair[0])} to {_ms(pair[1])})" if isinstance(pair, (list, tuple)) and len(pair) == 2 else ""
+
+
+def _percent(value: Any) -> str:
+    return f"{value * 100:.2f}%" if isinstance(value, (int, float)) else "not measured"
+
+
+def markdown(card: Mapping[str, Any]) -> str:
+    """The card as Markdown: warnings first, then one two-column table (narrow enough for a phone)."""
+    artifact, device, latency = card["artifact"], card["device"], card["latency_ms"]
+    lines = [f"# {card['model']['name']} · {artifact['key']} on {device['name']}", ""]
+    for warning in card["warnings"]:
+        lines.append(f"> **Warning:** {warning}")
+    if card["warnings"]:
+        lines += ["> Compare these numbers only with cards measured under the same conditions.", ""]
+    headline = latency["headline"]
+    lines += [f"**{headline} latency {_ms(latency[headline])}**{_interval(latency.get(headline + '_ci95'))}, "
+              f"{artifact['precision']}, {artifact['backend']} at {artifact['threads'] or 'default'} thread(s), "
+              f"batch {artifact['batch']}.", "", "| measurement | value |", "|---|---|"]
+    rows = [
+        ("p50 / p90 / p99", f"{_ms(latency['p50'])} / {_ms(latency['p90'])} / {_ms(latency['p99'])}"),
+        ("p90 interval", _interval(latency.get("p90_ci95")).strip(" ()") or "not measured"),
+        ("queries, time", f"{latency['queries']} in {latency['seconds']:g} s"
+                          f"{' (single-stream rule met)' if card['single_stream']['met'] else ''}"),
+        ("first result, new process", f"{_ms(card['first_inference_ms']['new_process_empty_cache'])} (empty cache), "
+                                      f"{_ms(card['first_inference_ms']['new_process_warm_cache'])} (warm cache)"),
+        ("first inference after load", _ms(card["first_inference_ms"]["in_process"])),
+        ("load", f"{_ms(card['load_ms']['cache_miss'])} (cache miss), {_ms(card['load_ms']['cache_hit'])} (cache hit)"),
+        ("peak memory (RSS)", f"{card['memory_mib']['peak_rss']} MiB"),
+        ("artifact size", f"{artifact['size_bytes'] / 1024:.1f} KiB"),
+    ]
+    rows += _accuracy_rows(card["accuracy"])
+    speed = card.get("speedup_vs_float")
+    rows.append(("speed-up over float", f"{speed['speedup']}x ({speed['float_artifact']} p50 {_ms(speed['float_p50_ms'])})"
+                 if speed else "float fallback not measured in this run"))
+    rows.append(("where the ops ran", _where(card.get("placement"))))
+    rows.append(("device", ", ".join(str(v) for v in (device["model"] or device["cpu"], f"{device['cores']} cores",
+                                                      device["arch"], device["os"]) if v)))
+    rows.append(("run conditions", _conditions(card["conditions"])))
+    rows.append(("versions", ", ".join(f"{k} {v}" for k, v in card["versions"].items())))
+    lines += [f"| {label} | {value} |" for label, value in rows]
+    lines += ["", f"Single-stream rule: {card['single_stream']['rule']}.",
+              f"Measured {card['created']} with edgekit {card['edgekit_version']}.", ""]
+    return "\n".join(lines)
+
+
+def _accuracy_rows(accuracy: Mapping[str, Any]) -> list[tuple[str, str]]:
+    if accuracy["on_device"] is None:
+        return [("accuracy on this device", "not measured (pass --eval with labelled data)")]
+    change = accuracy["change_pp"]
+    said = f", {change:+.2f} pp against packaging" if change is not None else ""
+    return [("accuracy on this device", f"{_percent(accuracy['on_device'])} on {accuracy['samples']} samples{said}"),
+            ("accuracy at packaging", f"{_percent(accuracy['at_packaging'])} (float {_percent(accuracy['float_at_packaging'])}, "
+                                      f"verdict {accuracy['verdict_at_packaging'] or 'none'})")]
+
+
+def _where(placement: Mapping[str, Any] | None) -> str:
+    if not placement:
+        return "not reported by this runtime"
+    spread = ", ".join(f"{target} {count}" for target, count in placement["by_target"].items())
+    fell = placement.get("fallback_ops") or 0
+    return f"{spread}{f'; {fell} ops fell back to the CPU' if fell else ''}"
+
+
+def _conditions(conditions: Mapping[str, Any]) -> str:
+    said = []
+    if conditions.get("shared"):
+        said.append(f"shared CPU ({_percent(conditions.get('other_share'))} of CPU time to other processes)")
+    if conditions.get("throttled"):
+        said.append("throttled")
+    if conditions.get("governor"):
+        said.append(f"governor {conditions['governor']}")
+    allowed, online = conditions.get("cpus_allowed"), conditions.get("cpus_online")
+    if allowed and online and allowed < online:
+        said.append(f"pinned to {allowed} of {online} CPUs")
+    return ", ".join(said) or "idle, not throttled"
+
+
+def _condition_kind(conditions: Mapping[str, Any]) -> tuple[Any, ...]:
+    """What makes two runs' conditions alike: shared or idle, throttled or not, pinned or not, governor."""
+    allowed, online = conditions.get("cpus_allowed"), conditions.get("cpus_online")
+    return (bool(conditions.get("shared")), bool(conditions.get("throttled")),
+            bool(allowed and online and allowed < online), conditions.get("governor"))
+
+
+# --- several cards -----------------------------------------------------------------------------
+
+
+def side_by_side(cards: Iterable[Mapping[str, Any]]) -> str:
+    """A Markdown table of cards (devices and artifacts as columns); unlike conditions said first."""
+    cards = list(cards)
+    warned = [c for c in cards if c["warnings"]]
+    lines = []
+    if warned and len(warned) < len(cards) or len({_condition_kind(c["conditions"]) for c in cards}) > 1:
+        lines.append("> **Warning:** these cards were measured under unlike conditions ("
+                     + "; ".join(f"{c['device']['name']} {c['artifact']['key']}: {_conditions(c['conditions'])}"
+                                 for c in cards) + "): differences may be the conditions, not the devices.")
+        lines.append("")
+    header = ["measurement", *(f"{c['device']['name']} · {c['artifact']['key']}" for c in cards)]
+    lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    rows = [("precision", lambda c: c["artifact"]["precision"]),
+            ("p50", lambda c: _ms(c["latency_ms"]["p50"])), ("p90", lambda c: _ms(c["latency_ms"]["p90"])),
+            ("p99", lambda c: _ms(c["latency_ms"]["p99"])),
+            ("first result, new process", lambda c: _ms(c["first_inference_ms"]["new_process_empty_cache"])),
+            ("peak RSS", lambda c: f"{c['memory_mib']['peak_rss']} MiB"),
+            ("accuracy here", lambda c: _percent(c["accuracy"]["on_device"])),
+            ("speed-up over float", lambda c: f"{c['speedup_vs_float']['speedup']}x" if c.get("speedup_vs_float") else "-"),
+            ("conditions", lambda c: _conditions(c["conditions"]))]
+    lines += ["| " + " | ".join([label, *(str(get(c)) for c in cards)]) + " |" for label, get in rows]
+    return "\n".join(lines) + "\n"
+
+
+CARD_SUFFIX = ".card.json"
+
+
+class CardError(EdgekitError):
+    default_hint = "pass card files written by `edgekit card PACKAGE --eval DATA -o DIR`"
+
+
+def read_card(path: str | Path) -> dict[str, Any]:
+    """A card file, checked: its schema, a version this edgekit reads, the fields a table needs."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise CardError(f"{path}: not a readable card ({type(exc).__name__})") from None
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+        raise CardError(f"{path}: not an edgekit card (schema {data.get('schema') if isinstance(data, dict) else None!r})")
+    version = data.get("schema_version")
+    if not isinstance(version, int) or version > SCHEMA_VERSION:
+        raise CardError(f"{path}: card schema_version {version!r} is not one this edgekit reads ({SCHEMA_VERSION})",
+                        hint="upgrade edgekit where you compare cards")
+    missing = [key for key in json.loads(SCHEMA_FILE.read_text())["required"] if key not in data]
+    if missing:
+        raise CardError(f"{path}: card without {', '.join(missing)}")
+    return data
+
+
+def card_files(paths: Iterable[str | Path]) -> list[Path]:
+    """The ``*.card.json`` files among ``paths`` (files, or folders searched recursively)."""
+    found: list[Path] = []
+    for item in paths:
+        path = Path(item)
+        if path.is_dir():
+            found.extend(sorted(p for p in path.rglob("*" + CARD_SUFFIX) if p.is_file()))
+        elif path.name.endswith(CARD_SUFFIX) and path.is_file():
+            found.append(path)
+    return found

@@ -1,0 +1,129 @@
+"""`edgekit card`: a latency card from a real run of the digits package on this machine, every
+field filled, valid against its schema; a run under a CPU hog says so first; cards table side by
+side (with a warning when their conditions differ); the Markdown renders readably at phone and
+desktop widths in headless Chromium."""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from edgekit.bench.card import SCHEMA_FILE, markdown, read_card, side_by_side
+from tests.bench.test_report_compare import _browser_flags, _required_chromium
+from tests.conftest import EVAL, edgekit_cli
+
+pytestmark = pytest.mark.slow
+
+QUICK = ("--runs", "40", "--min-seconds", "0.2", "--warmup", "3")
+
+
+def _check(schema: dict, value: object, where: str) -> None:
+    """The schema's required keys and types, recursively (the subset of JSON Schema it uses)."""
+    types = schema.get("type")
+    if types is not None:
+        allowed = types if isinstance(types, list) else [types]
+        python = {"object": dict, "array": list, "string": str, "integer": int, "number": (int, float),
+                  "boolean": bool, "null": type(None)}
+        assert any(isinstance(value, python[t]) for t in allowed), f"{where}: {value!r} is not {allowed}"
+    if "const" in schema:
+        assert value == schema["const"], where
+    if "enum" in schema:
+        assert value in schema["enum"], where
+    if isinstance(value, dict):
+        for key in schema.get("required", []):
+            assert key in value, f"{where}.{key} missing"
+        for key, sub in schema.get("properties", {}).items():
+            if key in value:
+                _check(sub, value[key], f"{where}.{key}")
+
+
+def _card(package: Path, out: Path, *extra: object) -> tuple[subprocess.CompletedProcess[str], dict]:
+    result = edgekit_cli("card", package, "--eval", EVAL, "-o", out, *QUICK, "--report", out / "run.json", *extra)
+    assert result.returncode == 0, result.stderr[-3000:]
+    (path,) = sorted(out.glob("*.card.json"))
+    return result, read_card(path)
+
+
+def test_a_card_from_a_real_run_holds_every_field_and_follows_its_schema(digits_all_package, tmp_path):
+    result, card = _card(digits_all_package, tmp_path)
+    _check(json.loads(SCHEMA_FILE.read_text()), card, "card")
+    assert card["artifact"]["key"] == "tflite" and card["artifact"]["size_bytes"] > 1000  # what this device runs
+    latency = card["latency_ms"]
+    assert 0 < latency["p50"] <= latency["p90"] <= latency["p99"] and latency["queries"] >= 40
+    assert latency["p50_ci95"][0] <= latency["p50"] <= latency["p50_ci95"][1] and latency["p90_ci95"]
+    first = card["first_inference_ms"]
+    assert first["new_process_empty_cache"] > 0 and first["new_process_warm_cache"] > 0 and first["in_process"] > 0
+    assert card["load_ms"]["cache_miss"] > 0 and card["load_ms"]["cache_hit"] > 0 and card["memory_mib"]["peak_rss"] > 0
+    accuracy = card["accuracy"]  # measured here, against the package's verdict
+    assert accuracy["on_device"] >= 0.97 and accuracy["samples"] == 360 and accuracy["verdict_at_packaging"] == "passed"
+    assert accuracy["change_pp"] == pytest.approx((accuracy["on_device"] - accuracy["at_packaging"]) * 100, abs=0.01)
+    speed = card["speedup_vs_float"]  # the float fallback measured in the same run
+    assert speed["float_artifact"].startswith("tflite-float") and speed["speedup"] > 0
+    assert card["placement"]["ops"] > 0 and card["placement"]["by_target"]
+    assert card["versions"]["edgekit"] and card["device"]["cores"] >= 1
+    assert card["conditions"]["cpus_online"] >= 1 and card["single_stream"]["met"] is False  # a short run
+    text = next(tmp_path.glob("digits.tflite.*.card.md")).read_text()
+    for label in ("p50 / p90 / p99", "first result, new process", "load", "peak memory (RSS)", "artifact size",
+                  "accuracy on this device", "speed-up over float", "where the ops ran", "run conditions", "versions"):
+        assert f"| {label} |" in text
+    assert "card: " in result.stdout
+
+
+def test_a_run_under_a_cpu_hog_says_so_first_and_unlike_cards_are_tabled_with_a_warning(digits_all_package,
+                                                                                     tmp_path):
+    hog = subprocess.Popen([sys.executable, "-c", "import time\nend = time.time() + 60\nwhile time.time() < end: pass"])
+    try:
+        _, card = _card(digits_all_package, tmp_path, "--artifact", "tflite", "--threads", "1")
+    finally:
+        hog.kill()
+        hog.wait()
+    assert card["warnings"] and card["warnings"][0].startswith("SHARED: "), card["warnings"]
+    text = markdown(card)
+    title, blank, first = text.splitlines()[:3]
+    assert title.startswith("# digits · tflite on ") and first.startswith("> **Warning:** SHARED: ")
+    idle = copy.deepcopy(card)  # the same card as an idle run would have it
+    idle["warnings"], idle["conditions"]["shared"], idle["device"]["name"] = [], False, "other"
+    table = side_by_side([card, idle])
+    assert table.startswith("> **Warning:** these cards were measured under unlike conditions")
+    assert "| measurement | " in table and " · tflite | other · tflite |" in table
+    assert not side_by_side([card, card]).startswith("> **Warning:**")  # alike conditions: no warning
+    both = tmp_path / "both"
+    both.mkdir()
+    for name, data in (("a.card.json", card), ("b.card.json", idle)):
+        (both / name).write_text(json.dumps(data))
+    shown = edgekit_cli("compare", both)
+    assert shown.returncode == 0 and "unlike conditions" in shown.stdout and "other · tflite" in shown.stdout
+
+
+def test_the_markdown_renders_readably_on_a_phone_and_a_desktop(digits_all_package, tmp_path):
+    import markdown as renderer
+
+    _, card = _card(digits_all_package, tmp_path, "--artifact", "tflite", "--no-launch")
+    body = renderer.markdown(markdown(card), extensions=["tables"])
+    # what a Markdown viewer gives a table (GitHub: a scrolling block), and a script that measures
+    page = tmp_path / "card.html"
+    page.write_text(
+        '<!doctype html><html><head><meta name="viewport" content="width=device-width, initial-scale=1">'
+        "<style>body{font:16px sans-serif;margin:8px} table{display:block;overflow:auto;border-collapse:collapse}"
+        "td,th{border:1px solid #ccc;padding:4px 8px}</style></head><body>" + body +
+        "<script>const cells=[...document.querySelectorAll('tbody tr td:first-child')];"
+        "const w=Math.min(...cells.map(c=>c.getBoundingClientRect().width));"
+        "const f=Math.min(...cells.map(c=>parseFloat(getComputedStyle(c).fontSize)));"
+        "document.body.dataset.labels=cells.length;document.body.dataset.narrowest=Math.round(w);"
+        "document.body.dataset.font=f;document.body.dataset.pageOverflow="
+        "(document.documentElement.scrollWidth>window.innerWidth);</script></body></html>")
+    browser = _required_chromium()
+    for width in (390, 1280):
+        dom = subprocess.run([browser, *_browser_flags(tmp_path), f"--window-size={width},900", "--dump-dom",
+                              page.as_uri()], capture_output=True, text=True, timeout=120).stdout
+        assert 'data-labels="' in dom, dom[-2000:]
+        attrs = dict(part.split('="') for part in dom.split("<body", 1)[1].split(">", 1)[0].split('" ') if '="' in part)
+        labels = {k.strip(): v.strip('"') for k, v in attrs.items()}
+        assert int(labels["data-labels"]) >= 12 and float(labels["data-font"]) >= 14
+        assert int(labels["data-narrowest"]) >= 60, (width, labels)  # a label column one can read
+        assert labels["data-page-overflow"] == "false", (width, labels)  # the page itself never scrolls sideways
