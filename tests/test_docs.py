@@ -59,7 +59,7 @@ def test_the_notebook_runs(tmp_path):
 def test_every_report_a_documented_compare_reads_is_made_by_an_earlier_command():
     """The tutorial compared this-device.bench.json with other-device.bench.json, which no
     command made: every report file or folder `edgekit compare` reads in the docs is written by
-    an earlier `--report` (or copied back from a device with scp) in the same page."""
+    an earlier `--report` or `edgekit card -o` (or copied back from a device with scp) in the same page."""
     import re
     import shlex
 
@@ -74,7 +74,9 @@ def test_every_report_a_documented_compare_reads_is_made_by_an_earlier_command()
                     words = shlex.split(text)
                 except ValueError:  # a quote that closes on another line (python -c "...")
                     words = text.split()
-                made += [words[i + 1] for i, w in enumerate(words[:-1]) if w == "--report"]
+                made += [words[i + 1] for i, w in enumerate(words[:-1]) if w in ("--report", "--card")]
+                made += [words[i + 1] for i, w in enumerate(words[:-1]) if words[:2] == ["edgekit", "card"]
+                         and w in ("-o", "--output")]  # latency cards, which compare tables too
                 made += [w.split(":", 1)[1] for w in words[1:-1] if words[0] == "scp" and ":" in w]
                 if words[:2] != ["edgekit", "compare"]:
                     continue

@@ -127,3 +127,19 @@ def test_the_markdown_renders_readably_on_a_phone_and_a_desktop(digits_all_packa
         assert int(labels["data-labels"]) >= 12 and float(labels["data-font"]) >= 14
         assert int(labels["data-narrowest"]) >= 60, (width, labels)  # a label column one can read
         assert labels["data-page-overflow"] == "false", (width, labels)  # the page itself never scrolls sideways
+
+
+def test_single_stream_counts_each_configurations_own_query_time(digits_package):
+    """Two artifacts interleaved shared the wall clock: under MLPerf's rule each needs its own
+    queries' time (the sum of its latencies), and a long run's report keeps a stride of them."""
+    from edgekit.bench.harness import MAX_STORED_SAMPLES, BenchOptions, bench
+    from edgekit.manifest import Manifest
+
+    keys = [a.key for a in Manifest.from_json((digits_package / "manifest.json").read_bytes()).artifacts]
+    options = BenchOptions(runs=1024, min_seconds=1.0, warmup=3, threads=1, single_stream=True, launch=False)
+    report = bench(str(digits_package), options, keys)
+    assert report["settings"]["single_stream"] is True and len(report["results"]) == len(keys) >= 2
+    for result in report["results"]:
+        latency = result["latency"]
+        assert latency["count"] >= 1024 and latency["query_s"] >= 1.0
+        assert len(latency["samples_ms"]) <= MAX_STORED_SAMPLES < latency["count"]  # a 0.02 ms model: >40k queries
