@@ -94,17 +94,20 @@ def card(report: Mapping[str, Any], manifest: Any, result: Mapping[str, Any],
     }
 
 
+def float_fallbacks(manifest: Any, key: str) -> list[str]:
+    """The keys of the float fallbacks built for the format of artifact ``key``."""
+    fmt = manifest.artifact(key).format
+    return [a.key for a in manifest.artifacts
+            if a.is_float and a.converter.get("float_fallback_for") == fmt and a.key != key]
+
+
 def _fallback_result(manifest: Any, result: Mapping[str, Any],
                      by_key: Mapping[tuple[Any, Any, Any], Mapping[str, Any]]) -> Mapping[str, Any] | None:
     """The same run's result for the float fallback of ``result``'s artifact (same threads, batch)."""
     config = result["config"]
-    fmt = config["artifact"].split("-")[0]
-    for artifact in manifest.artifacts:
-        if artifact.is_float and artifact.converter.get("float_fallback_for") == fmt and artifact.key != config["artifact"]:
-            found = by_key.get((artifact.key, config.get("threads"), config.get("batch")))
-            if found is not None:
-                return found
-    return None
+    found = [by_key.get((key, config.get("threads"), config.get("batch")))
+             for key in float_fallbacks(manifest, config["artifact"])]
+    return next((r for r in found if r is not None), None)
 
 
 def _warnings(report: Mapping[str, Any], result: Mapping[str, Any]) -> list[str]:

@@ -81,16 +81,14 @@ def card_artifacts(source: str, profile: str) -> list[str]:
     """The artifact this device runs first and its float fallback (the card's speed-up), where
     the device has a runtime for it."""
     from ..device.package_io import open_package
+    from .card import float_fallbacks
 
     runnable = runnable_artifacts(source, profile)
     if not runnable:
         return []
     _, manifest = open_package(source)
-    first = manifest.artifact(runnable[0])
-    fmt = first.format
-    fallback = [a.key for a in manifest.artifacts if a.is_float and a.converter.get("float_fallback_for") == fmt
-                and a.key != first.key and a.key in runnable]
-    return [first.key, *fallback[:1]]
+    fallback = [key for key in float_fallbacks(manifest, runnable[0]) if key in runnable]
+    return [runnable[0], *fallback[:1]]
 
 
 def write_cards(source: str, report: dict[str, Any], folder: Any) -> None:
