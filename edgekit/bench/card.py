@@ -139,6 +139,7 @@ def _accuracy(manifest: Any, key: str, measured: Mapping[str, Any] | None) -> di
     built = record.get("accuracy")
     change = round((here - built) * 100, 2) if isinstance(here, (int, float)) and isinstance(built, (int, float)) else None
     return {"on_device": here, "samples": (measured or {}).get("samples"), "data_sha256": (measured or {}).get("data_sha256"),
+            "not_measured_because": (measured or {}).get("reason"),
             "at_packaging": built, "float_at_packaging": record.get("float_accuracy"),
             "verdict_at_packaging": record.get("verdict"), "change_pp": change}
 
@@ -238,7 +239,8 @@ def markdown(card: Mapping[str, Any]) -> str:
 
 def _accuracy_rows(accuracy: Mapping[str, Any]) -> list[tuple[str, str]]:
     if accuracy["on_device"] is None:
-        return [("accuracy on this device", "not measured (pass --eval with labelled data)")]
+        why = accuracy.get("not_measured_because") or "pass --eval with labelled data"
+        return [("accuracy on this device", f"not measured ({why})")]
     change = accuracy["change_pp"]
     said = f", {change:+.2f} pp against packaging" if change is not None else ""
     return [("accuracy on this device", f"{_percent(accuracy['on_device'])} on {accuracy['samples']} samples{said}"),

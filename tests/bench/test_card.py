@@ -72,6 +72,17 @@ def test_a_card_from_a_real_run_holds_every_field_and_follows_its_schema(digits_
                   "accuracy on this device", "speed-up over float", "where the ops ran", "run conditions", "versions"):
         assert f"| {label} |" in text
     assert "card: " in result.stdout
+    from edgekit.bench.card import cards_from_report
+    from edgekit.manifest import Manifest
+
+    report = json.loads((tmp_path / "run.json").read_text())  # a model the on-device accuracy does not cover
+    for measured in report["results"]:
+        measured["accuracy"] = {"samples": 0, "accuracy": None, "reason": "accuracy is measured for one-input, "
+                                                                          "one-output classifiers"}
+    manifest = Manifest.from_json((digits_all_package / "manifest.json").read_bytes())
+    (unmeasured,) = cards_from_report(report, manifest)
+    assert "| accuracy on this device | not measured (accuracy is measured for one-input, one-output classifiers) |" \
+        in markdown(unmeasured)
 
 
 def test_a_run_under_a_cpu_hog_says_so_first_and_unlike_cards_are_tabled_with_a_warning(digits_all_package,
