@@ -34,12 +34,8 @@ def _card(argv: list[str], command: str) -> int:
     """``edgekit card PACKAGE --eval DATA -o DIR``: the benchmark with ``--card DIR``."""
     from .run import main as run_main
 
-    given = list(argv)
-    for flag in ("-o", "--output"):
-        while flag in given:
-            at = given.index(flag)
-            given[at] = "--card"
-    given = [f"--card={arg.split('=', 1)[1]}" if arg.startswith("--output=") else arg for arg in given]
+    given = ["--card" if arg in ("-o", "--output") else "--card=" + arg.split("=", 1)[1]
+             if arg.startswith("--output=") else arg for arg in argv]
     if not any(arg == "--card" or arg.startswith("--card=") for arg in given) and not ({"-h", "--help"} & set(given)):
         given += ["--card", "."]
     return run_main([*given, "--bench"], prog="edgekit card")
