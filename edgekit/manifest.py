@@ -304,6 +304,9 @@ class Manifest:
     validation: ValidationRecord = ValidationRecord()
     versions: dict[str, str] = field(default_factory=dict)
     failed: list[dict[str, str]] = field(default_factory=list)  # targets that did not build: target, error, hint
+    # latency cards measured on devices (``edgekit card --store``): device, artifact, path and
+    # sha256 of the card's JSON and Markdown under cards/, bound by the manifest (and its signature)
+    cards: list[dict[str, str]] = field(default_factory=list)
     schema_version: int = SCHEMA_VERSION
 
     def artifact(self, name: str) -> Artifact:
@@ -346,6 +349,7 @@ class Manifest:
             "validation": self.validation.to_dict(),
             "versions": self.versions,
             "failed": self.failed,
+            **({"cards": self.cards} if self.cards else {}),
         }
 
     def to_json(self) -> str:
@@ -394,6 +398,7 @@ class Manifest:
             validation=_validation(data.get("validation")),
             versions={str(k): str(v) for k, v in dict(data.get("versions", {})).items()},
             failed=[dict(f) for f in data.get("failed", []) if isinstance(f, dict)],
+            cards=_cards(data.get("cards", [])),
         )
 
     @classmethod
@@ -458,6 +463,27 @@ def _is_safe_relative(path: str) -> bool:
     pure = PurePosixPath(path)
     canonical = str(pure) == path  # no "./", "//" or trailing "/" spellings of the same file
     return canonical and not pure.is_absolute() and ".." not in pure.parts
+
+
+CARD_ENTRY_KEYS = ("device", "artifact", "created", "path", "sha256", "markdown", "markdown_sha256")
+
+
+def _cards(data: Any) -> list[dict[str, str]]:
+    """The stored cards' entries: strings, safe relative paths under cards/, sha256 digests."""
+    _require_type(data, list, "manifest.cards")
+    found = []
+    for i, entry in enumerate(data):
+        where = f"manifest.cards[{i}]"
+        _require_type(entry, dict, where)
+        if any(not isinstance(entry.get(key), str) for key in CARD_ENTRY_KEYS):
+            raise PackageError(f"{where} must give {', '.join(CARD_ENTRY_KEYS)} as strings")
+        for path, digest in (("path", "sha256"), ("markdown", "markdown_sha256")):
+            if not _is_safe_relative(entry[path]) or not entry[path].startswith("cards/"):
+                raise PackageError(f"{where}.{path} {entry[path]!r} is not a path under cards/")
+            if not _SHA256.match(entry[digest]):
+                raise PackageError(f"{where}.{digest} is not a sha256 digest")
+        found.append({key: entry[key] for key in CARD_ENTRY_KEYS})
+    return found
 
 
 def _validation(data: Any) -> ValidationRecord:

@@ -386,3 +386,42 @@ def dense_layer_files(folder: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]
     x = rng.normal(size=(240, 16)).astype(np.float32)
     np.savez(folder / "calibration.npz", x=x)
     return w, b, x
+
+
+def _write_heads_onnx(folder: Path) -> Path:
+    """One input, two heads of different kinds (5 class scores, one value) as a float ONNX graph,
+    with 200 calibration and 200 evaluation rows (``heads.npz``, ``heads_eval.npz``), no labels."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    w1, w2 = rng.normal(size=(16, 5)).astype(np.float32), rng.normal(size=(16, 1)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["features", "w1"], ["logits"], name="kind_dense"),
+         helper.make_node("Softmax", ["logits"], ["kind"], name="kind_softmax", axis=-1),
+         helper.make_node("MatMul", ["features", "w2"], ["age"], name="age_dense")],
+        "heads", [helper.make_tensor_value_info("features", TensorProto.FLOAT, ["batch", 16])],
+        [helper.make_tensor_value_info("kind", TensorProto.FLOAT, ["batch", 5]),
+         helper.make_tensor_value_info("age", TensorProto.FLOAT, ["batch", 1])],
+        [numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(w2, "w2")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(folder / "heads.onnx"))
+    x = rng.normal(size=(400, 16)).astype(np.float32)
+    np.savez(folder / "heads.npz", features=x[:200])
+    np.savez(folder / "heads_eval.npz", features=x[200:])
+    return folder / "heads.onnx"
+
+
+@pytest.fixture(scope="session")
+def heads_package(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``_write_heads_onnx``'s model packaged for ONNX (seconds: no TensorFlow); its data beside it.
+    Read-only: copy it to change it."""
+    def build(folder: Path) -> Path:
+        source = _write_heads_onnx(folder)
+        result = edgekit_cli("package", source, "-c", folder / "heads.npz", "--eval", folder / "heads_eval.npz",
+                             "--format", "onnx", "-o", folder / "out")
+        assert result.returncode == 0, result.stderr[-3000:]
+        return folder / "out" / "heads.edgekit"
+
+    return built_once(tmp_path_factory, "heads", build)

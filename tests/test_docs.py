@@ -59,7 +59,8 @@ def test_the_notebook_runs(tmp_path):
 def test_every_report_a_documented_compare_reads_is_made_by_an_earlier_command():
     """The tutorial compared this-device.bench.json with other-device.bench.json, which no
     command made: every report file or folder `edgekit compare` reads in the docs is written by
-    an earlier `--report` or `edgekit card -o` (or copied back from a device with scp) in the same page."""
+    an earlier `--report`, `edgekit card -o` or `--store`, `edgekit cards add` (or copied back from a device
+    with scp) in the same page."""
     import re
     import shlex
 
@@ -77,6 +78,8 @@ def test_every_report_a_documented_compare_reads_is_made_by_an_earlier_command()
                 made += [words[i + 1] for i, w in enumerate(words[:-1]) if w in ("--report", "--card")]
                 made += [words[i + 1] for i, w in enumerate(words[:-1]) if words[:2] == ["edgekit", "card"]
                          and w in ("-o", "--output")]  # latency cards, which compare tables too
+                if words[:2] == ["edgekit", "card"] and "--store" in words or words[:3] == ["edgekit", "cards", "add"]:
+                    made.append(words[3 if words[1] == "cards" else 2])  # a package holding cards
                 made += [w.split(":", 1)[1] for w in words[1:-1] if words[0] == "scp" and ":" in w]
                 if words[:2] != ["edgekit", "compare"]:
                     continue

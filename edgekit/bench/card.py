@@ -64,7 +64,8 @@ def card(report: Mapping[str, Any], manifest: Any, result: Mapping[str, Any],
         "edgekit_version": report.get("edgekit_version"),
         "warnings": _warnings(report, result),
         "model": {"name": report["model"]["name"], "package": report["model"].get("source")},
-        "artifact": {"key": config["artifact"], "precision": config.get("precision"), "size_bytes": result["size_bytes"],
+        "artifact": {"key": config["artifact"], "sha256": manifest.artifact(config["artifact"]).sha256,
+                     "precision": config.get("precision"), "size_bytes": result["size_bytes"],
                      "backend": config.get("backend"), "library": config.get("library"),
                      "delegate": config.get("delegate"), "providers": config.get("providers"),
                      "threads": config.get("threads"), "batch": config.get("batch")},
@@ -84,7 +85,8 @@ def card(report: Mapping[str, Any], manifest: Any, result: Mapping[str, Any],
         "load_ms": {"cache_miss": first.get("load_ms"), "cache_hit": again.get("load_ms"),
                     "in_process": (result.get("load_ms") or {}).get("total_s")},
         "memory_mib": {"peak_rss": result.get("peak_rss_mib"), "after_load": result.get("rss_after_load_mib")},
-        "accuracy": _accuracy(manifest, config["artifact"], result.get("accuracy")),
+        "accuracy": _accuracy(manifest, config["artifact"], result.get("accuracy"))
+        | {"agreement_with_float": result.get("agreement_with_float")},
         "speedup_vs_float": _speedup(result, fallback),
         "placement": _placement(result.get("placement")),
         "conditions": {key: conditions.get(key) for key in (
@@ -238,14 +240,39 @@ def markdown(card: Mapping[str, Any]) -> str:
 
 
 def _accuracy_rows(accuracy: Mapping[str, Any]) -> list[tuple[str, str]]:
+    agreement = _agreement_rows(accuracy.get("agreement_with_float"))
     if accuracy["on_device"] is None:
         why = accuracy.get("not_measured_because") or "pass --eval with labelled data"
-        return [("accuracy on this device", f"not measured ({why})")]
+        return [("accuracy on this device", f"not measured ({why})"), *agreement]
     change = accuracy["change_pp"]
     said = f", {change:+.2f} pp against packaging" if change is not None else ""
     return [("accuracy on this device", f"{_percent(accuracy['on_device'])} on {accuracy['samples']} samples{said}"),
             ("accuracy at packaging", f"{_percent(accuracy['at_packaging'])} (float {_percent(accuracy['float_at_packaging'])}, "
-                                      f"verdict {accuracy['verdict_at_packaging'] or 'none'})")]
+                                      f"verdict {accuracy['verdict_at_packaging'] or 'none'})"), *agreement]
+
+
+def _agreement_rows(agreement: Mapping[str, Any] | None) -> list[tuple[str, str]]:
+    """One row per output: its task's agreement with the float fallback here, SQNR here and at packaging."""
+    if not agreement:
+        return []
+    rows = []
+    for name, output in agreement["outputs"].items():
+        said = []
+        task = output.get("task") or {}
+        for rate in task.get("evidence") or []:
+            low, high = rate["ci95"]
+            said.append(f"{rate['name'].replace('_', ' ')} {_percent(rate['value'])} ({rate['k']}/{rate['n']} "
+                        f"{rate['unit']}, 95% CI {_percent(low)} to {_percent(high)})")
+        if output.get("sqnr_db") is not None:
+            packaged = (output.get("at_packaging") or {}).get("sqnr_db")
+            said.append(f"SQNR {output['sqnr_db']:.1f} dB" + (f" (packaging {packaged:.1f} dB)" if packaged is not None else ""))
+        if task.get("passed") is not None:
+            said.append("gate passed" if task["passed"] else f"GATE FAILED ({task.get('rule')})")
+        elif output.get("sqnr_passed") is not None:
+            floor = output["sqnr_floor_db"]
+            said.append(f"gate SQNR >= {floor:g} dB passed" if output["sqnr_passed"] else f"GATE FAILED (SQNR >= {floor:g} dB)")
+        rows.append((f"{name} vs {agreement['float_artifact']} here", "; ".join(said) or "not comparable"))
+    return rows
 
 
 def _where(placement: Mapping[str, Any] | None) -> str:
@@ -280,27 +307,45 @@ def _condition_kind(conditions: Mapping[str, Any]) -> tuple[Any, ...]:
 # --- several cards -----------------------------------------------------------------------------
 
 
-def side_by_side(cards: Iterable[Mapping[str, Any]]) -> str:
-    """A Markdown table of cards (devices and artifacts as columns); unlike conditions said first."""
+def card_table(cards: Iterable[Mapping[str, Any]]) -> tuple[str | None, list[str], list[list[str]]]:
+    """Cards as one table (devices and artifacts as columns): the unlike-conditions warning (None
+    when their conditions are alike), the header and the rows. Markdown and HTML render it."""
     cards = list(cards)
     warned = [c for c in cards if c["warnings"]]
-    lines = []
+    warning = None
     if warned and len(warned) < len(cards) or len({_condition_kind(c["conditions"]) for c in cards}) > 1:
-        lines.append("> **Warning:** these cards were measured under unlike conditions ("
-                     + "; ".join(f"{c['device']['name']} {c['artifact']['key']}: {_conditions(c['conditions'])}"
-                                 for c in cards) + "): differences may be the conditions, not the devices.")
-        lines.append("")
+        warning = ("these cards were measured under unlike conditions ("
+                   + "; ".join(f"{c['device']['name']} {c['artifact']['key']}: {_conditions(c['conditions'])}"
+                               for c in cards) + "): differences may be the conditions, not the devices.")
     header = ["measurement", *(f"{c['device']['name']} · {c['artifact']['key']}" for c in cards)]
-    lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     rows = [("precision", lambda c: c["artifact"]["precision"]),
             ("p50", lambda c: _ms(c["latency_ms"]["p50"])), ("p90", lambda c: _ms(c["latency_ms"]["p90"])),
             ("p99", lambda c: _ms(c["latency_ms"]["p99"])),
             ("first result, new process", lambda c: _ms(c["first_inference_ms"]["new_process_empty_cache"])),
             ("peak RSS", lambda c: f"{c['memory_mib']['peak_rss']} MiB"),
             ("accuracy here", lambda c: _percent(c["accuracy"]["on_device"])),
+            ("agreement with float here", lambda c: _agreement_cell(c["accuracy"].get("agreement_with_float"))),
             ("speed-up over float", lambda c: f"{c['speedup_vs_float']['speedup']}x" if c.get("speedup_vs_float") else "-"),
+            ("warnings", lambda c: str(len(c["warnings"])) if c["warnings"] else "none"),
             ("conditions", lambda c: _conditions(c["conditions"]))]
-    lines += ["| " + " | ".join([label, *(str(get(c)) for c in cards)]) + " |" for label, get in rows]
+    return warning, header, [[label, *(str(get(c)) for c in cards)] for label, get in rows]
+
+
+def _agreement_cell(agreement: Mapping[str, Any] | None) -> str:
+    """The weakest output's SQNR here and the gates' verdict, in one cell."""
+    if not agreement:
+        return "-"
+    sqnrs = [o["sqnr_db"] for o in agreement["outputs"].values() if o.get("sqnr_db") is not None]
+    verdict = {True: "gates pass", False: "GATE FAILED", None: "no gate"}[agreement.get("passed")]
+    return (f"SQNR {min(sqnrs):.1f} dB, " if sqnrs else "") + verdict
+
+
+def side_by_side(cards: Iterable[Mapping[str, Any]]) -> str:
+    """A Markdown table of cards (devices and artifacts as columns); unlike conditions said first."""
+    warning, header, rows = card_table(cards)
+    lines = [f"> **Warning:** {warning}", ""] if warning else []
+    lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
     return "\n".join(lines) + "\n"
 
 

@@ -44,6 +44,7 @@ def run_bench(args: argparse.Namespace) -> int:
             ensure_writable(path, what)  # before measuring for minutes
     if args.card is not None:
         ensure_writable(args.card, "card folder", is_dir=True)
+    check_store_options(args)
     artifacts = None
     if args.sweep and not args.artifact:
         artifacts = runnable_artifacts(args.source, args.profile)
@@ -52,7 +53,7 @@ def run_bench(args: argparse.Namespace) -> int:
     report = bench(args.source, options, artifacts)
     path = write_report(report, report_path).resolve()
     if args.card is not None:
-        write_cards(args.source, report, args.card)
+        write_cards(args.source, report, args.card, args.sign if args.store else None, args.store)
     if args.csv:
         from ..fsutil import write_text_atomic
 
@@ -91,15 +92,44 @@ def card_artifacts(source: str, profile: str) -> list[str]:
     return [runnable[0], *fallback[:1]]
 
 
-def write_cards(source: str, report: dict[str, Any], folder: Any) -> None:
-    """One latency card per quantized artifact of ``report`` into ``folder``; their paths printed."""
+def check_store_options(args: argparse.Namespace) -> None:
+    """``--store`` and ``--sign`` refused before measuring for minutes when they cannot be honoured."""
+    from ..errors import InputError
+
+    if args.store and args.card is None:
+        raise InputError("--store stores latency cards: it needs --card DIR (or use `edgekit card`)")
+    if args.sign is not None and not args.store:
+        raise InputError("--sign signs the package after --store adds the cards to it", hint="add --store")
+    if args.store:
+        from ..device.package_io import is_url, open_package
+        from ..device.signing import SIGNATURE_NAME, check_private_key
+
+        if is_url(args.source):
+            raise InputError(f"--store rewrites the package, and {args.source} is a URL",
+                             hint="download the package and measure the local copy")
+        if args.sign is not None:
+            check_private_key(args.sign)
+        elif (open_package(args.source)[0] / SIGNATURE_NAME).is_file():
+            raise InputError(f"package {args.source} is signed: storing a card changes its manifest, which would void "
+                             "the signature", hint="pass --sign KEY to sign it again (devices must trust that key)")
+
+
+def write_cards(source: str, report: dict[str, Any], folder: Any, key: Any = None, store: bool = False) -> None:
+    """One latency card per quantized artifact of ``report`` into ``folder`` (and, ``store``, into
+    the package, signed again with ``key``); their paths printed."""
     from ..device.package_io import open_package
     from .card import cards_from_report, write_card
 
     _, manifest = open_package(source)
-    for card in cards_from_report(report, manifest):
+    cards = cards_from_report(report, manifest)
+    for card in cards:
         json_path, md_path = write_card(card, folder)
         print(f"card: {md_path} ({json_path.name})")
+    if store:
+        from ..device.package_cards import store_cards
+
+        for line in store_cards(source, cards, key):
+            print(f"stored {line} in {source}")
 
 
 def fallback_reasons(report: dict[str, Any]) -> list[str]:

@@ -148,27 +148,18 @@ def end_to_end(model: Model, options: BenchOptions, runs: int) -> dict[str, Any]
 
 
 def accuracy(model: Model, data: str) -> dict[str, Any] | None:
-    from ..data.preprocessing import normalize, to_layout
-    from ..data.sources import open_data
+    """Top-1 accuracy on labelled evaluation data, for a model with one classifier output."""
+    from .agreement import eval_feeds, outputs_of
 
-    if len(model.input_names) != 1 or len(model.output_names) != 1:
-        return {"samples": 0, "accuracy": None, "reason": "accuracy is measured for one-input, one-output classifiers"}
-    source = open_data(data, "evaluation")
-    if model.labels:  # class folders numbered as the model's outputs, by name, as when it was packaged
-        source.in_class_order(list(model.labels), f"the package's labels ({len(model.labels)} classes)")
-    spec = model.manifest.inputs[0].preprocessing
-    batch = source.load(np.arange(source.count), tuple(spec.resize) if spec and spec.resize else None,
-                        spec.color_order if spec else "RGB")
-    if batch.y is None:
-        return {"samples": int(source.count), "accuracy": None, "reason": "evaluation data has no class targets"}
-    x = batch.x
-    if spec is not None:
-        if source.kind == "images":
-            x = to_layout(x, spec)
-        x = normalize(x, spec) if x.dtype.kind in "iu" else x.astype(np.float32)
-    predictions = np.concatenate([model.predict_tensor(x[i : i + 32]) for i in range(0, len(x), 32)])
-    return {"samples": int(len(x)), "accuracy": float(np.mean(predictions.argmax(axis=1) == batch.y)),
-            "data": data, "data_sha256": batch.sha256}
+    if len(model.output_names) != 1:
+        return {"samples": 0, "accuracy": None, "reason": "accuracy is measured for one-output classifiers; "
+                "the card's agreement with float covers every output"}
+    feeds, y, digest, count = eval_feeds(model, data)
+    if y is None:
+        return {"samples": count, "accuracy": None, "reason": "evaluation data has no class targets"}
+    predictions = outputs_of(model, feeds, count)[model.output_names[0]]
+    return {"samples": count, "accuracy": float(np.mean(predictions.reshape(count, -1).argmax(axis=1) == y)),
+            "data": data, "data_sha256": digest}
 
 
 @dataclass
@@ -366,6 +357,8 @@ def bench(source: str, options: BenchOptions, artifacts: list[str] | None = None
     peak_mib = peak_rss_mib()
     launches = _launches(source, options, configs)
     results = [_result(config, options, launches, points, peak_mib) for config in configs]
+    if options.eval:
+        _agreements(configs, results, options.eval)
     first = configs[0].model
     assert first is not None
     report = {
@@ -391,6 +384,25 @@ def bench(source: str, options: BenchOptions, artifacts: list[str] | None = None
         if config.model is not None:
             config.model.close()
     return report
+
+
+def _agreements(configs: list[_Config], results: list[dict[str, Any]], data: str) -> None:
+    """Each quantized configuration's agreement with its float fallback measured in the same run
+    (``agreement.py``), on the evaluation data: what a card says of a model accuracy cannot judge."""
+    from .card import float_fallbacks
+    from .agreement import agreement_with_float
+
+    by_key = {config.model.artifact.key: config.model for config in configs if config.model is not None}
+    done: dict[str, Any] = {}
+    for config, result in zip(configs, results):
+        model = config.model
+        if model is None or model.artifact.is_float:
+            continue
+        fallback = next((by_key[k] for k in float_fallbacks(model.manifest, model.artifact.key) if k in by_key), None)
+        if fallback is not None:
+            key = model.artifact.key
+            done[key] = done.get(key) or agreement_with_float(model, fallback, data)
+            result["agreement_with_float"] = done[key]
 
 
 MAX_STORED_SAMPLES = 10_000  # a 30-minute run of a 1 ms model is 1.8 M samples: the report keeps a stride

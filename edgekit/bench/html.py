@@ -318,7 +318,31 @@ def context_table(comparison: Comparison) -> str:
     return f'<table class="context"><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>'
 
 
-def render(comparison: Comparison, title: str = "edgekit benchmark comparison") -> str:
+def cards_section(cards: list[dict[str, Any]]) -> str:
+    """Latency cards (``card.py``) as one table, devices and artifacts as columns: the warning about
+    unlike conditions first, each card's own warnings under the table."""
+    from .card import card_table
+
+    if not cards:
+        return ""
+    warning, header, rows = card_table(cards)
+    head = "".join(f"<th>{_esc(h)}</th>" for h in header)
+    body = "".join("<tr>" + "".join(f"<td>{_esc(c)}</td>" for c in row) + "</tr>" for row in rows)
+    said = "".join(f"<li>{_esc(c['device']['name'])} · {_esc(c['artifact']['key'])}: {_esc(w)}</li>"
+                   for c in cards for w in c["warnings"])
+    return ('<section class="cards"><h2>Latency cards (one artifact on one device each)</h2>'
+            + (f'<p class="warning"><strong>Warning:</strong> {_esc(warning)}</p>' if warning else "")
+            + f'<div class="scroll"><table class="cards"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
+            + (f'<p>Warnings on the cards:</p><ul class="conditions">{said}</ul>' if said else "") + "</section>")
+
+
+def render_cards(cards: list[dict[str, Any]], title: str = "edgekit latency cards") -> str:
+    """A page of latency cards alone (``edgekit compare CARDS --html``, no reports given)."""
+    return _page(title, f"<h1>{_esc(title)}</h1>\n{cards_section(cards)}")
+
+
+def render(comparison: Comparison, title: str = "edgekit benchmark comparison",
+           cards: list[dict[str, Any]] | None = None) -> str:
     headers, rows = shown_table(comparison)
     table = "".join("<tr>" + "".join(f"<td>{_esc(c)}</td>" for c in cells) + "</tr>" for cells in rows)
     charts = [("Latency distribution (box: p25–p75, thick: p50, dashed: p90, whiskers: p1–p99; log axis)",
@@ -338,21 +362,7 @@ def render(comparison: Comparison, title: str = "edgekit benchmark comparison") 
     sections = "".join(f"<section><h2>{_esc(name)}</h2>{svg}</section>" for name, svg in charts)
     margin = DEFAULT_MARGIN_PCT if comparison.threshold_pct is None else comparison.threshold_pct
     threshold = f": a difference only when significant and larger than the {margin:g}% equivalence margin"
-    return f"""<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
-<title>{_esc(title)}</title>
-<style>
-body {{ font-family: system-ui, sans-serif; margin: 24px; color: #111827; max-width: 1200px; }}
-table {{ border-collapse: collapse; font-size: 13px; }}
-.scroll {{ overflow-x: auto; }}
-td, th {{ border-bottom: 1px solid #e5e7eb; padding: 4px 8px; text-align: right; white-space: nowrap; }}
-td:first-child, th:first-child {{ text-align: left; }}
-td.faster {{ color: #166534; }} td.slower {{ color: #991b1b; }}
-section {{ margin-top: 28px; }} h2 {{ font-size: 15px; }}
-svg.chart {{ max-width: 100%; height: auto; }}
-</style></head>
-<body data-charts-rendered="0">
-<h1>{_esc(title)}</h1>
+    return _page(title, f"""<h1>{_esc(title)}</h1>
 <p>Baseline: {_esc(comparison.baseline)}. Speedup = baseline p50 / p50, only between identical configurations
 (artifact, backend, threads, batch). Verdicts from a bootstrap 95% CI of the ratio of medians over the raw
 samples{threshold}.</p>
@@ -365,8 +375,29 @@ samples{threshold}.</p>
 <div class="scroll">{context_table(comparison)}</div>
 {f'<p>Conditions (read before trusting a speedup):</p><ul class="conditions">{warnings}</ul>' if warnings else ''}
 </section>
+{cards_section(cards or [])}
 {f'<p>Skipped files:</p><ul>{notes}</ul>' if notes else ''}
-{sections}
+{sections}""")
+
+
+def _page(title: str, body: str) -> str:
+    """The self-contained HTML page around ``body``: styles, and a count of the rendered charts."""
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{_esc(title)}</title>
+<style>
+body {{ font-family: system-ui, sans-serif; margin: 24px; color: #111827; max-width: 1200px; }}
+table {{ border-collapse: collapse; font-size: 13px; }}
+.scroll {{ overflow-x: auto; }}
+td, th {{ border-bottom: 1px solid #e5e7eb; padding: 4px 8px; text-align: right; white-space: nowrap; }}
+td:first-child, th:first-child {{ text-align: left; }}
+td.faster {{ color: #166534; }} td.slower {{ color: #991b1b; }}
+section {{ margin-top: 28px; }} h2 {{ font-size: 15px; }}
+p.warning {{ color: #991b1b; }}
+svg.chart {{ max-width: 100%; height: auto; }}
+</style></head>
+<body data-charts-rendered="0">
+{body}
 <script>
 document.body.dataset.chartsRendered = String(
   Array.from(document.querySelectorAll("svg.chart")).filter(s => s.getBBox().width > 0).length);

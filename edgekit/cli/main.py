@@ -150,6 +150,7 @@ def parser() -> ArgumentParser:
         commands.add_parser(name, help=summary, add_help=False)  # listed here; parsed by the device parsers
     _add_compare(commands)
     _add_keys(commands)
+    _add_cards(commands)
     _add_export(commands)
     profiles = _command(commands, "profiles", _profiles,
                         "list device profiles, which one matches this machine, and why; then the formats and "
@@ -466,18 +467,64 @@ def _add_compare(commands: Any) -> None:
     p.add_argument("--allow-different-models", action="store_true", help="compare reports of different models")
 
 
-def _print_cards(paths: list[str]) -> list[str]:
-    """Latency cards among ``paths`` (``edgekit card``) printed as one table across devices and
-    artifacts; the paths left to read as reports (none when only cards were given)."""
-    from ..bench.card import CARD_SUFFIX, card_files, read_card, side_by_side
+def _cards_among(paths: list[str]) -> tuple[list[dict[str, Any]], list[str]]:
+    """Latency cards among ``paths`` (card files, folders of them, packages holding them, each
+    stored card checked against its manifest) and the paths left to read as reports (none when
+    only cards were given)."""
+    from ..bench.card import CARD_SUFFIX, card_files, read_card
     from ..bench.compare import holds_reports
+    from ..device.stored_cards import is_package, stored_cards
+    from ..device.package_io import open_package
 
-    cards = card_files(paths)
+    packages = [path for path in paths if is_package(path)]
+    cards = [card for package in packages for card in stored_cards(*open_package(package))]
+    others = [path for path in paths if path not in packages]
+    cards += [read_card(path) for path in card_files(others)]
     if not cards:
-        return paths
-    print(side_by_side([read_card(path) for path in cards]), end="")
-    left = [path for path in paths if not str(path).endswith(CARD_SUFFIX)]
-    return left if holds_reports(left) else []
+        return [], others
+    left = [path for path in others if not str(path).endswith(CARD_SUFFIX)]
+    return cards, (left if holds_reports(left) else [])
+
+
+def _show_cards(cards: list[dict[str, Any]], html_path: Path | None) -> None:
+    """Cards side by side; ``html_path``: also a page of them alone (no reports to chart)."""
+    if not cards:
+        return
+    from ..bench.card import side_by_side
+    from ..fsutil import write_text_atomic
+
+    print(side_by_side(cards), end="")
+    if html_path is not None:
+        from ..bench.html import render_cards
+
+        write_text_atomic(html_path, render_cards(cards))
+        print(f"html: {html_path}")
+
+
+def _print_comparison(comparison: Any) -> None:
+    """The comparison as terminal tables: every configuration, then p50 per configuration and device."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from ..bench.compare import matrix, matrix_cell, shown_table
+
+    console = Console(width=None if Console().is_terminal else 250)  # logs and files: no wrapping
+    table = Table(title=f"baseline: {comparison.baseline}", title_justify="left")
+    headers, rows = shown_table(comparison)
+    for header in headers:
+        table.add_column(header, justify="left" if header in ("device", "artifact", "backend", "precision") else "right")
+    for cells in rows:
+        table.add_row(*cells)
+    console.print(table)
+    grid = matrix(comparison)
+    if len(grid.devices) > 1:
+        across = Table(title="p50 per configuration and device (speedup vs baseline)", title_justify="left")
+        across.add_column("configuration")
+        for device in grid.devices:
+            across.add_column(device, justify="right")
+        for config in grid.configs:
+            across.add_row(config, *(matrix_cell(comparison, grid.cells.get((config, d))) for d in grid.devices))
+        console.print(across)
 
 
 def _compare(args: argparse.Namespace) -> int:
@@ -485,10 +532,7 @@ def _compare(args: argparse.Namespace) -> int:
     csv_path, margin, fail_on_regression = args.csv_path, args.margin, args.fail_on_regression
     strict, allow_different_models = args.strict, args.allow_different_models
 
-    from rich.console import Console
-    from rich.table import Table
-
-    from ..bench.compare import compare, matrix, matrix_cell, shown_table
+    from ..bench.compare import compare
     from ..bench.compare import markdown as to_markdown
     from ..fsutil import ensure_writable, write_text_atomic
 
@@ -499,7 +543,9 @@ def _compare(args: argparse.Namespace) -> int:
 
     threshold = margin if margin is not None else (fail_on_regression if fail_on_regression is not None
                                                    else DEFAULT_MARGIN_PCT)
-    if not (reports := _print_cards(reports)):
+    cards, reports = _cards_among(reports)
+    _show_cards(cards, None if reports else html_path)
+    if not reports:
         return 0
     comparison = compare(list(reports), baseline, threshold, strict, allow_different_models)
     for skipped in comparison.skipped:
@@ -521,23 +567,7 @@ def _compare(args: argparse.Namespace) -> int:
     if markdown:
         print(to_markdown(comparison), end="")
     else:
-        console = Console(width=None if Console().is_terminal else 250)  # logs and files: no wrapping
-        table = Table(title=f"baseline: {comparison.baseline}", title_justify="left")
-        headers, rows = shown_table(comparison)
-        for header in headers:
-            table.add_column(header, justify="left" if header in ("device", "artifact", "backend", "precision") else "right")
-        for cells in rows:
-            table.add_row(*cells)
-        console.print(table)
-        grid = matrix(comparison)
-        if len(grid.devices) > 1:
-            across = Table(title="p50 per configuration and device (speedup vs baseline)", title_justify="left")
-            across.add_column("configuration")
-            for device in grid.devices:
-                across.add_column(device, justify="right")
-            for config in grid.configs:
-                across.add_row(config, *(matrix_cell(comparison, grid.cells.get((config, d))) for d in grid.devices))
-            console.print(across)
+        _print_comparison(comparison)
     if csv_path:
         from ..bench.report import to_csv
         from ..bench.compare import gather
@@ -548,7 +578,7 @@ def _compare(args: argparse.Namespace) -> int:
     if html_path:
         from ..bench.html import render as render_html
 
-        write_text_atomic(html_path, render_html(comparison))
+        write_text_atomic(html_path, render_html(comparison, cards=cards))
         print(f"html: {html_path}")
     failing = [] if fail_on_regression is None else [
         row for row in comparison.compared  # significantly slower (CI above 1) by more than PCT, whatever --margin
@@ -576,6 +606,46 @@ def _add_keys(commands: Any) -> None:
     verify.add_argument("--trusted-keys", type=Path, default=None,
                         help="folder of trusted KEY.pub files (default: accept any valid signature)")
     verify.add_argument("--allow-unsigned", action="store_true", help="check the artifacts of an unsigned package")
+
+
+def _add_cards(commands: Any) -> None:
+    cards_commands = _group(commands, "cards", "latency cards stored in a package (edgekit card measures them)")
+    add = _command(cards_commands, "add", _cards_add,
+                   "store CARD files (NAME.ARTIFACT.DEVICE.card.json from `edgekit card`) in PACKAGE, one per device "
+                   "and artifact")
+    add.add_argument("package", help="a NAME.edgekit directory or NAME.ekpkg")
+    add.add_argument("cards", nargs="+", type=Path, help="card files, or folders of them")
+    add.add_argument("--sign", type=Path, default=None, metavar="KEY",
+                     help="sign the package again with this Ed25519 private key (needed when it is signed)")
+    show = _command(cards_commands, "show", _cards_show,
+                    "print PACKAGE's stored cards side by side (each checked against its sha256 in the manifest)")
+    show.add_argument("package")
+    show.add_argument("--markdown", action="store_true", help="print each card's whole page instead of the table")
+
+
+def _cards_add(args: argparse.Namespace) -> None:
+    from ..bench.card import CardError, card_files, read_card
+    from ..device.package_cards import store_cards
+
+    files = card_files(args.cards)
+    if not files:
+        raise CardError(f"no card files (*.card.json) in {', '.join(str(p) for p in args.cards)}")
+    for line in store_cards(args.package, [read_card(path) for path in files], args.sign):
+        print(f"stored {line}")
+
+
+def _cards_show(args: argparse.Namespace) -> None:
+    from ..bench.card import markdown, side_by_side
+    from ..device.stored_cards import stored_cards
+    from ..device.package_io import open_package
+
+    root, manifest = open_package(args.package)
+    cards = stored_cards(root, manifest)
+    if not cards:
+        print(f"package {manifest.name} holds no latency cards (store them with `edgekit card PACKAGE --eval DATA "
+              "--store` on the device, or `edgekit cards add PACKAGE CARD...`)")
+        return
+    print("\n".join(markdown(card) for card in cards) if args.markdown else side_by_side(cards), end="")
 
 
 def _keys_generate(args: argparse.Namespace) -> None:

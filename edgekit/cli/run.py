@@ -102,6 +102,11 @@ def _add_bench_options(bench: Any) -> None:
     bench.add_argument("--card", type=Path, default=None, metavar="DIR",
                        help="also write a latency card per artifact into DIR (Markdown and JSON; without --artifact "
                             "or --sweep: the artifact this device runs and its float fallback, for the speed-up)")
+    bench.add_argument("--store", action="store_true",
+                       help="with --card: also store the cards in the package (cards/, listed in its manifest, one "
+                            "per device and artifact); a signed package needs --sign KEY")
+    bench.add_argument("--sign", type=Path, default=None, metavar="KEY",
+                       help="with --store: sign the package again with this Ed25519 private key")
     bench.add_argument("--single-stream", action="store_true",
                        help="MLPerf's single-stream rule: at least 1024 queries and 60 s per configuration, the p90 "
                             "the headline (raises --runs and --min-seconds to them)")

@@ -84,9 +84,16 @@ def check_private_key(path: str | os.PathLike[str]) -> None:
 
 def sign_directory(root: str | os.PathLike[str], key_path: str | os.PathLike[str]) -> str:
     """Sign ``root/manifest.json``; returns the key id."""
-    serialization, _ = _crypto()
     root = Path(root)
-    manifest = (root / MANIFEST_NAME).read_bytes()
+    text, signer = signature_document((root / MANIFEST_NAME).read_bytes(), key_path)
+    write_text_atomic(root / SIGNATURE_NAME, text)
+    return signer
+
+
+def signature_document(manifest: bytes, key_path: str | os.PathLike[str]) -> tuple[str, str]:
+    """``manifest.json.sig``'s text for the manifest bytes ``manifest``, and the key id: made before
+    a changed manifest is written, so a key that cannot sign leaves the package as it was."""
+    serialization, _ = _crypto()
     private = _load_private(key_path)
     raw = private.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
     document = {
@@ -97,8 +104,7 @@ def sign_directory(root: str | os.PathLike[str], key_path: str | os.PathLike[str
         "manifest_sha256": hashlib.sha256(manifest).hexdigest(),
         "signature": base64.b64encode(private.sign(manifest)).decode(),
     }
-    write_text_atomic(root / SIGNATURE_NAME, json.dumps(document, indent=1) + "\n")
-    return document["key_id"]
+    return json.dumps(document, indent=1) + "\n", key_id(raw)
 
 
 def trusted_keys(directory: str | os.PathLike[str]) -> dict[str, bytes]:

@@ -20,6 +20,7 @@ from ..errors import EdgekitError, OutputExistsError
 from ..fsutil import ensure_writable, publish, staging_dir, write_text_atomic
 from ..manifest import Manifest
 from ..names import check_name, kubernetes_name
+from ..device.stored_cards import CARDS_DIR, copy_cards
 from ..device.package_io import open_package, verified_artifact_path
 
 # Written into every model directory edgekit exports: --force replaces only directories that
@@ -180,13 +181,14 @@ def export_triton(
         shutil.copyfile(model_file, version / "model.onnx")
         return config_pbtxt(manifest, max_batch_size, gpu, instances, queue_delay_us)
 
-    return _write_model(Path(output), manifest, force, fill, kserve_storage_uri, gpu)
+    return _write_model(root, Path(output), manifest, force, fill, kserve_storage_uri, gpu)
 
 
-def _write_model(repo: Path, manifest: Manifest, force: bool, fill: Callable[[Path], str],
+def _write_model(root: Path, repo: Path, manifest: Manifest, force: bool, fill: Callable[[Path], str],
                  kserve_storage_uri: str | None, gpu: bool) -> Path:
     """REPO/NAME staged and published by rename: ``fill(NAME/1)`` writes the version's files and
-    returns config.pbtxt; labels.txt and the optional InferenceService come with it."""
+    returns config.pbtxt; labels.txt, the package's latency cards (``NAME/cards/``, checked against
+    the manifest) and the optional InferenceService come with it."""
     name = check_name(manifest.name, "package name")  # read checked already; a path is built from it here
     destination = repo / name
     service = repo / f"{name}.inferenceservice.yaml"
@@ -200,6 +202,7 @@ def _write_model(repo: Path, manifest: Manifest, force: bool, fill: Callable[[Pa
         (staged / "config.pbtxt").write_text(fill(staged / "1"))
         if manifest.labels:
             (staged / "labels.txt").write_text("\n".join(manifest.labels) + "\n")
+        copy_cards(root, manifest, staged / CARDS_DIR)  # Triton ignores a model folder's non-numeric subfolders
         repo.mkdir(parents=True, exist_ok=True)
         publish(staged, destination, replace=force)
     if kserve_storage_uri is not None:
@@ -253,4 +256,4 @@ def _export_python(root: Path, manifest: Manifest, repo: Path, max_batch_size: i
         return config_pbtxt(manifest, max_batch_size, False, instances, queue_delay_us, backend="python",
                             parameters=parameters)
 
-    return _write_model(repo, manifest, force, fill, kserve_storage_uri, gpu)
+    return _write_model(root, repo, manifest, force, fill, kserve_storage_uri, gpu)

@@ -83,6 +83,32 @@ def test_a_card_from_a_real_run_holds_every_field_and_follows_its_schema(digits_
     (unmeasured,) = cards_from_report(report, manifest)
     assert "| accuracy on this device | not measured (accuracy is measured for one-input, one-output classifiers) |" \
         in markdown(unmeasured)
+    agreement = card["accuracy"]["agreement_with_float"]  # with labels too: how it follows float here
+    assert agreement["float_artifact"] == speed["float_artifact"] and agreement["samples"] == 360
+    (output,) = agreement["outputs"].values()
+    assert output["task"]["evidence"][0]["n"] == 360 and agreement["passed"] is True
+
+
+def test_a_model_accuracy_cannot_judge_gets_each_outputs_agreement_with_float_on_the_device(heads_package, tmp_path):
+    """Two heads (class scores and a value) and data without labels: no accuracy, but each output
+    judged against the float fallback here by its kind's gate, beside packaging's numbers."""
+    data = heads_package.parent.parent / "heads_eval.npz"
+    result = edgekit_cli("card", heads_package, "--eval", data, "-o", tmp_path, *QUICK, "--no-launch",
+                         "--report", tmp_path / "run.json")
+    assert result.returncode == 0, result.stderr[-3000:]
+    (path,) = tmp_path.glob("heads.onnx.*.card.json")
+    card = read_card(path)
+    _check(json.loads(SCHEMA_FILE.read_text()), card, "card")
+    assert card["accuracy"]["on_device"] is None and "one-output classifiers" in card["accuracy"]["not_measured_because"]
+    agreement = card["accuracy"]["agreement_with_float"]
+    assert agreement["float_artifact"] == "onnx-float32" and agreement["samples"] == 200
+    kind, age = agreement["outputs"]["kind"], agreement["outputs"]["age"]
+    assert kind["kind"] == "classes" and kind["task"]["evidence"][0]["n"] == 200 and kind["sqnr_db"] > 20
+    assert kind["at_packaging"]["sqnr_db"] > 20 and "top1_agreement" in kind["at_packaging"]["values"]
+    assert age["task"] is None and age["sqnr_floor_db"] == 20 and age["sqnr_passed"] is (age["sqnr_db"] >= 20)
+    text = markdown(card)
+    assert "| kind vs onnx-float32 here | top1 agreement " in text and "(packaging " in text
+    assert "| age vs onnx-float32 here | SQNR " in text and "gate SQNR >= 20 dB" in text
 
 
 def test_a_run_under_a_cpu_hog_says_so_first_and_unlike_cards_are_tabled_with_a_warning(digits_all_package,
@@ -109,6 +135,14 @@ def test_a_run_under_a_cpu_hog_says_so_first_and_unlike_cards_are_tabled_with_a_
         (both / name).write_text(json.dumps(data))
     shown = edgekit_cli("compare", both)
     assert shown.returncode == 0 and "unlike conditions" in shown.stdout and "other · tflite" in shown.stdout
+    for given, page in (((both,), "cards.html"), ((both, tmp_path / "run.json"), "report.html")):
+        written = edgekit_cli("compare", *given, "--html", tmp_path / page)  # the HTML report's card section
+        assert written.returncode == 0, written.stderr[-2000:]
+        html = (tmp_path / page).read_text()
+        assert "<h2>Latency cards (one artifact on one device each)</h2>" in html and "other · tflite</th>" in html
+        assert '<p class="warning"><strong>Warning:</strong> these cards were measured under unlike conditions' in html
+        assert "SHARED: " in html  # each card's own warnings under the table
+    assert "<h2>Every measured configuration</h2>" in html  # with a report: its sections and the cards
 
 
 def test_the_markdown_renders_readably_on_a_phone_and_a_desktop(digits_all_package, tmp_path):

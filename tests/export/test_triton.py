@@ -115,3 +115,28 @@ def test_the_python_backend_export_serves_the_package_on_a_real_tritonserver(dig
             client.infer("digits", [bad])
         still = client.infer("digits", single(3)).as_numpy("output_0")  # the server keeps serving
         np.testing.assert_allclose(still, expected[3:4], atol=1e-6)
+
+
+def test_the_packages_latency_cards_travel_into_the_model_repository(heads_package, tmp_path, capsys):
+    """A card stored in the package lands beside config.pbtxt (cards/, which Triton's loader skips:
+    it reads numeric version folders), byte for byte; an altered card stops the export."""
+    import shutil
+
+    from tests.conftest import assert_user_error, edgekit_cli
+
+    package = tmp_path / "heads.edgekit"
+    shutil.copytree(heads_package, package)
+    stored = edgekit_cli("card", package, "--eval", heads_package.parent.parent / "heads_eval.npz", "-o",
+                         tmp_path / "cards", "--runs", "20", "--min-seconds", "0.1", "--no-launch", "--store",
+                         "--device-name", "edge1", "--report", tmp_path / "run.json")
+    assert stored.returncode == 0, stored.stderr[-3000:]
+    code, _, err = run_cli(capsys, "export", "triton", package, "-o", tmp_path / "repo")
+    assert code == 0, err
+    entry, = Manifest.from_json((package / "manifest.json").read_bytes()).cards
+    for key, path in (("sha256", entry["path"]), ("markdown_sha256", entry["markdown"])):
+        copied = tmp_path / "repo" / "heads" / "cards" / path.split("/")[-1]
+        assert sha256_file(copied) == entry[key]
+    assert parse(tmp_path / "repo" / "heads" / "config.pbtxt").name == "heads"
+    (package / entry["markdown"]).write_text("edited")
+    assert_user_error(edgekit_cli("export", "triton", package, "-o", tmp_path / "again"), "does not match the manifest")
+    assert not (tmp_path / "again" / "heads").exists()
