@@ -22,6 +22,11 @@ TORCH_MODULE = "torch-module"  # a PyTorch module torch.jit can trace, or a Scri
 KERAS_MODEL = "keras-model"  # a Keras .keras/.h5 file
 
 RECURRENT_OPS = ("LSTM", "GRU", "RNN")  # ONNX's recurrent op types: what some route steps cannot convert
+# ONNX ops of a quantized graph (QDQ pairs, QOperator kernels): its learned ranges, which a step
+# that rebuilds a float model would lose (and a quantizer would then choose again)
+QUANTIZED_OPS = ("QuantizeLinear", "DequantizeLinear", "QLinearConv", "QLinearMatMul", "MatMulInteger",
+                 "ConvInteger", "DynamicQuantizeLinear", "QLinearAdd", "QLinearMul", "QGemm",
+                 "QLinearGlobalAveragePool", "QLinearSigmoid", "QLinearLeakyRelu", "QLinearConcat", "QLinearSoftmax")
 
 FORMS = (TF_GRAPH, ONNX_GRAPH, TORCH_PROGRAM, TORCH_MODULE, KERAS_MODEL)
 

@@ -125,9 +125,16 @@ def route_limits(route: Route, op_types: Iterable[str], inputs: int, others: Ite
     instead = (f"package it for {' and '.join(r.format for r in able)} (--format "
                f"{' --format '.join(r.format for r in able)})" if able
                else "package it for a format whose converter takes it (edgekit routes)")
-    why = (f"cannot convert {', '.join(blocked)}: its converter has no {'/'.join(blocked)}" if blocked
-           else f"takes models with at most {route.max_inputs} input{'s' if route.max_inputs != 1 else ''}; this "
-                f"one has {inputs}")
+    from .forms import QUANTIZED_OPS
+
+    if blocked and set(blocked) <= set(QUANTIZED_OPS):
+        why = (f"cannot keep a quantized model's learned ranges ({', '.join(blocked)}): it rebuilds a float model, "
+               "which would be quantized a second time with ranges chosen again")
+    elif blocked:
+        why = f"cannot convert {', '.join(blocked)}: its converter has no {'/'.join(blocked)}"
+    else:
+        why = (f"takes models with at most {route.max_inputs} input{'s' if route.max_inputs != 1 else ''}; this "
+               f"one has {inputs}")
     return RouteError(f"the route {route.describe()} {why} (refused before converting; {instead})", hint=instead)
 
 

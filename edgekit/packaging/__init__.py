@@ -131,6 +131,7 @@ def build_package(options: PackageOptions, progress: Progress | None = None) -> 
         planned, _ = refused_routes(planned, peeked["op_types"], len(inputs), progress)
     with temp_dir(TEMP_PREFIX) as work, reusing():
         loaded = load_source(source, kind, options, work, progress, source_hints(options, plan))
+        say_quantized_source(loaded.described, progress)
         data = prepare_data(plan, options, loaded.described, progress)
         given = resolve_kinds(options.output_kinds, loaded.described)
         reference = float_reference(loaded, data, work, progress, options.step_timeout_s)
@@ -147,6 +148,18 @@ def build_package(options: PackageOptions, progress: Progress | None = None) -> 
     if plan.archive is not None:
         write_archive(plan.destination, plan.archive, replace=options.force)
     return result
+
+
+def say_quantized_source(described: SourceDescription, progress: Progress) -> None:
+    """A source that is already quantized (QAT, another tool) is said in the first lines: what it
+    carries, that it is its own reference, and that its learned ranges are kept."""
+    scheme = described.recorded.get("quantized")
+    if not scheme:
+        return
+    from ..conversion.quantized import describe_scheme
+
+    progress.say(f"the source is already quantized ({describe_scheme(scheme)}): its outputs as given are the "
+                 "reference every artifact is judged against, and its learned ranges are kept, never chosen again")
 
 
 def say_kinds(kinds: dict[str, Any], reference: dict[str, np.ndarray], progress: Progress) -> None:

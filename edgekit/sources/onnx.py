@@ -1,7 +1,8 @@
 """ONNX sources (build side): a ``.onnx`` file, described with the ``onnx`` package.
 
-Its float reference comes from ONNX Runtime. Formats that convert from TensorFlow (TFLite,
-CoreML) cannot build from it yet; the ONNX format quantizes it directly.
+Its float reference comes from ONNX Runtime. A graph already quantized (QDQ from QAT or another
+tool, ``quantized.py``) is its own reference, run as given: the ONNX format ships it with its
+learned ranges, and the routes that would rebuild it as a float model refuse it.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from ..conversion import forms
 from ..errors import ModelSourceError
 from ..conversion.forms import ModelForm
 from .base import Source, first_line
+from ..conversion.quantized import quantization_scheme
 
 
 def detect(model: Path) -> str | None:
@@ -38,9 +40,12 @@ def prepare(model_path: str, kind: str, export_dir: str, hints: dict[str, Any] |
     if changes is not None:
         current = rewritten
         recorded["rewrites"] = changes
+    described = describe_onnx(current)
+    if described.get("quantized"):  # the manifest's source.quantized: the scheme the source was trained or tuned in
+        recorded["quantized"] = described["quantized"]
     if current == model_path:
-        return describe_onnx(model_path)
-    return {**describe_onnx(current), "converted_model": current, "recorded": recorded}
+        return {**described, "recorded": recorded}
+    return {**described, "converted_model": current, "recorded": recorded}
 
 
 PEEK_MAX_BYTES = 256 * 2**20  # a bigger graph file (weights inside) is read in the describing child only
@@ -106,6 +111,8 @@ def describe_onnx(model_path: str) -> dict[str, Any]:
                           if o.name in n.output and n.name},
         # what each output is made of (softmax, sigmoid, a Concat of parts): how it will be judged
         "output_structure": _structure(model),
+        # a graph already quantized (QAT, another tool): its scheme; None for a float graph
+        "quantized": quantization_scheme(model),
     }
 
 

@@ -29,10 +29,12 @@ def onnx_to_torch(produces: str) -> Callable[[ModelForm, StepContext], ModelForm
 # (onnx_torch/recurrent.py); it has no plain RNN
 UNROLLED = ("LSTM", "GRU")
 UNROLLED_CANNOT = tuple(op for op in forms.RECURRENT_OPS if op not in UNROLLED)
+# a quantized graph rebuilt as a float module would lose its learned ranges: never taken
+CANNOT = UNROLLED_CANNOT + forms.QUANTIZED_OPS
 
 CONVERSIONS = (
     Conversion("onnx-to-torch", forms.ONNX_GRAPH, forms.TORCH_PROGRAM, onnx_to_torch(forms.TORCH_PROGRAM),
-               UNROLLED_CANNOT, UNROLLED),
+               CANNOT, UNROLLED),
     Conversion("onnx-to-torch", forms.ONNX_GRAPH, forms.TORCH_MODULE, onnx_to_torch(forms.TORCH_MODULE),
-               UNROLLED_CANNOT, UNROLLED),
+               CANNOT, UNROLLED),
 )

@@ -33,6 +33,7 @@ from ...errors import ConversionError, EdgekitError, OTHER_ROUTES, first_line
 from ...fsutil import sha256_file
 from ...manifest import Artifact, QuantParams
 from ..building import MINMAX, BuildContext, Builder, BuildResult, Fix, Variant, in_layer, read_samples, worst_layers
+from .kept import KEPT_TOOL, is_quantized_graph, keep, refuse_requantizing
 from .precision import analyse as analyse_precision
 
 ARTIFACT_PATH = "onnx/model.int8.onnx"
@@ -113,6 +114,9 @@ class ONNXBuilder(Builder):
 
         if context.option("onnx_activations", "s8") != "s8" or context.option("reduce_range"):
             return []
+        model = getattr(context, "model", None)
+        if model is not None and is_quantized_graph(model.path):  # another scheme would re-choose its ranges
+            return []
         wanted = schemes_named(schemes_for_profiles(context.device_profiles), "--profile")
         return [Variant(s.variant, s.name, {"scheme": s.name, "onnx_activations": s.activations,
                                             "reduce_range": s.reduce_range, "also_float": False})
@@ -124,19 +128,13 @@ class ONNXBuilder(Builder):
         artifact_path = ARTIFACT_PATH.replace(".int8.", f".int8-{variant}.") if variant else ARTIFACT_PATH
         output = context.package_dir / artifact_path
         output.parent.mkdir(parents=True, exist_ok=True)
-        settings = {
-            "calibration_method": self.range_method(context),
-            "activation_type": context.option("onnx_activations", "s8"),
-            "weight_type": "s8",
-            "per_channel": True,
-            "reduce_range": bool(context.option("reduce_range", False)),
-        }
-        info = self._quantize(context, float_onnx, output, variant, settings, on_progress)
+        kept = is_quantized_graph(float_onnx)  # QAT / another tool's QDQ: its learned ranges ship as they are
+        settings, info = self._quantized(context, float_onnx, output, variant, kept, on_progress)
         precision = analyse_precision(str(output), context.layer_names)  # from the graph: ORT leaves ops it cannot quantize in float
         # a companion: never costs the .onnx (and not made for a search try)
         ort_failure = None if variant or context.trial else _convert_to_ort(output, context)
         explained = None
-        if context.explain_npy:
+        if context.explain_npy and not kept:
             explained = worker.call(
                 explain, what="ONNX per-layer error report",
                 float_onnx=info["prepared"], qdq_onnx=str(output), samples_npy=context.explain_npy,
@@ -160,8 +158,9 @@ class ONNXBuilder(Builder):
             if variant:  # another scheme of a float graph is the same float model again: never a second copy
                 raise ConversionError(f"{no_int8}; the {variant} scheme would be an identical copy",
                                       hint="nothing to do: devices run the main onnx build")
-        converted = float_onnx if context.model.via else None  # a conversion's loss is measured apart
-        fallback = {"fallback_model": float_onnx, "fallback_precision": "float32"} if context.option("also_float") else {}
+        converted = float_onnx if context.model.via and not kept else None  # a conversion's loss is measured apart
+        fallback = ({"fallback_model": float_onnx, "fallback_precision": "float32"}
+                    if context.option("also_float") and not kept else {})  # a quantized source has no float model
         return BuildResult(float_model=converted, float_by="float ONNX (exported), ONNX Runtime", **fallback,
                            artifact=Artifact(
             format=self.name,
@@ -175,7 +174,7 @@ class ONNXBuilder(Builder):
             float_ops=precision.float_ops,
             converter={
                 "tool": (f"{context.model.via}, then " if context.model.via else "")
-                + "onnxruntime.quantization.quantize_static (QDQ)",
+                + (KEPT_TOOL if kept else "onnxruntime.quantization.quantize_static (QDQ)"),
                 "opset": info["opset"],
                 **({"upgraded_from_opset": info["upgraded_from_opset"]} if info.get("upgraded_from_opset") else {}),
                 "shape_inference": info.get("shape_inference", "symbolic"),
@@ -186,6 +185,7 @@ class ONNXBuilder(Builder):
             },
             companions=companions,
             details={**({"no_int8": no_int8} if no_int8 else {}),
+                **({"quantized_source": info["scheme"], "quantized_biases": info["quantized_biases"]} if kept else {}),
                 **({"companions_failed": {ORT_PATH: ort_failure}} if ort_failure else {}),
                 **({"mobile_usability": mobile} if mobile is not None else {}),
                 "precision": precision.record(),
@@ -196,6 +196,24 @@ class ONNXBuilder(Builder):
             },
         ))
 
+
+    def _quantized(self, context: BuildContext, float_onnx: str, output: Path, variant: str, kept: bool,
+                   on_progress: Callable[[int, int], None] | None) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The INT8 graph at ``output`` and how it was made: the quantized source kept as given, or
+        the float graph quantized with the context's settings."""
+        if kept:
+            refuse_requantizing(context.keep_float, context.int16_layers)
+            return {"kept_as_given": True}, dict(worker.call(keep, what="keeping the quantized ONNX graph",
+                                                             timeout=context.timeout_s, source=float_onnx,
+                                                             output=str(output)))
+        settings = {
+            "calibration_method": self.range_method(context),
+            "activation_type": context.option("onnx_activations", "s8"),
+            "weight_type": "s8",
+            "per_channel": True,
+            "reduce_range": bool(context.option("reduce_range", False)),
+        }
+        return settings, self._quantize(context, float_onnx, output, variant, settings, on_progress)
 
     def _quantize(self, context: BuildContext, float_onnx: str, output: Path, variant: str, settings: dict[str, Any],
                   on_progress: Callable[[int, int], None] | None) -> dict[str, Any]:

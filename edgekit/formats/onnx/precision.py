@@ -10,6 +10,8 @@ whose results reach the graph outputs through float or data-movement ops only.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from ..building import layer_of
@@ -23,6 +25,9 @@ NEUTRAL_OPS = {"Reshape", "Transpose", "Flatten", "Squeeze", "Unsqueeze", "Ident
                "Equal", "Less", "Greater", "Where", "Not", "And", "Or"}
 TAIL_OPS = {"Softmax", "LogSoftmax", "Sigmoid", "Tanh", "LpNormalization", "Div", "Mul", "Add", "Sub", "Sqrt",
             "Pow", "ReduceSum", "ReduceL2", "ReduceMean", "Exp", "Max", "Min", "Clip"}
+# an activation between an int8 op and its QuantizeLinear, which ONNX Runtime's QDQ fusions fold
+# into the quantized output's range (a PyTorch QAT export writes Conv -> Relu -> QuantizeLinear)
+FUSED_ACTIVATIONS = {"Relu", "Clip"}
 _FLOAT = {1, 10, 11, 16}  # TensorProto FLOAT, FLOAT16, DOUBLE, BFLOAT16
 
 
@@ -64,12 +69,7 @@ def analyse(path: str, layer_names: list[str] | tuple[str, ...] = ()) -> Precisi
             return any(float_input(i) for i in source.input[:1])  # the data input, not shapes/indices
         return value_types.get(name, 1) in _FLOAT
 
-    kinds: list[str] = []  # "int8", "float" or "" (converting / neutral)
-    for node in graph.node:
-        if node.op_type in CONVERTING_OPS or node.op_type in NEUTRAL_OPS:
-            kinds.append("")
-        else:
-            kinds.append("float" if any(float_input(i) for i in node.input) else "int8")
+    kinds = _kinds(graph, float_input, consumers)
     tail = [False] * len(graph.node)
     for position in range(len(graph.node) - 1, -1, -1):  # nodes are stored in topological order
         node = graph.node[position]
@@ -110,6 +110,23 @@ def analyse(path: str, layer_names: list[str] | tuple[str, ...] = ()) -> Precisi
         else:
             found.int8_weight_bytes += size
     return found
+
+
+def _kinds(graph: Any, float_input: Any, consumers: dict[str, list[int]]) -> list[str]:
+    """Each node's precision: "int8", "float" or "" (converting, data movement, a fused activation)."""
+    kinds: list[str] = []  # "int8", "float" or "" (converting / neutral)
+    kind_of: dict[str, str] = {}  # output name -> its node's kind
+    for node in graph.node:
+        if node.op_type in CONVERTING_OPS or node.op_type in NEUTRAL_OPS:
+            kinds.append("")
+        elif node.op_type in FUSED_ACTIVATIONS and node.input and kind_of.get(node.input[0]) == "int8" and (
+                readers := consumers.get(node.output[0])) and all(graph.node[c].op_type == "QuantizeLinear" for c in readers):
+            kinds.append("")  # int8 op -> Relu/Clip -> QuantizeLinear: ONNX Runtime folds it into the op's output range
+        else:
+            kinds.append("float" if any(float_input(i) for i in node.input) else "int8")
+        for out in node.output:
+            kind_of[out] = kinds[-1]
+    return kinds
 
 
 def _zero_point_type(node: object, initializers: dict) -> int | None:

@@ -9,11 +9,11 @@ from typing import Any
 
 import numpy as np
 
+from ...conversion.forms import QUANTIZED_OPS
 from ...errors import ConversionError, OTHER_ROUTES
 
 ONNX_DOMAINS = ("", "ai.onnx")
-_QUANTIZED = {"QuantizeLinear", "DequantizeLinear", "QLinearConv", "QLinearMatMul", "MatMulInteger",
-              "ConvInteger", "DynamicQuantizeLinear", "QLinearAdd", "QLinearMul"}
+_QUANTIZED = set(QUANTIZED_OPS)
 
 
 class DataDependent(ConversionError):

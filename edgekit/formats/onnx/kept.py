@@ -1,0 +1,140 @@
+"""A quantized ONNX source (QAT, or another tool's QDQ graph) shipped as the ONNX artifact.
+
+Its scales and zero points are what training (or the user's tool) chose: quantizing the graph
+again would re-choose them from the calibration data, and ONNX Runtime's quantizer on a QDQ
+graph writes duplicate node names that ONNX Runtime then refuses to load. So the graph is kept
+as given: checked, written into the package (external weights inlined) and validated against
+the source run as given. A layer the source left in float stays float and is labelled so
+(``precision.py`` reads the graph). Nothing here re-chooses a range: no calibration, no scheme
+variant, no per-layer move.
+"""
+
+from __future__ import annotations
+
+import time
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from ...conversion.forms import QUANTIZED_OPS
+from ...errors import ConversionError
+
+KEPT_TOOL = "the source's quantized graph, kept as given (its learned scales and zero points)"
+
+
+def is_quantized_graph(path: str) -> bool:
+    """Whether the ONNX graph at ``path`` is already quantized (read without its weights)."""
+    file = Path(path)
+    try:
+        stamp = file.stat().st_mtime_ns
+    except OSError:
+        return False
+    return _quantized(str(file), stamp)
+
+
+@lru_cache(maxsize=16)
+def _quantized(path: str, stamp: int) -> bool:
+    import onnx
+
+    try:
+        model = onnx.load(path, load_external_data=False)
+    except Exception:  # noqa: BLE001 - an unreadable graph is the converter's to report
+        return False
+    return any(node.op_type in QUANTIZED_OPS for node in model.graph.node)
+
+
+def refuse_requantizing(keep_float: tuple[str, ...] | list[str], int16_layers: tuple[str, ...] | list[str]) -> None:
+    """A per-layer move on a kept graph would re-quantize it: said, never done."""
+    moved = [*(f"--keep-float {layer}" for layer in keep_float), *(f"--int16-activations {layer}"
+                                                                  for layer in int16_layers)]
+    if moved:
+        raise ConversionError(
+            f"the source is already quantized and its learned ranges are kept as given: {', '.join(moved)} would "
+            "quantize it again",
+            hint="leave those layers out of quantization when training (they then stay float in the graph), or "
+                 "package the float model and let edgekit quantize it")
+
+
+def keep(source: str, output: str) -> dict[str, Any]:
+    """Child side: the quantized graph at ``source`` checked and written to ``output`` unchanged
+    but for external weights inlined; what ``quantize`` reports of its own builds."""
+    import onnx
+    import onnxruntime
+
+    from ...conversion.quantized import quantization_scheme
+
+    started = time.perf_counter()
+    model = onnx.load(source)
+    try:
+        onnx.checker.check_model(model)
+    except Exception as exc:  # noqa: BLE001 - onnx's checker raises several types
+        raise ConversionError(f"the quantized source graph does not pass ONNX's checker: {exc}",
+                              hint="re-export it from the training framework") from None
+    scheme = quantization_scheme(model)  # the source's, before its float biases are written as int32
+    biases = quantize_float_biases(model)
+    onnx.save(model, output)
+    initializers = {i.name for i in model.graph.initializer}
+    return {
+        "inputs": [v.name for v in model.graph.input if v.name not in initializers],
+        "outputs": [v.name for v in model.graph.output],
+        "opset": next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0),
+        "onnxruntime": onnxruntime.__version__,
+        "seconds": round(time.perf_counter() - started, 3),
+        "prepared": source,
+        "scheme": scheme,
+        # float biases of int8 layers written as int32 at scale input x weight (ONNX's QDQ rule, no
+        # range chosen): ONNX Runtime fuses such a layer into an int8 kernel only with its bias quantized
+        "quantized_biases": biases,
+    }
+
+
+def quantize_float_biases(model: Any) -> list[str]:
+    """Each Conv / Gemm whose input and weight come from DequantizeLinear but whose bias is a float
+    initializer (PyTorch's QAT export) gets its bias as int32 at scale ``s_input * s_weight`` with
+    zero point 0, behind a DequantizeLinear: the bias every QDQ quantizer writes, determined by
+    the learned scales. Returns the nodes changed."""
+    import numpy as np
+    from onnx import helper, numpy_helper
+
+    graph = model.graph
+    initializers = {i.name: i for i in graph.initializer}
+    produced_by = {out: node for node in graph.node for out in node.output}
+    changed, added_nodes = [], []
+    for node in graph.node:
+        if node.op_type not in ("Conv", "Gemm", "ConvTranspose") or len(node.input) < 3 or not node.input[2]:
+            continue
+        bias = initializers.get(node.input[2])
+        scales = [_dq_scale(produced_by.get(name), initializers, produced_by) for name in node.input[:2]]
+        if bias is None or bias.data_type != 1 or any(s is None for s in scales):
+            continue
+        values = numpy_helper.to_array(bias).astype(np.float64)
+        scale = (scales[0].astype(np.float64) * scales[1].astype(np.float64)).reshape(-1)
+        if scale.size not in (1, values.size) or not np.all(scale > 0):
+            continue
+        quantized = np.clip(np.round(values / scale), -2**31, 2**31 - 1).astype(np.int32)
+        name = f"{node.input[2]}_quantized"
+        graph.initializer.extend([
+            numpy_helper.from_array(quantized, name),
+            numpy_helper.from_array(scale.astype(np.float32), name + "_scale"),
+            numpy_helper.from_array(np.zeros(scale.shape, np.int32), name + "_zero_point")])
+        added_nodes.append(helper.make_node("DequantizeLinear", [name, name + "_scale", name + "_zero_point"],
+                                            [name + "_dequantized"], name=f"{node.name}/bias/DequantizeLinear",
+                                            **({"axis": 0} if scale.size > 1 else {})))
+        node.input[2] = name + "_dequantized"
+        changed.append(node.name)
+    for added in added_nodes:  # before their consumers: nodes stay in topological order
+        consumer = next(i for i, n in enumerate(graph.node) if added.output[0] in n.input)
+        graph.node.insert(consumer, added)
+    return changed
+
+
+def _dq_scale(node: Any, initializers: dict[str, Any], produced_by: dict[str, Any]) -> Any:
+    """The scale of the DequantizeLinear ``node`` (through Identity nodes), or None."""
+    from onnx import numpy_helper
+
+    if node is None or node.op_type != "DequantizeLinear" or len(node.input) < 2:
+        return None
+    name = node.input[1]
+    while name not in initializers and name in produced_by and produced_by[name].op_type == "Identity":
+        name = produced_by[name].input[0]
+    return numpy_helper.to_array(initializers[name]) if name in initializers else None

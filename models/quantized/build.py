@@ -1,0 +1,140 @@
+"""Reference quantized sources, built here in seconds (no download): what users bring when
+post-training INT8 is not enough.
+
+- ``qat_torch``: a small PyTorch CNN trained briefly with quantization-aware training (eager
+  mode: fake-quant modules with per-channel symmetric int8 weights, int8 activations), exported
+  to a QDQ ONNX graph by ``torch.onnx.export``, as TensorRT's and ONNX Runtime's QAT guides do.
+- ``ort_excluded``: a float CNN quantized by ONNX Runtime's ``quantize_static`` (per-channel,
+  S8S8 QDQ) with one layer excluded, so the graph keeps it in float: a mixed source.
+
+Each folder gets ``model.onnx``, ``calibration.npz`` and ``eval.npz`` (8x8 one-channel images,
+input ``image``, labels ``y``: which quadrant is the brightest), and for ``ort_excluded`` the
+float model it was quantized from (``float.onnx``).
+
+    python models/quantized/build.py qat_torch --output DIR
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+
+
+def images(count: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """8x8 noise images with one brighter quadrant; the label is that quadrant."""
+    rng = np.random.default_rng(seed)
+    x = rng.normal(0.0, 0.5, (count, 1, 8, 8)).astype(np.float32)
+    y = rng.integers(0, 4, count)
+    for i, q in enumerate(y):
+        r, c = divmod(int(q), 2)
+        x[i, 0, r * 4:(r + 1) * 4, c * 4:(c + 1) * 4] += 1.5
+    return x, y.astype(np.int64)
+
+
+def _net() -> object:
+    import torch.nn as nn
+    from torch.ao.quantization import DeQuantStub, QuantStub
+
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.quant, self.dequant = QuantStub(), DeQuantStub()
+            self.conv1, self.relu1 = nn.Conv2d(1, 8, 3, padding=1), nn.ReLU()
+            self.conv2, self.relu2 = nn.Conv2d(8, 16, 3, stride=2, padding=1), nn.ReLU()
+            self.pool, self.fc = nn.AdaptiveAvgPool2d(1), nn.Linear(16, 4)
+
+        def forward(self, x):  # type: ignore[no-untyped-def]
+            x = self.quant(x)
+            x = self.relu2(self.conv2(self.relu1(self.conv1(x))))
+            return self.dequant(self.fc(self.pool(x).flatten(1)))
+
+    return Net()
+
+
+def _train(model: object, x: np.ndarray, y: np.ndarray, steps: int) -> None:
+    import torch
+
+    inputs, targets = torch.from_numpy(x), torch.from_numpy(y)
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.02)  # type: ignore[attr-defined]
+    for _ in range(steps):
+        optimizer.zero_grad()
+        loss = torch.nn.functional.cross_entropy(model(inputs), targets)  # type: ignore[operator]
+        loss.backward()
+        optimizer.step()
+
+
+def qat_torch(folder: Path) -> None:
+    """Float warm-up, then QAT with fake-quant modules, exported as QDQ ONNX."""
+    import torch
+    from torch.ao.quantization import (FakeQuantize, MovingAverageMinMaxObserver,
+                                       MovingAveragePerChannelMinMaxObserver, QConfig)
+
+    torch.manual_seed(0)
+    x, y = images(800, 0)
+    model = _net()
+    _train(model.train(), x[:500], y[:500], 60)
+    model.qconfig = QConfig(  # ONNX's QDQ takes (-128, 127) int8 ranges; per-channel symmetric weights
+        activation=FakeQuantize.with_args(observer=MovingAverageMinMaxObserver, quant_min=-128, quant_max=127,
+                                          dtype=torch.qint8),
+        weight=FakeQuantize.with_args(observer=MovingAveragePerChannelMinMaxObserver, quant_min=-128, quant_max=127,
+                                      dtype=torch.qint8, qscheme=torch.per_channel_symmetric, ch_axis=0))
+    torch.ao.quantization.fuse_modules_qat(model, [["conv1", "relu1"], ["conv2", "relu2"]], inplace=True)
+    torch.ao.quantization.prepare_qat(model, inplace=True)
+    _train(model, x[:500], y[:500], 40)
+    model.eval()
+    model.apply(torch.ao.quantization.disable_observer)  # the learned ranges, frozen
+    torch.onnx.export(model, torch.from_numpy(x[:1]), str(folder / "model.onnx"), input_names=["image"],
+                      output_names=["logits"], dynamic_axes={"image": {0: "batch"}, "logits": {0: "batch"}},
+                      opset_version=17, dynamo=False)
+    np.savez(folder / "calibration.npz", image=x[500:650], y=y[500:650])
+    np.savez(folder / "eval.npz", image=x[650:], y=y[650:])
+
+
+def ort_excluded(folder: Path) -> None:
+    """The float CNN quantized by ONNX Runtime (per-channel S8S8 QDQ) with conv2 left float."""
+    import torch
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+    torch.manual_seed(1)
+    x, y = images(800, 1)
+    model = _net()
+    _train(model.train(), x[:500], y[:500], 80)
+    model.eval()
+    torch.onnx.export(model, torch.from_numpy(x[:1]), str(folder / "float.onnx"), input_names=["image"],
+                      output_names=["logits"], dynamic_axes={"image": {0: "batch"}, "logits": {0: "batch"}},
+                      opset_version=17, dynamo=False)
+    rows = iter([{"image": x[i:i + 1]} for i in range(500, 600)])
+
+    class Reader(CalibrationDataReader):
+        def get_next(self):  # type: ignore[no-untyped-def]
+            return next(rows, None)
+
+    import onnx
+
+    conv2 = next(n.name for n in onnx.load(str(folder / "float.onnx")).graph.node
+                 if n.op_type == "Conv" and "conv2" in n.name)
+    quantize_static(str(folder / "float.onnx"), str(folder / "model.onnx"), Reader(), quant_format=QuantFormat.QDQ,
+                    activation_type=QuantType.QInt8, weight_type=QuantType.QInt8, per_channel=True,
+                    nodes_to_exclude=[conv2])
+    np.savez(folder / "calibration.npz", image=x[500:650], y=y[500:650])
+    np.savez(folder / "eval.npz", image=x[650:], y=y[650:])
+
+
+BUILDERS = {"qat_torch": qat_torch, "ort_excluded": ort_excluded}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("name", choices=sorted(BUILDERS))
+    parser.add_argument("--output", type=Path, required=True)
+    args = parser.parse_args()
+    folder = args.output / args.name
+    folder.mkdir(parents=True, exist_ok=True)
+    BUILDERS[args.name](folder)
+    print(folder)
+
+
+if __name__ == "__main__":
+    main()

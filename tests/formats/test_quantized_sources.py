@@ -1,0 +1,139 @@
+"""Quantized sources (``models/quantized/build.py``): a PyTorch CNN trained with QAT and exported
+as QDQ ONNX, and an ONNX Runtime ``quantize_static`` graph with one layer left float. The ONNX
+artifact is the source's graph with its learned scales and zero points (read back from both
+files), never quantized a second time; the manifest records the scheme; the routes that would
+rebuild a float model refuse it, naming the route and the format that takes it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.conftest import ROOT, assert_user_error, built_once, edgekit_cli
+
+pytestmark = pytest.mark.slow
+
+
+def _source(tmp_path_factory: pytest.TempPathFactory, name: str) -> Path:
+    def build(folder: Path) -> Path:
+        subprocess.run([sys.executable, str(ROOT / "models/quantized/build.py"), name, "--output", str(folder)],
+                       check=True, capture_output=True)
+        return folder / name
+
+    return built_once(tmp_path_factory, f"quantized-{name}", build)
+
+
+@pytest.fixture(scope="module")
+def qat_torch(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _source(tmp_path_factory, "qat_torch")
+
+
+@pytest.fixture(scope="module")
+def ort_excluded(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _source(tmp_path_factory, "ort_excluded")
+
+
+def _ranges(path: Path) -> dict[tuple[str, str], tuple[list[float], list[int]]]:
+    """Every QuantizeLinear / DequantizeLinear's (data input, op) -> (scale, zero point), as stored."""
+    import onnx
+    from onnx import numpy_helper
+
+    model = onnx.load(str(path))
+    values = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+    for node in model.graph.node:  # shared through Identity in PyTorch's export
+        if node.op_type == "Identity" and node.input[0] in values:
+            values[node.output[0]] = values[node.input[0]]
+    return {(node.input[0], node.op_type): (values[node.input[1]].reshape(-1).tolist(),
+                                            values[node.input[2]].reshape(-1).tolist())
+            for node in model.graph.node if node.op_type in ("QuantizeLinear", "DequantizeLinear")
+            and node.input[2] in values}
+
+
+def _package(source: Path, out: Path, *formats: str, extra: tuple[str, ...] = ()) -> tuple[object, dict]:
+    flags = [f for fmt in formats for f in ("--format", fmt)]
+    result = edgekit_cli("package", source / "model.onnx", "-c", source / "calibration.npz", "--eval",
+                         source / "eval.npz", *flags, *extra, "-o", out)
+    manifest = json.loads((out / "model.edgekit" / "manifest.json").read_text())
+    return result, manifest
+
+
+def test_a_qat_export_ships_with_its_learned_ranges_and_is_never_quantized_twice(qat_torch, tmp_path):
+    import onnxruntime as ort
+
+    result, manifest = _package(qat_torch, tmp_path, "onnx")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "the source is already quantized (QDQ, weights int8 per-channel symmetric (3)" in result.stdout
+    scheme = manifest["source"]["quantized"]
+    assert scheme["format"] == "QDQ" and scheme["weights"]["per_channel"] and scheme["weights"]["signed"]
+    assert scheme["activations"]["tensors"] == 4 and scheme["weights"]["bits"] == [8]
+    (artifact,) = manifest["artifacts"]  # no float model to fall back to, no scheme variant
+    assert artifact["format"] == "onnx" and not artifact.get("variant")
+    assert artifact["converter"]["tool"].startswith("the source's quantized graph, kept as given")
+    path = tmp_path / "model.edgekit" / artifact["path"]
+    source, shipped = _ranges(qat_torch / "model.onnx"), _ranges(path)
+    assert source and all(shipped[key] == value for key, value in source.items())  # the learned ranges, read back
+    count = lambda p, op: sum(n.op_type == op for n in __import__("onnx").load(str(p)).graph.node)  # noqa: E731
+    assert count(path, "QuantizeLinear") == count(qat_torch / "model.onnx", "QuantizeLinear")  # never twice
+    assert artifact["details"]["quantized_source"]["ops"] == {"DequantizeLinear": 7, "QuantizeLinear": 7}
+    assert artifact["details"]["quantized_biases"] == ["/conv1/Conv", "/conv2/Conv"]  # int32 at the learned scales
+    assert artifact["precision"] == "int8+float (1 layer)"  # the float fc the export left (no Q after pool)
+    assert [op["layer"] for op in artifact["float_ops"]] == ["fc"]
+    assert manifest["validation"]["artifacts"]["onnx"]["verdict"] == "passed"
+    with np.load(qat_torch / "eval.npz") as data:
+        x = data["image"][:8]
+    expected = ort.InferenceSession(str(qat_torch / "model.onnx")).run(None, {"image": x})[0]
+    got = ort.InferenceSession(str(path)).run(None, {"image": x})[0]
+    assert np.array_equal(expected.argmax(1), got.argmax(1))
+
+
+def test_a_mixed_onnx_runtime_graph_keeps_its_float_layer_and_other_routes_say_which_format_takes_it(
+        ort_excluded, tmp_path):
+    result, manifest = _package(ort_excluded, tmp_path / "all", "all", extra=("--allow-partial",))
+    assert result.returncode == 0, result.stderr[-3000:]
+    (artifact,) = [a for a in manifest["artifacts"] if a["format"] == "onnx"]
+    assert artifact["precision"].startswith("int8+float") and {op["layer"] for op in artifact["float_ops"]} >= {"conv2"}
+    source, shipped = _ranges(ort_excluded / "model.onnx"), _ranges(tmp_path / "all" / "model.edgekit" / artifact["path"])
+    assert source and all(shipped[key] == value for key, value in source.items())
+    failed = {f["target"]: f["error"] for f in manifest["failed"]}
+    assert set(failed) == {"tflite", "coreml", "executorch"}
+    for fmt, error in failed.items():
+        assert f"-> {fmt} cannot keep a quantized model's learned ranges" in error and "--format onnx" in error
+    refused = edgekit_cli("package", ort_excluded / "model.onnx", "-c", ort_excluded / "calibration.npz", "-o",
+                          tmp_path / "default")  # default flags: --format tflite
+    assert_user_error(refused, "the route onnx -> onnx-to-torch -> torch-program -> tflite cannot keep a quantized "
+                               "model's learned ranges", "--format onnx")
+
+
+def test_float_biases_become_int32_at_the_learned_scales():
+    """PyTorch's QAT export leaves Conv biases float; ONNX Runtime fuses a Conv into an int8 kernel
+    only with an int32 bias at scale s_input x s_weight (per channel), which decides nothing new."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from edgekit.formats.onnx.kept import quantize_float_biases
+
+    w_scale, x_scale = np.array([0.02, 0.05], np.float32), np.float32(0.1)
+    bias = np.array([0.3, -1.234], np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("QuantizeLinear", ["x", "xs", "xz"], ["xq"]),
+         helper.make_node("DequantizeLinear", ["xq", "xs", "xz"], ["xd"]),
+         helper.make_node("DequantizeLinear", ["wq", "ws", "wz"], ["wd"], axis=0),
+         helper.make_node("Conv", ["xd", "wd", "b"], ["y"], name="conv")],
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 3, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 3, 3])],
+        [numpy_helper.from_array(x_scale, "xs"), numpy_helper.from_array(np.int8(0), "xz"),
+         numpy_helper.from_array(np.ones((2, 1, 1, 1), np.int8), "wq"), numpy_helper.from_array(w_scale, "ws"),
+         numpy_helper.from_array(np.zeros(2, np.int8), "wz"), numpy_helper.from_array(bias, "b")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    assert quantize_float_biases(model) == ["conv"]
+    onnx.checker.check_model(model)
+    values = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+    assert values["b_quantized"].tolist() == [150, -247] and values["b_quantized"].dtype == np.int32
+    assert np.allclose(values["b_quantized_scale"], x_scale * w_scale)
+    assert [n.op_type for n in model.graph.node] == ["QuantizeLinear", "DequantizeLinear", "DequantizeLinear",
+                                                    "DequantizeLinear", "Conv"]
