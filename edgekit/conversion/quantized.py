@@ -5,18 +5,44 @@ DequantizeLinear pair: those on weights (a DequantizeLinear of an integer initia
 QuantizeLinear of a float one, as PyTorch's QAT export writes) and those on activations. This
 module reads the scheme from the graph without running it: how many tensors of each kind are
 quantized, per channel or per tensor, signed or not, symmetric or not, in which bit widths,
-and which compute layers the graph leaves in float. The manifest records it as
-``source.quantized``; the ONNX format ships the graph itself (``formats/onnx/kept.py``) and the
-routes that would rebuild a float model refuse it (``forms.QUANTIZED_OPS``).
+and which weighted layers the graph leaves in float. The manifest records it as
+``source.quantized``. The ONNX format ships the graph itself (``formats/onnx/kept.py``); TFLite
+rebuilds it as the float graph it simulates with the learned ranges beside it (``strip_qdq``)
+and carries them into its quantizer; the formats that cannot carry them yet refuse quantized ops
+(``forms.QUANTIZED_OPS`` in their ``Accepts``).
 """
 
 from __future__ import annotations
 
+from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 from .forms import QUANTIZED_OPS
 
 _QDQ = ("QuantizeLinear", "DequantizeLinear")
+
+
+def is_quantized_graph(path: str) -> bool:
+    """Whether the ONNX graph at ``path`` is already quantized (read without its weights)."""
+    file = Path(path)
+    try:
+        stamp = file.stat().st_mtime_ns
+    except OSError:
+        return False
+    return _quantized(str(file), stamp)
+
+
+@lru_cache(maxsize=16)
+def _quantized(path: str, stamp: int) -> bool:
+    import onnx
+
+    try:
+        model = onnx.load(path, load_external_data=False)
+    except Exception:  # noqa: BLE001 - an unreadable graph is the converter's to report
+        return False
+    return any(node.op_type in QUANTIZED_OPS for node in model.graph.node)
+
 _BITS = {2: ("uint", 8), 3: ("int", 8), 4: ("uint", 16), 5: ("int", 16), 21: ("uint", 4), 22: ("int", 4)}
 
 
@@ -100,3 +126,141 @@ def describe_scheme(scheme: dict[str, Any]) -> str:
             parts.append(f"{what} {'/'.join(tally['types'])} {layout}{' symmetric' if tally['symmetric'] else ''} "
                          f"({tally['tensors']})")
     return ", ".join(parts)
+
+
+# --- a quantized graph as a float graph plus its learned ranges ---------------------------------
+
+
+_RANGES = {2: (0, 255), 3: (-128, 127), 4: (0, 65535), 5: (-32768, 32767), 21: (0, 15), 22: (-8, 7)}
+
+
+def is_qdq_graph(model: Any) -> bool:
+    """Quantized with QuantizeLinear / DequantizeLinear pairs only (what ``strip_qdq`` rewrites)."""
+    found = {n.op_type for n in model.graph.node if n.op_type in QUANTIZED_OPS}
+    return bool(found) and found <= set(_QDQ)
+
+
+def strip_qdq(model: Any) -> dict[str, dict[str, Any]]:
+    """Rewrite the QDQ ONNX ``model`` in place as the float graph it simulates, and return the
+    learned range of every activation it quantized, by tensor name: ``{"min", "max", "scale",
+    "zero_point", "type", "producer"}`` (``producer``: the node computing it, "" for a graph input).
+
+    A weight becomes its dequantized values (the grid training learned, so a quantizer that
+    derives a symmetric per-channel scale from them finds the same one); an activation's pair
+    becomes an Identity (output names stay) and its range is returned, for a converter to use
+    instead of calibrating one. A QOperator graph (QLinearConv...) is not rewritten: ValueError."""
+    import numpy as np
+    from onnx import helper, numpy_helper
+
+    graph = model.graph
+    others = sorted({n.op_type for n in graph.node if n.op_type in QUANTIZED_OPS and n.op_type not in _QDQ})
+    if others:
+        raise ValueError(f"QOperator ops ({', '.join(others)}) are not a QDQ graph")
+    initializers = {i.name: i for i in graph.initializer}
+    for node in graph.node:
+        if node.op_type == "Identity" and node.input and node.input[0] in initializers and node.output:
+            initializers.setdefault(node.output[0], initializers[node.input[0]])
+    produced_by = {out: node for node in graph.node for out in node.output}
+    value = {name: numpy_helper.to_array(t) for name, t in initializers.items()}
+    ranges: dict[str, dict[str, Any]] = {}
+    keep, added = [], []
+    for node in graph.node:
+        if node.op_type not in _QDQ:
+            keep.append(node)
+            continue
+        data, scale = node.input[0], value[node.input[1]].astype(np.float64)
+        point_name = node.input[2] if len(node.input) > 2 else ""
+        point = value[point_name] if point_name else np.zeros((), np.uint8)
+        axis = next((a.i for a in node.attribute if a.name == "axis"), 1)
+        if node.op_type == "DequantizeLinear" and data in value:  # an integer weight (or bias)
+            added.append(numpy_helper.from_array(_dequantized(value[data], scale, point, axis), node.output[0]))
+            continue
+        if node.op_type == "QuantizeLinear":
+            readers = [n for n in graph.node if data != "" and node.output[0] in n.input]
+            if data in value:  # a float weight fake-quantized (PyTorch's QAT export): its pair becomes the grid
+                low, high = _RANGES.get(_onnx_type(point_name, initializers), (-128, 127))
+                shaped = _broadcast(scale, value[data].ndim, axis)
+                zero = _broadcast(point.astype(np.float64), value[data].ndim, axis)
+                grid = (np.clip(np.round(value[data] / shaped) + zero, low, high) - zero) * shaped
+                for reader in readers:  # its DequantizeLinear: replaced by the grid's initializer
+                    added.append(numpy_helper.from_array(grid.astype(np.float32), reader.output[0]))
+                continue
+            low, high = _RANGES.get(_onnx_type(point_name, initializers), (0, 255))
+            step, zero = float(scale.reshape(-1)[0]), float(point.reshape(-1)[0]) if point.size else 0.0
+            source = produced_by.get(data)
+            outputs = {o.name for o in graph.output}
+            if scale.size == 1:  # a per-tensor activation range (per-channel ones are left to calibration)
+                ranges[data] = {"min": (low - zero) * step, "max": (high - zero) * step, "scale": step,
+                                "zero_point": int(zero), "type": f"{'u' if low == 0 else ''}int{(high - low).bit_length()}",
+                                "producer": source.name if source is not None else "",
+                                # the model output its DequantizeLinear writes: converters name that op after it
+                                "output": next((r.output[0] for r in readers if r.output[0] in outputs), None)}
+            for reader in readers:  # its DequantizeLinear: an Identity of the float value
+                if reader.op_type == "DequantizeLinear":
+                    keep.append(helper.make_node("Identity", [data], [reader.output[0]], name=reader.name or ""))
+            continue
+        # a DequantizeLinear of a QuantizeLinear: handled with its QuantizeLinear above
+    graph.ClearField("node")
+    graph.node.extend(keep)
+    graph.initializer.extend(added)
+    used = {name for node in graph.node for name in node.input} | {o.name for o in graph.output}
+    unused = [t for t in graph.initializer if t.name not in used]
+    for tensor in unused:  # the integer weights, scales and zero points the float graph no longer reads
+        graph.initializer.remove(tensor)
+    return ranges
+
+
+def _onnx_type(name: str, initializers: dict[str, Any]) -> int:
+    return int(initializers[name].data_type) if name in initializers else 2  # ONNX's default: uint8
+
+
+def _broadcast(values: Any, ndim: int, axis: int) -> Any:
+    """A per-channel scale or zero point shaped to broadcast along ``axis`` of an ``ndim`` tensor."""
+    if values.size <= 1:
+        return values.reshape(())
+    shape = [1] * ndim
+    shape[axis % ndim] = values.size
+    return values.reshape(shape)
+
+
+def _dequantized(quantized: Any, scale: Any, point: Any, axis: int) -> Any:
+    import numpy as np
+
+    zero = _broadcast(point.astype(np.float64), quantized.ndim, axis)
+    return ((quantized.astype(np.float64) - zero) * _broadcast(scale, quantized.ndim, axis)).astype(np.float32)
+
+
+WEIGHTED_OPS = ("Conv", "ConvTranspose", "Gemm", "MatMul")
+
+
+def float_weighted_nodes(model: Any) -> list[str]:
+    """The layers a QDQ graph leaves in float: weighted ops whose weight is a float initializer
+    read directly, not through a QuantizeLinear / DequantizeLinear pair (QAT's excluded layers,
+    ``nodes_to_exclude``)."""
+    initializers = {i.name for i in model.graph.initializer}
+    return [n.name for n in model.graph.node
+            if n.op_type in WEIGHTED_OPS and len(n.input) > 1 and n.input[1] in initializers]
+
+
+def weight_scales(model: Any) -> dict[str, list[float]]:
+    """Each weighted node's learned weight scales (per channel, or one), read from the
+    DequantizeLinear its weight comes through: what a format's own weight quantization is
+    checked against."""
+    from onnx import numpy_helper
+
+    graph = model.graph
+    initializers = {i.name: i for i in graph.initializer}
+    produced_by = {out: node for node in graph.node for out in node.output}
+    found = {}
+    for node in graph.node:
+        if node.op_type not in WEIGHTED_OPS or len(node.input) < 2:
+            continue
+        source = produced_by.get(node.input[1])
+        if source is None or source.op_type != "DequantizeLinear" or len(source.input) < 2:
+            continue
+        name = source.input[1]
+        while name not in initializers and name in produced_by and produced_by[name].op_type == "Identity":
+            name = produced_by[name].input[0]
+        if name in initializers:
+            found[node.name] = [float(v) for v in numpy_helper.to_array(initializers[name]).reshape(-1)]
+    return found

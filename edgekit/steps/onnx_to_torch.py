@@ -1,6 +1,9 @@
 """The ``onnx-to-torch`` step: a float ONNX graph rebuilt as a PyTorch module (``onnx_torch/``), for the
-formats whose converters take PyTorch (litert-torch, coremltools' PyTorch frontend). Declared here,
-apart from the converter, so that reading the route table never imports it."""
+formats whose converters take PyTorch (litert-torch, coremltools' PyTorch frontend). A QDQ graph
+is rebuilt as the float graph it simulates (``conversion.quantized.strip_qdq``): a format that
+carries the learned ranges into its own quantizer takes it (TFLite); the others refuse quantized
+ops in their ``Accepts``. Declared here, apart from the converter, so that reading the route table
+never imports it."""
 
 from __future__ import annotations
 
@@ -29,12 +32,10 @@ def onnx_to_torch(produces: str) -> Callable[[ModelForm, StepContext], ModelForm
 # (onnx_torch/recurrent.py); it has no plain RNN
 UNROLLED = ("LSTM", "GRU")
 UNROLLED_CANNOT = tuple(op for op in forms.RECURRENT_OPS if op not in UNROLLED)
-# a quantized graph rebuilt as a float module would lose its learned ranges: never taken
-CANNOT = UNROLLED_CANNOT + forms.QUANTIZED_OPS
 
 CONVERSIONS = (
     Conversion("onnx-to-torch", forms.ONNX_GRAPH, forms.TORCH_PROGRAM, onnx_to_torch(forms.TORCH_PROGRAM),
-               CANNOT, UNROLLED),
+               UNROLLED_CANNOT, UNROLLED),
     Conversion("onnx-to-torch", forms.ONNX_GRAPH, forms.TORCH_MODULE, onnx_to_torch(forms.TORCH_MODULE),
-               CANNOT, UNROLLED),
+               UNROLLED_CANNOT, UNROLLED),
 )

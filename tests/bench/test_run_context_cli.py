@@ -107,7 +107,8 @@ def test_sustained_run_with_a_cpu_hog_started_halfway(tmp_path):
     points = report["context"]["timeline"]
     early = [p["other_cores"] for p in points if p["other_cores"] is not None and p["t_s"] < 5]
     late = [p["other_cores"] for p in points if p["other_cores"] is not None and p["t_s"] > 8]
-    assert max(early) < 0.5 < min(late), points
+    # the hogs are seen: over half a core more than before they started, whatever else the machine runs
+    assert min(late) > max(early) + 0.5, points
     assert "slowed down over the run" in err and "SHARED" in err
     warnings = compare([str(quiet), str(hogged)]).warnings
     assert any("hogged ran while other processes used" in w for w in warnings), warnings

@@ -1,8 +1,9 @@
 """Quantized sources (``models/quantized/build.py``): a PyTorch CNN trained with QAT and exported
 as QDQ ONNX, and an ONNX Runtime ``quantize_static`` graph with one layer left float. The ONNX
-artifact is the source's graph with its learned scales and zero points (read back from both
-files), never quantized a second time; the manifest records the scheme; the routes that would
-rebuild a float model refuse it, naming the route and the format that takes it."""
+artifact is the source's graph with its learned scales and zero points, the TFLite artifact
+carries them into LiteRT's quantization (both read back from the files), none is quantized a
+second time; the manifest records the scheme; the routes that cannot carry the ranges yet refuse
+it, naming the route and the formats that take it."""
 
 from __future__ import annotations
 
@@ -65,14 +66,16 @@ def _package(source: Path, out: Path, *formats: str, extra: tuple[str, ...] = ()
 def test_a_qat_export_ships_with_its_learned_ranges_and_is_never_quantized_twice(qat_torch, tmp_path):
     import onnxruntime as ort
 
-    result, manifest = _package(qat_torch, tmp_path, "onnx")
+    result, manifest = _package(qat_torch, tmp_path, "onnx", "tflite")
     assert result.returncode == 0, result.stderr[-3000:]
     assert "the source is already quantized (QDQ, weights int8 per-channel symmetric (3)" in result.stdout
     scheme = manifest["source"]["quantized"]
     assert scheme["format"] == "QDQ" and scheme["weights"]["per_channel"] and scheme["weights"]["signed"]
     assert scheme["activations"]["tensors"] == 4 and scheme["weights"]["bits"] == [8]
-    (artifact,) = manifest["artifacts"]  # no float model to fall back to, no scheme variant
-    assert artifact["format"] == "onnx" and not artifact.get("variant")
+    # no float model to fall back to, no scheme variant
+    assert sorted(a["format"] for a in manifest["artifacts"]) == ["onnx", "tflite"]
+    artifact = next(a for a in manifest["artifacts"] if a["format"] == "onnx")
+    assert not artifact.get("variant")
     assert artifact["converter"]["tool"].startswith("the source's quantized graph, kept as given")
     path = tmp_path / "model.edgekit" / artifact["path"]
     source, shipped = _ranges(qat_torch / "model.onnx"), _ranges(path)
@@ -91,6 +94,43 @@ def test_a_qat_export_ships_with_its_learned_ranges_and_is_never_quantized_twice
     assert np.array_equal(expected.argmax(1), got.argmax(1))
 
 
+def test_the_tflite_artifact_carries_the_learned_ranges_and_says_which_weights_it_quantized_again(qat_torch, tmp_path):
+    """LiteRT's activation scales and zero points are the QAT ones (input, both ReLUs, the logits);
+    a weight channel whose learned grid reaches -128 cannot stay on it in TFLite's symmetric
+    [-127, 127] int8 weights: the artifact counts those channels, checked against the source."""
+    import onnx
+    from ai_edge_litert.interpreter import Interpreter
+    from onnx import numpy_helper
+
+    result, manifest = _package(qat_torch, tmp_path, "tflite")
+    assert result.returncode == 0, result.stderr[-3000:]
+    (artifact,) = manifest["artifacts"]
+    learned = artifact["details"]["learned_ranges"]
+    assert len(learned["carried"]) == 4 and not learned["not_found"]
+    assert "the source's learned activation ranges carried: 4 of 4" in result.stdout
+    interpreter = Interpreter(model_path=str(tmp_path / "model.edgekit" / artifact["path"]))
+    pairs = [(float(d["quantization_parameters"]["scales"][0]), int(d["quantization_parameters"]["zero_points"][0]))
+             for d in interpreter.get_tensor_details() if len(d["quantization_parameters"]["scales"]) == 1]
+    source = onnx.load(str(qat_torch / "model.onnx"))
+    values = {i.name: numpy_helper.to_array(i) for i in source.graph.initializer}
+    for node in source.graph.node:
+        if node.op_type == "Identity" and node.input[0] in values:
+            values[node.output[0]] = values[node.input[0]]
+    activations = [n for n in source.graph.node if n.op_type == "QuantizeLinear" and n.input[0] not in values]
+    assert len(activations) == 4
+    for node in activations:  # read back from the .tflite: the learned scale and zero point
+        scale, zero = float(values[node.input[1]].reshape(-1)[0]), int(values[node.input[2]].reshape(-1)[0])
+        assert any(abs(s - scale) <= 1e-6 * scale and z == zero for s, z in pairs), (node.input[0], scale, zero, pairs)
+    for node in source.graph.node:  # the channels whose learned grid reaches -128, counted from the source
+        if node.op_type == "QuantizeLinear" and node.input[0] in values and values[node.input[0]].ndim == 4:
+            weight, scale = values[node.input[0]], values[node.input[1]].reshape(-1, 1, 1, 1)
+            reaching = int(np.sum(np.clip(np.round(weight / scale), -128, 127).reshape(len(scale), -1).min(1) == -128))
+            layer = "/" + node.input[0].split(".")[0] + "/Conv"
+            assert learned["weights"][layer]["requantized"] == reaching, (layer, learned["weights"])
+    assert artifact["converter"]["tool"].endswith("the source's learned ranges)")
+    assert manifest["validation"]["artifacts"]["tflite"]["verdict"] == "passed"
+
+
 def test_a_mixed_onnx_runtime_graph_keeps_its_float_layer_and_other_routes_say_which_format_takes_it(
         ort_excluded, tmp_path):
     result, manifest = _package(ort_excluded, tmp_path / "all", "all", extra=("--allow-partial",))
@@ -99,14 +139,17 @@ def test_a_mixed_onnx_runtime_graph_keeps_its_float_layer_and_other_routes_say_w
     assert artifact["precision"].startswith("int8+float") and {op["layer"] for op in artifact["float_ops"]} >= {"conv2"}
     source, shipped = _ranges(ort_excluded / "model.onnx"), _ranges(tmp_path / "all" / "model.edgekit" / artifact["path"])
     assert source and all(shipped[key] == value for key, value in source.items())
+    (tflite,) = [a for a in manifest["artifacts"] if a["format"] == "tflite"]  # the excluded layer float there too
+    assert tflite["precision"].startswith("int8+float") and any("conv2" in op["layer"] for op in tflite["float_ops"])
     failed = {f["target"]: f["error"] for f in manifest["failed"]}
-    assert set(failed) == {"tflite", "coreml", "executorch"}
+    assert set(failed) == {"coreml", "executorch"}
     for fmt, error in failed.items():
-        assert f"-> {fmt} cannot keep a quantized model's learned ranges" in error and "--format onnx" in error
-    refused = edgekit_cli("package", ort_excluded / "model.onnx", "-c", ort_excluded / "calibration.npz", "-o",
-                          tmp_path / "default")  # default flags: --format tflite
-    assert_user_error(refused, "the route onnx -> onnx-to-torch -> torch-program -> tflite cannot keep a quantized "
-                               "model's learned ranges", "--format onnx")
+        assert f"-> {fmt} cannot keep a quantized model's learned ranges" in error
+        assert "(--format tflite --format onnx)" in error
+    refused = edgekit_cli("package", ort_excluded / "model.onnx", "-c", ort_excluded / "calibration.npz", "--format",
+                          "coreml", "-o", tmp_path / "coreml")
+    assert_user_error(refused, "the route onnx -> onnx-to-torch -> torch-module -> coreml cannot keep a quantized "
+                               "model's learned ranges", "--format tflite --format onnx")
 
 
 def test_float_biases_become_int32_at_the_learned_scales():

@@ -34,7 +34,7 @@ FORMAT = Format(
     # edgekit's CoreML conversion of Keras and TensorFlow graphs takes one input (batch 1): a model
     # with several is refused up front; a traced PyTorch module takes each of its inputs by name
     accepts=(Accepts(forms.KERAS_MODEL, honours=("keep_float",), max_inputs=1),
-             Accepts(forms.TORCH_MODULE),
+             Accepts(forms.TORCH_MODULE, cannot=forms.QUANTIZED_OPS),  # learned ranges not carried yet
              Accepts(forms.TF_GRAPH, honours=("keep_float",), max_inputs=1)),
     notes=build_notes,
 )

@@ -35,7 +35,8 @@ FORMAT = Format(
     bare_suffixes=(".pte",),
     # PT2E with the XNNPACK quantizer: a layer kept in float gets no annotation; XNNPACK has no
     # 16-bit activations; the per-layer report compares PT2E's quantized graph with its float one
-    accepts=(Accepts(forms.TORCH_PROGRAM, honours=("keep_float", "explain")),),
+    accepts=(Accepts(forms.TORCH_PROGRAM, honours=("keep_float", "explain"),
+                     cannot=forms.QUANTIZED_OPS),),  # a quantized source's learned ranges are not carried yet
     notes=build_notes,
     build_requires=("executorch", "torch"),
     build_extra="edgekit[executorch]",

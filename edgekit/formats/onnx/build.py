@@ -33,7 +33,8 @@ from ...errors import ConversionError, EdgekitError, OTHER_ROUTES, first_line
 from ...fsutil import sha256_file
 from ...manifest import Artifact, QuantParams
 from ..building import MINMAX, BuildContext, Builder, BuildResult, Fix, Variant, in_layer, read_samples, worst_layers
-from .kept import KEPT_TOOL, is_quantized_graph, keep, refuse_requantizing
+from ...conversion.quantized import is_quantized_graph
+from .kept import KEPT_TOOL, keep, refuse_requantizing
 from .precision import analyse as analyse_precision
 
 ARTIFACT_PATH = "onnx/model.int8.onnx"

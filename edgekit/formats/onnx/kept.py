@@ -12,35 +12,11 @@ variant, no per-layer move.
 from __future__ import annotations
 
 import time
-from functools import lru_cache
-from pathlib import Path
 from typing import Any
 
-from ...conversion.forms import QUANTIZED_OPS
 from ...errors import ConversionError
 
 KEPT_TOOL = "the source's quantized graph, kept as given (its learned scales and zero points)"
-
-
-def is_quantized_graph(path: str) -> bool:
-    """Whether the ONNX graph at ``path`` is already quantized (read without its weights)."""
-    file = Path(path)
-    try:
-        stamp = file.stat().st_mtime_ns
-    except OSError:
-        return False
-    return _quantized(str(file), stamp)
-
-
-@lru_cache(maxsize=16)
-def _quantized(path: str, stamp: int) -> bool:
-    import onnx
-
-    try:
-        model = onnx.load(path, load_external_data=False)
-    except Exception:  # noqa: BLE001 - an unreadable graph is the converter's to report
-        return False
-    return any(node.op_type in QUANTIZED_OPS for node in model.graph.node)
 
 
 def refuse_requantizing(keep_float: tuple[str, ...] | list[str], int16_layers: tuple[str, ...] | list[str]) -> None:

@@ -15,6 +15,11 @@ def build_notes(details: Mapping[str, Any]) -> tuple[BuildNote, ...]:
                        warning=True) for companion, reason in (details.get("companions_failed") or {}).items()]
     if details.get("no_int8"):
         found.append(BuildNote(str(details["no_int8"])))
+    if details.get("quantized_source"):
+        biases = details.get("quantized_biases") or []
+        found.append(BuildNote("the source's quantized graph ships as it is, its learned scales and zero points kept"
+                               + (f"; the float biases of {len(biases)} int8 layers written as int32 at scale input x "
+                                  "weight, so ONNX Runtime fuses them into int8 kernels" if biases else "")))
     graph = details.get("runtime_graph") or {}
     if graph.get("float_ops") and (graph.get("int8_fraction") or 0) < 0.5:
         kinds = ", ".join(f"{op} x{n}" for op, n in sorted(graph["float_op_types"].items(), key=lambda i: -i[1])[:4])

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 from ...conversion import forms
 from ..base import Accepts, Format
 from .litert import LiteRTBackend
+from .notes import build_notes
 
 if TYPE_CHECKING:
     from ..building import Builder
@@ -26,6 +27,7 @@ FORMAT = Format(
     extra="edgekit[tflite]",
     serving_platform="tflite",
     bare_suffixes=(".tflite",),
+    notes=build_notes,
     # TFLiteConverter / litert-torch (PT2E) by default; a layer's float or int16 precision through
     # LiteRT Quantizer on the float conversion (tflite/quantizer.py), on every route
     accepts=(Accepts(forms.TF_GRAPH, honours=("keep_float", "int16", "explain")),

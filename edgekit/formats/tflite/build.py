@@ -28,6 +28,7 @@ from ...manifest import Artifact, QuantParams
 from ..building import MINMAX, BuildContext, Builder, BuildResult, in_layer, layer_of, read_samples, worst_layers
 from ..precision import Precision
 from .precision import analyse, artifact_graph, full_integer_float_ops
+from ..plan import FLOAT
 from .quantizer import MODULES, SCOPES, layer_test, quantize_float_tflite
 
 ARTIFACT_PATH = "tflite/model.int8.tflite"
@@ -118,7 +119,7 @@ class TFLiteBuilder(Builder):
 
     def _quantized_from_float(self, context: BuildContext, float_model: Path, namer: str, tool: str,
                               on_progress: Callable[[int, int], None] | None, float_by: str, note: str = "",
-                              **fallback: Any) -> BuildResult:
+                              learned: dict[str, Any] | None = None, **fallback: Any) -> BuildResult:
         """The artifact from a float ``.tflite``: LiteRT Quantizer (int8 weights per channel and
         int8 activations; each --keep-float layer float, each --int16-activations layer int16x8),
         then the same checks as every TFLite artifact."""
@@ -127,11 +128,15 @@ class TFLiteBuilder(Builder):
         output = context.package_dir / ARTIFACT_PATH
         output.parent.mkdir(parents=True, exist_ok=True)
         layers = dict(context.plan.layers)
+        if learned:  # the layers the quantized source left float stay float
+            layers.update({layer: FLOAT for layer in learned["float_layers"] if layer not in layers})
         info = worker.call(quantize_float_tflite, what="TFLite quantization (LiteRT Quantizer)",
                            timeout=context.timeout_s, on_progress=on_progress, float_model=str(float_model),
                            calibration_npy=context.calibration_npy, output=str(output), layers=layers, namer=namer,
                            layer_names=list(context.layer_names), explain_npy=context.explain_npy,
-                           output_layers=dict(context.output_layers))
+                           output_layers=dict(context.output_layers),
+                           learned_ranges=(learned or {}).get("ranges"),
+                           learned_weight_scales=(learned or {}).get("weight_scales"))
         graph = _loadable(lambda: artifact_graph(str(output)), "LiteRT Quantizer")
         precision = analyse(graph, list(context.layer_names), _output_writers(graph, context),
                             layer_namer=torch_layer if namer == MODULES else layer_of)
@@ -139,17 +144,20 @@ class TFLiteBuilder(Builder):
             _refuse_unexpected_float_ops(full_integer_float_ops(precision), context.keep_float,
                                          layer_test(namer, list(context.layer_names)))
         inputs, outputs = io_quantization(graph)
-        return BuildResult(float_model=str(float_model), float_by=float_by, **fallback, artifact=Artifact(
+        return BuildResult(float_model=None if learned else str(float_model), float_by=float_by, **fallback,
+                           artifact=Artifact(
             format=self.name, path=ARTIFACT_PATH, sha256=sha256_file(output), bytes=output.stat().st_size,
             precision=precision.label, inputs=inputs, outputs=outputs, float_ops=precision.float_ops,
             converter={"tool": f"{tool}, then LiteRT Quantizer (int8 per-channel weights, int8 activations"
+                               + (", the source's learned ranges" if learned else "")
                                + (", per-layer recipe)" if layers else ")"),
                        "litert_quantizer": info["litert_quantizer"], "calibration_method": MINMAX,
                        "seconds": info["seconds"], **({"why": note} if note else {})},
             details={"keep_float": list(context.keep_float), "int16_layers": list(context.int16_layers),
                      "precision": precision.record(),
                      **({"explain": info["explain"]} if info.get("explain") is not None else {}),
-                     **({"requantized_outputs": info["fixed_output_scales"]} if info["fixed_output_scales"] else {})},
+                     **({"requantized_outputs": info["fixed_output_scales"]} if info["fixed_output_scales"] else {}),
+                     **({"learned_ranges": info["learned_ranges"]} if learned else {})},
         ))
 
     def _pt2e_or_quantizer(self, context: BuildContext, precision: Precision, float_model: Path, tool: str,
@@ -194,7 +202,8 @@ class TFLiteBuilder(Builder):
         output.parent.mkdir(parents=True, exist_ok=True)
         python = toolenv.python_for(toolenv.LITERT_TORCH)
         float_model = Path(context.workdir) / "tflite.float.tflite"
-        per_layer = bool(context.keep_float or context.int16_layers or context.explain_npy)
+        learned = learned_ranges(context)  # a QDQ source: its ranges carried, never calibrated again
+        per_layer = bool(context.keep_float or context.int16_layers or context.explain_npy or learned)
         arguments = dict(python=python, model=context.model.to_dict(), calibration_npy=context.calibration_npy,
                          output=str(output), output_names=list(context.output_names), float_output=str(float_model))
         pt2e_failed = ""
@@ -221,11 +230,11 @@ class TFLiteBuilder(Builder):
             _mark_made_from(str(float_model), made_from)
         tool = (f"{context.model.via}, then " if context.model.via else "") + "litert_torch.convert (float)"
         fallback = {"fallback_model": str(float_model), "fallback_precision": "float32"} \
-            if context.option("also_float") else {}
+            if context.option("also_float") and not learned else {}  # a quantized source has no float model
         if per_layer or pt2e_failed:  # PT2E has no per-layer control: LiteRT Quantizer on the float conversion
             return self._quantized_from_float(context, float_model, MODULES, tool, on_progress,
                                               float_by="float TFLite (litert-torch), LiteRT", note=pt2e_failed,
-                                              **fallback)
+                                              learned=learned, **fallback)
         graph = _loadable(lambda: artifact_graph(str(output)), "litert-torch")
         precision = analyse(graph, list(context.layer_names), _output_writers(graph, context),
                             layer_namer=torch_layer)
@@ -256,6 +265,27 @@ class TFLiteBuilder(Builder):
 # gates through LiteRT Quantizer 8 dB)
 CLOSE_DB, GOOD_DB = 1.0, 20.0
 SQNR_SAMPLES = 32
+
+
+def learned_ranges(context: BuildContext) -> dict[str, Any] | None:
+    """A QDQ source's learned activation ranges (by ONNX tensor, with the node computing each) and
+    the layers it leaves float, when the route's module is rebuilt from that graph; else None."""
+    from ...conversion.quantized import float_weighted_nodes, is_qdq_graph, is_quantized_graph, strip_qdq, weight_scales
+    from ...steps.onnx_to_torch import LOADER
+
+    if context.model.loader != LOADER or not is_quantized_graph(context.model.path):  # read without weights
+        return None
+    import onnx
+
+    model = onnx.load(context.model.path)
+    if not is_qdq_graph(model):
+        return None
+    initializers = {i.name for i in model.graph.initializer}
+    inputs = [v.name for v in model.graph.input if v.name not in initializers]
+    floats, weights = float_weighted_nodes(model), weight_scales(model)
+    ranges = strip_qdq(model)
+    return {"ranges": {name: {**r, "input": inputs.index(name) if name in inputs else None} for name, r in ranges.items()},
+            "float_layers": floats, "weight_scales": weights}
 
 
 def _worst_sqnr(model: bytes, float_model: Path, context: BuildContext) -> float:

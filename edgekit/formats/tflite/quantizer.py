@@ -35,12 +35,17 @@ SCOPES, MODULES = "scopes", "modules"  # how a converter names tensors: TensorFl
 def quantize_float_tflite(float_model: str, calibration_npy: str, output: str,
                           layers: dict[str, str] | None = None, namer: str = SCOPES,
                           layer_names: list[str] | None = None, explain_npy: str | None = None,
-                          output_layers: dict[str, str] | None = None) -> dict[str, Any]:
+                          output_layers: dict[str, str] | None = None,
+                          learned_ranges: dict[str, dict[str, Any]] | None = None,
+                          learned_weight_scales: dict[str, list[float]] | None = None) -> dict[str, Any]:
     """Write ``output``: the float model with int8 weights and activations, except the ops of
     each layer in ``layers`` (layer -> ``"float"`` or ``"int16"``). ``namer`` says how tensor
     names map to layers (``SCOPES``: TensorFlow name scopes, ``MODULES``: PyTorch module paths);
     ``output_layers`` (model output -> the layer computing it) names the ops that write the
-    model's outputs, which converters name after the signature's output instead."""
+    model's outputs, which converters name after the signature's output instead.
+    ``learned_ranges`` (a quantized source's activation ranges by its tensor name, with the node
+    computing each, ``conversion.quantized.strip_qdq``) replace the calibrated ranges of the ops
+    those nodes became, so the learned scales and zero points are the artifact's."""
     from litert_quantizer import quantizer, recipe
 
     from .requantize import fix_int8_output_scales
@@ -63,6 +68,8 @@ def quantize_float_tflite(float_model: str, calibration_npy: str, output: str,
         else:
             raise EdgekitError(f"unknown layer precision {precision!r} for {layer}", hint="use float or int16")
     calibration = _calibration(qt, float_model, calibration_npy)
+    carried = _carry_ranges(calibration, float_model, learned_ranges, namer, layer_names or []) \
+        if learned_ranges else None
     left_float: list[dict[str, str]] = []
     while True:
         try:
@@ -89,9 +96,86 @@ def quantize_float_tflite(float_model: str, calibration_npy: str, output: str,
     seconds = time.perf_counter() - started
     explained = _explain(qt, float_model, explain_npy, namer, layer_names or [], writers) if explain_npy else None
     fixed = fix_int8_output_scales(output)
+    if carried is not None and learned_weight_scales:
+        carried["weights"] = _weight_grids(output, learned_weight_scales, namer, layer_names or [])
     return {"litert_quantizer": _version("litert-quantizer"), "seconds": round(seconds, 3),
             "layers": dict(layers or {}), "fixed_output_scales": fixed, "explain": explained,
-            "left_float": left_float}
+            "left_float": left_float, **({"learned_ranges": carried} if carried is not None else {})}
+
+
+def _carry_ranges(calibration: dict[str, Any], float_model: str, learned: dict[str, dict[str, Any]], namer: str,
+                  layer_names: list[str]) -> dict[str, Any]:
+    """Set each learned range on the tensor of the op its node became (the last op of that layer:
+    an activation fused into its convolution writes the layer's output) or on the model input it
+    quantizes; what was carried and what was left to calibration, for the artifact's record."""
+    from .litert import _interpreter_module, output_tensor_names
+
+    module, _ = _interpreter_module()
+    interpreter = module.Interpreter(model_path=float_model)
+    input_tensors = [d["name"] for d in interpreter.get_input_details()]
+    output_tensors = output_tensor_names(interpreter)
+    names = op_tensor_names(float_model)
+    belongs = layer_test(namer, layer_names)
+    carried, missing = {}, []
+    for tensor, found in learned.items():
+        if found.get("input") is not None and found["input"] < len(input_tensors):
+            target = input_tensors[found["input"]]
+        elif found.get("output") in output_tensors:
+            target = output_tensors[found["output"]]
+        else:
+            owned = [n for n in names if found.get("producer") and any(
+                belongs(part + ";", found["producer"]) or belongs(part, found["producer"]) for part in n.split(";") if part)]
+            target = owned[-1] if owned else None
+        if target is None or target not in calibration:
+            missing.append(tensor)
+            continue
+        calibration[target] = {"min": np.asarray(found["min"], np.float32).reshape(np.shape(calibration[target]["min"])),
+                               "max": np.asarray(found["max"], np.float32).reshape(np.shape(calibration[target]["max"]))}
+        carried[tensor] = {"tflite_tensor": target, "scale": found["scale"], "zero_point": found["zero_point"]}
+    targets = {c["tflite_tensor"] for c in carried.values()}
+    kinds = _ops_by_tensor(float_model)  # data movement keeps its input's scale: never a range of its own
+    calibrated = [_layer_name(n, namer, layer_names) for n in names
+                  if n not in targets and n in calibration and kinds.get(n) not in SAME_SCALE_OPS]
+    return {"carried": carried, "not_found": missing, "calibrated_here": list(dict.fromkeys(calibrated))}
+
+
+SAME_SCALE_OPS = {"TRANSPOSE", "RESHAPE", "PAD", "PADV2", "SQUEEZE", "EXPAND_DIMS", "GATHER", "SLICE", "STRIDED_SLICE",
+                  "MAX_POOL_2D", "SPACE_TO_DEPTH", "DEPTH_TO_SPACE", "CONCATENATION", "SPLIT", "SPLIT_V", "PACK",
+                  "UNPACK", "TILE", "BROADCAST_TO"}
+
+
+def _layer_name(tensor: str, namer: str, layer_names: list[str]) -> str:
+    """The layer an op's tensor belongs to, for messages."""
+    if namer == MODULES:
+        from .from_torch import torch_layer
+
+        return torch_layer(tensor, layer_names)
+    return tensor.split(";")[0]
+
+
+def _weight_grids(artifact: str, learned: dict[str, list[float]], namer: str, layer_names: list[str]) -> dict[str, Any]:
+    """Per weighted layer, whether the artifact's weight scales are the learned ones: TFLite's int8
+    weights are symmetric in [-127, 127], so a channel whose learned grid reaches -128 is
+    quantized again at 128/127 of its scale (said, per layer, never hidden)."""
+    from .litert import _interpreter_module
+
+    module, _ = _interpreter_module()
+    interpreter = module.Interpreter(model_path=artifact)
+    tensors = {int(d["index"]): d for d in interpreter.get_tensor_details()}
+    belongs = layer_test(namer, layer_names)
+    found: dict[str, Any] = {}
+    for op in interpreter._get_ops_details():  # noqa: SLF001 - LiteRT's only op listing
+        if len(op["inputs"]) < 2 or not len(op["outputs"]) or int(op["inputs"][1]) < 0:
+            continue
+        name = tensors[int(op["outputs"][0])]["name"]
+        layer = next((node for node in learned if any(belongs(part, node) for part in name.split(";") if part)), None)
+        scales = tensors[int(op["inputs"][1])]["quantization_parameters"]["scales"]
+        if layer is None or layer in found or len(scales) != len(learned[layer]):
+            continue
+        same = int(np.sum(np.isclose(scales, learned[layer], rtol=1e-5, atol=0)))
+        found[layer] = {"channels": len(scales), "learned_scale_kept": same,
+                        "requantized": len(scales) - same}
+    return found
 
 
 MAX_OPS_LEFT_FLOAT = 16  # the quantizer failing on more ops than this: the model is not for this route

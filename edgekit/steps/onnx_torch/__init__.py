@@ -34,10 +34,17 @@ from .registry import _DTYPES, OPS, _run_node
 
 
 def load(path: str, example: dict[str, np.ndarray]) -> Any:
-    """The ONNX model at ``path`` as a module specialised to the shapes of ``example``."""
+    """The ONNX model at ``path`` as a module specialised to the shapes of ``example``; a QDQ graph
+    as the float graph it simulates (its weights on their learned grid; the activation ranges are
+    the quantizer's to carry: ``conversion.quantized.strip_qdq``)."""
     import onnx
 
-    return module_from_onnx(onnx.load(path), example)
+    from ...conversion.quantized import is_qdq_graph, strip_qdq
+
+    model = onnx.load(path)
+    if is_qdq_graph(model):
+        strip_qdq(model)
+    return module_from_onnx(model, example)
 
 
 def load_module(path: str, example: dict[str, Any] | None = None) -> tuple[Any, list[str]]:
