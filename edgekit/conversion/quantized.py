@@ -119,6 +119,9 @@ class _Tally:
 def describe_scheme(scheme: dict[str, Any]) -> str:
     """One line: ``QDQ, weights int8 per-channel symmetric (3), activations uint8 per-tensor (7)``."""
     parts = [scheme["format"]]
+    if scheme["format"] == "fake-quant":  # TensorFlow's ops: counted by kind, with their bit widths
+        parts += [f"{count} {op}" for op, count in scheme["ops"].items()]
+        parts.append(f"{'/'.join(str(b) for b in scheme['bits'])} bits")
     for what in ("weights", "activations"):
         tally = scheme.get(what)
         if tally:

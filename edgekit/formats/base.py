@@ -117,6 +117,9 @@ class Format(NamedTuple):
     # a format whose converter is not installed is left out of `--format all`, and refused by name
     build_requires: tuple[str, ...] = ()
     build_extra: str = ""
+    # builds a quantized source (QAT fake-quant, a QDQ graph) with its learned ranges; a format that
+    # cannot is refused for such a source rather than quantizing it a second time
+    keeps_learned_ranges: bool = False
 
 
 class BuildNote(NamedTuple):

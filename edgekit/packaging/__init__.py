@@ -256,8 +256,11 @@ def build_context(options: PackageOptions, loaded: LoadedSource, data: PreparedD
         explain_npy=explain_npy,
         sensitivity_npy=sensitivity_npy,
         timeout_s=options.step_timeout_s,
+        # a quantized source has no float model to fall back to (its float graph is the fake-quant simulation)
         options=MappingProxyType({**options.options_for_formats(),
-                                  "also_float": wants_float_fallback(options.also_float, options.model)}),
+                                  "also_float": wants_float_fallback(options.also_float, options.model)
+                                  and not loaded.described.recorded.get("quantized"),
+                                  "quantized_source": bool(loaded.described.recorded.get("quantized"))}),
         device_profiles=profiles,
     )
 

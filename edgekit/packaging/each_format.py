@@ -72,6 +72,7 @@ def build_formats(planned: list[Planned], context: BuildContext, described: Sour
     progress = run.progress
     steps = StepContext(context.workdir, context.timeout_s, context.layer_names)
     planned, blocked = refused_routes(planned, described.op_types, len(described.inputs), progress)
+    blocked.update(unable_to_keep_ranges(planned, described))
     outcomes = []
     for format_plan in planned:
         builder = format_plan.builder
@@ -110,6 +111,21 @@ def build_formats(planned: list[Planned], context: BuildContext, described: Sour
         raise EdgekitError(f"no target could be built (every requested format failed: {details})",
                            hint=final_hint(planned, outcomes))
     return outcomes
+
+
+def unable_to_keep_ranges(planned: list[Planned], described: SourceDescription) -> dict[str, EdgekitError]:
+    """A quantized source's formats that cannot build it with its learned ranges, each refused with
+    its route and the formats that can (their ``Format.keeps_learned_ranges``)."""
+    from ..formats import FORMATS
+
+    if not described.recorded.get("quantized"):
+        return {}
+    able = [name for name, fmt in FORMATS.items() if fmt.keeps_learned_ranges]
+    instead = f"package it for {' and '.join(able)} ({' '.join('--format ' + name for name in able)})"
+    return {p.builder.name: RouteError(
+        f"the route {p.route.describe()} cannot keep a quantized model's learned ranges: it would quantize the model "
+        f"a second time with ranges chosen again (refused before converting; {instead})", hint=instead)
+        for p in planned if not FORMATS[p.builder.name].keeps_learned_ranges}
 
 
 def final_hint(planned: list[Planned], outcomes: list[FormatOutcome]) -> str:
@@ -308,6 +324,10 @@ def judge(builder: Builder, context: BuildContext, built: BuildResult, compariso
         run.progress.warn(f"{builder.name}: no search: the held-out data lie far outside the calibration data (said "
                       "above), so every range the calibration gave is suspect; keeping layers in float would hide "
                       "that, not fix it: calibrate on data like what the model will see")
+    elif candidate.failures and run.options.auto_fix and context.option("quantized_source"):
+        run.progress.warn(f"{builder.name}: no search: the source is already quantized and its learned ranges are "
+                          "kept; a per-layer move or another scheme would quantize it again (train it with the failing "
+                          "layers excluded from quantization, or package the float model)")
     elif candidate.failures and run.options.auto_fix:
         candidate, attempts = search(builder, candidate, run, remedies, plain_s, shared_s)
     note = saturation_note(builder.name, candidate.measured, remedies)

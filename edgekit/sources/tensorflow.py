@@ -124,7 +124,25 @@ def prepare(model_path: str, kind: str, export_dir: str, hints: dict[str, Any] |
         info["output_layers"] = {o["name"]: o["name"] for o in info["outputs"]}
     if "output_structure" not in info:  # no Keras layers: the graph itself says what the outputs are
         info["output_structure"] = _graph_structure(signature)
+    quantized = _fake_quant_scheme(signature)
+    if quantized:  # QAT with TensorFlow's fake-quant ops: TFLite's converter takes their ranges as given
+        info["recorded"]["quantized"] = info["quantized"] = quantized
     return info
+
+
+def _fake_quant_scheme(signature: Any) -> dict[str, Any] | None:
+    """TensorFlow's fake-quant ops in the signature's graph (its functions included): the scheme a
+    QAT model was trained in, or None."""
+    graph = signature.graph.as_graph_def()
+    nodes = [*graph.node, *(n for function in graph.library.function for n in function.node_def)]
+    fake = [n for n in nodes if n.op.startswith("FakeQuantWithMinMax")]
+    if not fake:
+        return None
+    ops = sorted({n.op for n in fake})
+    channel = [n for n in fake if n.op.endswith("PerChannel")]
+    return {"format": "fake-quant", "ops": {op: sum(n.op == op for n in fake) for op in ops},
+            "bits": sorted({int(n.attr["num_bits"].i or 8) for n in fake}),
+            "per_channel_tensors": len(channel), "narrow_range": any(n.attr["narrow_range"].b for n in fake)}
 
 
 TF_PASS_THROUGH = {"Identity", "IdentityN", "Cast", "StopGradient"}

@@ -6,8 +6,11 @@ post-training INT8 is not enough.
   to a QDQ ONNX graph by ``torch.onnx.export``, as TensorRT's and ONNX Runtime's QAT guides do.
 - ``ort_excluded``: a float CNN quantized by ONNX Runtime's ``quantize_static`` (per-channel,
   S8S8 QDQ) with one layer excluded, so the graph keeps it in float: a mixed source.
+- ``fake_quant_keras``: a Keras CNN trained with TensorFlow's fake-quant ops (activations with
+  learned ranges, per-channel symmetric narrow-range weights), exported as a SavedModel
+  (``saved_model/``: its custom layers need no registration there), NHWC images.
 
-Each folder gets ``model.onnx``, ``calibration.npz`` and ``eval.npz`` (8x8 one-channel images,
+Each ONNX folder gets ``model.onnx``, ``calibration.npz`` and ``eval.npz`` (8x8 one-channel images,
 input ``image``, labels ``y``: which quadrant is the brightest), and for ``ort_excluded`` the
 float model it was quantized from (``float.onnx``).
 
@@ -122,7 +125,55 @@ def ort_excluded(folder: Path) -> None:
     np.savez(folder / "eval.npz", image=x[650:], y=y[650:])
 
 
-BUILDERS = {"qat_torch": qat_torch, "ort_excluded": ort_excluded}
+def fake_quant_keras(folder: Path) -> None:
+    """Activations fake-quantized with trainable ranges, kernels per channel, trained briefly."""
+    import os
+
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    import keras
+    import tensorflow as tf
+
+    keras.utils.set_random_seed(2)
+
+    class FakeQuant(keras.layers.Layer):
+        """TensorFlow's QAT op on activations, its range a trainable variable."""
+
+        def __init__(self, low: float, high: float, **kwargs: object) -> None:
+            super().__init__(**kwargs)
+            self.low, self.high = low, high
+
+        def build(self, shape: object) -> None:
+            self.range_min = self.add_weight(shape=(), initializer=keras.initializers.Constant(self.low), name="min")
+            self.range_max = self.add_weight(shape=(), initializer=keras.initializers.Constant(self.high), name="max")
+
+        def call(self, x):  # type: ignore[no-untyped-def]
+            return tf.quantization.fake_quant_with_min_max_vars(x, self.range_min, self.range_max, num_bits=8)
+
+    class FakeQuantConv(keras.layers.Conv2D):
+        """A convolution whose kernel is fake-quantized per output channel, symmetric (as TFLite's int8 weights)."""
+
+        def call(self, x):  # type: ignore[no-untyped-def]
+            peak = tf.reduce_max(tf.abs(self.kernel), [0, 1, 2])
+            kernel = tf.quantization.fake_quant_with_min_max_vars_per_channel(self.kernel, -peak, peak, num_bits=8,
+                                                                              narrow_range=True)
+            return self.activation(tf.nn.conv2d(x, kernel, self.strides, self.padding.upper()) + self.bias)
+
+    x, y = images(800, 2)
+    x = x.transpose(0, 2, 3, 1)
+    image = keras.Input((8, 8, 1), name="image")
+    h = FakeQuant(-3.0, 4.0)(image)
+    h = FakeQuant(0.0, 8.0)(FakeQuantConv(8, 3, padding="same", activation="relu")(h))
+    h = FakeQuant(0.0, 8.0)(FakeQuantConv(16, 3, strides=2, padding="same", activation="relu")(h))
+    logits = FakeQuant(-10.0, 10.0)(keras.layers.Dense(4)(keras.layers.GlobalAveragePooling2D()(h)))
+    model = keras.Model(image, logits)
+    model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    model.fit(x[:500], y[:500], epochs=8, verbose=0)
+    model.export(str(folder / "saved_model"), verbose=False)
+    np.savez(folder / "calibration.npz", image=x[500:650], y=y[500:650])
+    np.savez(folder / "eval.npz", image=x[650:], y=y[650:])
+
+
+BUILDERS = {"qat_torch": qat_torch, "ort_excluded": ort_excluded, "fake_quant_keras": fake_quant_keras}
 
 
 def main() -> None:

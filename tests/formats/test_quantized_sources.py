@@ -35,6 +35,11 @@ def qat_torch(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
+def fake_quant_keras(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _source(tmp_path_factory, "fake_quant_keras")
+
+
+@pytest.fixture(scope="module")
 def ort_excluded(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return _source(tmp_path_factory, "ort_excluded")
 
@@ -57,9 +62,10 @@ def _ranges(path: Path) -> dict[tuple[str, str], tuple[list[float], list[int]]]:
 
 def _package(source: Path, out: Path, *formats: str, extra: tuple[str, ...] = ()) -> tuple[object, dict]:
     flags = [f for fmt in formats for f in ("--format", fmt)]
-    result = edgekit_cli("package", source / "model.onnx", "-c", source / "calibration.npz", "--eval",
+    model = source / "model.onnx" if (source / "model.onnx").exists() else source / "saved_model"
+    result = edgekit_cli("package", model, "-c", source / "calibration.npz", "--eval",
                          source / "eval.npz", *flags, *extra, "-o", out)
-    manifest = json.loads((out / "model.edgekit" / "manifest.json").read_text())
+    manifest = json.loads((out / f"{model.stem}.edgekit" / "manifest.json").read_text())
     return result, manifest
 
 
@@ -180,3 +186,34 @@ def test_float_biases_become_int32_at_the_learned_scales():
     assert np.allclose(values["b_quantized_scale"], x_scale * w_scale)
     assert [n.op_type for n in model.graph.node] == ["QuantizeLinear", "DequantizeLinear", "DequantizeLinear",
                                                     "DequantizeLinear", "Conv"]
+
+
+def test_a_keras_fake_quant_model_keeps_its_ranges_in_tflite_and_onnx_and_the_others_refuse_it(fake_quant_keras,
+                                                                                              tmp_path):
+    """TensorFlow's converter lowers fake-quant ops with their ranges (read back from the .tflite);
+    tf2onnx writes them as QDQ, whose folded kernels on their learned grid become int8 again; no
+    float fallback (there is no float model); CoreML and ExecuTorch are refused by name."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    result, manifest = _package(fake_quant_keras, tmp_path, "all", extra=("--allow-partial",))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "the source is already quantized (fake-quant, 4 FakeQuantWithMinMaxVars, 2 " \
+           "FakeQuantWithMinMaxVarsPerChannel, 8 bits)" in result.stdout
+    scheme = manifest["source"]["quantized"]
+    assert scheme["format"] == "fake-quant" and scheme["per_channel_tensors"] == 2 and scheme["bits"] == [8]
+    assert sorted(a["format"] + "/" + a["precision"].split(" ")[0] for a in manifest["artifacts"]) == \
+        ["onnx/int8+float", "tflite/int8"]
+    tflite = next(a for a in manifest["artifacts"] if a["format"] == "tflite")
+    interpreter = Interpreter(model_path=str(tmp_path / "saved_model.edgekit" / tflite["path"]))
+    (image,) = interpreter.get_input_details()
+    assert image["quantization"][1] == round(-128 + 3.0 / (7.0 / 255)) and \
+        abs(image["quantization"][0] - 7.0 / 255) < 1e-7  # the learned [-3, 4] range, read back
+    ranges = {(round(d["quantization"][0] * 255, 4), d["quantization"][1]) for d in interpreter.get_tensor_details()}
+    assert (8.0, -128) in ranges and (20.0, 0) in ranges  # the ReLUs' [0, 8] and the logits' [-10, 10]
+    onnx_artifact = next(a for a in manifest["artifacts"] if a["format"] == "onnx")
+    assert len(onnx_artifact["details"]["weights_on_grid"]) == 2  # both folded kernels int8 again
+    assert [op["layer"] for op in onnx_artifact["float_ops"] if not op.get("tail")] == ["dense_1"]
+    failed = {f["target"]: f["error"] for f in manifest["failed"]}
+    assert set(failed) == {"coreml", "executorch"}
+    assert all("cannot keep a quantized model's learned ranges" in e and "--format tflite --format onnx" in e
+               for e in failed.values())

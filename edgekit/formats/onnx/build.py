@@ -85,6 +85,10 @@ class ONNXBuilder(Builder):
         from ...device.devices import DeviceFacts
         from .schemes import SCHEMES, artifact_for_cpu
 
+        model = getattr(context, "model", None)
+        if model is not None and is_quantized_graph(model.path):
+            return ("the source's own quantized graph, with no scheme variant for CPUs whose int8 kernels saturate "
+                    "(x86 without VNNI warns when it loads it): judged by the arithmetic it specifies")
         facts = DeviceFacts.read()
         own = f"onnx-{context.option('variant')}" if context.option("variant") else "onnx"
         profiles = context.device_profiles
@@ -186,7 +190,8 @@ class ONNXBuilder(Builder):
             },
             companions=companions,
             details={**({"no_int8": no_int8} if no_int8 else {}),
-                **({"quantized_source": info["scheme"], "quantized_biases": info["quantized_biases"]} if kept else {}),
+                **({"quantized_source": info["scheme"], "quantized_biases": info["quantized_biases"],
+                    "weights_on_grid": info["weights_on_grid"]} if kept else {}),
                 **({"companions_failed": {ORT_PATH: ort_failure}} if ort_failure else {}),
                 **({"mobile_usability": mobile} if mobile is not None else {}),
                 "precision": precision.record(),

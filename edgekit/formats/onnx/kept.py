@@ -47,6 +47,7 @@ def keep(source: str, output: str) -> dict[str, Any]:
         raise ConversionError(f"the quantized source graph does not pass ONNX's checker: {exc}",
                               hint="re-export it from the training framework") from None
     scheme = quantization_scheme(model)  # the source's, before its float biases are written as int32
+    on_grid = quantize_weights_on_grid(model)
     biases = quantize_float_biases(model)
     onnx.save(model, output)
     initializers = {i.name for i in model.graph.initializer}
@@ -61,7 +62,81 @@ def keep(source: str, output: str) -> dict[str, Any]:
         # float biases of int8 layers written as int32 at scale input x weight (ONNX's QDQ rule, no
         # range chosen): ONNX Runtime fuses such a layer into an int8 kernel only with its bias quantized
         "quantized_biases": biases,
+        # float weights already on a symmetric int8 grid (a fake-quant export folds them so): written as
+        # the int8 values and scale they are, the grid recovered, not chosen
+        "weights_on_grid": on_grid,
     }
+
+
+GRID_TOLERANCE = 1e-3  # |w / scale - round(w / scale)|: a weight on the grid, up to float32 rounding
+
+
+def quantize_weights_on_grid(model: Any) -> list[str]:
+    """Each weighted node reading a quantized activation whose float weight lies on a symmetric
+    per-output-channel int8 grid (max |w| at 127 or -128 steps of one scale per channel) gets
+    that grid as an int8 initializer behind a DequantizeLinear. A weight off any such grid (a layer
+    the source left float) stays float. Returns the nodes changed."""
+    import numpy as np
+    from onnx import helper, numpy_helper
+
+    graph = model.graph
+    initializers = {i.name: i for i in graph.initializer}
+    produced_by = {out: node for node in graph.node for out in node.output}
+    changed, added = [], []
+    for node in graph.node:
+        axis = _channel_axis(node)
+        weight = initializers.get(node.input[1]) if axis is not None and len(node.input) > 1 else None
+        source = _producer(node.input[0], produced_by) if node.input else None
+        if weight is None or weight.data_type != 1 or source is None or source.op_type != "DequantizeLinear":
+            continue
+        values = numpy_helper.to_array(weight).astype(np.float64)
+        grid = _symmetric_grid(values, axis % values.ndim)
+        if grid is None:
+            continue
+        quantized, scale = grid
+        name = f"{node.input[1]}_on_grid"
+        graph.initializer.extend([numpy_helper.from_array(quantized, name),
+                                  numpy_helper.from_array(scale.astype(np.float32), name + "_scale"),
+                                  numpy_helper.from_array(np.zeros(scale.shape, np.int8), name + "_zero_point")])
+        added.append(helper.make_node("DequantizeLinear", [name, name + "_scale", name + "_zero_point"],
+                                      [name + "_dequantized"], name=f"{node.name}/weight/DequantizeLinear",
+                                      axis=axis % values.ndim))
+        node.input[1] = name + "_dequantized"
+        changed.append(node.name)
+    for node in added:
+        consumer = next(i for i, n in enumerate(graph.node) if node.output[0] in n.input)
+        graph.node.insert(consumer, node)
+    return changed
+
+
+def _channel_axis(node: Any) -> int | None:
+    """The output-channel axis of a weighted node's weight, or None for other nodes."""
+    if node.op_type == "Conv":
+        return 0
+    if node.op_type == "ConvTranspose":
+        return 1
+    if node.op_type == "MatMul":
+        return -1
+    if node.op_type == "Gemm":
+        return 0 if any(a.name == "transB" and a.i for a in node.attribute) else 1
+    return None
+
+
+def _symmetric_grid(values: Any, axis: int) -> tuple[Any, Any] | None:
+    """(int8 values, per-channel scale) when ``values`` lie on a symmetric int8 grid, else None."""
+    import numpy as np
+
+    moved = np.moveaxis(values, axis, 0).reshape(values.shape[axis], -1)
+    peak = np.max(np.abs(moved), axis=1)
+    if not np.all(peak > 0):
+        return None
+    for steps in (127.0, 128.0):
+        scale = peak / steps
+        ratio = moved / scale[:, None]
+        if np.all(np.abs(ratio - np.round(ratio)) < GRID_TOLERANCE) and ratio.min() >= -128.5 and ratio.max() <= 127.5:
+            quantized = np.moveaxis(np.round(ratio).reshape(np.moveaxis(values, axis, 0).shape), 0, axis)
+            return quantized.astype(np.int8), scale
+    return None
 
 
 def quantize_float_biases(model: Any) -> list[str]:
@@ -80,7 +155,7 @@ def quantize_float_biases(model: Any) -> list[str]:
         if node.op_type not in ("Conv", "Gemm", "ConvTranspose") or len(node.input) < 3 or not node.input[2]:
             continue
         bias = initializers.get(node.input[2])
-        scales = [_dq_scale(produced_by.get(name), initializers, produced_by) for name in node.input[:2]]
+        scales = [_dq_scale(_producer(name, produced_by), initializers, produced_by) for name in node.input[:2]]
         if bias is None or bias.data_type != 1 or any(s is None for s in scales):
             continue
         values = numpy_helper.to_array(bias).astype(np.float64)
@@ -102,6 +177,18 @@ def quantize_float_biases(model: Any) -> list[str]:
         consumer = next(i for i, n in enumerate(graph.node) if added.output[0] in n.input)
         graph.node.insert(consumer, added)
     return changed
+
+
+MOVEMENT = {"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Identity"}
+
+
+def _producer(name: str, produced_by: dict[str, Any]) -> Any:
+    """The node computing ``name``, looked through data movement (tf2onnx reshapes an NHWC input
+    between its DequantizeLinear and the Conv): what a quantized input really comes from."""
+    node = produced_by.get(name)
+    while node is not None and node.op_type in MOVEMENT and node.input:
+        node = produced_by.get(node.input[0])
+    return node
 
 
 def _dq_scale(node: Any, initializers: dict[str, Any], produced_by: dict[str, Any]) -> Any:

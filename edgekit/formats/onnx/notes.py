@@ -16,8 +16,10 @@ def build_notes(details: Mapping[str, Any]) -> tuple[BuildNote, ...]:
     if details.get("no_int8"):
         found.append(BuildNote(str(details["no_int8"])))
     if details.get("quantized_source"):
-        biases = details.get("quantized_biases") or []
+        biases, grids = details.get("quantized_biases") or [], details.get("weights_on_grid") or []
         found.append(BuildNote("the source's quantized graph ships as it is, its learned scales and zero points kept"
+                               + (f"; the float weights of {len(grids)} layers, already on a symmetric int8 grid, "
+                                  "written as those int8 values and scales" if grids else "")
                                + (f"; the float biases of {len(biases)} int8 layers written as int32 at scale input x "
                                   "weight, so ONNX Runtime fuses them into int8 kernels" if biases else "")))
     graph = details.get("runtime_graph") or {}

@@ -72,8 +72,9 @@ class TFLiteBuilder(Builder):
         inputs, outputs = io_quantization(graph)
         fallback = {"fallback_model": str(Path(context.workdir) / "tflite.float16.tflite"),
                     "fallback_precision": "float16"} if context.option("also_float") else {}
-        return BuildResult(float_model=str(Path(context.workdir) / "tflite.float.tflite"), **fallback,
-                           float_by="float TFLite (TFLiteConverter), LiteRT", artifact=Artifact(
+        fake_quant = bool(context.option("quantized_source"))  # TF's converter lowers fake-quant ops with their ranges
+        return BuildResult(float_model=None if fake_quant else str(Path(context.workdir) / "tflite.float.tflite"),
+                           **fallback, float_by="float TFLite (TFLiteConverter), LiteRT", artifact=Artifact(
             format=self.name,
             path=ARTIFACT_PATH,
             sha256=sha256_file(output),
@@ -94,6 +95,8 @@ class TFLiteBuilder(Builder):
                 "keep_float": list(context.keep_float),
                 "precision": precision.record(),
                 **({"explain": info["explain"]} if info.get("explain") is not None else {}),
+                **({"learned_ranges": {"by": "TensorFlow's converter, from the graph's fake-quant ops"}}
+                   if fake_quant else {}),
             },
         ))
 

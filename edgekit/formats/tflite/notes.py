@@ -14,6 +14,8 @@ def build_notes(details: Mapping[str, Any]) -> tuple[BuildNote, ...]:
     learned = details.get("learned_ranges")
     if not learned:
         return ()
+    if learned.get("by"):
+        return (BuildNote(f"the source's learned ranges taken by {learned['by']}"),)
     carried, missing = learned.get("carried") or {}, learned.get("not_found") or []
     text = (f"the source's learned activation ranges carried: {len(carried)} of {len(carried) + len(missing)}"
             + (f" (calibrated here instead: {', '.join(missing)})" if missing else ""))
