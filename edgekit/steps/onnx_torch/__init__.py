@@ -198,8 +198,10 @@ def _refuse_unsupported(nodes: list[Node], domains: list[str]) -> None:
     quantized = sorted({n.op for n in nodes if n.op in _QUANTIZED})
     if quantized:
         raise ConversionError(
-            f"the ONNX model is already quantized ({', '.join(quantized)})",
-            hint="package the float model: edgekit calibrates and quantizes it for each format")
+            f"the ONNX model is already quantized ({', '.join(quantized)}); this route cannot carry those ops' "
+            "learned ranges",
+            hint="package it with --format onnx (it ships as it is); a QDQ graph (QuantizeLinear/DequantizeLinear "
+                 "pairs, not QLinear ops) also reaches TFLite; or package the float model")
     unknown = sorted({f"{d}.{n.op}" if d not in ONNX_DOMAINS else n.op
                       for n, d in zip(nodes, domains) if d not in ONNX_DOMAINS or n.op not in OPS})
     if unknown:
