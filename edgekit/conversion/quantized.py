@@ -23,6 +23,16 @@ from .forms import QUANTIZED_OPS
 _QDQ = ("QuantizeLinear", "DequantizeLinear")
 
 
+def constants(graph: Any) -> dict[str, Any]:
+    """The graph's initializers by name, and each again under the name of an Identity passing it
+    on (PyTorch's export shares a scale or zero point that way)."""
+    found = {i.name: i for i in graph.initializer}
+    for node in graph.node:
+        if node.op_type == "Identity" and node.input and node.input[0] in found and node.output:
+            found.setdefault(node.output[0], found[node.input[0]])
+    return found
+
+
 def is_quantized_graph(path: str) -> bool:
     """Whether the ONNX graph at ``path`` is already quantized (read without its weights)."""
     file = Path(path)
@@ -54,10 +64,7 @@ def quantization_scheme(model: Any) -> dict[str, Any] | None:
     found = sorted({op for op in ops if op in QUANTIZED_OPS})
     if not found:
         return None
-    initializers = {i.name: i for i in graph.initializer}
-    for node in graph.node:  # a scale or zero point passed on by an Identity node (PyTorch's export shares them)
-        if node.op_type == "Identity" and node.input and node.input[0] in initializers and node.output:
-            initializers.setdefault(node.output[0], initializers[node.input[0]])
+    initializers = constants(graph)
     weights, activations = _Tally(), _Tally()
     for node in graph.node:
         if node.op_type not in _QDQ or len(node.input) < 2:
@@ -159,10 +166,7 @@ def strip_qdq(model: Any) -> dict[str, dict[str, Any]]:
     others = sorted({n.op_type for n in graph.node if n.op_type in QUANTIZED_OPS and n.op_type not in _QDQ})
     if others:
         raise ValueError(f"QOperator ops ({', '.join(others)}) are not a QDQ graph")
-    initializers = {i.name: i for i in graph.initializer}
-    for node in graph.node:
-        if node.op_type == "Identity" and node.input and node.input[0] in initializers and node.output:
-            initializers.setdefault(node.output[0], initializers[node.input[0]])
+    initializers = constants(graph)
     produced_by = {out: node for node in graph.node for out in node.output}
     value = {name: numpy_helper.to_array(t) for name, t in initializers.items()}
     ranges: dict[str, dict[str, Any]] = {}
@@ -252,18 +256,14 @@ def weight_scales(model: Any) -> dict[str, list[float]]:
     from onnx import numpy_helper
 
     graph = model.graph
-    initializers = {i.name: i for i in graph.initializer}
+    initializers = constants(graph)
     produced_by = {out: node for node in graph.node for out in node.output}
     found = {}
     for node in graph.node:
         if node.op_type not in WEIGHTED_OPS or len(node.input) < 2:
             continue
         source = produced_by.get(node.input[1])
-        if source is None or source.op_type != "DequantizeLinear" or len(source.input) < 2:
-            continue
-        name = source.input[1]
-        while name not in initializers and name in produced_by and produced_by[name].op_type == "Identity":
-            name = produced_by[name].input[0]
-        if name in initializers:
-            found[node.name] = [float(v) for v in numpy_helper.to_array(initializers[name]).reshape(-1)]
+        if source is not None and source.op_type == "DequantizeLinear" and source.input[1:2] \
+                and source.input[1] in initializers:
+            found[node.name] = [float(v) for v in numpy_helper.to_array(initializers[source.input[1]]).reshape(-1)]
     return found

@@ -147,15 +147,18 @@ def quantize_float_biases(model: Any) -> list[str]:
     import numpy as np
     from onnx import helper, numpy_helper
 
+    from ...conversion.quantized import constants
+
     graph = model.graph
     initializers = {i.name: i for i in graph.initializer}
+    known = constants(graph)
     produced_by = {out: node for node in graph.node for out in node.output}
     changed, added_nodes = [], []
     for node in graph.node:
         if node.op_type not in ("Conv", "Gemm", "ConvTranspose") or len(node.input) < 3 or not node.input[2]:
             continue
         bias = initializers.get(node.input[2])
-        scales = [_dq_scale(_producer(name, produced_by), initializers, produced_by) for name in node.input[:2]]
+        scales = [_dq_scale(_producer(name, produced_by), known) for name in node.input[:2]]
         if bias is None or bias.data_type != 1 or any(s is None for s in scales):
             continue
         values = numpy_helper.to_array(bias).astype(np.float64)
@@ -191,13 +194,10 @@ def _producer(name: str, produced_by: dict[str, Any]) -> Any:
     return node
 
 
-def _dq_scale(node: Any, initializers: dict[str, Any], produced_by: dict[str, Any]) -> Any:
-    """The scale of the DequantizeLinear ``node`` (through Identity nodes), or None."""
+def _dq_scale(node: Any, initializers: dict[str, Any]) -> Any:
+    """The scale of the DequantizeLinear ``node`` (``initializers``: ``constants``), or None."""
     from onnx import numpy_helper
 
     if node is None or node.op_type != "DequantizeLinear" or len(node.input) < 2:
         return None
-    name = node.input[1]
-    while name not in initializers and name in produced_by and produced_by[name].op_type == "Identity":
-        name = produced_by[name].input[0]
-    return numpy_helper.to_array(initializers[name]) if name in initializers else None
+    return numpy_helper.to_array(initializers[node.input[1]]) if node.input[1] in initializers else None
