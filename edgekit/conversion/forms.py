@@ -24,6 +24,7 @@ KERAS_MODEL = "keras-model"  # a Keras .keras/.h5 file
 RECURRENT_OPS = ("LSTM", "GRU", "RNN")  # ONNX's recurrent op types: what some route steps cannot convert
 # ONNX ops of a quantized graph (QDQ pairs, QOperator kernels): its learned ranges, which a step
 # that rebuilds a float model would lose (and a quantizer would then choose again)
+QDQ_OPS = ("QuantizeLinear", "DequantizeLinear")  # a QDQ graph's ops: the float graph it simulates, with its ranges
 QUANTIZED_OPS = ("QuantizeLinear", "DequantizeLinear", "QLinearConv", "QLinearMatMul", "MatMulInteger",
                  "ConvInteger", "DynamicQuantizeLinear", "QLinearAdd", "QLinearMul", "QGemm",
                  "QLinearGlobalAveragePool", "QLinearSigmoid", "QLinearLeakyRelu", "QLinearConcat", "QLinearSoftmax")

@@ -166,6 +166,7 @@ def strip_qdq(model: Any) -> dict[str, dict[str, Any]]:
     others = sorted({n.op_type for n in graph.node if n.op_type in QUANTIZED_OPS and n.op_type not in _QDQ})
     if others:
         raise ValueError(f"QOperator ops ({', '.join(others)}) are not a QDQ graph")
+    narrowed = _fold_integer_clips(graph)
     initializers = constants(graph)
     produced_by = {out: node for node in graph.node for out in node.output}
     value = {name: numpy_helper.to_array(t) for name, t in initializers.items()}
@@ -185,14 +186,16 @@ def strip_qdq(model: Any) -> dict[str, dict[str, Any]]:
         if node.op_type == "QuantizeLinear":
             readers = [n for n in graph.node if data != "" and node.output[0] in n.input]
             if data in value:  # a float weight fake-quantized (PyTorch's QAT export): its pair becomes the grid
-                low, high = _RANGES.get(_onnx_type(point_name, initializers), (-128, 127))
+                low, high = _narrow(_RANGES.get(_onnx_type(point_name, initializers), (-128, 127)),
+                                    narrowed.get(node.output[0]))
                 shaped = _broadcast(scale, value[data].ndim, axis)
                 zero = _broadcast(point.astype(np.float64), value[data].ndim, axis)
                 grid = (np.clip(np.round(value[data] / shaped) + zero, low, high) - zero) * shaped
                 for reader in readers:  # its DequantizeLinear: replaced by the grid's initializer
                     added.append(numpy_helper.from_array(grid.astype(np.float32), reader.output[0]))
                 continue
-            low, high = _RANGES.get(_onnx_type(point_name, initializers), (0, 255))
+            low, high = _narrow(_RANGES.get(_onnx_type(point_name, initializers), (0, 255)),
+                                narrowed.get(node.output[0]))
             step, zero = float(scale.reshape(-1)[0]), float(point.reshape(-1)[0]) if point.size else 0.0
             source = produced_by.get(data)
             outputs = {o.name for o in graph.output}
@@ -215,6 +218,53 @@ def strip_qdq(model: Any) -> dict[str, dict[str, Any]]:
     for tensor in unused:  # the integer weights, scales and zero points the float graph no longer reads
         graph.initializer.remove(tensor)
     return ranges
+
+
+def _fold_integer_clips(graph: Any) -> dict[str, tuple[float, float]]:
+    """Remove each Clip between a QuantizeLinear and its DequantizeLinear (PyTorch exports a range
+    narrower than its integer type that way: ``reduce_range`` activations in [0, 127], weights in
+    [-127, 127]); return the integer bounds it applied, by the QuantizeLinear's output, so that the
+    range read from the pair is the narrower one."""
+    from onnx import numpy_helper
+
+    initializers = constants(graph)
+    known = {name: numpy_helper.to_array(t) for name, t in initializers.items()}
+    for node in graph.node:
+        if node.op_type == "Constant" and node.output and node.attribute and node.attribute[0].name == "value":
+            known[node.output[0]] = numpy_helper.to_array(node.attribute[0].t)
+    quantized = {n.output[0] for n in graph.node if n.op_type == "QuantizeLinear"}
+    readers: dict[str, list[Any]] = {}
+    for node in graph.node:
+        for name in node.input:
+            readers.setdefault(name, []).append(node)
+    narrowed: dict[str, tuple[float, float]] = {}
+    removed = []
+    for node in graph.node:
+        if node.op_type != "Clip" or node.input[0] not in quantized:
+            continue
+        after = readers.get(node.output[0], [])
+        bounds = [node.input[i] if len(node.input) > i else "" for i in (1, 2)]
+        if not after or any(r.op_type != "DequantizeLinear" for r in after) or any(b and b not in known for b in bounds):
+            continue
+        low, high = (float(known[b].reshape(-1)[0]) if b else None for b in bounds)
+        narrowed[node.input[0]] = (low if low is not None else float("-inf"), high if high is not None else float("inf"))
+        for reader in after:
+            reader.input[0] = node.input[0]
+        removed.append(node)
+    for node in removed:
+        graph.node.remove(node)
+    used = {name for node in graph.node for name in node.input} | {o.name for o in graph.output}
+    for node in [n for n in graph.node if n.op_type == "Constant" and n.output[0] not in used]:
+        graph.node.remove(node)
+    return narrowed
+
+
+def _narrow(full: tuple[int, int], clip: tuple[float, float] | None) -> tuple[int, int]:
+    """An integer type's range, narrowed by the Clip PyTorch put between its pair."""
+    if clip is None:
+        return full
+    return max(full[0], int(round(clip[0]))) if clip[0] != float("-inf") else full[0], \
+        min(full[1], int(round(clip[1]))) if clip[1] != float("inf") else full[1]
 
 
 def _onnx_type(name: str, initializers: dict[str, Any]) -> int:

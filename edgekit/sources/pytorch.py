@@ -83,6 +83,8 @@ def prepare(model_path: str, kind: str, export_dir: str, hints: dict[str, Any] |
         "source_model": model_path,
         "recorded": {"torch": torch.__version__, "onnx_exporter": exporter},
     })
+    if info.get("quantized"):  # QAT (fake-quant modules, a PT2E program): exported as QDQ, its scheme recorded
+        info["recorded"]["quantized"] = info["quantized"]
     # each output's layer: the exported graph's node writing it (``describe_onnx``), the name the
     # ONNX route keeps float and the op TFLite's converters write that output with; an output
     # the graph passes through from an input is its own layer
@@ -174,6 +176,7 @@ def _load_model(model_path: str, kind: str, submodules: bool = False) -> tuple[A
 
     try:
         if kind == "torch_export":
+            _register_quantized_ops()
             with _weights_only_unpickling(model_path):
                 program = torch.export.load(model_path)
             names = [str(n) for n in program.graph_signature.user_inputs]
@@ -194,6 +197,16 @@ def _load_model(model_path: str, kind: str, submodules: bool = False) -> tuple[A
         raise ModelSourceError(f"cannot load {model_path} as a PyTorch model: {type(exc).__name__}: {first_line(exc)}",
                                hint="save a torch.export program (.pt2), a TorchScript file, or pass "
                                     "path/to/file.py:factory") from None
+
+
+def _register_quantized_ops() -> None:
+    """A program quantized with PT2E (``convert_pt2e``, QAT or not) calls the
+    ``quantized_decomposed`` quantize/dequantize ops, which ``torch.export.load`` resolves only
+    once their library is registered: PyTorch registers it on import of this module."""
+    try:
+        import torch.ao.quantization.fx._decomposed  # noqa: F401 - registers quantized_decomposed
+    except ImportError:  # a PyTorch without it: such a program fails to load, named by the loader
+        pass
 
 
 @contextmanager
@@ -255,7 +268,26 @@ def _call_factory(file: str, function: str) -> Any:
     if not isinstance(module, torch.nn.Module):
         raise ModelSourceError(f"{file}:{function}() returned {type(module).__name__}, not a torch.nn.Module",
                                hint="return the model with its weights loaded")
-    return module.eval()
+    return frozen_fake_quant(module.eval())
+
+
+def frozen_fake_quant(module: Any) -> Any:
+    """A module trained with eager-mode QAT, its learned ranges frozen: each fake-quant module's
+    observer is disabled (enabled, every input run through the model would move the ranges,
+    even in eval mode, and the reference would drift as it is measured), and the fused
+    observer-and-fake-quant modules of PyTorch's default QAT configs compute the plain fake-quant
+    op their ranges specify (the fused op has no ONNX export). A float module is returned as it is."""
+    import types
+
+    from torch.ao.quantization import FakeQuantize, FakeQuantizeBase
+    from torch.ao.quantization.fake_quantize import FusedMovingAvgObsFakeQuantize
+
+    for child in module.modules():
+        if isinstance(child, FakeQuantizeBase):
+            child.disable_observer()
+        if isinstance(child, FusedMovingAvgObsFakeQuantize):
+            child.forward = types.MethodType(FakeQuantize.forward, child)
+    return module
 
 
 def _example_inputs(names: list[str], program: Any, hints: dict[str, Any]) -> list[Any]:

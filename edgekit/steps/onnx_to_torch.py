@@ -32,10 +32,13 @@ def onnx_to_torch(produces: str) -> Callable[[ModelForm, StepContext], ModelForm
 # (onnx_torch/recurrent.py); it has no plain RNN
 UNROLLED = ("LSTM", "GRU")
 UNROLLED_CANNOT = tuple(op for op in forms.RECURRENT_OPS if op not in UNROLLED)
+# a QDQ graph becomes the float graph it simulates, its ranges read apart (``strip_qdq``): the
+# converter after this step never sees a QuantizeLinear
+REWRITTEN = UNROLLED + forms.QDQ_OPS
 
 CONVERSIONS = (
     Conversion("onnx-to-torch", forms.ONNX_GRAPH, forms.TORCH_PROGRAM, onnx_to_torch(forms.TORCH_PROGRAM),
-               UNROLLED_CANNOT, UNROLLED),
+               UNROLLED_CANNOT, REWRITTEN),
     Conversion("onnx-to-torch", forms.ONNX_GRAPH, forms.TORCH_MODULE, onnx_to_torch(forms.TORCH_MODULE),
-               UNROLLED_CANNOT, UNROLLED),
+               UNROLLED_CANNOT, REWRITTEN),
 )

@@ -6,6 +6,8 @@ post-training INT8 is not enough.
   to a QDQ ONNX graph by ``torch.onnx.export``, as TensorRT's and ONNX Runtime's QAT guides do.
 - ``ort_excluded``: a float CNN quantized by ONNX Runtime's ``quantize_static`` (per-channel,
   S8S8 QDQ) with one layer excluded, so the graph keeps it in float: a mixed source.
+- ``pt2e_qat``: the same CNN trained with PyTorch 2 export QAT (``prepare_qat_pt2e``, XNNPACK's
+  quantizer) and saved as a ``torch.export`` program with its quantize/dequantize ops (``model.pt2``).
 - ``fake_quant_keras``: a Keras CNN trained with TensorFlow's fake-quant ops (activations with
   learned ranges, per-channel symmetric narrow-range weights), exported as a SavedModel
   (``saved_model/``: its custom layers need no registration there), NHWC images.
@@ -173,7 +175,48 @@ def fake_quant_keras(folder: Path) -> None:
     np.savez(folder / "eval.npz", image=x[650:], y=y[650:])
 
 
-BUILDERS = {"qat_torch": qat_torch, "ort_excluded": ort_excluded, "fake_quant_keras": fake_quant_keras}
+def pt2e_qat(folder: Path) -> None:
+    """QAT in PyTorch 2 export form: ``prepare_qat_pt2e`` with XNNPACK's quantizer (per-channel
+    symmetric int8 weights, int8 activations), trained briefly, ``convert_pt2e``, saved as a
+    ``torch.export`` program (``model.pt2``) holding quantize/dequantize ops; input ``x``."""
+    import torch
+    from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (XNNPACKQuantizer,
+                                                                         get_symmetric_quantization_config)
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_qat_pt2e
+
+    torch.manual_seed(3)
+    x, y = images(800, 3)
+    model = _plain_net()
+    _train(model.train(), x[:500], y[:500], 60)
+    example, batch = (torch.from_numpy(x[:2]),), torch.export.Dim("batch")
+    graph = torch.export.export(model, example, dynamic_shapes=({0: batch},)).module()
+    quantizer = XNNPACKQuantizer().set_global(get_symmetric_quantization_config(is_per_channel=True, is_qat=True))
+    graph = prepare_qat_pt2e(graph, quantizer)
+    _train(graph, x[:500], y[:500], 30)
+    graph = convert_pt2e(graph)
+    torch.export.save(torch.export.export(graph, example, dynamic_shapes=({0: batch},)), str(folder / "model.pt2"))
+    np.savez(folder / "calibration.npz", x=x[500:650], y=y[500:650])
+    np.savez(folder / "eval.npz", x=x[650:], y=y[650:])
+
+
+def _plain_net() -> object:
+    """The reference CNN without eager mode's quant stubs (PT2E places its own quantize ops)."""
+    import torch.nn as nn
+
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv1, self.relu1 = nn.Conv2d(1, 8, 3, padding=1), nn.ReLU()
+            self.conv2, self.relu2 = nn.Conv2d(8, 16, 3, stride=2, padding=1), nn.ReLU()
+            self.pool, self.fc = nn.AdaptiveAvgPool2d(1), nn.Linear(16, 4)
+
+        def forward(self, x):  # type: ignore[no-untyped-def]
+            return self.fc(self.pool(self.relu2(self.conv2(self.relu1(self.conv1(x))))).flatten(1))
+
+    return Net()
+
+
+BUILDERS = {"qat_torch": qat_torch, "pt2e_qat": pt2e_qat, "ort_excluded": ort_excluded, "fake_quant_keras": fake_quant_keras}
 
 
 def main() -> None:

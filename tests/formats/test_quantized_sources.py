@@ -217,3 +217,93 @@ def test_a_keras_fake_quant_model_keeps_its_ranges_in_tflite_and_onnx_and_the_ot
     assert set(failed) == {"coreml", "executorch"}
     assert all("cannot keep a quantized model's learned ranges" in e and "--format tflite --format onnx" in e
                for e in failed.values())
+
+
+@pytest.fixture(scope="module")
+def pt2e_qat(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _source(tmp_path_factory, "pt2e_qat")
+
+
+def test_a_pt2e_qat_program_ships_its_learned_ranges_to_onnx_and_tflite_and_never_through_pt2e_again(
+        pt2e_qat, tmp_path):
+    """A ``torch.export`` program from ``convert_pt2e`` (QAT) loads with its quantize ops, is
+    recorded as quantized, and reaches TFLite through its QDQ export (ranges carried), never
+    through litert-torch's PT2E quantizer, which would choose its ranges again."""
+    import torch
+    import torch.ao.quantization.fx._decomposed  # noqa: F401 - the program's quantize ops
+    from ai_edge_litert.interpreter import Interpreter
+
+    result = edgekit_cli("package", pt2e_qat / "model.pt2", "-c", pt2e_qat / "calibration.npz", "--eval",
+                         pt2e_qat / "eval.npz", "--format", "onnx", "--format", "tflite", "-o", tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "the source is already quantized (QDQ" in result.stdout
+    assert "using torch_export -> onnx-to-torch -> torch-program -> tflite instead" in result.stdout
+    manifest = json.loads((tmp_path / "model.edgekit" / "manifest.json").read_text())
+    assert manifest["source"]["quantized"]["weights"]["per_channel"]
+    program = torch.export.load(str(pt2e_qat / "model.pt2"))
+    learned = {(round(float(n.args[1]), 9), int(n.args[2])) for n in program.graph.nodes
+               if "quantize_per_tensor" in str(n.target) and "dequantize" not in str(n.target)}
+    assert len(learned) >= 4
+    tflite = next(a for a in manifest["artifacts"] if a["format"] == "tflite")
+    carried = tflite["details"]["learned_ranges"]["carried"]
+    assert {(round(c["scale"], 9), c["zero_point"]) for c in carried.values()} <= learned and len(carried) >= 4
+    interpreter = Interpreter(model_path=str(tmp_path / "model.edgekit" / tflite["path"]))
+    pairs = [(float(d["quantization_parameters"]["scales"][0]), int(d["quantization_parameters"]["zero_points"][0]))
+             for d in interpreter.get_tensor_details() if len(d["quantization_parameters"]["scales"]) == 1]
+    for entry in carried.values():  # read back from the .tflite
+        assert any(abs(s - entry["scale"]) <= 1e-6 * entry["scale"] and z == entry["zero_point"] for s, z in pairs)
+    assert {a["format"]: a["precision"] for a in manifest["artifacts"]} == {"onnx": "int8", "tflite": "int8"}
+    assert all(v["verdict"] == "passed" for v in manifest["validation"]["artifacts"].values())
+
+
+def test_an_eager_qat_module_given_directly_keeps_its_frozen_ranges_including_a_reduced_range(tmp_path):
+    """PyTorch's default x86 QAT config: fused observer-and-fake-quant modules (no ONNX export of
+    their op) and uint8 activations on [0, 127] (a Clip between each QDQ pair). The observers are
+    frozen, the ONNX artifact keeps the exported pairs, and TFLite carries the narrower range."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    sys.path.insert(0, str(ROOT / "models/quantized"))
+    try:
+        import eager_qat
+    finally:
+        sys.path.remove(str(ROOT / "models/quantized"))
+    eager_qat.data(tmp_path)
+    result = edgekit_cli("package", f"{ROOT / 'models/quantized/eager_qat.py'}:model", "-c",
+                         tmp_path / "calibration.npz", "--eval", tmp_path / "eval.npz", "--format", "onnx",
+                         "--format", "tflite", "--allow-accuracy-drop", "-o", tmp_path / "out")
+    assert result.returncode in (0, 3), result.stderr[-3000:]  # 3: a gate failed, the package kept as it is
+    manifest = json.loads((tmp_path / "out" / "eager_qat.edgekit" / "manifest.json").read_text())
+    assert manifest["source"]["quantized"]["format"] == "QDQ"
+    onnx_artifact = next(a for a in manifest["artifacts"] if a["format"] == "onnx")
+    assert manifest["validation"]["artifacts"]["onnx"]["verdict"] == "passed"
+    assert onnx_artifact["details"]["quantized_source"]["ops"]["QuantizeLinear"] >= 4
+    tflite = next(a for a in manifest["artifacts"] if a["format"] == "tflite")
+    entry = tflite["details"]["learned_ranges"]["carried"]["x"]
+    (given,) = Interpreter(model_path=str(tmp_path / "out" / "eager_qat.edgekit" / tflite["path"])).get_input_details()
+    scale, zero = given["quantization"]
+    # the learned [(0 - z) s, (127 - z) s], on TFLite's 255 int8 steps
+    assert abs(scale - entry["scale"] * 127 / 255) <= 1e-5 * scale
+    assert abs((-128 - zero) * scale + entry["zero_point"] * entry["scale"]) <= scale
+
+
+def test_a_clip_between_a_qdq_pair_narrows_the_learned_range():
+    """PyTorch exports ``reduce_range`` activations as QuantizeLinear -> Clip(0, 127) ->
+    DequantizeLinear: the range read back is [(0 - z) s, (127 - z) s], and the float graph keeps
+    no Clip."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    from edgekit.conversion.quantized import strip_qdq
+
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["r"], name="relu"),
+         helper.make_node("QuantizeLinear", ["r", "s", "z"], ["q"]),
+         helper.make_node("Constant", [], ["top"], value=numpy_helper.from_array(np.uint8(127))),
+         helper.make_node("Clip", ["q", "", "top"], ["c"]),
+         helper.make_node("DequantizeLinear", ["c", "s", "z"], ["y"])],
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+        [numpy_helper.from_array(np.float32(0.5), "s"), numpy_helper.from_array(np.uint8(3), "z")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    ranges = strip_qdq(model)
+    assert ranges["r"]["min"] == -1.5 and ranges["r"]["max"] == 62.0 and ranges["r"]["type"] == "uint7"
+    assert [n.op_type for n in model.graph.node] == ["Relu", "Identity"]

@@ -32,6 +32,8 @@ FORMAT = Format(
     # TFLiteConverter / litert-torch (PT2E) by default; a layer's float or int16 precision through
     # LiteRT Quantizer on the float conversion (tflite/quantizer.py), on every route
     accepts=(Accepts(forms.TF_GRAPH, honours=("keep_float", "int16", "explain")),
-             # litert-torch has no conversion for recurrent layers
-             Accepts(forms.TORCH_PROGRAM, honours=("keep_float", "int16", "explain"), cannot=forms.RECURRENT_OPS)),
+             # litert-torch has no conversion for recurrent layers; a PyTorch QAT module it would
+             # quantize a second time (PT2E): it goes through its QDQ export, whose ranges are carried
+             Accepts(forms.TORCH_PROGRAM, honours=("keep_float", "int16", "explain"),
+                     cannot=forms.RECURRENT_OPS + forms.QUANTIZED_OPS)),
 )
