@@ -135,6 +135,23 @@ def _evidence_notes(target: str, metrics: ArtifactRecord) -> list[str]:
     return notes
 
 
+def _float_reference_notes(target: str, metrics: ArtifactRecord) -> list[str]:
+    """A quantized source's artifact against the float model given beside it (--float-reference):
+    each output's SQNR and task numbers, as the table shows them against the source."""
+    against = metrics.get("against_float_reference")
+    if not against:
+        return []
+    tasks = against.get("tasks") or {}
+    only = next(iter(tasks), "") if len(tasks) == 1 else ""  # one output: its numbers are the summary's
+    outputs = against.get("outputs") or {only: against}
+    parts = []
+    for name, values in outputs.items():
+        task = tasks.get(name)
+        shown = ", ".join(f"{k} {show_value(k, v)}" for k, v in (task or {}).get("values", {}).items())
+        parts.append(f"{name or 'output'} SQNR {values.get('sqnr_db', float('nan')):.1f} dB" + (f", {shown}" if shown else ""))
+    return [f"{target}: against the float reference: " + "; ".join(parts)]
+
+
 def _margin(value: Any) -> str:
     return "-inf" if value is None else f"{value:+.3g}"
 
@@ -180,6 +197,7 @@ def render(manifest: Manifest, console: Console | None = None) -> None:
         notes += _fix_notes(artifact.key, metrics)
         notes += [f"{artifact.key}: FAILED {gate['what']}" for gate in metrics.gates]
         notes += _evidence_notes(artifact.key, metrics)
+        notes += _float_reference_notes(artifact.key, metrics)
     for failure in manifest.failed:
         table.add_row(failure["target"], "failed", "", "", "", "", "", "", "")
         notes.append(f"{failure['target']} failed: {failure['error']}")

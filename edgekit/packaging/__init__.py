@@ -46,6 +46,7 @@ from .assemble import assemble_package
 from .context import PackagingContext
 from .data import PreparedData, prepare_data
 from .each_format import Planned, build_formats, refused_routes
+from .float_model import float_model_outputs, source_against_float
 from .fallback import wants_float_fallback
 from .gates import REFUSED_PREFIX, Remedies
 from .options import PackageOptions, PackageResult
@@ -130,19 +131,25 @@ def build_package(options: PackageOptions, progress: Progress | None = None) -> 
         inputs = [name for name in peeked["inputs"] if name not in (options.fixed_inputs or {})]
         planned, _ = refused_routes(planned, peeked["op_types"], len(inputs), progress)
     with temp_dir(TEMP_PREFIX) as work, reusing():
-        loaded = load_source(source, kind, options, work, progress, source_hints(options, plan))
+        hints = source_hints(options, plan)
+        loaded = load_source(source, kind, options, work, progress, hints)
         say_quantized_source(loaded.described, progress)
         data = prepare_data(plan, options, loaded.described, progress)
         given = resolve_kinds(options.output_kinds, loaded.described)
         reference = float_reference(loaded, data, work, progress, options.step_timeout_s)
+        float_outputs = float_model_outputs(options, loaded, data, work, progress, hints)
         kinds = infer_kinds(loaded.described, reference, data, given)
         say_kinds(kinds, reference, progress)
         judging = Judging(kinds=kinds, metric_spec=options.metric, metric=metric,
                           max_accuracy_drop=options.max_accuracy_drop)
+        if float_outputs is not None:  # recorded as source.quantized.float_reference
+            loaded.described.recorded["quantized"]["float_reference"] = source_against_float(
+                options, reference, float_outputs, data, judging, progress)
         with staging_dir(plan.destination) as staged:
             context = build_context(options, loaded, data, staged, work, profiles)
             run = PackagingContext(data, reference, staged, progress, judging, options,
-                                   dict(loaded.described.output_layers), setup_s=time.monotonic() - began)
+                                   dict(loaded.described.output_layers), setup_s=time.monotonic() - began,
+                                   float_model=float_outputs)
             outcomes = build_formats(planned, context, loaded.described, run)
             result = assemble_package(plan, loaded, run, [p.builder for p in planned], context, outcomes)
     if plan.archive is not None:

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from . import LoadedSource
 
 
-def _model_file(model: str) -> str:
+def model_file(model: str) -> str:
     """The file a model spec names (``file.py:factory`` -> ``file.py``)."""
     file, sep, function = model.rpartition(":")
     return file if sep and file.endswith(".py") and function.isidentifier() else model
@@ -69,7 +69,7 @@ def make_manifest(
         name=name,
         edgekit_version=__version__,
         created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        source={"format": kind, "file": Path(options.model).name, "sha256": sha256_tree(_model_file(options.model)),
+        source={"format": kind, "file": Path(options.model).name, "sha256": sha256_tree(model_file(options.model)),
                 **described.recorded},
         inputs=inputs,
         outputs=outputs,

@@ -17,7 +17,7 @@ from ..progress import Progress
 from .data import PreparedData
 from .gates import GateFailure, Remedies, check
 from .options import PackageOptions
-from .validate import Judging, Measured, measure
+from .validate import Judging, Measured, compared, measure
 
 
 @dataclass(frozen=True)
@@ -30,19 +30,34 @@ class PackagingContext:
     options: PackageOptions
     producers: dict[str, str]  # output name -> the layer computing it (for --keep-float)
     setup_s: float = 0.0  # the command's time before the first format was built (loading, data, float reference)
+    # a quantized source's float model on the same samples (--float-reference): every artifact is
+    # judged against it as well as against the source
+    float_model: dict[str, np.ndarray] | None = None
 
     def on(self, data: PreparedData, reference: dict[str, np.ndarray]) -> PackagingContext:
-        """The same run judged on other samples (the search's half of them)."""
-        return replace(self, data=data, reference=reference)
+        """The same run judged on other samples (the search's half of them). The search never runs
+        on a quantized source, the only one with a float model beside it: that is not carried over
+        (it would not be aligned with the other samples)."""
+        return replace(self, data=data, reference=reference, float_model=None)
 
     def measure(self, built: BuildResult, builder: Builder, context: BuildContext, **how: Any) -> Measured | None:
         """The artifact against the float reference, in the arithmetic its builder judges it by."""
         if "quantized" not in how:
             how["as_quantized"] = builder.judged_as_quantized(context)
-        return measure(built, builder, self.staged, self.data, self.reference, self.judging, **how)
+        measured = measure(built, builder, self.staged, self.data, self.reference, self.judging, **how)
+        if measured is None or self.float_model is None or measured.candidate is None:
+            return measured
+        return replace(measured, against_float=compared(self.float_model, measured.candidate, self.data, self.judging))
 
     def check(self, key: str, measured: Measured | None, remedies: Remedies = Remedies()) -> list[GateFailure]:
-        """The gates an artifact fails (none when it was not measured here)."""
+        """The gates an artifact fails (none when it was not measured here); against the float
+        model too where there is one, those failures named so."""
         if measured is None:
             return []
-        return check(key, measured, self.options.min_sqnr_db, self.producers, self.judging.kinds, remedies)
+        failures = check(key, measured, self.options.min_sqnr_db, self.producers, self.judging.kinds, remedies)
+        if measured.against_float is not None:
+            failures += [replace(f, cause=f"float_reference_{f.cause}", what=f"against the float reference "
+                                 f"({self.options.float_reference}): {f.what}")
+                         for f in check(key, measured.against_float, self.options.min_sqnr_db, self.producers,
+                                        self.judging.kinds, remedies)]
+        return failures

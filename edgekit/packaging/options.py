@@ -70,6 +70,11 @@ class PackageOptions:
                                          "fails (recorded as failed in the manifest)", "gates")
     min_sqnr_db: float = declared(20.0, "--min-sqnr", "SQNR floor for every values output, and for each quantity "
                                   "joined into one output", "gates", low=0, high=200, metavar="DB")
+    float_reference: str | None = declared(
+        None, "--float-reference", "for a quantized model (QAT, a QDQ graph): the float model it was trained or "
+        "quantized from (any source kind, the same input and output names); every artifact is judged against it "
+        "too, by the same gates, and the quantized model itself is measured against it", "gates", metavar="MODEL",
+        show_default=False)
     output_kinds: dict[str, str] = field(default_factory=dict)  # output name ("" = the only one) -> kind
     metric: str | None = declared(None, "--metric", "your metric: called with (float_outputs, int8_outputs, labels), "
                                   "returns named numbers and optionally passed=True/False, which then decides the gate",

@@ -45,7 +45,7 @@ def validation_record(
             open_gates = () if failures.get(name) else undecided_gates(comparison, data.evaluation_count)
             artifacts[name] = ArtifactRecord(
                 measured=True, passed=False if failures.get(name) else (None if open_gates else True),
-                metrics=_measured(comparison, measured_by.get(name)),
+                metrics=measured_record(comparison, measured_by.get(name)),
                 gates=tuple(f.to_dict() for f in failures.get(name, [])), notes=tuple(notes.get(name) or ()),
                 undecided=tuple(u.to_dict() for u in open_gates))
     from_calibration = options.eval is None
@@ -82,7 +82,7 @@ def _package_passed(artifacts: dict[str, ArtifactRecord], failures: dict[str, li
     return None if any(a.undecided for a in artifacts.values()) else True
 
 
-def _measured(comparison: Measured, measured_by: str | None) -> dict[str, Any]:
+def measured_record(comparison: Measured, measured_by: str | None) -> dict[str, Any]:
     """One artifact's numbers as the manifest records them."""
     found: dict[str, Any] = dict(comparison.summary.to_dict())
     if len(comparison.outputs) > 1:
@@ -109,6 +109,9 @@ def _measured(comparison: Measured, measured_by: str | None) -> dict[str, Any]:
             "sqnr_db": min(c.sqnr_db for c in comparison.on_this_cpu.values()),
             "outputs": {o: c.to_dict() for o, c in comparison.on_this_cpu.items()},
         }
+    if comparison.against_float is not None:
+        # a quantized source's float model (--float-reference): the same outputs judged against it
+        found["against_float_reference"] = measured_record(comparison.against_float, None)
     if comparison.conversion:
         # the float model this format converted, before quantization, vs the source
         found["float_conversion"] = {

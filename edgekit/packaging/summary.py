@@ -37,7 +37,8 @@ def lines(outcomes: list[Any], kept_failed: bool, left_out: list[Any] = (), samp
         elif not outcome.failures and samples is not None and (open_gates := undecided(outcome.comparison, samples)):
             found.append(f"{undecided_line(outcome.name, open_gates)}; {artifact.precision}, written{timing}")
         elif not outcome.failures:
-            found.append(f"{outcome.name}: {shipped} {artifact.precision}; {_tightest(outcome.comparison)}{timing}")
+            found.append(f"{outcome.name}: {shipped} {artifact.precision}; {_tightest(outcome.comparison)}"
+                         f"{_against_float(outcome.comparison)}{timing}")
         else:
             what = ("kept though it failed (--allow-accuracy-drop)" if kept_failed
                     else "refused, left out of the package" if any(outcome is r for r in left_out) else "refused")
@@ -54,6 +55,15 @@ def _tightest(measured: Any) -> str:
         return f"tightest gate margin {_number(min(margins))}"
     sqnr = min((c.sqnr_db for c in measured.outputs.values() if c.sqnr_db == c.sqnr_db), default=float("nan"))
     return f"worst SQNR {sqnr:.1f} dB" if math.isfinite(sqnr) else "exact"
+
+
+def _against_float(measured: Any) -> str:
+    """A quantized source's artifact against the float model given beside it (--float-reference)."""
+    if measured.against_float is None:
+        return ""
+    sqnr = min((c.sqnr_db for c in measured.against_float.outputs.values() if c.sqnr_db == c.sqnr_db),
+               default=float("nan"))
+    return f"; against the float reference: {_tightest(measured.against_float)}, worst SQNR {sqnr:.1f} dB"
 
 
 def _configuration(outcome: Any) -> str:

@@ -11,7 +11,7 @@ apart from a loss in quantization. ``gates.py`` judges the numbers.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -61,6 +61,8 @@ class Measured:
     # the outputs judged, by name (sample-aligned with the reference): what the search's confirmation
     # re-cuts into halves without running the artifact again; never written to the manifest
     candidate: dict[str, np.ndarray] | None = field(default=None, repr=False, compare=False)
+    # a quantized source's float model (--float-reference): the same outputs judged against it too
+    against_float: Measured | None = None
 
     @property
     def degenerate(self) -> dict[str, str]:
@@ -116,6 +118,25 @@ def measure(built: BuildResult, builder: Builder, staged: Path, data: PreparedDa
         judged_by = (f"as quantized (the QDQ graph without int8 kernel fusion: the exact int8 arithmetic of the "
                      f"devices it is built for): {as_quantized}" if verdict_on_plain
                      else f"on this CPU's fused int8 kernels ({builder.fused_kernels()}), as the runtime here runs it")
+    judged = compared(reference, candidate, data, judging)
+    quantization = None
+    if plain is not None:
+        quantization = {n: compare_outputs(reference[n], plain[n], kind=judging.kinds.get(n)) for n in names}
+    on_this_cpu = None
+    if verdict_on_plain:
+        on_this_cpu = {n: compare_outputs(reference[n], fused[n], kind=judging.kinds.get(n)) for n in names}
+    conversion = _float_conversion(built, builder, data, reference, judging) if quantized else None
+    return replace(judged, quantization=quantization, conversion=conversion,
+                   conversion_by=built.float_by if conversion else "", judged_by=judged_by,
+                   kernels=builder.fused_kernels() if unfused is not None else "", on_this_cpu=on_this_cpu)
+
+
+def compared(reference: dict[str, np.ndarray], candidate: dict[str, np.ndarray], data: PreparedData,
+             judging: Judging) -> Measured:
+    """``candidate``'s outputs against ``reference``'s, output by output: the comparison, the task
+    metric of each output whose kind is known, the user's ``--metric``. (The float reference of a
+    quantized source, ``--float-reference``, is judged by this as well.)"""
+    names = list(reference)
     outputs = {n: compare_outputs(reference[n], candidate[n], data.targets_y if n == data.labelled_output else None,
                                   judging.kinds.get(n)) for n in names}
     if data.labelled_output is not None:
@@ -135,15 +156,7 @@ def measure(built: BuildResult, builder: Builder, staged: Path, data: PreparedDa
     metric = None
     if judging.metric is not None and judging.metric_spec is not None:
         metric = run_metric(judging.metric_spec, judging.metric, reference, candidate, data.targets_y)
-    quantization = None
-    if plain is not None:
-        quantization = {n: compare_outputs(reference[n], plain[n], kind=judging.kinds.get(n)) for n in names}
-    on_this_cpu = None
-    if verdict_on_plain:
-        on_this_cpu = {n: compare_outputs(reference[n], fused[n], kind=judging.kinds.get(n)) for n in names}
-    conversion = _float_conversion(built, builder, data, reference, judging) if quantized else None
-    return Measured(outputs, summary, tasks, metric, quantization, conversion, built.float_by if conversion else "",
-                    judged_by, builder.fused_kernels() if unfused is not None else "", on_this_cpu, candidate)
+    return Measured(outputs, summary, tasks, metric, candidate=candidate)
 
 
 def _float_conversion(built: BuildResult, builder: Builder, data: PreparedData,

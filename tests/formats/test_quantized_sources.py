@@ -307,3 +307,62 @@ def test_a_clip_between_a_qdq_pair_narrows_the_learned_range():
     ranges = strip_qdq(model)
     assert ranges["r"]["min"] == -1.5 and ranges["r"]["max"] == 62.0 and ranges["r"]["type"] == "uint7"
     assert [n.op_type for n in model.graph.node] == ["Relu", "Identity"]
+
+
+def test_a_float_reference_judges_every_artifact_and_the_source_itself(ort_excluded, tmp_path):
+    """--float-reference: the float model the graph was quantized from, run on the same samples;
+    the source is measured against it (recorded), and each artifact is judged against it too."""
+    result, manifest = _package(ort_excluded, tmp_path, "onnx",
+                                extra=("--float-reference", str(ort_excluded / "float.onnx")))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "the quantized source against its float reference float.onnx on 150 samples: logits SQNR" in result.stdout
+    assert "onnx: against the float reference: logits SQNR" in result.stdout
+    recorded = manifest["source"]["quantized"]["float_reference"]
+    assert recorded["file"] == "float.onnx" and len(recorded["sha256"]) == 64
+    assert recorded["source_against_it"]["sqnr_db"] > 20
+    metrics = manifest["validation"]["artifacts"]["onnx"]
+    assert metrics["against_float_reference"]["sqnr_db"] > 20 and metrics["against_float_reference"]["tasks"]
+
+
+def test_an_artifact_far_from_the_float_reference_fails_its_gates_named_so(qat_torch, ort_excluded, tmp_path):
+    """Another float model with the same input and output names stands in for the float model:
+    the artifact matches its source, but not that model, and the gates say which reference failed."""
+    with np.load(qat_torch / "eval.npz") as data:  # unlabelled: judged by agreement with each reference
+        np.savez(tmp_path / "unlabelled.npz", image=data["image"])
+    result = edgekit_cli("package", qat_torch / "model.onnx", "-c", qat_torch / "calibration.npz", "--eval",
+                         tmp_path / "unlabelled.npz", "--format", "onnx", "--float-reference",
+                         ort_excluded / "float.onnx", "--allow-accuracy-drop", "-o", tmp_path)
+    assert "onnx: FAILED against the float reference" in result.stdout, result.stdout[-3000:]
+    manifest = json.loads((tmp_path / "model.edgekit" / "manifest.json").read_text())
+    gates = manifest["validation"]["artifacts"]["onnx"]["gates"]
+    assert gates and all(g["cause"].startswith("float_reference_") for g in gates), gates
+    assert gates[0]["what"].startswith(f"against the float reference ({ort_excluded / 'float.onnx'}):")
+    assert manifest["validation"]["artifacts"]["onnx"]["passed"] is False
+
+
+def _usage_error(result: subprocess.CompletedProcess[str], *needles: str) -> None:
+    """An option that cannot apply: exit 2, one error line naming it and a fix, no traceback."""
+    assert result.returncode == 2, (result.returncode, result.stderr[-3000:])
+    assert "Traceback" not in result.stderr and "internal error" not in result.stderr
+    assert sum(line.startswith("error: ") for line in result.stderr.splitlines()) == 1, result.stderr
+    assert "  fix: " in result.stderr and all(needle in result.stderr for needle in needles), result.stderr
+
+
+def test_a_float_reference_is_refused_where_it_cannot_mean_anything(qat_torch, ort_excluded, tmp_path):
+    float_model, data = ort_excluded / "float.onnx", ort_excluded / "calibration.npz"
+    refused = edgekit_cli("package", float_model, "-c", data, "--format", "onnx", "--float-reference", float_model,
+                          "-o", tmp_path / "a")
+    _usage_error(refused, "the model being packaged is not quantized", "leave out --float-reference")
+    refused = edgekit_cli("package", qat_torch / "model.onnx", "-c", data, "--format", "onnx", "--float-reference",
+                          ort_excluded / "model.onnx", "-o", tmp_path / "b")
+    _usage_error(refused, "is itself quantized", "give the float model")
+    import onnx
+
+    renamed = onnx.load(str(float_model))
+    renamed.graph.output[0].name = "scores"
+    for node in renamed.graph.node:
+        node.output[:] = ["scores" if o == "logits" else o for o in node.output]
+    onnx.save(renamed, str(tmp_path / "renamed.onnx"))
+    refused = edgekit_cli("package", qat_torch / "model.onnx", "-c", data, "--format", "onnx", "--float-reference",
+                          tmp_path / "renamed.onnx", "-o", tmp_path / "c")
+    _usage_error(refused, "has outputs ['scores'], the quantized model ['logits']: they are matched by name")
