@@ -166,7 +166,7 @@ def strip_qdq(model: Any) -> dict[str, dict[str, Any]]:
     others = sorted({n.op_type for n in graph.node if n.op_type in QUANTIZED_OPS and n.op_type not in _QDQ})
     if others:
         raise ValueError(f"QOperator ops ({', '.join(others)}) are not a QDQ graph")
-    narrowed = _fold_integer_clips(graph)
+    narrowed = fold_integer_clips(graph)
     initializers = constants(graph)
     produced_by = {out: node for node in graph.node for out in node.output}
     value = {name: numpy_helper.to_array(t) for name, t in initializers.items()}
@@ -220,7 +220,7 @@ def strip_qdq(model: Any) -> dict[str, dict[str, Any]]:
     return ranges
 
 
-def _fold_integer_clips(graph: Any) -> dict[str, tuple[float, float]]:
+def fold_integer_clips(graph: Any) -> dict[str, tuple[float, float]]:
     """Remove each Clip between a QuantizeLinear and its DequantizeLinear (PyTorch exports a range
     narrower than its integer type that way: ``reduce_range`` activations in [0, 127], weights in
     [-127, 127]); return the integer bounds it applied, by the QuantizeLinear's output, so that the
@@ -317,3 +317,20 @@ def weight_scales(model: Any) -> dict[str, list[float]]:
                 and source.input[1] in initializers:
             found[node.name] = [float(v) for v in numpy_helper.to_array(initializers[source.input[1]]).reshape(-1)]
     return found
+
+
+def matched_ranges(learned: dict[str, dict[str, Any]], pairs: list[tuple[float, int]],
+                   rtol: float = 1e-6) -> tuple[dict[str, dict[str, Any]], list[str]]:
+    """Which of a source's learned activation ranges (``strip_qdq``) a converted model holds:
+    ``pairs`` are its quantize ops' (scale, zero point) as int8 (a uint8 pair is the same values
+    with its zero point moved by 128); a scale within ``rtol`` (a format storing scales in float16
+    rounds them). Returns (carried, by source tensor; the tensors not found)."""
+    carried, missing = {}, []
+    for tensor, found in learned.items():
+        point = found["zero_point"] - (128 if found["type"].startswith("uint") else 0)
+        match = next((p for p in pairs if abs(p[0] - found["scale"]) <= rtol * found["scale"] and p[1] == point), None)
+        if match is None:
+            missing.append(tensor)
+        else:
+            carried[tensor] = {"scale": found["scale"], "zero_point": found["zero_point"], "stored_scale": match[0]}
+    return carried, missing

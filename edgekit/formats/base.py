@@ -117,9 +117,10 @@ class Format(NamedTuple):
     # a format whose converter is not installed is left out of `--format all`, and refused by name
     build_requires: tuple[str, ...] = ()
     build_extra: str = ""
-    # builds a quantized source (QAT fake-quant, a QDQ graph) with its learned ranges; a format that
-    # cannot is refused for such a source rather than quantizing it a second time
-    keeps_learned_ranges: bool = False
+    # the quantized sources it builds with their learned ranges, by scheme (``source.quantized``'s
+    # format: "QDQ", "QOperator", "fake-quant"); for any other the format is refused rather than
+    # quantizing the model a second time
+    keeps_learned_ranges: tuple[str, ...] = ()
 
 
 class BuildNote(NamedTuple):

@@ -134,6 +134,8 @@ def build_package(options: PackageOptions, progress: Progress | None = None) -> 
         hints = source_hints(options, plan)
         loaded = load_source(source, kind, options, work, progress, hints)
         say_quantized_source(loaded.described, progress)
+        if plan.few_calibration_samples and not loaded.described.recorded.get("quantized"):
+            progress.warn(plan.few_calibration_samples)
         data = prepare_data(plan, options, loaded.described, progress)
         given = resolve_kinds(options.output_kinds, loaded.described)
         reference = float_reference(loaded, data, work, progress, options.step_timeout_s)

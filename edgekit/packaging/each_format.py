@@ -118,14 +118,16 @@ def unable_to_keep_ranges(planned: list[Planned], described: SourceDescription) 
     its route and the formats that can (their ``Format.keeps_learned_ranges``)."""
     from ..formats import FORMATS
 
-    if not described.recorded.get("quantized"):
+    scheme = described.recorded.get("quantized")
+    if not scheme:
         return {}
-    able = [name for name, fmt in FORMATS.items() if fmt.keeps_learned_ranges]
+    keeps = scheme.get("format")
+    able = [name for name, fmt in FORMATS.items() if keeps in fmt.keeps_learned_ranges]
     instead = f"package it for {' and '.join(able)} ({' '.join('--format ' + name for name in able)})"
     return {p.builder.name: RouteError(
         f"the route {p.route.describe()} cannot keep a quantized model's learned ranges: it would quantize the model "
         f"a second time with ranges chosen again (refused before converting; {instead})", hint=instead)
-        for p in planned if not FORMATS[p.builder.name].keeps_learned_ranges}
+        for p in planned if keeps not in FORMATS[p.builder.name].keeps_learned_ranges}
 
 
 def final_hint(planned: list[Planned], outcomes: list[FormatOutcome]) -> str:

@@ -55,6 +55,9 @@ class Plan:
     evaluation_indices: np.ndarray
     held_out: bool
     labels: list[str] | None  # from --labels
+    # too few calibration samples for stable ranges: said once the model is loaded, and only when
+    # its ranges are calibrated here (a quantized source's are its own, the data only validates)
+    few_calibration_samples: str | None = None
 
 
 def preflight(options: PackageOptions, progress: Progress) -> Plan:
@@ -83,6 +86,8 @@ def preflight(options: PackageOptions, progress: Progress) -> Plan:
     evaluation = open_data(options.eval, "evaluation", options.data_names.get(options.eval)) if options.eval else None
     _check_compatible(calibration, evaluation)
     calib_idx, eval_idx, held_out = _split(calibration, evaluation, options, progress)
+    few = (f"calibrating on {len(calib_idx)} samples; {MIN_RECOMMENDED_SAMPLES}+ representative samples are "
+           "recommended for stable INT8 ranges") if len(calib_idx) < MIN_RECOMMENDED_SAMPLES else None
     for source_data, indices in ((calibration, calib_idx), (evaluation or calibration, eval_idx)):
         source_data.check_readable(indices)  # a corrupt image is found now, not after the model loads
     labels = _read_labels(options.labels_file)
@@ -91,7 +96,7 @@ def preflight(options: PackageOptions, progress: Progress) -> Plan:
         for source_data in (calibration, evaluation):
             if source_data is not None:
                 source_data.in_class_order(labels, f"--labels {options.labels_file}")
-    return Plan(name, destination, archive, calibration, evaluation, calib_idx, eval_idx, held_out, labels)
+    return Plan(name, destination, archive, calibration, evaluation, calib_idx, eval_idx, held_out, labels, few)
 
 
 def _default_name(model: Path) -> str:
@@ -152,11 +157,6 @@ def _split(
             f"allows one disagreement only on {decisive}+, so a pass on fewer is not decidable (the package is "
             "written with verdict \"not decidable\", exit 4): give --eval with more samples"
             + (", or more --calibration data" if evaluation is None else "")
-        )
-    if len(calib) < MIN_RECOMMENDED_SAMPLES:
-        progress.warn(
-            f"calibrating on {len(calib)} samples; {MIN_RECOMMENDED_SAMPLES}+ representative samples are "
-            "recommended for stable INT8 ranges"
         )
     return calib, evals, held_out
 

@@ -107,8 +107,7 @@ def describe_onnx(model_path: str) -> dict[str, Any]:
         "inputs": [describe(v) for v in model.graph.input if v.name not in initializers],
         "outputs": [describe(v) for v in model.graph.output],
         # the node computing each output: what --keep-float (and --auto-fix) names to keep it in float
-        "output_layers": {o.name: n.name for o in model.graph.output for n in model.graph.node
-                          if o.name in n.output and n.name},
+        "output_layers": _output_layers(model),
         # what each output is made of (softmax, sigmoid, a Concat of parts): how it will be judged
         "output_structure": _structure(model),
         # a graph already quantized (QAT, another tool): its scheme; None for a float graph
@@ -161,3 +160,18 @@ SOURCE = Source(
     provides={"onnx": (forms.ONNX_GRAPH,)},
     peek=peek,
 )
+
+
+def _output_layers(model: Any) -> dict[str, str]:
+    """Each output's computing node, looked through a QDQ graph's pair to the layer it quantizes
+    (a converter writes that layer's op with the output's name)."""
+    produced_by = {out: node for node in model.graph.node for out in node.output}
+    found = {}
+    for output in model.graph.output:
+        node = produced_by.get(output.name)
+        while node is not None and node.op_type in ("DequantizeLinear", "QuantizeLinear") \
+                and node.input and node.input[0] in produced_by:
+            node = produced_by[node.input[0]]
+        if node is not None and node.name:
+            found[output.name] = node.name
+    return found

@@ -137,25 +137,79 @@ def test_the_tflite_artifact_carries_the_learned_ranges_and_says_which_weights_i
     assert manifest["validation"]["artifacts"]["tflite"]["verdict"] == "passed"
 
 
-def test_a_mixed_onnx_runtime_graph_keeps_its_float_layer_and_other_routes_say_which_format_takes_it(
-        ort_excluded, tmp_path):
-    result, manifest = _package(ort_excluded, tmp_path / "all", "all", extra=("--allow-partial",))
+def _coreml_pairs(package: Path) -> list[tuple[float, int]]:
+    """Every Core ML quantize op's (scale, zero point as int8), read from the saved ML program."""
+    from edgekit.formats.coreml.evaluator import load_program
+
+    pairs = []
+    for op in load_program(str(package)).functions["main"].operations:
+        if op.op_type == "quantize":
+            zero = op.inputs.get("zero_point")
+            point = int(np.asarray(zero.val).reshape(-1)[0]) if zero is not None else 0
+            pairs.append((float(np.asarray(op.inputs["scale"].val).reshape(-1)[0]),
+                          point if str(op.inputs["output_dtype"].val) == "int8" else point - 128))
+    return pairs
+
+
+def test_a_mixed_onnx_runtime_graph_keeps_its_float_layer_and_its_ranges_in_every_format(ort_excluded, tmp_path):
+    """ONNX Runtime's S8S8 graph with conv2 excluded: every format ships it with that layer float
+    and labelled; CoreML's quantize ops and weights and ExecuTorch's program hold the source's
+    own scales and zero points (read back), none calibrated again."""
+    result, manifest = _package(ort_excluded, tmp_path / "all", "all")
     assert result.returncode == 0, result.stderr[-3000:]
-    (artifact,) = [a for a in manifest["artifacts"] if a["format"] == "onnx"]
-    assert artifact["precision"].startswith("int8+float") and {op["layer"] for op in artifact["float_ops"]} >= {"conv2"}
-    source, shipped = _ranges(ort_excluded / "model.onnx"), _ranges(tmp_path / "all" / "model.edgekit" / artifact["path"])
-    assert source and all(shipped[key] == value for key, value in source.items())
-    (tflite,) = [a for a in manifest["artifacts"] if a["format"] == "tflite"]  # the excluded layer float there too
-    assert tflite["precision"].startswith("int8+float") and any("conv2" in op["layer"] for op in tflite["float_ops"])
-    failed = {f["target"]: f["error"] for f in manifest["failed"]}
-    assert set(failed) == {"coreml", "executorch"}
-    for fmt, error in failed.items():
-        assert f"-> {fmt} cannot keep a quantized model's learned ranges" in error
-        assert "(--format tflite --format onnx)" in error
-    refused = edgekit_cli("package", ort_excluded / "model.onnx", "-c", ort_excluded / "calibration.npz", "--format",
-                          "coreml", "-o", tmp_path / "coreml")
-    assert_user_error(refused, "the route onnx -> onnx-to-torch -> torch-module -> coreml cannot keep a quantized "
-                               "model's learned ranges", "--format tflite --format onnx")
+    shipped = {a["format"]: a for a in manifest["artifacts"]}
+    assert set(shipped) == {"onnx", "tflite", "coreml", "executorch"}
+    assert all(a["precision"].startswith("int8+float") for a in shipped.values()), shipped
+    artifact = shipped["onnx"]
+    assert {op["layer"] for op in artifact["float_ops"]} >= {"conv2"}
+    source, kept = _ranges(ort_excluded / "model.onnx"), _ranges(tmp_path / "all" / "model.edgekit" / artifact["path"])
+    assert source and all(kept[key] == value for key, value in source.items())
+    assert any("conv2" in op["layer"] for op in shipped["tflite"]["float_ops"])  # the excluded layer float there too
+    activations = {(round(scale[0], 9), zero[0]) for (tensor, op), (scale, zero) in source.items()
+                   if op == "QuantizeLinear" and len(scale) == 1}
+    assert len(activations) >= 4  # distinct ranges (a pool and the flatten after it share one)
+    pairs = _coreml_pairs(tmp_path / "all" / "model.edgekit" / shipped["coreml"]["path"])
+    for scale, zero in activations:  # float16 scales: within their rounding
+        assert any(abs(s - scale) <= 1e-3 * scale and z == zero for s, z in pairs), (scale, zero, pairs)
+    coreml = shipped["coreml"]["details"]
+    assert coreml["learned_ranges"]["float_layers"] == ["/conv2/Conv"]
+    assert coreml["learned_ranges"]["weights"]["int8_constants"] == 2  # conv1 and fc: the learned int8 weights
+    assert shipped["coreml"]["converter"]["tool"].endswith("(its learned ranges)")
+    executorch = shipped["executorch"]["details"]
+    assert len(executorch["learned_ranges"]["carried"]) == 6 and not executorch["learned_ranges"]["not_found"]
+    assert executorch["placement"]["layers"] == {"/conv1/Conv": "int8", "/conv2/Conv": "float", "/fc/Gemm": "int8"}
+    assert all(v["verdict"] == "passed" for v in manifest["validation"]["artifacts"].values())
+
+
+def test_a_qoperator_graph_ships_as_onnx_and_the_other_formats_say_so(tmp_path):
+    """A QOperator graph (QLinearConv) keeps its ranges only as ONNX: every other format is
+    refused before converting, naming the route and --format onnx."""
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, quantize_static
+
+    sys.path.insert(0, str(ROOT / "models/quantized"))
+    try:
+        import build as models
+    finally:
+        sys.path.remove(str(ROOT / "models/quantized"))
+    import torch
+
+    x, y = models.images(300, 7)
+    torch.onnx.export(models._net().eval(), torch.from_numpy(x[:1]), str(tmp_path / "float.onnx"),
+                      input_names=["image"], output_names=["logits"], dynamo=False,
+                      dynamic_axes={"image": {0: "batch"}, "logits": {0: "batch"}})
+    rows = iter([{"image": x[i:i + 1]} for i in range(50)])
+
+    class Reader(CalibrationDataReader):
+        def get_next(self):  # type: ignore[no-untyped-def]
+            return next(rows, None)
+
+    quantize_static(str(tmp_path / "float.onnx"), str(tmp_path / "qop.onnx"), Reader(),
+                    quant_format=QuantFormat.QOperator)
+    np.savez(tmp_path / "data.npz", image=x[100:], y=y[100:])
+    for fmt in ("coreml", "executorch", "tflite"):
+        refused = edgekit_cli("package", tmp_path / "qop.onnx", "-c", tmp_path / "data.npz", "--format", fmt,
+                              "-o", tmp_path / fmt)
+        assert_user_error(refused, f"-> {fmt} cannot keep a quantized model's learned ranges", "--format onnx")
 
 
 def test_float_biases_become_int32_at_the_learned_scales():
@@ -313,8 +367,9 @@ def test_a_float_reference_judges_every_artifact_and_the_source_itself(ort_exclu
     """--float-reference: the float model the graph was quantized from, run on the same samples;
     the source is measured against it (recorded), and each artifact is judged against it too."""
     result, manifest = _package(ort_excluded, tmp_path, "onnx",
-                                extra=("--float-reference", str(ort_excluded / "float.onnx")))
+                                extra=("--float-reference", str(ort_excluded / "float.onnx"), "--samples", "20"))
     assert result.returncode == 0, result.stderr[-3000:]
+    assert "calibrating on" not in result.stderr  # a quantized source's data only validates: no range warning
     assert "the quantized source against its float reference float.onnx on 150 samples: logits SQNR" in result.stdout
     assert "onnx: against the float reference: logits SQNR" in result.stdout
     recorded = manifest["source"]["quantized"]["float_reference"]

@@ -14,9 +14,9 @@ if TYPE_CHECKING:
 
 
 def _builder() -> Builder:
-    from .build import CoreMLBuilder
+    from .learned import CoreMLBuilderKeepingRanges
 
-    return CoreMLBuilder()
+    return CoreMLBuilderKeepingRanges()
 
 
 FORMAT = Format(
@@ -34,7 +34,10 @@ FORMAT = Format(
     # edgekit's CoreML conversion of Keras and TensorFlow graphs takes one input (batch 1): a model
     # with several is refused up front; a traced PyTorch module takes each of its inputs by name
     accepts=(Accepts(forms.KERAS_MODEL, honours=("keep_float",), max_inputs=1),
-             Accepts(forms.TORCH_MODULE, cannot=forms.QUANTIZED_OPS),  # learned ranges not carried yet
+             # a PyTorch QAT module through its QDQ export, never traced as it is (its fake-quant
+             # modules); a QDQ graph's pairs become Core ML's quantize ops (learned.py)
+             Accepts(forms.TORCH_MODULE, cannot=forms.QUANTIZED_OPS),
              Accepts(forms.TF_GRAPH, honours=("keep_float",), max_inputs=1)),
     notes=build_notes,
+    keeps_learned_ranges=("QDQ",),  # through coremltools' torch.export frontend (learned.py)
 )

@@ -35,9 +35,11 @@ FORMAT = Format(
     bare_suffixes=(".pte",),
     # PT2E with the XNNPACK quantizer: a layer kept in float gets no annotation; XNNPACK has no
     # 16-bit activations; the per-layer report compares PT2E's quantized graph with its float one
+    # a PyTorch QAT module goes through its QDQ export, whose pairs are lowered as given
     accepts=(Accepts(forms.TORCH_PROGRAM, honours=("keep_float", "explain"),
-                     cannot=forms.QUANTIZED_OPS),),  # a quantized source's learned ranges are not carried yet
+                     cannot=forms.QUANTIZED_OPS),),
     notes=build_notes,
+    keeps_learned_ranges=("QDQ",),  # the QDQ graph's pairs lowered to XNNPACK as given (convert_executorch_kept)
     build_requires=("executorch", "torch"),
     build_extra="edgekit[executorch]",
 )

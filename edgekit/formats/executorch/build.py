@@ -1,5 +1,6 @@
 """ExecuTorch target: ``executorch/model.int8.pte``, a PyTorch program lowered to XNNPACK with
-PT2E static INT8 (``convert.py``, in a converter child).
+PT2E static INT8 (``convert.py``, in a converter child); a quantized source's QDQ graph lowered
+with its own quantize pairs instead (``convert_executorch_kept``).
 
 The float program (lowered the same way) is the float reference of the conversion, so that
 validation tells a conversion loss from a quantization loss, and the float fallback. It does not
@@ -21,7 +22,7 @@ from ...fsutil import sha256_file
 from ...manifest import Artifact, QuantParams
 from ..building import MINMAX, BuildContext, Builder, BuildResult
 from ...steps.onnx_to_torch import LOADER as ONNX_REBUILD
-from .convert import convert_executorch
+from .convert import convert_executorch, convert_executorch_kept
 
 ARTIFACT_PATH = "executorch/model.int8.pte"
 
@@ -34,6 +35,8 @@ class ExecuTorchBuilder(Builder):
     def build(self, context: BuildContext, on_progress: Callable[[int, int], None] | None = None) -> BuildResult:
         output = context.package_dir / ARTIFACT_PATH
         output.parent.mkdir(parents=True, exist_ok=True)
+        if context.option("quantized_source") and context.model.loader == ONNX_REBUILD:
+            return self._build_kept(context, output, on_progress)
         float_program = _float_program(context)
         info = worker.call(
             convert_executorch,
@@ -86,6 +89,31 @@ class ExecuTorchBuilder(Builder):
                 },
             ),
         )
+
+    def _build_kept(self, context: BuildContext, output: Path,
+                    on_progress: Callable[[int, int], None] | None) -> BuildResult:
+        """A quantized source's QDQ graph lowered with its own pairs (``convert_executorch_kept``):
+        no calibration, no float program (the source has no float model), no search."""
+        info = worker.call(convert_executorch_kept, what="ExecuTorch conversion (the source's quantize pairs + "
+                           "XNNPACK)", timeout=context.timeout_s, on_progress=on_progress,
+                           model=context.model.to_dict(), calibration_npy=context.calibration_npy,
+                           output=str(output), output_names=list(context.output_names),
+                           layer_names=list(context.layer_names))
+        precision = info["precision"]
+        return BuildResult(artifact=Artifact(
+            format=self.name, path=ARTIFACT_PATH, sha256=sha256_file(output), bytes=output.stat().st_size,
+            precision=precision["label"],
+            inputs=[QuantParams(name=n, dtype="float32") for n in info["inputs"]],
+            outputs=[QuantParams(name=n, dtype="float32") for n in context.output_names],
+            float_ops=precision["float_ops"],
+            converter={"tool": (f"{context.model.via}, then " if context.model.via else "")
+                       + "torch.export of the source's quantize/dequantize pairs (its learned ranges) + "
+                         "executorch.exir.to_edge_transform_and_lower (XnnpackPartitioner)",
+                       "torch": info["torch"], "executorch": info["executorch"],
+                       "calibration_method": "none: the source's learned ranges", "batch": 1,
+                       "seconds": info["seconds"]},
+            details={"precision": precision["record"], "placement": info["placement"],
+                     "learned_ranges": info["learned_ranges"]}))
 
     def fallback_io(self, path: Path, quantized: Artifact) -> tuple[list[QuantParams], list[QuantParams]]:
         return (list(quantized.inputs), list(quantized.outputs))

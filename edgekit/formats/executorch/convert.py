@@ -504,3 +504,51 @@ def _version(name: str) -> str:
     from importlib.metadata import version
 
     return version(name)
+
+
+def convert_executorch_kept(model: dict[str, Any], calibration_npy: str, output: str, output_names: list[str],
+                            layer_names: list[str] | None = None) -> dict[str, Any]:
+    """A quantized source's QDQ graph as a ``.pte`` with its own pairs: the graph rebuilt with its
+    QuantizeLinear / DequantizeLinear as PyTorch's quantize ops (the ops ``convert_pt2e`` writes,
+    ``steps.onnx_torch`` with ``keep_qdq``), exported and lowered to XNNPACK as a PT2E program
+    is: no observer, no calibration, the learned scales and zero points as given. What runs where
+    is read back as for any build; the quantize ops in the program are counted against the source."""
+    import torch
+
+    from ...conversion.forms import ModelForm, flatten_outputs
+    from ...steps.onnx_torch import input_names, load
+    from ...steps.onnx_torch.naming import original_names
+
+    form = ModelForm.from_dict(model)
+    samples = read_samples(calibration_npy)
+    names = input_names(form.path)
+    samples = {names[0]: samples[""]} if list(samples) == [""] else samples
+    example = {n: np.asarray(samples[n][:1]) for n in names}
+    started = time.perf_counter()
+    module = load(form.path, example, keep_qdq=True).eval()
+
+    class Positional(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.inner = module
+
+        def forward(self, *inputs: Any) -> tuple[Any, ...]:
+            return tuple(flatten_outputs(self.inner(*inputs)))
+
+    wrapped = Positional().eval()
+    exported = _export(wrapped, tuple(torch.from_numpy(_model_dtype(example[n])) for n in names))
+    named = original_names(layer_names or ())
+    io = json.dumps({"inputs": list(names), "outputs": list(output_names)})
+    pairs = [(float(node.args[1]), int(node.args[2])) for node in exported.graph_module.graph.nodes
+             if node.op == "call_function" and _op_name(node.target) == "quantize_per_tensor"]
+    import onnx
+
+    from ...conversion.quantized import matched_ranges, strip_qdq
+
+    carried, missing = matched_ranges(strip_qdq(onnx.load(form.path)), pairs)
+    placement, precision = _lower_and_write(exported, output, io, named)
+    worker.report_progress(1, 1)
+    return {"torch": torch.__version__, "executorch": _version("executorch"),
+            "seconds": round(time.perf_counter() - started, 3), "inputs": list(names), "placement": placement,
+            "precision": precision, "learned_ranges": {"carried": carried, "not_found": missing,
+                                                       "quantize_ops": len(pairs)}}

@@ -11,6 +11,20 @@ from .ops import LAYOUT_OPS  # layout copies around the delegate, not compute
 
 
 def build_notes(details: Mapping[str, Any]) -> tuple[BuildNote, ...]:
+    return _learned(details) + _placement(details)
+
+
+def _learned(details: Mapping[str, Any]) -> tuple[BuildNote, ...]:
+    """A quantized source's pairs: how many of its learned ranges the program holds."""
+    learned = details.get("learned_ranges")
+    if not learned:
+        return ()
+    carried, missing = learned.get("carried") or {}, learned.get("not_found") or []
+    return (BuildNote(f"the source's learned activation ranges carried: {len(carried)} of {len(carried) + len(missing)}"
+                      + (f" (not found: {', '.join(missing)})" if missing else "")),)
+
+
+def _placement(details: Mapping[str, Any]) -> tuple[BuildNote, ...]:
     placement = details.get("placement") or {}
     if not placement:
         return ()

@@ -44,5 +44,5 @@ FORMAT = Format(
     accepts=(Accepts(forms.ONNX_GRAPH, honours=("keep_float", "int16", "explain")),),
     device_rules=RULES,  # one INT8 build per CPU scheme (schemes.py): which one a device runs
     notes=build_notes,
-    keeps_learned_ranges=True,
+    keeps_learned_ranges=("QDQ", "QOperator", "fake-quant"),
 )

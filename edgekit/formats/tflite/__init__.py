@@ -28,7 +28,7 @@ FORMAT = Format(
     serving_platform="tflite",
     bare_suffixes=(".tflite",),
     notes=build_notes,
-    keeps_learned_ranges=True,
+    keeps_learned_ranges=("QDQ", "fake-quant"),
     # TFLiteConverter / litert-torch (PT2E) by default; a layer's float or int16 precision through
     # LiteRT Quantizer on the float conversion (tflite/quantizer.py), on every route
     accepts=(Accepts(forms.TF_GRAPH, honours=("keep_float", "int16", "explain")),

@@ -97,7 +97,8 @@ def quantize_float_tflite(float_model: str, calibration_npy: str, output: str,
     explained = _explain(qt, float_model, explain_npy, namer, layer_names or [], writers) if explain_npy else None
     fixed = fix_int8_output_scales(output)
     if carried is not None and learned_weight_scales:
-        carried["weights"] = _weight_grids(output, learned_weight_scales, namer, layer_names or [])
+        carried["weights"] = _weight_grids(output, learned_weight_scales, namer, layer_names or [],
+                                           dict(output_layers or {}))
     return {"litert_quantizer": _version("litert-quantizer"), "seconds": round(seconds, 3),
             "layers": dict(layers or {}), "fixed_output_scales": fixed, "explain": explained,
             "left_float": left_float, **({"learned_ranges": carried} if carried is not None else {})}
@@ -153,15 +154,19 @@ def _layer_name(tensor: str, namer: str, layer_names: list[str]) -> str:
     return tensor.split(";")[0]
 
 
-def _weight_grids(artifact: str, learned: dict[str, list[float]], namer: str, layer_names: list[str]) -> dict[str, Any]:
+def _weight_grids(artifact: str, learned: dict[str, list[float]], namer: str, layer_names: list[str],
+                  output_layers: dict[str, str] | None = None) -> dict[str, Any]:
     """Per weighted layer, whether the artifact's weight scales are the learned ones: TFLite's int8
     weights are symmetric in [-127, 127], so a channel whose learned grid reaches -128 is
-    quantized again at 128/127 of its scale (said, per layer, never hidden)."""
-    from .litert import _interpreter_module
+    quantized again at 128/127 of its scale (said, per layer, never hidden). An op writing a model
+    output carries the signature's output name, not its layer's: ``output_layers`` (model output
+    -> the layer computing it) names it."""
+    from .litert import _interpreter_module, output_tensor_names
 
     module, _ = _interpreter_module()
     interpreter = module.Interpreter(model_path=artifact)
     tensors = {int(d["index"]): d for d in interpreter.get_tensor_details()}
+    writes = {tensor: (output_layers or {}).get(output) for output, tensor in output_tensor_names(interpreter).items()}
     belongs = layer_test(namer, layer_names)
     found: dict[str, Any] = {}
     for op in interpreter._get_ops_details():  # noqa: SLF001 - LiteRT's only op listing
@@ -169,6 +174,8 @@ def _weight_grids(artifact: str, learned: dict[str, list[float]], namer: str, la
             continue
         name = tensors[int(op["outputs"][0])]["name"]
         layer = next((node for node in learned if any(belongs(part, node) for part in name.split(";") if part)), None)
+        if layer is None and writes.get(name) in learned:
+            layer = writes[name]
         scales = tensors[int(op["inputs"][1])]["quantization_parameters"]["scales"]
         if layer is None or layer in found or len(scales) != len(learned[layer]):
             continue

@@ -23,9 +23,10 @@ from typing import Any
 
 import numpy as np
 
+from ...conversion.forms import QDQ_OPS
 from ...errors import ConversionError, OTHER_ROUTES
 
-from . import elementwise, layers, recurrent, resize, shapes  # noqa: F401  (importing them registers their ops)
+from . import elementwise, layers, quantize, recurrent, resize, shapes  # noqa: F401  (importing them registers their ops)
 from .fuse import _fuse_linear
 from .naming import attribute_name
 from .patterns import fuse_patterns
@@ -33,18 +34,40 @@ from .graph import _QUANTIZED, ONNX_DOMAINS, Args, DataDependent, Node, _attribu
 from .registry import _DTYPES, OPS, _run_node
 
 
-def load(path: str, example: dict[str, np.ndarray]) -> Any:
+def load(path: str, example: dict[str, np.ndarray], keep_qdq: bool = False) -> Any:
     """The ONNX model at ``path`` as a module specialised to the shapes of ``example``; a QDQ graph
     as the float graph it simulates (its weights on their learned grid; the activation ranges are
-    the quantizer's to carry: ``conversion.quantized.strip_qdq``)."""
+    the quantizer's to carry: ``conversion.quantized.strip_qdq``), or with ``keep_qdq`` with its
+    pairs as PyTorch's quantize ops (``quantize.py``: for converters that take those)."""
     import onnx
 
     from ...conversion.quantized import is_qdq_graph, strip_qdq
 
     model = onnx.load(path)
     if is_qdq_graph(model):
-        strip_qdq(model)
-    return module_from_onnx(model, example)
+        if not keep_qdq:
+            strip_qdq(model)
+        else:
+            _narrowed_pairs(model)
+    return module_from_onnx(model, example, keep_qdq=keep_qdq)
+
+
+def _narrowed_pairs(model: Any) -> None:
+    """Each Clip between a QuantizeLinear and its DequantizeLinear folded into both as their
+    quant_min / quant_max (``edgekit_qmin``/``edgekit_qmax``, read by ``quantize.py``)."""
+    from onnx import helper
+
+    from ...conversion.quantized import fold_integer_clips
+
+    narrowed = fold_integer_clips(model.graph)
+    for node in model.graph.node:
+        bounds = narrowed.get(node.output[0]) if node.op_type == "QuantizeLinear" else \
+            narrowed.get(node.input[0]) if node.op_type == "DequantizeLinear" else None
+        if bounds is None:
+            continue
+        for name, value in zip(("edgekit_qmin", "edgekit_qmax"), bounds):
+            if np.isfinite(value):
+                node.attribute.append(helper.make_attribute(name, int(round(value))))
 
 
 def load_module(path: str, example: dict[str, Any] | None = None) -> tuple[Any, list[str]]:
@@ -64,9 +87,11 @@ def input_names(path: str) -> list[str]:
     return [v.name for v in model.graph.input if v.name not in initializers]
 
 
-def module_from_onnx(model: Any, example: dict[str, np.ndarray]) -> Any:
-    """A ``torch.nn.Module`` running the ``onnx.ModelProto`` ``model`` on inputs shaped like ``example``."""
-    return _module_class()(model, example)
+def module_from_onnx(model: Any, example: dict[str, np.ndarray], keep_qdq: bool = False) -> Any:
+    """A ``torch.nn.Module`` running the ``onnx.ModelProto`` ``model`` on inputs shaped like
+    ``example``; ``keep_qdq``: its QuantizeLinear / DequantizeLinear pairs as quantize ops, an
+    int8 weight kept behind its dequantize (never folded into a float constant)."""
+    return _module_class()(model, example, keep_qdq)
 
 
 def _module_class() -> type:
@@ -76,7 +101,7 @@ def _module_class() -> type:
     class _OnnxModule(torch.nn.Module):
         """The ONNX graph's data-dependent nodes, with everything else folded into constants."""
 
-        def __init__(self, model: Any, example: dict[str, np.ndarray]) -> None:
+        def __init__(self, model: Any, example: dict[str, np.ndarray], keep_qdq: bool = False) -> None:
             super().__init__()
             from onnx import numpy_helper
 
@@ -90,7 +115,10 @@ def _module_class() -> type:
                 raise ConversionError(f"no example input for the ONNX model's inputs {missing}")
             nodes = [Node(n.op_type, n.name or f"{n.op_type}_{i}", list(n.input), list(n.output), _attributes(n),
                           opset) for i, n in enumerate(graph.node)]
-            _refuse_unsupported(nodes, [n.domain for n in graph.node])
+            _refuse_unsupported(nodes, [n.domain for n in graph.node], QDQ_OPS if keep_qdq else ())
+            # an 8-bit weight's dequantize runs in forward, on its int8 constant (converters take the
+            # pair as a quantized weight); an int32 bias's is folded into its float values
+            kept = {"DequantizeLinear"} if keep_qdq else set()
             # Eager run: values that depend on input data are "dynamic"; the rest become constants.
             types = {v.name: _DTYPES.get(v.type.tensor_type.elem_type, "float32") for v in graph.input}
             values: dict[str, Any] = {name: torch.from_numpy(np.ascontiguousarray(example[name], dtype=types[name]))
@@ -105,7 +133,8 @@ def _module_class() -> type:
                     for out, value in zip(node.outputs, produced):
                         if out:
                             values[out] = value
-                    if node.op not in ("Shape", "Size") and any(i in dynamic for i in node.inputs if i):
+                    weight = node.op in kept and str(constants.get(node.inputs[0], np.zeros(0)).dtype) in ("int8", "uint8")
+                    if weight or node.op not in ("Shape", "Size") and any(i in dynamic for i in node.inputs if i):
                         dynamic.update(o for o in node.outputs if o)
                     else:
                         for out, value in zip(node.outputs, produced):
@@ -194,8 +223,8 @@ def _run_eagerly(node: Node, args: Args) -> list[Any]:
 
 
 
-def _refuse_unsupported(nodes: list[Node], domains: list[str]) -> None:
-    quantized = sorted({n.op for n in nodes if n.op in _QUANTIZED})
+def _refuse_unsupported(nodes: list[Node], domains: list[str], kept: tuple[str, ...] = ()) -> None:
+    quantized = sorted({n.op for n in nodes if n.op in _QUANTIZED and n.op not in kept})
     if quantized:
         raise ConversionError(
             f"the ONNX model is already quantized ({', '.join(quantized)}); this route cannot carry those ops' "

@@ -24,6 +24,9 @@ def _matmul(a: Args) -> Any:
 @op("Gemm")
 def _gemm(a: Args) -> Any:
     x, w = a.t(0), a.t(1)
+    if a.attr("transB", 0) and not a.attr("transA", 0) and float(a.attr("alpha", 1.0)) == 1.0 \
+            and float(a.attr("beta", 1.0)) == 1.0 and x.dim() == 2 and (not a.has(2) or a.t(2).dim() == 1):  # a linear layer, as quantizers know it
+        return _F().linear(x, w, a.t(2) if a.has(2) else None)
     if a.attr("transA", 0):
         x = x.t()
     if a.attr("transB", 0):
