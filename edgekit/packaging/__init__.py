@@ -22,14 +22,12 @@ success (some formats failed) is part of the result: ``build_package`` returns i
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
 import numpy as np
 
-from ..conversion import worker
 from ..device.devices import Profile
 from ..errors import EdgekitError, PartialPackageError
 from ..formats import FORMATS, BuildContext, expand_formats, get_format, missing_converter
@@ -47,6 +45,7 @@ from .context import PackagingContext
 from .data import PreparedData, prepare_data
 from .each_format import Planned, build_formats, refused_routes
 from .float_model import float_model_outputs, source_against_float
+from .loading import LoadedSource, float_reference, load_source
 from .fallback import wants_float_fallback
 from .gates import REFUSED_PREFIX, Remedies
 from .options import PackageOptions, PackageResult
@@ -54,13 +53,6 @@ from .preflight import TEMP_PREFIX, Plan, preflight
 from .validate import Judging, infer_kinds, silent_outputs
 
 EXPLAIN_SAMPLES = 32
-
-
-@dataclass(frozen=True)
-class LoadedSource:
-    source: Source
-    kind: str
-    described: SourceDescription  # what the source's prepare() said of the model
 
 
 def plan_formats(options: PackageOptions, source: Source, kind: str, progress: Progress) -> list[Planned]:
@@ -192,47 +184,6 @@ def source_hints(options: PackageOptions, plan: Plan) -> dict[str, Any]:
                                            if name in options.input_shapes else {})}
                          for name, spec in options.fixed_inputs.items()},
     }
-
-
-def load_source(source: Source, kind: str, options: PackageOptions, work: Path, progress: Progress,
-                hints: dict[str, Any] | None = None) -> LoadedSource:
-    model = str(Path(options.model).resolve())
-    if kind == "torch_factory":  # file.py:factory: resolve the file, keep the function
-        file, _, function = options.model.rpartition(":")
-        model = f"{Path(file).resolve()}:{function}"
-    runs = source.runs_code.get(kind)
-    if runs:  # said before anything loads: the user decides whether they trust the file
-        progress.warn(f"loading {options.model} {runs}; package only models from sources you trust "
-                      "(README: Security model)")
-    with progress.step(f"Loading {kind} model {options.model}"):
-        described = worker.call(
-            source.prepare,
-            what="loading the model",
-            timeout=options.step_timeout_s,
-            model_path=model,
-            kind=kind,
-            export_dir=str(work / "saved_model"),
-            hints=hints or {},
-        )
-    return LoadedSource(source, kind, SourceDescription.from_dict(described))
-
-
-def float_reference(loaded: LoadedSource, data: PreparedData, work: Path, progress: Progress,
-                    timeout_s: float | None = None) -> dict[str, np.ndarray]:
-    """Every output of the float model on the validation samples, by output name."""
-    inputs, outputs = work / "eval_inputs.npz", work / "reference.npz"
-    np.savez(inputs, **data.evaluation)
-    with progress.step(f"Float reference outputs on {data.evaluation_count} samples"):
-        worker.call(loaded.source.float_reference, what="running the float model", timeout=timeout_s,
-                    prepared=loaded.described.raw,
-                    inputs_npz=str(inputs), output_npz=str(outputs))
-    with np.load(outputs) as stored:
-        found = {name: stored[name].astype(np.float32) for name in stored.files}
-    expected = loaded.described.output_names
-    if sorted(found) != sorted(expected):
-        raise EdgekitError(f"the float model returned outputs {sorted(found)}, not the described {expected}",
-                           hint="report this model: its signature and its outputs disagree")
-    return {name: found[name] for name in expected}
 
 
 def device_profiles(names: list[str] | None) -> tuple[Profile, ...]:

@@ -34,7 +34,7 @@ from .summary import lines as summary_lines
 
 if TYPE_CHECKING:
     from ..formats import Builder, BuildContext
-    from . import LoadedSource
+    from .loading import LoadedSource
 
 
 def model_file(model: str) -> str:

@@ -25,7 +25,7 @@ from .data import PreparedData
 from .validate import Judging, compared
 
 if TYPE_CHECKING:
-    from . import LoadedSource
+    from .loading import LoadedSource
     from .options import PackageOptions
 
 
@@ -37,8 +37,8 @@ def float_model_outputs(options: PackageOptions, loaded: LoadedSource, data: Pre
     not the source's."""
     if not options.float_reference:
         return None
-    from . import float_reference, load_source
     from ..sources import detect_source
+    from .loading import float_reference, load_source
 
     given = options.float_reference
     if not loaded.described.recorded.get("quantized"):

@@ -262,9 +262,16 @@ def test_a_keras_fake_quant_model_keeps_its_ranges_in_tflite_and_onnx_and_the_ot
     (image,) = interpreter.get_input_details()
     assert image["quantization"][1] == round(-128 + 3.0 / (7.0 / 255)) and \
         abs(image["quantization"][0] - 7.0 / 255) < 1e-7  # the learned [-3, 4] range, read back
-    ranges = {(round(d["quantization"][0] * 255, 4), d["quantization"][1]) for d in interpreter.get_tensor_details()}
-    assert (8.0, -128) in ranges and (20.0, 0) in ranges  # the ReLUs' [0, 8] and the logits' [-10, 10]
+    pairs = [(float(d["quantization"][0]), int(d["quantization"][1])) for d in interpreter.get_tensor_details()]
     onnx_artifact = next(a for a in manifest["artifacts"] if a["format"] == "onnx")
+    # every trained range tf2onnx wrote as a QDQ pair (uint8 there) is a TFLite tensor's (int8 here):
+    # two converters, one set of learned ranges
+    written = {(scale[0], zero[0]) for (tensor, op), (scale, zero) in
+               _ranges(tmp_path / "saved_model.edgekit" / onnx_artifact["path"]).items()
+               if op == "QuantizeLinear" and len(scale) == 1}
+    assert len(written) >= 4
+    for scale, zero in written:
+        assert any(abs(s - scale) <= 1e-6 * scale and z == zero - 128 for s, z in pairs), (scale, zero, pairs)
     assert len(onnx_artifact["details"]["weights_on_grid"]) == 2  # both folded kernels int8 again
     assert [op["layer"] for op in onnx_artifact["float_ops"] if not op.get("tail")] == ["dense_1"]
     failed = {f["target"]: f["error"] for f in manifest["failed"]}
@@ -288,7 +295,7 @@ def test_a_pt2e_qat_program_ships_its_learned_ranges_to_onnx_and_tflite_and_neve
     from ai_edge_litert.interpreter import Interpreter
 
     result = edgekit_cli("package", pt2e_qat / "model.pt2", "-c", pt2e_qat / "calibration.npz", "--eval",
-                         pt2e_qat / "eval.npz", "--format", "onnx", "--format", "tflite", "-o", tmp_path)
+                         pt2e_qat / "eval.npz", "--format", "all", "-o", tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "the source is already quantized (QDQ" in result.stdout
     assert "using torch_export -> onnx-to-torch -> torch-program -> tflite instead" in result.stdout
@@ -306,7 +313,16 @@ def test_a_pt2e_qat_program_ships_its_learned_ranges_to_onnx_and_tflite_and_neve
              for d in interpreter.get_tensor_details() if len(d["quantization_parameters"]["scales"]) == 1]
     for entry in carried.values():  # read back from the .tflite
         assert any(abs(s - entry["scale"]) <= 1e-6 * entry["scale"] and z == entry["zero_point"] for s, z in pairs)
-    assert {a["format"]: a["precision"] for a in manifest["artifacts"]} == {"onnx": "int8", "tflite": "int8"}
+    assert {a["format"]: a["precision"] for a in manifest["artifacts"]} == \
+        {"onnx": "int8", "tflite": "int8", "coreml": "int8", "executorch": "int8"}
+    for fmt in ("coreml", "executorch"):  # the program's own pairs, every one found in the result
+        found = next(a for a in manifest["artifacts"] if a["format"] == fmt)["details"]["learned_ranges"]
+        assert {(round(c["scale"], 9), c["zero_point"]) for c in found["carried"].values()} == learned
+        assert not found["not_found"], (fmt, found)
+    coreml = next(a for a in manifest["artifacts"] if a["format"] == "coreml")
+    for scale, zero in learned:  # read back from the ML program, float16 scales
+        assert any(abs(s - scale) <= 1e-3 * scale and z == zero
+                   for s, z in _coreml_pairs(tmp_path / "model.edgekit" / coreml["path"]))
     assert all(v["verdict"] == "passed" for v in manifest["validation"]["artifacts"].values())
 
 
@@ -323,9 +339,9 @@ def test_an_eager_qat_module_given_directly_keeps_its_frozen_ranges_including_a_
         sys.path.remove(str(ROOT / "models/quantized"))
     eager_qat.data(tmp_path)
     result = edgekit_cli("package", f"{ROOT / 'models/quantized/eager_qat.py'}:model", "-c",
-                         tmp_path / "calibration.npz", "--eval", tmp_path / "eval.npz", "--format", "onnx",
-                         "--format", "tflite", "--allow-accuracy-drop", "-o", tmp_path / "out")
-    assert result.returncode in (0, 3), result.stderr[-3000:]  # 3: a gate failed, the package kept as it is
+                         tmp_path / "calibration.npz", "--eval", tmp_path / "eval.npz", "--format", "all",
+                         "--allow-partial", "--allow-accuracy-drop", "-o", tmp_path / "out")
+    assert result.returncode == 0, result.stderr[-3000:]
     manifest = json.loads((tmp_path / "out" / "eager_qat.edgekit" / "manifest.json").read_text())
     assert manifest["source"]["quantized"]["format"] == "QDQ"
     onnx_artifact = next(a for a in manifest["artifacts"] if a["format"] == "onnx")
@@ -338,6 +354,11 @@ def test_an_eager_qat_module_given_directly_keeps_its_frozen_ranges_including_a_
     # the learned [(0 - z) s, (127 - z) s], on TFLite's 255 int8 steps
     assert abs(scale - entry["scale"] * 127 / 255) <= 1e-5 * scale
     assert abs((-128 - zero) * scale + entry["zero_point"] * entry["scale"]) <= scale
+    coreml = next(a for a in manifest["artifacts"] if a["format"] == "coreml")  # the pairs, clamped at 127 steps
+    assert len(coreml["details"]["learned_ranges"]["carried"]) == 4
+    assert manifest["validation"]["artifacts"]["coreml"]["verdict"] == "passed"
+    (refused,) = [f for f in manifest["failed"] if f["target"] == "executorch"]
+    assert "narrower than their integer type (reduce_range" in refused["error"]
 
 
 def test_a_clip_between_a_qdq_pair_narrows_the_learned_range():

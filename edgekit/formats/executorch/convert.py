@@ -520,6 +520,7 @@ def convert_executorch_kept(model: dict[str, Any], calibration_npy: str, output:
     from ...steps.onnx_torch.naming import original_names
 
     form = ModelForm.from_dict(model)
+    _refuse_narrowed_ranges(form.path)
     samples = read_samples(calibration_npy)
     names = input_names(form.path)
     samples = {names[0]: samples[""]} if list(samples) == [""] else samples
@@ -552,3 +553,22 @@ def convert_executorch_kept(model: dict[str, Any], calibration_npy: str, output:
             "seconds": round(time.perf_counter() - started, 3), "inputs": list(names), "placement": placement,
             "precision": precision, "learned_ranges": {"carried": carried, "not_found": missing,
                                                        "quantize_ops": len(pairs)}}
+
+
+def _refuse_narrowed_ranges(path: str) -> None:
+    """A pair on a range narrower than its type (PyTorch's ``reduce_range``: a Clip between the
+    pair) has no form XNNPACK lowers as given: the clamp that keeps the source's arithmetic splits
+    its partitions and the lowered program computes garbage (constant outputs, measured), and
+    without it values past the range are not clipped as the source clips them. Refused by name."""
+    import onnx
+
+    from ...conversion.quantized import fold_integer_clips
+
+    narrowed = fold_integer_clips(onnx.load(path).graph)
+    if narrowed:
+        raise ConversionError(
+            f"ExecuTorch: {len(narrowed)} of the source's activation ranges are narrower than their integer type "
+            "(reduce_range: a Clip between the QuantizeLinear / DequantizeLinear pair), which XNNPACK cannot "
+            "lower as the source computes it",
+            hint="package it for tflite, onnx and coreml, or train with reduce_range=False (quant_min/max the "
+                 "type's full range)")

@@ -116,31 +116,11 @@ def _module_class() -> type:
             nodes = [Node(n.op_type, n.name or f"{n.op_type}_{i}", list(n.input), list(n.output), _attributes(n),
                           opset) for i, n in enumerate(graph.node)]
             _refuse_unsupported(nodes, [n.domain for n in graph.node], QDQ_OPS if keep_qdq else ())
-            # an 8-bit weight's dequantize runs in forward, on its int8 constant (converters take the
-            # pair as a quantized weight); an int32 bias's is folded into its float values
-            kept = {"DequantizeLinear"} if keep_qdq else set()
             # Eager run: values that depend on input data are "dynamic"; the rest become constants.
             types = {v.name: _DTYPES.get(v.type.tensor_type.elem_type, "float32") for v in graph.input}
             values: dict[str, Any] = {name: torch.from_numpy(np.ascontiguousarray(example[name], dtype=types[name]))
                                       for name in self.input_names}
-            dynamic = set(self.input_names)
-            for name, array in constants.items():
-                values[name] = torch.from_numpy(np.array(array))
-            derived: dict[str, np.ndarray] = {}  # index tables etc. that ops compute from static shapes
-            with torch.no_grad():
-                for node in nodes:
-                    produced = _run_eagerly(node, Args(node, values, constants, None, derived))
-                    for out, value in zip(node.outputs, produced):
-                        if out:
-                            values[out] = value
-                    weight = node.op in kept and str(constants.get(node.inputs[0], np.zeros(0)).dtype) in ("int8", "uint8")
-                    if weight or node.op not in ("Shape", "Size") and any(i in dynamic for i in node.inputs if i):
-                        dynamic.update(o for o in node.outputs if o)
-                    else:
-                        for out, value in zip(node.outputs, produced):
-                            if out:
-                                constants[out] = value.detach().numpy() if isinstance(value, torch.Tensor) \
-                                    else np.asarray(value)
+            dynamic, derived = _eager_run(nodes, values, constants, keep_qdq)
             self.example_outputs = {name: values[name] for name in self.output_names}
             run = [n for n in nodes if any(o in dynamic for o in n.outputs)]
             ranks = {name: value.dim() for name, value in values.items() if isinstance(value, torch.Tensor)}
@@ -178,6 +158,37 @@ def _module_class() -> type:
             return results[0] if len(results) == 1 else tuple(results)
 
     return _OnnxModule
+
+
+def _eager_run(nodes: list[Node], values: dict[str, Any], constants: dict[str, np.ndarray],
+               keep_qdq: bool) -> tuple[set[str], dict[str, np.ndarray]]:
+    """Run every node once on the example inputs (``values``): the values that depend on the input
+    data are "dynamic" (returned), the rest become ``constants``; with ``keep_qdq`` an 8-bit
+    weight's DequantizeLinear stays a step on its int8 constant (converters take the pair as a
+    quantized weight), an int32 bias's is folded into its float values. Also returns the index
+    tables and such that ops compute from static shapes."""
+    import torch
+
+    dynamic = {name for name in values}
+    for name, array in constants.items():
+        values[name] = torch.from_numpy(np.array(array))
+    derived: dict[str, np.ndarray] = {}
+    with torch.no_grad():
+        for node in nodes:
+            produced = _run_eagerly(node, Args(node, values, constants, None, derived))
+            for out, value in zip(node.outputs, produced):
+                if out:
+                    values[out] = value
+            weight = keep_qdq and node.op == "DequantizeLinear" \
+                and str(constants.get(node.inputs[0], np.zeros(0)).dtype) in ("int8", "uint8")
+            if weight or node.op not in ("Shape", "Size") and any(i in dynamic for i in node.inputs if i):
+                dynamic.update(o for o in node.outputs if o)
+            else:
+                for out, value in zip(node.outputs, produced):
+                    if out:
+                        constants[out] = value.detach().numpy() if isinstance(value, torch.Tensor) \
+                            else np.asarray(value)
+    return dynamic, derived
 
 
 _STEP_CLASSES: dict[str, type] = {}

@@ -9,7 +9,9 @@ QDQ graph is rebuilt as the float graph it simulates (``conversion.quantized.str
 
 uint8 pairs become int8 ones with the zero point moved by -128 (the same values, the signed type
 Core ML's and XNNPACK's int8 kernels take); a range narrower than its type (``reduce_range``: a
-Clip between the pair, folded before the rebuild) keeps its bounds as the ops' quant_min/max.
+Clip between the pair, folded before the rebuild) becomes a clamp before the quantize op on the
+type's full range: the same values, in a form converters keep (Core ML's quantize has no
+quant_min/max).
 """
 
 from __future__ import annotations
@@ -56,7 +58,11 @@ def _quantize(a: Args) -> Any:
     scale, zero, low, high, axis = _parameters(a)
     x = a.t(0)
     if scale.size == 1:
-        return ops.quantize_per_tensor(x, float(scale[0]), int(zero[0]), low, high, torch.int8)
+        if (low, high) != (-128, 127) and a.const(0) is None:
+            # a narrower range (reduce_range): the source clips there
+            step, point = float(scale[0]), int(zero[0])
+            x = x.clamp((low - point) * step, (high - point) * step)
+        return ops.quantize_per_tensor(x, float(scale[0]), int(zero[0]), -128, 127, torch.int8)
     if a.const(0) is None:  # per-channel activations: no converter after this takes them
         raise ConversionError(f"ONNX node {a.node.name} quantizes an activation per channel; the converters after "
                               "this rebuild take per-tensor activation ranges only", hint=OTHER_ROUTES)
@@ -79,7 +85,7 @@ def _dequantize(a: Args) -> Any:
         raise ConversionError(f"ONNX node {a.node.name} dequantizes {x.dtype}; the converters after this rebuild "
                               "keep 8-bit pairs only", hint=OTHER_ROUTES)
     if scale.size == 1:
-        return ops.dequantize_per_tensor(x, float(scale[0]), int(zero[0]), low, high, torch.int8)
+        return ops.dequantize_per_tensor(x, float(scale[0]), int(zero[0]), -128, 127, torch.int8)
     return ops.dequantize_per_channel(x, a.derived("scale", lambda: scale.astype(np.float32)),
                                       a.derived("zero_point", lambda: zero.astype(np.int64)), axis % x.dim(), low,
                                       high, torch.int8)
