@@ -186,12 +186,14 @@ def test_a_qoperator_graph_ships_as_onnx_and_the_other_formats_say_so(tmp_path):
     refused before converting, naming the route and --format onnx."""
     from onnxruntime.quantization import CalibrationDataReader, QuantFormat, quantize_static
 
-    sys.path.insert(0, str(ROOT / "models/quantized"))
-    try:
-        import build as models
-    finally:
-        sys.path.remove(str(ROOT / "models/quantized"))
+    import importlib.util
+
     import torch
+
+    spec = importlib.util.spec_from_file_location("quantized_models", ROOT / "models/quantized/build.py")
+    assert spec is not None and spec.loader is not None
+    models = importlib.util.module_from_spec(spec)  # by path: a package named ``build`` is installed too
+    spec.loader.exec_module(models)
 
     x, y = models.images(300, 7)
     torch.onnx.export(models._net().eval(), torch.from_numpy(x[:1]), str(tmp_path / "float.onnx"),
