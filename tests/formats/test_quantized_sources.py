@@ -72,14 +72,17 @@ def _package(source: Path, out: Path, *formats: str, extra: tuple[str, ...] = ()
 def test_a_qat_export_ships_with_its_learned_ranges_and_is_never_quantized_twice(qat_torch, tmp_path):
     import onnxruntime as ort
 
-    result, manifest = _package(qat_torch, tmp_path, "onnx", "tflite")
+    result, manifest = _package(qat_torch, tmp_path, "all")
     assert result.returncode == 0, result.stderr[-3000:]
     assert "the source is already quantized (QDQ, weights int8 per-channel symmetric (3)" in result.stdout
     scheme = manifest["source"]["quantized"]
     assert scheme["format"] == "QDQ" and scheme["weights"]["per_channel"] and scheme["weights"]["signed"]
     assert scheme["activations"]["tensors"] == 4 and scheme["weights"]["bits"] == [8]
     # no float model to fall back to, no scheme variant
-    assert sorted(a["format"] for a in manifest["artifacts"]) == ["onnx", "tflite"]
+    assert sorted(a["format"] for a in manifest["artifacts"]) == ["coreml", "executorch", "onnx", "tflite"]
+    for fmt in ("coreml", "executorch"):  # the four activation pairs, as given
+        found = next(a for a in manifest["artifacts"] if a["format"] == fmt)["details"]["learned_ranges"]
+        assert len(found["carried"]) == 4 and not found["not_found"], (fmt, found)
     artifact = next(a for a in manifest["artifacts"] if a["format"] == "onnx")
     assert not artifact.get("variant")
     assert artifact["converter"]["tool"].startswith("the source's quantized graph, kept as given")
@@ -92,7 +95,7 @@ def test_a_qat_export_ships_with_its_learned_ranges_and_is_never_quantized_twice
     assert artifact["details"]["quantized_biases"] == ["/conv1/Conv", "/conv2/Conv"]  # int32 at the learned scales
     assert artifact["precision"] == "int8+float (1 layer)"  # the float fc the export left (no Q after pool)
     assert [op["layer"] for op in artifact["float_ops"]] == ["fc"]
-    assert manifest["validation"]["artifacts"]["onnx"]["verdict"] == "passed"
+    assert all(v["verdict"] == "passed" for v in manifest["validation"]["artifacts"].values())
     with np.load(qat_torch / "eval.npz") as data:
         x = data["image"][:8]
     expected = ort.InferenceSession(str(qat_torch / "model.onnx")).run(None, {"image": x})[0]
