@@ -710,9 +710,17 @@ def _convert_exported(form: ModelForm, samples: Any, input_name: str, output_nam
             hint="write the reshape without reading shapes (x.flatten(1) instead of x.view(x.shape[0], -1)), "
                  f"or {OTHER_ROUTES}",
         ) from None
+    return renamed(mlmodel, input_name if isinstance(input_name, list) else [input_name], output_names)
+
+
+def renamed(mlmodel: Any, input_names: list[str], output_names: list[str]) -> Any:
+    """The ML program with its inputs and outputs named as the source's, in order (a program
+    converted by the torch.export frontend names them after the graph's placeholders)."""
+    from .tools import coremltools
+
+    ct = coremltools()
     spec = mlmodel.get_spec()
-    renames = list(zip([i.name for i in spec.description.input], input_name if isinstance(input_name, list)
-                       else [input_name]))
+    renames = list(zip([i.name for i in spec.description.input], input_names))
     renames += [(o.name, n) for o, n in zip(spec.description.output, output_names)]
     for old, new in renames:
         if old != new:

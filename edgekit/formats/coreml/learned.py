@@ -26,7 +26,7 @@ from ...fsutil import sha256_tree, tree_bytes
 from ...manifest import Artifact, QuantParams
 from ..building import BuildContext, BuildResult
 from .build import (ARTIFACT_PATH, DEPLOYMENT_TARGET, _WEIGHT_OPS, CoreMLBuilder, _evaluate_final, _Samples,
-                    check_structure, spec_inputs)
+                    check_structure, renamed, spec_inputs)
 from .names import source_name
 
 TOOL = "coremltools.convert (torch.export frontend) of the source's quantize/dequantize pairs (its learned ranges)"
@@ -87,13 +87,7 @@ def _program(form: ModelForm, samples: Any, output_names: list[str]) -> Any:
     except Exception as exc:
         raise ConversionError(f"coremltools cannot convert this quantized graph with its pairs: "
                               f"{type(exc).__name__}: {first_line(exc)[:300]}", hint=OTHER_ROUTES) from None
-    spec = mlmodel.get_spec()
-    renames = list(zip([i.name for i in spec.description.input], names))
-    renames += [(o.name, n) for o, n in zip(spec.description.output, output_names)]
-    for old, new in renames:
-        if old != new:
-            ct.utils.rename_feature(spec, old, new)
-    return ct.models.MLModel(spec, weights_dir=mlmodel.weights_dir)
+    return renamed(mlmodel, names, output_names)
 
 
 def _float_weight_ops(mlmodel: Any) -> list[str]:

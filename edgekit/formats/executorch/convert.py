@@ -45,7 +45,7 @@ def convert_executorch(model: dict[str, Any], calibration_npy: str, output: str,
     samples for the per-layer report (``per_layer_report``)."""
     import torch
 
-    from ...conversion.forms import ModelForm, flatten_outputs, load_module
+    from ...conversion.forms import ModelForm, load_module
     from ...steps.onnx_torch.naming import original_names
 
     samples = read_samples(calibration_npy)
@@ -62,26 +62,11 @@ def convert_executorch(model: dict[str, Any], calibration_npy: str, output: str,
     )
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
-    class Positional(torch.nn.Module):
-        """The source model with positional inputs in the source's order and a tuple of outputs."""
-
-        def __init__(self) -> None:
-            super().__init__()
-            self.inner = module
-
-        def train(self, mode: bool = True) -> "Positional":
-            # the source is already in eval mode, and a torch.export program's module refuses train()
-            self.training = mode
-            return self
-
-        def forward(self, *inputs: Any) -> tuple[Any, ...]:
-            return tuple(flatten_outputs(self.inner(*inputs)))
-
     def sample(i: int) -> tuple[Any, ...]:
         return tuple(torch.from_numpy(_model_dtype(np.asarray(samples[n][i : i + 1]))) for n in names)
 
     started = time.perf_counter()
-    wrapped = Positional().eval()
+    wrapped = positional(module)
     with torch.no_grad():  # checked before any conversion work: every output keeps its name
         produced = len(wrapped(*sample(0)))
     if produced != len(output_names):
@@ -113,6 +98,29 @@ def convert_executorch(model: dict[str, Any], calibration_npy: str, output: str,
             "precision": precision, "explain": explained,
             # the layers the search can keep in float, input to output (no per-layer report on this route)
             "weighted_layers": _weighted_layers(exported.graph_module, named)}
+
+
+def positional(module: Any) -> Any:
+    """``module`` with positional inputs in the source's order and a tuple of outputs, in eval mode:
+    what ``torch.export`` exports for ExecuTorch."""
+    import torch
+
+    from ...conversion.forms import flatten_outputs
+
+    class Positional(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.inner = module
+
+        def train(self, mode: bool = True) -> "Positional":
+            # the source is already in eval mode, and a torch.export program's module refuses train()
+            self.training = mode
+            return self
+
+        def forward(self, *inputs: Any) -> tuple[Any, ...]:
+            return tuple(flatten_outputs(self.inner(*inputs)))
+
+    return Positional().eval()
 
 
 def _module_paths_of(module: Any, layers: list[str], onnx_nodes: list[str]) -> list[str]:
@@ -515,7 +523,7 @@ def convert_executorch_kept(model: dict[str, Any], calibration_npy: str, output:
     is read back as for any build; the quantize ops in the program are counted against the source."""
     import torch
 
-    from ...conversion.forms import ModelForm, flatten_outputs
+    from ...conversion.forms import ModelForm
     from ...steps.onnx_torch import input_names, load
     from ...steps.onnx_torch.naming import original_names
 
@@ -528,16 +536,7 @@ def convert_executorch_kept(model: dict[str, Any], calibration_npy: str, output:
     started = time.perf_counter()
     module = load(form.path, example, keep_qdq=True).eval()
 
-    class Positional(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.inner = module
-
-        def forward(self, *inputs: Any) -> tuple[Any, ...]:
-            return tuple(flatten_outputs(self.inner(*inputs)))
-
-    wrapped = Positional().eval()
-    exported = _export(wrapped, tuple(torch.from_numpy(_model_dtype(example[n])) for n in names))
+    exported = _export(positional(module), tuple(torch.from_numpy(_model_dtype(example[n])) for n in names))
     named = original_names(layer_names or ())
     io = json.dumps({"inputs": list(names), "outputs": list(output_names)})
     pairs = [(float(node.args[1]), int(node.args[2])) for node in exported.graph_module.graph.nodes
