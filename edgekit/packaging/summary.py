@@ -61,9 +61,12 @@ def _against_float(measured: Any) -> str:
     """A quantized source's artifact against the float model given beside it (--float-reference)."""
     if measured.against_float is None:
         return ""
+    tightest = _tightest(measured.against_float)
+    if tightest.startswith("worst SQNR") or tightest == "exact":  # no task metric: SQNR says it all
+        return f"; against the float reference: {tightest}"
     sqnr = min((c.sqnr_db for c in measured.against_float.outputs.values() if c.sqnr_db == c.sqnr_db),
                default=float("nan"))
-    return f"; against the float reference: {_tightest(measured.against_float)}, worst SQNR {sqnr:.1f} dB"
+    return f"; against the float reference: {tightest}, worst SQNR {sqnr:.1f} dB"
 
 
 def _configuration(outcome: Any) -> str:
