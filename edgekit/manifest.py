@@ -304,6 +304,8 @@ class Manifest:
     validation: ValidationRecord = ValidationRecord()
     versions: dict[str, str] = field(default_factory=dict)
     failed: list[dict[str, str]] = field(default_factory=list)  # targets that did not build: target, error, hint
+    # formats ``--format all`` left out because the building machine could not build them: format, why, extra
+    left_out: list[dict[str, str]] = field(default_factory=list)
     # latency cards measured on devices (``edgekit card --store``): device, artifact, path and
     # sha256 of the card's JSON and Markdown under cards/, bound by the manifest (and its signature)
     cards: list[dict[str, str]] = field(default_factory=list)
@@ -349,6 +351,7 @@ class Manifest:
             "validation": self.validation.to_dict(),
             "versions": self.versions,
             "failed": self.failed,
+            **({"left_out": self.left_out} if self.left_out else {}),
             **({"cards": self.cards} if self.cards else {}),
         }
 
@@ -398,6 +401,7 @@ class Manifest:
             validation=_validation(data.get("validation")),
             versions={str(k): str(v) for k, v in dict(data.get("versions", {})).items()},
             failed=[dict(f) for f in data.get("failed", []) if isinstance(f, dict)],
+            left_out=[{str(k): str(v) for k, v in f.items()} for f in data.get("left_out", []) if isinstance(f, dict)],
             cards=_cards(data.get("cards", [])),
         )
 

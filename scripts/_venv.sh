@@ -1,8 +1,10 @@
 # Sourced by the set-up scripts: create or reuse .venv and install edgekit with the given extras.
 # Reinstalls only when pyproject.toml or the extras change (a stamp file records what was installed).
+# EDGEKIT_VENV names another environment folder (CI runs the demo in a fresh one holding only its extras).
 set -euo pipefail
 extras="$1"
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+venv="${EDGEKIT_VENV:-$venv}"
 python_bin="${PYTHON:-}"
 if [ -z "$python_bin" ]; then
   for candidate in python3.11 python3 python; do
@@ -10,17 +12,17 @@ if [ -z "$python_bin" ]; then
   done
 fi
 [ -n "$python_bin" ] || { echo "error: Python 3.10+ (3.11 recommended) is required" >&2; exit 1; }
-if [ ! -x "$root/.venv/bin/python" ]; then
-  echo "creating .venv with $("$python_bin" --version 2>&1)" >&2
-  "$python_bin" -m venv "$root/.venv"
+if [ ! -x "$venv/bin/python" ]; then
+  echo "creating $venv with $("$python_bin" --version 2>&1)" >&2
+  "$python_bin" -m venv "$venv"
 fi
-stamp="$root/.venv/.edgekit-installed"
+stamp="$venv/.edgekit-installed"
 want="$(cat "$root/pyproject.toml" | sha256sum | cut -d' ' -f1) $extras"
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
-  echo "installing edgekit[$extras] into .venv (first run downloads TensorFlow: a few minutes)" >&2
-  "$root/.venv/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade pip
-  "$root/.venv/bin/python" -m pip install --quiet --disable-pip-version-check -e "$root[$extras]"
+  echo "installing edgekit[$extras] into $venv (first run downloads TensorFlow: a few minutes)" >&2
+  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade pip
+  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -e "$root[$extras]"
   echo "$want" > "$stamp"
 fi
-export PATH="$root/.venv/bin:$PATH"
+export PATH="$venv/bin:$PATH"
 export TF_CPP_MIN_LOG_LEVEL=3

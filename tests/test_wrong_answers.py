@@ -141,3 +141,33 @@ def test_an_onnx_build_with_no_int8_op_is_labelled_float_said_and_not_copied_per
     manifest = json.loads((tmp_path / "out" / "wave.edgekit" / "manifest.json").read_text())
     assert [(a["path"], a["precision"]) for a in manifest["artifacts"]] == [("onnx/model.int8.onnx", "float")]
     assert "identical copy" in result.stderr  # the scheme variants are left out, said once each
+
+
+def test_qdq_pairs_around_layers_that_all_compute_in_float_ship_the_float_model_labelled_so(tmp_path):
+    """A Gemm whose bias is an input (here fixed with --input h0=...) stays float in ONNX Runtime's
+    quantizer, which still writes Q/DQ pairs around it: quantization noise without an int8 kernel.
+    The float model ships instead, labelled float, exact, with a summary line."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    graph = helper.make_graph(
+        [helper.make_node("Gemm", ["x", "W", "h0"], ["s"], name="gx"), helper.make_node("Tanh", ["s"], ["y"], name="t")],
+        "cell", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8]),
+                 helper.make_tensor_value_info("h0", TensorProto.FLOAT, ["N", 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 16])],
+        [numpy_helper.from_array((rng.normal(size=(8, 16)) * 0.3).astype(np.float32), "W")])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "cell.onnx")
+    np.save(tmp_path / "x.npy", rng.normal(size=(200, 8)).astype(np.float32))
+    np.save(tmp_path / "h0.npy", (rng.normal(size=(1, 16)) * 0.1).astype(np.float32))
+    result = edgekit_cli("package", tmp_path / "cell.onnx", "-c", tmp_path / "x.npy", "--input",
+                         f"h0={tmp_path / 'h0.npy'}", "--format", "onnx", "--no-also-float", "-o", tmp_path / "out")
+    assert result.returncode == 0, result.stderr[-3000:]
+    manifest = json.loads((tmp_path / "out" / "cell.edgekit" / "manifest.json").read_text())
+    (artifact,) = manifest["artifacts"]
+    assert artifact["precision"] == "float"
+    shipped = onnx.load(str(tmp_path / "out" / "cell.edgekit" / artifact["path"]))
+    assert not {n.op_type for n in shipped.graph.node} & {"QuantizeLinear", "DequantizeLinear"}
+    assert manifest["validation"]["artifacts"]["onnx"]["sqnr_db"] is None  # exact: the float model itself
+    assert "onnx: shipped float; exact" in result.stdout
+    assert "output tail in float after the last INT8 op" not in result.stdout

@@ -354,7 +354,7 @@ def _number(low: float, high: float | None, whole: bool) -> Callable[[str], floa
 
 
 def _package(args: argparse.Namespace) -> int:
-    from ..formats import DEFAULT_FORMAT, FORMATS, build_options, expand_formats
+    from ..formats import DEFAULT_FORMAT, FORMATS, build_options
     from ..packaging import PackageOptions, build_package, partial_error
     from ..packaging.options import declarations
     from ..progress import Progress
@@ -369,7 +369,7 @@ def _package(args: argparse.Namespace) -> int:
         keep_float, int16_layers = [*plan.keep_float, *keep_float], [*plan.int16, *int16_layers]
     options = PackageOptions(
         model=str(args.model), calibration=args.calibration, output_dir=str(args.output_dir),
-        formats=expand_formats(args.formats or [DEFAULT_FORMAT]),
+        formats=list(dict.fromkeys(args.formats or [DEFAULT_FORMAT])),
         **{found.name: getattr(args, found.name) for found, _ in declarations()},
         allow_float_ops=args.allow_float_ops, output_kinds=_output_kinds(args.parser, args.output_kinds),
         labels_file=str(args.labels_file) if args.labels_file else None,
@@ -390,8 +390,9 @@ def _package(args: argparse.Namespace) -> int:
         for note in fmt.notes(artifact.details) if fmt is not None and fmt.notes is not None else ():
             print(f"{'warning' if note.warning else 'note'}: {artifact.key}: {note.text}",
                   file=sys.stderr if note.warning else sys.stdout)
-        tail = [op for op in artifact.float_ops if op.get("tail")]
-        inner = [op for op in artifact.float_ops if not op.get("tail")]
+        float_ops = [] if artifact.precision.startswith("float") else artifact.float_ops  # a float artifact: all of it
+        tail = [op for op in float_ops if op.get("tail")]
+        inner = [op for op in float_ops if not op.get("tail")]
         if inner:
             ops = ", ".join(sorted({f"{op['op']} ({op['layer']})" for op in inner}))
             print(f"note: {artifact.key} keeps these ops in float: {ops}")

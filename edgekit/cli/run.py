@@ -235,9 +235,9 @@ def predict_rows(model: Any, named: list[tuple[str | None, Path]], raw: bool) ->
             if name is not None or path.suffix != ".npz":
                 raise InputError(f"this model has inputs {model.input_names}: pass -i NAME=FILE for each, "
                                  "or .npz files with one array per input name", hint="e.g. -i tokens=ids.npy -i mask=m.npy")
-            with np.load(path, allow_pickle=False) as arrays:  # a "y" beside the inputs holds labels (--eval's layout)
+            with np.load(path, allow_pickle=False) as arrays:  # "y" and "labels" beside the inputs: --eval's layout
                 sets.append((str(path), {k: arrays[k] for k in arrays.files
-                                         if k != "y" or k in model.input_names}))
+                                         if k not in ("y", "labels") or k in model.input_names}))
     names: list[str] = []
     rows: list[dict] = []
     for label, value in sets:
@@ -274,7 +274,8 @@ def stream_rows(model: Any, named: list[tuple[str | None, Path]], specs: list[st
 
 def _one_input_npz(path: Path, name: str) -> Any:
     """The array of a one-input model's ``.npz``: the one named after the input, ``x`` (the layout
-    ``--eval`` and ``--calibration`` take, ``y`` holding labels), or its only array."""
+    ``--eval`` and ``--calibration`` take, ``y`` holding labels and ``labels`` the class names), or
+    its only array."""
     import numpy as np
 
     from ..errors import InputError
@@ -282,7 +283,7 @@ def _one_input_npz(path: Path, name: str) -> Any:
     with np.load(path, allow_pickle=False) as arrays:
         if name in arrays.files:
             return arrays[name]
-        if "x" in arrays.files and set(arrays.files) <= {"x", "y"}:
+        if "x" in arrays.files and set(arrays.files) <= {"x", "y", "labels"}:
             return arrays["x"]
         if len(arrays.files) == 1:
             return arrays[arrays.files[0]]

@@ -52,6 +52,8 @@ def _task_notes(target: str, metrics: ArtifactRecord) -> list[str]:
     for name, task in results:
         shown = ", ".join(f"{k} {show_value(k, v)}" for k, v in task["values"].items())
         verdict = {True: "passes", False: "FAILS", None: "not gated"}[task.get("passed")]
+        if verdict == "passes" and not metrics.decided:  # its floor met on too few samples: not a pass yet
+            verdict = "meets its floor, NOT DECIDABLE on this sample"
         where = f"output {name!r} " if name else ""
         notes.append(f"{target}: {where}{task['task']}: {shown}: {verdict} ({task['rule']})")
     return notes
@@ -160,11 +162,14 @@ def render(manifest: Manifest, console: Console | None = None) -> None:
     console = console or Console(width=None if Console().is_terminal else 120)
     validation = manifest.validation
     data = validation.data
+    quantized = manifest.source.get("quantized")  # a QAT or already-quantized source is the reference, not float
+    reference = "the quantized source" if quantized else "float"
     table = Table(
-        title=f"{manifest.name}: INT8 vs float on {data.samples or '?'} {data.split or 'samples'}",
+        title=f"{manifest.name}: INT8 vs {reference} on {data.samples or '?'} {data.split or 'samples'}",
         title_justify="left",
     )
-    columns = ("artifact", "precision", "size", "float acc", "artifact acc", "change", "top-1 agree", "cosine", "SQNR")
+    columns = ("artifact", "precision", "size", "source acc" if quantized else "float acc", "artifact acc", "change",
+               "top-1 agree", "cosine", "SQNR")
     for column in columns:
         table.add_column(column, justify="left" if column in ("artifact", "precision") else "right")
     float_acc = validation.float_accuracy
@@ -215,6 +220,8 @@ def render(manifest: Manifest, console: Console | None = None) -> None:
         console.print(f"gates {verdict}: each output is judged by its kind's task metric (above); values need SQNR >= "
                       f"{validation.min_sqnr_db:g} dB, and so does each quantity joined into one output; labelled "
                       f"class scores may drop at most {validation.max_accuracy_drop_pp} pp", highlight=False)
+        if quantized and not quantized.get("float_reference"):
+            console.print(unjudged_source_line(), highlight=False)
     elif validation.passed is None:
         console.print("gates NOT MEASURED: no artifact could be run on this machine, so none was compared with the "
                       "float model (the manifest says passed: null); measure them on a device that runs them "
@@ -222,6 +229,14 @@ def render(manifest: Manifest, console: Console | None = None) -> None:
     elif validation.data.labeled:
         verdict = "within" if validation.passed else "EXCEEDS"
         console.print(f"accuracy drop {verdict} the {validation.max_accuracy_drop_pp} pp limit")
+
+
+def unjudged_source_line() -> str:
+    """What a quantized source's pass means without its float model: the artifacts match the
+    source, and nothing here says whether the source itself is any good."""
+    return ("the source itself was NOT judged: its artifacts were compared with the quantized source as given, so a "
+            "source whose quantization is broken passes with it; pass --float-reference FLOAT_MODEL (the model it was "
+            "trained or quantized from) to judge it")
 
 
 def _sqnr(value: Any, measured: bool) -> str:

@@ -65,6 +65,7 @@ def quantization_scheme(model: Any) -> dict[str, Any] | None:
     if not found:
         return None
     initializers = constants(graph)
+    check_scales(graph, initializers)
     weights, activations = _Tally(), _Tally()
     for node in graph.node:
         if node.op_type not in _QDQ or len(node.input) < 2:
@@ -81,6 +82,35 @@ def quantization_scheme(model: Any) -> dict[str, Any] | None:
         "activations": activations.summary(),
         "producer": f"{model.producer_name or ''} {model.producer_version or ''}".strip(),
     }
+
+
+def check_scales(graph: Any, initializers: dict[str, Any]) -> None:
+    """Refuse, by node, a QuantizeLinear / DequantizeLinear scale that is zero, negative or not
+    finite: ONNX defines neither (a zero scale divides by zero, a negative one flips every value),
+    and a graph carrying one computes nothing its training meant."""
+    import numpy as np
+    from onnx import numpy_helper
+
+    from ..errors import ModelSourceError
+
+    bad = []
+    for node in graph.node:
+        if node.op_type not in _QDQ or len(node.input) < 2 or node.input[1] not in initializers:
+            continue
+        try:
+            scale = numpy_helper.to_array(initializers[node.input[1]]).astype(np.float64).reshape(-1)
+        except Exception:  # noqa: BLE001 - external data not loaded: checked where the weights are read
+            continue
+        wrong = scale[~np.isfinite(scale) | (scale <= 0)]
+        if wrong.size:
+            bad.append(f"{node.op_type} {node.name or node.output[0]!r} (scale {node.input[1]!r}: "
+                       f"{', '.join(f'{v:g}' for v in wrong[:3])}{' ...' if wrong.size > 3 else ''})")
+    if bad:
+        raise ModelSourceError(
+            f"the quantized source has {len(bad)} quantize/dequantize pair(s) with a zero, negative or non-finite "
+            f"scale, which ONNX does not define: {'; '.join(bad[:4])}{' ...' if len(bad) > 4 else ''}",
+            hint="re-export the quantized model (a scale must be a positive finite number), or package the float model "
+                 "it came from")
 
 
 class _Tally:
@@ -132,7 +162,9 @@ def describe_scheme(scheme: dict[str, Any]) -> str:
     for what in ("weights", "activations"):
         tally = scheme.get(what)
         if tally:
-            layout = "per-channel" if tally["per_channel"] else "per-tensor"
+            mixed = tally.get("per_channel_tensors", 0)
+            layout = ("per-channel" if tally["per_channel"] else
+                      f"per-tensor, {mixed} per-channel" if mixed else "per-tensor")
             parts.append(f"{what} {'/'.join(tally['types'])} {layout}{' symmetric' if tally['symmetric'] else ''} "
                          f"({tally['tensors']})")
     return ", ".join(parts)
@@ -199,7 +231,15 @@ def strip_qdq(model: Any) -> dict[str, dict[str, Any]]:
             step, zero = float(scale.reshape(-1)[0]), float(point.reshape(-1)[0]) if point.size else 0.0
             source = produced_by.get(data)
             outputs = {o.name for o in graph.output}
-            if scale.size == 1:  # a per-tensor activation range (per-channel ones are left to calibration)
+            if scale.size > 1:  # never left to calibration: that would replace a learned range without a word
+                from ..errors import ConversionError
+
+                raise ConversionError(
+                    f"ONNX node {node.name or node.output[0]!r} quantizes the activation {data!r} per channel "
+                    f"({scale.size} scales on axis {axis}); this route's converters take per-tensor activation "
+                    "ranges only, so its learned ranges cannot be carried",
+                    hint="package it with --format onnx, which ships the graph with its learned ranges as they are")
+            if scale.size == 1:  # a per-tensor activation range
                 ranges[data] = {"min": (low - zero) * step, "max": (high - zero) * step, "scale": step,
                                 "zero_point": int(zero), "type": f"{'u' if low == 0 else ''}int{(high - low).bit_length()}",
                                 "producer": source.name if source is not None else "",

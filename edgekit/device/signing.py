@@ -50,6 +50,7 @@ def generate_keys(path: str | os.PathLike[str], force: bool = False) -> tuple[Pa
     from ..fsutil import ensure_writable
 
     ensure_writable(private_path, "key")  # never one half of a pair
+    private_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)  # keys/mykey: a folder for keys
     private = ed25519.Ed25519PrivateKey.generate()
     pem = private.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                                 serialization.NoEncryption())

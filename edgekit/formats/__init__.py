@@ -119,7 +119,7 @@ def missing_converter(fmt: Format) -> str | None:
     missing = [m for m in fmt.build_requires if not installed(m)]
     if not missing:
         return None
-    return f"its converter needs {', '.join(missing)}, not installed here (pip install '{fmt.build_extra}')"
+    return f"its converter needs {', '.join(missing)}, not installed here"
 
 
 def backends() -> dict[str, type[Backend]]:

@@ -44,7 +44,7 @@ from .assemble import assemble_package
 from .context import PackagingContext
 from .data import PreparedData, prepare_data
 from .each_format import Planned, build_formats, refused_routes
-from .float_model import float_model_outputs, source_against_float
+from .float_model import float_model_outputs, say_source_accuracy, source_against_float
 from .loading import LoadedSource, float_reference, load_source
 from .fallback import wants_float_fallback
 from .gates import REFUSED_PREFIX, Remedies
@@ -55,20 +55,37 @@ from .validate import Judging, infer_kinds, silent_outputs
 EXPLAIN_SAMPLES = 32
 
 
+def formats_left_out(options: PackageOptions) -> tuple[dict[str, str], ...]:
+    """The formats ``all`` leaves out because their converter is not installed here: format, why,
+    and the extra that brings it (recorded in the manifest's ``left_out``). A format asked for by
+    name whose converter is missing is refused instead (``plan_formats``)."""
+    named = set(options.formats or []) - {"all"}
+    found = []
+    for fmt in (get_format(name) for name in expand_formats(options.formats or [])):
+        why = missing_converter(fmt)
+        if why is not None and fmt.name not in named:
+            found.append({"format": fmt.name, "why": why, "extra": fmt.build_extra})
+    return tuple(found)
+
+
 def plan_formats(options: PackageOptions, source: Source, kind: str, progress: Progress) -> list[Planned]:
     """Each requested format with its route; an option a route cannot honour, or a format no
     route reaches, is refused here, before anything loads (``routes.plan``). ``all`` is every
-    format whose converter is installed here (the others named); one asked for by name whose
-    converter is not installed is refused."""
-    formats = [get_format(name) for name in expand_formats(options.formats or [])]
-    for fmt in list(formats):
+    format whose converter is installed here (each other one named in one line with the extra that
+    brings it); one asked for by name whose converter is not installed is refused."""
+    left_out = {entry["format"]: entry for entry in formats_left_out(options)}
+    formats = [get_format(name) for name in expand_formats(options.formats or []) if name not in left_out]
+    for fmt in formats:
         why = missing_converter(fmt)
-        if why is None:
-            continue
-        if fmt.name in (options.formats or []):
+        if why is not None:
             raise EdgekitError(f"cannot build --format {fmt.name} here: {why}", hint=f"pip install '{fmt.build_extra}'")
-        progress.say(f"note: --format all leaves out {fmt.name}: {why}")
-        formats.remove(fmt)
+    for entry in left_out.values():
+        progress.say(f"note: --format all leaves out {entry['format']}: {entry['why']} "
+                     f"(pip install '{entry['extra']}' builds it)")
+    if not formats:
+        raise EdgekitError("--format all finds no format this machine can build: "
+                           + "; ".join(f"{e['format']}: {e['why']}" for e in left_out.values()),
+                           hint="pip install 'edgekit[package]' (TFLite, ONNX, CoreML)")
     planned = plan(source, kind, formats, {"keep_float": bool(options.keep_float), "explain": options.explain,
                                            "int16": bool(options.int16_layers)})
     found = []
@@ -131,6 +148,7 @@ def build_package(options: PackageOptions, progress: Progress | None = None) -> 
         data = prepare_data(plan, options, loaded.described, progress)
         given = resolve_kinds(options.output_kinds, loaded.described)
         reference = float_reference(loaded, data, work, progress, options.step_timeout_s)
+        say_source_accuracy(loaded.described, reference, data, progress)
         float_outputs = float_model_outputs(options, loaded, data, work, progress, hints)
         kinds = infer_kinds(loaded.described, reference, data, given)
         say_kinds(kinds, reference, progress)
@@ -143,7 +161,7 @@ def build_package(options: PackageOptions, progress: Progress | None = None) -> 
             context = build_context(options, loaded, data, staged, work, profiles)
             run = PackagingContext(data, reference, staged, progress, judging, options,
                                    dict(loaded.described.output_layers), setup_s=time.monotonic() - began,
-                                   float_model=float_outputs)
+                                   float_model=float_outputs, left_out=formats_left_out(options))
             outcomes = build_formats(planned, context, loaded.described, run)
             result = assemble_package(plan, loaded, run, [p.builder for p in planned], context, outcomes)
     if plan.archive is not None:

@@ -53,6 +53,7 @@ def make_manifest(
     validation: ValidationRecord,
     failed: list[dict[str, str]],
     methods: dict[str, str],
+    left_out: tuple[dict[str, str], ...] = (),
 ) -> Manifest:
     """The package's manifest.json: tensors, preprocessing, artifacts, calibration, validation, versions."""
     inputs = [TensorSpec(
@@ -86,6 +87,7 @@ def make_manifest(
         validation=validation,
         versions=_versions(described.versions),
         failed=failed,
+        left_out=[dict(entry) for entry in left_out],
     )
 
 
@@ -158,9 +160,10 @@ def assemble_package(plan: Plan, loaded: LoadedSource, run: PackagingContext, bu
     methods = {b.name: b.range_method(next((o.context for o in built if o.name == b.name and o.context),
                                                  context)) for b in builders}
     manifest = make_manifest(plan.name, options, loaded.kind, loaded.described, data,
-                             [o.built.artifact for o in built], validation, failed, methods)
+                             [o.built.artifact for o in built], validation, failed, methods, run.left_out)
     failed_gates = [f for o in built for f in o.failures]
-    if len(outcomes) > 1 or any(o.fixes for o in outcomes):
+    if len(outcomes) > 1 or any(o.fixes for o in outcomes) or any(
+            o.built is not None and o.built.artifact.precision == "float" for o in outcomes):  # what the label means
         for line in summary_lines(outcomes, options.allow_accuracy_drop, refused, data.evaluation_count):
             progress.say(line)
     if failed_gates and not options.allow_accuracy_drop:

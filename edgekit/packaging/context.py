@@ -33,6 +33,8 @@ class PackagingContext:
     # a quantized source's float model on the same samples (--float-reference): every artifact is
     # judged against it as well as against the source
     float_model: dict[str, np.ndarray] | None = None
+    # formats ``--format all`` left out because this machine cannot build them: format, why, extra
+    left_out: tuple[dict[str, str], ...] = ()
 
     def on(self, data: PreparedData, reference: dict[str, np.ndarray]) -> PackagingContext:
         """The same run judged on other samples (the search's half of them). The search never runs

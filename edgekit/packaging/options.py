@@ -284,18 +284,18 @@ class PackageResult:
 
     @property
     def verdicts(self) -> dict[str, str]:
-        """Each artifact's verdict: "passed", "FAILED: <first gate>", or "not measured: <why>";
-        formats that did not build: "not built: <error>"."""
-        found = {}
-        for artifact in self.manifest.artifacts:
-            record = self.manifest.validation.artifact(artifact.key)
-            failed = record.failed_gates()
-            if not record.measured:
-                found[artifact.key] = f"not measured: {record.reason or 'no runtime here'}"
-            else:
-                found[artifact.key] = "passed" if failed is None else f"FAILED: {failed[0]}"
+        """Each artifact's verdict, one of five outcomes: "passed"; "refused: <first gate>" (kept only
+        by --allow-accuracy-drop); "not decidable: <N> held-out samples would decide it (<gates>)";
+        "built unverified: <why>" (no runtime here measured it); formats that did not build or were
+        left out: "not built: <error>"."""
+        from .verdict import outcome
+
+        found = {artifact.key: outcome(self.manifest.validation.artifact(artifact.key))
+                 for artifact in self.manifest.artifacts}
         for entry in self.failed:
             found[entry["target"]] = f"not built: {entry['error']}"
+        for entry in self.manifest.left_out:
+            found.setdefault(entry["format"], f"not built: {entry['why']}")
         return found
 
     def table(self, width: int = 120) -> str:

@@ -17,7 +17,7 @@ import numpy as np
 
 from ..conversion import worker
 from ..data.sources import DataSource, open_data
-from ..errors import DataError, OutputExistsError
+from ..errors import DataError, EdgekitError, OutputExistsError
 from ..fsutil import ensure_writable, remove_stale, remove_stale_temp
 from ..names import check_name, slug
 from ..progress import Progress
@@ -60,6 +60,24 @@ class Plan:
     few_calibration_samples: str | None = None
 
 
+def _check_float_reference(given: str | None) -> None:
+    """``--float-reference MODEL`` names a model that exists, said with the option's name before
+    anything loads."""
+    if not given:
+        return
+    from ..errors import OptionError
+    from ..sources import detect_source
+
+    file = given.rpartition(":")[0] if given.rpartition(":")[0].endswith(".py") else given
+    if not Path(file).exists():
+        raise OptionError(f"--float-reference {given} does not exist",
+                          hint="give the float model the quantized one was trained or quantized from")
+    try:
+        detect_source(given)
+    except EdgekitError as exc:
+        raise OptionError(f"--float-reference {given}: {exc.message}", hint=exc.hint) from None
+
+
 def preflight(options: PackageOptions, progress: Progress) -> Plan:
     name = options.name or _default_name(Path(options.model))
     check_name(name, "package name", hint="use --name with letters, digits, '.', '_' or '-' (a letter or digit first)")
@@ -74,6 +92,7 @@ def preflight(options: PackageOptions, progress: Progress) -> Plan:
     if options.samples < 1:
         raise DataError(f"--samples must be at least 1, got {options.samples}", hint="use --samples 100 or more")
     _check_preprocessing_options(options.preprocessing)
+    _check_float_reference(options.float_reference)
     ensure_writable(out, "output directory", is_dir=True)
     remove_stale(out, ".*.partial")  # staging trees of earlier runs that were killed
     remove_stale_temp(TEMP_PREFIX)

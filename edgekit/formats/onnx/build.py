@@ -136,6 +136,11 @@ class ONNXBuilder(Builder):
         kept = is_quantized_graph(float_onnx)  # QAT / another tool's QDQ: its learned ranges ship as they are
         settings, info = self._quantized(context, float_onnx, output, variant, kept, on_progress)
         precision = analyse_precision(str(output), context.layer_names)  # from the graph: ORT leaves ops it cannot quantize in float
+        if not kept and not precision.int8_weighted_ops and precision.label != "float":
+            # Q/DQ pairs around layers that all compute in float (a Gemm whose bias is an activation):
+            # quantization noise without an integer kernel. The float model ships instead, labelled so.
+            _write_float_model(float_onnx, output)
+            precision = analyse_precision(str(output), context.layer_names)
         # a companion: never costs the .onnx (and not made for a search try)
         ort_failure = None if variant or context.trial else _convert_to_ort(output, context)
         explained = None
@@ -165,7 +170,8 @@ class ONNXBuilder(Builder):
                                       hint="nothing to do: devices run the main onnx build")
         converted = float_onnx if context.model.via and not kept else None  # a conversion's loss is measured apart
         fallback = ({"fallback_model": float_onnx, "fallback_precision": "float32"}
-                    if context.option("also_float") and not kept else {})  # a quantized source has no float model
+                    if context.option("also_float") and not kept and not no_int8 else {})
+        # a quantized source has no float model; a build that is the float model needs no second copy
         return BuildResult(float_model=converted, float_by="float ONNX (exported), ONNX Runtime", **fallback,
                            artifact=Artifact(
             format=self.name,
@@ -750,6 +756,16 @@ def mobile_usability(model: str) -> dict[str, Any]:
                 }
             report[ep] = entry
     return report
+
+
+def _write_float_model(float_onnx: str, output: Path) -> None:
+    """The float graph written where the INT8 build was (one file, its external data folded in),
+    by a temporary file and a rename."""
+    import onnx
+
+    from ...fsutil import write_bytes_atomic
+
+    write_bytes_atomic(output, onnx.load(float_onnx).SerializeToString())
 
 
 def _runtime_graph(path: str) -> dict[str, Any]:

@@ -159,7 +159,8 @@ def quantize_float_biases(model: Any) -> list[str]:
             continue
         bias = initializers.get(node.input[2])
         scales = [_dq_scale(_producer(name, produced_by), known) for name in node.input[:2]]
-        if bias is None or bias.data_type != 1 or any(s is None for s in scales):
+        if bias is None or bias.data_type != 1 or any(s is None for s in scales) or scales[0].size != 1:
+            # (an input quantized per channel has no one input scale: its bias stays float)
             continue
         values = numpy_helper.to_array(bias).astype(np.float64)
         scale = (scales[0].astype(np.float64) * scales[1].astype(np.float64)).reshape(-1)

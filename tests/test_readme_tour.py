@@ -1,0 +1,117 @@
+"""Every command of the README's tour runs as written, in order, from a folder laid out as the
+checkout is (``models/`` beside it): what a new user copies must work."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, built_once
+
+README = ROOT / "README.md"
+SERVE_READY_S = 120
+
+
+def tour_blocks() -> list[tuple[str, str]]:
+    """The tour's fenced blocks in order: (language, text)."""
+    text = README.read_text()
+    tour = text[text.index("## Five-minute tour"):text.index("\n## ", text.index("## Five-minute tour") + 1)]
+    return re.findall(r"```(\w+)\n(.*?)```", tour, flags=re.S)
+
+
+def tour_commands() -> list[str]:
+    """Each shell command of the tour, continuation lines joined, as a user pastes it."""
+    commands = []
+    for language, block in tour_blocks():
+        if language != "bash":
+            continue
+        for command in block.replace("\\\n", " ").splitlines():
+            if command.strip() and not command.lstrip().startswith("#"):
+                commands.append(command.strip())
+    return commands
+
+
+def checkout_like(folder: Path) -> Path:
+    """A working folder where the tour's relative paths resolve as in the checkout."""
+    folder.mkdir(parents=True, exist_ok=True)
+    if not (folder / "models").exists():
+        (folder / "models").symlink_to(ROOT / "models")
+    return folder
+
+
+def run_shell(command: str, cwd: Path, timeout: float = 900) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+           "TF_CPP_MIN_LOG_LEVEL": "3"}
+    return subprocess.run(["bash", "-c", f"set -eo pipefail; {command}"], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def tour_package(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The folder in which the tour's first command (package for every format) ran, built once."""
+    first = tour_commands()[0]
+    assert first.startswith("edgekit package models/digits/digits.keras --format all"), first
+
+    def build(folder: Path) -> Path:
+        result = run_shell(first, checkout_like(folder))
+        assert result.returncode == 0, result.stderr[-3000:]
+        return folder
+
+    return built_once(tmp_path_factory, "tour", build)
+
+
+def serve_until_ready(command: str, cwd: Path) -> str:
+    """``edgekit serve`` as written, until its REST endpoint says ready; then stopped."""
+    port = re.search(r"--port (\d+)", command)
+    url = f"http://127.0.0.1:{port.group(1) if port else 8080}/v2/health/ready"
+    process = subprocess.Popen(["bash", "-c", f"exec {command}"], cwd=cwd, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True,
+                               env={**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"})
+    try:
+        deadline = time.monotonic() + SERVE_READY_S
+        while time.monotonic() < deadline:
+            assert process.poll() is None, process.stdout.read() if process.stdout else ""
+            try:
+                with urllib.request.urlopen(url, timeout=2) as response:
+                    if response.status == 200:
+                        return "ready"
+            except OSError:
+                time.sleep(0.5)
+        raise AssertionError(f"{command} was not ready after {SERVE_READY_S} s")
+    finally:
+        process.send_signal(signal.SIGINT)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+
+
+@pytest.mark.slow
+def test_every_tour_command_runs_as_written(tmp_path_factory, tmp_path):
+    built = tour_package(tmp_path_factory)
+    work = checkout_like(tmp_path / "checkout")
+    shutil.copytree(built / "dist", work / "dist", symlinks=True)
+    for command in tour_commands()[1:]:
+        if command.startswith("edgekit serve"):
+            serve_until_ready(command, work)
+            continue
+        result = run_shell(command, work)
+        assert result.returncode == 0, (command, result.stdout[-2000:], result.stderr[-3000:])
+        assert "Traceback" not in result.stderr, (command, result.stderr[-3000:])
+
+
+@pytest.mark.slow
+def test_the_tour_python_snippet_runs_as_written(tmp_path):
+    (snippet,) = [block for language, block in tour_blocks() if language == "python"]
+    work = checkout_like(tmp_path / "checkout")
+    result = subprocess.run([sys.executable, "-c", snippet], cwd=work, capture_output=True, text=True, timeout=900,
+                            env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+    assert result.returncode == 0, result.stderr[-3000:]
