@@ -234,8 +234,9 @@ def markdown(card: Mapping[str, Any]) -> str:
     rows.append(("run conditions", _conditions(card["conditions"])))
     rows.append(("versions", ", ".join(f"{k} {v}" for k, v in card["versions"].items())))
     lines += [f"| {label} | {value} |" for label, value in rows]
-    lines += ["", f"Single-stream rule: {card['single_stream']['rule']}.",
-              f"Measured {card['created']} with edgekit {card['edgekit_version']}.", ""]
+    if card["single_stream"]["asked"]:  # the rule the run was held to, only where it was asked for
+        lines += ["", f"Single-stream rule: {card['single_stream']['rule']}."]
+    lines += ["", f"Measured {card['created']} with edgekit {card['edgekit_version']}.", ""]
     return "\n".join(lines)
 
 

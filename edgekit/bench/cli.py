@@ -38,7 +38,8 @@ def run_bench(args: argparse.Namespace) -> int:
     )
     from ..fsutil import ensure_writable
 
-    report_path = args.report or default_report_path(args.source)
+    report_path = args.report or (args.card / default_report_path(args.source) if args.card is not None
+                                  else default_report_path(args.source))  # a card's report beside its cards
     for path, what in ((report_path, "report"), (args.csv, "CSV")):
         if path is not None:
             ensure_writable(path, what)  # before measuring for minutes

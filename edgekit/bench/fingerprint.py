@@ -59,6 +59,18 @@ def thermal_state(root: Path | None = None) -> dict[str, Any]:
     return state
 
 
+def _distribution_version(module: str) -> str:
+    """The installed distribution's version for a module without ``__version__`` (ExecuTorch's)."""
+    from importlib import metadata
+
+    for name in metadata.packages_distributions().get(module, [module]):
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return "unknown"
+
+
 def fingerprint(backend: dict[str, Any] | None = None, profile: str | None = None) -> dict[str, Any]:
     root = _root()
     facts = DeviceFacts.read(root)
@@ -67,7 +79,7 @@ def fingerprint(backend: dict[str, Any] | None = None, profile: str | None = Non
     for module in ("numpy", *runtime_libraries()):
         loaded = sys.modules.get(module)
         if loaded is not None:
-            libraries[module] = getattr(loaded, "__version__", "?")
+            libraries[module] = getattr(loaded, "__version__", None) or _distribution_version(module)
     return {
         "arch": facts.arch,
         "cpu": cpu_info(root),

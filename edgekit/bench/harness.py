@@ -158,6 +158,9 @@ def accuracy(model: Model, data: str) -> dict[str, Any] | None:
     if y is None:
         return {"samples": count, "accuracy": None, "reason": "evaluation data has no class targets"}
     predictions = outputs_of(model, feeds, count)[model.output_names[0]]
+    from ..data.targets import check_class_targets
+
+    check_class_targets(np.asarray(y), predictions.reshape(count, -1).shape[1])  # as packaging refuses it
     return {"samples": count, "accuracy": float(np.mean(predictions.reshape(count, -1).argmax(axis=1) == y)),
             "data": data, "data_sha256": digest}
 
@@ -207,7 +210,7 @@ def _measure(configs: list[_Config], options: BenchOptions) -> None:
     of its latencies, not the wall clock its turns share, and a turn runs queries back to back
     for up to ``SINGLE_STREAM_TURN_S``."""
     rng = random.Random(options.seed)
-    chunk = 5 if len(configs) > 1 else max(options.runs, 1)
+    chunks = {id(c): 5 if len(configs) > 1 else max(options.runs, 1) for c in configs}
     started = time.perf_counter()
     while True:
         if options.single_stream:
@@ -228,8 +231,18 @@ def _measure(configs: list[_Config], options: BenchOptions) -> None:
                     config.samples.append(took)
                     config.query_s += took  # kept as it grows: the samples are millions by the end
                 continue
-            for _ in range(chunk):
+            for _ in range(chunks[id(config)]):
                 config.samples.append(_timed(config.call))
+            if len(configs) > 1:  # a turn long enough that the settle before it stays a small share of the run
+                chunks[id(config)] = settled_chunk(config.samples)
+
+
+def settled_chunk(samples: Any) -> int:
+    """Calls per turn for a model taking ``samples`` seconds a call: at least 5, and enough that a
+    turn lasts about four settles (a fast model's run is then not mostly sleep), at most 1000."""
+    recent = sorted(samples[-5:])
+    latency = recent[len(recent) // 2] if recent else SETTLE_S
+    return int(min(1000, max(5, 4 * SETTLE_S / max(latency, 1e-7))))
 
 
 SINGLE_STREAM_TURN_S = 0.5  # back-to-back queries per turn of a --single-stream run

@@ -32,11 +32,14 @@ def _run(argv: list[str], command: str) -> int:
 
 def _card(argv: list[str], command: str) -> int:
     """``edgekit card PACKAGE --eval DATA -o DIR``: the benchmark with ``--card DIR``."""
+    from .run import card_parser
     from .run import main as run_main
+    from .tools import split_debug
 
+    card_parser().parse_args(split_debug(argv)[0])  # its own options only: --help, and a usage error for others
     given = ["--card" if arg in ("-o", "--output") else "--card=" + arg.split("=", 1)[1]
              if arg.startswith("--output=") else arg for arg in argv]
-    if not any(arg == "--card" or arg.startswith("--card=") for arg in given) and not ({"-h", "--help"} & set(given)):
+    if not any(arg == "--card" or arg.startswith("--card=") for arg in given):
         given += ["--card", "."]
     return run_main([*given, "--bench"], prog="edgekit card")
 

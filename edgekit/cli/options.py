@@ -98,6 +98,19 @@ def positive_int(text: str) -> int:
     return at_least(1)(text)
 
 
+def between(minimum: int, maximum: int, why: str):  # noqa: ANN201 - an argparse type
+    """A whole number in ``minimum..maximum``; ``why`` says what the upper bound protects."""
+    low = at_least(minimum)
+
+    def parse(text: str) -> int:
+        value = low(text)
+        if value > maximum:
+            raise argparse.ArgumentTypeError(f"must be at most {maximum:,}, got {text} ({why})")
+        return value
+
+    return parse
+
+
 def at_least(minimum: int):  # noqa: ANN201 - an argparse type
     def parse(text: str) -> int:
         try:

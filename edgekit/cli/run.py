@@ -15,11 +15,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .options import (ArgumentParser, HelpFormatter, add_load_options, number_list, positive_int, refuse_mixed_modes,
-                      thread_counts)
+from .options import (ArgumentParser, HelpFormatter, add_load_options, between, number_list, positive_int,
+                      refuse_mixed_modes, thread_counts)
 from .tools import guarded, split_debug
 
 PROG = "python -m edgekit.run"
+MAX_RUNS = 10_000_000  # steady-state samples: a day of a 10 ms model; beyond it a typo, never a measurement
 
 
 def parser(prog: str = PROG) -> argparse.ArgumentParser:
@@ -70,9 +71,31 @@ def parser(prog: str = PROG) -> argparse.ArgumentParser:
     return p
 
 
-def _add_bench_options(bench: Any) -> None:
-    bench.add_argument("--bench", action="store_true", help="benchmark instead of predicting; writes a JSON report")
-    bench.add_argument("--runs", type=positive_int, default=100, help="steady-state samples at least (default 100)")
+def card_parser(prog: str = "edgekit card") -> ArgumentParser:
+    """``edgekit card``'s own options: the benchmark's, with ``-o DIR`` for the cards; predicting,
+    serving, tuning and streaming are not a card's and are not offered."""
+    p = ArgumentParser(
+        prog=prog, formatter_class=HelpFormatter,
+        description="Benchmark SOURCE on this device and write a latency card per artifact into -o DIR (Markdown and "
+        "JSON), the benchmark report beside them; --eval DATA adds accuracy measured on the device.")
+    p.add_argument("source", help="package directory, .ekpkg, URL, .tflite or .onnx")
+    p.add_argument("--input", "-i", dest="inputs", action="append", type=Path, metavar="FILE",
+                   help="the end-to-end sample (image, .npy or .json array)")
+    add_load_options(p)
+    _add_bench_options(p.group("benchmark"), card=True)
+    return p
+
+
+def _add_bench_options(bench: Any, card: bool = False) -> None:
+    """The benchmark's options; ``card``: as ``edgekit card`` takes them (``-o DIR`` names the card
+    folder, the benchmark is implied)."""
+    if card:
+        bench.add_argument("--output", "-o", dest="card", type=Path, default=Path("."), metavar="DIR",
+                           help="folder for the cards and the benchmark report (default: the current directory)")
+    else:
+        bench.add_argument("--bench", action="store_true", help="benchmark instead of predicting; writes a JSON report")
+    bench.add_argument("--runs", type=between(1, MAX_RUNS, "for longer runs use --sustained DURATION"), default=100,
+                       help=f"steady-state samples at least (default 100, at most {MAX_RUNS:,})")
     bench.add_argument("--warmup", type=_non_negative, default=10, help="warm-up runs (default 10)")
     bench.add_argument("--min-seconds", type=_non_negative_float, default=2.0,
                        help="keep measuring until this much time has passed too (default 2)")
@@ -84,7 +107,8 @@ def _add_bench_options(bench: Any) -> None:
     bench.add_argument("--sweep-batch", type=_int_list, default=None, metavar="1,8", help="batch sizes for --sweep")
     bench.add_argument("--eval", default=None, metavar="DATA", help="measure accuracy on the device on this data")
     bench.add_argument("--report", type=Path, default=None,
-                       help="report path (default: NAME.HOST.bench.json in the current directory; the path is printed)")
+                       help="report path (default: NAME.HOST.bench.json in the " + ("-o folder" if card else
+                            "current directory (with --card: in its folder)") + "; the path is printed)")
     bench.add_argument("--csv", type=Path, default=None, help="also write the summary as CSV")
     bench.add_argument("--device-name", default=None, help="name for this device in reports (default: hostname)")
     bench.add_argument("--push", default=None, metavar="URL", help="POST the report to an edgekit server")
@@ -99,9 +123,11 @@ def _add_bench_options(bench: Any) -> None:
                             "the CPU (the report says which)")
     bench.add_argument("--no-launch", action="store_true",
                        help="skip timing a new process's load and first inference (empty, then warm caches)")
-    bench.add_argument("--card", type=Path, default=None, metavar="DIR",
-                       help="also write a latency card per artifact into DIR (Markdown and JSON; without --artifact "
-                            "or --sweep: the artifact this device runs and its float fallback, for the speed-up)")
+    if not card:
+        bench.add_argument("--card", type=Path, default=None, metavar="DIR",
+                           help="also write a latency card per artifact into DIR (Markdown and JSON; without "
+                                "--artifact or --sweep: the artifact this device runs and its float fallback, for the "
+                                "speed-up)")
     bench.add_argument("--store", action="store_true",
                        help="with --card: also store the cards in the package (cards/, listed in its manifest, one "
                             "per device and artifact); a signed package needs --sign KEY")

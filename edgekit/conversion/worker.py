@@ -161,6 +161,8 @@ def child_env(python: str | None) -> dict[str, str]:
     """The environment of a converter child: quiet native logging, the parent's pid for its
     watchdog, and this installation of edgekit on the path of another interpreter."""
     env = {**os.environ, **_QUIET_ENV, _PARENT_ENV: str(os.getpid())}
+    # a converter child is the isolation ExecuTorch's first load needs on a device: it loads directly
+    env["EDGEKIT_EXECUTORCH_VERIFYING"] = "1"
     if python is not None:
         here = str(Path(__file__).resolve().parents[2])  # the folder holding edgekit/
         env["PYTHONPATH"] = os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH", "")) if p)

@@ -23,6 +23,7 @@ from ..data.preprocessing import (
     to_layout,
 )
 from ..data.sources import DataSource, RawBatch
+from ..data.targets import check_class_targets
 from ..errors import DataError, ModelSourceError
 from ..manifest import Preprocessing
 from ..progress import Progress
@@ -381,11 +382,6 @@ def _labels(
 
 
 def _check_targets(y: np.ndarray | None, output: TensorDescription) -> None:
-    if y is None or len(output.shape) != 2 or output.shape[-1] in (-1, 1):
+    if y is None or len(output.shape) != 2:
         return
-    classes = output.shape[-1]
-    if y.size and (int(y.min()) < 0 or int(y.max()) >= classes):
-        raise DataError(
-            f"class targets range {int(y.min())}..{int(y.max())} but the model outputs {classes} classes",
-            hint="y must hold class indices 0..classes-1 in the model's output order",
-        )
+    check_class_targets(y, output.shape[-1])

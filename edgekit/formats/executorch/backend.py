@@ -51,21 +51,28 @@ class ExecuTorchBackend(Backend):
         return f"executorch {found}"
 
     def __init__(self, path: str, threads: int | None = None, **_: object) -> None:
-        try:
-            import torch
+        from ..native_output import quiet_native_stderr
 
-            portable_lib = _runtime_without_exir()
-            from executorch.runtime import Runtime, Verification
+        try:
+            with quiet_native_stderr():  # cpuinfo and thread-pool lines from its C++ on import
+                import torch
+
+                portable_lib = _runtime_without_exir()
+                from executorch.runtime import Runtime, Verification
         except ImportError as exc:
             raise BackendUnavailableError(f"ExecuTorch's runtime is not installed ({exc.name} is missing)",
                                           hint="pip install 'edgekit[executorch]' (it installs torch too)") from None
+        from .verify import check_loadable
+
+        check_loadable(path)  # a corrupt program crashes a child, not this process
         self.path, self.threads = path, (max(1, int(threads)) if threads is not None else None)
         self._torch, self._pool = torch, portable_lib
         self._runtime, self._verification = Runtime.get(), Verification.Minimal
         self._program: Any = None
         self._method: Any = None
         try:
-            _POOL.bind(self)
+            with quiet_native_stderr():  # the pool's first use reads the CPU (cpuinfo lines)
+                _POOL.bind(self)
             program = self._load()
         except Exception as exc:  # noqa: BLE001 - the runtime raises RuntimeError/ValueError for a bad file
             raise PackageError(f"ExecuTorch cannot load {path}: {exc}",
@@ -111,7 +118,10 @@ class ExecuTorchBackend(Backend):
         from ..placement import placement, unreadable_placement
 
         try:
-            from executorch.exir._serialize._program import deserialize_pte_binary
+            from ..native_output import quiet_native_stderr
+
+            with quiet_native_stderr():  # the compiler's import: torchao's optional kernels, torch's warnings
+                from executorch.exir._serialize._program import deserialize_pte_binary
 
             with open(self.path, "rb") as stream:
                 read = deserialize_pte_binary(stream.read())
@@ -143,8 +153,11 @@ class ExecuTorchBackend(Backend):
     def _load(self) -> Any:
         """The program and its ``forward`` method, loaded on the pool as it is now."""
         if self._method is None:
-            self._program = self._runtime.load_program(self.path, verification=self._verification)
-            self._method = self._program.load_method("forward")
+            from ..native_output import quiet_native_stderr
+
+            with quiet_native_stderr():
+                self._program = self._runtime.load_program(self.path, verification=self._verification)
+                self._method = self._program.load_method("forward")
         return self._program
 
     def unload(self) -> None:
@@ -180,7 +193,10 @@ class _ThreadPool:
                 other.unload()
             backend.unload()
             self.loaded.clear()
-            backend._pool._unsafe_reset_threadpool(wanted)
+            from ..native_output import quiet_native_stderr
+
+            with quiet_native_stderr():  # the new pool's threadpool.cpp lines
+                backend._pool._unsafe_reset_threadpool(wanted)
         self.loaded.add(backend)
 
     def forget(self, backend: ExecuTorchBackend) -> None:

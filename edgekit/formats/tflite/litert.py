@@ -8,12 +8,9 @@ XNNPACK is LiteRT's default CPU delegate.
 
 from __future__ import annotations
 
-import contextlib
 import importlib
-import os
-import sys
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +18,7 @@ import numpy as np
 
 from ...errors import BackendUnavailableError, PackageError
 from ..backend import Backend, TensorInfo, dequantize, quantize
+from ..native_output import quiet_native_stderr
 
 _MODULES = ("ai_edge_litert.interpreter", "tflite_runtime.interpreter", "tensorflow.lite")
 
@@ -62,7 +60,7 @@ def open_interpreter(
     if not with_delegates:
         kwargs["experimental_op_resolver_type"] = module.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES
     try:
-        with _quiet_native_stderr():
+        with quiet_native_stderr():
             interpreter = module.Interpreter(**kwargs)
             interpreter.allocate_tensors()
     except (ValueError, RuntimeError) as exc:
@@ -75,32 +73,6 @@ def open_interpreter(
             ) from None
         raise PackageError(f"LiteRT cannot load {path}: {text.strip().splitlines()[0]}") from None
     return interpreter
-
-
-@contextlib.contextmanager
-def _quiet_native_stderr() -> Iterator[None]:
-    """LiteRT's C++ prints "INFO: Created TensorFlow Lite XNNPACK delegate for CPU." on every load;
-    keep it out of users' output unless they asked for detail (-v, --debug: ``logs.detail``). Errors
-    still reach the caller: the interpreter raises them as Python exceptions."""
-    from ...logs import detail
-
-    if detail():
-        yield
-        return
-    try:
-        fd = sys.stderr.fileno()
-    except (AttributeError, OSError, ValueError):  # no real stderr (captured, closed): nothing to hide
-        yield
-        return
-    sys.stderr.flush()
-    saved = os.dup(fd)
-    try:
-        with open(os.devnull, "wb") as null:
-            os.dup2(null.fileno(), fd)
-        yield
-    finally:
-        os.dup2(saved, fd)
-        os.close(saved)
 
 
 def _delegated_ops(originals: list[dict[str, Any]], partitions: list[dict[str, Any]]) -> set[int]:
