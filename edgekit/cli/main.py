@@ -507,12 +507,12 @@ def _show_cards(cards: list[dict[str, Any]], html_path: Path | None) -> None:
 
 def _print_comparison(comparison: Any) -> None:
     """The comparison as terminal tables: every configuration, then p50 per configuration and device."""
-    from rich.console import Console
     from rich.table import Table
 
     from ..bench.compare import matrix, matrix_cell, shown_table
+    from .console import stdout_console
 
-    console = Console(width=None if Console().is_terminal else 250)  # logs and files: no wrapping
+    console = stdout_console(250)  # logs and files: no wrapping
     table = Table(title=f"baseline: {comparison.baseline}", title_justify="left")
     headers, rows = shown_table(comparison)
     for header in headers:
@@ -818,7 +818,9 @@ def run(argv: Sequence[str] | None = None) -> int:
 
 def main() -> None:
     """The console script."""
-    sys.exit(run())
+    from .tools import finish
+
+    finish(run())
 
 
 if __name__ == "__main__":

@@ -17,6 +17,27 @@ EXIT_INTERNAL = 70
 EXIT_INTERRUPTED = 130
 
 
+def closed_pipe() -> int:
+    """The reader of stdout went away (``| head -1``): it has what it asked for, so the command
+    ends quietly with status 0. Later writes, and the interpreter's flush at exit, go to /dev/null."""
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, sys.stdout.fileno())
+        os.close(null)
+    except (OSError, ValueError, AttributeError):
+        pass
+    return 0
+
+
+def finish(code: int) -> None:
+    """Exit with ``code`` after flushing stdout, a closed pipe then being a quiet 0 (``closed_pipe``)."""
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        code = closed_pipe()
+    sys.exit(code)
+
+
 def split_debug(argv: Sequence[str] | None) -> tuple[list[str], bool]:
     """``--debug`` may appear anywhere on a command line (or EDGEKIT_DEBUG=1).
 
@@ -45,6 +66,8 @@ def guarded(body: Callable[[], Any], debug: bool, verbose: bool = False) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        return closed_pipe()
     except (OSError, MemoryError, RuntimeError) as exc:
         from ..errors import resource_error, storage_error
 

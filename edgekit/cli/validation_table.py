@@ -10,6 +10,7 @@ from rich.table import Table
 from ..manifest import Manifest
 from ..validation_record import ArtifactRecord, ValidationRecord
 from ..kinds import show_value
+from .console import stdout_console
 
 
 def _pct(value: float | None) -> str:
@@ -159,7 +160,7 @@ def _margin(value: Any) -> str:
 
 
 def render(manifest: Manifest, console: Console | None = None) -> None:
-    console = console or Console(width=None if Console().is_terminal else 120)
+    console = console or stdout_console(120)
     validation = manifest.validation
     data = validation.data
     quantized = manifest.source.get("quantized")  # a QAT or already-quantized source is the reference, not float
@@ -245,7 +246,7 @@ def _sqnr(value: Any, measured: bool) -> str:
 
 def render_explanations(manifest: Manifest, console: Console | None = None, limit: int = 10) -> None:
     """The worst layers by SQNR for each artifact that has an --explain report."""
-    console = console or Console(width=None if Console().is_terminal else 120)
+    console = console or stdout_console(120)
     for artifact in manifest.artifacts:
         rows = artifact.about.explain
         if not rows:

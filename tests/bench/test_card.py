@@ -188,3 +188,32 @@ def test_single_stream_counts_each_configurations_own_query_time(digits_package)
         latency = result["latency"]
         assert latency["count"] >= 1024 and latency["query_s"] >= 1.0
         assert len(latency["samples_ms"]) <= MAX_STORED_SAMPLES < latency["count"]  # a 0.02 ms model: >40k queries
+
+
+def test_card_refuses_labels_outside_the_models_classes_as_packaging_does(digits_package, tmp_path):
+    import numpy as np
+
+    with np.load(str(EVAL)) as data:
+        np.savez(tmp_path / "shifted.npz", x=data["x"][:50], y=data["y"][:50] + 20)
+    result = edgekit_cli("card", digits_package, "--eval", tmp_path / "shifted.npz", "-o", tmp_path / "cards", *QUICK,
+                         "--no-launch")
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "class targets range 20..29 but the model outputs 10 classes" in result.stderr
+    assert "-100.00 pp" not in result.stdout + result.stderr
+
+
+def test_card_writes_only_inside_its_folder_offers_only_its_options_and_caps_runs(digits_package, tmp_path):
+    here = tmp_path / "cwd"
+    here.mkdir()
+    result = edgekit_cli("card", digits_package, "-o", tmp_path / "cards", *QUICK, "--no-launch", cwd=here)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert list(here.iterdir()) == []  # the report beside the cards, not in the current directory
+    assert list((tmp_path / "cards").glob("*.bench.json")) and list((tmp_path / "cards").glob("*.card.md"))
+    assert all("Single-stream rule" not in p.read_text() for p in (tmp_path / "cards").glob("*.card.md"))
+    shown = edgekit_cli("card", "--help").stdout
+    assert "--output DIR" in shown and not any(f"{flag} " in shown for flag in ("--serve", "--tune", "--stream",
+                                                                                  "--top-k"))
+    refused = edgekit_cli("card", digits_package, "--serve")
+    assert refused.returncode == 2 and "unrecognized arguments: --serve" in refused.stderr
+    endless = edgekit_cli("card", digits_package, "--runs", "99999999999999999999", "-o", tmp_path / "cards")
+    assert endless.returncode == 2 and "--runs: must be at most 10,000,000" in endless.stderr

@@ -7,6 +7,9 @@ side, tuned and served."""
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 import json
 from pathlib import Path
 
@@ -123,6 +126,23 @@ def test_a_corrupt_program_is_a_package_error(tmp_path):
     bad.write_bytes(b"not a program" * 10)
     with pytest.raises(PackageError, match="ExecuTorch cannot load"):
         ExecuTorchBackend(str(bad))
+
+
+def test_a_program_corrupted_where_its_loader_crashes_is_an_error_not_a_segfault(net, tmp_path):
+    """Bytes rewritten inside a real program's header (a tampered, unsigned package whose digest was
+    updated): ExecuTorch's loader segfaulted the process; its first load now happens in a child."""
+    _convert(net, tmp_path)
+    program = tmp_path / "model.int8.pte"
+    data = bytearray(program.read_bytes())
+    data[200:400] = np.random.default_rng(1).integers(0, 256, 200, dtype=np.uint8).tobytes()
+    program.write_bytes(bytes(data))
+    code = ("import sys\nfrom edgekit.errors import PackageError\n"
+            "from edgekit.formats.executorch.backend import ExecuTorchBackend\n"
+            "try:\n    ExecuTorchBackend(sys.argv[1])\nexcept PackageError as exc:\n    sys.exit(f'error: {exc}')")
+    result = subprocess.run([sys.executable, "-c", code, str(program)], capture_output=True, text=True, timeout=600,
+                            env={**os.environ, "EDGEKIT_CACHE_DIR": str(tmp_path / "cache")})
+    assert result.returncode == 1, (result.returncode, result.stderr[-2000:])
+    assert "error: ExecuTorch cannot load" in result.stderr and "corrupt" in result.stderr
 
 
 # --- the format end to end ---------------------------------------------------------------------
