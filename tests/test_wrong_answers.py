@@ -122,6 +122,13 @@ def test_an_undecided_package_exits_4_and_warns_when_it_loads(tmp_path):
         else record["undecided"][0]["have"] == 18
     loaded = device_cli(tmp_path / "digits.edgekit", "--input", tmp_path / "few.npz", "--top-k", "1")
     assert loaded.returncode == 0 and "too few validation samples to decide" in loaded.stderr
+    assert "passes (" not in result.stdout and "meets its floor, NOT DECIDABLE on this sample" in result.stdout
+    # signed or handed to Triton, its state is said
+    assert edgekit_cli("keys", "generate", tmp_path / "keys" / "k").returncode == 0
+    signed = edgekit_cli("sign", tmp_path / "digits.edgekit", "--key", tmp_path / "keys" / "k")
+    assert signed.returncode == 0 and "warning: signing a package whose verdict is NOT DECIDABLE" in signed.stderr
+    exported = edgekit_cli("export", "triton", tmp_path / "digits.edgekit", "-o", tmp_path / "repo", "--backend", "python")
+    assert exported.returncode == 0 and "warning: exporting a package whose verdict is NOT DECIDABLE" in exported.stderr
 
 
 def test_an_onnx_build_with_no_int8_op_is_labelled_float_said_and_not_copied_per_scheme(tmp_path):
@@ -171,3 +178,71 @@ def test_qdq_pairs_around_layers_that_all_compute_in_float_ship_the_float_model_
     assert manifest["validation"]["artifacts"]["onnx"]["sqnr_db"] is None  # exact: the float model itself
     assert "onnx: shipped float; exact" in result.stdout
     assert "output tail in float after the last INT8 op" not in result.stdout
+
+
+# --- messages that misled: each one line, each said right ---------------------------------------
+
+
+def test_refused_int8_without_fallbacks_says_none_was_built_not_that_none_passed():
+    from types import SimpleNamespace
+
+    from edgekit.packaging.each_format import ship_now
+
+    refused = SimpleNamespace(name="tflite", built=SimpleNamespace(), failures=(), context=None, comparison=None)
+    assert "no float fallback was built (--no-also-float" in ship_now([refused])
+    assert "passed either" not in ship_now([refused])
+
+
+def test_a_quantized_sources_refusal_names_no_calibration_fix():
+    from edgekit.packaging.gates import GateFailure, failure_hint, failure_message
+
+    failure = GateFailure(format="tflite", output="logits", cause="top1", what="top-1 agreement 90% < 99%",
+                          fixes=(), margin=-0.09)
+    hint = failure_hint({"tflite": set()}, {"tflite": 0}, [], False, quantized_source=True)
+    assert "already quantized" in hint and "calibration data unlike" not in hint and "--float-reference" in hint
+    assert "(fix:" not in failure_message([failure], None, quantized_source=True)
+
+
+def test_an_op_the_onnx_rebuild_lacks_is_not_blamed_on_two_formats_only():
+    from edgekit.errors import ConversionError
+    from edgekit.steps.onnx_torch import _refuse_unsupported
+    from edgekit.steps.onnx_torch.graph import Node
+
+    with pytest.raises(ConversionError) as caught:
+        _refuse_unsupported([Node(op="NoSuchOp", name="n", inputs=[], outputs=[], attrs={}, opset=17)], [""])
+    assert "TFLite, CoreML and ExecuTorch" in caught.value.message and "NoSuchOp" in caught.value.message
+
+
+def test_every_exit_status_is_in_the_help_the_reference_and_the_readme():
+    from tests.conftest import ROOT
+
+    for text in (edgekit_cli("--help").stdout, device_cli("--help").stdout,
+                 (ROOT / "docs/reference/cli.md").read_text(), (ROOT / "README.md").read_text()):
+        flat = " ".join(text.split()).replace("`", "")
+        for status in ("2 a usage error", "3 --fail-on-fallback", "4 a package written", "5 a package written",
+                       "70 an internal error", "130 interrupted"):
+            assert status in flat.replace("4 package written", "4 a package written").replace(
+                "5 package written", "5 a package written"), status
+        assert "first of 2, 1, 4, 5 wins" in flat
+
+
+def test_a_card_for_an_artifact_the_package_lacks_is_refused_in_one_sentence(digits_package):
+    from edgekit.device.package_cards import _check_belongs
+    from edgekit.errors import PackageError
+    from edgekit.manifest import Manifest
+
+    manifest = Manifest.from_json((digits_package / "manifest.json").read_bytes())
+    card = {"model": {"name": manifest.name}, "artifact": {"key": "onnx", "sha256": "0" * 64}}
+    with pytest.raises(PackageError) as caught:
+        _check_belongs(card, manifest, digits_package)
+    assert caught.value.message == "the card of digits · onnx cannot be stored: package 'digits' has no artifact 'onnx'"
+
+
+def test_the_tour_writes_its_signing_key_where_git_ignores_it():
+    import subprocess
+
+    from tests.conftest import ROOT
+
+    assert "edgekit keys generate keys/mykey" in (ROOT / "README.md").read_text()
+    ignored = subprocess.run(["git", "check-ignore", "-q", "keys/mykey"], cwd=ROOT)
+    assert ignored.returncode == 0

@@ -82,11 +82,24 @@ def _own(label: str, report: dict[str, Any]) -> list[str]:
     return found
 
 
+def own_warnings(reports: list[tuple[str, dict[str, Any]]]) -> list[str]:
+    """What each report says about its own run (not a difference from another report)."""
+    return [line for name, report in reports for line in _own(_label(name, report), report)]
+
+
 def condition_warnings(reports: list[tuple[str, dict[str, Any]]], baseline: int = 0) -> list[str]:
     """Every difference of conditions between the baseline report and each other report, then what
     each report says about itself."""
+    differ, own = condition_sections(reports, baseline)
+    return list(dict.fromkeys(differ + own))
+
+
+def condition_sections(reports: list[tuple[str, dict[str, Any]]],
+                       baseline: int = 0) -> tuple[list[str], list[str]]:
+    """(differences between the baseline report and the others, what each report says about its own
+    run): a reader is told "conditions differ" for the first only."""
     if not reports:
-        return []
+        return [], []
     base_name, base = reports[baseline]
     base_label = _label(base_name, base)
     found: list[str] = []
@@ -101,11 +114,13 @@ def condition_warnings(reports: list[tuple[str, dict[str, Any]]], baseline: int 
         if changed:
             found.append(f"{base_label} and {label} ran different runtime versions ({', '.join(changed)}): part of "
                          "the difference is the runtime")
-    unknown = [_own(_label(name, report), report) for name, report in reports]
-    own = [line for lines in unknown for line in lines]
+    own = own_warnings(reports)
+    pinned = {label for label in (_label(name, report) for name, report in reports)
+              if any(line.startswith(f"{label} ran on ") and "(pinned" in line for line in found)}
+    own = [line for line in own if not any(line.startswith(f"{label} ran pinned") for label in pinned)]  # said once
     unread = [line for line in own if "could not be read" in line]
     if len(unread) == len(reports) and len(reports) > 1:  # the same blind spot everywhere: one line
         own = [line for line in own if line not in unread] + [
             "throttling could not be read on any of these devices (no thermal zone or firmware flags): "
             "it cannot be ruled out"]
-    return list(dict.fromkeys(found + own))
+    return list(dict.fromkeys(found)), [line for line in dict.fromkeys(own) if line not in found]

@@ -18,7 +18,7 @@ from typing import Any
 
 from ..version import __version__
 from .options import ArgumentParser, HelpFormatter, at_least, number_list
-from .tools import guarded, split_debug
+from .tools import EXIT_STATUS_HELP, guarded, split_debug
 
 PROG = "edgekit"
 
@@ -143,7 +143,7 @@ def parser() -> ArgumentParser:
     p = ArgumentParser(prog=PROG, formatter_class=HelpFormatter,
                        description="Package trained models as calibrated INT8 artifacts and run them on edge devices: "
                                    "`edgekit package model.keras --format all --calibration data/ -o dist/`, then "
-                                   "`edgekit run dist/model.edgekit --input cat.jpg`.")
+                                   "`edgekit run dist/model.edgekit --input cat.jpg`.", epilog=EXIT_STATUS_HELP)
     p.add_argument("--version", action="version", version=f"edgekit {__version__}")
     p.add_argument("--debug", action="store_true", help="show full tracebacks (anywhere on the line; also EDGEKIT_DEBUG=1)")
     commands = p.add_subparsers(dest="command", metavar="COMMAND", title="commands")
@@ -556,9 +556,12 @@ def _compare(args: argparse.Namespace) -> int:
         print(f"warning: skipped {skipped}", file=sys.stderr)
     for note in comparison.notes:
         print(f"note: {note}", file=sys.stderr)
-    said = "conditions differ" if len(comparison.reports) > 1 else "run conditions"  # one report differs from nothing
-    for warning in comparison.warnings:
-        print(f"WARNING: {said}: {warning}", file=sys.stderr)
+    from ..bench.conditions import condition_sections
+
+    differ, _ = condition_sections(comparison.reports, comparison.baseline_source)
+    for warning in comparison.warnings:  # a report's own conditions differ from nothing
+        print(f"WARNING: {'conditions differ' if warning in differ else 'run conditions'}: {warning}",
+              file=sys.stderr)
     if fail_on_regression is not None and not comparison.compared:
         from ..errors import InputError
 
@@ -568,6 +571,14 @@ def _compare(args: argparse.Namespace) -> int:
             f"row(s), {len(comparison.rows)} in all)",
             hint="give reports of the same artifact, backend, threads and batch as the baseline's, and at least one "
                  "report besides it (--baseline names one report file or device)")
+    failing = [] if fail_on_regression is None else [
+        row for row in comparison.compared  # significantly slower (CI above 1) by more than PCT, whatever --margin
+        if row.verdict["ci_low"] > 1 and row.verdict["ratio"] > 1 + fail_on_regression / 100]
+    for row in failing:  # the table says what the gate says, never "no change" beside a REGRESSION line
+        if row.verdict["verdict"] != "regression":
+            row.verdict = {**row.verdict, "verdict": "regression",
+                           "reason": f"{100 * (row.verdict['ratio'] - 1):.1f}% slower: past --fail-on-regression "
+                                     f"{fail_on_regression:g}, inside --margin {threshold:g}"}
     if markdown:
         print(to_markdown(comparison), end="")
     else:
@@ -584,9 +595,6 @@ def _compare(args: argparse.Namespace) -> int:
 
         write_text_atomic(html_path, render_html(comparison, cards=cards))
         print(f"html: {html_path}")
-    failing = [] if fail_on_regression is None else [
-        row for row in comparison.compared  # significantly slower (CI above 1) by more than PCT, whatever --margin
-        if row.verdict["ci_low"] > 1 and row.verdict["ratio"] > 1 + fail_on_regression / 100]
     for row in failing:
         v = row.verdict
         print(f"REGRESSION: {row.label} is {100 * (v['ratio'] - 1):.1f}% slower than {v['baseline']} "
@@ -659,9 +667,26 @@ def _keys_generate(args: argparse.Namespace) -> None:
     print(f"private key: {private}\npublic key:  {public}\nkey id: {kid}")
 
 
+def _verdict_warning(package: Any, doing: str) -> None:
+    """A package whose verdict is not a pass (not decidable, failed and kept, not measured) is said
+    before it is signed or handed on: the signature vouches for its bytes, not for a pass."""
+    from ..device.package_io import open_package
+
+    _, manifest = open_package(package)
+    state = manifest.validation.state
+    if state == "passed":
+        return
+    why = {"not decidable": "its gates were met on too few held-out samples to decide a pass",
+           "failed": "it failed its gates and was kept with --allow-accuracy-drop",
+           "not measured": "none of its artifacts could be measured where it was built"}.get(state, state)
+    print(f"warning: {doing} a package whose verdict is {state.upper()} ({why}; manifest validation.state: "
+          f"{state!r}); measure it before shipping: python -m edgekit.run {package} --eval DATA", file=sys.stderr)
+
+
 def _sign(args: argparse.Namespace) -> None:
     from ..device.package_io import sign_package
 
+    _verdict_warning(args.package, "signing")
     print(f"signed {args.package} with key {sign_package(args.package, args.key)}")
 
 
@@ -701,6 +726,8 @@ def _add_export(commands: Any) -> None:
 
 def _export_triton(args: argparse.Namespace) -> None:
     from ..export.triton import export_triton
+
+    _verdict_warning(args.package, "exporting")
 
     path = export_triton(args.package, str(args.output), args.max_batch_size, args.gpu, args.instances,
                          args.max_queue_delay_us, args.kserve_uri, args.force, backend=args.backend,

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from .options import ArgumentParser
 
 WIDTH = 100
-DELEGATED = {"run", "bench", "tune", "serve"}  # commands that hand their arguments to the device parsers
+DELEGATED = {"run", "bench", "tune", "card", "serve"}  # commands that hand their arguments to the device parsers
 
 
 HIDDEN = {"targets"}  # former names, still accepted, not documented
@@ -36,10 +36,11 @@ def edgekit_commands() -> Iterator[tuple[str, ArgumentParser]]:
 
 def argparse_parsers() -> list[tuple[str, ArgumentParser]]:
     """The device parsers that ``edgekit run/bench/tune/serve`` hand their arguments to."""
+    from .run import card_parser
     from .run import parser as run_parser
     from ..server.cli import parser as serve_parser
 
-    return [("python -m edgekit.run", run_parser()), ("edgekit serve", serve_parser())]
+    return [("python -m edgekit.run", run_parser()), ("edgekit card", card_parser()), ("edgekit serve", serve_parser())]
 
 
 def option_strings() -> set[str]:
@@ -69,7 +70,7 @@ def _render() -> str:
     lines = ["# Command reference", "",
              "Generated from the parsers by `python -m edgekit.cli.reference` (a test keeps it current).",
              "`edgekit run`, `edgekit bench` and `edgekit tune` take the options of `python -m edgekit.run`",
-             "(with `--bench` or `--tune` implied); `edgekit serve` has its own.", ""]
+             "(with `--bench` or `--tune` implied); `edgekit card` and `edgekit serve` have their own.", ""]
     for path, parser in [*edgekit_commands(), *argparse_parsers()]:
         lines += [f"## `{path}`", "", "```text", parser.format_help().rstrip(), "```", ""]
     return "\n".join(lines)

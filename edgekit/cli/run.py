@@ -17,7 +17,7 @@ from typing import Any
 
 from .options import (ArgumentParser, HelpFormatter, add_load_options, between, number_list, positive_int,
                       refuse_mixed_modes, thread_counts)
-from .tools import guarded, split_debug
+from .tools import EXIT_STATUS_HELP, guarded, split_debug
 
 PROG = "python -m edgekit.run"
 MAX_RUNS = 10_000_000  # steady-state samples: a day of a 10 ms model; beyond it a typo, never a measurement
@@ -28,7 +28,7 @@ def parser(prog: str = PROG) -> argparse.ArgumentParser:
         prog=prog, formatter_class=HelpFormatter,
         description="Load SOURCE and predict on each --input. SOURCE: a NAME.edgekit directory, a NAME.ekpkg, "
         "an http(s):// or file:// URL to an .ekpkg (fetched once into the cache), or a plain .tflite/.onnx "
-        "file (inputs as .npy/.json arrays).",
+        "file (inputs as .npy/.json arrays).", epilog=EXIT_STATUS_HELP,
     )
     p.add_argument("source", help="package directory, .ekpkg, URL, .tflite or .onnx")
     p.add_argument("--input", "-i", dest="inputs", action="append", type=Path, metavar="FILE",
@@ -77,7 +77,8 @@ def card_parser(prog: str = "edgekit card") -> ArgumentParser:
     p = ArgumentParser(
         prog=prog, formatter_class=HelpFormatter,
         description="Benchmark SOURCE on this device and write a latency card per artifact into -o DIR (Markdown and "
-        "JSON), the benchmark report beside them; --eval DATA adds accuracy measured on the device.")
+        "JSON), the benchmark report beside them; --eval DATA adds accuracy measured on the device.",
+        epilog=EXIT_STATUS_HELP)
     p.add_argument("source", help="package directory, .ekpkg, URL, .tflite or .onnx")
     p.add_argument("--input", "-i", dest="inputs", action="append", type=Path, metavar="FILE",
                    help="the end-to-end sample (image, .npy or .json array)")

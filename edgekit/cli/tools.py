@@ -16,6 +16,15 @@ from ..errors import EdgekitError
 EXIT_INTERNAL = 70
 EXIT_INTERRUPTED = 130
 
+# every status a command line ends with, as --help, the command reference and the README list them
+EXIT_STATUS_HELP = (
+    "exit status: 0 done; 1 an edgekit error (one `error:` line and a `fix:` line; with several formats, one that "
+    "failed: the package is partial); 2 a usage error; 3 --fail-on-fallback: a delegate or execution provider left "
+    "ops to the CPU; 4 package written, its pass not decidable on so few held-out samples; 5 package written, its "
+    "only INT8 artifacts built and never measured here; 70 an internal error (report it with --debug's traceback); "
+    "130 interrupted. When several apply, the first of 2, 1, 4, 5 wins (a failed format is reported before a "
+    "verdict).")
+
 
 def closed_pipe() -> int:
     """The reader of stdout went away (``| head -1``): it has what it asked for, so the command

@@ -44,19 +44,22 @@ def _slice_notes(target: str, metrics: ArtifactRecord) -> list[str]:
     return notes
 
 
-def _task_notes(target: str, metrics: ArtifactRecord) -> list[str]:
-    """Task metrics (per output, and the --metric function's) with their verdicts and rules."""
+def _task_notes(target: str, metrics: ArtifactRecord, quantized_source: bool = False) -> list[str]:
+    """Task metrics (per output, and the --metric function's) with their verdicts and rules; a
+    quantized source is named as the reference it is, never "float"."""
     notes = []
     results = [(name, task) for name, task in (metrics.get("tasks") or {}).items()]
     if metrics.get("metric"):
         results.append(("", metrics.get("metric")))
     for name, task in results:
-        shown = ", ".join(f"{k} {show_value(k, v)}" for k, v in task["values"].items())
+        shown = ", ".join(f"{'source_accuracy' if quantized_source and k == 'float_accuracy' else k} "
+                          f"{show_value(k, v)}" for k, v in task["values"].items())
         verdict = {True: "passes", False: "FAILS", None: "not gated"}[task.get("passed")]
         if verdict == "passes" and not metrics.decided:  # its floor met on too few samples: not a pass yet
             verdict = "meets its floor, NOT DECIDABLE on this sample"
         where = f"output {name!r} " if name else ""
-        notes.append(f"{target}: {where}{task['task']}: {shown}: {verdict} ({task['rule']})")
+        rule = task["rule"].replace("with float", "with the source") if quantized_source else task["rule"]
+        notes.append(f"{target}: {where}{task['task']}: {shown}: {verdict} ({rule})")
     return notes
 
 
@@ -199,7 +202,7 @@ def render(manifest: Manifest, console: Console | None = None) -> None:
                           _num(values.get("cosine"), ".5f"), _sqnr(values.get("sqnr_db"), True))
         notes += _slice_notes(artifact.key, metrics)
         notes += _quantization_note(artifact.key, metrics)
-        notes += _task_notes(artifact.key, metrics)
+        notes += _task_notes(artifact.key, metrics, bool(quantized))
         notes += _fix_notes(artifact.key, metrics)
         notes += [f"{artifact.key}: FAILED {gate['what']}" for gate in metrics.gates]
         notes += _evidence_notes(artifact.key, metrics)

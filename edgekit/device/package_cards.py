@@ -63,8 +63,9 @@ def _check_belongs(card: Mapping[str, Any], manifest: Manifest, package: Path) -
                            hint="store each card in the package it was measured from")
     entry = next((a for a in manifest.artifacts if a.key == artifact["key"]), None)
     if entry is None or artifact.get("sha256") != entry.sha256:
-        said = "has no such artifact" if entry is None else "holds a different build of it (sha256 differs)"
-        raise PackageError(f"the card of {name} · {artifact['key']} measured an artifact this package {said}",
+        said = (f"package {manifest.name!r} has no artifact {artifact['key']!r}" if entry is None else
+                f"package {manifest.name!r} holds another build of {artifact['key']!r} (its sha256 differs)")
+        raise PackageError(f"the card of {name} · {artifact['key']} cannot be stored: {said}",
                            hint="measure the card again from this package (edgekit card PACKAGE --eval DATA --store)")
 
 

@@ -171,8 +171,9 @@ def assemble_package(plan: Plan, loaded: LoadedSource, run: PackagingContext, bu
             if options.auto_fix else None
         searched = {o.name: sum(1 for a in o.fixes if a.get("stage") == "layer search") for o in built}
         passed = [o.name for o in built if o.name in FORMATS and not o.failures and o.comparison is not None]
-        hint = failure_hint(tried, searched, passed, any(f.fixes for f in failed_gates))
-        raise AccuracyDropError(failure_message(failed_gates, tried),
+        quantized = bool(loaded.described.recorded.get("quantized"))  # its ranges kept: no calibration fix applies
+        hint = failure_hint(tried, searched, passed, any(f.fixes for f in failed_gates), quantized)
+        raise AccuracyDropError(failure_message(failed_gates, tried, quantized),
                                 hint=hint + ship_now(outcomes) if not passed else hint)
     for f in failed_gates:
         progress.warn(f"{f.format} failed validation (kept because of --allow-accuracy-drop): {f.what}")

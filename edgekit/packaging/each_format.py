@@ -156,8 +156,10 @@ def ship_now(outcomes: list[FormatOutcome]) -> str:
         if o.name in FORMATS and o.failures and o.context is not None:
             margins = ", ".join(f"{f.output or 'artifact'} {f.cause} {f.margin:+.3g}" for f in o.failures)
             best.append(f"{o.name}: {o.context.plan.describe()} ({margins})")
+    built = [o.name for o in outcomes if o.built is not None and o.name not in FORMATS]
     now = (f"; ship now: the float fallbacks that passed ({', '.join(fallbacks)}): --allow-partial writes them, "
-           "every INT8 recorded as refused" if fallbacks else "; no float fallback passed either")
+           "every INT8 recorded as refused" if fallbacks else "; no float fallback passed either" if built
+           else "; no float fallback was built (--no-also-float, or a quantized source, which has none)")
     return now + (f"; best plans found: {'; '.join(best)}" if best else "")
 
 

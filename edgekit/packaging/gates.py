@@ -184,25 +184,36 @@ def _fixes(remedies: Remedies, saturated: bool, producer: str | None) -> tuple[F
 REFUSED_PREFIX = "INT8 validation failed: "  # how a refusal by the gates begins (also in a partial package's failed)
 
 
-def failure_message(failures: list[GateFailure], tried: dict[str, set[str]] | None = None) -> str:
+def failure_message(failures: list[GateFailure], tried: dict[str, set[str]] | None = None,
+                    quantized_source: bool = False) -> str:
     """One line per failed gate with the fixes not yet tried (``tried``: by format, what
-    ``--auto-fix`` already rebuilt with); the error says no package was written."""
+    ``--auto-fix`` already rebuilt with; none for a ``quantized_source``, whose ranges are kept, never
+    calibrated or searched); the error says no package was written."""
     lines = []
     for f in failures:
-        left = [flag for flag in f.flags if flag not in (tried or {}).get(f.format, set())]
+        left = [] if quantized_source else [flag for flag in f.flags if flag not in (tried or {}).get(f.format, set())]
         fixes = f" (fix: {' or '.join(left)})" if left else ""
         lines.append(f"{f.format}: {f.what}{fixes}")
     return REFUSED_PREFIX + "; ".join(lines) + "; no package was written"
 
 
+QUANTIZED_SOURCE_HINT = (
+    "the source is already quantized: its learned ranges are kept, so nothing is calibrated or searched, and an "
+    "artifact that does not reproduce the source's own arithmetic is refused; ship --format onnx (the graph as given), "
+    "check the source's ranges (--float-reference FLOAT_MODEL judges it), or package the float model it came from")
+
+
 def failure_hint(tried: dict[str, set[str]] | None = None, searched: dict[str, int] | None = None,
-                 passed: list[str] | None = None, named_fixes: bool = True) -> str:
+                 passed: list[str] | None = None, named_fixes: bool = True, quantized_source: bool = False) -> str:
     """What to do next: the search only when it has not run (``--no-auto-fix``); after it, what
     it tried (``tried``: the named fixes by format; ``searched``: how many layer precision plans).
     ``passed``: the formats whose artifacts passed (offered only when there are some);
     ``named_fixes``: whether the failures above name any fix."""
     rest = ("--explain shows the worst layers for --keep-float; --allow-accuracy-drop keeps the package as it is "
             "(recorded as failed in the manifest)")
+    if quantized_source:
+        return QUANTIZED_SOURCE_HINT + (f"; or package the formats that passed "
+                                        f"({' '.join('--format ' + f for f in passed)})" if passed else "")
     if tried is None:
         what = "the fixes listed above and " if named_fixes else ""
         return (f"without --no-auto-fix, edgekit searches: it tries {what}the layers' precision where the route "

@@ -178,6 +178,10 @@ def test_a_pytorch_factory_ships_an_int8_program_with_its_plan_and_runs_tunes_an
     bench = device_cli(package, "--artifact", "executorch", "--bench", "--runs", "20", "--fail-on-fallback",
                        "--report", tmp_path / "bench.json")
     assert bench.returncode == 3 and "ran outside XNNPACK (mean x1)" in bench.stderr, bench.stderr[-2000:]
+    chatter = ("cpuinfo_utils", "threadpool.cpp", "Failed to load", "_pytree")  # ExecuTorch's C++ and import noise
+    assert not any(noise in bench.stdout + bench.stderr for noise in chatter), bench.stderr[-2000:]
+    libraries = json.loads((tmp_path / "bench.json").read_text())["device"]["libraries"]
+    assert libraries["executorch"] not in ("?", "unknown") and libraries["executorch"][0].isdigit()
     # two thread counts interleaved on ExecuTorch's one thread pool per process (resetting it under a
     # loaded program aborted the process)
     tuned = edgekit_cli("tune", package, "--tune-artifacts", "executorch,executorch-float32", "--tune-threads", "1,2",

@@ -246,7 +246,8 @@ def _refuse_unsupported(nodes: list[Node], domains: list[str], kept: tuple[str, 
                       for n, d in zip(nodes, domains) if d not in ONNX_DOMAINS or n.op not in OPS})
     if unknown:
         raise ConversionError(
-            f"edgekit cannot convert these ONNX ops to TFLite or CoreML: {', '.join(unknown)}",
+            f"edgekit's ONNX-to-PyTorch rebuild (the way from ONNX to TFLite, CoreML and ExecuTorch) cannot convert "
+            f"these ONNX ops: {', '.join(unknown)}",
             hint=f"{OTHER_ROUTES}, or export it without these ops")
 
 
