@@ -4,7 +4,7 @@
 set -euo pipefail
 extras="$1"
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-venv="${EDGEKIT_VENV:-$venv}"
+venv="${EDGEKIT_VENV:-$root/.venv}"
 python_bin="${PYTHON:-}"
 if [ -z "$python_bin" ]; then
   for candidate in python3.11 python3 python; do
