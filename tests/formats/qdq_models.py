@@ -9,14 +9,17 @@ import numpy as np
 
 
 def quadrant_images(count: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """8x8 noise images with one brighter quadrant; the label is that quadrant (4 classes)."""
-    rng = np.random.default_rng(seed)
-    x = rng.normal(0.0, 0.5, (count, 1, 8, 8)).astype(np.float32)
-    y = rng.integers(0, 4, count)
-    for i, q in enumerate(y):
-        r, c = divmod(int(q), 2)
-        x[i, 0, r * 4:(r + 1) * 4, c * 4:(c + 1) * 4] += 1.5
-    return x, y.astype(np.int64)
+    """The quantized reference models' data (``models/quantized/build.py``): 8x8 noise images with
+    one brighter quadrant, labelled by that quadrant (4 classes)."""
+    import importlib.util
+
+    from tests.conftest import ROOT
+
+    spec = importlib.util.spec_from_file_location("quantized_build", ROOT / "models/quantized/build.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.images(count, seed)
 
 
 def trained_linear(x: np.ndarray, y: np.ndarray, classes: int = 4) -> tuple[np.ndarray, np.ndarray]:
