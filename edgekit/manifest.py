@@ -171,13 +171,15 @@ class ArtifactDetails(NamedTuple):
     route: Mapping[str, Any] | None  # {"used", "preferred", "why"}: a fallback route
     speed_vs_float: Mapping[str, Any] | None  # mixed vs float median latency where it was packaged
     precision_plan: Mapping[str, Any] | None  # the plan kept: {"layers": {layer: int16|float}, ...}
+    # the shared search's plan this artifact was built with first: simulated and real margins (the gap)
+    simulation: Mapping[str, Any] | None = None
 
     @classmethod
     def of(cls, details: Mapping[str, Any] | None) -> ArtifactDetails:
         details = details or {}
         return cls(dict(details.get("precision") or {}), tuple(details.get("weighted_layers") or ()),
                    tuple(details.get("explain") or ()), details.get("route"), details.get("speed_vs_float"),
-                   details.get("precision_plan"))
+                   details.get("precision_plan"), details.get("simulation"))
 
 
 @dataclass

@@ -96,6 +96,21 @@ class ArtifactRecord(NamedTuple):
             return "failed"
         return "not decidable" if self.undecided else "passed"
 
+    def outcome(self) -> str:
+        """The verdict in words, as ``PackageResult.verdicts`` gives it: "passed", "refused: <first
+        gate>", "not decidable: <N> held-out samples would decide it (<gates>)" or "built
+        unverified: <why>"."""
+        if self.verdict == "not measured":
+            return f"built unverified: {self.reason or 'no runtime here measured it'}"
+        if self.verdict == "failed":
+            return f"refused: {(self.failed_gates() or ['validation'])[0]}"
+        if self.verdict == "not decidable":
+            needed = max((int(u.get("samples_needed") or 0) for u in self.undecided), default=0)
+            gates = "; ".join(f"{u.get('gate')}: {u.get('have')} {u.get('unit')}, {u.get('needed')} needed"
+                              for u in self.undecided)
+            return f"not decidable: {needed} held-out samples would decide it ({gates})"
+        return "passed"
+
     def failed_gates(self) -> list[str] | None:
         """What it failed when validated (kept by --allow-accuracy-drop); None when it passed or
         was not measured."""

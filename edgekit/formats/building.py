@@ -196,6 +196,7 @@ class Builder(ABC):
     name: ClassVar[str]
     backend: ClassVar[str]  # the backend that validates the artifact on the build machine
     unmeasured_reason: ClassVar[str] = "no runtime for it on this machine"
+    cheap_tries: ClassVar[bool] = False  # a search try costs a forward pass, not a conversion (the simulation)
 
     @abstractmethod
     def build(self, context: BuildContext, on_progress: Callable[[int, int], None] | None = None) -> BuildResult:

@@ -23,6 +23,7 @@ from .fallback import discard, fallback_result
 from .gates import GateFailure, Remedies, saturation_note
 from .partial import passed_fallbacks
 from .search import Candidate, search
+from .shared_plan import REAL_TRIES_AFTER_SIMULATION, Simulated, for_format, simulated_plan
 from .validate import Measured
 
 
@@ -73,6 +74,7 @@ def build_formats(planned: list[Planned], context: BuildContext, described: Sour
     steps = StepContext(context.workdir, context.timeout_s, context.layer_names)
     planned, blocked = refused_routes(planned, described.op_types, len(described.inputs), progress)
     blocked.update(unable_to_keep_ranges(planned, described))
+    simulated = simulated_plan([p for p in planned if p.builder.name not in blocked], context, described, steps, run)
     outcomes = []
     for format_plan in planned:
         builder = format_plan.builder
@@ -80,7 +82,8 @@ def build_formats(planned: list[Planned], context: BuildContext, described: Sour
         try:
             if builder.name in blocked:
                 raise blocked[builder.name]
-            format_plan, own, built, comparison = build_on_routes(format_plan, context, described, steps, run)
+            first = for_format(simulated, context, format_plan.remedies.layers)  # the shared plan, where it applies
+            format_plan, own, built, comparison = build_on_routes(format_plan, first, described, steps, run)
         except EdgekitError as exc:  # one format's failure (converting, or its runtime refusing the result)
             if exc.hint and OTHER_ROUTES in exc.hint:  # the formats to package instead, from the route table
                 exc.hint = exc.hint.replace(OTHER_ROUTES, other_routes(format_plan.route, format_plan.others))
@@ -92,7 +95,8 @@ def build_formats(planned: list[Planned], context: BuildContext, described: Sour
             continue
         remedies = format_plan.remedies
         outcome = judge(builder, own, built, comparison, run, remedies, plain_s=time.monotonic() - started,
-                        shared_s=run.setup_s / len(planned))
+                        shared_s=run.setup_s / len(planned),
+                        simulated=simulated if first is not context else None)
         outcomes.append(replace(outcome, seconds=time.monotonic() - started))
         fallback = float_fallback(builder, outcome.built or built, own, run, remedies)
         # the format's other quantized builds with what the search kept (the same layers in float)
@@ -316,10 +320,11 @@ def scheme_variants(builder: Builder, context: BuildContext, run: PackagingConte
 
 def judge(builder: Builder, context: BuildContext, built: BuildResult, comparison: Measured | None,
           run: PackagingContext, remedies: Remedies = Remedies(), plain_s: float = 0.0,
-          shared_s: float = 0.0) -> FormatOutcome:
+          shared_s: float = 0.0, simulated: Simulated | None = None) -> FormatOutcome:
     """The gates one artifact fails, after the search (unless --no-auto-fix); ``plain_s``: what
     building and measuring it took, ``shared_s``: its share of the steps before any format (the
-    search's budget is a multiple of both)."""
+    search's budget is a multiple of both); ``simulated``: the shared plan it was built with, from
+    which its own search continues with a few real tries, the gap recorded."""
     if comparison is None:
         return FormatOutcome(builder.name, built=built, context=context, remedies=remedies)
     candidate = Candidate(context, built, comparison, run.check(builder.name, comparison, remedies))
@@ -333,7 +338,16 @@ def judge(builder: Builder, context: BuildContext, built: BuildResult, compariso
                           "kept; a per-layer move or another scheme would quantize it again (train it with the failing "
                           "layers excluded from quantization, or package the float model)")
     elif candidate.failures and run.options.auto_fix:
-        candidate, attempts = search(builder, candidate, run, remedies, plain_s, shared_s)
+        if simulated is not None:
+            run.progress.say(f"{builder.name}: the simulated plan misses on its artifact ({candidate.failures[0].what}); "
+                             f"continuing from it with at most {REAL_TRIES_AFTER_SIMULATION} real tries")
+        candidate, attempts = search(builder, candidate, run, remedies, plain_s, shared_s,
+                                     max_tries=REAL_TRIES_AFTER_SIMULATION if simulated is not None else None)
+    if simulated is not None:  # the simulation's margins beside the artifact's: the gap between them
+        from .search.trial import margins
+
+        artifact = candidate.built.artifact.with_details(simulation=simulated.record(margins(candidate)))
+        candidate = replace(candidate, built=replace(candidate.built, artifact=artifact))
     note = saturation_note(builder.name, candidate.measured, remedies)
     if note:
         run.progress.warn(note)

@@ -87,6 +87,13 @@ class PackageOptions:
                               "or float; judged on half the held-out samples, confirmed on the other half, recorded "
                               "in the manifest (default: on; --no-auto-fix: plain INT8, fail if a gate fails)",
                               "gates", negatable=True, show_default=False)
+    # the search runs once per model on the INT8 simulation and every format builds its plan first
+    # (packaging/simulation/); False: each format searches on its own artifacts alone
+    simulate: bool = declared(True, "--simulate", "search the precision plan once per model on an INT8 simulation "
+                              "(the float ONNX graph with the formats' int8 grid, a try one forward pass), then build "
+                              "every format with that plan, each judged on its own artifact (default: on; "
+                              "--no-simulate: each format searches on its own artifacts)", "gates", negatable=True,
+                              show_default=False)
     # seconds for one format's whole search, its rebuild included; None: 3x the plain build (search/budget.py)
     search_budget_s: float | None = declared(
         None, "--search-budget", "seconds for one format's whole search, the rebuild of the plan it keeps included; a "
@@ -288,9 +295,7 @@ class PackageResult:
         by --allow-accuracy-drop); "not decidable: <N> held-out samples would decide it (<gates>)";
         "built unverified: <why>" (no runtime here measured it); formats that did not build or were
         left out: "not built: <error>"."""
-        from .verdict import outcome
-
-        found = {artifact.key: outcome(self.manifest.validation.artifact(artifact.key))
+        found = {artifact.key: self.manifest.validation.artifact(artifact.key).outcome()
                  for artifact in self.manifest.artifacts}
         for entry in self.failed:
             found[entry["target"]] = f"not built: {entry['error']}"

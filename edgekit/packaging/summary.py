@@ -36,6 +36,9 @@ def lines(outcomes: list[Any], kept_failed: bool, left_out: list[Any] = (), samp
                          f"{timing}")
         elif not outcome.failures and samples is not None and (open_gates := undecided(outcome.comparison, samples)):
             found.append(f"{undecided_line(outcome.name, open_gates)}; {artifact.precision}, written{timing}")
+        elif not outcome.failures and (slower := _slower_than_float(artifact)):
+            found.append(f"{outcome.name}: {artifact.precision} passes ({_tightest(outcome.comparison)}) but {slower}: "
+                         f"not INT8 delivered here, the runtime on this CPU kind runs the float fallback{timing}")
         elif not outcome.failures:
             found.append(f"{outcome.name}: {shipped} {artifact.precision}; {_tightest(outcome.comparison)}"
                          f"{_against_float(outcome.comparison)}{timing}")
@@ -46,6 +49,18 @@ def lines(outcomes: list[Any], kept_failed: bool, left_out: list[Any] = (), samp
             found.append(f"{outcome.name}: {what}: {outcome.failures[0].what}; best configuration "
                          f"{_configuration(outcome)} (margins {margins}){timing}")
     return found
+
+
+def _slower_than_float(artifact: Any) -> str:
+    """How a mixed artifact timed against its float fallback where it was packaged, when it was not
+    faster by the runtime's margin (``runtime.FASTER_THAN_FLOAT``); "" otherwise."""
+    from ..device.runtime import FASTER_THAN_FLOAT
+
+    speed = artifact.about.speed_vs_float or {}
+    speedup = speed.get("speedup")
+    if not isinstance(speedup, (int, float)) or speedup >= FASTER_THAN_FLOAT:
+        return ""
+    return f"runs {speedup:.2f}x its float fallback {speed.get('float_artifact')} here"
 
 
 def _tightest(measured: Any) -> str:

@@ -79,19 +79,3 @@ def undecided_line(key: str, found: tuple[Undecided, ...] | list[Undecided]) -> 
     return (f"{key}: not decidable on this sample ({'; '.join(u.text() for u in found)}): "
             f"{samples_to_decide(found)} held-out samples would decide it (--eval)")
 
-
-def outcome(record: Any) -> str:
-    """An artifact record's verdict in words, as ``PackageResult.verdicts`` and its repr give it:
-    "passed", "refused: <first gate>", "not decidable: <N> held-out samples would decide it
-    (<gates>)" or "built unverified: <why>"."""
-    verdict = record.verdict
-    if verdict == "not measured":
-        return f"built unverified: {record.reason or 'no runtime here measured it'}"
-    if verdict == "failed":
-        return f"refused: {(record.failed_gates() or ['validation'])[0]}"
-    if verdict == "not decidable":
-        needed = max((int(u.get("samples_needed") or 0) for u in record.undecided), default=0)
-        gates = "; ".join(f"{u.get('gate')}: {u.get('have')} {u.get('unit')}, {u.get('needed')} needed"
-                          for u in record.undecided)
-        return f"not decidable: {needed} held-out samples would decide it ({gates})"
-    return "passed"

@@ -74,8 +74,8 @@ def test_a_card_of_another_package_or_build_is_refused_and_an_archive_takes_card
     (path,) = (tmp_path / "cards").glob("*.card.json")
     card = json.loads(path.read_text())
     for change, needle in ((("model", "name", "other"), "does not belong to package 'heads'"),
-                           (("artifact", "sha256", "0" * 64), "a different build of it (sha256 differs)"),
-                           (("artifact", "key", "tflite"), "this package has no such artifact")):
+                           (("artifact", "sha256", "0" * 64), "(its sha256 differs)"),
+                           (("artifact", "key", "tflite"), "package 'heads' has no artifact 'tflite'")):
         edited = json.loads(path.read_text())
         edited[change[0]][change[1]] = change[2]
         wrong = tmp_path / "wrong" / path.name

@@ -4,6 +4,7 @@ ExecuTorch, as on a machine with edgekit[package] alone."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -31,8 +32,7 @@ sys.meta_path.insert(0, NoExecuTorch())
 
 def test_a_format_names_what_its_converter_lacks():
     fake = Format("x", "", lambda: None, (), "", "", build_requires=("edgekit_no_such_module",), build_extra="edgekit[x]")
-    assert missing_converter(fake) == ("its converter needs edgekit_no_such_module, not installed here "
-                                       "(pip install 'edgekit[x]')")
+    assert missing_converter(fake) == "its converter needs edgekit_no_such_module, not installed here"
     assert missing_converter(FORMATS["tflite"]) is None
 
 
@@ -50,3 +50,17 @@ def test_executorch_asked_for_without_its_converter_is_refused_before_loading(tm
     result = _without_executorch(tmp_path, "executorch")
     assert_user_error(result, "cannot build --format executorch here", "pip install 'edgekit[executorch]'")
     assert "Loading" not in result.stdout + result.stderr and not (tmp_path / "out").exists()
+
+
+def test_format_all_leaves_out_what_this_machine_cannot_build_and_records_it(tmp_path):
+    """The demo's first run: --format all on a machine without ExecuTorch ships the other formats,
+    exit 0, one line naming the extra, and the manifest records what was left out and why."""
+    result = _without_executorch(tmp_path, "all")
+    assert result.returncode == 0, result.stderr[-3000:]
+    said = [line for line in (result.stdout + result.stderr).splitlines() if "leaves out executorch" in line]
+    assert len(said) == 1 and "pip install 'edgekit[executorch]'" in said[0], result.stdout[-3000:]
+    manifest = json.loads((tmp_path / "out" / "digits.edgekit" / "manifest.json").read_text())
+    assert {a["format"] for a in manifest["artifacts"]} == {"tflite", "onnx", "coreml"} and manifest["failed"] == []
+    (left,) = manifest["left_out"]
+    assert left == {"format": "executorch", "why": "its converter needs executorch, not installed here",
+                    "extra": "edgekit[executorch]"}

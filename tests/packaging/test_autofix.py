@@ -97,19 +97,23 @@ def test_default_flags_search_the_layers_a_failing_gate_needs_in_higher_precisio
     searched = edgekit_cli("package", folder / "outlier_cnn.keras", *common, "-o", tmp_path / "out")
     assert searched.returncode == 0, searched.stderr
     manifest = json.loads((tmp_path / "out" / "outlier_cnn.edgekit" / "manifest.json").read_text())
+    # one search on the INT8 simulation; its plan built by every format first
+    assert "INT8 simulation: --keep-float" in searched.stdout and "passes every gate" in searched.stdout
     for fmt in ("tflite", "onnx", "coreml"):  # CoreML: no per-layer report; its weighted layers are probed
         record = manifest["validation"]["artifacts"][fmt]
         assert record["top1_agreement"] >= 0.99, (fmt, record)
-        tries = record["auto_fix"]
-        assert any(t.get("stage") == "layer search" and t.get("plan") for t in tries)  # blocks or single layers
-        assert "budget" in tries[-2] or "budget" in tries[-1]  # the whole search's budget, on its last try
-        confirmation = [t for t in tries if t.get("stage") == "confirmation"]
-        assert confirmation and confirmation[-1]["kept"] and confirmation[-1]["after"]["failed_gates"] == []
         artifact = next(a for a in manifest["artifacts"] if a["format"] == fmt and not a.get("variant"))
+        simulation = artifact["details"]["simulation"]
+        tries = simulation["trials"] + record.get("auto_fix", [])  # the shared search's, then the format's own
+        assert any(t.get("stage") == "layer search" and t.get("change", "").startswith("--keep-float") for t in tries)
+        assert "budget" in simulation["trials"][-1]  # the simulated search's budget, counted in tries
+        confirmation = [t for t in simulation["trials"] if t.get("stage") == "confirmation"]  # the held-out check
+        assert confirmation and confirmation[-1]["kept"] and not confirmation[-1]["gates"]
         raised = set(artifact["details"].get("keep_float", [])) | set(artifact["details"].get("int16_layers", []))
         assert raised and "conv3" in raised, raised  # the layer reading the outlier channels
         assert "int8+" in artifact["precision"], artifact["precision"]
-        assert f"{fmt}: shipped int8+" in searched.stdout  # the per-format summary
+        # the per-format summary: shipped, or passing but said to be slower than its float fallback
+        assert f"{fmt}: shipped int8+" in searched.stdout or f"{fmt}: int8+" in searched.stdout
         if fmt == "coreml":
             continue  # CoreML runs only on macOS: not timed here
         # the build this CPU runs (ONNX: its u8s8 scheme on x86 with VNNI) is timed against the float fallback

@@ -49,8 +49,9 @@ def test_a_packed_streaming_state_that_collapses_in_int8_passes_with_16_bit_acti
     output it writes: found through the output). The speed stage
     may ship the same layers in float where that runs faster here. Fresh steps hold on both."""
     model = verdict_model(tmp_path_factory, "state_stream")
+    # each format's own search (the simulation searches float plans only; its named fixes are 16-bit here)
     package, manifest = _searched(model, "state_stream", "state_stream.pt2", tmp_path,
-                                  "--format", "tflite", "--format", "onnx", "--no-also-float")
+                                  "--format", "tflite", "--format", "onnx", "--no-also-float", "--no-simulate")
     # plain INT8 loses the state's rows, not the accumulator's
     assert any(gate.startswith("output_1 ") and gate.endswith("rows 0..30")
                for gate in _plain_failed(manifest, "onnx"))
@@ -200,7 +201,7 @@ def test_a_yolo_head_ships_on_tflite_with_the_named_fix_on_its_joining_concat(tm
     float where that runs faster here)."""
     model = verdict_model(tmp_path_factory, "yolo")
     result = edgekit_cli("package", model / "yolo.onnx", "-c", model / "images.npz", "--format", "tflite",
-                         "-o", tmp_path, "--no-also-float")
+                         "-o", tmp_path, "--no-also-float", "--no-simulate")  # TFLite's own search
     assert result.returncode == 0, result.stderr[-3000:]
     assert "applies to no" not in result.stdout + result.stderr and "failed" not in result.stderr
     manifest = json.loads((tmp_path / "yolo.edgekit" / "manifest.json").read_text())

@@ -37,11 +37,15 @@ MAX_FALLBACKS = 2
 
 
 def search(builder: Builder, first: Candidate, run: PackagingContext, remedies: Remedies = Remedies(),
-           plain_s: float = 0.0, shared_s: float = 0.0) -> tuple[Candidate, list[dict[str, Any]]]:
+           plain_s: float = 0.0, shared_s: float = 0.0, budget: Budget | None = None,
+           max_tries: int | None = None) -> tuple[Candidate, list[dict[str, Any]]]:
     """The search for a build that passes (``first`` failed), and the record of every try.
     ``plain_s``: what the plain build and its measurement took; ``shared_s``: this format's share
-    of the steps every format needed first (the budget is a multiple of both)."""
-    budget = Budget.for_search(run.options.search_budget_s, plain_s, shared_s)
+    of the steps every format needed first (the budget is a multiple of both), unless ``budget`` is
+    given (the simulation's, counted in tries); ``max_tries``: at most this many builds."""
+    budget = budget or Budget.for_search(run.options.search_budget_s, plain_s, shared_s)
+    if max_tries is not None:
+        budget = budget.capped(max_tries)
     with reusing():  # the tries share converter children (already so inside a packaging run: it shares them all)
         found = _tries(builder, first, run, remedies, budget)
     if found.best is None:  # the package still holds the first build: tries built into scratch

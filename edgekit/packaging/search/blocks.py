@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 MAX_BLOCKS = 8  # blocks tried per precision before single layers
+MAX_CHEAP_BLOCKS = 16  # where a try is a forward pass (the simulation)
 _SEPARATORS = re.compile(r"[/.:]")
 
 
@@ -33,15 +34,19 @@ class Block:
     layers: tuple[str, ...]
 
 
-def blocks(worst: Sequence[str], ordered: Sequence[str]) -> list[Block]:
+def blocks(worst: Sequence[str], ordered: Sequence[str], cheap: bool = False) -> list[Block]:
     """The blocks to try, most promising first. ``worst``: the layers by how much they cost
-    (worst first); ``ordered``: every layer the route can raise, from input to output."""
+    (worst first); ``ordered``: every layer the route can raise, from input to output. ``cheap``:
+    tries cost a forward pass (the simulation), so the neighbours of the worst layers are tried
+    too: a tensor between two layers stays float only with its writer and its reader."""
     ordered = list(dict.fromkeys(ordered))
     if len(ordered) < 2:
         return []
     found: list[Block] = []
     if len(worst) > 1:
         found.append(Block(f"the {len(worst)} worst layers", tuple(worst)))
+    if cheap:
+        found += _neighbours(worst, ordered)
     found += _scopes(worst, ordered)
     for share, end in ((4, "output"), (2, "output"), (4, "input")):
         count = max(2, len(ordered) // share)
@@ -52,7 +57,22 @@ def blocks(worst: Sequence[str], ordered: Sequence[str]) -> list[Block]:
     for block in found:
         if all(set(block.layers) != set(other.layers) for other in unique):
             unique.append(block)
-    return unique[:MAX_BLOCKS]
+    return unique[:MAX_CHEAP_BLOCKS if cheap else MAX_BLOCKS]
+
+
+def _neighbours(worst: Sequence[str], ordered: Sequence[str], around: int = 4) -> list[Block]:
+    """Each of the ``around`` worst layers with the layer before it and with the one after it."""
+    position = {layer: i for i, layer in enumerate(ordered)}
+    found = []
+    for layer in worst[:around]:
+        at = position.get(layer)
+        if at is None:
+            continue
+        for other in (at - 1, at + 1):
+            if 0 <= other < len(ordered):
+                pair = tuple(sorted((layer, ordered[other]), key=position.__getitem__))
+                found.append(Block(f"{pair[0]} and {pair[1]} (a tensor's writer and reader)", pair))
+    return found
 
 
 def _scopes(worst: Sequence[str], ordered: Sequence[str]) -> list[Block]:

@@ -28,6 +28,9 @@ class Budget:
     started: float = field(default_factory=time.monotonic)
     tries: list[float] = field(default_factory=list)
     heavier: list[float] = field(default_factory=list)  # builds that cost more than a try (the per-layer report)
+    # a count of builds the search may make (None: seconds alone): an outcome that is the same on any
+    # machine, with the seconds only an outer bound
+    max_tries: int | None = None
 
     @classmethod
     def for_search(cls, given_s: float | None, plain_s: float, shared_s: float = 0.0) -> Budget:
@@ -64,7 +67,15 @@ class Budget:
     def allows_try(self, reserved: int = 0) -> bool:
         """Whether a try fits in the time left with the rebuild after it (and ``reserved`` more
         tries a later stage needs)."""
+        if self.max_tries is not None and len(self.tries) + len(self.heavier) + 1 + reserved > self.max_tries:
+            return False
         return self.left() >= (1 + reserved) * self.typical_try() + self.rebuild_estimate()
+
+    def capped(self, tries: int) -> Budget:
+        """This budget with at most ``tries`` builds (a format's real tries after a simulated plan)."""
+        from dataclasses import replace
+
+        return replace(self, max_tries=tries, why=f"{self.why}; at most {tries} real tries after the simulated plan")
 
     def record(self, seconds: float, typical: bool = True) -> None:
         """A build's time: a try's (``typical``), or one that costs more than a try."""
@@ -72,4 +83,4 @@ class Budget:
 
     def to_dict(self) -> dict[str, object]:
         return {"seconds": round(self.seconds, 1), "spent_s": round(self.spent(), 1), "set_by": self.why,
-                "tries": len(self.tries)}
+                "tries": len(self.tries), **({"max_tries": self.max_tries} if self.max_tries is not None else {})}

@@ -132,7 +132,7 @@ class _LayerSearch:
         that passes, else the best that improved (the single layers then start from the start
         again: a block that only helps would lift far more layers than a plan needs)."""
         best = self.start
-        tried = blocks(worst, ordered)
+        tried = blocks(worst, ordered, cheap=self.runner.builder.cheap_tries)
         if tried:
             self.say(f"search {self.name}: blocks to raise: {'; '.join(b.name for b in tried)}")
         for block in tried:

@@ -1,0 +1,151 @@
+"""One search per model, on a simulation every format shares.
+
+A try of the per-format search is a whole conversion of that format (seconds to minutes), so a
+search per format is either starved or unaffordable. Here the precision plan is searched once, on
+the model's float ONNX graph with the INT8 grid applied in float arithmetic (``graph.py``): a try
+costs building a graph and a forward pass over the validation samples. The search itself is the
+packager's (``search/``: the per-layer report, blocks, single layers, most-integer, the held-out
+check), run on ``edgekit.simulation.SimulatedBuilder``'s builds and bounded by a number of tries.
+
+Every format whose route honours per-layer precision then converts once with the plan found, and
+its verdict is on its own real artifact; where that misses, the format's own search continues
+from the plan with a few real tries, and the gap between the simulation and the format is
+recorded in the artifact's ``details.simulation``.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from ..errors import EdgekitError
+from ..formats.building import BuildContext
+from ..formats.plan import PrecisionPlan
+from .context import PackagingContext
+from .gates import Remedies
+
+# tries of the simulated search (each a graph and a forward pass over half the validation samples)
+SIMULATED_TRIES = 60
+# an outer bound in seconds, said when it binds: the outcome is counted in tries, not seconds
+SIMULATED_OUTER_S = 300.0
+# real tries a format's own search may add after the simulated plan missed on its artifact
+REAL_TRIES_AFTER_SIMULATION = 6
+MIN_SAMPLES = 50  # as the layer search: half to choose by, half to confirm on
+
+
+@dataclass(frozen=True)
+class Simulated:
+    """What the shared search found: the plan (None: plain INT8 passes in the simulation, or the
+    search found none), its record, and how it was found."""
+
+    plan: PrecisionPlan | None
+    passed: bool  # the simulation of ``plan`` (or of plain INT8) passes every gate
+    tries: int = 0
+    seconds: float = 0.0
+    margins: dict[str, Any] = field(default_factory=dict)
+    trials: tuple[dict[str, Any], ...] = ()
+
+    def record(self, real: dict[str, Any] | None = None) -> dict[str, Any]:
+        """``details.simulation`` of an artifact built with this plan: the simulated margins beside
+        the real ones, so the gap between the simulation and the format is on record."""
+        found = {"plan": dict(self.plan.layers) if self.plan else {}, "passed": self.passed, "tries": self.tries,
+                 "seconds": round(self.seconds, 1), "simulated": self.margins,
+                 "trials": [{"change": t.get("change"), "stage": t.get("stage", ""), "kept": t.get("kept"),
+                             "gates": (t.get("after") or {}).get("gates"),
+                             **({"budget": t["budget"]} if "budget" in t else {})} for t in self.trials]}
+        if real is not None:
+            found["real"] = real
+        return found
+
+
+def wanted(run: PackagingContext, described: Any, planned: list[Any]) -> str | None:
+    """Why the shared search does not run here, or None when it does."""
+    options, data = run.options, run.data
+    if not options.auto_fix:
+        return "--no-auto-fix"
+    if not options.simulate:
+        return "--no-simulate"
+    if described.recorded.get("quantized"):
+        return "the source is already quantized"
+    if data.unrepresentative:
+        return "the held-out data lie outside the calibration data"
+    if data.evaluation_count < MIN_SAMPLES:
+        return f"{data.evaluation_count} validation samples (the search needs {MIN_SAMPLES}+)"
+    if not any("keep_float" in p.remedies.layers for p in planned):
+        return "no requested format's route honours per-layer precision"
+    return None
+
+
+def simulated_plan(planned: list[Any], context: BuildContext, described: Any, steps: Any,
+                   run: PackagingContext) -> Simulated | None:
+    """The plan every format builds first, searched on the simulation; None when the shared search
+    does not apply (said why) or the model has no float ONNX form to simulate."""
+    from ..conversion.routes import model_form
+    from .search import search
+    from .search.budget import Budget
+    from .search.candidate import Candidate
+    from .search.trial import margins
+    from ..simulation import SIMULATED_FORM, SimulatedBuilder
+
+    progress = run.progress
+    why_not = wanted(run, described, planned)
+    if why_not is not None:
+        return None
+    # the form the simulation runs: the shortest route that ends in it (no steps where the source is one)
+    route = min((r for p in planned for r in p.others if r.form == SIMULATED_FORM), key=lambda r: len(r.steps),
+                default=None)
+    if route is None:
+        return None
+    began = time.monotonic()
+    try:
+        with progress.step("INT8 simulation: the float graph and its activation ranges"):
+            form = model_form(route, described.forms, steps)
+            builder = SimulatedBuilder(form.path, [t.name for t in described.inputs], list(described.output_names))
+            folder = Path(context.workdir) / "simulation"
+            sim_context = replace(context, model=form, package_dir=folder, trial=False, explain_npy=None)
+            builder.calibrate(sim_context)
+            built = builder.build(sim_context)
+        judged = replace(run, staged=folder)
+        measured = judged.measure(built, builder, sim_context)
+    except EdgekitError as exc:  # no simulation: every format searches on its own, as before
+        progress.warn(f"INT8 simulation unavailable ({exc.message}); each format searches on its own artifact")
+        return None
+    if measured is None:
+        return None
+    remedies = Remedies(keep_float=True, layers=("keep_float", "explain"))
+    failures = judged.check(builder.name, measured, remedies)
+    first = Candidate(sim_context, built, measured, failures)
+    if not failures:
+        progress.say(f"INT8 simulation: plain INT8 passes every gate ({time.monotonic() - began:.0f} s): every format "
+                     "builds it")
+        return Simulated(None, True, 1, time.monotonic() - began, margins(first))
+    progress.say(f"INT8 simulation: plain INT8 fails ({failures[0].what}); searching the precision plan on the "
+                 f"simulation, at most {SIMULATED_TRIES} tries")
+    budget = Budget(SIMULATED_OUTER_S, rebuild_s=time.monotonic() - began,
+                    why=f"{SIMULATED_TRIES} simulated tries, at most {SIMULATED_OUTER_S:.0f} s",
+                    max_tries=SIMULATED_TRIES)
+    found, trials = search(builder, first, judged, remedies, budget=budget)
+    seconds = time.monotonic() - began
+    tries = builder.builds
+    if found.failures:
+        progress.warn(f"INT8 simulation: no plan passed in {tries} tries ({seconds:.0f} s; best "
+                      f"{found.context.plan.describe()}: {found.failures[0].what}); each format searches on its own")
+        return Simulated(None, False, tries, seconds, margins(found), tuple(trials))
+    plan = found.context.plan
+    progress.say(f"INT8 simulation: {plan.describe()} passes every gate ({tries} tries, {seconds:.0f} s): every format "
+                 "whose route honours per-layer precision builds it")
+    return Simulated(plan, True, tries, seconds, margins(found), tuple(trials))
+
+
+def for_format(simulated: Simulated | None, context: BuildContext, layers: tuple[str, ...]) -> BuildContext:
+    """The context a format builds first: the simulated plan on top of the user's, where its route
+    honours per-layer precision (``layers``: the route's honoured options)."""
+    if simulated is None or simulated.plan is None or "keep_float" not in layers:
+        return context
+    plan = context.plan
+    for layer, precision in simulated.plan.layers.items():
+        if layer not in plan:
+            plan = plan.raised([layer], precision if precision != "int16" or "int16" in layers else "float")
+    return context.with_plan(plan)

@@ -1,0 +1,302 @@
+"""Child side of the simulation: the float ONNX graph with every format's INT8 grid applied in
+float arithmetic, so that ONNX Runtime runs a precision plan in one forward pass.
+
+What every INT8 format does to a layer, written into the graph:
+
+* **weights**: per output channel, symmetric, on the integer grid [-127, 127] (TFLite's rule; ONNX
+  S8S8, CoreML and XNNPACK use the same grid): each weight initializer is replaced by its
+  dequantized values, so no runtime can fuse it back into integer kernels;
+* **activations**: per tensor, asymmetric int8 in [-128, 127], the range from the float model on
+  the calibration samples (min/max, widened to hold 0), as a QuantizeLinear/DequantizeLinear pair
+  where the tensor is written: after the op, or after the Relu/Clip the op fuses. Data movement
+  (Reshape, Transpose, MaxPool, ...) passes quantized values through untouched.
+
+A layer the plan keeps in float keeps its weights and writes a float tensor. The ranges come from
+one pass over the calibration samples and are reused by every try, so a try costs building a graph
+(milliseconds) and the forward passes that judge it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+# ops that compute: their outputs are requantized (or their fused activation's are)
+COMPUTE_OPS = {"Conv", "ConvTranspose", "Gemm", "MatMul", "Add", "Sub", "Mul", "Div", "Concat", "AveragePool",
+               "GlobalAveragePool", "ReduceMean", "Sigmoid", "Tanh", "Softmax", "HardSigmoid", "HardSwish",
+               "LeakyRelu", "PRelu", "Resize", "BatchNormalization", "InstanceNormalization", "LayerNormalization",
+               "Pow", "Sqrt", "Exp", "Log", "Erf", "Gelu", "Einsum", "Sum", "Mean", "Max", "Min", "Elu", "Selu",
+               "Softplus", "Reciprocal", "ReduceSum", "ReduceMax", "LSTM", "GRU", "RNN"}
+FUSED_ACTIVATIONS = {"Relu", "Clip"}  # folded into the op before them: the pair goes after them
+# weight initializer input and its output-channel axis, by op (Gemm's depends on transB)
+WEIGHT_INPUT = {"Conv": (1, 0), "ConvTranspose": (1, 1), "MatMul": (1, -1), "Gemm": (1, None)}
+WEIGHT_BITS = 127  # symmetric [-127, 127]
+_FLOAT_TYPES = {1}  # TensorProto.FLOAT: the activations the formats quantize
+
+
+def layer_of_node(name: str, layer_names: list[str]) -> str:
+    """The plan's name for a node, in the source's vocabulary every format maps (``layer_names``):
+    the node itself where the source names its nodes (an ONNX source), else the layer it came from
+    (a Keras layer, a PyTorch module); "" when it belongs to none (a plan could not name it)."""
+    from ..formats.building import layer_of
+
+    if not layer_names or name in layer_names:
+        return name
+    found = layer_of(name, layer_names)
+    return found if found in layer_names else ""
+
+
+def activation_ranges(float_onnx: str, calibration_npy: str, output: str, batch: int = 32) -> dict[str, Any]:
+    """Min and max of every float tensor of the graph over the calibration samples, written to
+    ``output`` (JSON) and returned with the number of samples."""
+    import onnx
+    import onnxruntime as ort
+
+    from ..formats.building import read_samples
+
+    model = onnx.load(float_onnx)
+    try:
+        model = onnx.shape_inference.infer_shapes(model)
+    except Exception:  # noqa: BLE001 - types unknown: every node output is read, kept if float
+        pass
+    types = {v.name: v.type.tensor_type.elem_type for v in [*model.graph.value_info, *model.graph.output,
+                                                            *model.graph.input]}
+    known = {o.name for o in model.graph.output}
+    wanted = [out for node in model.graph.node for out in node.output
+              if out and out not in known and types.get(out, 1) in _FLOAT_TYPES]
+    for name in wanted:
+        model.graph.output.append(onnx.helper.make_empty_tensor_value_info(name))
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    options.intra_op_num_threads = 1
+    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    samples = read_samples(calibration_npy)
+    feeds_by_name = _feeds(samples, [i.name for i in session.get_inputs()])
+    names = [o.name for o in session.get_outputs()]
+    total = len(next(iter(feeds_by_name.values())))
+    low: dict[str, float] = {}
+    high: dict[str, float] = {}
+    for name, values in feeds_by_name.items():
+        if np.asarray(values).dtype.kind == "f":
+            low[name], high[name] = float(np.min(values)), float(np.max(values))
+    for start in range(0, total, batch):
+        feeds = {k: np.asarray(v[start:start + batch]) for k, v in feeds_by_name.items()}
+        for name, value in zip(names, session.run(names, feeds)):
+            value = np.asarray(value)
+            if value.dtype.kind != "f" or not value.size:
+                continue
+            finite = value[np.isfinite(value)]
+            if not finite.size:
+                continue
+            low[name] = min(low.get(name, np.inf), float(finite.min()))
+            high[name] = max(high.get(name, -np.inf), float(finite.max()))
+    found = {"samples": total, "ranges": {n: [low[n], high[n]] for n in low}}
+    Path(output).write_text(json.dumps(found))
+    return {"samples": total, "tensors": len(low)}
+
+
+def _feeds(samples: dict[str, Any], inputs: list[str]) -> dict[str, Any]:
+    if "" in samples:
+        return {inputs[0]: samples[""]}
+    return {name: samples[name] for name in inputs if name in samples}
+
+
+def simulated_graph(float_onnx: str, ranges_json: str, output: str, keep_float: list[str],
+                    layer_names: list[str]) -> dict[str, Any]:
+    """Write the simulated INT8 graph of ``float_onnx`` to ``output`` with the layers in
+    ``keep_float`` left in float; return what it quantized, by layer (the plan's vocabulary)."""
+    import onnx
+
+    model = onnx.load(float_onnx)
+    simulation = _Simulation(model.graph, json.loads(Path(ranges_json).read_text())["ranges"], set(keep_float),
+                             layer_names)
+    found = simulation.weights()
+    pairs = simulation.activations()
+    _sort_topologically(model.graph)
+    onnx.save(model, output)
+    return {"pairs": pairs, **found}
+
+
+class _Simulation:
+    """One graph being rewritten: its layers, readers and ranges, and the plan's float layers."""
+
+    def __init__(self, graph: Any, ranges: dict[str, list[float]], kept: set[str], layer_names: list[str]) -> None:
+        self.graph, self.ranges, self.kept = graph, ranges, kept
+        self.initializers = {i.name: i for i in graph.initializer}
+        self.readers: dict[str, list[Any]] = {}
+        for node in graph.node:
+            for name in node.input:
+                self.readers.setdefault(name, []).append(node)
+        self.layers = {node.name: layer_of_node(node.name or node.output[0], layer_names) for node in graph.node}
+
+    def weights(self) -> dict[str, Any]:
+        """Each int8 layer's weights on the grid; the layers by precision."""
+        from onnx import numpy_helper
+
+        weighted, quantized, floats = [], set(), set()
+        for node in self.graph.node:
+            if node.op_type not in WEIGHT_INPUT or len(node.input) < 2 or node.input[1] not in self.initializers:
+                continue
+            layer = self.layers[node.name]
+            if layer:  # a weighted op no layer name covers is int8 in every plan
+                weighted.append(layer)
+            if layer in self.kept:
+                floats.add(layer)
+                continue
+            tensor = self.initializers[node.input[1]]
+            if tensor.data_type not in _FLOAT_TYPES:
+                continue
+            values = numpy_helper.to_array(tensor).astype(np.float64)
+            tensor.CopyFrom(numpy_helper.from_array(_on_grid(values, _weight_axis(node, values)).astype(np.float32),
+                                                    tensor.name))
+            quantized.add(layer or node.name)
+        return {"weighted_layers": list(dict.fromkeys(weighted)), "float_layers": sorted(floats),
+                "int8_layers": sorted(quantized - floats)}
+
+    def read_in_int8(self, tensor: str, seen: frozenset[str] = frozenset()) -> bool:
+        """Whether an int8 op reads ``tensor``, directly or through data movement."""
+        for reader in self.readers.get(tensor, []):
+            if reader.op_type in COMPUTE_OPS and self.layers[reader.name] not in self.kept:
+                return True
+            if reader.op_type not in COMPUTE_OPS and reader.output and reader.output[0] not in seen:
+                if self.read_in_int8(reader.output[0], seen | {reader.output[0]}):
+                    return True
+        return False
+
+    def quantized_tensors(self) -> list[tuple[Any, int, str]]:
+        """(writer, output index, tensor) of every activation an int8 op writes or reads; a graph
+        input has no writer (None)."""
+        outputs = {o.name for o in self.graph.output}
+        found: list[tuple[Any, int, str]] = []
+        for node in list(self.graph.node):
+            if node.op_type not in COMPUTE_OPS:
+                continue
+            layer = self.layers[node.name]  # the op's layer decides, also for the activation it fuses
+            for index, tensor in enumerate(node.output):
+                if not tensor or tensor not in self.ranges:
+                    continue
+                writer = node
+                after = self.readers.get(tensor, [])
+                if len(after) == 1 and after[0].op_type in FUSED_ACTIVATIONS and tensor not in outputs:
+                    writer, index, tensor = after[0], 0, after[0].output[0]  # Conv -> Relu: after the Relu
+                    if tensor not in self.ranges:
+                        continue
+                if layer not in self.kept or self.read_in_int8(tensor):
+                    found.append((writer, index, tensor))
+        for value in self.graph.input:  # the model's input, where an int8 op reads it (int8 IO)
+            if value.name in self.ranges and value.name not in self.initializers and self.read_in_int8(value.name):
+                found.append((None, 0, value.name))
+        return found
+
+    def activations(self) -> int:
+        """A QuantizeLinear/DequantizeLinear pair where each quantized activation is written."""
+        from onnx import helper, numpy_helper
+
+        added = self.quantized_tensors()
+        for node, index, tensor in added:
+            scale, zero = _activation_grid(*self.ranges[tensor])
+            if node is None:  # a graph input keeps its name: its readers read the pair's output instead
+                source, result = tensor, f"{tensor}__sim"
+                for reader in self.readers.get(tensor, []):
+                    reader.input[:] = [result if name == tensor else name for name in reader.input]
+            else:
+                source, result = f"{tensor}__float", tensor
+                node.output[index] = source
+            self.graph.initializer.extend([numpy_helper.from_array(np.array(scale, np.float32), f"{tensor}__scale"),
+                                           numpy_helper.from_array(np.array(zero, np.int8), f"{tensor}__zero")])
+            self.graph.node.extend([
+                helper.make_node("QuantizeLinear", [source, f"{tensor}__scale", f"{tensor}__zero"], [f"{tensor}__q"],
+                                 name=f"{tensor}__quantize"),
+                helper.make_node("DequantizeLinear", [f"{tensor}__q", f"{tensor}__scale", f"{tensor}__zero"],
+                                 [result], name=f"{tensor}__dequantize")])
+        return len(added)
+
+
+def _weight_axis(node: Any, values: np.ndarray) -> int:
+    if node.op_type == "Gemm":
+        trans_b = next((a.i for a in node.attribute if a.name == "transB"), 0)
+        return 0 if trans_b else values.ndim - 1
+    axis = WEIGHT_INPUT[node.op_type][1]
+    return axis % values.ndim
+
+
+def _on_grid(values: np.ndarray, axis: int) -> np.ndarray:
+    """Per-channel symmetric int8 on [-127, 127], dequantized."""
+    moved = np.moveaxis(values, axis, 0).reshape(values.shape[axis], -1)
+    peak = np.abs(moved).max(axis=1)
+    scale = np.where(peak > 0, peak / WEIGHT_BITS, 1.0)
+    grid = np.clip(np.round(moved / scale[:, None]), -WEIGHT_BITS, WEIGHT_BITS) * scale[:, None]
+    shape = list(np.moveaxis(values, axis, 0).shape)
+    return np.moveaxis(grid.reshape(shape), 0, axis)
+
+
+def _activation_grid(low: float, high: float) -> tuple[float, int]:
+    """Scale and int8 zero point of an asymmetric per-tensor range holding 0 (as TFLite nudges it)."""
+    low, high = min(low, 0.0), max(high, 0.0)
+    scale = (high - low) / 255.0 if high > low else 1.0
+    zero = int(np.clip(np.round(-128 - low / scale), -128, 127))
+    return float(scale), zero
+
+
+def _sort_topologically(graph: Any) -> None:
+    """Nodes in an order where every input is written before it is read (the pairs were appended)."""
+    available = {i.name for i in graph.input} | {i.name for i in graph.initializer} | {""}
+    pending = list(graph.node)
+    ordered = []
+    while pending:
+        progressed = []
+        for node in pending:
+            if all(name in available for name in node.input):
+                ordered.append(node)
+                available.update(node.output)
+            else:
+                progressed.append(node)
+        if len(progressed) == len(pending):  # a reference to something no node writes: keep the rest as they were
+            ordered += progressed
+            break
+        pending = progressed
+    graph.ClearField("node")
+    graph.node.extend(ordered)
+
+
+def layer_report(float_onnx: str, simulated_onnx: str, samples_npy: str, layer_names: list[str],
+                 limit: int = 64) -> list[dict[str, Any]]:
+    """Each weighted layer's output in the simulation against float (SQNR, dB) on the first
+    ``limit`` samples: where the INT8 grid costs most, for the search to rank layers by."""
+    import onnx
+    import onnxruntime as ort
+
+    from ..formats.building import read_samples
+
+    float_model = onnx.load(float_onnx)
+    rows, tensors = [], []
+    for position, node in enumerate(float_model.graph.node):
+        layer = layer_of_node(node.name or node.output[0], layer_names)
+        if node.op_type in WEIGHT_INPUT and node.output and node.output[0] and layer:
+            tensors.append((node.output[0], layer, node.op_type, position))
+    if not tensors:
+        return []
+    samples = read_samples(samples_npy)
+    values = {}
+    for which, path in (("float", float_onnx), ("sim", simulated_onnx)):
+        model = onnx.load(path)
+        known = {o.name for o in model.graph.output}
+        for tensor, *_ in tensors:
+            if tensor not in known:
+                model.graph.output.append(onnx.helper.make_empty_tensor_value_info(tensor))
+        options = ort.SessionOptions()
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        feeds = {k: np.asarray(v[:limit]) for k, v in _feeds(samples, [i.name for i in session.get_inputs()]).items()}
+        names = [t for t, *_ in tensors]
+        values[which] = dict(zip(names, session.run(names, feeds)))
+    for tensor, layer, op, position in tensors:
+        reference, got = values["float"][tensor].astype(np.float64), values["sim"][tensor].astype(np.float64)
+        noise = float(np.sum((reference - got) ** 2))
+        signal = float(np.sum(reference ** 2))
+        sqnr = 10 * np.log10(signal / noise) if noise > 0 and signal > 0 else (200.0 if signal > 0 else 0.0)
+        rows.append({"layer": layer, "op": op, "tensor": tensor, "sqnr_db": round(float(sqnr), 3), "order": position})
+    return rows

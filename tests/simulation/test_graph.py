@@ -1,0 +1,97 @@
+"""The INT8 simulation every format's plan is searched on: the float graph with the formats' grid
+in float arithmetic (per-channel symmetric int8 weights on [-127, 127], per-tensor int8
+activations from the calibration ranges), a layer kept float left exactly as it was."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import numpy_helper
+
+from edgekit.simulation.graph import activation_ranges, layer_report, simulated_graph
+from tests.formats.qdq_models import quadrant_images, trained_linear, write_float
+
+
+def _two_layers(path, x, y):
+    """flatten -> fc1 (64->16) -> relu -> fc2 (16->4), trained least-squares on the quadrant images."""
+    from onnx import TensorProto, helper
+
+    rng = np.random.default_rng(0)
+    w1 = (rng.normal(size=(16, 64)) * 0.3).astype(np.float32)
+    hidden = np.maximum(x.reshape(len(x), -1) @ w1.T, 0)
+    w2, b2 = trained_linear(hidden.reshape(len(x), 1, 4, 4), y)
+    nodes = [helper.make_node("Flatten", ["image"], ["flat"], name="flatten"),
+             helper.make_node("Gemm", ["flat", "W1"], ["h"], name="fc1", transB=1),
+             helper.make_node("Relu", ["h"], ["hr"], name="relu1"),
+             helper.make_node("Gemm", ["hr", "W2", "b2"], ["logits"], name="fc2", transB=1)]
+    graph = helper.make_graph(nodes, "two", [helper.make_tensor_value_info("image", TensorProto.FLOAT, ["N", 1, 8, 8])],
+                              [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", 4])],
+                              [numpy_helper.from_array(w1, "W1"), numpy_helper.from_array(w2, "W2"),
+                               numpy_helper.from_array(b2, "b2")])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path
+
+
+def _run(path, x):
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"]).run(None, {"image": x})[0]
+
+
+@pytest.fixture(scope="module")
+def two_layers(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("sim")
+    x, y = quadrant_images(200, 0)
+    model = _two_layers(folder / "float.onnx", x, y)
+    np.save(folder / "calibration.npy", x)
+    activation_ranges(str(model), str(folder / "calibration.npy"), str(folder / "ranges.json"))
+    return folder, model, x
+
+
+def test_ranges_are_the_float_graphs_min_and_max_over_the_calibration_samples(two_layers):
+    folder, model, x = two_layers
+    ranges = json.loads((folder / "ranges.json").read_text())["ranges"]
+    assert ranges["image"] == pytest.approx([float(x.min()), float(x.max())])
+    assert ranges["logits"] == pytest.approx([float(_run(model, x).min()), float(_run(model, x).max())], rel=1e-5)
+
+
+def test_the_simulation_puts_weights_and_activations_on_the_int8_grid(two_layers, tmp_path):
+    folder, model, x = two_layers
+    info = simulated_graph(str(model), str(folder / "ranges.json"), str(tmp_path / "sim.onnx"), [], [])
+    assert info["int8_layers"] == ["fc1", "fc2"] and info["float_layers"] == []
+    sim = onnx.load(str(tmp_path / "sim.onnx"))
+    weights = {i.name: numpy_helper.to_array(i) for i in sim.graph.initializer}
+    for name in ("W1", "W2"):  # per output channel: at most 255 levels, the largest at +-127 steps
+        for row in weights[name]:
+            step = np.abs(row).max() / 127
+            assert np.allclose(row / step, np.round(row / step), atol=1e-3)
+    pairs = [n for n in sim.graph.node if n.op_type == "QuantizeLinear"]
+    assert {n.input[0] for n in pairs} == {"image", "hr__float", "logits__float"}  # input, after the fused relu, output
+    got, want = _run(tmp_path / "sim.onnx", x), _run(model, x)
+    error = np.abs(got - want).max()
+    assert 0 < error < 0.1 * np.abs(want).max()  # quantized, and close
+    assert (got.argmax(1) == want.argmax(1)).mean() > 0.95
+
+
+def test_a_layer_kept_float_keeps_its_weights_and_writes_float(two_layers, tmp_path):
+    folder, model, x = two_layers
+    info = simulated_graph(str(model), str(folder / "ranges.json"), str(tmp_path / "sim.onnx"), ["fc2"], [])
+    assert info["float_layers"] == ["fc2"] and info["int8_layers"] == ["fc1"]
+    sim = onnx.load(str(tmp_path / "sim.onnx"))
+    weights = {i.name: numpy_helper.to_array(i) for i in sim.graph.initializer}
+    original = {i.name: numpy_helper.to_array(i) for i in onnx.load(str(model)).graph.initializer}
+    assert np.array_equal(weights["W2"], original["W2"]) and not np.array_equal(weights["W1"], original["W1"])
+    assert "logits__float" not in {n.input[0] for n in sim.graph.node if n.op_type == "QuantizeLinear"}
+    everything = simulated_graph(str(model), str(folder / "ranges.json"), str(tmp_path / "all.onnx"), ["fc1", "fc2"], [])
+    assert everything["int8_layers"] == [] and np.array_equal(_run(tmp_path / "all.onnx", x), _run(model, x))
+
+
+def test_the_per_layer_report_ranks_each_weighted_layer(two_layers, tmp_path):
+    folder, model, x = two_layers
+    simulated_graph(str(model), str(folder / "ranges.json"), str(tmp_path / "sim.onnx"), [], [])
+    rows = layer_report(str(model), str(tmp_path / "sim.onnx"), str(folder / "calibration.npy"), [])
+    assert [r["layer"] for r in rows] == ["fc1", "fc2"] and all(15 < r["sqnr_db"] < 80 for r in rows)
