@@ -5,7 +5,9 @@
 
 Also packages the digits reference as a Keras and as a PyTorch model (models/digits,
 models/digits_torch) for every target: packaging time, converter seconds, size and accuracy per
-target for each source ("sources" in the JSON); and the search ("search" in the JSON; alone with
+target for each source ("sources" in the JSON); with --all-formats, only each reference model's
+`--format all` with default flags ("all_formats"): time, peak memory, and per artifact the
+simulated and real tries, plan, tightest margin and speed against float; and the search ("search" in the JSON; alone with
 --search-only): each reference model packaged with plain PTQ (--no-auto-fix) and with default
 flags, in a child process each: wall time and peak resident memory of the whole process tree
 for both, their ratios (the goals: a search within 3x the plain build's time and 1.5x its
@@ -91,9 +93,20 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=100, help="calibration samples")
     parser.add_argument("--output", type=Path, default=ROOT / "out" / "bench" / "bench_package.json")
     parser.add_argument("--search-only", action="store_true", help="only the search's figures")
+    parser.add_argument("--all-formats", action="store_true",
+                        help="only each reference model's `--format all` with default flags: the whole command's time "
+                             "and peak memory, then per format the simulated and real tries, the plan kept, the "
+                             "tightest margin and the speed against float")
     parser.add_argument("--models", nargs="*", default=None, metavar="NAME",
                         help="only the reference models whose name starts with one of these (the search's figures)")
     args = parser.parse_args()
+    if args.all_formats:
+        found = compare_all_formats(args.models)
+        print_and_save({"benchmark": "bench_package", "machine": {"platform": platform.platform(),
+                                                                  **cpu_description()},
+                        "all_formats": found}, args.output)
+        print_all_formats_table(found)
+        return
     if args.search_only:
         found = compare_search(args.models)
         print_and_save({"benchmark": "bench_package", "machine": {"platform": platform.platform(),
@@ -356,6 +369,76 @@ def compare_search(models: list[str] | None = None) -> dict[str, dict[str, objec
                 }
             found[name] = rows
     return found
+
+
+def compare_all_formats(models: list[str] | None = None) -> dict[str, dict[str, object]]:
+    """Per reference model: ``edgekit package --format all`` with default flags in a child (wall
+    time, peak memory of the process tree, exit status), then per artifact what shipped: verdict,
+    precision, the shared simulated search's tries and the format's own real tries, the plan kept,
+    the tightest margin and the speed against the float fallback measured here."""
+    import json
+
+    found: dict[str, dict[str, object]] = {}
+    with tempfile.TemporaryDirectory(prefix="edgekit-bench-all-") as tmp:
+        work = Path(tmp)
+        for name, (builder, model, calibration, held_out, _) in SEARCH_MODELS.items():
+            if models and not any(name.startswith(prefix) for prefix in models):
+                continue
+            if builder is not None:
+                subprocess.run([sys.executable, str(ROOT / "models/verdict/build.py"), builder, "--output", str(work)],
+                               check=True, capture_output=True)
+                model, calibration = work / model, work / calibration
+                held_out = work / held_out if held_out else None
+            label = builder or "digits"
+            args = ["package", str(model), "-c", str(calibration), "-o", str(work / f"all-{label}"), "--format",
+                    "all", "--force", "--name", label]
+            if held_out:
+                args += ["--eval", str(held_out)]
+            seconds, rss, code = run_measured(args)
+            path = work / f"all-{label}" / f"{label}.edgekit" / "manifest.json"
+            manifest = json.loads(path.read_text()) if path.exists() else None
+            row: dict[str, object] = {"seconds": round(seconds, 1), "peak_rss_mib": round(rss / 2**20), "exit": code,
+                                      "formats": {}}
+            for artifact in (manifest or {}).get("artifacts", []):
+                key = artifact["format"] + (f"-{artifact['variant']}" if artifact.get("variant") else "")
+                if artifact["precision"].startswith("float") and artifact["converter"].get("float_fallback_for"):
+                    continue
+                record = manifest["validation"]["artifacts"].get(key, {})
+                tries = record.get("auto_fix") or []
+                simulation = artifact["details"].get("simulation") or {}
+                speed = (artifact["details"].get("speed_vs_float") or {}).get("speedup")
+                row["formats"][key] = {
+                    "verdict": record.get("verdict"), "precision": artifact["precision"],
+                    "simulated_tries": simulation.get("tries"),
+                    "real_tries": sum(1 for t in tries if t.get("stage") not in ("confirmation", "speed")),
+                    "plan_kept": (artifact["details"].get("precision_plan") or {}).get("layers", {}),
+                    "tightest_margin": min((m for m in _margins(record).values() if isinstance(m, (int, float))),
+                                           default=None),
+                    "speed_vs_float": speed}
+            for failed in (manifest or {}).get("failed", []):
+                row["formats"][failed["target"]] = {"verdict": "not shipped", "error": failed["error"][:200]}
+            found[name] = row
+    return found
+
+
+def print_all_formats_table(found: dict[str, dict[str, object]]) -> None:
+    print(f"{'model':<18} {'total s':>7} {'MiB':>5} {'artifact':<14} {'verdict':<13} {'sim':>4} {'real':>4} "
+          f"{'speed':>6}  precision / plan kept / tightest margin")
+    for name, row in found.items():
+        first = True
+        for key, fmt in (row["formats"] or {"-": {"verdict": f"exit {row['exit']}"}}).items():
+            head = (f"{name.split(' ')[0]:<18} {row['seconds']:>7} {row['peak_rss_mib']:>5}" if first
+                    else f"{'':<18} {'':>7} {'':>5}")
+            first = False
+            if "error" in fmt or "precision" not in fmt:
+                print(f"{head} {key:<14} {fmt['verdict']:<13} {fmt.get('error', '')}")
+                continue
+            speed = fmt["speed_vs_float"]
+            plan = ", ".join(f"{layer}={p}" for layer, p in fmt["plan_kept"].items()) or "plain int8"
+            margin = fmt["tightest_margin"]
+            print(f"{head} {key:<14} {str(fmt['verdict']):<13} {str(fmt['simulated_tries'] or '-'):>4} "
+                  f"{fmt['real_tries']:>4} {'n/a' if speed is None else f'{speed:.2f}x':>6}  {fmt['precision']} / "
+                  f"{plan[:50]} / {'n/a' if margin is None else f'{margin:+.3g}'}")
 
 
 def _margins(record: dict[str, object]) -> dict[str, float | None]:

@@ -83,7 +83,16 @@ def build_formats(planned: list[Planned], context: BuildContext, described: Sour
             if builder.name in blocked:
                 raise blocked[builder.name]
             first = for_format(simulated, context, format_plan.remedies.layers)  # the shared plan, where it applies
-            format_plan, own, built, comparison = build_on_routes(format_plan, first, described, steps, run)
+            try:
+                format_plan, own, built, comparison = build_on_routes(format_plan, first, described, steps, run)
+            except EdgekitError as exc:
+                if first is context:
+                    raise
+                progress.warn(f"{builder.name}: the simulated plan ({first.plan.describe()}) did not build "
+                              f"({first_line_of(exc.message)}); building plain INT8 and searching on its own")
+                shutil.rmtree(run.staged / builder.name, ignore_errors=True)
+                first = context
+                format_plan, own, built, comparison = build_on_routes(format_plan, first, described, steps, run)
         except EdgekitError as exc:  # one format's failure (converting, or its runtime refusing the result)
             if exc.hint and OTHER_ROUTES in exc.hint:  # the formats to package instead, from the route table
                 exc.hint = exc.hint.replace(OTHER_ROUTES, other_routes(format_plan.route, format_plan.others))

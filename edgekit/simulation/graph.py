@@ -49,7 +49,10 @@ def layer_of_node(name: str, layer_names: list[str]) -> str:
     return found if found in layer_names else ""
 
 
-def activation_ranges(float_onnx: str, calibration_npy: str, output: str, batch: int = 32) -> dict[str, Any]:
+BATCH = 8  # samples per forward pass while every intermediate tensor is an output: memory stays a few batches of them
+
+
+def activation_ranges(float_onnx: str, calibration_npy: str, output: str, batch: int = BATCH) -> dict[str, Any]:
     """Min and max of every float tensor of the graph over the calibration samples, written to
     ``output`` (JSON) and returned with the number of samples."""
     import onnx
@@ -272,7 +275,7 @@ def layer_report(float_onnx: str, simulated_onnx: str, samples_npy: str, layer_n
     from ..formats.building import read_samples
 
     float_model = onnx.load(float_onnx)
-    rows, tensors = [], []
+    tensors = []
     for position, node in enumerate(float_model.graph.node):
         layer = layer_of_node(node.name or node.output[0], layer_names)
         if node.op_type in WEIGHT_INPUT and node.output and node.output[0] and layer:
@@ -280,8 +283,8 @@ def layer_report(float_onnx: str, simulated_onnx: str, samples_npy: str, layer_n
     if not tensors:
         return []
     samples = read_samples(samples_npy)
-    values = {}
-    for which, path in (("float", float_onnx), ("sim", simulated_onnx)):
+    sessions = []
+    for path in (float_onnx, simulated_onnx):
         model = onnx.load(path)
         known = {o.name for o in model.graph.output}
         for tensor, *_ in tensors:
@@ -289,14 +292,20 @@ def layer_report(float_onnx: str, simulated_onnx: str, samples_npy: str, layer_n
                 model.graph.output.append(onnx.helper.make_empty_tensor_value_info(tensor))
         options = ort.SessionOptions()
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-        session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
-        feeds = {k: np.asarray(v[:limit]) for k, v in _feeds(samples, [i.name for i in session.get_inputs()]).items()}
-        names = [t for t, *_ in tensors]
-        values[which] = dict(zip(names, session.run(names, feeds)))
-    for tensor, layer, op, position in tensors:
-        reference, got = values["float"][tensor].astype(np.float64), values["sim"][tensor].astype(np.float64)
-        noise = float(np.sum((reference - got) ** 2))
-        signal = float(np.sum(reference ** 2))
-        sqnr = 10 * np.log10(signal / noise) if noise > 0 and signal > 0 else (200.0 if signal > 0 else 0.0)
+        sessions.append(ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"]))
+    feeds_by_name = _feeds(samples, [i.name for i in sessions[0].get_inputs()])
+    total = min(limit, len(next(iter(feeds_by_name.values()))))
+    names = [t for t, *_ in tensors]
+    noise, signal = np.zeros(len(names)), np.zeros(len(names))
+    for start in range(0, total, BATCH):  # summed batch by batch: every weighted layer's output is held for one only
+        feeds = {k: np.asarray(v[start:min(start + BATCH, total)]) for k, v in feeds_by_name.items()}
+        reference, got = (session.run(names, feeds) for session in sessions)
+        for i, (want, have) in enumerate(zip(reference, got)):
+            want, have = np.asarray(want, np.float64), np.asarray(have, np.float64)
+            noise[i] += float(np.sum((want - have) ** 2))
+            signal[i] += float(np.sum(want ** 2))
+    rows = []
+    for i, (tensor, layer, op, position) in enumerate(tensors):
+        sqnr = 10 * np.log10(signal[i] / noise[i]) if noise[i] > 0 and signal[i] > 0 else (200.0 if signal[i] else 0.0)
         rows.append({"layer": layer, "op": op, "tensor": tensor, "sqnr_db": round(float(sqnr), 3), "order": position})
     return rows
