@@ -267,7 +267,7 @@ def _sort_topologically(graph: Any) -> None:
 
 def layer_report(float_onnx: str, simulated_onnx: str, samples_npy: str, layer_names: list[str],
                  limit: int = 64) -> list[dict[str, Any]]:
-    """Each weighted layer's output in the simulation against float (SQNR, dB) on the first
+    """Each computing layer's output in the simulation against float (SQNR, dB) on the first
     ``limit`` samples: where the INT8 grid costs most, for the search to rank layers by."""
     import onnx
     import onnxruntime as ort
@@ -278,7 +278,8 @@ def layer_report(float_onnx: str, simulated_onnx: str, samples_npy: str, layer_n
     tensors = []
     for position, node in enumerate(float_model.graph.node):
         layer = layer_of_node(node.name or node.output[0], layer_names)
-        if node.op_type in WEIGHT_INPUT and node.output and node.output[0] and layer:
+        # every op that computes, weights or not: a Concat joining two quantities, a Sigmoid, a Softmax
+        if node.op_type in COMPUTE_OPS and node.output and node.output[0] and layer:
             tensors.append((node.output[0], layer, node.op_type, position))
     if not tensors:
         return []
