@@ -24,7 +24,7 @@ pytestmark = pytest.mark.slow
 def test_a_streaming_state_that_collapses_in_int8_ships_with_a_searched_block_plan(tmp_path_factory, tmp_path):
     model = verdict_model(tmp_path_factory, "vad_stream")
     common = (model / "vad_stream.pt2", "-c", model / "calibration.npz", "--eval", model / "eval.npz", "--format",
-              "onnx", "--no-also-float")
+              "onnx", "--no-also-float", "--no-simulate")  # the format's own search on its artifacts
     searched = edgekit_cli("package", *common, "-o", tmp_path / "out")
     assert searched.returncode == 0, searched.stderr[-3000:]
     assert "blocks to raise" in searched.stdout
@@ -159,7 +159,8 @@ def test_an_int32_one_hot_classifier_that_collapses_in_int8_ships_searched_on_tf
     and a layer kept for its neighbour is not dropped for one that does not help."""
     model = verdict_model(tmp_path_factory, "bytes_classifier")
     package, manifest = _searched(model, "bytes_classifier", "bytes_classifier.onnx", tmp_path,
-                                  "--format", "onnx", "--format", "tflite", "--no-also-float")
+                                  "--format", "onnx", "--format", "tflite", "--no-also-float",
+                                  "--no-simulate")  # each format's own search on its artifacts
     assert any(gate.endswith(" task") for gate in _plain_failed(manifest, "onnx"))  # its top-1 agreement
     texts, labels = _reference_data("byte_strings", 200, 7)
     for fmt in ("onnx", "tflite"):
@@ -178,7 +179,7 @@ def test_a_plan_kept_on_half_the_samples_that_fails_on_all_gives_way_to_the_next
     model = verdict_model(tmp_path_factory, "bytes_classifier")
     result = edgekit_cli("package", model / "bytes_classifier.onnx", "-c", model / "calibration.npz", "--eval",
                          model / "eval.npz", "--format", "onnx", "--no-also-float", "--max-accuracy-drop", "0.5",
-                         "--search-budget", "600", "--allow-accuracy-drop", "-o", tmp_path)
+                         "--search-budget", "600", "--allow-accuracy-drop", "--no-simulate", "-o", tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "the plan kept fails on all 200 samples" in result.stdout + result.stderr
     manifest = json.loads((tmp_path / "bytes_classifier.edgekit" / "manifest.json").read_text())
