@@ -311,6 +311,20 @@ def run_measured(args: list[str]) -> tuple[float, int, int]:
     return time.perf_counter() - started, peak[0], code
 
 
+def _reference_models(models: list[str] | None, work: Path):  # noqa: ANN202 - yields (name, spec)
+    """``SEARCH_MODELS`` whose name starts with one of ``models`` (all without), each built into
+    ``work`` (models/verdict/build.py) and its spec's paths resolved there."""
+    for name, (builder, model, calibration, held_out, formats) in SEARCH_MODELS.items():
+        if models and not any(name.startswith(prefix) for prefix in models):
+            continue
+        if builder is not None:
+            subprocess.run([sys.executable, str(ROOT / "models/verdict/build.py"), builder, "--output", str(work)],
+                           check=True, capture_output=True)
+            model, calibration = work / model, work / calibration
+            held_out = work / held_out if held_out else None
+        yield name, (builder, model, calibration, held_out, formats)
+
+
 def compare_search(models: list[str] | None = None) -> dict[str, dict[str, object]]:
     """Per reference model and format: plain PTQ's time and peak memory, the search's (default
     flags), the configurations it tried, the one it kept, its margins and its speed against the
@@ -320,14 +334,7 @@ def compare_search(models: list[str] | None = None) -> dict[str, dict[str, objec
     found: dict[str, dict[str, object]] = {}
     with tempfile.TemporaryDirectory(prefix="edgekit-bench-search-") as tmp:
         work = Path(tmp)
-        for name, (builder, model, calibration, held_out, formats) in SEARCH_MODELS.items():
-            if models and not any(name.startswith(prefix) for prefix in models):
-                continue
-            if builder is not None:
-                subprocess.run([sys.executable, str(ROOT / "models/verdict/build.py"), builder, "--output", str(work)],
-                               check=True, capture_output=True)
-                model, calibration = work / model, work / calibration
-                held_out = work / held_out if held_out else None
+        for name, (builder, model, calibration, held_out, formats) in _reference_models(models, work):
             rows: dict[str, object] = {}
             for fmt in formats:
                 measured, manifests = {}, {}
@@ -381,14 +388,7 @@ def compare_all_formats(models: list[str] | None = None) -> dict[str, dict[str, 
     found: dict[str, dict[str, object]] = {}
     with tempfile.TemporaryDirectory(prefix="edgekit-bench-all-") as tmp:
         work = Path(tmp)
-        for name, (builder, model, calibration, held_out, _) in SEARCH_MODELS.items():
-            if models and not any(name.startswith(prefix) for prefix in models):
-                continue
-            if builder is not None:
-                subprocess.run([sys.executable, str(ROOT / "models/verdict/build.py"), builder, "--output", str(work)],
-                               check=True, capture_output=True)
-                model, calibration = work / model, work / calibration
-                held_out = work / held_out if held_out else None
+        for name, (builder, model, calibration, held_out, _) in _reference_models(models, work):
             label = builder or "digits"
             args = ["package", str(model), "-c", str(calibration), "-o", str(work / f"all-{label}"), "--format",
                     "all", "--force", "--name", label]
