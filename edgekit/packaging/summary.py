@@ -26,7 +26,7 @@ def lines(outcomes: list[Any], kept_failed: bool, left_out: list[Any] = (), samp
             found.append(f"{outcome.name}: not built: {outcome.error.message}" + (f"; {seconds}" if seconds else ""))
             continue
         artifact = outcome.built.artifact
-        search = _search(outcome.fixes)
+        search = ", ".join(x for x in (_simulated(artifact), _search(outcome.fixes)) if x)
         timing = ", ".join(x for x in (seconds, search) if x)
         timing = f" ({timing})" if timing else ""
         if outcome.name.endswith(("-float16", "-float32")):
@@ -94,6 +94,12 @@ def _configuration(outcome: Any) -> str:
             parts.append("--int16-activations " + " ".join(context.int16_layers))
         parts += [a["change"] for a in outcome.fixes if not a.get("stage") and a.get("kept")]
     return " ".join(dict.fromkeys(parts)) or "plain INT8"
+
+
+def _simulated(artifact: Any) -> str:
+    """Where the plan came from: the shared search on the INT8 simulation (``details.simulation``)."""
+    simulation = artifact.about.simulation or {}
+    return f"the simulated plan ({simulation['tries']} simulated tries)" if simulation.get("plan") else ""
 
 
 def _search(tries: tuple[dict[str, Any], ...]) -> str:
