@@ -399,6 +399,8 @@ def compare_all_formats(models: list[str] | None = None) -> dict[str, dict[str, 
             manifest = json.loads(path.read_text()) if path.exists() else None
             row: dict[str, object] = {"seconds": round(seconds, 1), "peak_rss_mib": round(rss / 2**20), "exit": code,
                                       "formats": {}}
+            plans = {a["format"]: (a["details"].get("precision_plan") or {}).get("layers", {})
+                     for a in (manifest or {}).get("artifacts", []) if not a.get("variant")}
             for artifact in (manifest or {}).get("artifacts", []):
                 key = artifact["format"] + (f"-{artifact['variant']}" if artifact.get("variant") else "")
                 if artifact["precision"].startswith("float") and artifact["converter"].get("float_fallback_for"):
@@ -411,7 +413,9 @@ def compare_all_formats(models: list[str] | None = None) -> dict[str, dict[str, 
                     "verdict": record.get("verdict"), "precision": artifact["precision"],
                     "simulated_tries": simulation.get("tries"),
                     "real_tries": sum(1 for t in tries if t.get("stage") not in ("confirmation", "speed")),
-                    "plan_kept": (artifact["details"].get("precision_plan") or {}).get("layers", {}),
+                    # a scheme variant is built with its format's plan
+                    "plan_kept": (artifact["details"].get("precision_plan") or {}).get("layers")
+                    or plans.get(artifact["format"], {}),
                     "tightest_margin": min((m for m in _margins(record).values() if isinstance(m, (int, float))),
                                            default=None),
                     "speed_vs_float": speed}
