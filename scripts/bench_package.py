@@ -400,7 +400,8 @@ def compare_all_formats(models: list[str] | None = None) -> dict[str, dict[str, 
             row: dict[str, object] = {"seconds": round(seconds, 1), "peak_rss_mib": round(rss / 2**20), "exit": code,
                                       "formats": {}}
             plans = {a["format"]: (a["details"].get("precision_plan") or {}).get("layers", {})
-                     for a in (manifest or {}).get("artifacts", []) if not a.get("variant")}
+                     for a in (manifest or {}).get("artifacts", [])
+                     if not a.get("variant") and not a["converter"].get("float_fallback_for")}
             for artifact in (manifest or {}).get("artifacts", []):
                 key = artifact["format"] + (f"-{artifact['variant']}" if artifact.get("variant") else "")
                 if artifact["precision"].startswith("float") and artifact["converter"].get("float_fallback_for"):
