@@ -81,7 +81,8 @@ def wanted(run: PackagingContext, described: Any, planned: list[Any]) -> str | N
 def simulated_plan(planned: list[Any], context: BuildContext, described: Any, steps: Any,
                    run: PackagingContext) -> Simulated | None:
     """The plan every format builds first, searched on the simulation; None when the shared search
-    does not apply (said why) or the model has no float ONNX form to simulate."""
+    does not apply (``wanted``: each format then searches on its own, as it did before) or the
+    model has no route to the simulated form."""
     from ..conversion.routes import model_form
     from .search import search
     from .search.budget import Budget
