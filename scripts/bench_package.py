@@ -100,20 +100,14 @@ def main() -> None:
     parser.add_argument("--models", nargs="*", default=None, metavar="NAME",
                         help="only the reference models whose name starts with one of these (the search's figures)")
     args = parser.parse_args()
-    if args.all_formats:
-        found = compare_all_formats(args.models)
-        print_and_save({"benchmark": "bench_package", "machine": {"platform": platform.platform(),
-                                                                  **cpu_description()},
-                        "all_formats": found}, args.output)
-        print_all_formats_table(found)
-        return
-    if args.search_only:
-        found = compare_search(args.models)
-        print_and_save({"benchmark": "bench_package", "machine": {"platform": platform.platform(),
-                                                                  **cpu_description()},
-                        "search": found}, args.output)
-        print_search_table(found)
-        return
+    for wanted, key, measure, table in ((args.all_formats, "all_formats", compare_all_formats, print_all_formats_table),
+                                        (args.search_only, "search", compare_search, print_search_table)):
+        if wanted:  # one comparison alone: its JSON and its table
+            found = measure(args.models)
+            print_and_save({"benchmark": "bench_package", "machine": {"platform": platform.platform(),
+                                                                      **cpu_description()}, key: found}, args.output)
+            table(found)
+            return
 
     with tempfile.TemporaryDirectory(prefix="edgekit-bench-") as tmp:
         work = Path(tmp)
