@@ -53,6 +53,14 @@ class ConversionError(EdgekitError):
     default_hint = "rerun with --debug to see the converter's log"
 
 
+class TimeShareError(ConversionError):
+    """A format ran past its share of the command's time (``--time-limit``) and was ended, so the
+    other formats are still built and written (``edgekit.conversion.deadline``)."""
+
+    default_hint = ("raise --time-limit SECONDS (0: no limit), or package this format alone (--format NAME), which "
+                    "gives it the whole time")
+
+
 class UnsupportedOpError(ConversionError):
     default_hint = (
         "leave out --full-integer to keep these ops in float (recorded in the manifest), "

@@ -115,7 +115,10 @@ def call(
     ``what`` names the step in error messages ("TFLite conversion"); ``on_progress(done,
     total)`` receives what the child reports with ``report_progress``.
     """
+    from .deadline import bound
+
     target = reference(function)
+    timeout = bound(timeout)  # a format's share of --time-limit ends its steps too (deadline.py)
     log.debug("child process: %s (%s)", target, what)
     with temp_dir(TEMP_PREFIX) as tmp:
         request = Path(tmp) / "request.json"
@@ -286,7 +289,11 @@ def _wait(
 
 
 def timed_out(what: str, timeout: float | None) -> ConversionError:
-    """The error for a child step ended at its deadline."""
+    """The error for a child step ended at its deadline (the format's share's, when that ended it)."""
+    from . import deadline
+
+    if deadline.past():
+        return deadline.ended()
     return ConversionError(
         f"{what} did not finish within {timeout or 0:.0f} s (the child process was ended)",
         hint="raise --timeout if it only needs longer; a model factory or converter that waits on "

@@ -12,7 +12,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ..errors import OTHER_ROUTES, ConversionError, EdgekitError, RouteError
+from ..conversion import deadline
+from ..errors import OTHER_ROUTES, ConversionError, EdgekitError, RouteError, TimeShareError
 from ..formats import FORMATS, Builder, BuildContext, BuildResult
 from ..progress import Progress
 from ..conversion.routes import Route, fallback_route, model_form, other_routes, route_limits
@@ -75,55 +76,89 @@ def build_formats(planned: list[Planned], context: BuildContext, described: Sour
     planned, blocked = refused_routes(planned, described.op_types, len(described.inputs), progress)
     blocked.update(unable_to_keep_ranges(planned, described))
     simulated = simulated_plan([p for p in planned if p.builder.name not in blocked], context, described, steps, run)
-    outcomes = []
-    for format_plan in planned:
-        builder = format_plan.builder
+    outcomes: list[FormatOutcome] = []
+    began = time.monotonic() - run.setup_s  # about when the command started
+    for done, format_plan in enumerate(planned):
+        share = format_share(run.options.time_limit_s, time.monotonic() - began, len(planned) - done) \
+            if len(planned) > 1 else None
         started = time.monotonic()
         try:
-            if builder.name in blocked:
-                raise blocked[builder.name]
-            first = for_format(simulated, context, format_plan.remedies.layers)  # the shared plan, where it applies
-            try:
-                format_plan, own, built, comparison = build_on_routes(format_plan, first, described, steps, run)
-            except EdgekitError as exc:
-                if first is context:
-                    raise
-                progress.warn(f"{builder.name}: the simulated plan ({first.plan.describe()}) did not build "
-                              f"({first_line_of(exc.message)}); building plain INT8 and searching on its own")
-                shutil.rmtree(run.staged / builder.name, ignore_errors=True)
-                first = context
-                format_plan, own, built, comparison = build_on_routes(format_plan, first, described, steps, run)
-        except EdgekitError as exc:  # one format's failure (converting, or its runtime refusing the result)
-            if exc.hint and OTHER_ROUTES in exc.hint:  # the formats to package instead, from the route table
-                exc.hint = exc.hint.replace(OTHER_ROUTES, other_routes(format_plan.route, format_plan.others))
-            if len(planned) == 1:
-                raise
-            progress.warn(f"{builder.name} failed: {exc.message}")
-            outcomes.append(FormatOutcome(builder.name, error=exc, seconds=time.monotonic() - started))
-            shutil.rmtree(run.staged / builder.name, ignore_errors=True)  # its half-made files never ship
-            continue
-        remedies = format_plan.remedies
-        outcome = judge(builder, own, built, comparison, run, remedies, plain_s=time.monotonic() - started,
-                        shared_s=run.setup_s / len(planned),
-                        simulated=simulated if first is not context else None)
-        outcomes.append(replace(outcome, seconds=time.monotonic() - started))
-        fallback = float_fallback(builder, outcome.built or built, own, run, remedies)
-        # the format's other quantized builds with what the search kept (the same layers in float)
-        variants = scheme_variants(builder, outcome.context or own, run, remedies, main_refused=bool(outcome.failures))
-        if fallback is not None:  # the build this CPU runs is the one timed against the fallback
-            builds = [outcomes[-1], *variants]
-            here = this_cpu_build(builder.name, [b.name for b in builds if not b.failures] or [builder.name])
-            timed = next((b for b in builds if b.name == here), outcomes[-1])
-            timed = timed_against_float(builder, timed, fallback, run)
-            outcomes[-1] = timed if timed.name == outcomes[-1].name else outcomes[-1]
-            variants = [timed if v.name == timed.name else v for v in variants]
-            outcomes.append(fallback)
-        outcomes += variants
+            with deadline.within(share, format_plan.builder.name, f"an equal share of what --time-limit "
+                                 f"{run.options.time_limit_s:g} s left for the {len(planned) - done} formats to go"):
+                outcomes += one_format(format_plan, context, described, steps, run, simulated, blocked, len(planned))
+        except TimeShareError as exc:  # ended at its share: recorded as not built, the next format starts
+            progress.warn(f"{format_plan.builder.name} failed: {exc.message}")
+            outcomes = [o for o in outcomes if o.name != format_plan.builder.name
+                        and not o.name.startswith(f"{format_plan.builder.name}-")]
+            outcomes.append(FormatOutcome(format_plan.builder.name, error=exc, seconds=time.monotonic() - started))
+            shutil.rmtree(run.staged / format_plan.builder.name, ignore_errors=True)
     if not any(o.built for o in outcomes):
         details = "; ".join(f"{o.name}: {o.error.message}" for o in outcomes if o.error)
         raise EdgekitError(f"no target could be built (every requested format failed: {details})",
                            hint=final_hint(planned, outcomes))
     return outcomes
+
+
+# with several formats, each one's share of --time-limit is at least this (a format never starts ended)
+MIN_SHARE_S = 60.0
+
+
+def format_share(limit_s: float, elapsed_s: float, formats_left: int) -> float | None:
+    """The next format's share of the command's time: an equal part of what ``--time-limit`` leaves
+    (at least ``MIN_SHARE_S``); None for one format alone, or with no limit (0)."""
+    if not limit_s or formats_left < 1:
+        return None
+    return max(MIN_SHARE_S, (limit_s - elapsed_s) / formats_left)
+
+
+def one_format(format_plan: Planned, context: BuildContext, described: SourceDescription, steps: StepContext,
+               run: PackagingContext, simulated: Simulated | None, blocked: dict[str, EdgekitError],
+               formats: int) -> list[FormatOutcome]:
+    """One format's outcomes: its artifact (built with the simulated plan first, where it applies),
+    judged and searched, then its float fallback and scheme variants; a failure is its outcome
+    (with one format, the run's error)."""
+    builder, progress = format_plan.builder, run.progress
+    started = time.monotonic()
+    try:
+        if builder.name in blocked:
+            raise blocked[builder.name]
+        first = for_format(simulated, context, format_plan.remedies.layers)  # the shared plan, where it applies
+        try:
+            format_plan, own, built, comparison = build_on_routes(format_plan, first, described, steps, run)
+        except EdgekitError as exc:
+            if first is context or isinstance(exc, TimeShareError):
+                raise
+            progress.warn(f"{builder.name}: the simulated plan ({first.plan.describe()}) did not build "
+                          f"({first_line_of(exc.message)}); building plain INT8 and searching on its own")
+            shutil.rmtree(run.staged / builder.name, ignore_errors=True)
+            first = context
+            format_plan, own, built, comparison = build_on_routes(format_plan, first, described, steps, run)
+    except EdgekitError as exc:  # one format's failure (converting, or its runtime refusing the result)
+        if isinstance(exc, TimeShareError):
+            raise
+        if exc.hint and OTHER_ROUTES in exc.hint:  # the formats to package instead, from the route table
+            exc.hint = exc.hint.replace(OTHER_ROUTES, other_routes(format_plan.route, format_plan.others))
+        if formats == 1:
+            raise
+        progress.warn(f"{builder.name} failed: {exc.message}")
+        shutil.rmtree(run.staged / builder.name, ignore_errors=True)  # its half-made files never ship
+        return [FormatOutcome(builder.name, error=exc, seconds=time.monotonic() - started)]
+    remedies = format_plan.remedies
+    outcome = judge(builder, own, built, comparison, run, remedies, plain_s=time.monotonic() - started,
+                    shared_s=run.setup_s / formats, simulated=simulated if first is not context else None)
+    outcomes = [replace(outcome, seconds=time.monotonic() - started)]
+    fallback = float_fallback(builder, outcome.built or built, own, run, remedies)
+    # the format's other quantized builds with what the search kept (the same layers in float)
+    variants = scheme_variants(builder, outcome.context or own, run, remedies, main_refused=bool(outcome.failures))
+    if fallback is not None:  # the build this CPU runs is the one timed against the fallback
+        builds = [outcomes[-1], *variants]
+        here = this_cpu_build(builder.name, [b.name for b in builds if not b.failures] or [builder.name])
+        timed = next((b for b in builds if b.name == here), outcomes[-1])
+        timed = timed_against_float(builder, timed, fallback, run)
+        outcomes[-1] = timed if timed.name == outcomes[-1].name else outcomes[-1]
+        variants = [timed if v.name == timed.name else v for v in variants]
+        outcomes.append(fallback)
+    return outcomes + variants
 
 
 def unable_to_keep_ranges(planned: list[Planned], described: SourceDescription) -> dict[str, EdgekitError]:
@@ -211,6 +246,8 @@ def build_on_routes(format_plan: Planned, context: BuildContext, described: Sour
             own = replace(context, model=model_form(format_plan.route, described.forms, steps))
             built, comparison = build_and_measure(format_plan.builder, own, run)
         except ConversionError as exc:
+            if isinstance(exc, TimeShareError):  # the format's time is up: not a reason to try another route
+                raise
             other = format_plan.next_route(described.op_types, len(described.inputs))
             if other is None:
                 if format_plan.fell_back:
@@ -312,6 +349,8 @@ def scheme_variants(builder: Builder, context: BuildContext, run: PackagingConte
                 built = builder.build(variant_context)
             with run.progress.step(f"Validating {key} against the float model"):
                 measured = run.measure(built, builder, variant_context)
+        except TimeShareError:
+            raise
         except EdgekitError as exc:
             run.progress.warn(f"{key} left out: {exc.message}")
             continue

@@ -100,6 +100,13 @@ class PackageOptions:
         "try starts only when the time left covers it (default: 3x the format's plain build with its share of "
         "loading the model and the float reference, at least 45 s)", "gates", low=0, high=7 * 24 * 3600,
         metavar="SECONDS", show_default=False)
+    # with several formats, what the command aims to finish in: each format in turn gets an equal
+    # share of what is left, and one past its share is ended (conversion/deadline.py); 0: no limit
+    time_limit_s: float = declared(
+        600.0, "--time-limit", "with several formats: seconds the whole command aims to finish in; each format in turn "
+        "gets an equal share of what is left, and a format past its share is ended, said and recorded as not built "
+        "while the others are written (0: no limit; one format alone has only --timeout per step)", "build", low=0,
+        high=7 * 24 * 3600, metavar="SECONDS")
     allow_float_ops: bool = True  # False: --full-integer
     force: bool = declared(False, "--force", "replace an existing package of the same name", "output")
     archive: bool = declared(False, "--archive", "also write the package as one NAME.ekpkg zip", "output")

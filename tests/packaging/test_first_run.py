@@ -18,3 +18,22 @@ def test_the_python_result_says_not_decidable_never_passed(tmp_path):
     verdict = result.verdicts["tflite"]
     assert verdict.startswith("not decidable: 100 held-out samples would decide it"), verdict
     assert "passed" not in repr(result) and "not decidable" in repr(result)
+
+
+def test_a_format_past_its_share_of_the_time_limit_is_ended_and_recorded_while_the_next_is_written(
+        tmp_path, monkeypatch):
+    import json
+
+    import edgekit
+    from edgekit.packaging import each_format
+
+    shares = iter([0.0, None])  # the first format's share is spent before it starts; the second has no bound
+    monkeypatch.setattr(each_format, "format_share", lambda *_: next(shares))
+    result = edgekit.package(str(DIGITS_MODEL), str(CALIBRATION), tmp_path, eval=str(EVAL),
+                             formats=["tflite", "onnx"], also_float=False, allow_partial=True)
+    assert result.verdicts["tflite"].startswith("not built: tflite ran past its share"), result.verdicts
+    assert result.verdicts["onnx"] == "passed"
+    manifest = json.loads((result.path / "manifest.json").read_text())
+    assert {a["format"] for a in manifest["artifacts"]} == {"onnx"}  # its variants too
+    assert [f["target"] for f in manifest["failed"]] == ["tflite"] and "--time-limit" in manifest["failed"][0]["hint"]
+    assert not (result.path / "tflite").exists()

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from ...conversion import deadline
 from ...formats import Builder, BuildContext
 from ...formats.plan import FLOAT, INT16
 from ...conversion.worker_reuse import reusing
@@ -46,6 +47,7 @@ def search(builder: Builder, first: Candidate, run: PackagingContext, remedies: 
     budget = budget or Budget.for_search(run.options.search_budget_s, plain_s, shared_s)
     if max_tries is not None:
         budget = budget.capped(max_tries)
+    budget = budget.within_share(deadline.left(), plain_s)
     with reusing():  # the tries share converter children (already so inside a packaging run: it shares them all)
         found = _tries(builder, first, run, remedies, budget)
     if found.best is None:  # the package still holds the first build: tries built into scratch

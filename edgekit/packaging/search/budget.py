@@ -77,6 +77,17 @@ class Budget:
 
         return replace(self, max_tries=tries, why=f"{self.why}; at most {tries} real tries after the simulated plan")
 
+    def within_share(self, left_s: float | None, after_s: float) -> Budget:
+        """This budget ended before its format's share of ``--time-limit`` (``left_s``; None: no
+        share), with ``after_s`` kept for what follows the search (the float fallback, the variants),
+        so a format that found a plan still ships it rather than being ended mid-search."""
+        if left_s is None or left_s - 2 * after_s >= self.seconds:
+            return self
+        from dataclasses import replace
+
+        return replace(self, seconds=max(0.0, left_s - 2 * after_s),
+                       why=f"{self.why}; cut to what its share of --time-limit leaves")
+
     def record(self, seconds: float, typical: bool = True) -> None:
         """A build's time: a try's (``typical``), or one that costs more than a try."""
         (self.tries if typical else self.heavier).append(seconds)

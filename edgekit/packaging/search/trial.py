@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ...errors import EdgekitError
+from ...errors import EdgekitError, TimeShareError
 from ...formats import Builder, BuildContext
 from ...formats.plan import PrecisionPlan
 from ..context import PackagingContext
@@ -129,6 +129,8 @@ class TrialRunner:
         with self.run.progress.step(f"search {self.builder.name}: {change}"):
             try:
                 candidate: Candidate | None = self.build(context, typical)
+            except TimeShareError:  # the format's share of --time-limit ended: it ends the format, not a try
+                raise
             except EdgekitError as exc:
                 candidate, trial.error = None, exc.message
         trial.seconds = round(time.monotonic() - began, 2)

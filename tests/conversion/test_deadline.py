@@ -1,0 +1,47 @@
+"""A format's share of --time-limit ends its child steps, with an error that ends the format only."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from edgekit.conversion import deadline, worker, worker_reuse
+from edgekit.errors import ConversionError, TimeShareError
+from edgekit.packaging.each_format import MIN_SHARE_S, format_share
+from tests.conftest import ROOT
+from tests.conversion.test_worker import blocks_forever
+
+
+@pytest.fixture(autouse=True)
+def _importable_tests(monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+
+
+@pytest.mark.parametrize("reuse", [False, True], ids=["fresh child", "reused child"])
+def test_a_step_running_past_its_formats_share_is_ended_with_the_shares_error(reuse):
+    started = time.monotonic()
+    with pytest.raises(TimeShareError, match=r"tflite ran past its share .*2 s: a test.* other formats are built"):
+        with deadline.within(2, "tflite", "a test"):
+            if reuse:
+                with worker_reuse.reusing():
+                    worker.call(blocks_forever, what="TFLite conversion", timeout=600)
+            else:
+                worker.call(blocks_forever, what="TFLite conversion", timeout=600)
+    assert time.monotonic() - started < 60
+
+
+def test_a_step_started_after_the_share_ended_fails_at_once_and_its_own_timeout_stays_its_own():
+    with deadline.within(0, "onnx", "a test"), pytest.raises(TimeShareError):
+        worker.call(blocks_forever, what="ONNX quantization")
+    with pytest.raises(ConversionError) as caught:  # no share: the step's own timeout, said as such
+        worker.call(blocks_forever, what="loading the model", timeout=1)
+    assert not isinstance(caught.value, TimeShareError) and "did not finish within 1 s" in caught.value.message
+    assert deadline.left() is None
+
+
+def test_each_format_gets_an_equal_share_of_what_is_left_never_less_than_the_floor():
+    assert format_share(600, 60, 4) == pytest.approx(135)
+    assert format_share(600, 590, 2) == MIN_SHARE_S  # a format never starts already ended
+    assert format_share(0, 60, 4) is None  # --time-limit 0: no limit
