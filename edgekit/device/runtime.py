@@ -276,7 +276,29 @@ def _float_before_slower_mixed(order: list[tuple[str, str]], present: dict[str, 
         faster = [pair for pair in moved if pair[0] == fallback and moved.index(pair) > first]
         moved = [pair for pair in moved if pair not in faster]
         moved[first:first] = faster
-    return moved
+    return _other_int8_before_slow(moved, present, arch)
+
+
+def _other_int8_before_slow(order: list[tuple[str, str]], present: dict[str, Artifact],
+                            arch: str) -> list[tuple[str, str]]:
+    """Where a format's INT8 was measured slower than its float fallback on this CPU kind, another
+    format's INT8 artifact not measured slower runs before that pair: a package whose preferred
+    format only runs fast in float still runs the INT8 it has that is faster (a plain int8 build
+    is, and a mixed one timed faster). The order among everything else stays the profile's."""
+    slow: set[str] = set()
+    for key, artifact in present.items():
+        speed = artifact.about.speed_vs_float or {}
+        speedup = speed.get("speedup")
+        if isinstance(speedup, (int, float)) and speedup < FASTER_THAN_FLOAT and speed.get("arch") == arch:
+            slow |= {key, str(speed.get("float_artifact"))}
+    if not slow:
+        return order
+    positions = [i for i, (key, _) in enumerate(order) if key in slow]
+    first = positions[0]
+    ahead = [pair for pair in order[first:] if pair[0] not in slow and pair[0] in present
+             and not present[pair[0]].is_float]
+    rest = [pair for pair in order[first:] if pair not in ahead]
+    return order[:first] + ahead + rest
 
 
 def _for_this_cpu(manifest: Manifest) -> dict[str, str]:

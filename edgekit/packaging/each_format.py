@@ -295,8 +295,8 @@ def timed_against_float(builder: Builder, outcome: FormatOutcome, fallback: Form
     from ..device.runtime import FASTER_THAN_FLOAT
 
     verdict = ("faster" if speed["speedup"] >= FASTER_THAN_FLOAT else
-               f"{'no faster' if speed['speedup'] >= 1 else 'slower'}: on this CPU kind the runtime prefers the float "
-               "fallback")
+               f"{'no faster' if speed['speedup'] >= 1 else 'slower'}: on this CPU kind the runtime prefers another "
+               "format's INT8 where the package has one, then this float fallback")
     run.progress.say(f"{outcome.name} ({artifact.precision}) runs {speed['speedup']:.2f}x its float fallback "
                  f"{fallback.name} here ({speed['cpu']}, 1 thread): {verdict}; other devices were not measured")
     return replace(outcome, built=replace(outcome.built, artifact=artifact.with_details(speed_vs_float=speed)))

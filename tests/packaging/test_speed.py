@@ -27,6 +27,16 @@ def test_the_float_fallback_goes_first_where_the_mixed_artifact_was_measured_slo
                                                          ("onnx", "onnxruntime")]
 
 
+def test_another_formats_int8_runs_before_a_format_whose_int8_was_measured_slower_than_its_float():
+    """A package whose preferred format's INT8 is slower here than its float fallback still runs
+    INT8 where it has one: another format's plain INT8 goes first, then that format's pair."""
+    present = _artifacts(0.8, os.uname().machine)
+    present["onnx"] = Artifact("onnx", "onnx/model.int8.onnx", "2" * 64, 1, precision="int8")
+    assert _float_before_slower_mixed(ORDER, present) == [("onnx", "onnxruntime"), ("tflite-float16", "litert"),
+                                                         ("tflite", "litert")]
+    assert _float_before_slower_mixed(ORDER, _artifacts(1.3, os.uname().machine) | {"onnx": present["onnx"]}) == ORDER
+
+
 def test_the_order_stays_where_it_was_faster_or_measured_on_another_cpu_kind():
     assert _float_before_slower_mixed(ORDER, _artifacts(1.3, os.uname().machine)) == ORDER
     assert _float_before_slower_mixed(ORDER, _artifacts(0.8, "some-other-arch")) == ORDER
