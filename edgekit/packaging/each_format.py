@@ -103,6 +103,13 @@ def build_formats(planned: list[Planned], context: BuildContext, described: Sour
 MIN_SHARE_S = 60.0
 
 
+def converts_torch_program(route: Route) -> bool:
+    """Whether the route's converter takes the user's own PyTorch program (it names layers by module)."""
+    from ..conversion.forms import TORCH_PROGRAM
+
+    return route.form == TORCH_PROGRAM and not route.steps
+
+
 def format_share(limit_s: float, elapsed_s: float, formats_left: int) -> float | None:
     """The next format's share of the command's time: an equal part of what ``--time-limit`` leaves
     (at least ``MIN_SHARE_S``); None for one format alone, or with no limit (0)."""
@@ -122,7 +129,12 @@ def one_format(format_plan: Planned, context: BuildContext, described: SourceDes
     try:
         if builder.name in blocked:
             raise blocked[builder.name]
-        first = for_format(simulated, context, format_plan.remedies.layers)  # the shared plan, where it applies
+        # the shared plan, where it applies, in the names of this route's form
+        first, unnamed = for_format(simulated, context, format_plan.remedies.layers,
+                                    converts_torch_program(format_plan.route))
+        if unnamed:
+            progress.say(f"{builder.name}: the simulated plan's {', '.join(unnamed)} belong to no PyTorch module this "
+                         "route can name (ops written in a forward): built without them")
         try:
             format_plan, own, built, comparison = build_on_routes(format_plan, first, described, steps, run)
         except EdgekitError as exc:

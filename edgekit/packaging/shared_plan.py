@@ -46,6 +46,9 @@ class Simulated:
     seconds: float = 0.0
     margins: dict[str, Any] = field(default_factory=dict)
     trials: tuple[dict[str, Any], ...] = ()
+    # ONNX node -> its PyTorch module, where the simulated graph was exported from PyTorch: the plan
+    # in the vocabulary of the routes that convert the PyTorch program itself
+    module_paths: dict[str, str] = field(default_factory=dict)
 
     def record(self, real: dict[str, Any] | None = None) -> dict[str, Any]:
         """``details.simulation`` of an artifact built with this plan: the simulated margins beside
@@ -84,8 +87,6 @@ def simulated_plan(planned: list[Any], context: BuildContext, described: Any, st
     does not apply (``wanted``: each format then searches on its own, as it did before) or the
     model has no route to the simulated form."""
     from ..conversion.routes import model_form
-    from .search import search
-    from .search.budget import Budget
     from .search.candidate import Candidate
     from .search.trial import margins
     from ..simulation import SIMULATED_FORM, SimulatedBuilder
@@ -121,32 +122,65 @@ def simulated_plan(planned: list[Any], context: BuildContext, described: Any, st
     if not failures:
         progress.say(f"INT8 simulation: plain INT8 passes every gate ({time.monotonic() - began:.0f} s): every format "
                      "builds it")
-        return Simulated(None, True, 1, time.monotonic() - began, margins(first))
+        return Simulated(None, True, 1, time.monotonic() - began, margins(first), module_paths=builder.module_paths)
     progress.say(f"INT8 simulation: plain INT8 fails ({failures[0].what}); searching the precision plan on the "
                  f"simulation, at most {SIMULATED_TRIES} tries")
-    budget = Budget(SIMULATED_OUTER_S, rebuild_s=time.monotonic() - began,
-                    why=f"{SIMULATED_TRIES} simulated tries, at most {SIMULATED_OUTER_S:.0f} s",
-                    max_tries=SIMULATED_TRIES)
-    found, trials = search(builder, first, judged, remedies, budget=budget)
+    found, trials = _search_rounds(builder, first, judged, remedies, time.monotonic() - began)
     seconds = time.monotonic() - began
     tries = builder.builds
     if found.failures:
         progress.warn(f"INT8 simulation: no plan passed in {tries} tries ({seconds:.0f} s; best "
                       f"{found.context.plan.describe()}: {found.failures[0].what}); each format searches on its own")
-        return Simulated(None, False, tries, seconds, margins(found), tuple(trials))
+        return Simulated(None, False, tries, seconds, margins(found), tuple(trials), builder.module_paths)
     plan = found.context.plan
     progress.say(f"INT8 simulation: {plan.describe()} passes every gate ({tries} tries, {seconds:.0f} s): every format "
                  "whose route honours per-layer precision builds it")
-    return Simulated(plan, True, tries, seconds, margins(found), tuple(trials))
+    return Simulated(plan, True, tries, seconds, margins(found), tuple(trials), builder.module_paths)
 
 
-def for_format(simulated: Simulated | None, context: BuildContext, layers: tuple[str, ...]) -> BuildContext:
+def _search_rounds(builder: Any, first: Any, judged: PackagingContext, remedies: Remedies,
+                   build_s: float) -> tuple[Any, list[dict[str, Any]]]:
+    """The packager's search on the simulation, in rounds while tries are left: a plan that passed
+    on the half the search chose by but fails on every sample (a margin of a few tenths of a dB,
+    or the held-out check) starts another round from it, which raises more layers, where a search
+    per format would stop (its tries cost conversions; these cost forward passes)."""
+    from .search import search
+    from .search.budget import Budget
+
+    began, trials, found = time.monotonic(), [], first
+    while builder.builds < SIMULATED_TRIES:
+        left_s = SIMULATED_OUTER_S - (time.monotonic() - began)
+        budget = Budget(left_s, rebuild_s=build_s, max_tries=SIMULATED_TRIES - builder.builds,
+                        why=f"{SIMULATED_TRIES} simulated tries, at most {SIMULATED_OUTER_S:.0f} s")
+        if not budget.allows_try():
+            break
+        before = (builder.builds, found.context.plan)
+        found, more = search(builder, found, judged, remedies, budget=budget)
+        trials += more
+        if not found.failures or (builder.builds, found.context.plan) == before or found.context.plan == before[1]:
+            break
+        judged.progress.say(f"INT8 simulation: {found.context.plan.describe()} fails on every sample "
+                            f"({found.failures[0].what}); another round from it, {SIMULATED_TRIES - builder.builds} "
+                            "tries left")
+    return found, trials
+
+
+def for_format(simulated: Simulated | None, context: BuildContext, layers: tuple[str, ...],
+               by_module: bool = False) -> tuple[BuildContext, list[str]]:
     """The context a format builds first: the simulated plan on top of the user's, where its route
-    honours per-layer precision (``layers``: the route's honoured options)."""
+    honours per-layer precision (``layers``: the route's honoured options); ``by_module``: the
+    route converts the PyTorch program itself and names layers by module, so each ONNX node of
+    the plan becomes its module (``Simulated.module_paths``). Also the plan's layers that have no
+    name there (an op written in a ``forward``), left out."""
     if simulated is None or simulated.plan is None or "keep_float" not in layers:
-        return context
-    plan = context.plan
+        return context, []
+    plan, unnamed = context.plan, []
     for layer, precision in simulated.plan.layers.items():
+        if by_module and simulated.module_paths:
+            if layer not in simulated.module_paths:
+                unnamed.append(layer)
+                continue
+            layer = simulated.module_paths[layer]
         if layer not in plan:
             plan = plan.raised([layer], precision if precision != "int16" or "int16" in layers else "float")
-    return context.with_plan(plan)
+    return (context if plan == context.plan else context.with_plan(plan)), unnamed

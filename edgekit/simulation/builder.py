@@ -27,6 +27,7 @@ class SimulatedBuilder(Builder):
     def __init__(self, float_onnx: str, inputs: list[str], outputs: list[str]) -> None:
         self.float_onnx, self.inputs, self.outputs = float_onnx, inputs, outputs
         self.ranges_json: str | None = None
+        self.module_paths: dict[str, str] = {}  # ONNX node -> its PyTorch module (``graph.module_paths``)
         self.builds = 0
 
     def calibrate(self, context: BuildContext) -> int:
@@ -35,6 +36,7 @@ class SimulatedBuilder(Builder):
         found = worker.call(activation_ranges, what="INT8 simulation: activation ranges", timeout=context.timeout_s,
                             float_onnx=self.float_onnx, calibration_npy=context.calibration_npy,
                             output=self.ranges_json)
+        self.module_paths = dict(found.get("module_paths") or {})
         return int(found["tensors"])
 
     def build(self, context: BuildContext, on_progress: Callable[[int, int], None] | None = None) -> BuildResult:

@@ -98,7 +98,30 @@ def activation_ranges(float_onnx: str, calibration_npy: str, output: str, batch:
             high[name] = max(high.get(name, -np.inf), float(finite.max()))
     found = {"samples": total, "ranges": {n: [low[n], high[n]] for n in low}}
     Path(output).write_text(json.dumps(found))
-    return {"samples": total, "tensors": len(low)}
+    return {"samples": total, "tensors": len(low), "module_paths": module_paths(model)}
+
+
+def module_paths(model: Any) -> dict[str, str]:
+    """ONNX node -> the PyTorch module it was exported from (``conv1``, ``encoder.0.attn``), read
+    from the metadata ``torch.onnx.export`` writes (``pkg.torch.onnx.name_scopes``: the module
+    path, then the traced op); nodes of an op in a ``forward`` itself (no submodule), and graphs
+    from other exporters, have none. It carries a plan found on the ONNX form to the routes that
+    convert the PyTorch program itself (ExecuTorch, litert-torch), which name layers by module."""
+    import ast
+
+    found: dict[str, str] = {}
+    for node in model.graph.node:
+        scopes = next((p.value for p in node.metadata_props if p.key == "pkg.torch.onnx.name_scopes"), None)
+        if scopes is None:
+            continue
+        try:
+            parts = [str(p) for p in ast.literal_eval(scopes)]
+        except (ValueError, SyntaxError):
+            continue
+        path = ".".join(p for p in parts[1:-1] if p)
+        if path:
+            found[node.name] = path
+    return found
 
 
 def _feeds(samples: dict[str, Any], inputs: list[str]) -> dict[str, Any]:

@@ -46,15 +46,14 @@ def convert_executorch(model: dict[str, Any], calibration_npy: str, output: str,
     import torch
 
     from ...conversion.forms import ModelForm, load_module
-    from ...steps.onnx_torch.naming import original_names
 
     samples = read_samples(calibration_npy)
     module, names = load_module(ModelForm.from_dict(model), example={k: np.asarray(v[:1]) for k, v in samples.items()},
                                 submodules=True)
     if list(samples) == [""]:
         samples = {names[0]: samples[""]}
-    paths = _module_paths_of(module, keep_float or [], layer_names or [])
-    named = original_names(layer_names or ())  # module path -> ONNX node, where rebuilt from ONNX
+    named = _plan_names(model, layer_names)  # module path -> the plan's name, where rebuilt from ONNX
+    paths = _module_paths_of(module, keep_float or [], named)
     # imported once the model is known to be convertible (ExecuTorch and torchao take ~8 s to import)
     from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
         XNNPACKQuantizer,
@@ -123,15 +122,33 @@ def positional(module: Any) -> Any:
     return Positional().eval()
 
 
-def _module_paths_of(module: Any, layers: list[str], onnx_nodes: list[str]) -> list[str]:
-    """The module path of each layer to keep in float (an ONNX node's submodule on a module rebuilt
-    from ONNX); an unknown one is refused by name."""
+def _plan_names(model: dict[str, Any], layer_names: list[str] | None) -> dict[str, str]:
+    """Module path -> the plan's layer name on a module rebuilt from ONNX (``naming.plan_names``);
+    empty on a PyTorch program, whose module paths are its layer names."""
+    from ...conversion.forms import ModelForm
+    from ...steps.onnx_torch.naming import plan_names
+    from ...steps.onnx_to_torch import LOADER
+
+    form = ModelForm.from_dict(model)
+    return plan_names(form.path, layer_names or ()) if form.loader == LOADER else {}
+
+
+def _module_paths_of(module: Any, layers: list[str], named: dict[str, str]) -> list[str]:
+    """The module paths of each layer to keep in float: the module itself, or on a module rebuilt
+    from ONNX every submodule whose node belongs to it (``named``: path -> the plan's name; a Keras
+    layer is several nodes); an unknown one is refused by name."""
     from ...steps.onnx_torch.naming import attribute_name
 
     modules = dict(module.named_modules()) if hasattr(module, "named_modules") else {}
-    nodes = set(onnx_nodes)
-    paths = [attribute_name(name) if name not in modules and name in nodes else name for name in layers]
-    unknown = [name for name, path in zip(layers, paths) if path not in modules]
+    paths, unknown = [], []
+    for name in layers:
+        found = [name] if name in modules else [path for path, layer in named.items()
+                                                if layer == name and path in modules]
+        if not found and attribute_name(name) in modules:
+            found = [attribute_name(name)]
+        paths += found
+        if not found:
+            unknown.append(name)
     if unknown:
         raise ConversionError(f"ExecuTorch: no module named {', '.join(unknown)} in this PyTorch model",
                               hint="name layers by their module path (as --explain lists them)")
@@ -537,7 +554,7 @@ def convert_executorch_kept(model: dict[str, Any], calibration_npy: str, output:
     module = load(form.path, example, keep_qdq=True).eval()
 
     exported = _export(positional(module), tuple(torch.from_numpy(_model_dtype(example[n])) for n in names))
-    named = original_names(layer_names or ())
+    named = _plan_names(model, layer_names)
     io = json.dumps({"inputs": list(names), "outputs": list(output_names)})
     pairs = [(float(node.args[1]), int(node.args[2])) for node in exported.graph_module.graph.nodes
              if node.op == "call_function" and _op_name(node.target) == "quantize_per_tensor"]
