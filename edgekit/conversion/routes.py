@@ -34,6 +34,7 @@ class Route(NamedTuple):
     honours: tuple[str, ...]  # ROUTE_OPTIONS keys the format honours on this form
     cannot: tuple[str, ...] = ()  # op types its converter cannot convert (Accepts.cannot)
     max_inputs: int | None = None  # the most model inputs its converter takes (Accepts.max_inputs)
+    names_ops: bool = False  # its converter keeps a traced op of a forward in float by name (Accepts.names_ops)
 
     def describe(self) -> str:
         return " -> ".join([self.source_kind, *(f"{s.name} -> {s.produces}" for s in self.steps)]
@@ -83,7 +84,8 @@ def _route(kind: str, fmt: Format, accepted: Any, steps: tuple[Conversion, ...])
     rewritten = {op for step in steps for op in step.rewrites}
     cannot = tuple(dict.fromkeys([*(op for step in steps for op in step.cannot),
                                   *(op for op in accepted.cannot if op not in rewritten)]))
-    return Route(kind, fmt.name, accepted.form, steps, tuple(accepted.honours), cannot, accepted.max_inputs)
+    return Route(kind, fmt.name, accepted.form, steps, tuple(accepted.honours), cannot, accepted.max_inputs,
+                 accepted.names_ops)
 
 
 def fallback_route(tried: Route, alternatives: Iterable[Route], op_types: Iterable[str] = (),

@@ -50,6 +50,9 @@ class Accepts(NamedTuple):
     # where the source can read its ops without loading: ONNX)
     cannot: tuple[str, ...] = ()
     max_inputs: int | None = None  # the most model inputs the converter takes from this form (None: any)
+    # a PyTorch program's converter that can keep one traced op of a ``forward`` in float by its
+    # torch.export name (``cat``), besides whole modules: a plan's op outside any module reaches it
+    names_ops: bool = False
 
 
 class DeviceRules:

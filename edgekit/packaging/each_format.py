@@ -103,13 +103,6 @@ def build_formats(planned: list[Planned], context: BuildContext, described: Sour
 MIN_SHARE_S = 60.0
 
 
-def converts_torch_program(route: Route) -> bool:
-    """Whether the route's converter takes the user's own PyTorch program (it names layers by module)."""
-    from ..conversion.forms import TORCH_PROGRAM
-
-    return route.form == TORCH_PROGRAM and not route.steps
-
-
 def format_share(limit_s: float, elapsed_s: float, formats_left: int) -> float | None:
     """The next format's share of the command's time: an equal part of what ``--time-limit`` leaves
     (at least ``MIN_SHARE_S``); None for one format alone, or with no limit (0)."""
@@ -130,8 +123,7 @@ def one_format(format_plan: Planned, context: BuildContext, described: SourceDes
         if builder.name in blocked:
             raise blocked[builder.name]
         # the shared plan, where it applies, in the names of this route's form
-        first, unnamed = for_format(simulated, context, format_plan.remedies.layers,
-                                    converts_torch_program(format_plan.route))
+        first, unnamed = for_format(simulated, context, format_plan.route)
         if unnamed:
             progress.say(f"{builder.name}: the simulated plan's {', '.join(unnamed)} belong to no PyTorch module this "
                          "route can name (ops written in a forward): built without them")

@@ -165,22 +165,34 @@ def _search_rounds(builder: Any, first: Any, judged: PackagingContext, remedies:
     return found, trials
 
 
-def for_format(simulated: Simulated | None, context: BuildContext, layers: tuple[str, ...],
-               by_module: bool = False) -> tuple[BuildContext, list[str]]:
+def for_format(simulated: Simulated | None, context: BuildContext, route: Any) -> tuple[BuildContext, list[str]]:
     """The context a format builds first: the simulated plan on top of the user's, where its route
-    honours per-layer precision (``layers``: the route's honoured options); ``by_module``: the
-    route converts the PyTorch program itself and names layers by module, so each ONNX node of
-    the plan becomes its module (``Simulated.module_paths``). Also the plan's layers that have no
-    name there (an op written in a ``forward``), left out."""
+    honours per-layer precision, in the names of the route's form; also the plan's layers the
+    route cannot name, left out. A route that converts the PyTorch program itself names layers
+    by module: each ONNX node of the plan becomes its module (``Simulated.module_paths``), and an
+    op written in a ``forward`` its traced name where the route keeps such an op in float
+    (``Route.names_ops``)."""
+    from ..simulation.graph import OP_PREFIX
+
+    layers = route.honours
     if simulated is None or simulated.plan is None or "keep_float" not in layers:
         return context, []
+    by_module = converts_torch_program(route) and bool(simulated.module_paths)
     plan, unnamed = context.plan, []
     for layer, precision in simulated.plan.layers.items():
-        if by_module and simulated.module_paths:
-            if layer not in simulated.module_paths:
+        if by_module:
+            named = simulated.module_paths.get(layer, "")
+            if not named or (named.startswith(OP_PREFIX) and not route.names_ops):
                 unnamed.append(layer)
                 continue
-            layer = simulated.module_paths[layer]
+            layer = named.removeprefix(OP_PREFIX)
         if layer not in plan:
             plan = plan.raised([layer], precision if precision != "int16" or "int16" in layers else "float")
     return (context if plan == context.plan else context.with_plan(plan)), unnamed
+
+
+def converts_torch_program(route: Any) -> bool:
+    """Whether the route's converter takes the user's own PyTorch program (it names layers by module)."""
+    from ..conversion.forms import TORCH_PROGRAM
+
+    return route.form == TORCH_PROGRAM and not route.steps

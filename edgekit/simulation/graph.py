@@ -102,11 +102,12 @@ def activation_ranges(float_onnx: str, calibration_npy: str, output: str, batch:
 
 
 def module_paths(model: Any) -> dict[str, str]:
-    """ONNX node -> the PyTorch module it was exported from (``conv1``, ``encoder.0.attn``), read
-    from the metadata ``torch.onnx.export`` writes (``pkg.torch.onnx.name_scopes``: the module
-    path, then the traced op); nodes of an op in a ``forward`` itself (no submodule), and graphs
-    from other exporters, have none. It carries a plan found on the ONNX form to the routes that
-    convert the PyTorch program itself (ExecuTorch, litert-torch), which name layers by module."""
+    """ONNX node -> the PyTorch module it was exported from (``conv1``, ``encoder.0.attn``), or for
+    an op written in a ``forward`` itself its traced name prefixed ``op:`` (``op:cat``), read from
+    the metadata ``torch.onnx.export`` writes (``pkg.torch.onnx.name_scopes``: the module path,
+    then the traced op); graphs from other exporters have none. It carries a plan found on the
+    ONNX form to the routes that convert the PyTorch program itself (ExecuTorch, litert-torch),
+    which name layers by module."""
     import ast
 
     found: dict[str, str] = {}
@@ -119,9 +120,12 @@ def module_paths(model: Any) -> dict[str, str]:
         except (ValueError, SyntaxError):
             continue
         path = ".".join(p for p in parts[1:-1] if p)
-        if path:
-            found[node.name] = path
+        if path or len(parts) >= 2:
+            found[node.name] = path or f"{OP_PREFIX}{parts[-1]}"
     return found
+
+
+OP_PREFIX = "op:"  # a traced op outside any module, in ``module_paths``
 
 
 def _feeds(samples: dict[str, Any], inputs: list[str]) -> dict[str, Any]:

@@ -4,6 +4,7 @@ every format first, each judged on its own artifact, the simulated and real marg
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -17,19 +18,78 @@ def test_one_simulated_search_gives_the_plan_every_format_builds(tmp_path_factor
     first and records the simulated margins beside its own."""
     model = verdict_model(tmp_path_factory, "outlier_cnn")
     result = edgekit_cli("package", model / "outlier_cnn.keras", "-c", model / "calibration.npz", "--eval",
-                         model / "eval.npz", "--format", "tflite", "--format", "onnx", "--no-also-float", "-o", tmp_path)
+                         model / "eval.npz", "--format", "all", "--no-also-float", "-o", tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     said = [line for line in result.stdout.splitlines() if line.startswith("INT8 simulation: --keep-float")]
     assert said and "passes every gate" in said[0], result.stdout[-3000:]
     manifest = json.loads((tmp_path / "outlier_cnn.edgekit" / "manifest.json").read_text())
     mains = [a for a in manifest["artifacts"] if not a.get("variant")]
-    assert {a["format"] for a in mains} == {"tflite", "onnx"}
+    assert {a["format"] for a in mains} == {"tflite", "onnx", "coreml", "executorch"}
     for artifact in mains:
         simulation = artifact["details"]["simulation"]
         assert simulation["passed"] and set(simulation["plan"]) >= {"conv2", "conv3"}
         assert simulation["tries"] <= 60 and "real" in simulation and "simulated" in simulation
         kept = artifact["details"]["precision_plan"]["layers"]
-        assert set(simulation["plan"]) <= set(kept)  # built from the simulated plan; a real miss only adds layers
+        assert set(simulation["plan"]) <= set(kept), artifact["format"]  # built from the simulated plan; a real miss only adds layers
         tries = [t for t in manifest["validation"]["artifacts"][artifact["format"]].get("auto_fix", [])
                  if t.get("stage") not in ("confirmation", "speed")]
         assert len(tries) <= 6  # a few real tries at most after the simulated plan
+
+
+@pytest.mark.slow
+def test_a_pytorch_plan_reaches_executorch_by_module_and_op_and_its_real_miss_continues_there(
+        tmp_path_factory, tmp_path):
+    """vad_stream: the simulated plan names ONNX nodes; ExecuTorch converts the PyTorch program
+    itself, so it builds them as modules (``node_linear_1`` -> ``mix``) and traced ops
+    (``node_cat`` -> ``cat``). Its artifact misses the gate the simulation passed (the XNNPACK
+    program quantizes the state's path otherwise): its own search continues from the plan with a
+    few real tries, and both sides of the gap are recorded."""
+    model = verdict_model(tmp_path_factory, "vad_stream")
+    result = edgekit_cli("package", model / "vad_stream.pt2", "-c", model / "calibration.npz", "--eval",
+                         model / "eval.npz", "--format", "executorch", "--no-also-float", "--allow-accuracy-drop",
+                         "-o", tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "executorch: the simulated plan misses on its artifact" in result.stdout, result.stdout[-3000:]
+    manifest = json.loads((tmp_path / "vad_stream.edgekit" / "manifest.json").read_text())
+    artifact = manifest["artifacts"][0]
+    simulation = artifact["details"]["simulation"]
+    assert {"node_cat", "node_linear_1"} <= set(simulation["plan"]) and simulation["passed"]
+    assert simulation["real"] != simulation["simulated"]  # the gap, on record
+    kept = artifact["details"]["precision_plan"]["layers"]
+    assert {"cat", "mix"} <= set(kept) and not any(layer.startswith("node_") for layer in kept)
+    tries = [t for t in manifest["validation"]["artifacts"]["executorch"].get("auto_fix", [])
+             if t.get("stage") not in ("confirmation", "speed")]
+    assert 1 <= len(tries) <= 6
+
+
+def _route(kind: str, fmt: str):
+    from edgekit.conversion import routes
+
+    return next(r for r in routes.table() if r.source_kind == kind and r.format == fmt)
+
+
+def test_the_simulated_plan_reaches_each_route_in_the_names_of_its_form():
+    """One plan, searched on the ONNX form, given to every format: as it is where the route's form
+    names layers as the source does (Keras layers, ONNX nodes), by PyTorch module where the route
+    converts the PyTorch program itself, and a forward's own op by its traced name only on a route
+    that keeps such an op in float; what a route cannot name is left out and said."""
+    from edgekit.formats.building import BuildContext
+    from edgekit.formats.plan import PrecisionPlan
+    from edgekit.packaging.shared_plan import Simulated, for_format
+
+    context = BuildContext(calibration_npy="", eval_npy="", package_dir=Path("."), workdir=Path("."))
+    keras = Simulated(PrecisionPlan.of(keep_float=["conv2", "conv3"]), True)
+    for fmt in ("tflite", "onnx", "coreml", "executorch"):
+        built, unnamed = for_format(keras, context, _route("keras", fmt))
+        assert built.plan.keep_float == ("conv2", "conv3") and not unnamed, fmt
+    torch = Simulated(PrecisionPlan.of(keep_float=["node_conv2d_1", "node_cat"]), True,
+                      module_paths={"node_conv2d_1": "encoder.conv2", "node_cat": "op:cat"})
+    onnx, _ = for_format(torch, context, _route("torch_export", "onnx"))
+    assert onnx.plan.keep_float == ("node_conv2d_1", "node_cat")  # the simulated graph's own names
+    executorch, unnamed = for_format(torch, context, _route("torch_export", "executorch"))
+    assert executorch.plan.keep_float == ("encoder.conv2", "cat") and not unnamed
+    tflite, unnamed = for_format(torch, context, _route("torch_export", "tflite"))
+    assert tflite.plan.keep_float == ("encoder.conv2",) and unnamed == ["node_cat"]
+    coreml, _ = for_format(torch, context, _route("torch_export", "coreml"))  # no per-layer precision there
+    assert not coreml.plan
+    assert for_format(Simulated(None, True), context, _route("keras", "tflite"))[0] is context

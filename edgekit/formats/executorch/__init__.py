@@ -37,7 +37,7 @@ FORMAT = Format(
     # 16-bit activations; the per-layer report compares PT2E's quantized graph with its float one
     # a PyTorch QAT module goes through its QDQ export, whose pairs are lowered as given
     accepts=(Accepts(forms.TORCH_PROGRAM, honours=("keep_float", "explain"),
-                     cannot=forms.QUANTIZED_OPS),),
+                     cannot=forms.QUANTIZED_OPS, names_ops=True),),
     notes=build_notes,
     keeps_learned_ranges=("QDQ",),  # the QDQ graph's pairs lowered to XNNPACK as given (convert_executorch_kept)
     build_requires=("executorch", "torch"),

@@ -53,7 +53,7 @@ def convert_executorch(model: dict[str, Any], calibration_npy: str, output: str,
     if list(samples) == [""]:
         samples = {names[0]: samples[""]}
     named = _plan_names(model, layer_names)  # module path -> the plan's name, where rebuilt from ONNX
-    paths = _module_paths_of(module, keep_float or [], named)
+    paths, ops = _module_paths_of(module, keep_float or [], named)
     # imported once the model is known to be convertible (ExecuTorch and torchao take ~8 s to import)
     from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
         XNNPACKQuantizer,
@@ -72,7 +72,8 @@ def convert_executorch(model: dict[str, Any], calibration_npy: str, output: str,
         raise ConversionError(f"ExecuTorch: the program returns {produced} outputs, the model {len(output_names)}",
                               hint=OTHER_ROUTES)
     exported = _export(wrapped, sample(0))
-    quantizer = _quantizer(XNNPACKQuantizer, get_symmetric_quantization_config, exported, paths)
+    _refuse_unknown_ops(exported, ops)
+    quantizer = _quantizer(XNNPACKQuantizer, get_symmetric_quantization_config, exported, paths, ops)
     graph = prepare_pt2e(exported.module(), quantizer)
     total = len(next(iter(samples.values())))
     with torch.no_grad():
@@ -133,14 +134,15 @@ def _plan_names(model: dict[str, Any], layer_names: list[str] | None) -> dict[st
     return plan_names(form.path, layer_names or ()) if form.loader == LOADER else {}
 
 
-def _module_paths_of(module: Any, layers: list[str], named: dict[str, str]) -> list[str]:
+def _module_paths_of(module: Any, layers: list[str], named: dict[str, str]) -> tuple[list[str], list[str]]:
     """The module paths of each layer to keep in float: the module itself, or on a module rebuilt
     from ONNX every submodule whose node belongs to it (``named``: path -> the plan's name; a Keras
-    layer is several nodes); an unknown one is refused by name."""
+    layer is several nodes); then the names that are no module, taken as traced ops of a
+    ``forward`` (``cat``: torch.export's node name), checked once the program is exported."""
     from ...steps.onnx_torch.naming import attribute_name
 
     modules = dict(module.named_modules()) if hasattr(module, "named_modules") else {}
-    paths, unknown = [], []
+    paths, ops = [], []
     for name in layers:
         found = [name] if name in modules else [path for path, layer in named.items()
                                                 if layer == name and path in modules]
@@ -148,11 +150,18 @@ def _module_paths_of(module: Any, layers: list[str], named: dict[str, str]) -> l
             found = [attribute_name(name)]
         paths += found
         if not found:
-            unknown.append(name)
+            ops.append(name)
+    return paths, ops
+
+
+def _refuse_unknown_ops(exported: Any, ops: list[str]) -> None:
+    """A name kept in float that is neither a module nor a traced op of the program, by name."""
+    traced = {node.name for node in exported.graph_module.graph.nodes if node.op == "call_function"}
+    unknown = [name for name in ops if name not in traced]
     if unknown:
-        raise ConversionError(f"ExecuTorch: no module named {', '.join(unknown)} in this PyTorch model",
-                              hint="name layers by their module path (as --explain lists them)")
-    return paths
+        raise ConversionError(f"ExecuTorch: no module or traced op named {', '.join(unknown)} in this PyTorch model",
+                              hint="name layers by their module path (as --explain lists them), or an op of a "
+                                   "forward by its torch.export name (cat, linear_1)")
 
 
 def _samples(path: str, names: list[str]) -> list[tuple[Any, ...]]:
@@ -166,7 +175,8 @@ def _samples(path: str, names: list[str]) -> list[tuple[Any, ...]]:
             for i in range(count)]
 
 
-def _quantizer(xnnpack_quantizer: type, config: Any, exported: Any, kept_paths: list[str]) -> Any:
+def _quantizer(xnnpack_quantizer: type, config: Any, exported: Any, kept_paths: list[str],
+               kept_ops: tuple[str, ...] | list[str] = ()) -> Any:
     """ExecuTorch's XNNPACK quantizer, static int8 with per-channel weights, annotating every node
     but those of a layer kept in float, those reading integers (an embedding's token ids, a
     gather's indices: quantized, the op would get float ids) and an attention mask's mix into the
@@ -174,7 +184,9 @@ def _quantizer(xnnpack_quantizer: type, config: Any, exported: Any, kept_paths: 
     kept = [f"inner.{path}" for path in kept_paths]
     masked = mask_nodes(exported.graph_module.graph, set(exported.graph_signature.user_inputs))
     quantizer = _integer_scalars_kept(xnnpack_quantizer)().set_global(config(is_per_channel=True, is_dynamic=False))
+    ops = set(kept_ops)
     quantizer.set_filter_function(lambda node: not _reads_integers(node) and node.name not in masked
+                                  and node.name not in ops
                                   and not any(_inside(path, kept) for path in _module_paths(node)))
     return quantizer
 
