@@ -82,8 +82,10 @@ class Fix(NamedTuple):
     """One rebuild ``--auto-fix`` may try when a gate fails, and the flag a user would pass for it.
 
     ``option`` is the ``BuildContext.options`` key it sets to ``value``; ``"keep_float"`` and
-    ``"int16_layers"`` add ``value`` (a layer) to ``BuildContext.keep_float`` / ``int16_layers``. ``when``: ``"always"``, or ``"saturated"``
-    for a fix that only helps where this CPU's fused int8 kernels lose what the quantization keeps."""
+    ``"int16_layers"`` add ``value`` (a layer) to ``BuildContext.keep_float`` / ``int16_layers``. ``when``: ``"always"``, ``"saturated"``
+    for a fix that only helps where this CPU's fused int8 kernels lose what the quantization keeps,
+    or ``"no_layers"`` for one tried only where the route honours no per-layer precision (there is
+    no plan to search: the format's coarser rebuild is all that is left)."""
 
     flag: str
     option: str

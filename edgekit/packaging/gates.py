@@ -177,7 +177,8 @@ def _fixes(remedies: Remedies, saturated: bool, producer: str | None) -> tuple[F
     """What fixes a failure, most likely first; ``--auto-fix`` tries them in this order."""
     fixes = [int16_fix(producer)] if producer and "int16" in remedies.layers else []  # 16-bit before float
     fixes += [keep_float_fix(producer)] if producer and remedies.keep_float else []
-    fixes += [f for f in remedies.fixes if f.when == "always" or (saturated and f.when == "saturated")]
+    fixes += [f for f in remedies.fixes if f.when == "always" or (saturated and f.when == "saturated")
+              or (f.when == "no_layers" and not remedies.keep_float)]
     return tuple(fixes)
 
 

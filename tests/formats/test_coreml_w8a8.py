@@ -125,3 +125,22 @@ def test_a_dense_layer_calibrates_on_every_sample(tmp_path):
     assert result.returncode == 0, result.stderr
     manifest = json.loads((tmp_path / "out" / "dense.edgekit" / "manifest.json").read_text())
     assert manifest["validation"]["artifacts"]["coreml"]["sqnr_db"] > 30
+
+
+def test_a_traced_pytorch_route_that_fails_int8_activations_ships_int8_weights_with_float16_activations(
+        tmp_path_factory, tmp_path):
+    """prelu_landmarks (a torch.export program): CoreML's traced route keeps no layer in float, so
+    no plan reaches it; W8A8 misses its 20 dB floor (7.5 dB). The search's one rebuild there is
+    int8 weights with float16 activations, which passes and is recorded as the fix kept."""
+    from tests.conftest import edgekit_cli, verdict_model
+
+    model = verdict_model(tmp_path_factory, "prelu_landmarks")
+    result = edgekit_cli("package", model / "prelu_landmarks.pt2", "-c", model / "calibration.npz", "--eval",
+                         model / "eval.npz", "--format", "coreml", "--no-also-float", "-o", tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "search coreml: --coreml-activations float16" in result.stdout
+    manifest = json.loads((tmp_path / "prelu_landmarks.edgekit" / "manifest.json").read_text())
+    (artifact,) = manifest["artifacts"]
+    assert artifact["precision"] == "int8 weights"
+    kept = [t for t in manifest["validation"]["artifacts"]["coreml"]["auto_fix"] if t.get("kept")]
+    assert kept[0]["change"] == "--coreml-activations float16"

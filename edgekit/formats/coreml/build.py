@@ -31,7 +31,7 @@ from ...errors import ConversionError, OTHER_ROUTES, first_line
 from ...conversion.forms import ModelForm, flatten_outputs, load_module
 from ...fsutil import sha256_tree, tree_bytes
 from ...manifest import Artifact, QuantParams
-from ..building import BuildContext, Builder, BuildResult
+from ..building import BuildContext, Builder, BuildResult, Fix
 from .names import source_name
 
 ARTIFACT_PATH = "coreml/model.int8.mlpackage"
@@ -49,6 +49,12 @@ class CoreMLBuilder(Builder):
     name = "coreml"
     backend = "coreml"
     unmeasured_reason = "CoreML prediction runs only on macOS and the MIL evaluator does not cover this model"
+
+    def fixes(self) -> tuple[Fix, ...]:
+        """Where the route keeps no layer in float (a traced PyTorch module: its ops carry no layer
+        names), int8 weights with float16 activations (W8A16, what Core ML runs natively on the
+        Neural Engine) when int8 activations fail: the weights stay 8-bit, the activations exact."""
+        return (Fix("--coreml-activations float16", "coreml_activations", "float16", when="no_layers"),)
 
     def build(self, context: BuildContext, on_progress: Callable[[int, int], None] | None = None) -> BuildResult:
         output = context.package_dir / ARTIFACT_PATH
