@@ -155,7 +155,7 @@ def _search_rounds(builder: Any, first: Any, judged: PackagingContext, remedies:
         if not budget.allows_try():
             break
         before = (builder.builds, found.context.plan)
-        found, more = search(builder, found, judged, remedies, budget=budget)
+        found, more = search(builder, found, judged, remedies, budget=budget, fixed=first.context.plan)
         trials += more
         if not found.failures or (builder.builds, found.context.plan) == before or found.context.plan == before[1]:
             break

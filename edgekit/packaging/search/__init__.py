@@ -18,7 +18,7 @@ import numpy as np
 
 from ...conversion import deadline
 from ...formats import Builder, BuildContext
-from ...formats.plan import FLOAT, INT16
+from ...formats.plan import FLOAT, INT16, PrecisionPlan
 from ...conversion.worker_reuse import reusing
 from ..context import PackagingContext
 from ..gates import GateFailure, Remedies
@@ -39,17 +39,20 @@ MAX_FALLBACKS = 2
 
 def search(builder: Builder, first: Candidate, run: PackagingContext, remedies: Remedies = Remedies(),
            plain_s: float = 0.0, shared_s: float = 0.0, budget: Budget | None = None,
-           max_tries: int | None = None) -> tuple[Candidate, list[dict[str, Any]]]:
+           max_tries: int | None = None,
+           fixed: PrecisionPlan | None = None) -> tuple[Candidate, list[dict[str, Any]]]:
     """The search for a build that passes (``first`` failed), and the record of every try.
     ``plain_s``: what the plain build and its measurement took; ``shared_s``: this format's share
     of the steps every format needed first (the budget is a multiple of both), unless ``budget`` is
-    given (the simulation's, counted in tries); ``max_tries``: at most this many builds."""
+    given (the simulation's, counted in tries); ``max_tries``: at most this many builds;
+    ``fixed``: the layers never put back to int8 (default: every layer ``first`` already raises; a
+    search that goes on from its own earlier plan passes the user's, so all of it can go back)."""
     budget = budget or Budget.for_search(run.options.search_budget_s, plain_s, shared_s)
     if max_tries is not None:
         budget = budget.capped(max_tries)
     budget = budget.within_share(deadline.left(), plain_s)
     with reusing():  # the tries share converter children (already so inside a packaging run: it shares them all)
-        found = _tries(builder, first, run, remedies, budget)
+        found = _tries(builder, first, run, remedies, budget, fixed)
     if found.best is None:  # the package still holds the first build: tries built into scratch
         return first, _records(found.trials, budget)
     return _rebuild(builder, first, run, remedies, budget, found)
@@ -67,7 +70,7 @@ class _Found:
 
 
 def _tries(builder: Builder, first: Candidate, run: PackagingContext, remedies: Remedies,
-           budget: Budget) -> _Found:
+           budget: Budget, fixed: PrecisionPlan | None = None) -> _Found:
     """The search's tries and what they found."""
     from ..holdout import split
 
@@ -101,7 +104,7 @@ def _tries(builder: Builder, first: Candidate, run: PackagingContext, remedies: 
     try:
         best = named_fixes(runner, started)
         if best.failures and layers and {"int16", "keep_float"} & set(remedies.layers) and budget.allows_try():
-            best = search_layers(runner, best, remedies)
+            best = search_layers(runner, best, remedies, fixed)
         elif best is not started and best.context.plan != started.context.plan:
             best = fastest_plan(runner, best, remedies, started.context.plan)  # a named fix raised a layer
     finally:

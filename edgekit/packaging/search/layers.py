@@ -40,12 +40,14 @@ FASTER = 1.05  # a passing plan replaces the one found when this much faster (wi
 SPEED_ROUNDS, SPEED_RUNS = 5, 5  # interleaved rounds of calls when passing plans are timed against each other
 
 
-def search_layers(runner: TrialRunner, best: Candidate, remedies: Remedies) -> Candidate:
-    """The best build found; every try is in ``runner.trials``."""
+def search_layers(runner: TrialRunner, best: Candidate, remedies: Remedies,
+                  fixed: PrecisionPlan | None = None) -> Candidate:
+    """The best build found; every try is in ``runner.trials``; ``fixed``: the layers never put
+    back to int8 (default: those ``best`` raises)."""
     probes = [p for p, honoured in ((INT16, "int16"), (FLOAT, "keep_float")) if honoured in remedies.layers]
     if not probes:
         return best
-    search = _LayerSearch(runner, probes, best)
+    search = _LayerSearch(runner, probes, best, lowerable_from=fixed)
     worst, ordered = search.where(remedies)
     if not search.start.failures:  # the report's build passes as it is (a route quantizing per layer)
         return search.start
@@ -69,10 +71,13 @@ def fastest_plan(runner: TrialRunner, found: Candidate, remedies: Remedies, user
 
 class _LayerSearch:
     def __init__(self, runner: TrialRunner, probes: list[str], start: Candidate,
-                 base: PrecisionPlan | None = None) -> None:
+                 base: PrecisionPlan | None = None, lowerable_from: PrecisionPlan | None = None) -> None:
         self.runner, self.probes, self.start = runner, probes, start
         # what the user (or a named fix) already raised: never lowered
         self.base = start.context.plan if base is None else base
+        # what the most-integer stage never lowers: the base, or less where a search goes on from
+        # its own earlier plan (the simulation's rounds), whose layers may then go back to int8
+        self.fixed = self.base if lowerable_from is None else lowerable_from
         self.inputs = set(runner.run.data.evaluation)  # model inputs: a report may name them, no op computes them
         self.say, self.warn = runner.run.progress.say, runner.run.progress.warn
         self.name = runner.builder.name
@@ -253,7 +258,7 @@ class _LayerSearch:
     def most_integer(self, best: Candidate, worst: Sequence[str]) -> Candidate:
         """The raised layers back to int8 in halves, quarters, ... one, least costly first."""
         rank = {layer: i for i, layer in enumerate(worst)}
-        raised = sorted((layer for layer in best.context.plan.layers if layer not in self.base),
+        raised = sorted((layer for layer in best.context.plan.layers if layer not in self.fixed),
                         key=lambda layer: -rank.get(layer, -1))  # not among the worst first, then the mildest
         size = max(1, len(raised) // 2)
         reserved = len(self.probes) - 1  # the speed stage's tries at the other precision (``fastest``)
