@@ -117,7 +117,7 @@ def test_a_pytorch_program_lowers_to_xnnpack_int8_and_runs_like_pytorch(net, tmp
 
 
 def test_an_unknown_layer_is_refused_by_name(net, tmp_path):
-    with pytest.raises(ConversionError, match="no module named nope"):
+    with pytest.raises(ConversionError, match="no module or traced op named nope"):
         _convert(net, tmp_path, keep_float=["nope"])
 
 

@@ -155,14 +155,15 @@ def test_the_runtime_respects_the_verdict(zoo, tmp_path):
 def test_a_yolov5_export_levels_joined_on_the_anchor_axis_is_a_detector(zoo, tmp_path):
     """YOLOv5 joins [box | sigmoid(obj + classes)] per level on the last axis, then the levels on the
     anchor axis: the quantities are found inside the levels, through the Reshape that keeps the last
-    axis, and the collapsed scores are refused by plain INT8. With default flags the search raises
-    a block to 16-bit activations (before float) and ships a detector checked on its task."""
+    axis, and the collapsed scores are refused by plain INT8. The format's own search (the subject
+    here, so --no-simulate) raises a block to 16-bit activations (before float) and ships a
+    detector checked on its task."""
     pytest.importorskip("torch")
     yolo = zoo("yolov5")
     # the search needs 8 tries here, about 60 s on a quiet 2-core machine: more than its default budget's
     # 45 s floor allows on a busy one (4 tries), so the budget is given (what is found is under test, not the time)
     searched = edgekit_cli("package", yolo / "yolov5.onnx", "-c", yolo / "images.npz", "--format", "onnx",
-                           "-o", tmp_path / "searched", "--no-also-float", "--search-budget", "300")
+                           "-o", tmp_path / "searched", "--no-also-float", "--search-budget", "300", "--no-simulate")
     assert searched.returncode == 0, searched.stderr[-3000:]
     assert ("output0: detections:yolov5, YOLOv5 layout [N, A, 10], from Concat(axis=2) of 4 box rows and 1 "
             "objectness row and 5 class rows, 2 levels joined on axis 1") in searched.stdout
