@@ -195,6 +195,17 @@ def _refuse_unbatched(inputs: list[TensorDescription], outputs: list[TensorDescr
                 hint=f"fix it to a constant with --input {model_input.name}=0 (zeros as the initial state, "
                      "sized by the batch at run time), or re-export the model with this input batch-first",
             )
+        fixed = _fixed_first_axis(model_input)
+        if fixed is not None:
+            raise ModelSourceError(
+                f"model input {model_input.name!r} has shape {['?' if d == -1 else d for d in model_input.shape]}: "
+                f"its first axis is fixed to {model_input.shape[0]} while axis {fixed} is free, so its batch is "
+                f"on axis {fixed} (a recurrent state [layers, N, hidden]), not on axis 0: edgekit stacks samples on "
+                "axis 0, so every sample's values would be fed as the wrong rows",
+                hint=f"fix it to a constant with --input {model_input.name}=0 --input-shape {model_input.name}="
+                     f"{'x'.join('1' if d == -1 else str(d) for d in model_input.shape)} (zeros as the initial "
+                     "state, batch 1), or re-export the model with this input batch-first",
+            )
         if len(model_input.shape) == 0:
             raise ModelSourceError(
                 f"model input {model_input.name!r} is a scalar (rank 0): edgekit feeds every input as a batch of "
@@ -203,6 +214,16 @@ def _refuse_unbatched(inputs: list[TensorDescription], outputs: list[TensorDescr
                 hint=f"fix it to its value with --input {model_input.name}=VALUE (e.g. 16000; it is folded into "
                      "the model and recorded in the manifest), or give it a batch axis (shape [N, 1]) and re-export",
             )
+
+
+def _fixed_first_axis(tensor: TensorDescription) -> int | None:
+    """The free axis of an input whose first axis is fixed above 1 (``[2, N, 128]``): its batch is
+    there, not on axis 0 (a batch-1 model fixes axis 0 to 1, and is fed one sample at a time)."""
+    shape = list(tensor.shape)
+    if len(shape) < 2 or shape[0] in (-1, 0, 1):
+        return None
+    free = [axis for axis, d in enumerate(shape) if axis and d == -1]
+    return free[0] if len(free) == 1 else None
 
 
 def _batch_axis_elsewhere(tensor: TensorDescription, batch_names: set[str]) -> int | None:

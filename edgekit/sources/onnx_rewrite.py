@@ -218,8 +218,17 @@ def _dims(value: Any) -> list[str]:
 
 
 def _batch_axis(value: Any, batch: str) -> int | None:
+    """The axis k > 0 holding the batch: the one named like the inputs' batch; else, where the
+    exporter named it otherwise (``[2, n, 128]`` beside ``[batch, 512]``), the only free axis of a
+    value whose first axis is fixed above 1 (a recurrent state [layers, N, hidden])."""
     names = _dims(value)
-    return names.index(batch) if batch in names and names[0] != batch and names.count(batch) == 1 else None
+    if batch in names:
+        return names.index(batch) if names[0] != batch and names.count(batch) == 1 else None
+    dims = list(value.type.tensor_type.shape.dim)
+    if len(dims) < 2 or not dims[0].HasField("dim_value") or dims[0].dim_value <= 1:
+        return None
+    free = [axis for axis, d in enumerate(dims) if axis and not d.HasField("dim_value")]
+    return free[0] if len(free) == 1 else None
 
 
 def _permute(value: Any, perm: list[int]) -> None:

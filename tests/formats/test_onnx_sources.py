@@ -547,3 +547,40 @@ def test_an_output_batched_on_axis_1_is_made_batch_first(tmp_path):
 
     with edgekit.load(package) as model:
         np.testing.assert_allclose(model.predict(frames[:5]), expected.transpose(1, 0, 2), atol=0.1)
+
+
+def test_a_state_whose_batch_axis_is_named_otherwise_is_found_by_its_fixed_first_axis(tmp_path):
+    """A state ``[2, n, 4]`` beside frames ``[batch, 4]``: the exporter named its batch ``n``, not
+    ``batch``. ONNX Runtime refused the samples stacked on axis 0 and the message blamed a
+    converter; its only free axis after a first axis fixed at 2 is the batch, made batch-first
+    like a named one, and each sample's state reaches the model in the source's layout."""
+    import onnx
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    frames_in = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])
+    state_in = helper.make_tensor_value_info("state", TensorProto.FLOAT, [2, "n", 4])
+    out = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4])
+    rng = np.random.default_rng(5)
+    weights = numpy_helper.from_array(rng.normal(0, 0.5, (4, 4)).astype(np.float32), "w")
+    axes = numpy_helper.from_array(np.array([0], np.int64), "axes")
+    graph = helper.make_graph([helper.make_node("ReduceSum", ["state", "axes"], ["summed"], keepdims=0),
+                               helper.make_node("MatMul", ["x", "w"], ["mixed"]),
+                               helper.make_node("Add", ["mixed", "summed"], ["y"])],
+                              "state", [frames_in, state_in], [out], [weights, axes])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "state.onnx")
+    x, state = rng.normal(0, 1, (120, 4)).astype(np.float32), rng.normal(0, 1, (120, 2, 4)).astype(np.float32)
+    np.savez(tmp_path / "data.npz", x=x, state=state)
+    result = edgekit_cli("package", tmp_path / "state.onnx", "-c", tmp_path / "data.npz", "-o", tmp_path / "out",
+                         "--format", "onnx", "--no-also-float")
+    assert result.returncode == 0, result.stderr[-3000:]
+    package = tmp_path / "out" / "state.edgekit"
+    manifest = json.loads((package / "manifest.json").read_text())
+    assert manifest["source"]["rewrites"]["batch_axes"] == {"state": 1}
+    expected = ort.InferenceSession(str(tmp_path / "state.onnx")).run(
+        None, {"x": x[:1], "state": state[:1].transpose(1, 0, 2)})[0]
+    import edgekit
+
+    with edgekit.load(package, artifact="onnx") as model:
+        produced = model.predict({"x": x[:1], "state": state[:1]})
+    np.testing.assert_allclose(produced, expected, atol=0.15)

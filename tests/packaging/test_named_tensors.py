@@ -270,3 +270,22 @@ def test_one_input_two_heads_for_every_format(models):
     (failed,) = manifest["failed"]
     assert failed["format"] == "coreml" and "several outputs (2)" in failed["error"]
     assert "--format tflite --format onnx" in failed["hint"]
+
+
+def test_an_input_whose_first_axis_is_fixed_above_one_beside_a_free_axis_is_refused_as_a_layout():
+    """A state ``[2, ?, 128]`` the source could not make batch-first (no ONNX graph to rewrite):
+    stacking samples on axis 0 would feed each sample's values as the wrong rows, and ONNX
+    Runtime's refusal blamed a converter; the input and its layout are named, with a fix that
+    runs. A batch-1 model (axis 0 fixed at 1) and a plain batch-first input are fed as before."""
+    import pytest
+
+    from edgekit.errors import ModelSourceError
+    from edgekit.packaging.data import _refuse_unbatched
+    from edgekit.sources.description import TensorDescription
+
+    frames = TensorDescription("frames", (-1, 512), "float32")
+    state = TensorDescription("state", (2, -1, 128), "float32")
+    with pytest.raises(ModelSourceError, match=r"'state' has shape \[2, '\?', 128\].* batch is on axis 1") as caught:
+        _refuse_unbatched([frames, state])
+    assert "--input state=0 --input-shape state=2x1x128" in caught.value.hint
+    _refuse_unbatched([frames, TensorDescription("image", (1, 3, -1, -1), "float32")])
