@@ -126,7 +126,8 @@ def one_format(format_plan: Planned, context: BuildContext, described: SourceDes
         first, unnamed = for_format(simulated, context, format_plan.route)
         if unnamed:
             progress.say(f"{builder.name}: the simulated plan's {', '.join(unnamed)} belong to no PyTorch module this "
-                         "route can name (ops written in a forward): built without them")
+                         "route can name (ops written in a forward): built without them, and its own search, on its "
+                         "usual budget, goes on from there if that misses")
         try:
             format_plan, own, built, comparison = build_on_routes(format_plan, first, described, steps, run)
         except EdgekitError as exc:
@@ -149,7 +150,9 @@ def one_format(format_plan: Planned, context: BuildContext, described: SourceDes
         return [FormatOutcome(builder.name, error=exc, seconds=time.monotonic() - started)]
     remedies = format_plan.remedies
     outcome = judge(builder, own, built, comparison, run, remedies, plain_s=time.monotonic() - started,
-                    shared_s=run.setup_s / formats, simulated=simulated if first is not context else None)
+                    shared_s=run.setup_s / formats,
+                    # the plan came whole: a miss continues with a few real tries; part of it: a search of its own
+                    simulated=simulated if first is not context and not unnamed else None)
     outcomes = [replace(outcome, seconds=time.monotonic() - started)]
     fallback = float_fallback(builder, outcome.built or built, own, run, remedies)
     # the format's other quantized builds with what the search kept (the same layers in float)
