@@ -416,8 +416,37 @@ def compare_all_formats(models: list[str] | None = None) -> dict[str, dict[str, 
                     "speed_vs_float": speed}
             for failed in (manifest or {}).get("failed", []):
                 row["formats"][failed["target"]] = {"verdict": "not shipped", "error": failed["error"][:200]}
+            if manifest is not None:
+                row["default"] = default_pick(path.parent, held_out or calibration)
             found[name] = row
     return found
+
+
+def default_pick(package: Path, data: Path) -> dict[str, object]:
+    """What ``edgekit.load`` runs here by default, and that artifact timed against its format's
+    float fallback here (interleaved in one child, batch 1, one thread), so the table says whether
+    the package delivers INT8 faster than float on this CPU."""
+    from edgekit.formats import FORMATS as ALL
+    from edgekit.packaging.speed import median_ms
+
+    with edgekit.load(package) as model:
+        chosen, backend = model.artifact, model.backend.name
+        manifest, inputs = model.manifest, [s.name for s in model.manifest.inputs]
+    picked: dict[str, object] = {"artifact": chosen.key, "precision": chosen.precision, "backend": backend}
+    fallback = next((a for a in manifest.artifacts if a.converter.get("float_fallback_for") == chosen.format), None)
+    if chosen.is_float or fallback is None:
+        return picked
+    with np.load(data) as stored:  # one sample, by input name (or the one array of a one-input model)
+        named = [k for k in stored.files if k in inputs]
+        keys = named if named else [next(k for k in stored.files if k not in ("y", "labels"))]
+        sample = {(k if named else inputs[0]): stored[k][:1] for k in keys}
+    dtypes = {spec.name: spec.dtype for spec in manifest.inputs}
+    sample = {k: v.astype(dtypes.get(k, "float32")) for k, v in sample.items()}  # the artifact's own dtype
+    timed = median_ms(ALL[chosen.format].builder(), {"int8": package / chosen.path, "float": package / fallback.path},
+                      sample, f"timing {chosen.key} against {fallback.key}")
+    if timed:
+        picked["speed_vs_float"] = round(timed["float"] / timed["int8"], 2)
+    return picked
 
 
 def print_all_formats_table(found: dict[str, dict[str, object]]) -> None:
@@ -438,6 +467,11 @@ def print_all_formats_table(found: dict[str, dict[str, object]]) -> None:
             print(f"{head} {key:<14} {str(fmt['verdict']):<13} {str(fmt['simulated_tries'] or '-'):>4} "
                   f"{fmt['real_tries']:>4} {'n/a' if speed is None else f'{speed:.2f}x':>6}  {fmt['precision']} / "
                   f"{plan[:50]} / {'n/a' if margin is None else f'{margin:+.3g}'}")
+        picked = row.get("default")
+        if picked:
+            speed = picked.get("speed_vs_float")
+            print(f"{'':<18} {'':>7} {'':>5} runtime default here: {picked['artifact']} ({picked['precision']}, "
+                  f"{picked['backend']})" + (f", {speed:.2f}x its float fallback" if speed else ""))
 
 
 def _margins(record: dict[str, object]) -> dict[str, float | None]:
