@@ -93,3 +93,20 @@ def test_the_simulated_plan_reaches_each_route_in_the_names_of_its_form():
     coreml, _ = for_format(torch, context, _route("torch_export", "coreml"))  # no per-layer precision there
     assert not coreml.plan
     assert for_format(Simulated(None, True), context, _route("keras", "tflite"))[0] is context
+
+
+@pytest.mark.slow
+def test_a_detectors_concat_kept_in_float_reaches_executorch(tmp_path_factory, tmp_path):
+    """yolo: box rows (0..640) and sigmoid scores joined by one Concat; the simulation keeps it in
+    float. ExecuTorch's XNNPACK quantizer gave every cat one scale for its inputs and output
+    without asking which ops stay float, so the scores collapsed (recall 60%) with the plan built;
+    the cat left float now runs in float and the detector ships."""
+    model = verdict_model(tmp_path_factory, "yolo")
+    result = edgekit_cli("package", model / "yolo.onnx", "-c", model / "images.npz", "--format", "executorch",
+                         "--no-also-float", "-o", tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    manifest = json.loads((tmp_path / "yolo.edgekit" / "manifest.json").read_text())
+    (artifact,) = manifest["artifacts"]
+    assert artifact["details"]["precision_plan"]["layers"] == {"/Concat_6": "float"}
+    task = manifest["validation"]["artifacts"]["executorch"]["tasks"]["output0"]
+    assert task["passed"] and task["values"]["recall"] >= 0.9

@@ -183,12 +183,36 @@ def _quantizer(xnnpack_quantizer: type, config: Any, exported: Any, kept_paths: 
     scores with the softmax after it (``mask_nodes``)."""
     kept = [f"inner.{path}" for path in kept_paths]
     masked = mask_nodes(exported.graph_module.graph, set(exported.graph_signature.user_inputs))
-    quantizer = _integer_scalars_kept(xnnpack_quantizer)().set_global(config(is_per_channel=True, is_dynamic=False))
     ops = set(kept_ops)
-    quantizer.set_filter_function(lambda node: not _reads_integers(node) and node.name not in masked
-                                  and node.name not in ops
-                                  and not any(_inside(path, kept) for path in _module_paths(node)))
+
+    def quantized(node: Any) -> bool:
+        return (not _reads_integers(node) and node.name not in masked and node.name not in ops
+                and not any(_inside(path, kept) for path in _module_paths(node)))
+
+    base = _integer_scalars_kept(xnnpack_quantizer)
+    quantizer = _filter_honoured_by_cat(base, quantized)().set_global(config(is_per_channel=True, is_dynamic=False))
+    quantizer.set_filter_function(quantized)
     return quantizer
+
+
+def _filter_honoured_by_cat(base: type, quantized: Any) -> type:
+    """The XNNPACK quantizer annotates every ``cat`` with one scale shared by its inputs and its
+    output, without asking the filter: a concatenation kept in float (a detector's box rows beside
+    its score rows) still had its quantities forced onto one int8 grid. A cat the filter leaves out
+    is marked annotated with nothing first, so each input keeps the scale its producer gives it and
+    the cat runs in float."""
+    import torch
+    from torchao.quantization.pt2e.quantizer import QuantizationAnnotation
+    from torchao.quantization.pt2e.quantizer.quantizer import Q_ANNOTATION_KEY
+
+    class FilterHonouredByCat(base):  # type: ignore[misc, valid-type]
+        def annotate(self, model: Any) -> Any:
+            for node in model.graph.nodes:
+                if node.op == "call_function" and node.target == torch.ops.aten.cat.default and not quantized(node):
+                    node.meta[Q_ANNOTATION_KEY] = QuantizationAnnotation(_annotated=True)
+            return super().annotate(model)
+
+    return FilterHonouredByCat
 
 
 def _integer_scalars_kept(base: type) -> type:
@@ -306,16 +330,20 @@ def _lower_and_write(exported: Any, path: str, io: str, named: dict[str, str]) -
     return read
 
 
-def _layer(node: Any, named: dict[str, str]) -> str | None:
+def _layer(node: Any, named: dict[str, str], ops_by_name: bool = False) -> str | None:
     """The user's layer a node was traced inside: its innermost module path below the wrapper,
-    by ONNX node name on a module rebuilt from ONNX; None for an op of the model's own forward."""
+    by ONNX node name on a module rebuilt from ONNX; None for an op of the model's own forward,
+    or with ``ops_by_name`` (a graph before lowering, whose names ``--keep-float`` takes) its
+    traced name (``cat``, ``tanh_1``)."""
     paths = [p[len("inner."):] for p in _module_paths(node) if p.startswith("inner.")]
-    return named.get(paths[-1], paths[-1]) if paths else None
+    if paths:
+        return named.get(paths[-1], paths[-1])
+    return node.name if ops_by_name and any(p == "inner" for p in _module_paths(node)) else None
 
 
 def _weighted_layers(graph_module: Any, named: dict[str, str]) -> list[str]:
     """Layers with weights (convolutions, linear layers, matmuls), in graph order."""
-    found = [_layer(node, named) for node in graph_module.graph.nodes
+    found = [_layer(node, named, ops_by_name=True) for node in graph_module.graph.nodes
              if node.op == "call_function" and _op_name(node.target) in WEIGHTED | {"conv2d", "conv1d", "matmul"}]
     return list(dict.fromkeys(layer for layer in found if layer))
 
@@ -433,8 +461,8 @@ def per_layer_report(reference: Any, quantized: Any, samples: list[tuple[Any, ..
     from ..building import worst_layers
 
     order = {node.name: i for i, node in enumerate(quantized.graph.nodes)}
-    ops = {node.name: node for node in quantized.graph.nodes
-           if node.op == "call_function" and _op_name(node.target) not in NOT_COMPUTE and _layer(node, named)}
+    ops = {node.name: node for node in quantized.graph.nodes if node.op == "call_function"
+           and _op_name(node.target) not in NOT_COMPUTE and _layer(node, named, ops_by_name=True)}
     seen_as: dict[str, str] = {}  # quantized graph node -> the op whose value it holds
     for name, node in ops.items():
         seen_as[name] = name
@@ -475,7 +503,7 @@ def per_layer_report(reference: Any, quantized: Any, samples: list[tuple[Any, ..
         if signal[name] == 0.0 and noise[name] == 0.0:
             continue
         sqnr = float(10 * np.log10(signal[name] / noise[name])) if noise[name] > 0 and signal[name] > 0 else None
-        rows.append({"layer": _layer(ops[name], named), "op": _op_name(ops[name].target), "tensor": name,
+        rows.append({"layer": _layer(ops[name], named, ops_by_name=True), "op": _op_name(ops[name].target), "tensor": name,
                      "sqnr_db": sqnr, "order": order[name]})
     return worst_layers(rows)
 
