@@ -290,7 +290,8 @@ def _other_int8_before_slow(order: list[tuple[str, str]], present: dict[str, Art
         speed = artifact.about.speed_vs_float or {}
         speedup = speed.get("speedup")
         if isinstance(speedup, (int, float)) and speedup < FASTER_THAN_FLOAT and speed.get("arch") == arch:
-            slow |= {key, str(speed.get("float_artifact"))}
+            # its format's other builds carry the same plan (ONNX's scheme variants): slow alike
+            slow |= {a.key for a in present.values() if a.format == artifact.format} | {key}
     if not slow:
         return order
     positions = [i for i, (key, _) in enumerate(order) if key in slow]

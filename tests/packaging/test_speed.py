@@ -35,6 +35,12 @@ def test_another_formats_int8_runs_before_a_format_whose_int8_was_measured_slowe
     assert _float_before_slower_mixed(ORDER, present) == [("onnx", "onnxruntime"), ("tflite-float16", "litert"),
                                                          ("tflite", "litert")]
     assert _float_before_slower_mixed(ORDER, _artifacts(1.3, os.uname().machine) | {"onnx": present["onnx"]}) == ORDER
+    # another build of the slow format (a scheme variant: the same plan) is not taken for a faster INT8
+    variant = Artifact("tflite", "tflite/model.int8.arm.tflite", "3" * 64, 1, precision="int8+float (3 layers)",
+                       variant="arm")
+    order = [("tflite", "litert"), ("tflite-arm", "litert"), ("tflite-float16", "litert")]
+    assert _float_before_slower_mixed(order, _artifacts(0.8, os.uname().machine) | {"tflite-arm": variant}) == [
+        ("tflite-float16", "litert"), ("tflite", "litert"), ("tflite-arm", "litert")]
 
 
 def test_the_order_stays_where_it_was_faster_or_measured_on_another_cpu_kind():
