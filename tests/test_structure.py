@@ -447,3 +447,11 @@ def test_the_device_side_imports_neither_the_build_side_nor_the_commands():
     assert "edgekit.device.runtime" in device and "edgekit.device.cache" in device
     reaches = {name: sorted(d for d in graph[name] if d.startswith(BUILD_SIDE_AND_COMMANDS)) for name in device}
     assert not {name: found for name, found in reaches.items() if found}
+
+
+def test_the_formats_never_import_the_conversion_steps():
+    """A format reads the form a route made (``conversion.forms``) and the converter library below
+    both (``conversion.onnx_torch``), never a step's module: the route table alone joins them."""
+    found = sorted(f"{name} -> {dep}" for name, deps in import_graph().items() if name.startswith("edgekit.formats")
+                   for dep in deps if dep.startswith("edgekit.steps"))
+    assert not found, found

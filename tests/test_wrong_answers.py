@@ -205,8 +205,8 @@ def test_a_quantized_sources_refusal_names_no_calibration_fix():
 
 def test_an_op_the_onnx_rebuild_lacks_is_not_blamed_on_two_formats_only():
     from edgekit.errors import ConversionError
-    from edgekit.steps.onnx_torch import _refuse_unsupported
-    from edgekit.steps.onnx_torch.graph import Node
+    from edgekit.conversion.onnx_torch import _refuse_unsupported
+    from edgekit.conversion.onnx_torch.graph import Node
 
     with pytest.raises(ConversionError) as caught:
         _refuse_unsupported([Node(op="NoSuchOp", name="n", inputs=[], outputs=[], attrs={}, opset=17)], [""])

@@ -18,6 +18,9 @@ from typing import Any, NamedTuple
 TF_GRAPH = "tf-graph"  # a SavedModel directory with a serving_default signature
 ONNX_GRAPH = "onnx-graph"  # a float ONNX file
 TORCH_PROGRAM = "torch-program"  # a PyTorch module torch.export can export (litert-torch needs one)
+# what loads a PyTorch module rebuilt from an ONNX graph (``conversion/onnx_torch``): a form with this
+# loader is the ONNX graph at its path, read by the formats that convert PyTorch
+ONNX_REBUILD_LOADER = "edgekit.conversion.onnx_torch:load_module"
 TORCH_MODULE = "torch-module"  # a PyTorch module torch.jit can trace, or a ScriptModule
 KERAS_MODEL = "keras-model"  # a Keras .keras/.h5 file
 

@@ -34,7 +34,7 @@ class Tool:
 
 # torch stays at the build machine's local CPU wheel (any looser pin pulls GB of CUDA packages);
 # ai-edge-litert 2.3 is what litert-torch 0.10 requires and what edgekit's runtime uses; onnx reads
-# ONNX sources (edgekit.steps.onnx_torch), at the version the build environment has.
+# ONNX sources (edgekit.conversion.onnx_torch), at the version the build environment has.
 LITERT_TORCH = Tool(
     name="litert-torch",
     requirements=("litert-torch==0.10.0", "torch==2.13.0", "ai-edge-litert>=2.3,<2.4", "numpy>=1.26",

@@ -14,7 +14,7 @@ from ..conversion.forms import ModelForm
 from .base import Conversion, StepContext
 
 
-LOADER = "edgekit.steps.onnx_torch:load_module"  # what loads a module rebuilt from an ONNX graph
+LOADER = forms.ONNX_REBUILD_LOADER  # what loads a module rebuilt from an ONNX graph
 
 
 def onnx_to_torch(produces: str) -> Callable[[ModelForm, StepContext], ModelForm]:

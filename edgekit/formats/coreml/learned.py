@@ -1,7 +1,7 @@
 """A quantized source (a QDQ graph: QAT, another tool) as an ML program with its learned ranges.
 
 The graph is rebuilt as a PyTorch module whose QuantizeLinear / DequantizeLinear pairs are
-PyTorch's quantize ops (``steps.onnx_torch`` with ``keep_qdq``), exported at batch 1 and converted
+PyTorch's quantize ops (``conversion.onnx_torch`` with ``keep_qdq``), exported at batch 1 and converted
 by coremltools' torch.export frontend: each activation pair becomes a Core ML ``quantize`` /
 ``dequantize`` with the source's scale and zero point, each int8 weight behind its dequantize a
 ``constexpr_affine_dequantize`` with the learned int8 values and scales. Nothing is calibrated
@@ -35,7 +35,7 @@ TOOL = "coremltools.convert (torch.export frontend) of the source's quantize/deq
 def is_kept_qdq(model: dict[str, Any]) -> bool:
     """Whether the route's form is a QDQ graph rebuilt as a PyTorch module (parent side, cheap)."""
     from ...conversion.quantized import is_quantized_graph
-    from ...steps.onnx_to_torch import LOADER
+    from ...conversion.forms import ONNX_REBUILD_LOADER as LOADER
 
     form = ModelForm.from_dict(model)
     return form.loader == LOADER and is_quantized_graph(form.path)
@@ -70,7 +70,7 @@ def _program(form: ModelForm, samples: Any, output_names: list[str]) -> Any:
     as the source's."""
     import torch
 
-    from ...steps.onnx_torch import input_names, load
+    from ...conversion.onnx_torch import input_names, load
     from .tools import coremltools
 
     ct = coremltools()

@@ -21,7 +21,7 @@ from ...conversion import worker
 from ...fsutil import sha256_file
 from ...manifest import Artifact, QuantParams
 from ..building import MINMAX, BuildContext, Builder, BuildResult
-from ...steps.onnx_to_torch import LOADER as ONNX_REBUILD
+from ...conversion.forms import ONNX_REBUILD_LOADER as ONNX_REBUILD
 from .convert import convert_executorch, convert_executorch_kept
 
 ARTIFACT_PATH = "executorch/model.int8.pte"

@@ -11,7 +11,7 @@ program (``placement``, ``precision_of``). A program carries no tensor names, so
 get a constant method (``IO_METHOD``) returning the source's input and output names as JSON:
 the backend reads them there.
 
-A module rebuilt from an ONNX graph (``edgekit.steps.onnx_torch``) holds one submodule per ONNX
+A module rebuilt from an ONNX graph (``edgekit.conversion.onnx_torch``) holds one submodule per ONNX
 node: its layers are named by ONNX node (``layer_names``), in the plan and in what is read back.
 """
 
@@ -126,12 +126,29 @@ def positional(module: Any) -> Any:
 def _plan_names(model: dict[str, Any], layer_names: list[str] | None) -> dict[str, str]:
     """Module path -> the plan's layer name on a module rebuilt from ONNX (``naming.plan_names``);
     empty on a PyTorch program, whose module paths are its layer names."""
-    from ...conversion.forms import ModelForm
-    from ...steps.onnx_torch.naming import plan_names
-    from ...steps.onnx_to_torch import LOADER
+    from ...conversion.forms import ONNX_REBUILD_LOADER, ModelForm
 
     form = ModelForm.from_dict(model)
-    return plan_names(form.path, layer_names or ()) if form.loader == LOADER else {}
+    return plan_names(form.path, layer_names or ()) if form.loader == ONNX_REBUILD_LOADER else {}
+
+
+def plan_names(onnx_path: str, layer_names: list[str] | tuple[str, ...]) -> dict[str, str]:
+    """Attribute name -> the precision plan's name for it: the ONNX node itself where the source
+    names its nodes (an ONNX source), else the source layer the node came from (a Keras layer:
+    ``model/conv2/Conv2D`` -> ``conv2``), so a plan searched in the source's vocabulary (the
+    simulation's) reaches every submodule of that layer on the rebuilt module."""
+    import onnx
+
+    from ...conversion.onnx_torch.naming import attribute_name
+    from ..building import layer_of
+
+    known = list(layer_names)
+    names = set(known)
+    found: dict[str, str] = {}
+    for node in onnx.load(onnx_path, load_external_data=False).graph.node:
+        layer = node.name if not known or node.name in names else layer_of(node.name, known)
+        found.setdefault(attribute_name(node.name), layer if layer in names else node.name)
+    return found
 
 
 def _module_paths_of(module: Any, layers: list[str], named: dict[str, str]) -> tuple[list[str], list[str]]:
@@ -139,7 +156,7 @@ def _module_paths_of(module: Any, layers: list[str], named: dict[str, str]) -> t
     from ONNX every submodule whose node belongs to it (``named``: path -> the plan's name; a Keras
     layer is several nodes); then the names that are no module, taken as traced ops of a
     ``forward`` (``cat``: torch.export's node name), checked once the program is exported."""
-    from ...steps.onnx_torch.naming import attribute_name
+    from ...conversion.onnx_torch.naming import attribute_name
 
     modules = dict(module.named_modules()) if hasattr(module, "named_modules") else {}
     paths, ops = [], []
@@ -575,14 +592,14 @@ def convert_executorch_kept(model: dict[str, Any], calibration_npy: str, output:
                             layer_names: list[str] | None = None) -> dict[str, Any]:
     """A quantized source's QDQ graph as a ``.pte`` with its own pairs: the graph rebuilt with its
     QuantizeLinear / DequantizeLinear as PyTorch's quantize ops (the ops ``convert_pt2e`` writes,
-    ``steps.onnx_torch`` with ``keep_qdq``), exported and lowered to XNNPACK as a PT2E program
+    ``conversion.onnx_torch`` with ``keep_qdq``), exported and lowered to XNNPACK as a PT2E program
     is: no observer, no calibration, the learned scales and zero points as given. What runs where
     is read back as for any build; the quantize ops in the program are counted against the source."""
     import torch
 
     from ...conversion.forms import ModelForm
-    from ...steps.onnx_torch import input_names, load
-    from ...steps.onnx_torch.naming import original_names
+    from ...conversion.onnx_torch import input_names, load
+    from ...conversion.onnx_torch.naming import original_names
 
     form = ModelForm.from_dict(model)
     _refuse_narrowed_ranges(form.path)

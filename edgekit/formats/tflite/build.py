@@ -274,7 +274,7 @@ def learned_ranges(context: BuildContext) -> dict[str, Any] | None:
     """A QDQ source's learned activation ranges (by ONNX tensor, with the node computing each) and
     the layers it leaves float, when the route's module is rebuilt from that graph; else None."""
     from ...conversion.quantized import float_weighted_nodes, is_qdq_graph, is_quantized_graph, strip_qdq, weight_scales
-    from ...steps.onnx_to_torch import LOADER
+    from ...conversion.forms import ONNX_REBUILD_LOADER as LOADER
 
     if context.model.loader != LOADER or not is_quantized_graph(context.model.path):  # read without weights
         return None

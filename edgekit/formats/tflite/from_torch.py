@@ -107,7 +107,7 @@ def torch_layer(tensor: str, layer_names: list[str] | None = None) -> str:
     (below edgekit's wrapper: the user's model, then its submodules). The layer is the attribute
     path below the model, with the innermost module's type (``conv (Conv1d)``), or the model's
     own ``forward`` for an op written there (``Net.forward``). A module edgekit rebuilt from an
-    ONNX graph holds one submodule per ONNX node (``steps.onnx_torch.naming``): its layer is that
+    ONNX graph holds one submodule per ONNX node (``conversion.onnx_torch.naming``): its layer is that
     node, by its ONNX name where ``layer_names`` holds it (``/conv/Conv (Conv)``)."""
     parts = tensor.split(";")[0].split("/")
     wrapper = next((i for i, part in enumerate(parts) if part.endswith(f"{convert_torch.__name__}.<locals>.Named")), None)
@@ -119,7 +119,7 @@ def torch_layer(tensor: str, layer_names: list[str] | None = None) -> str:
         return f"{model_type}.forward"
     attributes = ".".join(attribute for _, attribute in below[1:])
     if len(below) == 2 and layer_names:
-        from ...steps.onnx_torch.naming import original_names
+        from ...conversion.onnx_torch.naming import original_names
 
         attributes = original_names(layer_names).get(attributes, attributes)
     kind = below[-1][0]

@@ -29,20 +29,3 @@ def original_names(node_names: Iterable[str]) -> dict[str, str]:
         found.setdefault(attribute_name(name), name)
     return found
 
-
-def plan_names(onnx_path: str, layer_names: Iterable[str]) -> dict[str, str]:
-    """Attribute name -> the precision plan's name for it: the ONNX node itself where the source
-    names its nodes (an ONNX source), else the source layer the node came from (a Keras layer:
-    ``model/conv2/Conv2D`` -> ``conv2``), so a plan searched in the source's vocabulary (the
-    simulation's) reaches every submodule of that layer on the rebuilt module."""
-    import onnx
-
-    from ...formats.building import layer_of
-
-    known = list(layer_names)
-    names = set(known)
-    found: dict[str, str] = {}
-    for node in onnx.load(onnx_path, load_external_data=False).graph.node:
-        layer = node.name if not known or node.name in names else layer_of(node.name, known)
-        found.setdefault(attribute_name(node.name), layer if layer in names else node.name)
-    return found

@@ -14,7 +14,7 @@ from edgekit.errors import OTHER_ROUTES, ConversionError
 torch = pytest.importorskip("torch")
 ort = pytest.importorskip("onnxruntime")
 
-from edgekit.steps import onnx_torch  # noqa: E402
+from edgekit.conversion import onnx_torch  # noqa: E402
 
 RNG = np.random.default_rng(0)
 F32 = TensorProto.FLOAT

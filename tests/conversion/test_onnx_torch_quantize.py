@@ -49,7 +49,7 @@ def test_a_kept_qdq_rebuild_computes_the_graph_with_its_own_pairs(tmp_path):
     import torch
     from onnx import numpy_helper
 
-    from edgekit.steps.onnx_torch import load
+    from edgekit.conversion.onnx_torch import load
 
     path = _uint8_qdq_graph(tmp_path)
     x = np.random.default_rng(1).normal(0, 1, (1, 1, 4, 4)).astype(np.float32)
@@ -76,7 +76,7 @@ def test_a_kept_qdq_rebuild_computes_the_graph_with_its_own_pairs(tmp_path):
 def test_without_keep_qdq_the_same_graph_is_the_float_graph_it_simulates(tmp_path):
     import torch
 
-    from edgekit.steps.onnx_torch import load
+    from edgekit.conversion.onnx_torch import load
 
     path = _uint8_qdq_graph(tmp_path)
     x = np.zeros((1, 1, 4, 4), np.float32)
