@@ -4,6 +4,7 @@ formats and the packaging core kept apart (the route table joins them), one vers
 from __future__ import annotations
 
 import ast
+import functools
 import re
 import sys
 import tomllib
@@ -13,6 +14,17 @@ from tests.conftest import ROOT
 
 PACKAGE = ROOT / "edgekit"
 MAX_FUNCTION_LINES = 80
+
+
+@functools.lru_cache(maxsize=None)
+def _parsed(path: Path, mtime_ns: int) -> ast.Module:
+    return ast.parse(path.read_text(), str(path))
+
+
+def parsed(path: Path) -> ast.Module:
+    """A module's syntax tree, parsed once per suite run (every rule here reads the same files;
+    keyed by the file's modification time, so a file a finder test writes is read afresh)."""
+    return _parsed(path, path.stat().st_mtime_ns)
 
 
 def _modules() -> dict[str, Path]:
@@ -40,7 +52,7 @@ def import_graph() -> dict[str, set[str]]:
     modules = _modules()
     graph: dict[str, set[str]] = {}
     for name, path in modules.items():
-        tree = ast.parse(path.read_text(), str(path))
+        tree = parsed(path)
         skipped = _type_checking_only(tree)
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
         deps: set[str] = set()
@@ -110,7 +122,7 @@ def test_the_cycle_finder_finds_a_cycle_through_a_lazy_import():
 def test_no_function_over_80_lines():
     long = []
     for path in sorted(PACKAGE.rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        for node in ast.walk(parsed(path)):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 lines = node.end_lineno - node.lineno + 1
                 if lines > MAX_FUNCTION_LINES:
@@ -131,7 +143,7 @@ def _docstrings(tree: ast.Module) -> set[int]:
 
 def _literal_occurrences(path: Path) -> list[tuple[int, str]]:
     """Every string constant of a module with its line, docstrings left out, each occurrence once."""
-    tree = ast.parse(path.read_text(), str(path))
+    tree = parsed(path)
     docstrings = _docstrings(tree)
     return [(node.lineno, node.value) for node in ast.walk(tree)
             if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings]
@@ -140,7 +152,7 @@ def _literal_occurrences(path: Path) -> list[tuple[int, str]]:
 def _names_and_literals(path: Path) -> tuple[set[str], set[str], set[str]]:
     """A module's identifiers, its string constants (docstrings left out: prose may name
     anything) and the modules it imports."""
-    tree = ast.parse(path.read_text(), str(path))
+    tree = parsed(path)
     docstrings = _docstrings(tree)
     names, literals, imported = set(), set(), set()
     for node in ast.walk(tree):
@@ -223,7 +235,7 @@ def test_no_module_outside_the_onnx_format_names_an_onnx_scheme():
 def _kind_comparisons(path: Path, names: set[str]) -> list[str]:
     """Comparisons of something called a kind with a kind's name (``kind == "classes"``,
     ``kind.kind in ("classes", "bins")``, ``kind.startswith("detections")``)."""
-    tree = ast.parse(path.read_text(), str(path))
+    tree = parsed(path)
 
     def named(node: ast.AST) -> bool:
         values = [node] if isinstance(node, ast.Constant) else list(getattr(node, "elts", []))
@@ -291,7 +303,7 @@ def test_runtime_library_names_come_from_the_backends():
     for path in sorted([*PACKAGE.rglob("*.py"), *(ROOT / "scripts").glob("*.py")]):
         if PACKAGE / "formats" in path.parents:
             continue
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        for node in ast.walk(parsed(path)):
             if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
                 named = {e.value for e in node.elts if isinstance(e, ast.Constant) and e.value in libraries}
                 if len(named) >= 2:
@@ -316,7 +328,7 @@ def _private_definitions(tree: ast.Module) -> set[str]:
 def private_reaches(package: Path) -> list[str]:
     """``x._name`` where ``_name`` is another edgekit module's private name (not this module's
     own, not ``self``'s/``cls``'s): a reach through a seam that should be public."""
-    trees = {path: ast.parse(path.read_text(), str(path)) for path in sorted(package.rglob("*.py"))}
+    trees = {path: parsed(path) for path in sorted(package.rglob("*.py"))}
     own = {path: _private_definitions(tree) for path, tree in trees.items()}
     everywhere = set().union(*own.values())
     found = []
@@ -352,7 +364,7 @@ def test_no_record_shares_a_mutable_default():
     or a dataclass ``default_factory``."""
     shared = []
     for path in sorted(PACKAGE.rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        for node in ast.walk(parsed(path)):
             if isinstance(node, ast.ClassDef):
                 shared += [f"{path.relative_to(PACKAGE)}:{item.lineno}: {item.target.id}" for item in node.body
                            if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name)
@@ -363,7 +375,7 @@ def test_no_record_shares_a_mutable_default():
 def _details_key_reads(path: Path) -> list[str]:
     """``x.details["key"]`` and ``x.details.get("key")``: an artifact detail read by its key."""
     found = []
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    for node in ast.walk(parsed(path)):
         target = None
         if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
             target = node.value
@@ -422,7 +434,7 @@ def test_no_module_reads_argparse_private_tables():
     private = {"_actions", "_action_groups", "_group_actions", "_SubParsersAction", "_option_string_actions",
                "_subparsers", "_defaults"}
     found = [f"{path.relative_to(PACKAGE)}:{node.lineno}: {node.attr}" for path in sorted(PACKAGE.rglob("*.py"))
-             for node in ast.walk(ast.parse(path.read_text(), str(path)))
+             for node in ast.walk(parsed(path))
              if isinstance(node, ast.Attribute) and node.attr in private]
     assert not found, found
 
