@@ -75,7 +75,7 @@ OTHER_ROUTES = "package it for a format whose route avoids this converter (edgek
 
 class RouteError(EdgekitError):
     """No conversion route takes this kind of model to a requested format, or a route cannot
-    honour an option given (``edgekit.conversion.routes``); said before anything loads."""
+    honour an option given (``edgekit.routing.routes``); said before anything loads."""
 
     default_hint = "see `edgekit routes` for how each kind of model reaches each format"
 

@@ -170,7 +170,7 @@ def parser() -> ArgumentParser:
 
 
 def _routes(args: argparse.Namespace) -> None:
-    from ..conversion.routes import ROUTE_OPTIONS, table
+    from ..routing.routes import ROUTE_OPTIONS, table
 
     for route in table():
         honours = ", ".join(ROUTE_OPTIONS[o] for o in route.honours) or "no per-layer options"

@@ -4,7 +4,7 @@ A form is a model in one framework's terms, independent of the file the user pas
 TensorFlow graph (a SavedModel directory), a float ONNX graph, a PyTorch module that
 ``torch.export`` can export, one ``torch.jit`` can trace (TorchScript included), or a Keras
 model file. Sources say which forms each of their kinds provides (``Source.provides``), formats
-which they accept (``Format.accepts``), and ``edgekit.conversion.routes`` joins the two, with conversion
+which they accept (``Format.accepts``), and ``edgekit.routing.routes`` joins the two, with conversion
 steps (tf2onnx, ONNX -> PyTorch) in between. So a format never asks what the user's file was,
 and a new source reaches every format that accepts a form it provides.
 """

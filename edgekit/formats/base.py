@@ -11,7 +11,7 @@ it reads and returns, in ``building.py``) is imported only when packaging: a dev
 
 What a format converts from is a *form* of the model (``edgekit.conversion.forms``: a TensorFlow graph,
 a float ONNX graph, a PyTorch module, ...), never the kind of file the user passed: which
-source reaches which format is ``edgekit.conversion.routes``'s table.
+source reaches which format is ``edgekit.routing.routes``'s table.
 
 (Device profiles, the TOML files in the repository's top-level ``targets/``, are a different
 thing: which format and backend a device prefers.)
@@ -41,7 +41,7 @@ class Option(NamedTuple):
 
 class Accepts(NamedTuple):
     """A form of the model this format converts from (``edgekit.conversion.forms``), and which generic
-    options its converter honours on it (``edgekit.conversion.routes.ROUTE_OPTIONS`` keys)."""
+    options its converter honours on it (``edgekit.routing.routes.ROUTE_OPTIONS`` keys)."""
 
     form: str
     honours: tuple[str, ...] = ()
@@ -111,7 +111,7 @@ class Format(NamedTuple):
     serving_platform: str  # KServe v2 / Triton "platform" of its artifacts
     bare_suffixes: tuple[str, ...] = ()  # a plain file with this suffix is runnable without a package
     options: tuple[Option, ...] = ()  # build options only this format reads
-    accepts: tuple[Accepts, ...] = ()  # forms it converts from, in order of preference (edgekit.conversion.routes)
+    accepts: tuple[Accepts, ...] = ()  # forms it converts from, in order of preference (edgekit.routing.routes)
     device_rules: DeviceRules = DeviceRules()  # which of its quantized builds a device runs
     # what `edgekit package` says of a built artifact from the details only this format writes
     # (its keys are the format's business: nothing outside the format reads them by name)

@@ -47,7 +47,7 @@ class BuildContext:
     eval_npy: str  # validation inputs (for formats that validate without a runtime)
     package_dir: Path  # the package being staged; artifacts go below it
     workdir: Path  # scratch space for intermediates (float ONNX, ...), removed afterwards
-    # the form of the model this format converts from, as its route produced it (edgekit.conversion.routes):
+    # the form of the model this format converts from, as its route produced it (edgekit.routing.routes):
     # a builder reads this, never what kind of file the user passed
     model: ModelForm = ModelForm("", "")
     layer_names: tuple[str, ...] = ()  # to name layers in op errors

@@ -5,7 +5,7 @@
    (converter child).
 3. ``prepare_data``: calibration and validation samples as the model sees them (``data.py``).
 4. ``float_reference``: the float model's outputs on the validation samples (converter child).
-5. ``build_formats`` (``each_format.py``): each format's route (``edgekit.conversion.routes``, planned before
+5. ``build_formats`` (``each_format.py``): each format's route (``edgekit.routing.routes``, planned before
    anything loads) turns what the source described into the form the format converts from, then its
    builder makes the artifact into the staging tree, measured against the float outputs
    (``validate.py``), searched when a gate fails (``search/``); a ``FormatOutcome`` per format,
@@ -35,8 +35,8 @@ from ..formats.building import save_samples
 from ..fsutil import staging_dir, temp_dir
 from ..device.package_io import write_archive
 from ..progress import Progress
-from ..conversion.routes import plan, routes
-from ..conversion.routes import route as route_to
+from ..routing.routes import plan, routes
+from ..routing.routes import route as route_to
 from ..sources import Source, detect_source
 from ..sources.description import SourceDescription
 from ..conversion.worker_reuse import reusing

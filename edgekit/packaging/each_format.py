@@ -16,7 +16,7 @@ from ..conversion import deadline
 from ..errors import OTHER_ROUTES, ConversionError, EdgekitError, RouteError, TimeShareError
 from ..formats import FORMATS, Builder, BuildContext, BuildResult
 from ..progress import Progress
-from ..conversion.routes import Route, fallback_route, model_form, other_routes, route_limits
+from ..routing.routes import Route, fallback_route, model_form, other_routes, route_limits
 from ..sources.description import SourceDescription
 from ..steps import StepContext
 from .context import PackagingContext

@@ -70,7 +70,7 @@ class GateFailure:
 
 class Remedies(NamedTuple):
     """What can fix one format's failed gates: its own rebuilds (``Builder.fixes``), and whether
-    its route honours ``--keep-float`` (``edgekit.conversion.routes``)."""
+    its route honours ``--keep-float`` (``edgekit.routing.routes``)."""
 
     fixes: tuple[Fix, ...] = ()
     keep_float: bool = False

@@ -86,7 +86,7 @@ def simulated_plan(planned: list[Any], context: BuildContext, described: Any, st
     """The plan every format builds first, searched on the simulation; None when the shared search
     does not apply (``wanted``: each format then searches on its own, as it did before) or the
     model has no route to the simulated form."""
-    from ..conversion.routes import model_form
+    from ..routing.routes import model_form
     from .search.candidate import Candidate
     from .search.trial import margins
     from ..simulation import SIMULATED_FORM, SimulatedBuilder

@@ -6,7 +6,7 @@ A source (TensorFlow/Keras, ONNX, ...) is one module below ``edgekit/sources/`` 
 framework. ``prepare`` returns a JSON description every later step reads: ``inputs`` and
 ``outputs`` (name, shape with -1 for dynamic dimensions, dtype), ``layers`` (names, for error
 messages), ``rescales`` (the model normalizes its own input), ``forms``: each form the
-kind provides (``provides``; ``edgekit.conversion.forms.ModelForm.to_dict``), which ``edgekit.conversion.routes``
+kind provides (``provides``; ``edgekit.conversion.forms.ModelForm.to_dict``), which ``edgekit.routing.routes``
 hands to the formats, and what the manifest keeps: ``recorded`` (facts about the model for its
 ``source`` record: exporter, fixed inputs, rewrites) and ``versions`` (the frameworks that loaded
 it), whatever keys the source gives.

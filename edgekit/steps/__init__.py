@@ -4,7 +4,7 @@ format that does not convert from what the source provides.
 Every module in this folder (but ``base``) that defines ``CONVERSIONS`` (a tuple of ``Conversion``)
 declares steps, each with what it cannot convert (ONNX op types, refused when the model is described,
 before any conversion); they are found by themselves (``STEPS``), so a new step is one new module.
-``edgekit.conversion.routes`` joins sources, steps and formats into the route table. Sub-folders hold converters
+``edgekit.routing.routes`` joins sources, steps and formats into the route table. Sub-folders hold converters
 (``onnx_torch/``), imported only when a step runs.
 
 - ``tf2onnx`` (``tf2onnx.py``): a TensorFlow graph to a float ONNX graph, tf2onnx in its own process;

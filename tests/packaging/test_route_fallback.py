@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from edgekit.conversion import routes
+from edgekit.routing import routes
 from edgekit.formats import get_format
 from edgekit.sources import SOURCES
 from tests.conftest import edgekit_cli, verdict_model

@@ -63,7 +63,7 @@ def test_a_pytorch_plan_reaches_executorch_by_module_and_op_and_its_real_miss_co
 
 
 def _route(kind: str, fmt: str):
-    from edgekit.conversion import routes
+    from edgekit.routing import routes
 
     return next(r for r in routes.table() if r.source_kind == kind and r.format == fmt)
 

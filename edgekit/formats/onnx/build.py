@@ -1,7 +1,7 @@
 """ONNX target: QDQ INT8 ``onnx/model.int8.onnx`` plus ``onnx/model.int8.ort`` for minimal builds.
 
 It converts a float ONNX graph (``edgekit.conversion.forms.ONNX_GRAPH``: the user's ``.onnx``, a PyTorch
-model's export, or tf2onnx's conversion of a TensorFlow graph; ``edgekit.conversion.routes``). Quantization is ONNX Runtime's static QDQ flow:
+model's export, or tf2onnx's conversion of a TensorFlow graph; ``edgekit.routing.routes``). Quantization is ONNX Runtime's static QDQ flow:
 ``quant_pre_process`` then ``quantize_static`` with per-channel symmetric int8 weights.
 
 Activations default to int8 (S8S8), which ONNX Runtime recommends as the first choice for QDQ

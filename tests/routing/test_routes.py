@@ -7,7 +7,8 @@ import time
 
 import pytest
 
-from edgekit.conversion import forms, routes
+from edgekit.conversion import forms
+from edgekit.routing import routes
 from edgekit.errors import RouteError
 from edgekit.formats import FORMATS, Accepts, Format
 from edgekit.sources import SOURCES

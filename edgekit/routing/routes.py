@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..errors import EdgekitError, RouteError
-from .forms import ModelForm
+from ..conversion.forms import ModelForm
 from ..steps import STEPS, Conversion, StepContext
 
 if TYPE_CHECKING:
@@ -127,7 +127,7 @@ def route_limits(route: Route, op_types: Iterable[str], inputs: int, others: Ite
     instead = (f"package it for {' and '.join(r.format for r in able)} (--format "
                f"{' --format '.join(r.format for r in able)})" if able
                else "package it for a format whose converter takes it (edgekit routes)")
-    from .forms import QUANTIZED_OPS
+    from ..conversion.forms import QUANTIZED_OPS
 
     if blocked and set(blocked) <= set(QUANTIZED_OPS):
         why = (f"cannot keep a quantized model's learned ranges ({', '.join(blocked)}): it rebuilds a float model, "
