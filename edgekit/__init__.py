@@ -43,7 +43,7 @@ def package(model: Any, calibration: Any, output_dir: Any = ".", *, eval: Any = 
     """
     from .packaging import PackageOptions
     from .packaging import package as _package
-    from .packaging.in_memory import data_file, is_path
+    from .data.in_memory import data_file, is_path
     from .sources.objects import input_ranks, model_file
     from .fsutil import temp_dir
 

@@ -467,3 +467,32 @@ def test_the_formats_never_import_the_conversion_steps():
     found = sorted(f"{name} -> {dep}" for name, deps in import_graph().items() if name.startswith("edgekit.formats")
                    for dep in deps if dep.startswith("edgekit.steps"))
     assert not found, found
+
+
+# The folders from the bottom up (docs/architecture.md, "Layers"): each imports only those before
+# it, the top-level modules (errors, manifest, ...) anyway. What runs against it, with why; nothing
+# else may (the aim is at most 2 such pairs).
+LAYERS = ("kinds", "data", "comparison", "conversion", "steps", "sources", "formats", "simulation", "routing",
+          "device", "bench", "packaging", "export", "server", "cli")
+AGAINST_THE_LAYERS = {
+    ("formats", "device"): "the ONNX format reads this CPU's facts to pick and judge its scheme; ONNX Runtime, "
+                           "OpenVINO and ExecuTorch keep compiled models and load checks in the device cache",
+    ("device", "bench"): "edgekit tune and latency cards measure with the benchmark harness",
+    ("server", "cli"): "the server's command line shares the CLI's option and exit helpers",
+    ("packaging", "cli"): "PackageResult.table renders the validation table the command prints",
+    ("sources", "formats"): "the ONNX source runs its float reference with the ONNX format's runtime backend",
+}
+
+
+def test_the_folders_stand_in_their_layer_order():
+    rank = {name: i for i, name in enumerate(LAYERS)}
+    folders = {p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    assert folders == set(LAYERS), f"a folder without its place in LAYERS: {sorted(folders ^ set(LAYERS))}"
+
+    def folder(module: str) -> str | None:
+        parts = module.split(".")
+        return parts[1] if len(parts) > 1 and parts[1] in rank else None
+
+    against = sorted({(folder(a), folder(b)) for a, deps in import_graph().items() for b in deps
+                      if folder(a) and folder(b) and rank[folder(b)] > rank[folder(a)]})
+    assert set(against) <= set(AGAINST_THE_LAYERS), [pair for pair in against if pair not in AGAINST_THE_LAYERS]

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
@@ -159,30 +158,6 @@ def read_samples(path: str) -> dict[str, Any]:
         with np.load(path) as stored:
             return {name: stored[name] for name in stored.files}
     return {"": np.load(path, mmap_mode="r")}
-
-
-_WRAPPER = re.compile(r"(Stateful)?PartitionedCall(_\d+)?|Func|input|_\d+")
-
-
-def layer_of(tensor_name: str, layer_names: list[str]) -> str:
-    """The Keras layer a converted tensor came from (TF adds ``_1`` suffixes to layer scopes)."""
-    known = set(layer_names)
-    parts = tensor_name.split(";")[0].split("/")
-    for part in parts[1:] + parts[:1]:
-        if part in known:
-            return part
-        base = re.sub(r"_\d+$", "", part)
-        if base in known:
-            return base
-    # no layer list (a SavedModel): the scope just above the op, below the call wrappers
-    scopes = [p for p in parts[:-1] if not _WRAPPER.fullmatch(p)]
-    return scopes[-1] if len(scopes) >= 2 else (scopes[0] if scopes else tensor_name)
-
-
-def in_layer(node_name: str, layer: str) -> bool:
-    """Whether a converted node (``model/LAYER_1/op``, fused names joined by ';') comes from ``layer``."""
-    pattern = re.compile(rf"(^|/){re.escape(layer)}(_\d+)?(/|$)")
-    return node_name == layer or any(pattern.search(part) for part in node_name.split(";"))
 
 
 def worst_layers(rows: list[dict], limit: int = 20) -> list[dict]:

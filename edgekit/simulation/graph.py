@@ -41,7 +41,7 @@ def layer_of_node(name: str, layer_names: list[str]) -> str:
     """The plan's name for a node, in the source's vocabulary every format maps (``layer_names``):
     the node itself where the source names its nodes (an ONNX source), else the layer it came from
     (a Keras layer, a PyTorch module); "" when it belongs to none (a plan could not name it)."""
-    from ..formats.building import layer_of
+    from ..conversion.layer_names import layer_of
 
     if not layer_names or name in layer_names:
         return name

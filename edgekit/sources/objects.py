@@ -132,7 +132,7 @@ def _torch_examples(module: Any, example_inputs: Any, input_shapes: Mapping[str,
     if input_shapes:
         zeros = {k: torch.zeros([2 if i == 0 else d for i, d in enumerate(shape)]) for k, shape in input_shapes.items()}
         return ((next(iter(zeros.values())),), {}) if len(zeros) == 1 else ((), zeros)
-    from ..packaging.in_memory import collect_arrays, is_path  # the calibration data, as the packager reads it
+    from ..data.in_memory import collect_arrays, is_path  # the calibration data, as the packager reads it
 
     if calibration is not None and not is_path(calibration):
         arrays = collect_arrays(calibration, "calibration", {}, limit=2)

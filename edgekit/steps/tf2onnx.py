@@ -39,7 +39,7 @@ CONVERSIONS = (Conversion("tf2onnx", forms.TF_GRAPH, forms.ONNX_GRAPH, tf2onnx),
 
 
 def explain_tf2onnx_failure(log: str, layer_names: list[str] | None = None) -> EdgekitError:
-    from ..formats.building import layer_of
+    from ..conversion.layer_names import layer_of
 
     if "No module named tf2onnx" in log:
         return ConversionError("tf2onnx is not installed", hint="pip install 'edgekit[package]'")

@@ -9,7 +9,7 @@ import pytest
 
 from edgekit.formats.tflite.litert import open_interpreter
 from edgekit.manifest import Manifest
-from edgekit.formats.building import layer_of
+from edgekit.conversion.layer_names import layer_of
 from tests.conftest import CALIBRATION, DIGITS_MODEL, EVAL, run_cli, run_tf
 
 pytestmark = pytest.mark.slow

@@ -11,7 +11,7 @@ import sys
 import numpy as np
 import pytest
 
-from edgekit.formats.building import in_layer
+from edgekit.conversion.layer_names import in_layer
 from edgekit.formats.tflite.from_torch import torch_layer
 from edgekit.formats.tflite.litert import open_interpreter
 from tests.conftest import CALIBRATION, DIGITS_MODEL, EVAL, ROOT, edgekit_cli

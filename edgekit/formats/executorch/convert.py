@@ -140,7 +140,7 @@ def plan_names(onnx_path: str, layer_names: list[str] | tuple[str, ...]) -> dict
     import onnx
 
     from ...conversion.onnx_torch.naming import attribute_name
-    from ..building import layer_of
+    from ...conversion.layer_names import layer_of
 
     known = list(layer_names)
     names = set(known)

@@ -32,7 +32,8 @@ from ...conversion import worker
 from ...errors import ConversionError, EdgekitError, OTHER_ROUTES, first_line
 from ...fsutil import sha256_file
 from ...manifest import Artifact, QuantParams
-from ..building import MINMAX, BuildContext, Builder, BuildResult, Fix, Variant, in_layer, read_samples, worst_layers
+from ...conversion.layer_names import in_layer
+from ..building import MINMAX, BuildContext, Builder, BuildResult, Fix, Variant, read_samples, worst_layers
 from ...conversion.quantized import is_quantized_graph
 from .kept import KEPT_TOOL, keep, refuse_requantizing
 from .precision import analyse as analyse_precision

@@ -25,7 +25,8 @@ from ...conversion import forms, worker
 from ...errors import ConversionError, EdgekitError, OTHER_ROUTES, UnsupportedOpError, first_line
 from ...fsutil import sha256_file
 from ...manifest import Artifact, QuantParams
-from ..building import MINMAX, BuildContext, Builder, BuildResult, in_layer, layer_of, read_samples, worst_layers
+from ...conversion.layer_names import in_layer, layer_of
+from ..building import MINMAX, BuildContext, Builder, BuildResult, read_samples, worst_layers
 from ..precision import Precision
 from .precision import analyse, artifact_graph, full_integer_float_ops
 from ..plan import FLOAT

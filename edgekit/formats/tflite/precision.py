@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from ..building import layer_of
+from ...conversion.layer_names import layer_of
 from ..precision import Precision
 
 CONVERTING_OPS = {"QUANTIZE", "DEQUANTIZE"}

@@ -26,7 +26,8 @@ import numpy as np
 
 from ...conversion import worker
 from ...errors import ConversionError, EdgekitError, first_line
-from ..building import in_layer, read_samples
+from ...conversion.layer_names import in_layer
+from ..building import read_samples
 from ..plan import FLOAT, INT16  # a layer's precision other than the default int8 (formats/plan.py)
 
 SCOPES, MODULES = "scopes", "modules"  # how a converter names tensors: TensorFlow scopes, PyTorch module paths
@@ -209,7 +210,8 @@ def _explain(qt: Any, float_model: str, explain_npy: str, namer: str, layer_name
     Quantizer's tensor-by-tensor validation), worst first: the candidates for --keep-float."""
     from litert_quantizer.utils import validation_utils
 
-    from ..building import layer_of, worst_layers
+    from ...conversion.layer_names import layer_of
+    from ..building import worst_layers
     from .from_torch import torch_layer
 
     signature, inputs = _signature(float_model)

@@ -15,7 +15,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from edgekit.packaging.in_memory import data_file
+from edgekit.data.in_memory import data_file
 from edgekit.sources.objects import model_file
 from edgekit.errors import DataError, ModelSourceError
 from tests.conftest import ROOT
@@ -170,7 +170,7 @@ def test_packaging_a_torch_module_leaves_its_training_state_as_the_caller_had_it
 
 def test_arrays_are_taken_whole_and_a_capped_generator_says_so(tmp_path):
     """An eval array of 200,000 samples was silently cut to 100,000."""
-    from edgekit.packaging.in_memory import collect_arrays
+    from edgekit.data.in_memory import collect_arrays
 
     big = np.zeros((200_000, 2), np.float32)
     assert len(collect_arrays(big, "evaluation", {})["x"]) == 200_000
