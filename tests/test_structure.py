@@ -280,7 +280,7 @@ def test_one_module_reads_the_cpu_description():
     for path in sorted([*PACKAGE.rglob("*.py"), *(ROOT / "scripts").glob("*.py")]):
         if any(v.rstrip("/").endswith("proc/cpuinfo") for v in _names_and_literals(path)[1]):
             readers.append(str(path.relative_to(ROOT)))
-    assert readers == ["edgekit/device/devices.py"], readers
+    assert readers == ["edgekit/machine/facts.py"], readers
 
 
 def test_onnx_runtime_kernel_knowledge_stays_in_the_onnx_format():
@@ -455,8 +455,8 @@ def test_the_top_level_holds_only_what_every_side_shares():
 
 def test_the_device_side_imports_neither_the_build_side_nor_the_commands():
     graph = import_graph()
-    device = [name for name in graph if name.startswith("edgekit.device")]
-    assert "edgekit.device.runtime" in device and "edgekit.device.cache" in device
+    device = [name for name in graph if name.startswith(("edgekit.device", "edgekit.machine"))]
+    assert "edgekit.device.runtime" in device and "edgekit.machine.cache" in device
     reaches = {name: sorted(d for d in graph[name] if d.startswith(BUILD_SIDE_AND_COMMANDS)) for name in device}
     assert not {name: found for name, found in reaches.items() if found}
 
@@ -472,11 +472,9 @@ def test_the_formats_never_import_the_conversion_steps():
 # The folders from the bottom up (docs/architecture.md, "Layers"): each imports only those before
 # it, the top-level modules (errors, manifest, ...) anyway. What runs against it, with why; nothing
 # else may (the aim is at most 2 such pairs).
-LAYERS = ("kinds", "data", "comparison", "conversion", "steps", "sources", "formats", "simulation", "routing",
+LAYERS = ("kinds", "data", "machine", "comparison", "conversion", "steps", "sources", "formats", "simulation", "routing",
           "device", "bench", "packaging", "export", "server", "cli")
 AGAINST_THE_LAYERS = {
-    ("formats", "device"): "the ONNX format reads this CPU's facts to pick and judge its scheme; ONNX Runtime, "
-                           "OpenVINO and ExecuTorch keep compiled models and load checks in the device cache",
     ("device", "bench"): "edgekit tune and latency cards measure with the benchmark harness",
     ("server", "cli"): "the server's command line shares the CLI's option and exit helpers",
     ("packaging", "cli"): "PackageResult.table renders the validation table the command prints",

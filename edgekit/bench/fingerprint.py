@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..device.devices import DeviceFacts
+from ..machine.facts import DeviceFacts
 from ..formats import runtime_libraries
 from .context import HOT_C, jetson, raspberry_pi, throttle_reasons
 from .context.raspberry_pi import decode_throttled

@@ -486,7 +486,7 @@ def _config_name(result: dict[str, Any]) -> str:
 
 
 def _facts() -> Any:
-    from ..device.devices import DeviceFacts
+    from ..machine.facts import DeviceFacts
 
     return DeviceFacts.read()
 

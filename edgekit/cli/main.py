@@ -780,7 +780,7 @@ def _add_cache(commands: Any) -> None:
 def _cache_ls(args: argparse.Namespace) -> None:
     import time
 
-    from ..device import cache
+    from ..machine import cache
 
     found = sorted(cache.entries(), key=lambda e: e.last_used)
     for entry in found:
@@ -805,7 +805,7 @@ def _cache_verify(args: argparse.Namespace) -> None:
 
 
 def _cache_clear(args: argparse.Namespace) -> None:
-    from ..device import cache
+    from ..machine import cache
 
     print(f"removed {cache.clear()} entries from {cache.cache_root()}")
 

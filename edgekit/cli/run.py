@@ -180,7 +180,7 @@ _int_list = number_list(int, "integers", minimum=1)
 
 
 def execute(args: argparse.Namespace) -> int:
-    from ..device import cache
+    from ..machine import cache
     from ..device.prediction_cache import PredictionCache
     from ..device.runtime import load
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from . import cache
+from ..machine import cache
 from ..errors import PackageError
 from ..fsutil import sha256_file, sha256_tree
 from ..manifest import MANIFEST_NAME, Manifest
@@ -27,7 +27,7 @@ def problem(entry: cache.Entry) -> str | None:
                 if not file.is_file() or sha256_file(file) != companion["sha256"]:
                     return f"{companion['path']} does not match the manifest"
     if entry.kind == "compiled":
-        from .compiled_cache import problem as compiled_problem
+        from ..machine.compiled_cache import problem as compiled_problem
 
         return compiled_problem(entry.path)
     return None

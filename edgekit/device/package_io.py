@@ -13,7 +13,7 @@ import struct
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from .cache import ensure_entry
+from ..machine.cache import ensure_entry
 from ..errors import CacheWarning, PackageError, StorageError, storage_error
 from ..fsutil import publish, sha256_file, sha256_tree, staging_dir
 from ..manifest import MANIFEST_NAME, Artifact, Manifest
@@ -33,7 +33,7 @@ def local_path(source: str | os.PathLike[str]) -> Path:
     """Where a package source is on this machine: the one place every command resolves one. An
     ``http(s)://``/``file://`` URL is fetched into the cache once (``cache.fetch``); a path is itself."""
     if is_url(source):
-        from .cache import fetch
+        from ..machine.cache import fetch
 
         return fetch(str(source))
     return Path(source)
@@ -89,7 +89,7 @@ def _stamp(path: Path) -> dict[str, int]:
 
 
 def _stamp_path(path: Path) -> Path:
-    from .cache import entry_path
+    from ..machine.cache import entry_path
     from ..fsutil import sha256_hex
 
     return entry_path("verified", sha256_hex(str(path.resolve()).encode())[:40] + ".json")
@@ -180,7 +180,7 @@ def extract_archive(archive: Path, work: Path) -> None:
 
 def unpacked_exists(archive: Path) -> bool:
     """Whether the archive is already unpacked in the cache (a cache hit for the next open)."""
-    from .cache import entry_path
+    from ..machine.cache import entry_path
 
     try:
         return (entry_path("packages", sha256_file(archive)) / MANIFEST_NAME).is_file()
@@ -199,7 +199,7 @@ def _unpack(archive: Path) -> Path:
             raise
         import warnings
 
-        from .cache import cache_root, describe_space
+        from ..machine.cache import cache_root, describe_space
 
         warnings.warn(CacheWarning(
             f"the cache at {cache_root()} cannot be used ({problem.message}; {describe_space(cache_root())}): "

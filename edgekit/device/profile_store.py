@@ -52,7 +52,7 @@ def _parse_text(text: str, path: Path) -> dict[str, Any]:
 
 
 def _cache_file() -> Path:
-    from .cache import cache_root
+    from ..machine.cache import cache_root
 
     return cache_root() / CACHE_NAME
 

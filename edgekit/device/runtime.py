@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import cache
+from ..machine import cache
 from ..version import __version__
 from .devices import DeviceFacts, Profile, check_threads, resolve_profile, runtime_threads
 from ..errors import BackendUnavailableError, EdgekitError, PackageError

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from . import cache
+from ..machine import cache
 from ..version import __version__
 from .devices import DeviceFacts
 from ..fsutil import sha256_hex

@@ -280,7 +280,7 @@ def first_line_of(message: str, limit: int = 200) -> str:
 
 def this_cpu_build(fmt: str, keys: list[str]) -> str:
     """The key of the build of ``fmt`` this CPU runs among ``keys`` (ONNX's u8s8 on x86 with VNNI)."""
-    from ..device.devices import DeviceFacts
+    from ..machine.facts import DeviceFacts
     from ..formats import device_artifacts
 
     return device_artifacts(set(keys), DeviceFacts.read()).get(fmt, fmt)

@@ -28,7 +28,7 @@ def compare(builder: Builder, staged: Path, mixed: BuildResult, fallback: BuildR
             evaluation: dict[str, np.ndarray]) -> dict[str, Any] | None:
     """The mixed artifact's and the float fallback's median latency here; None without a runtime
     (or when the runtime cannot time them: a crash there ends a child process, never the packager)."""
-    from ..device.devices import DeviceFacts
+    from ..machine.facts import DeviceFacts
 
     medians = median_ms(builder, {"mixed": staged / mixed.artifact.path, "float": staged / fallback.artifact.path},
                         evaluation, f"timing {mixed.artifact.key} against {fallback.artifact.key}")

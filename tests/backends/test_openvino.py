@@ -80,7 +80,7 @@ def test_a_damaged_compiled_blob_is_replaced_and_said(digits_all_package, tmp_pa
     """A damaged blob was never replaced and `-v` said compiled_cache=True whatever happened:
     the blob is sealed with its hash, a damaged or empty one is removed and compiled again, and
     describe() says which of hit / written / replaced it was."""
-    from edgekit.device.compiled_cache import problem as compiled_problem
+    from edgekit.machine.compiled_cache import problem as compiled_problem
     from edgekit.formats.onnx.openvino import OpenVINOBackend
 
     path = str(digits_all_package / onnx_artifacts(digits_all_package)[0].path)

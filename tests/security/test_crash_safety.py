@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from edgekit.device import cache
+from edgekit.machine import cache
 from edgekit.device.cache_verify import problem, verify_all
 from edgekit.device.package_io import open_package
 from tests.conftest import ROOT

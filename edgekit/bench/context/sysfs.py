@@ -13,7 +13,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from ...device.devices import SYSROOT_ENV
+from ...machine.facts import SYSROOT_ENV
 
 
 def root() -> Path:

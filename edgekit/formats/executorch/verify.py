@@ -36,7 +36,7 @@ except EdgekitError as exc:
 
 
 def verified_marker(digest: str) -> Path:
-    from ...device.cache import cache_root
+    from ...machine.cache import cache_root
 
     return cache_root() / "compiled" / "executorch-verified" / digest
 

@@ -83,7 +83,7 @@ class ONNXBuilder(Builder):
         among the package's); every other artifact is for devices that compute the QDQ graph
         exactly (ARM dot-product, VNNI, TensorRT; 7-bit weights anywhere), so it is judged as
         quantized. This machine's saturating kernels must not judge an S8S8 build for a Pi."""
-        from ...device.devices import DeviceFacts
+        from ...machine.facts import DeviceFacts
         from .schemes import SCHEMES, artifact_for_cpu
 
         model = getattr(context, "model", None)

@@ -6,7 +6,7 @@ products in 16-bit lanes (vpmaddubsw), which saturate; with them it does not.
 
 from __future__ import annotations
 
-from ...device.devices import DeviceFacts
+from ...machine.facts import DeviceFacts
 
 
 def int8_kernel_features(facts: DeviceFacts | None = None) -> str:

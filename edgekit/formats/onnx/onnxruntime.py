@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from ...device import compiled_cache
+from ...machine import compiled_cache
 from ...errors import BackendUnavailableError, PackageError
 from ..backend import Backend, TensorInfo, dequantize, quantize
 
@@ -83,7 +83,7 @@ def choose_providers(preferred: Sequence[str | tuple[str, dict[str, Any]]], avai
 def _cache_unusable(directory: Path, reason: str) -> None:
     import warnings
 
-    from ...device.cache import describe_space
+    from ...machine.cache import describe_space
     from ...errors import CacheWarning
 
     warnings.warn(CacheWarning(

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from ...device import compiled_cache
+from ...machine import compiled_cache
 from ...errors import BackendUnavailableError, PackageError
 from ..backend import Backend, TensorInfo, dequantize, quantize
 

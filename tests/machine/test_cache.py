@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import edgekit
-from edgekit.device import cache
+from edgekit.machine import cache
 from edgekit.device.cache_verify import verify_all
 from edgekit.errors import PackageError
 from edgekit.device.prediction_cache import PredictionCache
@@ -26,7 +26,7 @@ def fresh_cache(tmp_path, monkeypatch):
 
 _FETCH = """
 import sys
-from edgekit.device import cache
+from edgekit.machine import cache
 from edgekit.device.package_io import open_package
 blob = cache.fetch(sys.argv[1])
 root, manifest = open_package(blob)
