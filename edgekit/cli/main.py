@@ -45,7 +45,7 @@ def _card(argv: list[str], command: str) -> int:
 
 
 def _serve(argv: list[str], command: str) -> int:
-    from ..server.cli import main as serve_main
+    from .serve import main as serve_main
 
     return serve_main(argv)
 

@@ -38,7 +38,7 @@ def argparse_parsers() -> list[tuple[str, ArgumentParser]]:
     """The device parsers that ``edgekit run/bench/tune/serve`` hand their arguments to."""
     from .run import card_parser
     from .run import parser as run_parser
-    from ..server.cli import parser as serve_parser
+    from .serve import parser as serve_parser
 
     return [("python -m edgekit.run", run_parser()), ("edgekit card", card_parser()), ("edgekit serve", serve_parser())]
 

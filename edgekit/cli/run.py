@@ -50,7 +50,7 @@ def parser(prog: str = PROG) -> argparse.ArgumentParser:
     p.add_argument("--refresh", action="store_true", help="fetch a URL source again even if it is cached")
     p.add_argument("--verbose", "-v", action="store_true", help="say which profile, artifact and runtime were chosen")
     p.add_argument("--serve", action="store_true", help="serve SOURCE over KServe v2 instead of predicting")
-    from ..server.cli import add_server_options
+    from .serve import add_server_options
 
     add_server_options(p)
     tuning = p.group("tuning (--tune)")
@@ -427,7 +427,7 @@ def _modes(cli: ArgumentParser) -> dict[str, list[str]]:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from ..server.cli import options_from
+    from .serve import options_from
 
     options = options_from(args)  # names the server extra if it is missing
     from ..server.launch import serve

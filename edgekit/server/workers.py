@@ -188,9 +188,9 @@ def _ended(code: int | None) -> str:
 def _worker_main(launch: Launch, address: tuple[str, int], index: int, events: Any, debug: bool,
                  verbose: bool = False) -> None:
     """One worker: serve its own socket on ``address``; report readiness or the error that stopped it."""
-    from ..cli.tools import configure_logging
+    from ..logs import configure
 
-    configure_logging(debug, verbose)
+    configure("DEBUG" if debug else "INFO" if verbose else "WARNING")  # as the command line that started it
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # until uvicorn installs its handlers: the parent forwards
     try:
         sock = bind_socket(address[0], address[1], reuse_port=True)

@@ -114,7 +114,7 @@ def test_a_port_in_use_fails_before_anything_says_serving(digits_package):
 
 
 def test_serve_without_the_server_extra_names_it(digits_package):
-    code = ("import sys; sys.modules['prometheus_client'] = None; from edgekit.server.cli import main; "
+    code = ("import sys; sys.modules['prometheus_client'] = None; from edgekit.cli.serve import main; "
             f"sys.exit(main([{str(digits_package)!r}]))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert_user_error(result, "prometheus_client", "pip install 'edgekit[server]'")

@@ -6,8 +6,8 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from ..cli.options import ArgumentParser, HelpFormatter, at_least, bounded, worker_count
-from ..cli.tools import guarded, split_debug
+from .options import ArgumentParser, HelpFormatter, at_least, bounded, worker_count
+from .tools import guarded, split_debug
 
 
 def _port(text: str) -> int:
@@ -76,7 +76,7 @@ def require_server_extra() -> None:
 
 def options_from(args: argparse.Namespace):  # noqa: ANN201 - ServerOptions, imported lazily
     require_server_extra()
-    from .dataplane import ServerOptions
+    from ..server.dataplane import ServerOptions
 
     return ServerOptions(
         max_batch_size=args.max_batch_size, max_queue_delay_us=args.max_queue_delay_us,
@@ -89,7 +89,7 @@ def options_from(args: argparse.Namespace):  # noqa: ANN201 - ServerOptions, imp
 
 def parser(prog: str = "edgekit serve") -> argparse.ArgumentParser:
     """``edgekit serve``'s options (also what its command reference is generated from)."""
-    from ..cli.options import add_load_options
+    from .options import add_load_options
 
     p = ArgumentParser(prog=prog, formatter_class=HelpFormatter,
                        description="Serve packages over KServe v2 (Open Inference Protocol) with dynamic batching and "
@@ -107,7 +107,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "edgekit serve") -> int:
 
     def body() -> int:
         options = options_from(args)
-        from .launch import serve
+        from ..server.launch import serve
 
         serve(args.sources, args.host, args.port, options, args.artifact, args.backend, args.threads,
               args.profile, args.require_signature, args.trusted_keys)
