@@ -142,7 +142,7 @@ def test_a_package_whose_artifacts_were_never_measured_is_not_passed(digits_pack
     from edgekit.errors import UnmeasuredArtifactWarning
     from edgekit.manifest import Manifest
     from edgekit.validation_record import ValidationRecord
-    from edgekit.cli.validation_table import render
+    from edgekit.packaging.table import render
     from rich.console import Console
 
     package = tmp_path / "digits.edgekit"

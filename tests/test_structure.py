@@ -476,7 +476,6 @@ LAYERS = ("kinds", "data", "machine", "comparison", "conversion", "steps", "sour
           "device", "bench", "packaging", "export", "server", "cli")
 AGAINST_THE_LAYERS = {
     ("device", "bench"): "edgekit tune and latency cards measure with the benchmark harness",
-    ("packaging", "cli"): "PackageResult.table renders the validation table the command prints",
     ("sources", "formats"): "the ONNX source runs its float reference with the ONNX format's runtime backend",
 }
 

@@ -361,7 +361,8 @@ def _package(args: argparse.Namespace) -> int:
     from ..packaging import PackageOptions, build_package, partial_error
     from ..packaging.options import declarations
     from ..progress import Progress
-    from .validation_table import render, render_explanations
+    from ..packaging.table import render, render_explanations
+    from .console import stdout_console
 
     explain, allow_partial = args.explain, args.allow_partial  # read again after building
     keep_float, int16_layers = list(args.keep_float), list(args.int16_layers)
@@ -385,9 +386,9 @@ def _package(args: argparse.Namespace) -> int:
                        "resize": args.resize, "preset": args.preset},
     )
     result = build_package(options, Progress())
-    render(result.manifest)
+    render(result.manifest, stdout_console(120))
     if explain:
-        render_explanations(result.manifest)
+        render_explanations(result.manifest, stdout_console(120))
     for artifact in result.manifest.artifacts:
         fmt = FORMATS.get(artifact.format)
         for note in fmt.notes(artifact.details) if fmt is not None and fmt.notes is not None else ():

@@ -316,7 +316,7 @@ class PackageResult:
 
         from rich.console import Console
 
-        from ..cli.validation_table import render
+        from .table import render
 
         buffer = io.StringIO()
         render(self.manifest, Console(file=buffer, width=width, force_terminal=False, color_system=None))

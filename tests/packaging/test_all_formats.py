@@ -28,9 +28,10 @@ def test_all_targets_share_one_calibration_and_preprocessing(digits_all_package)
 
 
 def test_validation_table_has_a_row_per_artifact(digits_all_package, capsys):
-    from edgekit.cli.validation_table import render
+    from edgekit.cli.console import stdout_console
+    from edgekit.packaging.table import render
 
-    render(Manifest.from_json((digits_all_package / "manifest.json").read_bytes()))
+    render(Manifest.from_json((digits_all_package / "manifest.json").read_bytes()), stdout_console(120))
     out = capsys.readouterr().out
     for target in ("tflite", "onnx", "coreml", "executorch"):
         assert f"│ {target}" in out

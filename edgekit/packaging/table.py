@@ -10,7 +10,6 @@ from rich.table import Table
 from ..manifest import Manifest
 from ..validation_record import ArtifactRecord, ValidationRecord
 from ..kinds import show_value
-from .console import stdout_console
 
 
 def _pct(value: float | None) -> str:
@@ -162,8 +161,9 @@ def _margin(value: Any) -> str:
     return "-inf" if value is None else f"{value:+.3g}"
 
 
-def render(manifest: Manifest, console: Console | None = None) -> None:
-    console = console or stdout_console(120)
+def render(manifest: Manifest, console: Console) -> None:
+    """The validation table ``edgekit package`` and ``inspect`` print, and ``PackageResult.table``
+    returns, onto ``console``."""
     validation = manifest.validation
     data = validation.data
     quantized = manifest.source.get("quantized")  # a QAT or already-quantized source is the reference, not float
@@ -247,9 +247,8 @@ def _sqnr(value: Any, measured: bool) -> str:
     return "inf dB" if value is None and measured else _num(value, ".1f") + " dB"
 
 
-def render_explanations(manifest: Manifest, console: Console | None = None, limit: int = 10) -> None:
+def render_explanations(manifest: Manifest, console: Console, limit: int = 10) -> None:
     """The worst layers by SQNR for each artifact that has an --explain report."""
-    console = console or stdout_console(120)
     for artifact in manifest.artifacts:
         rows = artifact.about.explain
         if not rows:
