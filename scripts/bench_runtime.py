@@ -242,7 +242,7 @@ def int8_vs_float(package: Path, threads: int | list[int], runs: int) -> dict:
     from edgekit.device.devices import get_profile
     from edgekit.formats.onnx.kernels import int8_kernel_features
     from edgekit.device.runtime import runnable, verdict_holds_here
-    from edgekit.device.tune import resolve_package
+    from edgekit.bench.tune import resolve_package
 
     counts = [threads] if isinstance(threads, int) else list(threads)
     root, manifest = resolve_package(str(package))
@@ -326,7 +326,7 @@ def tuned_vs(package: Path, against: str, threads: int, runs: int, artifacts: li
     """``edgekit tune`` (among ``artifacts``, when given), then what ``load`` picks afterwards
     against the ``against`` artifact, interleaved (>1: the tuned choice is faster)."""
     from edgekit.bench.harness import BenchOptions, bench
-    from edgekit.device.tune import tune
+    from edgekit.bench.tune import tune
 
     tuning = tune(str(package), threads=[threads], artifacts=artifacts, include_failed=include_failed,
                   min_seconds=2.0)["tuning"]

@@ -227,7 +227,7 @@ def test_every_exit_status_is_in_the_help_the_reference_and_the_readme():
 
 
 def test_a_card_for_an_artifact_the_package_lacks_is_refused_in_one_sentence(digits_package):
-    from edgekit.device.package_cards import _check_belongs
+    from edgekit.bench.package_cards import _check_belongs
     from edgekit.errors import PackageError
     from edgekit.manifest import Manifest
 

@@ -127,7 +127,7 @@ def write_cards(source: str, report: dict[str, Any], folder: Any, key: Any = Non
         json_path, md_path = write_card(card, folder)
         print(f"card: {md_path} ({json_path.name})")
     if store:
-        from ..device.package_cards import store_cards
+        from .package_cards import store_cards
 
         for line in store_cards(source, cards, key):
             print(f"stored {line} in {source}")

@@ -478,7 +478,7 @@ def _cards_among(paths: list[str]) -> tuple[list[dict[str, Any]], list[str]]:
     only cards were given)."""
     from ..bench.card import CARD_SUFFIX, card_files, read_card
     from ..bench.compare import holds_reports
-    from ..device.stored_cards import is_package, stored_cards
+    from ..bench.stored_cards import is_package, stored_cards
     from ..device.package_io import open_package
 
     packages = [path for path in paths if is_package(path)]
@@ -638,7 +638,7 @@ def _add_cards(commands: Any) -> None:
 
 def _cards_add(args: argparse.Namespace) -> None:
     from ..bench.card import CardError, card_files, read_card
-    from ..device.package_cards import store_cards
+    from ..bench.package_cards import store_cards
 
     files = card_files(args.cards)
     if not files:
@@ -649,7 +649,7 @@ def _cards_add(args: argparse.Namespace) -> None:
 
 def _cards_show(args: argparse.Namespace) -> None:
     from ..bench.card import markdown, side_by_side
-    from ..device.stored_cards import stored_cards
+    from ..bench.stored_cards import stored_cards
     from ..device.package_io import open_package
 
     root, manifest = open_package(args.package)

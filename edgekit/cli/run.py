@@ -439,7 +439,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 def tune_command(args: argparse.Namespace, only_if_untuned: bool = False) -> int:
     """``--tune`` / ``edgekit tune``: measure, decide, remember, and print what was decided."""
-    from ..device.tune import print_tuning, resolve_package, tune, tuned_for
+    from ..bench.tune import print_tuning, resolve_package, tune, tuned_for
     from ..device.tuned import forget
 
     root, manifest = resolve_package(args.source)

@@ -1,7 +1,7 @@
 """The choice ``edgekit tune`` stored for a package on this device, and when it still holds.
 
 Read on every load that asks for nothing in particular, so it stays small (the measuring is
-``edgekit.device.tune``): a decision holds for one package (its manifest's digest), one device (OS,
+``edgekit.bench.tune``): a decision holds for one package (its manifest's digest), one device (OS,
 architecture, board, CPU model, cores, GPU) and the runtime libraries it was measured with,
 found by where they are installed and when, without importing them.
 """

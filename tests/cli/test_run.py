@@ -46,7 +46,7 @@ def test_run_prints_top_k_labels_without_importing_tensorflow(digits_package, tm
 
 
 _START_UP_COSTS = ("tomllib", "_hashlib", "shutil", "bz2", "lzma", "logging", "traceback", "tempfile",
-                   "urllib.request", "pkgutil", "edgekit.device.tune", "edgekit.formats.building")
+                   "urllib.request", "pkgutil", "edgekit.bench.tune", "edgekit.formats.building")
 
 
 def test_a_prediction_loads_none_of_the_start_up_costs(digits_package, tmp_path):

@@ -60,7 +60,7 @@ def test_every_command_reads_a_package_url_through_one_resolver(digits_package, 
     system and report that it does not exist)."""
     from edgekit.bench.cli import runnable_artifacts
     from edgekit.export.triton import export_triton
-    from edgekit.device.tune import resolve_package
+    from edgekit.bench.tune import resolve_package
 
     monkeypatch.setenv("EDGEKIT_CACHE_DIR", str(tmp_path / "cache"))
     archive = tmp_path / "digits.ekpkg"

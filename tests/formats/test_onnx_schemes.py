@@ -123,7 +123,7 @@ def test_tune_never_picks_a_build_whose_verdict_this_cpus_kernels_break(digits_a
     from edgekit.device.devices import get_profile
     from edgekit.manifest import Manifest
     from edgekit.device.runtime import verdict_holds_here
-    from edgekit.device.tune import candidates
+    from edgekit.bench.tune import candidates
 
     if platform.machine() not in ("x86_64", "AMD64"):
         pytest.skip("the x86 scheme choice is checked on x86 (the CPU architecture is not faked)")

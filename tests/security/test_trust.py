@@ -152,7 +152,7 @@ def test_tune_measures_the_untuned_default_and_never_stores_a_slower_choice(digi
     """`--tune-artifacts tflite --tune-threads N` once stored tflite at N threads as "fastest
     measured" without ever measuring the untuned default it replaced."""
     from edgekit.device.runtime import choose, default_threads
-    from edgekit.device.tune import tune
+    from edgekit.bench.tune import tune
 
     monkeypatch.setenv("EDGEKIT_CACHE_DIR", str(tmp_path / "cache"))
     package = tmp_path / "digits.edgekit"

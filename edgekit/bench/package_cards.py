@@ -21,7 +21,7 @@ from typing import Any
 from ..errors import PackageError
 from ..fsutil import sha256_file, write_bytes_atomic, write_text_atomic
 from ..manifest import MANIFEST_NAME, Manifest
-from .package_io import is_url, open_package, write_archive
+from ..device.package_io import is_url, open_package, write_archive
 from .stored_cards import CARDS_DIR
 
 
@@ -30,7 +30,7 @@ def store_cards(package: str | os.PathLike[str], cards: Iterable[Mapping[str, An
                 key: str | os.PathLike[str] | None = None) -> list[str]:
     """Add ``cards`` to ``package`` (a directory in place; an ``.ekpkg`` rewritten); a signed
     package is signed again with ``key``. Returns one line per stored card."""
-    from .signing import SIGNATURE_NAME, check_private_key
+    from ..device.signing import SIGNATURE_NAME, check_private_key
 
     if is_url(package):
         raise PackageError(f"cannot store cards in {package}: storing rewrites the package, and a URL is not a local file",
@@ -72,7 +72,7 @@ def _check_belongs(card: Mapping[str, Any], manifest: Manifest, package: Path) -
 def _store_in(root: Path, manifest: Manifest, cards: list[Mapping[str, Any]], key: Any) -> list[str]:
     """Card files first, then the manifest listing them, then its signature: a reader never finds
     a manifest naming a card file that is not there yet."""
-    from ..bench.card import card_name, markdown
+    from .card import card_name, markdown
 
     entries = {(e["device"], e["artifact"]): e for e in manifest.cards}
     lines = []
@@ -95,7 +95,7 @@ def _store_in(root: Path, manifest: Manifest, cards: list[Mapping[str, Any]], ke
 
 def _publish_manifest(root: Path, cards: list[dict[str, str]], key: Any) -> None:
     """The manifest with ``cards`` listed (every other key kept as written, a newer writer's too)."""
-    from .signing import SIGNATURE_NAME, signature_document
+    from ..device.signing import SIGNATURE_NAME, signature_document
 
     document = json.loads((root / MANIFEST_NAME).read_bytes())
     document["cards"] = cards

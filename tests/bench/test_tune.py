@@ -15,7 +15,7 @@ import pytest
 
 import edgekit
 from edgekit.device.devices import get_profile
-from edgekit.device.tune import decide, thread_counts, tune
+from edgekit.bench.tune import decide, thread_counts, tune
 from edgekit.device.tuned import Choice, decision_path, manifest_digest
 from tests.conftest import EVAL, device_cli, load_npz
 

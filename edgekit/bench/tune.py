@@ -16,10 +16,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .devices import DeviceFacts, Profile, check_threads
+from ..device.devices import DeviceFacts, Profile, check_threads
 from ..errors import EdgekitError
 from ..manifest import Manifest
-from .tuned import Choice, store, tuned_choice
+from ..device.tuned import Choice, store, tuned_choice
 
 SIGNIFICANT = 0.95  # the fastest must be faster than this ratio of the default's median, at 95% confidence
 
@@ -44,7 +44,7 @@ def candidates(manifest: Manifest, profile: Profile, threads: list[int],
     """Every runnable (artifact, backend) pair that passed the gates in the arithmetic this device
     runs it with (among ``artifacts``, when given; failed ones too with ``include_failed``), at
     every thread count."""
-    from .runtime import runnable, verdict_holds_here
+    from ..device.runtime import runnable, verdict_holds_here
 
     if artifacts:
         artifacts = [manifest.artifact(name).key for name in artifacts]  # unknown names: a clear error
@@ -58,7 +58,7 @@ def candidates(manifest: Manifest, profile: Profile, threads: list[int],
 
 def decide(default: Choice, medians_ms: dict[Choice, float], samples_s: dict[Choice, list[float]]) -> tuple[Choice, dict]:
     """The fastest choice when significantly faster than ``default``, else ``default``."""
-    from ..bench.stats import bootstrap_ratio
+    from .stats import bootstrap_ratio
 
     fastest = min(medians_ms, key=medians_ms.__getitem__)
     if fastest == default or default not in samples_s:
@@ -81,10 +81,10 @@ def tune(source: str, runs: int = 60, min_seconds: float = 1.0, threads: list[in
     decision; the bench report with a ``tuning`` section (decision, default, every candidate's median).
     ``include_failed`` also measures artifacts that failed the package's gates: for speed studies
     of models whose accuracy is not the point (benchmarks with random weights), never for use."""
-    from ..bench.harness import BenchOptions, bench
-    from .package_io import open_package
-    from .devices import resolve_profile
-    from .runtime import choose, default_threads
+    from .harness import BenchOptions, bench
+    from ..device.package_io import open_package
+    from ..device.devices import resolve_profile
+    from ..device.runtime import choose, default_threads
 
     facts = DeviceFacts.read()
     chosen_profile = resolve_profile(profile, facts)
@@ -122,7 +122,7 @@ def resolve_package(source: str) -> tuple[Path, Manifest]:
     """A package directory, ``.ekpkg`` or URL as its unpacked root and manifest (tuning needs a
     package: a bare .tflite/.onnx has nothing to choose between)."""
     from ..formats import format_for_file
-    from .package_io import local_path, open_package
+    from ..device.package_io import local_path, open_package
 
     path = local_path(source)
     if path.is_file() and format_for_file(path) is not None:
@@ -134,7 +134,7 @@ def resolve_package(source: str) -> tuple[Path, Manifest]:
 def tuned_for(root: Path, manifest: Manifest, profile: str = "auto") -> Choice | None:
     """The tuned choice ``load`` would use for this package here (None: none, stale, or the
     profile ignores tuned choices)."""
-    from .devices import resolve_profile
+    from ..device.devices import resolve_profile
 
     facts = DeviceFacts.read()
     return tuned_choice(root, manifest, facts) if resolve_profile(profile, facts).use_tuned else None
