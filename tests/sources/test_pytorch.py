@@ -290,7 +290,7 @@ def device_runs_like_pytorch(models, package_dir, factory="residual_cnn"):
 
 
 def package(models, model, data, *extra, also_float=False):
-    """Without float fallbacks unless asked (they cost a conversion per format; tests/device/test_tune.py
+    """Without float fallbacks unless asked (they cost a conversion per format; tests/bench/test_tune.py
     and the factory test below cover them)."""
     flag = "--also-float" if also_float else "--no-also-float"
     result = edgekit_cli("package", model, "-c", models / data, "-o", models / "out", "--force", flag, *extra)
