@@ -158,6 +158,26 @@ class QuantParams(NamedTuple):
             raise PackageError(f"manifest: {where} is malformed ({exc})") from None
 
 
+class FailedFormat(NamedTuple):
+    """A requested format the package does not hold: it failed to build, was ended at its share
+    of the time, or was refused by its gates and left out (``--allow-partial``); what it failed
+    with and the fix. ``search``: the tries of a refused artifact's search, kept with it."""
+
+    target: str  # the format's name ("target" is the manifest key's former name, still written)
+    error: str
+    hint: str = ""
+    search: tuple[Mapping[str, Any], ...] = ()
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> FailedFormat:
+        return cls(str(data.get("format", data.get("target", ""))), str(data.get("error", "")),
+                   str(data.get("hint") or ""), tuple(dict(t) for t in data.get("search") or () if isinstance(t, Mapping)))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"format": self.target, "target": self.target, "error": self.error, "hint": self.hint,
+                **({"search": [dict(t) for t in self.search]} if self.search else {})}
+
+
 class ArtifactDetails(NamedTuple):
     """The entries of ``Artifact.details`` read outside the format that wrote them, typed: what
     every format's build records for the search (its precision record, the layers with weights it
@@ -305,7 +325,7 @@ class Manifest:
     calibration: dict[str, Any] = field(default_factory=dict)
     validation: ValidationRecord = ValidationRecord()
     versions: dict[str, str] = field(default_factory=dict)
-    failed: list[dict[str, str]] = field(default_factory=list)  # targets that did not build: target, error, hint
+    failed: list[FailedFormat] = field(default_factory=list)  # requested formats the package does not hold
     # formats ``--format all`` left out because the building machine could not build them: format, why, extra
     left_out: list[dict[str, str]] = field(default_factory=list)
     # latency cards measured on devices (``edgekit card --store``): device, artifact, path and
@@ -352,7 +372,7 @@ class Manifest:
             "calibration": self.calibration,
             "validation": self.validation.to_dict(),
             "versions": self.versions,
-            "failed": self.failed,
+            "failed": [f.to_dict() for f in self.failed],
             **({"left_out": self.left_out} if self.left_out else {}),
             **({"cards": self.cards} if self.cards else {}),
         }
@@ -402,7 +422,7 @@ class Manifest:
             calibration=dict(data.get("calibration", {})),
             validation=_validation(data.get("validation")),
             versions={str(k): str(v) for k, v in dict(data.get("versions", {})).items()},
-            failed=[dict(f) for f in data.get("failed", []) if isinstance(f, dict)],
+            failed=[FailedFormat.from_dict(f) for f in data.get("failed", []) if isinstance(f, dict)],
             left_out=[{str(k): str(v) for k, v in f.items()} for f in data.get("left_out", []) if isinstance(f, dict)],
             cards=_cards(data.get("cards", [])),
         )

@@ -91,14 +91,13 @@ def test_a_dataloader_of_three_arrays_for_a_one_input_module_is_a_data_error(tmp
 
 def test_asking_for_a_format_whose_int8_was_refused_says_it_runs_the_float_fallback(digits_all_package):
     from edgekit.device.devices import get_profile
-    from edgekit.manifest import Manifest
+    from edgekit.manifest import FailedFormat, Manifest
     from edgekit.device.runtime import choose
 
     manifest = Manifest.from_json((digits_all_package / "manifest.json").read_bytes())
     assert any(a.key == "onnx-float32" for a in manifest.artifacts)
     refused = replace(manifest, artifacts=[a for a in manifest.artifacts if a.format != "onnx" or a.is_float],
-                      failed=[{"format": "onnx", "target": "onnx", "error": "INT8 validation failed: top-1 80%",
-                               "hint": ""}])
+                      failed=[FailedFormat("onnx", "INT8 validation failed: top-1 80%")])
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         entry, _ = choose(refused, get_profile("x86-cpu"), "onnx")

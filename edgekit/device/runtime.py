@@ -360,8 +360,8 @@ def _say_float_instead(manifest: Manifest, fmt: str, key: str) -> None:
 
     from ..errors import FailedArtifactWarning
 
-    refused = next((f for f in manifest.failed if f.get("target") == fmt or f.get("format") == fmt), None)
-    why = f"its INT8 artifact was left out when it was packaged ({refused['error']})" if refused \
+    refused = next((f for f in manifest.failed if f.target == fmt), None)
+    why = f"its INT8 artifact was left out when it was packaged ({refused.error})" if refused \
         else "the package holds no INT8 artifact of it"
     warnings.warn(FailedArtifactWarning(
         f"--artifact {fmt}: {why}; running the float fallback {key} instead (ask for it by name to silence this)"),

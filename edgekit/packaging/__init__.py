@@ -109,16 +109,16 @@ def package(options: PackageOptions, progress: Progress | None = None) -> Packag
 
 def partial_error(result: PackageResult) -> PartialPackageError:
     """What a package with failed formats is, as the error ``package`` and the CLI raise."""
-    listed = "; ".join(f"{f['target']}: {f['error']}" for f in result.failed)
-    failed = {f["target"] for f in result.failed}
+    listed = "; ".join(f"{f.target}: {f.error}" for f in result.failed)
+    failed = {f.target for f in result.failed}
     built = list(dict.fromkeys(a.format for a in result.manifest.artifacts if a.format not in failed))
     keep = " ".join(f"--format {fmt}" for fmt in built)
     validation = result.manifest.validation
     unmeasured = [a.key for a in result.manifest.artifacts if not validation.artifact(a.key).measured]
     kept = "passed" if not unmeasured else f"were built ({', '.join(unmeasured)} not measured here)"
-    refused = next((f["hint"] for f in result.failed if f["error"].startswith(REFUSED_PREFIX)), None)
+    refused = next((f.hint for f in result.failed if f.error.startswith(REFUSED_PREFIX)), None)
     return PartialPackageError(
-        f"package written to {result.path} without {', '.join(f['target'] for f in result.failed)} ({listed})",
+        f"package written to {result.path} without {', '.join(f.target for f in result.failed)} ({listed})",
         hint=(f"fix the model for those formats, keep the ones that {kept} ({keep}), or pass --allow-partial"
               if built else "fix the model for those formats (no format passed)")
         + (f"; for a format refused by its gates: {refused}" if refused else ""),

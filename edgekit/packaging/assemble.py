@@ -19,7 +19,7 @@ from ..version import __version__
 from ..errors import AccuracyDropError, OutputExistsError
 from ..formats import FORMATS, backends
 from ..fsutil import publish, sha256_tree, write_text_atomic
-from ..manifest import Artifact, Manifest, TensorSpec
+from ..manifest import Artifact, FailedFormat, Manifest, TensorSpec
 from ..sources.description import SourceDescription
 from ..validation_record import ValidationRecord
 from .context import PackagingContext
@@ -51,7 +51,7 @@ def make_manifest(
     data: PreparedData,
     artifacts: list[Artifact],
     validation: ValidationRecord,
-    failed: list[dict[str, str]],
+    failed: list[FailedFormat],
     methods: dict[str, str],
     left_out: tuple[dict[str, str], ...] = (),
 ) -> Manifest:
@@ -143,7 +143,7 @@ def assemble_package(plan: Plan, loaded: LoadedSource, run: PackagingContext, bu
     refused = refused_formats(outcomes, options.allow_accuracy_drop, options.allow_partial)  # a partial package
     built = [o for o in outcomes if o.built is not None and not any(o is r for r in refused)]
     measured = {o.name: o.comparison for o in built}
-    failed = [{"format": o.name, "target": o.name, "error": o.error.message, "hint": o.error.hint}
+    failed = [FailedFormat(o.name, o.error.message, o.error.hint or "")
               for o in outcomes if o.error]
     failed += [leave_out(o, staged, options.auto_fix) for o in refused]
     failures = {o.name: list(o.failures) for o in built}

@@ -14,7 +14,7 @@ from dataclasses import Field, dataclass, field, fields
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from ..manifest import Manifest
+from ..manifest import FailedFormat, Manifest
 from ..comparison.metrics import OutputComparison
 from ..conversion.worker import DEFAULT_STEP_TIMEOUT_S
 
@@ -290,7 +290,7 @@ class PackageResult:
     archive: Path | None
     comparisons: dict[str, OutputComparison | None]
     warnings: list[str]
-    failed: list[dict[str, str]] = field(default_factory=list)  # formats that did not build: format, error, hint
+    failed: list[FailedFormat] = field(default_factory=list)  # requested formats the package does not hold
 
     @property
     def complete(self) -> bool:
@@ -305,7 +305,7 @@ class PackageResult:
         found = {artifact.key: self.manifest.validation.artifact(artifact.key).outcome()
                  for artifact in self.manifest.artifacts}
         for entry in self.failed:
-            found[entry["target"]] = f"not built: {entry['error']}"
+            found[entry.target] = f"not built: {entry.error}"
         for entry in self.manifest.left_out:
             found.setdefault(entry["format"], f"not built: {entry['why']}")
         return found

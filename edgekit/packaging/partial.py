@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..formats import FORMATS
+from ..manifest import FailedFormat
 from .fallback import discard
 from .gates import failure_hint, failure_message
 
@@ -36,7 +37,7 @@ def passed_fallbacks(outcomes: list[Any]) -> list[str]:
             and o.comparison is not None and o.built.artifact.precision.startswith("float")]
 
 
-def leave_out(outcome: Any, staged: Path, searched: bool) -> dict[str, str]:
+def leave_out(outcome: Any, staged: Path, searched: bool) -> FailedFormat:
     """Remove a refused artifact (and its companions) from the staged package; its ``failed`` entry."""
     artifact = outcome.built.artifact
     for path in [artifact.path, *(c["path"] for c in artifact.companions)]:
@@ -44,8 +45,6 @@ def leave_out(outcome: Any, staged: Path, searched: bool) -> dict[str, str]:
     tried = {outcome.name: {str(a.get("change")) for a in outcome.fixes if not a.get("stage")}} if searched else None
     plans = {outcome.name: sum(1 for a in outcome.fixes if a.get("stage") == "layer search")}
     message = failure_message(list(outcome.failures), tried).removesuffix("; no package was written")
-    entry: dict[str, Any] = {"format": outcome.name, "target": outcome.name,
-                             "error": f"{message}; left out of the package", "hint": failure_hint(tried, plans)}
-    if outcome.fixes:  # what the search tried, as the hint says: kept with the entry, not lost with the artifact
-        entry["search"] = [dict(a) for a in outcome.fixes]
-    return entry
+    # what the search tried, as the hint says: kept with the entry, not lost with the artifact
+    return FailedFormat(outcome.name, f"{message}; left out of the package", failure_hint(tried, plans),
+                        tuple(dict(a) for a in outcome.fixes))

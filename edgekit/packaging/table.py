@@ -208,8 +208,8 @@ def render(manifest: Manifest, console: Console) -> None:
         notes += _evidence_notes(artifact.key, metrics)
         notes += _float_reference_notes(artifact.key, metrics)
     for failure in manifest.failed:
-        table.add_row(failure["target"], "failed", "", "", "", "", "", "", "")
-        notes.append(f"{failure['target']} failed: {failure['error']}")
+        table.add_row(failure.target, "failed", "", "", "", "", "", "", "")
+        notes.append(f"{failure.target} failed: {failure.error}")
     console.print(table)
     conversion = _conversion_line(validation)
     if conversion:

@@ -44,12 +44,12 @@ def test_a_runtime_killed_by_a_signal_fails_its_format_and_the_others_ship(tmp_p
                                           calibration=str(tmp_path / "calibration.npz"),
                                           output_dir=str(tmp_path / "out"), formats=["crashy", "onnx"],
                                           allow_partial=True, also_float=False))
-    failed = {f["format"]: f for f in result.failed}
+    failed = {f.target: f for f in result.failed}
     assert set(failed) == {"crashy"}
-    message = failed["crashy"]["error"]
+    message = failed["crashy"].error
     assert "crashing-runtime crashed running the crashy artifact" in message
     assert "killed by signal 11 (SIGSEGV)" in message
-    assert "package without --format crashy" in failed["crashy"]["hint"]
+    assert "package without --format crashy" in failed["crashy"].hint
     assert {a.format for a in result.manifest.artifacts} == {"onnx"}
     assert not (result.path / "crashy").exists()
 
