@@ -189,7 +189,7 @@ def profile_dirs() -> list[Path]:
         Path(sys.prefix) / "share" / "edgekit" / "targets",  # wheel install (data files)
     ]
     try:
-        from .userdirs import user_config_dir
+        from ..machine.userdirs import user_config_dir
 
         dirs.append(user_config_dir() / "targets")
     except ImportError:  # platformdirs is a dependency; keep detection working without it
