@@ -599,7 +599,6 @@ def convert_executorch_kept(model: dict[str, Any], calibration_npy: str, output:
 
     from ...conversion.forms import ModelForm
     from ...conversion.onnx_torch import input_names, load
-    from ...conversion.onnx_torch.naming import original_names
 
     form = ModelForm.from_dict(model)
     _refuse_narrowed_ranges(form.path)
