@@ -63,7 +63,7 @@ def recorder_cost(samples: int = 200_000) -> dict:
 
 def placement_ms(package: Path) -> dict:
     from edgekit.formats.onnx.onnxruntime import OnnxRuntimeBackend
-    from edgekit.formats.tflite.litert import LiteRTBackend
+    from edgekit.formats.tflite.backend import LiteRTBackend
 
     found = {"litert": per_call_ms(LiteRTBackend(str(package / "tflite" / "model.int8.tflite")).placement, 20),
              "onnxruntime": per_call_ms(OnnxRuntimeBackend(str(package / "onnx" / "model.int8.onnx")).placement, 10)}

@@ -42,11 +42,11 @@ from benchio import print_and_save, require_signal  # noqa: E402
 
 import edgekit  # noqa: E402
 from edgekit.conversion import worker  # noqa: E402
-from edgekit.formats.tflite.litert import LiteRTBackend, open_interpreter  # noqa: E402
+from edgekit.formats.tflite.backend import LiteRTBackend, open_interpreter  # noqa: E402
 from edgekit.formats.onnx.onnxruntime import OnnxRuntimeBackend  # noqa: E402
 from edgekit.device.devices import DeviceFacts  # noqa: E402
 from edgekit.formats import FORMATS  # noqa: E402
-from edgekit.formats.tflite.build import convert as tflite_convert  # noqa: E402
+from edgekit.formats.tflite.convert import TFLiteRequest, convert as tflite_convert  # noqa: E402
 from edgekit.sources.tensorflow import prepare  # noqa: E402
 
 
@@ -135,9 +135,9 @@ def main() -> None:
                              model_path=str(work / "mobilenet_v2.keras"), kind="keras",
                              export_dir=str(work / "saved_model"))
         float_tflite = work / "model.float32.tflite"
-        float_info = worker.call(tflite_convert, what="float conversion",
-                                 saved_model=source["saved_model"], calibration_npy="", output=str(float_tflite),
-                                 quantize=False)
+        float_info = worker.convert(tflite_convert, TFLiteRequest(
+            saved_model=source["saved_model"], calibration_npy="", output=str(float_tflite), quantize=False),
+            what="float conversion")
         float_onnx = work / "model.float32.onnx"
         started = time.perf_counter()
         subprocess.run([sys.executable, "-m", "tf2onnx.convert", "--saved-model", source["saved_model"],
@@ -183,7 +183,7 @@ def main() -> None:
             "build_model": round(build_s, 2),
             "edgekit_package_all_targets": round(package_s, 2),
             "converter_calls": {a.key: a.converter.get("seconds") for a in manifest.artifacts},
-            "float_tflite_conversion": float_info["seconds"],
+            "float_tflite_conversion": float_info.seconds,
             "float_onnx_tf2onnx": round(float_onnx_s, 2),
         },
         "size_bytes": sizes,

@@ -49,7 +49,7 @@ from benchio import print_and_save, require_signal  # noqa: E402
 
 import edgekit  # noqa: E402
 from edgekit.formats import FORMATS, missing_converter  # noqa: E402
-from edgekit.formats.tflite.litert import open_interpreter  # noqa: E402
+from edgekit.formats.tflite.backend import open_interpreter  # noqa: E402
 
 # the CNNs' speed rows: ExecuTorch beside TFLite and ONNX where its converter is installed
 CNN_FORMATS = ["tflite", "onnx"] + (["executorch"] if missing_converter(FORMATS["executorch"]) is None else [])

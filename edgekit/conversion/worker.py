@@ -22,11 +22,15 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
 from ..errors import ERROR_CLASSES, OTHER_ROUTES, ConversionError, EdgekitError
 from ..fsutil import temp_dir
+from .messages import Message, request_and_report
+
+R = TypeVar("R")
 
 # Keep TensorFlow's C++ logging and oneDNN notices out of users' terminals.
 _QUIET_ENV = {"TF_CPP_MIN_LOG_LEVEL": "3", "TF_ENABLE_ONEDNN_OPTS": "0", "ABSL_MIN_LOG_LEVEL": "3"}
@@ -147,6 +151,29 @@ def call(
         return _result(response, child_stderr, what, exit_description(proc.returncode))
 
 
+def convert(function: Callable[[Any], R], request: Message, what: str,
+            timeout: float | None = DEFAULT_STEP_TIMEOUT_S, on_progress: Callable[[int, int], None] | None = None,
+            python: str | None = None) -> R:
+    """A format's converter step ``function(request) -> report`` in a child: the request and the
+    report are frozen ``Message`` dataclasses (``messages.py``), JSON only on the way across."""
+    request_type, report_type = request_and_report(function)
+    if not isinstance(request, request_type):
+        raise TypeError(f"{reference(function)} takes a {request_type.__name__}, got {type(request).__name__}")
+    answer = call(converter_step, what, timeout=timeout, on_progress=on_progress, python=python,
+                  step=reference(function), request=request.to_json())
+    return report_type.from_json(answer)  # type: ignore[return-value]
+
+
+def converter_step(step: str, request: dict[str, Any]) -> dict[str, Any]:
+    """Child side of ``convert``: the request rebuilt as its type, the step run, its report as JSON."""
+    function = resolve(step)
+    request_type, report_type = request_and_report(function)
+    report = function(request_type.from_json(request))
+    if not isinstance(report, report_type):
+        raise TypeError(f"{step} returned {type(report).__name__}, not its {report_type.__name__}")
+    return report.to_json()
+
+
 def exit_description(code: int) -> str:
     """How a child ended, e.g. ``was killed by signal 11 (SIGSEGV)``."""
     if code >= 0:
@@ -207,16 +234,32 @@ def reference(function: Callable[..., Any]) -> str:
     return f"{module}:{qualname}"
 
 
+@dataclass(frozen=True)
+class ModuleRequest(Message):
+    """A converter's command line: ``python -m MODULE ARGUMENTS``."""
+
+    module: str
+    arguments: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ModuleRun(Message):
+    """How a converter's command line ended: its exit code and everything it said."""
+
+    returncode: int
+    output: str
+
+
 def run_module(module: str, arguments: list[str], what: str,
-               timeout: float | None = DEFAULT_STEP_TIMEOUT_S) -> dict[str, Any]:
+               timeout: float | None = DEFAULT_STEP_TIMEOUT_S) -> ModuleRun:
     """A converter's command line (``python -m MODULE ARGUMENTS``: tf2onnx, ORT's tools) in a
     converter child, the run's reused one where there is one (its imports already made): its exit
     code (``returncode``) and everything it said (``output``: stdout, stderr and its log records),
     for the caller to explain a failure. A deadline gives a clear error, as for any step."""
-    return call(module_main, what, timeout=timeout, module=module, arguments=arguments)
+    return convert(module_main, ModuleRequest(module, tuple(arguments)), what, timeout=timeout)
 
 
-def module_main(module: str, arguments: list[str]) -> dict[str, Any]:
+def module_main(request: ModuleRequest) -> ModuleRun:
     """Child side of ``run_module``: the module run as ``__main__`` with ``sys.argv`` set, what it
     writes to sys.stdout/sys.stderr and what it logs at INFO and above kept (a handler of our own on
     the root logger: a logging set-up that a previous step's run left stays out of this one)."""
@@ -232,7 +275,8 @@ def module_main(module: str, arguments: list[str]) -> dict[str, Any]:
     level = root.level
     root.addHandler(handler)  # before the tool's logging.basicConfig, which then adds none of its own
     root.setLevel(logging.INFO)
-    argv, sys.argv = sys.argv, [module, *arguments]
+    module = request.module
+    argv, sys.argv = sys.argv, [module, *request.arguments]
     code = 0
     try:
         with contextlib.redirect_stdout(said), contextlib.redirect_stderr(said):
@@ -246,7 +290,7 @@ def module_main(module: str, arguments: list[str]) -> dict[str, Any]:
         sys.argv = argv
         root.removeHandler(handler)
         root.setLevel(level)
-    return {"returncode": code, "output": said.getvalue()}
+    return ModuleRun(returncode=code, output=said.getvalue())
 
 
 def _wait(

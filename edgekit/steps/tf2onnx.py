@@ -27,9 +27,9 @@ def tf2onnx(form: ModelForm, context: Any) -> ModelForm:
                      "--opset", str(TF2ONNX_OPSET), "--output", str(output)]
         ran = worker.run_module("tf2onnx.convert", arguments, "tf2onnx conversion", context.timeout_s)
         # tf2onnx exits 0 even when it leaves ops it cannot convert in the graph: read its log too
-        if ran["returncode"] != 0 or not output.exists() or "Unsupported ops:" in ran["output"]:
-            raise explain_tf2onnx_failure(ran["output"], list(context.layer_names))
-        match = re.search(r"tf2onnx=([\w.]+)", ran["output"])
+        if ran.returncode != 0 or not output.exists() or "Unsupported ops:" in ran.output:
+            raise explain_tf2onnx_failure(ran.output, list(context.layer_names))
+        match = re.search(r"tf2onnx=([\w.]+)", ran.output)
         version_file.write_text(match.group(1) if match else "")
     version = version_file.read_text()
     return ModelForm(forms.ONNX_GRAPH, str(output), via=f"tf2onnx {version}".strip())

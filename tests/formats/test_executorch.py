@@ -27,7 +27,8 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("executorch")
 
 from edgekit.formats.executorch.backend import ExecuTorchBackend  # noqa: E402
-from edgekit.formats.executorch.convert import convert_executorch  # noqa: E402
+from edgekit.conversion.forms import ModelForm  # noqa: E402
+from edgekit.formats.executorch.convert import ExecuTorchReport, ExecuTorchRequest, convert_executorch  # noqa: E402
 from edgekit.sources.pytorch import LOADER  # noqa: E402
 
 NET = '''
@@ -79,29 +80,31 @@ def net(tmp_path_factory) -> Path:
     return built_once(tmp_path_factory, "executorch-net", _net)
 
 
-def _convert(net: Path, out: Path, **options) -> dict:
-    model = {"form": "torch-program", "path": str(net / "net.pt2"), "loader": LOADER,
-             "arguments": {"kind": "torch_export", "fixed": None}, "via": ""}
-    return worker.call(convert_executorch, what="ExecuTorch conversion", model=model,
-                       calibration_npy=str(net / "calibration.npy"), output=str(out / "model.int8.pte"),
-                       output_names=["scores"], **options)
+def _program(path: Path) -> ModelForm:
+    return ModelForm("torch-program", str(path), LOADER, {"kind": "torch_export", "fixed": None})
+
+
+def _convert(net: Path, out: Path, **options) -> ExecuTorchReport:
+    return worker.convert(convert_executorch, ExecuTorchRequest(
+        model=_program(net / "net.pt2"), calibration_npy=str(net / "calibration.npy"),
+        output=str(out / "model.int8.pte"), output_names=("scores",), **options), what="ExecuTorch conversion")
 
 
 def test_a_pytorch_program_lowers_to_xnnpack_int8_and_runs_like_pytorch(net, tmp_path):
     """One conversion (each takes ~15 s): the head kept in float, the stem int8, and the float
     fallback program; all read back from the lowered programs and run by ExecuTorch."""
-    info = _convert(net, tmp_path, float_output=str(tmp_path / "model.float32.pte"), keep_float=["head"],
+    info = _convert(net, tmp_path, float_output=str(tmp_path / "model.float32.pte"), keep_float=("head",),
                     explain_npy=str(net / "calibration.npy"))
-    placement = info["placement"]
+    placement = info.placement
     assert placement["delegated"]["convolution"] == 1 and placement["delegated"]["linear"] == 1
     assert placement["delegated"]["quantize_per_tensor"] >= 2  # int8 activations inside the delegate
     assert placement["layers"] == {"head": "float", "stem": "int8"}  # the plan, as lowered
-    assert info["float_placement"]["layers"] == {"head": "float", "stem": "float"}
-    assert info["weighted_layers"] == ["stem", "head"]  # graph order: what the search raises from either end
-    record = info["precision"]["record"]  # the head (kept) and the mean (a portable kernel) in float
+    assert info.float_placement["layers"] == {"head": "float", "stem": "float"}
+    assert info.weighted_layers == ("stem", "head")  # graph order: what the search raises from either end
+    record = info.precision.record  # the head (kept) and the mean (a portable kernel) in float
     assert record["float_layers"] == ["head", "mean"] and record["ops"]["integer_weighted"] == 1
-    assert info["precision"]["label"] == "int8+float (2 layers)" and record["float_tail_ops"] == ["_softmax"]
-    report = {row["layer"]: row for row in info["explain"]}  # PT2E's quantized graph vs its float one
+    assert info.precision.label == "int8+float (2 layers)" and record["float_tail_ops"] == ["_softmax"]
+    report = {row["layer"]: row for row in info.explain}  # PT2E's quantized graph vs its float one
     assert report["stem"]["op"] == "conv2d" and 20 < report["stem"]["sqnr_db"] < 80
     held = np.load(net / "held.npz")
     backend = ExecuTorchBackend(str(tmp_path / "model.int8.pte"), threads=1)
@@ -272,10 +275,9 @@ def test_token_ids_shifted_by_a_constant_stay_integers_through_the_quantizer(tmp
             np.save({str(tmp_path / "expected.npy")!r}, Tokens().eval()(torch.from_numpy(ids)).numpy())
     """
     subprocess.run([sys.executable, "-c", textwrap.dedent(code)], check=True, capture_output=True)
-    model = {"form": "torch-program", "path": str(tmp_path / "tokens.pt2"), "loader": LOADER,
-             "arguments": {"kind": "torch_export", "fixed": None}, "via": ""}
-    worker.call(convert_executorch, what="ExecuTorch conversion", model=model, calibration_npy=str(tmp_path / "ids.npy"),
-                output=str(tmp_path / "tokens.pte"), output_names=["scores"])
+    worker.convert(convert_executorch, ExecuTorchRequest(
+        model=_program(tmp_path / "tokens.pt2"), calibration_npy=str(tmp_path / "ids.npy"),
+        output=str(tmp_path / "tokens.pte"), output_names=("scores",)), what="ExecuTorch conversion")
     backend = ExecuTorchBackend(str(tmp_path / "tokens.pte"))
     assert backend.inputs[0].dtype == np.int64
     produced = backend.run(np.load(tmp_path / "ids.npy"))[0]
@@ -310,12 +312,10 @@ def test_data_movement_and_attention_operands_are_not_float_layers_or_weights(tm
         np.save({str(tmp_path / "x.npy")!r}, x)
     """
     subprocess.run([sys.executable, "-c", textwrap.dedent(code)], check=True, capture_output=True)
-    model = {"form": "torch-program", "path": str(tmp_path / "layout.pt2"), "loader": LOADER,
-             "arguments": {"kind": "torch_export", "fixed": None}, "via": ""}
-    info = worker.call(convert_executorch, what="ExecuTorch conversion", model=model,
-                       calibration_npy=str(tmp_path / "x.npy"), output=str(tmp_path / "layout.pte"),
-                       output_names=["scores"])
-    record = info["precision"]["record"]
+    info = worker.convert(convert_executorch, ExecuTorchRequest(
+        model=_program(tmp_path / "layout.pt2"), calibration_npy=str(tmp_path / "x.npy"),
+        output=str(tmp_path / "layout.pte"), output_names=("scores",)), what="ExecuTorch conversion")
+    record = info.precision.record
     moved = {"permute", "permute_copy", "constant_pad_nd", "transpose", "view_copy", "clone"}
     assert not moved & set(record["float_layers"]), record
     weights = 8 * 3 * 3 * 3 + 8 * 8 * 2 + 4 * 8  # conv, q, k, head as int8 (their int32 biases are not counted)

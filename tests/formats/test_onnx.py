@@ -126,14 +126,14 @@ def test_onnx_preparation_and_the_ort_tool_run_without_importing_pytorch(digits_
     said = run_python(f"""
         import sys
         from pathlib import Path
-        from edgekit.conversion.worker import module_main
-        from edgekit.formats.onnx.build import _pre_process, mobile_usability
+        from edgekit.conversion.worker import ModuleRequest, module_main
+        from edgekit.formats.onnx.convert import GraphRequest, _pre_process, mobile_usability
         print(_pre_process({str(digits_onnx)!r}, {str(tmp_path / "prepared.onnx")!r}))
-        print(mobile_usability({str(tmp_path / "prepared.onnx")!r})["tool"])
-        ran = module_main("onnxruntime.tools.convert_onnx_models_to_ort",
-                          [{str(tmp_path / "prepared.onnx")!r}, "--output_dir", {str(tmp_path / "ort")!r},
-                           "--optimization_style", "Fixed"])
-        print(ran["returncode"], len(list(Path({str(tmp_path / "ort")!r}).glob("*.ort"))), "torch" in sys.modules)
+        print(mobile_usability(GraphRequest({str(tmp_path / "prepared.onnx")!r})).record["tool"])
+        ran = module_main(ModuleRequest("onnxruntime.tools.convert_onnx_models_to_ort",
+                          ({str(tmp_path / "prepared.onnx")!r}, "--output_dir", {str(tmp_path / "ort")!r},
+                           "--optimization_style", "Fixed")))
+        print(ran.returncode, len(list(Path({str(tmp_path / "ort")!r}).glob("*.ort"))), "torch" in sys.modules)
     """)
     assert said.split("\n")[:3] == ["symbolic", "onnxruntime.tools.mobile_helpers.usability_checker",
                                     "0 1 False"], said

@@ -9,7 +9,7 @@ import onnx
 from onnx import TensorProto, helper
 
 from edgekit.formats.building import BuildContext
-from edgekit.formats.onnx.build import ORT_PATH, _convert_to_ort
+from edgekit.formats.onnx.builder import ORT_PATH, _convert_to_ort
 
 
 def context(tmp_path: Path) -> BuildContext:

@@ -12,7 +12,7 @@ import sys
 import numpy as np
 import pytest
 
-from edgekit.formats.onnx import build
+from edgekit.formats.onnx import convert as build
 
 onnx = pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
@@ -51,7 +51,7 @@ def test_the_report_matches_onnx_runtimes_own_matching(tmp_path):
         modify_model_output_intermediate_tensors)
 
     float_onnx, qdq_onnx, samples = _quantized(tmp_path, 16, 12)
-    rows = build.explain(float_onnx, qdq_onnx, samples, [], str(tmp_path))
+    rows = build.explain(build.ExplainRequest(float_onnx, qdq_onnx, samples, (), str(tmp_path))).rows
     x = np.load(samples)
 
     class Reader(CalibrationDataReader):
@@ -80,10 +80,10 @@ def test_the_reports_memory_does_not_grow_with_the_sample_count(tmp_path):
     float_onnx, qdq_onnx, samples = _quantized(tmp_path, SIDE, 60)
     code = (
         "import json, resource, sys, numpy as np, onnx, onnxruntime\n"
-        "from edgekit.formats.onnx import build\n"
+        "from edgekit.formats.onnx import convert as build\n"
         f"np.load({samples!r}).sum()\n"  # the samples themselves are not the report's memory
         "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
-        f"rows = build.explain({float_onnx!r}, {qdq_onnx!r}, {samples!r}, [], {str(tmp_path)!r})\n"
+        f"rows = build.explain(build.ExplainRequest({float_onnx!r}, {qdq_onnx!r}, {samples!r}, (), {str(tmp_path)!r})).rows\n"
         "after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
         "print(json.dumps({'grew_mib': (after - before) / 1024, 'rows': len(rows)}))\n")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, check=True)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from edgekit.formats.onnx import build
+from edgekit.formats.onnx import convert as build
 
 onnx = pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")

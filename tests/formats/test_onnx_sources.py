@@ -355,7 +355,7 @@ def test_a_yolo_head_sigmoid_beside_box_rows_gets_the_int8_scale_litert_kernels_
     LOGISTIC now writes 1/256 and a QUANTIZE takes it to the concat's scale."""
     import onnxruntime as ort
 
-    from edgekit.formats.tflite.litert import open_interpreter
+    from edgekit.formats.tflite.backend import open_interpreter
 
     images = yolo_head(tmp_path / "head.onnx")
     np.save(tmp_path / "images.npy", images)
@@ -378,7 +378,7 @@ def test_a_tflite_artifact_litert_refuses_is_named_by_its_converter_not_a_stagin
     """The safety net behind every rewrite: LiteRT refusing what a converter wrote is that format's
     ConversionError, and the message holds no path of the staging folder."""
     from edgekit.errors import ConversionError
-    from edgekit.formats.tflite.build import _loadable
+    from edgekit.formats.tflite.builder import _loadable
     from edgekit.formats.tflite.precision import analyse
 
     broken = tmp_path / "staged.partial" / "model.tflite"

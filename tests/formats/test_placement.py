@@ -6,7 +6,7 @@ import pytest
 
 from edgekit.formats.onnx.onnxruntime import OnnxRuntimeBackend
 from edgekit.formats.placement import fell_back
-from edgekit.formats.tflite.litert import LiteRTBackend, open_interpreter
+from edgekit.formats.tflite.backend import LiteRTBackend, open_interpreter
 from tests.conftest import digits_tflite
 
 

@@ -59,7 +59,7 @@ def test_a_label_never_says_int8_when_no_int8_op_is_left():
 
 
 def test_full_integer_refuses_network_arithmetic_left_in_the_float_tail():
-    from edgekit.formats.tflite.build import _refuse_unexpected_float_ops
+    from edgekit.formats.tflite.builder import _refuse_unexpected_float_ops
     from edgekit.formats.tflite.precision import full_integer_float_ops
 
     tail = [{"op": op, "layer": "head", "tensor": f"head/{op}", "tail": True}

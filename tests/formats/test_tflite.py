@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from edgekit.formats.tflite.litert import open_interpreter
+from edgekit.formats.tflite.backend import open_interpreter
 from edgekit.manifest import Manifest
 from edgekit.conversion.layer_names import layer_of
 from tests.conftest import CALIBRATION, DIGITS_MODEL, EVAL, run_cli, run_tf

@@ -13,7 +13,7 @@ import pytest
 
 from edgekit.conversion.layer_names import in_layer
 from edgekit.formats.tflite.from_torch import torch_layer
-from edgekit.formats.tflite.litert import open_interpreter
+from edgekit.formats.tflite.backend import open_interpreter
 from tests.conftest import CALIBRATION, DIGITS_MODEL, EVAL, ROOT, edgekit_cli
 
 pytestmark = pytest.mark.slow

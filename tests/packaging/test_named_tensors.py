@@ -154,7 +154,7 @@ def _bench_runs(pkg, tmp_path):
 
 def _dequantized(pkg, manifest, name, raw):
     """LiteRT's signature runner returns int8 outputs; the artifact's own scale/zero point convert them."""
-    from edgekit.formats.tflite.litert import LiteRTBackend
+    from edgekit.formats.tflite.backend import LiteRTBackend
 
     backend = LiteRTBackend(str(pkg / "tflite" / "model.int8.tflite"))
     info = next(t for t in backend.outputs if t.name == name)

@@ -58,7 +58,7 @@ def test_the_tflite_build_opens_no_litert_interpreter_in_the_packager(tmp_path, 
     """Reading a TFLite artifact's ops, scales and output tensors is LiteRT loading it: done in a
     child like running it (a converter's artifact that kills LiteRT ends that child, not the
     packager). The packager's own interpreters are counted, then the real class runs."""
-    from edgekit.formats.tflite.litert import _interpreter_module
+    from edgekit.formats.tflite.backend import _interpreter_module
 
     module = _interpreter_module()[0]
     opened = []

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 
 def _builder() -> Builder:
-    from .build import ExecuTorchBuilder
+    from .builder import ExecuTorchBuilder
 
     return ExecuTorchBuilder()
 

@@ -21,12 +21,15 @@ import copy
 import json
 import time
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ...conversion import worker
+from ...conversion.forms import ModelForm
+from ...conversion.messages import Message
 from ...conversion.pt2e import qat_folding_only_where_it_can_match
 from ...errors import ConversionError
 from ..building import read_samples
@@ -36,16 +39,65 @@ from .ops import NOT_COMPUTE, QDQ, TAIL_OPS, WEIGHTED
 OTHER_ROUTES = "build the other formats (--format tflite, onnx or coreml) for this model"
 
 
-def convert_executorch(model: dict[str, Any], calibration_npy: str, output: str, output_names: list[str],
-                       float_output: str | None = None, keep_float: list[str] | None = None,
-                       layer_names: list[str] | None = None, explain_npy: str | None = None) -> dict[str, Any]:
-    """INT8 ``.pte`` into ``output`` (and the float one into ``float_output``); what was done and
-    what runs where, for the manifest. ``keep_float``: layers by module path, or by ONNX node
-    name on a module rebuilt from ONNX (``layer_names``, that graph's nodes). ``explain_npy``:
-    samples for the per-layer report (``per_layer_report``)."""
+@dataclass(frozen=True)
+class ExecuTorchRequest(Message):
+    """One ``.pte`` build: ``keep_float`` names layers by module path, or by ONNX node on a module
+    rebuilt from ONNX (``layer_names``, that graph's nodes); ``explain_npy``: samples for the
+    per-layer report. ``float_output``: where the float program goes (``None``: built already)."""
+
+    model: ModelForm
+    calibration_npy: str
+    output: str
+    output_names: tuple[str, ...]
+    float_output: str | None = None
+    keep_float: tuple[str, ...] = ()
+    layer_names: tuple[str, ...] = ()
+    explain_npy: str | None = None
+
+
+@dataclass(frozen=True)
+class ProgramPrecision(Message):
+    """What precision the lowered program computes in, read back from it (``precision_of``)."""
+
+    label: str
+    float_ops: list[dict[str, Any]]
+    record: Any  # the manifest's precision record, stored as read
+
+
+@dataclass(frozen=True)
+class LearnedRanges(Message):
+    """A quantized source's pairs found in the program (``carried``) and those not found."""
+
+    carried: dict[str, Any]
+    not_found: list[str]
+    quantize_ops: int
+
+
+@dataclass(frozen=True)
+class ExecuTorchReport(Message):
+    """What was built and what runs where, for the manifest."""
+
+    torch: str
+    executorch: str
+    seconds: float
+    inputs: tuple[str, ...]
+    placement: dict[str, Any]
+    precision: ProgramPrecision
+    float_placement: dict[str, Any] | None = None
+    explain: Any = None  # the per-layer report, stored as made
+    weighted_layers: tuple[str, ...] = ()  # the layers the search can keep in float, input to output
+    learned_ranges: LearnedRanges | None = None
+
+
+def convert_executorch(request: ExecuTorchRequest) -> ExecuTorchReport:
+    """INT8 ``.pte`` into ``request.output`` (and the float one into ``float_output``); what was
+    done and what runs where."""
+    model, calibration_npy, output = request.model.to_dict(), request.calibration_npy, request.output
+    output_names, float_output, explain_npy = list(request.output_names), request.float_output, request.explain_npy
+    keep_float, layer_names = list(request.keep_float), list(request.layer_names)
     import torch
 
-    from ...conversion.forms import ModelForm, load_module
+    from ...conversion.forms import load_module
 
     samples = read_samples(calibration_npy)
     module, names = load_module(ModelForm.from_dict(model), example={k: np.asarray(v[:1]) for k, v in samples.items()},
@@ -93,11 +145,10 @@ def convert_executorch(model: dict[str, Any], calibration_npy: str, output: str,
     placement, precision = _lower_and_write(quantized, output, io, named)
     seconds = time.perf_counter() - started
     float_placement = _lower_and_write(exported, float_output, io, named)[0] if float_output else None
-    return {"torch": torch.__version__, "executorch": _version("executorch"), "seconds": round(seconds, 3),
-            "inputs": list(names), "placement": placement, "float_placement": float_placement,
-            "precision": precision, "explain": explained,
-            # the layers the search can keep in float, input to output (no per-layer report on this route)
-            "weighted_layers": _weighted_layers(exported.graph_module, named)}
+    return ExecuTorchReport(
+        torch=torch.__version__, executorch=_version("executorch"), seconds=round(seconds, 3), inputs=tuple(names),
+        placement=placement, float_placement=float_placement, precision=ProgramPrecision.from_json(precision),
+        explain=explained, weighted_layers=tuple(_weighted_layers(exported.graph_module, named)))
 
 
 def positional(module: Any) -> Any:
@@ -588,16 +639,16 @@ def _version(name: str) -> str:
     return version(name)
 
 
-def convert_executorch_kept(model: dict[str, Any], calibration_npy: str, output: str, output_names: list[str],
-                            layer_names: list[str] | None = None) -> dict[str, Any]:
+def convert_executorch_kept(request: ExecuTorchRequest) -> ExecuTorchReport:
     """A quantized source's QDQ graph as a ``.pte`` with its own pairs: the graph rebuilt with its
     QuantizeLinear / DequantizeLinear as PyTorch's quantize ops (the ops ``convert_pt2e`` writes,
     ``conversion.onnx_torch`` with ``keep_qdq``), exported and lowered to XNNPACK as a PT2E program
     is: no observer, no calibration, the learned scales and zero points as given. What runs where
     is read back as for any build; the quantize ops in the program are counted against the source."""
+    model, calibration_npy, output = request.model.to_dict(), request.calibration_npy, request.output
+    output_names, layer_names = list(request.output_names), list(request.layer_names)
     import torch
 
-    from ...conversion.forms import ModelForm
     from ...conversion.onnx_torch import input_names, load
 
     form = ModelForm.from_dict(model)
@@ -621,10 +672,10 @@ def convert_executorch_kept(model: dict[str, Any], calibration_npy: str, output:
     carried, missing = matched_ranges(strip_qdq(onnx.load(form.path)), pairs)
     placement, precision = _lower_and_write(exported, output, io, named)
     worker.report_progress(1, 1)
-    return {"torch": torch.__version__, "executorch": _version("executorch"),
-            "seconds": round(time.perf_counter() - started, 3), "inputs": list(names), "placement": placement,
-            "precision": precision, "learned_ranges": {"carried": carried, "not_found": missing,
-                                                       "quantize_ops": len(pairs)}}
+    return ExecuTorchReport(
+        torch=torch.__version__, executorch=_version("executorch"), seconds=round(time.perf_counter() - started, 3),
+        inputs=tuple(names), placement=placement, precision=ProgramPrecision.from_json(precision),
+        learned_ranges=LearnedRanges(carried=carried, not_found=list(missing), quantize_ops=len(pairs)))
 
 
 def _refuse_narrowed_ranges(path: str) -> None:

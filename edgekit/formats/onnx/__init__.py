@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 
 def _builder() -> Builder:
-    from .build import ONNXBuilder
+    from .builder import ONNXBuilder
 
     return ONNXBuilder()
 

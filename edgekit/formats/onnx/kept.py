@@ -12,9 +12,12 @@ variant, no per-layer move.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Any
 
+from ...conversion.messages import Message
 from ...errors import ConversionError
+from .convert import QuantizeReport
 
 KEPT_TOOL = "the source's quantized graph, kept as given (its learned scales and zero points)"
 
@@ -31,7 +34,13 @@ def refuse_requantizing(keep_float: tuple[str, ...] | list[str], int16_layers: t
                  "package the float model and let edgekit quantize it")
 
 
-def keep(source: str, output: str) -> dict[str, Any]:
+@dataclass(frozen=True)
+class KeepRequest(Message):
+    source: str
+    output: str
+
+
+def keep(request: KeepRequest) -> QuantizeReport:
     """Child side: the quantized graph at ``source`` checked and written to ``output`` unchanged
     but for external weights inlined; what ``quantize`` reports of its own builds."""
     import onnx
@@ -39,6 +48,7 @@ def keep(source: str, output: str) -> dict[str, Any]:
 
     from ...conversion.quantized import quantization_scheme
 
+    source, output = request.source, request.output
     started = time.perf_counter()
     model = onnx.load(source)
     try:
@@ -51,21 +61,21 @@ def keep(source: str, output: str) -> dict[str, Any]:
     biases = quantize_float_biases(model)
     onnx.save(model, output)
     initializers = {i.name for i in model.graph.initializer}
-    return {
-        "inputs": [v.name for v in model.graph.input if v.name not in initializers],
-        "outputs": [v.name for v in model.graph.output],
-        "opset": next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0),
-        "onnxruntime": onnxruntime.__version__,
-        "seconds": round(time.perf_counter() - started, 3),
-        "prepared": source,
-        "scheme": scheme,
+    return QuantizeReport(
+        inputs=tuple(v.name for v in model.graph.input if v.name not in initializers),
+        outputs=tuple(v.name for v in model.graph.output),
+        opset=next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0),
+        onnxruntime=onnxruntime.__version__,
+        seconds=round(time.perf_counter() - started, 3),
+        prepared=source,
+        scheme=scheme,
         # float biases of int8 layers written as int32 at scale input x weight (ONNX's QDQ rule, no
         # range chosen): ONNX Runtime fuses such a layer into an int8 kernel only with its bias quantized
-        "quantized_biases": biases,
+        quantized_biases=tuple(biases),
         # float weights already on a symmetric int8 grid (a fake-quant export folds them so): written as
         # the int8 values and scale they are, the grid recovered, not chosen
-        "weights_on_grid": on_grid,
-    }
+        weights_on_grid=tuple(on_grid),
+    )
 
 
 GRID_TOLERANCE = 1e-3  # |w / scale - round(w / scale)|: a weight on the grid, up to float32 rounding

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from ...conversion import forms
 from ..base import Accepts, Format
-from .litert import LiteRTBackend
+from .backend import LiteRTBackend
 from .notes import build_notes
 
 if TYPE_CHECKING:
@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 
 
 def _builder() -> Builder:
-    from .build import TFLiteBuilder
+    from .builder import TFLiteBuilder
 
     return TFLiteBuilder()
 

@@ -12,17 +12,40 @@ transposes) and returns float outputs.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from ...conversion import worker
+from ...conversion.forms import ModelForm
+from ...conversion.messages import Message
 from ...conversion.pt2e import qat_folding_only_where_it_can_match
 from ..building import read_samples
 
 
-def convert_torch(model: dict[str, Any], calibration_npy: str, output: str,
-                  output_names: list[str], float_output: str | None = None, pt2e: bool = True) -> dict[str, Any]:
+@dataclass(frozen=True)
+class TorchRequest(Message):
+    """litert-torch on a PyTorch form: PT2E static INT8 into ``output`` and the float conversion
+    into ``float_output``; ``pt2e=False``: the float conversion only (for LiteRT Quantizer)."""
+
+    model: ModelForm
+    calibration_npy: str
+    output: str
+    output_names: tuple[str, ...]
+    float_output: str | None = None
+    pt2e: bool = True
+
+
+@dataclass(frozen=True)
+class TorchReport(Message):
+    torch: str
+    litert_torch: str
+    seconds: float
+    fixed_output_scales: list[str]
+
+
+def convert_torch(request: TorchRequest) -> TorchReport:
     """PT2E static INT8 into ``output`` and the float conversion into ``float_output``;
     ``pt2e=False``: the float conversion only (quantized afterwards by LiteRT Quantizer)."""
     import litert_torch
@@ -31,11 +54,12 @@ def convert_torch(model: dict[str, Any], calibration_npy: str, output: str,
     from litert_torch.quantize.quant_config import QuantConfig
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
-    from ...conversion.forms import ModelForm, flatten_outputs, load_module
+    from ...conversion.forms import flatten_outputs, load_module
     from .requantize import fix_int8_output_scales
 
-    samples = read_samples(calibration_npy)
-    module, names = load_module(ModelForm.from_dict(model), example={k: np.asarray(v[:1]) for k, v in samples.items()},
+    output, output_names, float_output = request.output, list(request.output_names), request.float_output
+    samples = read_samples(request.calibration_npy)
+    module, names = load_module(request.model, example={k: np.asarray(v[:1]) for k, v in samples.items()},
                                 submodules=True)
     if list(samples) == [""]:
         samples = {names[0]: samples[""]}
@@ -60,10 +84,10 @@ def convert_torch(model: dict[str, Any], calibration_npy: str, output: str,
         return {n: torch.from_numpy(_model_dtype(np.asarray(samples[n][i : i + 1]))) for n in names}
 
     started = time.perf_counter()
-    if not pt2e:
+    if not request.pt2e:
         litert_torch.convert(Named().eval(), (), sample_kwargs=sample(0)).export(float_output)
-        return {"torch": torch.__version__, "litert_torch": _version("litert-torch"),
-                "seconds": round(time.perf_counter() - started, 3), "fixed_output_scales": []}
+        return TorchReport(torch=torch.__version__, litert_torch=_version("litert-torch"),
+                           seconds=round(time.perf_counter() - started, 3), fixed_output_scales=[])
     total = len(next(iter(samples.values())))
     quantizer = PT2EQuantizer().set_global(get_symmetric_quantization_config(is_per_channel=True, is_dynamic=False))
     graph = torch.export.export(Named().eval(), (), sample(0)).module()
@@ -82,8 +106,8 @@ def convert_torch(model: dict[str, Any], calibration_npy: str, output: str,
     seconds = time.perf_counter() - started
     if float_output:  # the float conversion, to tell conversion error from quantization error
         litert_torch.convert(Named().eval(), (), sample_kwargs=sample(0)).export(float_output)
-    return {"torch": torch.__version__, "litert_torch": _version("litert-torch"), "seconds": round(seconds, 3),
-            "fixed_output_scales": fixed_scales}
+    return TorchReport(torch=torch.__version__, litert_torch=_version("litert-torch"), seconds=round(seconds, 3),
+                       fixed_output_scales=list(fixed_scales))
 
 
 def _model_dtype(x: np.ndarray) -> np.ndarray:

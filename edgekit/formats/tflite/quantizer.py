@@ -19,12 +19,14 @@ import pickle
 import re
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ...conversion import worker
+from ...conversion.messages import Message
 from ...errors import ConversionError, EdgekitError, first_line
 from ...conversion.layer_names import in_layer
 from ..building import read_samples
@@ -33,12 +35,35 @@ from ..plan import FLOAT, INT16  # a layer's precision other than the default in
 SCOPES, MODULES = "scopes", "modules"  # how a converter names tensors: TensorFlow scopes, PyTorch module paths
 
 
-def quantize_float_tflite(float_model: str, calibration_npy: str, output: str,
-                          layers: dict[str, str] | None = None, namer: str = SCOPES,
-                          layer_names: list[str] | None = None, explain_npy: str | None = None,
-                          output_layers: dict[str, str] | None = None,
-                          learned_ranges: dict[str, dict[str, Any]] | None = None,
-                          learned_weight_scales: dict[str, list[float]] | None = None) -> dict[str, Any]:
+@dataclass(frozen=True)
+class QuantizerRequest(Message):
+    """LiteRT Quantizer on a float ``.tflite``: ``layers`` (layer -> ``"float"`` or ``"int16"``) the
+    per-layer recipe; ``learned_ranges`` / ``learned_weight_scales``: a quantized source's own."""
+
+    float_model: str
+    calibration_npy: str
+    output: str
+    layers: dict[str, str] | None = None
+    namer: str = SCOPES
+    layer_names: tuple[str, ...] = ()
+    explain_npy: str | None = None
+    output_layers: dict[str, str] | None = None
+    learned_ranges: dict[str, dict[str, Any]] | None = None
+    learned_weight_scales: dict[str, list[float]] | None = None
+
+
+@dataclass(frozen=True)
+class QuantizerReport(Message):
+    litert_quantizer: str
+    seconds: float
+    layers: dict[str, str]
+    fixed_output_scales: list[str]
+    left_float: list[dict[str, str]]
+    explain: Any = None  # the per-layer report, stored as made
+    learned_ranges: Any = None  # the source's ranges carried and not found, stored as found
+
+
+def quantize_float_tflite(request: QuantizerRequest) -> QuantizerReport:
     """Write ``output``: the float model with int8 weights and activations, except the ops of
     each layer in ``layers`` (layer -> ``"float"`` or ``"int16"``). ``namer`` says how tensor
     names map to layers (``SCOPES``: TensorFlow name scopes, ``MODULES``: PyTorch module paths);
@@ -50,6 +75,11 @@ def quantize_float_tflite(float_model: str, calibration_npy: str, output: str,
     from litert_quantizer import quantizer, recipe
 
     from .requantize import fix_int8_output_scales
+
+    float_model, calibration_npy, output = request.float_model, request.calibration_npy, request.output
+    layers, namer, layer_names, explain_npy = request.layers, request.namer, list(request.layer_names), request.explain_npy
+    output_layers, learned_ranges = request.output_layers, request.learned_ranges
+    learned_weight_scales = request.learned_weight_scales
 
     started = time.perf_counter()
     qt = quantizer.Quantizer(float_model)
@@ -100,9 +130,9 @@ def quantize_float_tflite(float_model: str, calibration_npy: str, output: str,
     if carried is not None and learned_weight_scales:
         carried["weights"] = _weight_grids(output, learned_weight_scales, namer, layer_names or [],
                                            dict(output_layers or {}))
-    return {"litert_quantizer": _version("litert-quantizer"), "seconds": round(seconds, 3),
-            "layers": dict(layers or {}), "fixed_output_scales": fixed, "explain": explained,
-            "left_float": left_float, **({"learned_ranges": carried} if carried is not None else {})}
+    return QuantizerReport(litert_quantizer=_version("litert-quantizer"), seconds=round(seconds, 3),
+                           layers=dict(layers or {}), fixed_output_scales=list(fixed), explain=explained,
+                           left_float=left_float, learned_ranges=carried)
 
 
 def _carry_ranges(calibration: dict[str, Any], float_model: str, learned: dict[str, dict[str, Any]], namer: str,
@@ -110,7 +140,7 @@ def _carry_ranges(calibration: dict[str, Any], float_model: str, learned: dict[s
     """Set each learned range on the tensor of the op its node became (the last op of that layer:
     an activation fused into its convolution writes the layer's output) or on the model input it
     quantizes; what was carried and what was left to calibration, for the artifact's record."""
-    from .litert import _interpreter_module, output_tensor_names
+    from .backend import _interpreter_module, output_tensor_names
 
     module, _ = _interpreter_module()
     interpreter = module.Interpreter(model_path=float_model)
@@ -162,7 +192,7 @@ def _weight_grids(artifact: str, learned: dict[str, list[float]], namer: str, la
     quantized again at 128/127 of its scale (said, per layer, never hidden). An op writing a model
     output carries the signature's output name, not its layer's: ``output_layers`` (model output
     -> the layer computing it) names it."""
-    from .litert import _interpreter_module, output_tensor_names
+    from .backend import _interpreter_module, output_tensor_names
 
     module, _ = _interpreter_module()
     interpreter = module.Interpreter(model_path=artifact)
@@ -236,7 +266,7 @@ def _explain(qt: Any, float_model: str, explain_npy: str, namer: str, layer_name
 
 
 def _ops_by_tensor(float_model: str) -> dict[str, str]:
-    from .litert import _interpreter_module
+    from .backend import _interpreter_module
 
     module, _ = _interpreter_module()
     interpreter = module.Interpreter(model_path=float_model)
@@ -299,7 +329,7 @@ def _full_recipe_quantizer(float_model: str) -> Any:
 
 def _signature(float_model: str) -> tuple[str, dict[str, Any]]:
     """The model's one signature key and its inputs' dtypes by name."""
-    from .litert import _interpreter_module
+    from .backend import _interpreter_module
 
     module, _ = _interpreter_module()
     interpreter = module.Interpreter(model_path=float_model)
@@ -314,7 +344,7 @@ def _signature(float_model: str) -> tuple[str, dict[str, Any]]:
 
 def op_tensor_names(float_model: str) -> list[str]:
     """The output tensor name of every op: what LiteRT Quantizer's recipe scopes match."""
-    from .litert import _interpreter_module
+    from .backend import _interpreter_module
 
     module, _ = _interpreter_module()
     interpreter = module.Interpreter(model_path=float_model)
@@ -328,7 +358,7 @@ def output_writers(float_model: str, output_layers: dict[str, str]) -> dict[str,
     not after its layer, so that layer is found through the output it computes."""
     if not output_layers:
         return {}
-    from .litert import _interpreter_module, output_tensor_names
+    from .backend import _interpreter_module, output_tensor_names
 
     module, _ = _interpreter_module()
     tensors = output_tensor_names(module.Interpreter(model_path=float_model))

@@ -22,7 +22,7 @@ from ...fsutil import sha256_file
 from ...manifest import Artifact, QuantParams
 from ..building import MINMAX, BuildContext, Builder, BuildResult
 from ...conversion.forms import ONNX_REBUILD_LOADER as ONNX_REBUILD
-from .convert import convert_executorch, convert_executorch_kept
+from .convert import ExecuTorchRequest, convert_executorch, convert_executorch_kept
 
 ARTIFACT_PATH = "executorch/model.int8.pte"
 
@@ -38,22 +38,18 @@ class ExecuTorchBuilder(Builder):
         if context.option("quantized_source") and context.model.loader == ONNX_REBUILD:
             return self._build_kept(context, output, on_progress)
         float_program = _float_program(context)
-        info = worker.call(
-            convert_executorch,
-            what="ExecuTorch conversion (PT2E + XNNPACK)",
-            timeout=context.timeout_s,
-            on_progress=on_progress,
-            model=context.model.to_dict(),
+        report = worker.convert(convert_executorch, ExecuTorchRequest(
+            model=context.model,
             calibration_npy=context.calibration_npy,
             output=str(output),
-            output_names=list(context.output_names),
+            output_names=tuple(context.output_names),
             float_output=None if float_program.is_file() else str(float_program),
-            keep_float=list(context.keep_float),
+            keep_float=tuple(context.keep_float),
             # a module rebuilt from ONNX names its layers by ONNX node; a PyTorch program by module path
-            layer_names=list(context.layer_names) if context.model.loader == ONNX_REBUILD else [],
+            layer_names=tuple(context.layer_names) if context.model.loader == ONNX_REBUILD else (),
             explain_npy=context.explain_npy,
-        )
-        precision, placement = info["precision"], info["placement"]
+        ), what="ExecuTorch conversion (PT2E + XNNPACK)", timeout=context.timeout_s, on_progress=on_progress)
+        precision = report.precision
         fallback = {"fallback_model": str(float_program), "fallback_precision": "float32"} \
             if context.option("also_float") else {}
         return BuildResult(
@@ -65,27 +61,27 @@ class ExecuTorchBuilder(Builder):
                 path=ARTIFACT_PATH,
                 sha256=sha256_file(output),
                 bytes=output.stat().st_size,
-                precision=precision["label"],
-                inputs=[QuantParams(name=n, dtype="float32") for n in info["inputs"]],
+                precision=precision.label,
+                inputs=[QuantParams(name=n, dtype="float32") for n in report.inputs],
                 outputs=[QuantParams(name=n, dtype="float32") for n in context.output_names],
-                float_ops=precision["float_ops"],
+                float_ops=precision.float_ops,
                 converter={
                     "tool": (f"{context.model.via}, then " if context.model.via else "")
                     + "torch.export + PT2E (XNNPACKQuantizer, static int8, per-channel symmetric weights) + "
                       "executorch.exir.to_edge_transform_and_lower (XnnpackPartitioner)",
-                    "torch": info["torch"],
-                    "executorch": info["executorch"],
+                    "torch": report.torch,
+                    "executorch": report.executorch,
                     "calibration_method": MINMAX,
                     "batch": 1,
-                    "seconds": info["seconds"],
+                    "seconds": report.seconds,
                 },
                 details={
                     "keep_float": list(context.keep_float),
-                    "precision": precision["record"],
-                    "placement": placement,
+                    "precision": precision.record,
+                    "placement": report.placement,
                     # the layers the search can keep in float (this route has no per-layer report to rank them)
-                    "weighted_layers": info["weighted_layers"],
-                    **({"explain": info["explain"]} if info.get("explain") is not None else {}),
+                    "weighted_layers": list(report.weighted_layers),
+                    **({"explain": report.explain} if report.explain is not None else {}),
                 },
             ),
         )
@@ -94,26 +90,26 @@ class ExecuTorchBuilder(Builder):
                     on_progress: Callable[[int, int], None] | None) -> BuildResult:
         """A quantized source's QDQ graph lowered with its own pairs (``convert_executorch_kept``):
         no calibration, no float program (the source has no float model), no search."""
-        info = worker.call(convert_executorch_kept, what="ExecuTorch conversion (the source's quantize pairs + "
-                           "XNNPACK)", timeout=context.timeout_s, on_progress=on_progress,
-                           model=context.model.to_dict(), calibration_npy=context.calibration_npy,
-                           output=str(output), output_names=list(context.output_names),
-                           layer_names=list(context.layer_names))
-        precision = info["precision"]
+        report = worker.convert(convert_executorch_kept, ExecuTorchRequest(
+            model=context.model, calibration_npy=context.calibration_npy, output=str(output),
+            output_names=tuple(context.output_names), layer_names=tuple(context.layer_names),
+        ), what="ExecuTorch conversion (the source's quantize pairs + XNNPACK)", timeout=context.timeout_s,
+            on_progress=on_progress)
+        precision, learned = report.precision, report.learned_ranges
         return BuildResult(artifact=Artifact(
             format=self.name, path=ARTIFACT_PATH, sha256=sha256_file(output), bytes=output.stat().st_size,
-            precision=precision["label"],
-            inputs=[QuantParams(name=n, dtype="float32") for n in info["inputs"]],
+            precision=precision.label,
+            inputs=[QuantParams(name=n, dtype="float32") for n in report.inputs],
             outputs=[QuantParams(name=n, dtype="float32") for n in context.output_names],
-            float_ops=precision["float_ops"],
+            float_ops=precision.float_ops,
             converter={"tool": (f"{context.model.via}, then " if context.model.via else "")
                        + "torch.export of the source's quantize/dequantize pairs (its learned ranges) + "
                          "executorch.exir.to_edge_transform_and_lower (XnnpackPartitioner)",
-                       "torch": info["torch"], "executorch": info["executorch"],
+                       "torch": report.torch, "executorch": report.executorch,
                        "calibration_method": "none: the source's learned ranges", "batch": 1,
-                       "seconds": info["seconds"]},
-            details={"precision": precision["record"], "placement": info["placement"],
-                     "learned_ranges": info["learned_ranges"]}))
+                       "seconds": report.seconds},
+            details={"precision": precision.record, "placement": report.placement,
+                     "learned_ranges": learned.to_json() if learned else None}))
 
     def fallback_io(self, path: Path, quantized: Artifact) -> tuple[list[QuantParams], list[QuantParams]]:
         return (list(quantized.inputs), list(quantized.outputs))

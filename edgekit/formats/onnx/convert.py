@@ -1,306 +1,100 @@
-"""ONNX target: QDQ INT8 ``onnx/model.int8.onnx`` plus ``onnx/model.int8.ort`` for minimal builds.
-
-It converts a float ONNX graph (``edgekit.conversion.forms.ONNX_GRAPH``: the user's ``.onnx``, a PyTorch
-model's export, or tf2onnx's conversion of a TensorFlow graph; ``edgekit.routing.routes``). Quantization is ONNX Runtime's static QDQ flow:
-``quant_pre_process`` then ``quantize_static`` with per-channel symmetric int8 weights.
-
-Activations default to int8 (S8S8), which ONNX Runtime recommends as the first choice for QDQ
-on CPUs; ``u8`` (U8S8) is the alternative for accelerators that want unsigned activations.
-``reduce_range`` quantizes weights to 7 bits: on x86 CPUs without VNNI the U8S8 kernels
-multiply pairs of 8-bit values into a saturating 16-bit sum, and 7-bit weights avoid that
-saturation at the cost of one bit of weight precision; it is off by default (edgekit's default
-S8S8 does not hit it) and recorded when set.
-
-The ``.ort`` file is converted with optimization style "Fixed" for the ARM platform (phones
-and boards are ARM), with the ``required_operators.config`` that a minimal ONNX Runtime build
-takes via ``--include_ops_by_config``. What NNAPI and the CoreML execution providers would
-take of the graph (``check_onnx_model_mobile_usability``'s analysis) is recorded.
+"""ONNX conversions, child side: ONNX Runtime's static QDQ quantization of a float graph
+(``quantize``: opset raised where needed, ``quant_pre_process``, layers kept in float or at 16
+bits, every scheme variant of the model in the same child), the per-layer error report
+(``explain``), the mobile usability check and the runtime's optimized graph. Each runs in a
+converter child (``worker.convert``) and answers with a typed report.
 """
 
 from __future__ import annotations
 
 import json
-import shutil
 import time
-from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ...conversion import worker
-from ...errors import ConversionError, EdgekitError, OTHER_ROUTES, first_line
-from ...fsutil import sha256_file
-from ...manifest import Artifact, QuantParams
 from ...conversion.layer_names import in_layer
-from ..building import MINMAX, BuildContext, Builder, BuildResult, Fix, Variant, read_samples, worst_layers
-from ...conversion.quantized import is_quantized_graph
-from .kept import KEPT_TOOL, keep, refuse_requantizing
-from .precision import analyse as analyse_precision
+from ...conversion.messages import Message
+from ...errors import ConversionError, EdgekitError, OTHER_ROUTES, first_line
+from ..building import MINMAX, read_samples, worst_layers
 
-ARTIFACT_PATH = "onnx/model.int8.onnx"
-ORT_PATH = "onnx/model.int8.ort"
-OPS_CONFIG_PATH = "onnx/required_operators.config"
 OPSET = 17
-CALIBRATION_METHODS = (MINMAX, "entropy", "percentile")
 
 
-class ONNXBuilder(Builder):
-    name = "onnx"
-    backend = "onnxruntime"
+@dataclass(frozen=True)
+class SchemeBuild(Message):
+    """Another INT8 scheme of the same model, written to ``path`` with its report beside it."""
 
-    def unfused_backend_options(self) -> dict[str, Any] | None:
-        return {"graph_optimizations": False}
-
-    def fused_kernels(self) -> str:
-        from .kernels import int8_kernel_features
-
-        return int8_kernel_features()
-
-    def place_fallback(self, source: Path, target: Path) -> None:
-        """The float model with its weights inside: an exported model may keep them in a
-        ``.onnx.data`` file beside it, which a copy of the ``.onnx`` alone would lose."""
-        import onnx
-
-        onnx.save(onnx.load(str(source)), str(target))
-
-    def range_method(self, context: BuildContext) -> str:
-        return str(context.option("calibration_method", MINMAX))  # one of CALIBRATION_METHODS
-
-    def fixes(self) -> tuple[Fix, ...]:
-        return (Fix("--reduce-range", "reduce_range", True, when="saturated"),
-                Fix("--calibration-method percentile", "calibration_method", "percentile"))
-
-    def saturation_explanation(self) -> str:
-        return ("ONNX Runtime's u8s8 kernels add pairs of 8-bit products in 16 bits, which overflow for large "
-                "weights and activations. A device with VNNI (AVX512-VNNI, AVX-VNNI) or ARM dot-product "
-                "instructions computes the quantized graph as measured without fusion; --reduce-range (7-bit "
-                "weights) avoids the overflow on every CPU")
-
-    def judged_as_quantized(self, context: BuildContext) -> str | None:
-        """An ONNX artifact is judged by this CPU's fused kernels only when this machine is one of
-        the package's devices and the runtime here would run that artifact (its CPU's best scheme
-        among the package's); every other artifact is for devices that compute the QDQ graph
-        exactly (ARM dot-product, VNNI, TensorRT; 7-bit weights anywhere), so it is judged as
-        quantized. This machine's saturating kernels must not judge an S8S8 build for a Pi."""
-        from ...machine.facts import DeviceFacts
-        from .schemes import SCHEMES, artifact_for_cpu
-
-        model = getattr(context, "model", None)
-        if model is not None and is_quantized_graph(model.path):
-            return ("the source's own quantized graph, with no scheme variant for CPUs whose int8 kernels saturate "
-                    "(x86 without VNNI warns when it loads it): judged by the arithmetic it specifies")
-        facts = DeviceFacts.read()
-        own = f"onnx-{context.option('variant')}" if context.option("variant") else "onnx"
-        profiles = context.device_profiles
-        if profiles and not any(p.covers_arch(facts.arch) for p in profiles):
-            return (f"this machine ({facts.arch}) is none of the package's devices "
-                    f"({', '.join(p.name for p in profiles)})")
-        here = artifact_for_cpu(self._planned_keys(context), facts.arch, facts.cpu_flags, facts.cuda)
-        if here is None or here == own:
-            return None
-        scheme = SCHEMES.get(str(context.option("scheme") or "s8s8"))
-        built_for = scheme.why.split(":")[0] if scheme is not None else "other devices"
-        return f"this CPU runs {here}; {own} is built for {built_for}"
-
-    def _planned_keys(self, context: BuildContext) -> set[str]:
-        """The ONNX artifact keys this package is planned to hold (the main one and each scheme variant)."""
-        from .schemes import schemes_for_profiles, schemes_named
-
-        if context.option("variant"):  # a variant's build: the main build's context chose the schemes
-            wanted = schemes_named(schemes_for_profiles(context.device_profiles), "--profile")
-            return {"onnx"} | {s.artifact_key for s in wanted}
-        return {"onnx"} | {f"onnx-{v.name}" for v in self.variants(context)}
-
-    def variants(self, context: BuildContext) -> list[Variant]:
-        """One more INT8 build per scheme the requested device profiles need beside S8S8
-        (``edgekit.formats.onnx.schemes``), with the same layers kept in float; none when the user
-        chose the scheme (--onnx-activations u8, --reduce-range)."""
-        from .schemes import schemes_for_profiles, schemes_named
-
-        if context.option("onnx_activations", "s8") != "s8" or context.option("reduce_range"):
-            return []
-        model = getattr(context, "model", None)
-        if model is not None and is_quantized_graph(model.path):  # another scheme would re-choose its ranges
-            return []
-        wanted = schemes_named(schemes_for_profiles(context.device_profiles), "--profile")
-        return [Variant(s.variant, s.name, {"scheme": s.name, "onnx_activations": s.activations,
-                                            "reduce_range": s.reduce_range, "also_float": False})
-                for s in wanted if s.variant]
-
-    def build(self, context: BuildContext, on_progress: Callable[[int, int], None] | None = None) -> BuildResult:
-        float_onnx = context.model.path  # the route's float ONNX graph (the source's own, or converted)
-        variant = str(context.option("variant") or "")  # another scheme's build: its own file, no .ort (ARM-only)
-        artifact_path = ARTIFACT_PATH.replace(".int8.", f".int8-{variant}.") if variant else ARTIFACT_PATH
-        output = context.package_dir / artifact_path
-        output.parent.mkdir(parents=True, exist_ok=True)
-        kept = is_quantized_graph(float_onnx)  # QAT / another tool's QDQ: its learned ranges ship as they are
-        settings, info = self._quantized(context, float_onnx, output, variant, kept, on_progress)
-        precision = analyse_precision(str(output), context.layer_names)  # from the graph: ORT leaves ops it cannot quantize in float
-        if not kept and not precision.int8_weighted_ops and precision.label != "float":
-            # Q/DQ pairs around layers that all compute in float (a Gemm whose bias is an activation):
-            # quantization noise without an integer kernel. The float model ships instead, labelled so.
-            _write_float_model(float_onnx, output)
-            precision = analyse_precision(str(output), context.layer_names)
-        # a companion: never costs the .onnx (and not made for a search try)
-        ort_failure = None if variant or context.trial else _convert_to_ort(output, context)
-        explained = None
-        if context.explain_npy and not kept:
-            explained = worker.call(
-                explain, what="ONNX per-layer error report",
-                float_onnx=info["prepared"], qdq_onnx=str(output), samples_npy=context.explain_npy,
-                layer_names=list(context.layer_names), workdir=str(context.workdir),
-            )
-        # NNAPI / CoreML EP usability is a question for the ARM build; the x86 scheme variants skip it
-        mobile = None if variant or context.trial else _mobile_report(output)
-        fused = _runtime_graph(str(output))
-        companions = [
-            {"path": rel, "sha256": sha256_file(context.package_dir / rel),
-             "bytes": (context.package_dir / rel).stat().st_size, "role": role}
-            for rel, role in ((ORT_PATH, "ort-format model (minimal builds)"),
-                              (OPS_CONFIG_PATH, "required operators for --include_ops_by_config"))
-            if ort_failure is None and not variant and not context.trial
-        ]
-        no_int8 = ""
-        if precision.label == "float":  # ONNX Runtime quantized nothing (a GRU-only graph, no quantizable op)
-            kinds = ", ".join(sorted({op["op"] for op in precision.float_ops})) or "none"
-            no_int8 = (f"ONNX Runtime's quantizer left no op in INT8 (float ops: {kinds}): this build is the float "
-                       "model, labelled float")
-            if variant:  # another scheme of a float graph is the same float model again: never a second copy
-                raise ConversionError(f"{no_int8}; the {variant} scheme would be an identical copy",
-                                      hint="nothing to do: devices run the main onnx build")
-        converted = float_onnx if context.model.via and not kept else None  # a conversion's loss is measured apart
-        fallback = ({"fallback_model": float_onnx, "fallback_precision": "float32"}
-                    if context.option("also_float") and not kept and not no_int8 else {})
-        # a quantized source has no float model; a build that is the float model needs no second copy
-        return BuildResult(float_model=converted, float_by="float ONNX (exported), ONNX Runtime", **fallback,
-                           artifact=Artifact(
-            format=self.name,
-            variant=variant,
-            path=artifact_path,
-            sha256=sha256_file(output),
-            bytes=output.stat().st_size,
-            precision=precision.label,
-            inputs=[QuantParams(name=n, dtype="float32") for n in info["inputs"]],
-            outputs=[QuantParams(name=n, dtype="float32") for n in info["outputs"]],
-            float_ops=precision.float_ops,
-            converter={
-                "tool": (f"{context.model.via}, then " if context.model.via else "")
-                + (KEPT_TOOL if kept else "onnxruntime.quantization.quantize_static (QDQ)"),
-                "opset": info["opset"],
-                **({"upgraded_from_opset": info["upgraded_from_opset"]} if info.get("upgraded_from_opset") else {}),
-                "shape_inference": info.get("shape_inference", "symbolic"),
-                "onnxruntime": info["onnxruntime"],
-                **settings,
-                **({"scheme": context.option("scheme")} if variant else {}),
-                "seconds": info["seconds"],
-            },
-            companions=companions,
-            details={**({"no_int8": no_int8} if no_int8 else {}),
-                **({"quantized_source": info["scheme"], "quantized_biases": info["quantized_biases"],
-                    "weights_on_grid": info["weights_on_grid"]} if kept else {}),
-                **({"companions_failed": {ORT_PATH: ort_failure}} if ort_failure else {}),
-                **({"mobile_usability": mobile} if mobile is not None else {}),
-                "precision": precision.record(),
-                "runtime_graph": fused,
-                "keep_float": list(context.keep_float),
-                "int16_layers": list(context.int16_layers),
-                **({"explain": explained} if explained is not None else {}),
-            },
-        ))
+    path: str
+    activation_type: str
+    reduce_range: bool
 
 
-    def _quantized(self, context: BuildContext, float_onnx: str, output: Path, variant: str, kept: bool,
-                   on_progress: Callable[[int, int], None] | None) -> tuple[dict[str, Any], dict[str, Any]]:
-        """The INT8 graph at ``output`` and how it was made: the quantized source kept as given, or
-        the float graph quantized with the context's settings."""
-        if kept:
-            refuse_requantizing(context.keep_float, context.int16_layers)
-            return {"kept_as_given": True}, dict(worker.call(keep, what="keeping the quantized ONNX graph",
-                                                             timeout=context.timeout_s, source=float_onnx,
-                                                             output=str(output)))
-        settings = {
-            "calibration_method": self.range_method(context),
-            "activation_type": context.option("onnx_activations", "s8"),
-            "weight_type": "s8",
-            "per_channel": True,
-            "reduce_range": bool(context.option("reduce_range", False)),
-        }
-        return settings, self._quantize(context, float_onnx, output, variant, settings, on_progress)
+@dataclass(frozen=True)
+class QuantizeRequest(Message):
+    """``quantize_static`` of ``float_onnx`` into ``output``: layers in ``keep_float`` stay float,
+    those in ``int16_layers`` get 16-bit activations; ``also``: more schemes of the same model."""
 
-    def _quantize(self, context: BuildContext, float_onnx: str, output: Path, variant: str, settings: dict[str, Any],
-                  on_progress: Callable[[int, int], None] | None) -> dict[str, Any]:
-        """The QDQ model at ``output``: a scheme variant the main build's child already quantized is
-        copied; the main build quantizes every variant's scheme too, in one child."""
-        prebuilt = _prebuilt_path(context, variant, settings)
-        if variant and prebuilt.is_file() and prebuilt.with_suffix(".json").is_file():
-            shutil.copyfile(prebuilt, output)
-            return dict(json.loads(prebuilt.with_suffix(".json").read_text()))
-        others = [] if variant or context.trial else [
-            {"path": str(_prebuilt_path(context, v.name, {**settings, "activation_type": v.options["onnx_activations"],
-                                                           "reduce_range": v.options["reduce_range"]})),
-             "activation_type": v.options["onnx_activations"], "reduce_range": v.options["reduce_range"]}
-            for v in self.variants(context)]
-        return dict(worker.call(
-            quantize, what="ONNX quantization", timeout=context.timeout_s, on_progress=on_progress,
-            float_onnx=float_onnx, calibration_npy=context.calibration_npy, output=str(output),
-            calibration_method=settings["calibration_method"], activation_type=settings["activation_type"],
-            reduce_range=settings["reduce_range"], keep_float=list(context.keep_float),
-            int16_layers=list(context.int16_layers), max_intermediate_outputs=context.option("max_intermediate_outputs"), workdir=str(context.workdir),
-            also=others,
-        ))
+    float_onnx: str
+    calibration_npy: str
+    output: str
+    calibration_method: str = MINMAX
+    activation_type: str = "s8"
+    reduce_range: bool = False
+    keep_float: tuple[str, ...] = ()
+    max_intermediate_outputs: int | None = None
+    workdir: str = ""
+    int16_layers: tuple[str, ...] = ()
+    also: tuple[SchemeBuild, ...] = ()
 
 
-def _prebuilt_path(context: BuildContext, variant: str, settings: dict[str, Any]) -> Path:
-    """Where the main build's child leaves a scheme variant quantized with these settings."""
-    import hashlib
+@dataclass(frozen=True)
+class QuantizeReport(Message):
+    """What one INT8 graph was made from and how: the same for a quantization and for a quantized
+    source kept as given (``scheme``, ``quantized_biases``, ``weights_on_grid`` then set)."""
 
-    layers = "\n".join(context.keep_float) + "\n16:" + "\n".join(context.int16_layers)
-    kept = hashlib.sha256(layers.encode()).hexdigest()[:12]  # an auto-fix try is its own build
-    key = f"{settings['calibration_method']}-{settings['activation_type']}-{int(bool(settings['reduce_range']))}-{kept}"
-    return Path(context.workdir) / f"onnx.prebuilt-{variant or 'main'}-{key}.onnx"
-
-
-def _mobile_report(output: Path) -> dict[str, Any]:
-    """The mobile usability report, or why there is none: informational, it never costs the
-    artifact (ORT's checker has failed on graphs its runtime runs, e.g. a TF export's MirrorPad)."""
-    try:
-        return worker.call(mobile_usability, what="ONNX mobile usability check", model=str(output))
-    except EdgekitError as exc:
-        return {"tool": "onnxruntime.tools.mobile_helpers.usability_checker", "error": exc.message}
-
-
-def _convert_to_ort(model: Path, context: BuildContext) -> str | None:
-    """The ``.ort`` companion (and its operator config) beside the QDQ model; None when written,
-    else why not (ORT's own type inference can refuse a graph the full runtime runs)."""
-    try:
-        _write_ort(model, context)
-    except EdgekitError as exc:  # a companion: its failure (a timeout too) never costs the .onnx
-        return exc.message
-    return None
+    seconds: float
+    onnxruntime: str
+    opset: int
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    prepared: str  # the graph quantized (pre-processed), the float side of --explain
+    excluded_nodes: tuple[tuple[str, ...], ...] = ()
+    upgraded_from_opset: int | None = None
+    shape_inference: str = "symbolic"
+    scheme: Any = None  # a quantized source's scheme, stored as read
+    quantized_biases: tuple[str, ...] = ()
+    weights_on_grid: tuple[str, ...] = ()
 
 
-def _write_ort(model: Path, context: BuildContext) -> None:
-    staging = Path(context.workdir) / "ort"
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
-    shutil.copy(model, staging / model.name)
-    arguments = [str(staging / model.name), "--output_dir", str(staging / "out"), "--optimization_style", "Fixed",
-                 "--target_platform", "arm"]
-    ran = worker.run_module("onnxruntime.tools.convert_onnx_models_to_ort", arguments,
-                            "ONNX -> ORT format conversion", context.timeout_s)
-    ort_files = list((staging / "out").glob("*.ort"))
-    configs = list((staging / "out").glob("*.config"))
-    if ran["returncode"] != 0 or len(ort_files) != 1 or len(configs) != 1:
-        tail = ran["output"].strip().splitlines()[-1:] or ["no output"]
-        raise ConversionError(f"ONNX -> ORT format conversion failed: {tail[0]}")
-    shutil.move(ort_files[0], context.package_dir / ORT_PATH)
-    config = configs[0].read_text()
-    config = "\n".join(line for line in config.splitlines() if not line.startswith("# -"))  # drop temp paths
-    (context.package_dir / OPS_CONFIG_PATH).write_text(config + "\n")
+@dataclass(frozen=True)
+class ExplainRequest(Message):
+    float_onnx: str
+    qdq_onnx: str
+    samples_npy: str
+    layer_names: tuple[str, ...]
+    workdir: str
 
 
-# --- child-process side -------------------------------------------------------------------
+@dataclass(frozen=True)
+class ExplainReport(Message):
+    rows: list[dict[str, Any]]  # worst layers first, stored as made
+
+
+@dataclass(frozen=True)
+class GraphRequest(Message):
+    path: str
+
+
+@dataclass(frozen=True)
+class GraphRecord(Message):
+    """A record of the graph the parent stores without reading it (mobile usability, the
+    runtime's optimized graph)."""
+
+    record: dict[str, Any]
 
 
 def _layer_nodes(model: Any, layers: list[str]) -> tuple[list[tuple[str, str, str]], list[str]]:
@@ -362,23 +156,14 @@ def _activations_of(model: Any, nodes: list[str]) -> list[str]:
     return found
 
 
-def quantize(
-    float_onnx: str,
-    calibration_npy: str,
-    output: str,
-    calibration_method: str = MINMAX,
-    activation_type: str = "s8",
-    reduce_range: bool = False,
-    keep_float: list[str] | None = None,
-    max_intermediate_outputs: int | None = None,
-    workdir: str = "",
-    int16_layers: list[str] | None = None,
-    also: list[dict[str, Any]] | None = None,
-) -> dict[str, Any]:
+def quantize(request: QuantizeRequest) -> QuantizeReport:
     """``quantize_static`` of ``float_onnx`` into ``output`` (child side); ``also``: more schemes of
     the same model (``path``, ``activation_type``, ``reduce_range``), each written with its info
     beside it, so the scheme variants cost no process or pre-processing of their own."""
     import onnx
+
+    float_onnx, output, workdir = request.float_onnx, request.output, request.workdir
+    keep_float, int16_layers = list(request.keep_float), list(request.int16_layers)
 
     work = Path(workdir or Path(output).parent)
     source, upgraded_from = _upgrade_opset(float_onnx, work)
@@ -402,25 +187,27 @@ def quantize(
     excluded = excluded + masked  # an additive attention mask and its Softmax stay float (masks.py)
     initializers = {i.name for i in model.graph.initializer}
     graph_inputs = [i.name for i in model.graph.input if i.name not in initializers]
-    samples = read_samples(calibration_npy)
+    samples = read_samples(request.calibration_npy)
     if list(samples) == [""]:
         samples = {graph_inputs[0]: samples[""]}
     missing = [n for n in graph_inputs if n not in samples]
     if missing:
         raise ConversionError(f"calibration data has no samples for ONNX input(s) {missing} (it has {list(samples)})")
-    settings = {"calibration_method": calibration_method, "max_intermediate_outputs": max_intermediate_outputs,
+    settings = {"calibration_method": request.calibration_method,
+                "max_intermediate_outputs": request.max_intermediate_outputs,
                 "excluded": excluded, "int16_tensors": _activations_of(model, [name for name, _, _ in wide])}
     recorded = {"prepared": prepared, "upgraded_from_opset": upgraded_from, "shape_inference": shape_inference}
-    info = {**_quantize_static(prepared, output, samples, graph_inputs, activation_type, reduce_range, settings),
-            **recorded}
-    for other in also or []:
+    made = QuantizeReport(**_quantize_static(prepared, output, samples, graph_inputs, request.activation_type,
+                                             request.reduce_range, settings), **recorded)
+    for other in request.also:
         try:
-            produced = {**_quantize_static(prepared, other["path"], samples, graph_inputs, other["activation_type"],
-                                           bool(other["reduce_range"]), settings), **recorded}
+            produced = QuantizeReport(**_quantize_static(prepared, other.path, samples, graph_inputs,
+                                                         other.activation_type, other.reduce_range, settings),
+                                      **recorded)
         except EdgekitError:  # that variant's own build tries again and reports its failure
             continue
-        Path(other["path"]).with_suffix(".json").write_text(json.dumps(produced))
-    return info
+        Path(other.path).with_suffix(".json").write_text(json.dumps(produced.to_json()))
+    return made
 
 
 def _pre_process(source: str, prepared: str) -> str:
@@ -591,9 +378,9 @@ def _quantize_static(prepared: str, path: str, samples: dict[str, Any], graph_in
         "seconds": round(time.perf_counter() - started, 3),
         "onnxruntime": onnxruntime.__version__,
         "opset": next((o.version for o in quantized.opset_import if o.domain in ("", "ai.onnx")), OPSET),
-        "inputs": [i.name for i in quantized.graph.input],
-        "outputs": [o.name for o in quantized.graph.output],
-        "excluded_nodes": settings["excluded"],
+        "inputs": tuple(i.name for i in quantized.graph.input),
+        "outputs": tuple(o.name for o in quantized.graph.output),
+        "excluded_nodes": tuple(tuple(entry) for entry in settings["excluded"]),
     }
 
 
@@ -649,9 +436,7 @@ def _upgrade_opset(float_onnx: str, work: Path) -> tuple[str, int | None]:
     return str(path), opset
 
 
-def explain(
-    float_onnx: str, qdq_onnx: str, samples_npy: str, layer_names: list[str], workdir: str
-) -> list[dict[str, Any]]:
+def explain(request: ExplainRequest) -> ExplainReport:
     """Per-tensor SQNR of the QDQ model's activations against the float model's, matched as
     ONNX Runtime's ``qdq_loss_debug`` matches them. Its ``collect_activations`` keeps every
     intermediate tensor of every sample of both models in memory (gigabytes on a detector);
@@ -662,14 +447,16 @@ def explain(
     from onnxruntime.quantization import qdq_loss_debug
     from onnxruntime.quantization.qdq_loss_debug import create_activation_matching, modify_model_output_intermediate_tensors
 
-    loaded = read_samples(samples_npy)
+    float_onnx, qdq_onnx, workdir = request.float_onnx, request.qdq_onnx, request.workdir
+    layer_names = list(request.layer_names)
+    loaded = read_samples(request.samples_npy)
     graph = onnx.load(float_onnx, load_external_data=False).graph
     initializers = {i.name for i in graph.initializer}
     inputs = [i.name for i in graph.input if i.name not in initializers]
     arrays = {inputs[0]: np.asarray(loaded[""])} if list(loaded) == [""] else \
         {name: np.asarray(loaded[name]) for name in inputs if name in loaded}
     if sorted(arrays) != sorted(inputs):
-        return []  # inputs the samples do not name (fixed with --input): nothing to feed them
+        return ExplainReport(rows=[])  # inputs the samples do not name (fixed with --input): nothing to feed them
     count = len(next(iter(arrays.values())))
 
     float_aug = str(Path(workdir) / "explain.float.onnx")
@@ -711,7 +498,7 @@ def explain(
             "layer": layer, "op": node.op_type if node is not None else "", "tensor": tensor,
             "sqnr_db": sqnr if np.isfinite(sqnr) else None,
         })
-    return worst_layers(rows)
+    return ExplainReport(rows=worst_layers(rows))
 
 
 def _saved_activations(session: Any, feed: dict[str, np.ndarray], postfix: str) -> dict[str, list[np.ndarray]]:
@@ -722,7 +509,7 @@ def _saved_activations(session: Any, feed: dict[str, np.ndarray], postfix: str) 
             if output.name.endswith(postfix)}
 
 
-def mobile_usability(model: str) -> dict[str, Any]:
+def mobile_usability(request: GraphRequest) -> GraphRecord:
     """How much of the graph NNAPI and the CoreML EPs would take, as-is and with fixed shapes."""
     import logging
     import tempfile
@@ -742,7 +529,7 @@ def mobile_usability(model: str) -> dict[str, Any]:
     report: dict[str, Any] = {"tool": "onnxruntime.tools.mobile_helpers.usability_checker"}
     with tempfile.TemporaryDirectory() as tmp:
         optimized = Path(tmp) / "model.onnx"
-        optimize_model(Path(model), optimized, use_external_initializers=True)
+        optimize_model(Path(request.path), optimized, use_external_initializers=True)
         with_shapes = ModelProtoWithShapeInfo(optimized).model_with_shape_info
         for ep, check in checks.items():
             entry = {}
@@ -756,35 +543,15 @@ def mobile_usability(model: str) -> dict[str, Any]:
                     "unsupported_ops": sorted(info.unsupported_ops),
                 }
             report[ep] = entry
-    return report
+    return GraphRecord(record=report)
 
 
-def _write_float_model(float_onnx: str, output: Path) -> None:
-    """The float graph written where the INT8 build was (one file, its external data folded in),
-    by a temporary file and a rename."""
-    import onnx
-
-    from ...fsutil import write_bytes_atomic
-
-    write_bytes_atomic(output, onnx.load(float_onnx).SerializeToString())
-
-
-def _runtime_graph(path: str) -> dict[str, Any]:
-    """Int8 and float compute nodes after ONNX Runtime's own optimization on this CPU
-    (``fused.runtime_graph``), read in a child like every step that loads an artifact (a crash
-    in the runtime is never the packager's end, and its session's memory goes with the child);
-    a failure to read it is recorded, never the artifact's failure."""
-    try:
-        return dict(worker.call(runtime_graph_or_error, what="ONNX Runtime's optimized graph", path=path))
-    except EdgekitError as exc:
-        return {"error": first_line(exc)[:200]}
-
-
-def runtime_graph_or_error(path: str) -> dict[str, Any]:
+def runtime_graph_or_error(request: GraphRequest) -> GraphRecord:
     """Child side of ``_runtime_graph``: the counts, or the error ONNX Runtime raised reading them."""
     from .fused import runtime_graph
 
     try:
-        return runtime_graph(path)
+        return GraphRecord(record=runtime_graph(request.path))
     except Exception as exc:  # noqa: BLE001 - ONNX Runtime raises its own types; the count is informative only
-        return {"error": f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ''}"}
+        said = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
+        return GraphRecord(record={"error": f"{type(exc).__name__}: {said}"})
