@@ -62,7 +62,7 @@ def recorder_cost(samples: int = 200_000) -> dict:
 
 
 def placement_ms(package: Path) -> dict:
-    from edgekit.formats.onnx.onnxruntime import OnnxRuntimeBackend
+    from edgekit.formats.onnx.backend import OnnxRuntimeBackend
     from edgekit.formats.tflite.backend import LiteRTBackend
 
     found = {"litert": per_call_ms(LiteRTBackend(str(package / "tflite" / "model.int8.tflite")).placement, 20),

@@ -43,7 +43,7 @@ from benchio import print_and_save, require_signal  # noqa: E402
 import edgekit  # noqa: E402
 from edgekit.conversion import worker  # noqa: E402
 from edgekit.formats.tflite.backend import LiteRTBackend, open_interpreter  # noqa: E402
-from edgekit.formats.onnx.onnxruntime import OnnxRuntimeBackend  # noqa: E402
+from edgekit.formats.onnx.backend import OnnxRuntimeBackend  # noqa: E402
 from edgekit.device.devices import DeviceFacts  # noqa: E402
 from edgekit.formats import FORMATS  # noqa: E402
 from edgekit.formats.tflite.convert import TFLiteRequest, convert as tflite_convert  # noqa: E402

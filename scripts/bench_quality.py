@@ -329,7 +329,7 @@ def int8_outputs(package: Path, artifact: Any, record: dict[str, Any], x: np.nda
     other devices (judged as quantized) runs its QDQ graph without fusion, as those devices compute
     it; everything else runs as this machine's runtime runs it."""
     if str(record.get("judged_by", "")).startswith("as quantized"):
-        from edgekit.formats.onnx.onnxruntime import OnnxRuntimeBackend
+        from edgekit.formats.onnx.backend import OnnxRuntimeBackend
 
         backend = OnnxRuntimeBackend(str(package / artifact.path), threads=2, graph_optimizations=False)
         try:

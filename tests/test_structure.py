@@ -469,6 +469,67 @@ def test_the_formats_never_import_the_conversion_steps():
     assert not found, found
 
 
+FORMAT_FOLDERS = ("tflite", "onnx", "coreml", "executorch")
+
+
+def test_each_format_is_split_at_the_process_boundary():
+    """Each format: ``builder.py`` (parent side), ``convert.py`` (the converter child's steps) and
+    ``backend.py`` (the device side); the builder imports no converter library at its top."""
+    for name in FORMAT_FOLDERS:
+        folder = PACKAGE / "formats" / name
+        assert {"builder.py", "convert.py", "backend.py"} <= {p.name for p in folder.iterdir()}, name
+        heavy = {"tensorflow", "torch", "coremltools", "onnxruntime", "executorch", "litert_quantizer"}
+        top = [node for node in parsed(folder / "builder.py").body if isinstance(node, (ast.Import, ast.ImportFrom))]
+        imported = {(n.module or "").split(".")[0] for n in top if isinstance(n, ast.ImportFrom) and n.level == 0}
+        imported |= {a.name.split(".")[0] for n in top if isinstance(n, ast.Import) for a in n.names}
+        assert not imported & heavy, (name, imported & heavy)
+
+
+def _worker_calls(tree: ast.Module) -> list[tuple[str, ast.Call]]:
+    return [(node.func.attr, node) for node in ast.walk(tree)
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+            and isinstance(node.func.value, ast.Name) and node.func.value.id == "worker"]
+
+
+def test_the_formats_read_their_converter_children_by_type():
+    """A format sends a frozen request to its converter child and reads a frozen report by
+    attribute (``worker.convert``): never keyword JSON in (``worker.call``) and a dict read by
+    string key out. Every step it sends is ``step(request: Message) -> Message``."""
+    import importlib
+
+    from edgekit.conversion.messages import request_and_report
+
+    untyped, steps = [], 0
+    for path in (PACKAGE / "formats").rglob("*.py"):
+        module = None
+        for kind, call in _worker_calls(parsed(path)):
+            if kind == "call":
+                untyped.append(f"{path.relative_to(ROOT)}:{call.lineno}")
+            if kind != "convert":
+                continue
+            module = module or importlib.import_module(
+                ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__"))
+            step = call.args[0]
+            function = eval(ast.unparse(step), vars(module) | {"__builtins__": {}}) \
+                if not isinstance(step, ast.Name) or step.id in vars(module) else None
+            if function is None:  # imported inside the function: found by its name in the folder
+                function = _step_in_folder(path.parent, step.id)
+            request_and_report(function)  # raises for a step not of that shape
+            steps += 1
+    assert not untyped, untyped
+    assert steps >= 12, steps  # each format's conversions (and the reads of what they wrote)
+
+
+def _step_in_folder(folder: Path, name: str):
+    import importlib
+
+    for path in folder.glob("*.py"):
+        module = importlib.import_module(".".join(path.relative_to(ROOT).with_suffix("").parts))
+        if hasattr(module, name):
+            return getattr(module, name)
+    raise AssertionError(f"no step {name} in {folder}")
+
+
 # The folders from the bottom up (docs/architecture.md, "Layers"): each imports only those before
 # it, the top-level modules (errors, manifest, ...) anyway. What runs against it, with why; nothing
 # else may, and at most 2 imports in all.

@@ -129,7 +129,7 @@ def float_reference(prepared: dict[str, Any], inputs_npz: str, output_npz: str, 
     by output name; fixed-batch models run in slices (the backend does that)."""
     import numpy as np
 
-    from ..formats.onnx.onnxruntime import OnnxRuntimeBackend
+    from ..formats.onnx.backend import OnnxRuntimeBackend
 
     from ..errors import PackageError
 

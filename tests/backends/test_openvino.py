@@ -20,7 +20,7 @@ def onnx_artifacts(package):
 
 
 def test_openvino_outputs_equal_onnx_runtime_on_the_same_artifact(digits_all_package, tmp_path):
-    from edgekit.formats.onnx.onnxruntime import OnnxRuntimeBackend
+    from edgekit.formats.onnx.backend import OnnxRuntimeBackend
     from edgekit.formats.onnx.openvino import OpenVINOBackend
 
     with np.load(EVAL) as data:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from edgekit.formats.onnx.onnxruntime import (
+from edgekit.formats.onnx.backend import (
     OnnxRuntimeBackend,
     _with_engine_cache,
     choose_providers,

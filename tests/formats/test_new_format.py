@@ -26,7 +26,7 @@ from .backend import LinearBackend
 
 
 def _builder() -> Builder:
-    from .build import LinearBuilder
+    from .builder import LinearBuilder
 
     return LinearBuilder()
 
@@ -61,13 +61,12 @@ class LinearBackend(Backend):
         return [(x.reshape(len(x), -1) @ self.w + self.b).astype(np.float32)]
 '''
 
-TOY_BUILD = '''
-import numpy as np
-
+TOY_BUILDER = '''
 from ...conversion import worker
 from ...fsutil import sha256_file
 from ...manifest import Artifact
 from ..building import Builder, BuildResult
+from .convert import FitRequest, fit
 
 PATH = "toy/model.linear.npz"
 
@@ -79,23 +78,48 @@ class LinearBuilder(Builder):
     def build(self, context, on_progress=None):
         output = context.package_dir / PATH
         output.parent.mkdir(parents=True, exist_ok=True)
-        worker.call(fit, what="toy fit", saved_model=context.model.path, calibration_npy=context.calibration_npy,
-                    output=str(output))
+        report = worker.convert(fit, FitRequest(context.model.path, context.calibration_npy, str(output)),
+                                what="toy fit")
         return BuildResult(Artifact(format="toy", path=PATH, sha256=sha256_file(output),
-                                    bytes=output.stat().st_size, precision="float32"))
+                                    bytes=output.stat().st_size, precision="float32",
+                                    converter={"tool": "numpy.linalg.lstsq", "seconds": report.seconds}))
+'''
+
+TOY_CONVERT = '''
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from ...conversion.messages import Message
 
 
-def fit(saved_model, calibration_npy, output):
+@dataclass(frozen=True)
+class FitRequest(Message):
+    saved_model: str
+    calibration_npy: str
+    output: str
+
+
+@dataclass(frozen=True)
+class FitReport(Message):
+    seconds: float
+
+
+def fit(request: FitRequest) -> FitReport:
     import tensorflow as tf
 
-    x = np.load(calibration_npy)
-    signature = tf.saved_model.load(saved_model).signatures["serving_default"]
+    started = time.perf_counter()
+    x = np.load(request.calibration_npy)
+    signature = tf.saved_model.load(request.saved_model).signatures["serving_default"]
     (name,) = signature.structured_input_signature[1].keys()
     y = list(signature(**{name: tf.constant(x)}).values())[0].numpy()
     design = np.concatenate([x.reshape(len(x), -1), np.ones((len(x), 1), np.float32)], axis=1)
     solution = np.linalg.lstsq(design, y, rcond=None)[0]
     shape = np.array([-1, *x.shape[1:]])
-    np.savez(output, w=solution[:-1].astype(np.float32), b=solution[-1].astype(np.float32), input_shape=shape)
+    np.savez(request.output, w=solution[:-1].astype(np.float32), b=solution[-1].astype(np.float32),
+             input_shape=shape)
+    return FitReport(seconds=round(time.perf_counter() - started, 3))
 '''
 
 PROBE = '''
@@ -119,7 +143,8 @@ print(json.dumps({"chosen": chosen, "outputs": outputs, "platform": metadata["pl
 
 def test_a_toy_format_is_one_folder(tmp_path):
     python = edgekit_with(tmp_path, {"formats/toy/__init__.py": TOY_INIT, "formats/toy/backend.py": TOY_BACKEND,
-                                     "formats/toy/build.py": TOY_BUILD}, profiles=False)
+                                     "formats/toy/builder.py": TOY_BUILDER, "formats/toy/convert.py": TOY_CONVERT},
+                         profiles=False)
     site = python.site
 
     def edgekit_cli(*args):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from edgekit.formats.onnx.onnxruntime import OnnxRuntimeBackend
+from edgekit.formats.onnx.backend import OnnxRuntimeBackend
 from edgekit.formats.placement import fell_back
 from edgekit.formats.tflite.backend import LiteRTBackend, open_interpreter
 from tests.conftest import digits_tflite

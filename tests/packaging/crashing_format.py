@@ -16,7 +16,7 @@ import numpy as np
 from edgekit.conversion import forms
 from edgekit.formats import Accepts, Format
 from edgekit.formats.building import Builder, BuildContext, BuildResult
-from edgekit.formats.onnx.onnxruntime import OnnxRuntimeBackend
+from edgekit.formats.onnx.backend import OnnxRuntimeBackend
 from edgekit.fsutil import sha256_file
 from edgekit.manifest import Artifact
 

@@ -91,7 +91,7 @@ def _as_judged(package: Path, manifest: dict, fmt: str) -> Iterator[Model]:
         if not manifest["validation"]["artifacts"][fmt].get("judged_by", "").startswith("as quantized"):
             yield loaded
             return
-        from edgekit.formats.onnx.onnxruntime import OnnxRuntimeBackend
+        from edgekit.formats.onnx.backend import OnnxRuntimeBackend
 
         unfused = OnnxRuntimeBackend(str(loaded.backend.path), graph_optimizations=False)
         with Model(loaded.root, loaded.manifest, loaded.artifact, unfused, loaded.profile, None) as model:

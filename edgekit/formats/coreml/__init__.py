@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 
 
 def _builder() -> Builder:
-    from .learned import CoreMLBuilderKeepingRanges
+    from .builder import CoreMLBuilderKeepingRanges
 
     return CoreMLBuilderKeepingRanges()
 

@@ -13,8 +13,6 @@ precision), the one rounding it adds.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -22,47 +20,43 @@ import numpy as np
 from ...conversion import worker
 from ...conversion.forms import ModelForm
 from ...errors import ConversionError, OTHER_ROUTES, first_line
-from ...fsutil import sha256_tree, tree_bytes
-from ...manifest import Artifact, QuantParams
-from ..building import BuildContext, BuildResult
-from .build import (ARTIFACT_PATH, DEPLOYMENT_TARGET, _WEIGHT_OPS, CoreMLBuilder, _evaluate_final, _Samples,
-                    check_structure, renamed, spec_inputs)
+from .convert import (DEPLOYMENT_TARGET, _WEIGHT_OPS, CoreMLReport, CoreMLRequest, _evaluate_final, _Samples,
+                      check_structure, renamed, spec_inputs)
 from .names import source_name
 
-TOOL = "coremltools.convert (torch.export frontend) of the source's quantize/dequantize pairs (its learned ranges)"
+KEPT_TOOL = "coremltools.convert (torch.export frontend) of the source's quantize/dequantize pairs (its learned ranges)"
 
 
-def is_kept_qdq(model: dict[str, Any]) -> bool:
+def is_kept_qdq(form: ModelForm) -> bool:
     """Whether the route's form is a QDQ graph rebuilt as a PyTorch module (parent side, cheap)."""
     from ...conversion.quantized import is_quantized_graph
     from ...conversion.forms import ONNX_REBUILD_LOADER as LOADER
 
-    form = ModelForm.from_dict(model)
     return form.loader == LOADER and is_quantized_graph(form.path)
 
 
-def convert_kept(model: dict[str, Any], output: str, calibration_npy: str, eval_npy: str | None = None,
-                 eval_output_npy: str | None = None, output_names: list[str] | None = None) -> dict[str, Any]:
+def convert_kept(request: CoreMLRequest) -> CoreMLReport:
     """Child side: the QDQ graph as an ML program with its own pairs; what was carried, checked."""
     from .tools import coremltools
 
     ct = coremltools()
-    form = ModelForm.from_dict(model)
-    samples = _Samples(calibration_npy)
+    form, output = request.model, request.output
+    samples = _Samples(request.calibration_npy)
     started = time.perf_counter()
-    mlmodel = _program(form, samples, output_names or [])
+    mlmodel = _program(form, samples, list(request.output_names))
     mlmodel.save(output)
     worker.report_progress(1, 1)
     floats = _float_weight_ops(mlmodel)
     structure = check_structure(output, samples.shapes(spec_inputs(mlmodel)), set(floats))
     carried = carried_ranges(form.path, mlmodel)
-    evaluated, not_evaluated = _evaluate_final(output, eval_npy, eval_output_npy)
+    evaluated, not_evaluated = _evaluate_final(output, request.eval_npy, request.eval_output_npy)
     spec = mlmodel.get_spec()
-    return {"coremltools": ct.__version__, "seconds": round(time.perf_counter() - started, 3),
-            "structure": structure, "learned_ranges": carried, "float_weight_ops": floats,
-            "evaluated_by": evaluated, "not_evaluated": not_evaluated,
-            "inputs": [source_name(i.name) for i in spec.description.input],
-            "outputs": [o.name for o in spec.description.output]}
+    return CoreMLReport(coremltools=ct.__version__, seconds=round(time.perf_counter() - started, 3),
+                        structure=structure, learned_ranges=carried, float_weight_ops=tuple(floats),
+                        evaluated_by=evaluated, not_evaluated=not_evaluated or "",
+                        activations="int8", activations_reason="the source's learned ranges, never calibrated",
+                        inputs=tuple(source_name(i.name) for i in spec.description.input),
+                        outputs=tuple(o.name for o in spec.description.output))
 
 
 def _program(form: ModelForm, samples: Any, output_names: list[str]) -> Any:
@@ -134,39 +128,3 @@ def carried_ranges(source: str, mlmodel: Any) -> dict[str, Any]:
     dequantized = sum(1 for op in program.operations if op.op_type == "constexpr_affine_dequantize")
     return {"carried": carried, "not_found": missing, "quantize_ops": len(pairs),
             "weights": {"learned": len(weights), "int8_constants": dequantized}, "float_layers": left_float}
-
-
-class CoreMLBuilderKeepingRanges(CoreMLBuilder):
-    """CoreML's builder; a quantized source's QDQ graph is converted with its own pairs
-    (``convert_kept``) instead of calibrated and compressed."""
-
-    def build(self, context: BuildContext, on_progress: Callable[[int, int], None] | None = None) -> BuildResult:
-        if not context.option("quantized_source") or not is_kept_qdq(context.model.to_dict()):
-            return super().build(context, on_progress)
-        output = context.package_dir / ARTIFACT_PATH
-        output.parent.mkdir(parents=True, exist_ok=True)
-        evaluated = str(Path(context.workdir) / "coreml.eval_outputs.npz") if context.eval_npy else None
-        info = worker.call(convert_kept, what="CoreML conversion (the source's quantize pairs)",
-                           timeout=context.timeout_s, on_progress=on_progress, model=context.model.to_dict(),
-                           output=str(output), calibration_npy=context.calibration_npy, eval_npy=context.eval_npy,
-                           eval_output_npy=evaluated, output_names=list(context.output_names))
-        floats = info["float_weight_ops"]
-        carried = info["learned_ranges"]
-        artifact = Artifact(
-            format=self.name, path=ARTIFACT_PATH, sha256=sha256_tree(output), bytes=tree_bytes(output),
-            precision="int8" + (f"+float ({len(floats)} layer{'s' if len(floats) != 1 else ''})" if floats else ""),
-            inputs=[QuantParams(name=n, dtype="float32") for n in info["inputs"]],
-            outputs=[QuantParams(name=n, dtype="float32") for n in info["outputs"]],
-            converter={"tool": (f"{context.model.via}, then " if context.model.via else "") + TOOL,
-                       "coremltools": info["coremltools"], "minimum_deployment_target": DEPLOYMENT_TARGET,
-                       "weights": "the source's int8 weights and scales (constexpr_affine_dequantize)",
-                       "seconds": info["seconds"]},
-            details={"activations": "int8", "activations_reason": "the source's learned ranges, never calibrated",
-                     "activation_calibration": {"method": "none: the source's learned ranges"},
-                     "learned_ranges": carried, "evaluated_by": info["evaluated_by"], "batch": 1,
-                     "structure": info["structure"], "float_weight_ops": floats},
-        )
-        if info["evaluated_by"] and evaluated:
-            return BuildResult(artifact, evaluated_npy=evaluated, evaluated_by=info["evaluated_by"])
-        return BuildResult(artifact, not_measured="CoreML prediction runs only on macOS, and edgekit's MIL evaluator "
-                                                  f"could not run it ({info['not_evaluated']})")

@@ -9,7 +9,7 @@ from ...conversion import forms
 from ..base import Accepts, Format, Option
 from .device_rules import RULES
 from .notes import build_notes
-from .onnxruntime import OnnxRuntimeBackend
+from .backend import OnnxRuntimeBackend
 from .openvino import OpenVINOBackend
 
 if TYPE_CHECKING:

@@ -1,4 +1,5 @@
-"""CoreML target: an ML program ``coreml/model.int8.mlpackage``, W8A8 (int8 weights and activations).
+"""CoreML conversion, child side: an ML program ``coreml/model.int8.mlpackage``, W8A8 (int8 weights
+and activations), answered with a typed report (``CoreMLRequest`` -> ``CoreMLReport``).
 
 ``coremltools.convert`` turns the route's form (``edgekit.conversion.forms``: a Keras model, a traced
 PyTorch module, or a TensorFlow graph through ``source="tensorflow"``) into an ML program for iOS 17 / macOS 14 (the first targets that run
@@ -19,8 +20,9 @@ from __future__ import annotations
 import re
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,9 +31,7 @@ import numpy as np
 from ...conversion import forms, worker
 from ...errors import ConversionError, OTHER_ROUTES, first_line
 from ...conversion.forms import ModelForm, flatten_outputs, load_module
-from ...fsutil import sha256_tree, tree_bytes
-from ...manifest import Artifact, QuantParams
-from ..building import BuildContext, Builder, BuildResult, Fix
+from ...conversion.messages import Message
 from .names import source_name
 
 ARTIFACT_PATH = "coreml/model.int8.mlpackage"
@@ -45,100 +45,57 @@ LINUX_ACTIVATIONS_REASON = (
 )
 
 
-class CoreMLBuilder(Builder):
-    name = "coreml"
-    backend = "coreml"
-    unmeasured_reason = "CoreML prediction runs only on macOS and the MIL evaluator does not cover this model"
+@dataclass(frozen=True)
+class CoreMLRequest(Message):
+    """One ML program build: ``activations_mode`` int8 (W8A8) or float16; ``eval_npy`` run through
+    the MIL evaluator into ``eval_output_npy`` (and the float program's into
+    ``float_eval_output_npy``); ``keep_float`` layers' ops left float16; ``float_cache``: where the
+    float ML program is kept between builds of one run (the search's tries convert once)."""
 
-    def fixes(self) -> tuple[Fix, ...]:
-        """Where the route keeps no layer in float (a traced PyTorch module: its ops carry no layer
-        names), int8 weights with float16 activations (W8A16, what Core ML runs natively on the
-        Neural Engine) when int8 activations fail: the weights stay 8-bit, the activations exact."""
-        return (Fix("--coreml-activations float16", "coreml_activations", "float16", when="no_layers"),)
-
-    def build(self, context: BuildContext, on_progress: Callable[[int, int], None] | None = None) -> BuildResult:
-        output = context.package_dir / ARTIFACT_PATH
-        output.parent.mkdir(parents=True, exist_ok=True)
-        evaluated = str(Path(context.workdir) / "coreml.eval_outputs.npz") if context.eval_npy else None
-        float_evaluated = str(Path(context.workdir) / "coreml.float_outputs.npz") if context.eval_npy else None
-        info = worker.call(
-            convert,
-            what="CoreML conversion",
-            timeout=context.timeout_s,
-            on_progress=on_progress,
-            model=context.model.to_dict(),
-            output=str(output),
-            calibration_npy=context.calibration_npy,
-            activations_mode=context.option("coreml_activations", "int8"),
-            eval_npy=context.eval_npy,
-            eval_output_npy=evaluated,
-            output_names=list(context.output_names),
-            float_eval_output_npy=float_evaluated,
-            float_output=str(Path(context.workdir) / "coreml.float16.mlpackage") if context.option("also_float") else None,
-            keep_float=list(context.keep_float),
-            layer_names=list(context.layer_names),
-            float_cache=str(Path(context.workdir) / f"coreml.float-program.{_form_key(context)}.mlpackage"),
-        )
-        artifact = Artifact(
-            format=self.name,
-            path=ARTIFACT_PATH,
-            sha256=sha256_tree(output),
-            bytes=tree_bytes(output),
-            precision=_precision_label(info),
-            inputs=[QuantParams(name=n, dtype="float32") for n in info["inputs"]],
-            outputs=[QuantParams(name=n, dtype="float32") for n in info["outputs"]],
-            converter={
-                "tool": (f"{context.model.via}, then " if context.model.via else "")
-                + "coremltools.convert + coremltools.optimize.coreml",
-                "coremltools": info["coremltools"],
-                "minimum_deployment_target": DEPLOYMENT_TARGET,
-                "weights": "int8 per-channel symmetric (linear_quantize_weights)",
-                "seconds": info["seconds"],
-            },
-            details={
-                "activations": info["activations"],
-                "activations_reason": info["activations_reason"],
-                "activation_calibration": info["activation_calibration"],
-                "evaluated_by": info["evaluated_by"],
-                "batch": 1,
-                "structure": info["structure"],
-                "keep_float": list(context.keep_float),
-                "float_layer_ops": info["float_layer_ops"],
-                # the layers the search can keep in float (this route has no per-layer report to rank them)
-                "weighted_layers": info["weighted_layers"],
-            },
-        )
-        float_side: dict[str, Any] = {"float_evaluated_npy": float_evaluated, "float_by": "float ML program "
-                                      "(coremltools), edgekit MIL evaluator"} if info["float_evaluated"] else {}
-        if context.option("also_float"):
-            float_side.update(fallback_model=str(Path(context.workdir) / "coreml.float16.mlpackage"),
-                              fallback_precision="float16",
-                              fallback_evaluated_npy=float_evaluated if info["float_evaluated"] else None)
-        if info["evaluated_by"] and evaluated:
-            return BuildResult(artifact, evaluated_npy=evaluated, evaluated_by=info["evaluated_by"], **float_side)
-        why = str(info.get("not_evaluated") or "")
-        return BuildResult(artifact, not_measured=f"CoreML prediction runs only on macOS, and edgekit's MIL evaluator could not run it ({why})"
-                           if why else "",
-                           **float_side)
+    model: ModelForm
+    output: str
+    calibration_npy: str
+    activations_mode: str = "int8"
+    eval_npy: str | None = None
+    eval_output_npy: str | None = None
+    output_names: tuple[str, ...] = ()
+    float_eval_output_npy: str | None = None
+    float_output: str | None = None
+    keep_float: tuple[str, ...] = ()
+    layer_names: tuple[str, ...] = ()
+    float_cache: str | None = None
 
 
-# --- child-process side -------------------------------------------------------------------
+@dataclass(frozen=True)
+class CoreMLReport(Message):
+    """What was built: the activations it computes in and why, how they were calibrated, what
+    checked its structure and evaluated it (``evaluated_by`` empty: not evaluated, and why)."""
+
+    coremltools: str
+    seconds: float
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    structure: dict[str, Any]
+    evaluated_by: str | None = None
+    not_evaluated: str = ""
+    float_evaluated: bool = False
+    activations: str = "int8"
+    activations_reason: str = ""
+    activation_calibration: dict[str, Any] | None = None
+    float_layer_ops: dict[str, list[str]] | None = None
+    weighted_layers: tuple[str, ...] = ()
+    learned_ranges: dict[str, Any] | None = None  # a quantized source's pairs carried (convert_kept)
+    float_weight_ops: tuple[str, ...] = ()  # the weighted ops a quantized source left float
+
+    def precision_label(self) -> str:
+        """``int8``, ``int8 weights`` (float16 activations), or with the layers kept in float
+        counted (``int8+float (2 layers)``), as the other formats label a mixed artifact."""
+        base = "int8" if self.activations == "int8" else "int8 weights"
+        kept = len(self.float_layer_ops or {}) or len(self.float_weight_ops)
+        return f"{base}+float ({kept} layer{'s' if kept != 1 else ''})" if kept else base
 
 
-def _precision_label(info: dict[str, Any]) -> str:
-    """``int8``, ``int8 weights`` (float16 activations), or with the layers kept in float counted
-    (``int8+float (2 layers)``), as the other formats label a mixed artifact."""
-    base = "int8" if info["activations"] == "int8" else "int8 weights"
-    kept = len(info.get("float_layer_ops") or {})
-    return f"{base}+float ({kept} layer{'s' if kept != 1 else ''})" if kept else base
-
-
-def convert(
-    model: dict[str, Any], output: str, calibration_npy: str, activations_mode: str = "int8",
-    eval_npy: str | None = None, eval_output_npy: str | None = None, output_names: list[str] | None = None,
-    float_eval_output_npy: str | None = None, float_output: str | None = None,
-    keep_float: list[str] | None = None, layer_names: list[str] | None = None, float_cache: str | None = None,
-) -> dict[str, Any]:
+def convert(request: CoreMLRequest) -> CoreMLReport:
     """One child-process step, top to bottom: convert the route's form to a float ML program,
     keep it as the fallback, calibrate activations, compress weights, check, evaluate.
     ``float_cache``: where the float ML program is kept between builds of one run (the search's
@@ -146,49 +103,42 @@ def convert(
     from .tools import coremltools
 
     ct = coremltools()
-
-    samples = _Samples(calibration_npy)
+    output, float_cache, float_output = request.output, request.float_cache, request.float_output
+    eval_npy, eval_output_npy, layer_names = request.eval_npy, request.eval_output_npy, list(request.layer_names)
+    samples = _Samples(request.calibration_npy)
     started = time.perf_counter()
     mlmodel = _cached_float_program(float_cache)
     if mlmodel is None:
-        mlmodel = _float_program(ModelForm.from_dict(model), samples, output_names or [])
+        mlmodel = _float_program(request.model, samples, list(request.output_names))
         if float_cache:
             _save_atomically(mlmodel, float_cache)
-    float_evaluated = _evaluate_float(mlmodel, eval_npy, float_eval_output_npy)
+    float_evaluated = _evaluate_float(mlmodel, eval_npy, request.float_eval_output_npy)
     if float_output:  # the float fallback artifact: the ML program before quantization (float16)
         mlmodel.save(float_output)
-    float_layer_ops = layer_ops(mlmodel, keep_float or [], layer_names or [])
+    float_layer_ops = layer_ops(mlmodel, list(request.keep_float), layer_names)
     kept = {name for names in float_layer_ops.values() for name in names}
-    mlmodel, activations, reason, calibration = _quantize_activations(mlmodel, samples, activations_mode, kept)
+    mlmodel, activations, reason, calibration = _quantize_activations(mlmodel, samples, request.activations_mode, kept)
     mlmodel = _quantize_weights(mlmodel, kept)
     mlmodel.save(output)
     worker.report_progress(len(samples), len(samples))
     structure = check_structure(output, samples.shapes(spec_inputs(mlmodel)), kept)
     spec = mlmodel.get_spec()
     evaluated, not_evaluated = _evaluate_final(output, eval_npy, eval_output_npy)
-    return {
-        "evaluated_by": evaluated,
-        "float_evaluated": float_evaluated,
-        "activation_calibration": calibration,
-        "coremltools": ct.__version__,
-        "seconds": round(time.perf_counter() - started, 3),
-        "activations": activations,
-        "activations_reason": reason + (f"; not evaluated: {not_evaluated}" if not_evaluated else ""),
-        "not_evaluated": not_evaluated,
-        "structure": structure,
-        "inputs": [source_name(i.name) for i in spec.description.input],
-        "outputs": [o.name for o in spec.description.output],
-        "float_layer_ops": float_layer_ops,
-        "weighted_layers": weighted_layers(mlmodel, layer_names or []),
-    }
-
-
-def _form_key(context: BuildContext) -> str:
-    """What names a float ML program in the work folder: the form, its file and the outputs."""
-    import hashlib
-
-    text = repr((context.model.to_dict(), list(context.output_names)))
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+    return CoreMLReport(
+        evaluated_by=evaluated,
+        float_evaluated=bool(float_evaluated),
+        activation_calibration=calibration,
+        coremltools=ct.__version__,
+        seconds=round(time.perf_counter() - started, 3),
+        activations=activations,
+        activations_reason=reason + (f"; not evaluated: {not_evaluated}" if not_evaluated else ""),
+        not_evaluated=not_evaluated or "",
+        structure=structure,
+        inputs=tuple(source_name(i.name) for i in spec.description.input),
+        outputs=tuple(o.name for o in spec.description.output),
+        float_layer_ops=float_layer_ops,
+        weighted_layers=tuple(weighted_layers(mlmodel, layer_names)),
+    )
 
 
 def _cached_float_program(path: str | None) -> Any:
