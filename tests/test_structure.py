@@ -530,6 +530,43 @@ def _step_in_folder(folder: Path, name: str):
     raise AssertionError(f"no step {name} in {folder}")
 
 
+PLAN_WORDS = {"keep_float", "int16_layers"}
+PLAN_MODULES = {"edgekit/formats/plan.py", "edgekit/manifest.py"}
+
+
+def test_the_precision_plan_is_one_typed_field():
+    """The layers leaving int8 are one ``PrecisionPlan`` (``BuildContext.plan``, the request a
+    child gets, ``PackageOptions.plan``): no module names a ``keep_float`` or ``int16_layers``
+    variable, field, argument or attribute but the plan module and the manifest reader."""
+    found = []
+    for path in PACKAGE.rglob("*.py"):
+        where = str(path.relative_to(ROOT))
+        if where in PLAN_MODULES:
+            continue
+        for node in ast.walk(parsed(path)):
+            name = (node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute)
+                    else node.arg if isinstance(node, (ast.arg, ast.keyword)) else None)
+            if name in PLAN_WORDS:
+                found.append(f"{where}:{node.lineno} {name}")
+    assert not found, found
+
+
+def test_a_learned_source_is_a_typed_field_never_detected_again():
+    """Whether the source is quantized is said once (``SourceDescription.precision``, then
+    ``BuildContext.source_precision``): no builder reads a file to find it out again, and no
+    option key carries it."""
+    found = []
+    for path in (PACKAGE / "formats").rglob("*.py"):
+        text = path.read_text()
+        for word in ("is_quantized_graph", 'option("quantized_source"'):
+            if word in text:
+                found.append(f"{path.relative_to(ROOT)}: {word}")
+    for path in PACKAGE.rglob("*.py"):
+        if '"quantized_source":' in path.read_text() and "formats/onnx" not in str(path):
+            found.append(f"{path.relative_to(ROOT)}: quantized_source as an option key")
+    assert not found, found
+
+
 # The folders from the bottom up (docs/architecture.md, "Layers"): each imports only those before
 # it, the top-level modules (errors, manifest, ...) anyway. What runs against it, with why; nothing
 # else may, and at most 2 imports in all.

@@ -12,14 +12,14 @@ import numpy as np
 import pytest
 
 from edgekit.errors import FailedArtifactWarning, OptionError, missing_module_error
+from edgekit.formats.plan import PrecisionPlan
 from edgekit.packaging import PackageOptions
 from tests.conftest import CALIBRATION, DIGITS_MODEL, device_cli, edgekit_cli
 
 
 def test_a_layer_both_kept_float_and_given_int16_is_a_usage_error():
     with pytest.raises(OptionError, match="both name dense") as caught:
-        PackageOptions(model="m.keras", calibration="c.npz", output_dir="out", keep_float=["dense"],
-                       int16_layers=["dense", "conv"])
+        PrecisionPlan.from_flags(floats=["dense"], int16=["dense", "conv"])
     assert caught.value.exit_code == 2
     result = edgekit_cli("package", DIGITS_MODEL, "-c", CALIBRATION, "-o", "/tmp/never", "--keep-float", "block1_dw",
                          "--int16-activations", "block1_dw")

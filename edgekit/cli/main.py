@@ -283,11 +283,11 @@ def _package_input_options(p: argparse.ArgumentParser) -> None:
 def _package_build_options(p: argparse.ArgumentParser) -> None:
     """How the build runs: timeouts, partial packages, float layers, signing, format options."""
     _declared_options(p, "build")
-    p.add_argument("--keep-float", dest="keep_float", action="append", default=[], metavar="LAYER",
+    p.add_argument("--keep-float", dest="float_layers", action="append", default=[], metavar="LAYER",
                    help="keep this layer in float (repeatable; recorded in the manifest); see --explain for "
                         "candidates. Honoured where the format's converter has per-layer control (`edgekit routes`); "
                         "on another route it is refused before anything loads")
-    p.add_argument("--int16-activations", dest="int16_layers", action="append", default=[], metavar="LAYER",
+    p.add_argument("--int16-activations", dest="int16_activation_layers", action="append", default=[], metavar="LAYER",
                    help="give this layer 16-bit activations with 8-bit weights (int16x8: more accurate than int8, "
                         "still integer; repeatable; recorded in the manifest). Honoured where the format's quantizer "
                         "has it (`edgekit routes`); on another route it is refused before anything loads")
@@ -365,19 +365,16 @@ def _package(args: argparse.Namespace) -> int:
     from .console import stdout_console
 
     explain, allow_partial = args.explain, args.allow_partial  # read again after building
-    keep_float, int16_layers = list(args.keep_float), list(args.int16_layers)
-    if args.precision_plan is not None:
-        from ..formats.plan import PrecisionPlan
+    from ..formats.plan import PrecisionPlan
 
-        plan = PrecisionPlan.load(args.precision_plan)
-        keep_float, int16_layers = [*plan.keep_float, *keep_float], [*plan.int16, *int16_layers]
+    plan = PrecisionPlan.from_flags(args.float_layers, args.int16_activation_layers, args.precision_plan)
     options = PackageOptions(
         model=str(args.model), calibration=args.calibration, output_dir=str(args.output_dir),
         formats=list(dict.fromkeys(args.formats or [DEFAULT_FORMAT])),
         **{found.name: getattr(args, found.name) for found, _ in declarations()},
         allow_float_ops=args.allow_float_ops, output_kinds=_output_kinds(args.parser, args.output_kinds),
         labels_file=str(args.labels_file) if args.labels_file else None,
-        keep_float=keep_float, int16_layers=int16_layers,
+        plan=plan,
         sign_key=str(args.sign_key) if args.sign_key else None,
         format_options={option.name: getattr(args, option.name) for _, option in build_options()},
         input_shapes=dict(args.input_shapes),

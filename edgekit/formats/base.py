@@ -39,9 +39,13 @@ class Option(NamedTuple):
     metavar: str | None = None
 
 
+EXPLAIN = "explain"  # a route's per-layer error report (--explain), beside the plan's precisions it builds
+
+
 class Accepts(NamedTuple):
-    """A form of the model this format converts from (``edgekit.conversion.forms``), and which generic
-    options its converter honours on it (``edgekit.routing.routes.ROUTE_OPTIONS`` keys)."""
+    """A form of the model this format converts from (``edgekit.conversion.forms``), and what its
+    converter honours on it: the plan's precisions it builds per layer (``plan.FLOAT``,
+    ``plan.INT16``) and ``EXPLAIN`` (``edgekit.routing.routes.ROUTE_OPTIONS`` keys)."""
 
     form: str
     honours: tuple[str, ...] = ()

@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 from ..conversion.forms import ModelForm
 from ..manifest import Artifact, QuantParams
-from .plan import PrecisionPlan
+from .plan import FLAGS, FLOAT, INT16, PrecisionPlan
+from ..conversion.source_precision import FLOAT_SOURCE, SourcePrecision
 
 if TYPE_CHECKING:
     from ..device.devices import Profile
@@ -52,8 +53,10 @@ class BuildContext:
     layer_names: tuple[str, ...] = ()  # to name layers in op errors
     output_layers: Mapping[str, str] = field(default_factory=dict)  # model output name -> the layer computing it
     output_names: tuple[str, ...] = ()  # the model's outputs, in order
-    keep_float: tuple[str, ...] = ()  # layers to leave in float
-    int16_layers: tuple[str, ...] = ()  # layers given 16-bit activations with 8-bit weights (int16x8)
+    # the layers this build leaves out of int8 (float, or 16-bit activations with 8-bit weights)
+    plan: PrecisionPlan = field(default_factory=PrecisionPlan)
+    # float, or learned (QAT, another tool's QDQ graph): its ranges kept, never chosen again
+    source_precision: SourcePrecision = FLOAT_SOURCE
     allow_float_ops: bool = True  # False: --full-integer refuses float ops inside a TFLite network
     explain_npy: str | None = None  # samples for the per-layer error report (--explain); None = no report
     sensitivity_npy: str | None = None  # the same samples, for --auto-fix's layer search to ask for the report
@@ -67,21 +70,17 @@ class BuildContext:
     def option(self, name: str, default: Any = None) -> Any:
         return self.options.get(name, default)
 
-    @property
-    def plan(self) -> PrecisionPlan:
-        """The layers this build leaves out of int8 (``keep_float`` and ``int16_layers`` as one plan)."""
-        return PrecisionPlan.of(self.keep_float, self.int16_layers)
-
     def with_plan(self, plan: PrecisionPlan) -> BuildContext:
         """This context building ``plan`` (in place of the one it had)."""
-        return replace(self, keep_float=plan.keep_float, int16_layers=plan.int16)
+        return replace(self, plan=plan)
 
 
 class Fix(NamedTuple):
     """One rebuild ``--auto-fix`` may try when a gate fails, and the flag a user would pass for it.
 
-    ``option`` is the ``BuildContext.options`` key it sets to ``value``; ``"keep_float"`` and
-    ``"int16_layers"`` add ``value`` (a layer) to ``BuildContext.keep_float`` / ``int16_layers``. ``when``: ``"always"``, ``"saturated"``
+    An option edit sets the ``BuildContext.options`` key ``option`` to ``value``; a plan edit
+    (``precision`` set) raises the layer ``value`` to that precision in ``BuildContext.plan``.
+    ``when``: ``"always"``, ``"saturated"``
     for a fix that only helps where this CPU's fused int8 kernels lose what the quantization keeps,
     or ``"no_layers"`` for one tried only where the route honours no per-layer precision (there is
     no plan to search: the format's coarser rebuild is all that is left)."""
@@ -90,30 +89,31 @@ class Fix(NamedTuple):
     option: str
     value: Any
     when: str = "always"
+    precision: str | None = None  # a plan edit: the layer ``value`` at this precision
 
     def apply(self, context: BuildContext) -> BuildContext | None:
         """The context with this fix in effect; None when it already is (or, for 16-bit
         activations, when the layer is already float: never lowered)."""
-        if self.option == "keep_float":
-            if self.value in context.keep_float:
-                return None
-            return replace(context, keep_float=(*context.keep_float, self.value))
-        if self.option == "int16_layers":
-            if self.value in context.int16_layers or self.value in context.keep_float:
-                return None
-            return replace(context, int16_layers=(*context.int16_layers, self.value))
+        if self.precision is not None:
+            plan = context.plan.edited(self.value, self.precision)
+            return None if plan is None else replace(context, plan=plan)
         if context.options.get(self.option) == self.value:
             return None
         return replace(context, options=MappingProxyType({**context.options, self.option: self.value}))
 
 
-def keep_float_fix(layer: str) -> Fix:
-    return Fix(f"--keep-float {layer}", "keep_float", layer)
+def plan_fix(layer: str, precision: str) -> Fix:
+    """A plan edit: ``layer`` in float, or at 16-bit activations (8-bit weights), as its flag says."""
+    return Fix(f"{FLAGS[precision]} {layer}", "plan", layer, precision=precision)
+
+
+def float_fix(layer: str) -> Fix:
+    return plan_fix(layer, FLOAT)
 
 
 def int16_fix(layer: str) -> Fix:
     """16-bit activations on ``layer`` (8-bit weights): tried before float where the route runs them."""
-    return Fix(f"--int16-activations {layer}", "int16_layers", layer)
+    return plan_fix(layer, INT16)
 
 
 @dataclass(frozen=True)

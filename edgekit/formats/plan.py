@@ -34,12 +34,13 @@ class PrecisionPlan:
         object.__setattr__(self, "layers", {k: v for k, v in self.layers.items() if v != INT8})
 
     @classmethod
-    def of(cls, keep_float: Iterable[str] = (), int16: Iterable[str] = ()) -> PrecisionPlan:
+    def of(cls, floats: Iterable[str] = (), int16: Iterable[str] = ()) -> PrecisionPlan:
         """From the flags (a layer named in both is float: the higher precision wins)."""
-        return cls({**{layer: INT16 for layer in int16}, **{layer: FLOAT for layer in keep_float}})
+        return cls({**{layer: INT16 for layer in int16}, **{layer: FLOAT for layer in floats}})
 
     @property
-    def keep_float(self) -> tuple[str, ...]:
+    def floats(self) -> tuple[str, ...]:
+        """The layers kept in float (``--keep-float``)."""
         return tuple(layer for layer, p in self.layers.items() if p == FLOAT)
 
     @property
@@ -69,6 +70,18 @@ class PrecisionPlan:
     def without(self, layers: Iterable[str]) -> PrecisionPlan:
         gone = set(layers)
         return PrecisionPlan({k: v for k, v in self.layers.items() if k not in gone})
+
+    def edited(self, layer: str, precision: str) -> PrecisionPlan | None:
+        """This plan with ``layer`` raised to ``precision``; None when that changes nothing, or
+        would lower it (a float layer is never given 16-bit activations): a search's plan edit."""
+        if self.precision(layer) == precision or (precision == INT16 and self.precision(layer) == FLOAT):
+            return None
+        return self.raised([layer], precision)
+
+    def record(self) -> dict[str, list[str]]:
+        """The plan as an artifact's details record it (the manifest's ``keep_float`` and
+        ``int16_layers``, which ``ArtifactDetails`` reads back)."""
+        return {"keep_float": list(self.floats), "int16_layers": list(self.int16)}
 
     def describe(self) -> str:
         """As flags, e.g. ``--keep-float conv2 --int16-activations conv1`` (``plain int8`` when empty)."""
@@ -104,6 +117,40 @@ class PrecisionPlan:
             raise InputError(f"cannot read the precision plan {path}: {exc}",
                              hint="pass a JSON file like a package's recorded plan (docs/validation.md)") from None
         return cls.from_dict(data, str(path))
+
+    @classmethod
+    def from_flags(cls, floats: Iterable[str] = (), int16: Iterable[str] = (),
+                   file: str | Path | None = None) -> PrecisionPlan:
+        """The plan ``--keep-float``, ``--int16-activations`` and ``--precision-plan FILE`` say
+        together (the flags over the file's layers); a layer named by both flags is refused:
+        float and 16-bit activations cannot both hold."""
+        from ..errors import OptionError
+
+        floats, int16 = list(floats), list(int16)
+        both = sorted(set(floats) & set(int16))
+        if both:
+            raise OptionError(f"{FLAGS[FLOAT]} and {FLAGS[INT16]} both name {', '.join(both)}: a layer is either "
+                              "float or int16-activation INT8, not both",
+                              hint="name each layer in one of the two options")
+        base = cls.load(file) if file is not None else cls()
+        return base.raised(int16, INT16).raised(floats, FLOAT)
+
+    @classmethod
+    def given(cls, value: Any, where: str = "plan=") -> PrecisionPlan:
+        """A plan as Python passes one: a plan, a mapping of layer -> precision (or a recorded
+        plan), or the path of a plan file."""
+        from ..errors import InputError
+
+        if isinstance(value, PrecisionPlan):
+            return value
+        if value is None:
+            return cls()
+        if isinstance(value, (str, Path)):
+            return cls.load(value)
+        if isinstance(value, Mapping):
+            return cls.from_dict(value if "layers" in value else {"layers": value}, where)
+        raise InputError(f"{where} must be a PrecisionPlan, a dict of layer -> int8|int16|float, or a plan file, "
+                         f"got {value!r}", hint='e.g. plan={"conv3": "float", "conv1": "int16"}')
 
     def save(self, path: str | Path) -> None:
         from ..fsutil import write_text_atomic

@@ -31,7 +31,9 @@ import numpy as np
 from ..device.devices import Profile
 from ..errors import EdgekitError, PartialPackageError
 from ..formats import FORMATS, BuildContext, expand_formats, get_format, missing_converter
+from ..formats.base import EXPLAIN
 from ..formats.building import save_samples
+from ..formats.plan import FLOAT, INT16
 from ..fsutil import staging_dir, temp_dir
 from ..device.package_io import write_archive
 from ..progress import Progress
@@ -86,14 +88,13 @@ def plan_formats(options: PackageOptions, source: Source, kind: str, progress: P
         raise EdgekitError("--format all finds no format this machine can build: "
                            + "; ".join(f"{e['format']}: {e['why']}" for e in left_out.values()),
                            hint="pip install 'edgekit[package]' (TFLite, ONNX, CoreML)")
-    planned = plan(source, kind, formats, {"keep_float": bool(options.keep_float), "explain": options.explain,
-                                           "int16": bool(options.int16_layers)})
+    planned = plan(source, kind, formats, {FLOAT: bool(options.plan.floats), EXPLAIN: options.explain,
+                                           INT16: bool(options.plan.int16)})
     found = []
     for fmt in formats:
         builder = fmt.builder()
         route = planned[fmt.name]
-        remedies = Remedies(builder.fixes(), "keep_float" in route.honours, builder.saturation_explanation(),
-                            layers=tuple(route.honours))
+        remedies = Remedies(builder.fixes(), builder.saturation_explanation(), layers=tuple(route.honours))
         everywhere = tuple(r for f in FORMATS.values() if (r := route_to(source, kind, f)) is not None)
         found.append(Planned(builder, route, remedies, everywhere, tuple(routes(source, kind, fmt))))
     return found
@@ -143,7 +144,7 @@ def build_package(options: PackageOptions, progress: Progress | None = None) -> 
         hints = source_hints(options, plan)
         loaded = load_source(source, kind, options, work, progress, hints)
         say_quantized_source(loaded.described, progress)
-        if plan.few_calibration_samples and not loaded.described.recorded.get("quantized"):
+        if plan.few_calibration_samples and not loaded.described.precision.learned:
             progress.warn(plan.few_calibration_samples)
         data = prepare_data(plan, options, loaded.described, progress)
         given = resolve_kinds(options.output_kinds, loaded.described)
@@ -172,12 +173,11 @@ def build_package(options: PackageOptions, progress: Progress | None = None) -> 
 def say_quantized_source(described: SourceDescription, progress: Progress) -> None:
     """A source that is already quantized (QAT, another tool) is said in the first lines: what it
     carries, that it is its own reference, and that its learned ranges are kept."""
-    scheme = described.recorded.get("quantized")
-    if not scheme:
+    if not described.precision.learned:
         return
     from ..conversion.quantized import describe_scheme
 
-    progress.say(f"the source is already quantized ({describe_scheme(scheme)}): its outputs as given are the "
+    progress.say(f"the source is already quantized ({describe_scheme(described.precision.scheme)}): its outputs as given are the "
                  "reference every artifact is judged against, and its learned ranges are kept, never chosen again")
 
 
@@ -228,17 +228,16 @@ def build_context(options: PackageOptions, loaded: LoadedSource, data: PreparedD
         layer_names=loaded.described.layers,
         output_layers=MappingProxyType(dict(loaded.described.output_layers)),
         output_names=tuple(loaded.described.output_names),
-        keep_float=tuple(options.keep_float),
-        int16_layers=tuple(options.int16_layers),
+        plan=options.plan,
         allow_float_ops=options.allow_float_ops,
         explain_npy=explain_npy,
         sensitivity_npy=sensitivity_npy,
         timeout_s=options.step_timeout_s,
         # a quantized source has no float model to fall back to (its float graph is the fake-quant simulation)
+        source_precision=loaded.described.precision,
         options=MappingProxyType({**options.options_for_formats(),
                                   "also_float": wants_float_fallback(options.also_float, options.model)
-                                  and not loaded.described.recorded.get("quantized"),
-                                  "quantized_source": bool(loaded.described.recorded.get("quantized"))}),
+                                  and not loaded.described.precision.learned}),
         device_profiles=profiles,
     )
 

@@ -171,7 +171,7 @@ def assemble_package(plan: Plan, loaded: LoadedSource, run: PackagingContext, bu
             if options.auto_fix else None
         searched = {o.name: sum(1 for a in o.fixes if a.get("stage") == "layer search") for o in built}
         passed = [o.name for o in built if o.name in FORMATS and not o.failures and o.comparison is not None]
-        quantized = bool(loaded.described.recorded.get("quantized"))  # its ranges kept: no calibration fix applies
+        quantized = loaded.described.precision.learned  # its ranges kept: no calibration fix applies
         hint = failure_hint(tried, searched, passed, any(f.fixes for f in failed_gates), quantized)
         raise AccuracyDropError(failure_message(failed_gates, tried, quantized),
                                 hint=hint + ship_now(outcomes) if not passed else hint)

@@ -41,7 +41,7 @@ class Planned:
 
     def on(self, other: Route, because: str) -> Planned:
         """The same format on another route (what it honours follows the route)."""
-        remedies = self.remedies._replace(keep_float="keep_float" in other.honours, layers=tuple(other.honours))
+        remedies = self.remedies._replace(layers=tuple(other.honours))
         return replace(self, route=other, remedies=remedies,
                        fell_back=(*self.fell_back, {"route": self.route.describe(), "because": because}))
 
@@ -173,10 +173,9 @@ def unable_to_keep_ranges(planned: list[Planned], described: SourceDescription) 
     its route and the formats that can (their ``Format.keeps_learned_ranges``)."""
     from ..formats import FORMATS
 
-    scheme = described.recorded.get("quantized")
-    if not scheme:
+    if not described.precision.learned:
         return {}
-    keeps = scheme.get("format")
+    keeps = described.precision.scheme.get("format")
     able = [name for name, fmt in FORMATS.items() if keeps in fmt.keeps_learned_ranges]
     instead = f"package it for {' and '.join(able)} ({' '.join('--format ' + name for name in able)})"
     return {p.builder.name: RouteError(
@@ -388,7 +387,7 @@ def judge(builder: Builder, context: BuildContext, built: BuildResult, compariso
         run.progress.warn(f"{builder.name}: no search: the held-out data lie far outside the calibration data (said "
                       "above), so every range the calibration gave is suspect; keeping layers in float would hide "
                       "that, not fix it: calibrate on data like what the model will see")
-    elif candidate.failures and run.options.auto_fix and context.option("quantized_source"):
+    elif candidate.failures and run.options.auto_fix and context.source_precision.learned:
         run.progress.warn(f"{builder.name}: no search: the source is already quantized and its learned ranges are "
                           "kept; a per-layer move or another scheme would quantize it again (train it with the failing "
                           "layers excluded from quantization, or package the float model)")

@@ -41,7 +41,7 @@ def float_model_outputs(options: PackageOptions, loaded: LoadedSource, data: Pre
     from .loading import float_reference, load_source
 
     given = options.float_reference
-    if not loaded.described.recorded.get("quantized"):
+    if not loaded.described.precision.learned:
         raise OptionError(f"--float-reference {given}: the model being packaged is not quantized, so it is its own "
                           "float reference",
                           hint="leave out --float-reference; it is for a QAT or already-quantized model, with the float "
@@ -50,7 +50,7 @@ def float_model_outputs(options: PackageOptions, loaded: LoadedSource, data: Pre
     folder = work / "float_reference"
     folder.mkdir(parents=True, exist_ok=True)
     model = load_source(source, kind, replace(options, model=given), folder, progress, hints)
-    if model.described.recorded.get("quantized"):
+    if model.described.precision.learned:
         raise OptionError(f"--float-reference {given} is itself quantized, so it cannot tell what quantization cost",
                           hint="give the float model the quantized one was trained or quantized from")
     _check_same_signature(given, loaded, model)
@@ -124,7 +124,7 @@ def say_source_accuracy(described: Any, reference: dict[str, np.ndarray], data: 
     """A quantized source's own accuracy on labelled held-out data, said plainly when it is near
     chance: edgekit judges artifacts against the source, so a source whose learned ranges are broken
     would otherwise ship with passing gates."""
-    if not described.recorded.get("quantized") or data.targets_y is None or not data.labelled_output:
+    if not described.precision.learned or data.targets_y is None or not data.labelled_output:
         return
     scores = reference.get(data.labelled_output)
     if scores is None:

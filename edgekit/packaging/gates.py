@@ -27,7 +27,8 @@ import math
 from dataclasses import asdict, dataclass, replace
 from typing import Any, NamedTuple
 
-from ..formats.building import Fix, int16_fix, keep_float_fix
+from ..formats.building import Fix, float_fix, int16_fix
+from ..formats.plan import FLOAT, INT16
 from ..kinds import OutputKind, show_value
 from .validate import Measured
 
@@ -69,13 +70,21 @@ class GateFailure:
 
 
 class Remedies(NamedTuple):
-    """What can fix one format's failed gates: its own rebuilds (``Builder.fixes``), and whether
-    its route honours ``--keep-float`` (``edgekit.routing.routes``)."""
+    """What can fix one format's failed gates: its own rebuilds (``Builder.fixes``), and what its
+    route honours (``edgekit.routing.routes``): the plan's precisions per layer, --explain."""
 
     fixes: tuple[Fix, ...] = ()
-    keep_float: bool = False
     saturation: str = ""  # why its fused kernels can saturate (Builder.saturation_explanation)
-    layers: tuple[str, ...] = ()  # the per-layer options its route honours (keep_float, int16, explain)
+    layers: tuple[str, ...] = ()  # what its route honours (plan.FLOAT, plan.INT16, base.EXPLAIN)
+
+    @property
+    def floats(self) -> bool:
+        """Whether its route keeps a layer in float (a plan edit the search may make)."""
+        return FLOAT in self.layers
+
+    def builds(self, *precisions: str) -> bool:
+        """Whether its route builds any of these per-layer precisions."""
+        return bool(set(precisions) & set(self.layers))
 
 
 def check(fmt: str, measured: Measured, min_sqnr_db: float, producers: dict[str, str],
@@ -175,10 +184,10 @@ def saturation_note(fmt: str, measured: Measured, remedies: Remedies = Remedies(
 
 def _fixes(remedies: Remedies, saturated: bool, producer: str | None) -> tuple[Fix, ...]:
     """What fixes a failure, most likely first; ``--auto-fix`` tries them in this order."""
-    fixes = [int16_fix(producer)] if producer and "int16" in remedies.layers else []  # 16-bit before float
-    fixes += [keep_float_fix(producer)] if producer and remedies.keep_float else []
+    fixes = [int16_fix(producer)] if producer and INT16 in remedies.layers else []  # 16-bit before float
+    fixes += [float_fix(producer)] if producer and remedies.floats else []
     fixes += [f for f in remedies.fixes if f.when == "always" or (saturated and f.when == "saturated")
-              or (f.when == "no_layers" and not remedies.keep_float)]
+              or (f.when == "no_layers" and not remedies.floats)]
     return tuple(fixes)
 
 

@@ -17,6 +17,7 @@ from typing import Any, NamedTuple
 from ..manifest import FailedFormat, Manifest
 from ..comparison.metrics import OutputComparison
 from ..conversion.worker import DEFAULT_STEP_TIMEOUT_S
+from ..formats.plan import PrecisionPlan
 
 
 class Declared(NamedTuple):
@@ -119,8 +120,8 @@ class PackageOptions:
                                        show_default=False)
     allow_partial: bool = declared(False, "--allow-partial", "with several formats: exit 0 even if some fail (the "
                                    "package records what failed and why)", "build")
-    keep_float: list[str] = field(default_factory=list)  # layers to keep in float
-    int16_layers: list[str] = field(default_factory=list)  # layers given 16-bit activations (int16x8)
+    # the layers leaving int8 (float, or 16-bit activations): --keep-float, --int16-activations, --precision-plan
+    plan: PrecisionPlan = field(default_factory=PrecisionPlan)
     explain: bool = declared(False, "--explain", "report per-layer quantization error (worst layers by SQNR); on the "
                              "same routes as --keep-float", "build")
     sign_key: str | None = None  # Ed25519 private key: sign manifest.json
@@ -151,7 +152,6 @@ class PackageOptions:
         object.__setattr__(self, "formats", formats)  # frozen: set once, here
         object.__setattr__(self, "targets", formats)
         check_numbers(self)
-        check_layers(self)
 
     @property
     def step_timeout_s(self) -> float:
@@ -214,7 +214,7 @@ def _check_format_option(option: Any, value: Any) -> None:
                          + (f" of at least {option.minimum}" if option.minimum is not None else "") + f", got {value!r}")
 
 
-LIST_OPTIONS = ("formats", "targets", "keep_float", "int16_layers", "profiles")  # each a list of names
+LIST_OPTIONS = ("formats", "targets", "profiles")  # each a list of names
 MAPPING_OPTIONS = ("output_kinds", "preprocessing", "input_shapes", "fixed_inputs", "format_options", "data_names")
 
 
@@ -242,18 +242,7 @@ def _check_forms(options: PackageOptions) -> None:
                              hint='e.g. fixed_inputs={"sample_rate": 16000}, input_shapes={"images": [1, 3, 320, 320]}')
     object.__setattr__(options, "fixed_inputs", {str(k): spec_from_python(str(k), v)
                                                  for k, v in options.fixed_inputs.items()})
-
-
-def check_layers(options: PackageOptions) -> None:
-    """A layer is kept in float or given 16-bit activations, never both: the two precisions
-    cannot both hold, and the one a format happened to apply would be recorded beside the other."""
-    from ..errors import OptionError
-
-    both = sorted(set(options.keep_float or ()) & set(options.int16_layers or ()))
-    if both:
-        raise OptionError(f"--keep-float and --int16-activations both name {', '.join(both)}: a layer is either float "
-                          "or int16-activation INT8, not both",
-                          hint="name each layer in one of the two options")
+    object.__setattr__(options, "plan", PrecisionPlan.given(options.plan))
 
 
 def check_numbers(options: PackageOptions) -> None:

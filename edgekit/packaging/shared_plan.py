@@ -22,7 +22,8 @@ from typing import Any
 
 from ..errors import EdgekitError
 from ..formats.building import BuildContext
-from ..formats.plan import PrecisionPlan
+from ..formats.base import EXPLAIN
+from ..formats.plan import FLOAT, PrecisionPlan
 from .context import PackagingContext
 from .gates import Remedies
 
@@ -70,13 +71,13 @@ def wanted(run: PackagingContext, described: Any, planned: list[Any]) -> str | N
         return "--no-auto-fix"
     if not options.simulate:
         return "--no-simulate"
-    if described.recorded.get("quantized"):
+    if described.precision.learned:
         return "the source is already quantized"
     if data.unrepresentative:
         return "the held-out data lie outside the calibration data"
     if data.evaluation_count < MIN_SAMPLES:
         return f"{data.evaluation_count} validation samples (the search needs {MIN_SAMPLES}+)"
-    if not any("keep_float" in p.remedies.layers for p in planned):
+    if not any(p.remedies.floats for p in planned):
         return "no requested format's route honours per-layer precision"
     return None
 
@@ -116,7 +117,7 @@ def simulated_plan(planned: list[Any], context: BuildContext, described: Any, st
         return None
     if measured is None:
         return None
-    remedies = Remedies(keep_float=True, layers=("keep_float", "explain"))
+    remedies = Remedies(layers=(FLOAT, EXPLAIN))
     failures = judged.check(builder.name, measured, remedies)
     first = Candidate(sim_context, built, measured, failures)
     if not failures:
@@ -175,7 +176,7 @@ def for_format(simulated: Simulated | None, context: BuildContext, route: Any) -
     from ..simulation.graph import OP_PREFIX
 
     layers = route.honours
-    if simulated is None or simulated.plan is None or "keep_float" not in layers:
+    if simulated is None or simulated.plan is None or FLOAT not in layers:
         return context, []
     by_module = converts_torch_program(route) and bool(simulated.module_paths)
     plan, unnamed = context.plan, []

@@ -88,10 +88,8 @@ def _configuration(outcome: Any) -> str:
     context = outcome.context
     parts = []
     if context is not None:
-        if context.keep_float:
-            parts.append("--keep-float " + " ".join(context.keep_float))
-        if context.int16_layers:
-            parts.append("--int16-activations " + " ".join(context.int16_layers))
+        if context.plan:
+            parts.append(context.plan.describe())
         parts += [a["change"] for a in outcome.fixes if not a.get("stage") and a.get("kept")]
     return " ".join(dict.fromkeys(parts)) or "plain INT8"
 

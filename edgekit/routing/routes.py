@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..errors import EdgekitError, RouteError
 from ..conversion.forms import ModelForm
+from ..formats.base import EXPLAIN
+from ..formats.plan import FLAGS, FLOAT, INT16
 from ..steps import STEPS, Conversion, StepContext
 
 if TYPE_CHECKING:
@@ -23,7 +25,7 @@ if TYPE_CHECKING:
     from ..sources import Source
 
 # options that change what a converter does inside the graph; a route says which it honours
-ROUTE_OPTIONS = {"keep_float": "--keep-float", "int16": "--int16-activations", "explain": "--explain"}
+ROUTE_OPTIONS = {FLOAT: FLAGS[FLOAT], INT16: FLAGS[INT16], EXPLAIN: "--explain"}
 
 
 class Route(NamedTuple):

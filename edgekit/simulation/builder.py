@@ -46,7 +46,7 @@ class SimulatedBuilder(Builder):
         output.parent.mkdir(parents=True, exist_ok=True)
         info = worker.call(simulated_graph, what="INT8 simulation", timeout=context.timeout_s,
                            float_onnx=self.float_onnx, ranges_json=self.ranges_json, output=str(output),
-                           keep_float=list(context.keep_float), layer_names=list(context.layer_names))
+                           floats=list(context.plan.floats), layer_names=list(context.layer_names))
         self.builds += 1
         details: dict[str, Any] = {
             "weighted_layers": info["weighted_layers"],

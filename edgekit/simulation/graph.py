@@ -134,14 +134,14 @@ def _feeds(samples: dict[str, Any], inputs: list[str]) -> dict[str, Any]:
     return {name: samples[name] for name in inputs if name in samples}
 
 
-def simulated_graph(float_onnx: str, ranges_json: str, output: str, keep_float: list[str],
+def simulated_graph(float_onnx: str, ranges_json: str, output: str, floats: list[str],
                     layer_names: list[str]) -> dict[str, Any]:
     """Write the simulated INT8 graph of ``float_onnx`` to ``output`` with the layers in
-    ``keep_float`` left in float; return what it quantized, by layer (the plan's vocabulary)."""
+    ``floats`` left in float; return what it quantized, by layer (the plan's vocabulary)."""
     import onnx
 
     model = onnx.load(float_onnx)
-    simulation = _Simulation(model.graph, json.loads(Path(ranges_json).read_text())["ranges"], set(keep_float),
+    simulation = _Simulation(model.graph, json.loads(Path(ranges_json).read_text())["ranges"], set(floats),
                              layer_names)
     found = simulation.weights()
     pairs = simulation.activations()

@@ -13,6 +13,7 @@ from typing import Any, NamedTuple
 
 from ..errors import EdgekitError
 from ..conversion.forms import ModelForm
+from ..conversion.source_precision import SourcePrecision
 
 
 
@@ -67,6 +68,11 @@ class SourceDescription:
             raise EdgekitError(f"the model source described the model incompletely ({type(exc).__name__}: {exc})",
                                hint="report this model: its source's prepare() must give inputs and outputs "
                                     "with name, shape and dtype") from None
+
+    @property
+    def precision(self) -> SourcePrecision:
+        """Float, or learned with its scheme (what the source recorded under ``quantized``)."""
+        return SourcePrecision.of(self.recorded.get("quantized"))
 
     @property
     def output_names(self) -> list[str]:

@@ -244,11 +244,11 @@ def test_python_options_in_the_forms_users_write_are_read_or_named(tmp_path):
     from edgekit.packaging import PackageOptions
 
     options = PackageOptions.from_keywords(model="m.onnx", calibration="c.npy", output_dir=str(tmp_path),
-                                           formats="onnx", keep_float="conv1", profiles="rpi4",
+                                           formats="onnx", plan={"conv1": "float"}, profiles="rpi4",
                                            output_kinds="classes",
                                            fixed_inputs={"gain": 2.0, "rate": 16000, "h0": np.ones((1, 1, 8)),
                                                          "text": "3"})
-    assert options.formats == ["onnx"] and options.keep_float == ["conv1"] and options.profiles == ["rpi4"]
+    assert options.formats == ["onnx"] and options.plan.floats == ("conv1",) and options.profiles == ["rpi4"]
     assert options.output_kinds == {"": "classes"}
     assert options.fixed_inputs["gain"] == {"number": 2.0, "integral": False}
     assert options.fixed_inputs["rate"]["integral"] and options.fixed_inputs["text"]["number"] == 3.0
@@ -260,5 +260,7 @@ def test_python_options_in_the_forms_users_write_are_read_or_named(tmp_path):
         PackageOptions.from_keywords(model="m", calibration="c", output_dir=".", fixed_inputs={"gain": float("nan")})
     with pytest.raises(DataError, match=r"fixed_inputs\['gain'\] is a object"):
         PackageOptions.from_keywords(model="m", calibration="c", output_dir=".", fixed_inputs={"gain": object()})
-    with pytest.raises(InputError, match="keep_float= must be a name or a list of names"):
-        PackageOptions.from_keywords(model="m", calibration="c", output_dir=".", keep_float=3)
+    with pytest.raises(InputError, match="plan= must be a PrecisionPlan, a dict"):
+        PackageOptions.from_keywords(model="m", calibration="c", output_dir=".", plan=3)
+    with pytest.raises(InputError, match="precision must be one of int8, int16, float"):
+        PackageOptions.from_keywords(model="m", calibration="c", output_dir=".", plan={"conv1": "fp16"})

@@ -28,6 +28,7 @@ pytest.importorskip("executorch")
 
 from edgekit.formats.executorch.backend import ExecuTorchBackend  # noqa: E402
 from edgekit.conversion.forms import ModelForm  # noqa: E402
+from edgekit.formats.plan import PrecisionPlan  # noqa: E402
 from edgekit.formats.executorch.convert import ExecuTorchReport, ExecuTorchRequest, convert_executorch  # noqa: E402
 from edgekit.sources.pytorch import LOADER  # noqa: E402
 
@@ -93,7 +94,7 @@ def _convert(net: Path, out: Path, **options) -> ExecuTorchReport:
 def test_a_pytorch_program_lowers_to_xnnpack_int8_and_runs_like_pytorch(net, tmp_path):
     """One conversion (each takes ~15 s): the head kept in float, the stem int8, and the float
     fallback program; all read back from the lowered programs and run by ExecuTorch."""
-    info = _convert(net, tmp_path, float_output=str(tmp_path / "model.float32.pte"), keep_float=("head",),
+    info = _convert(net, tmp_path, float_output=str(tmp_path / "model.float32.pte"), plan=PrecisionPlan.of(floats=["head"]),
                     explain_npy=str(net / "calibration.npy"))
     placement = info.placement
     assert placement["delegated"]["convolution"] == 1 and placement["delegated"]["linear"] == 1
@@ -121,7 +122,7 @@ def test_a_pytorch_program_lowers_to_xnnpack_int8_and_runs_like_pytorch(net, tmp
 
 def test_an_unknown_layer_is_refused_by_name(net, tmp_path):
     with pytest.raises(ConversionError, match="no module or traced op named nope"):
-        _convert(net, tmp_path, keep_float=["nope"])
+        _convert(net, tmp_path, plan=PrecisionPlan.of(floats=["nope"]))
 
 
 def test_a_corrupt_program_is_a_package_error(tmp_path):

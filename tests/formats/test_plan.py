@@ -11,8 +11,8 @@ from edgekit.formats.plan import FLOAT, INT16, PrecisionPlan
 
 
 def test_flags_make_one_plan_and_float_wins_over_int16():
-    plan = PrecisionPlan.of(keep_float=["conv3"], int16=["conv1", "conv3"])
-    assert plan.keep_float == ("conv3",) and plan.int16 == ("conv1",)
+    plan = PrecisionPlan.of(floats=["conv3"], int16=["conv1", "conv3"])
+    assert plan.floats == ("conv3",) and plan.int16 == ("conv1",)
     assert plan.precision("conv2") == "int8" and plan.describe() == "--keep-float conv3 --int16-activations conv1"
 
 

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from edgekit.formats.building import Fix, keep_float_fix
+from edgekit.formats.building import Fix, float_fix
 from edgekit.packaging.gates import GateFailure, failure_hint, failure_message
 
 
 def _failure() -> GateFailure:
-    fixes = (keep_float_fix("head"), Fix("--reduce-range", "reduce_range", True),
+    fixes = (float_fix("head"), Fix("--reduce-range", "reduce_range", True),
              Fix("--calibration-method percentile", "calibration_method", "percentile"))
     return GateFailure("onnx", "scores", "sqnr", "output 'scores': SQNR 12.0 dB < 20 dB", fixes)
 

@@ -78,18 +78,18 @@ def test_the_simulated_plan_reaches_each_route_in_the_names_of_its_form():
     from edgekit.packaging.shared_plan import Simulated, for_format
 
     context = BuildContext(calibration_npy="", eval_npy="", package_dir=Path("."), workdir=Path("."))
-    keras = Simulated(PrecisionPlan.of(keep_float=["conv2", "conv3"]), True)
+    keras = Simulated(PrecisionPlan.of(floats=["conv2", "conv3"]), True)
     for fmt in ("tflite", "onnx", "coreml", "executorch"):
         built, unnamed = for_format(keras, context, _route("keras", fmt))
-        assert built.plan.keep_float == ("conv2", "conv3") and not unnamed, fmt
-    torch = Simulated(PrecisionPlan.of(keep_float=["node_conv2d_1", "node_cat"]), True,
+        assert built.plan.floats == ("conv2", "conv3") and not unnamed, fmt
+    torch = Simulated(PrecisionPlan.of(floats=["node_conv2d_1", "node_cat"]), True,
                       module_paths={"node_conv2d_1": "encoder.conv2", "node_cat": "op:cat"})
     onnx, _ = for_format(torch, context, _route("torch_export", "onnx"))
-    assert onnx.plan.keep_float == ("node_conv2d_1", "node_cat")  # the simulated graph's own names
+    assert onnx.plan.floats == ("node_conv2d_1", "node_cat")  # the simulated graph's own names
     executorch, unnamed = for_format(torch, context, _route("torch_export", "executorch"))
-    assert executorch.plan.keep_float == ("encoder.conv2", "cat") and not unnamed
+    assert executorch.plan.floats == ("encoder.conv2", "cat") and not unnamed
     tflite, unnamed = for_format(torch, context, _route("torch_export", "tflite"))
-    assert tflite.plan.keep_float == ("encoder.conv2",) and unnamed == ["node_cat"]
+    assert tflite.plan.floats == ("encoder.conv2",) and unnamed == ["node_cat"]
     coreml, _ = for_format(torch, context, _route("torch_export", "coreml"))  # no per-layer precision there
     assert not coreml.plan
     assert for_format(Simulated(None, True), context, _route("keras", "tflite"))[0] is context

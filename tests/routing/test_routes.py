@@ -53,7 +53,7 @@ def test_an_option_a_route_cannot_honour_is_refused_with_the_routes_that_can(opt
     assert routes.plan(keras, "keras", FORMATS.values(), {option: False})  # not asked: every route
 
 
-@pytest.mark.parametrize("option", ["keep_float", "int16", "explain"])
+@pytest.mark.parametrize("option", ["float", "int16", "explain"])
 def test_every_tflite_route_has_per_layer_precision(option):
     """LiteRT Quantizer on the float conversion: the litert-torch routes (PyTorch and ONNX
     sources) honour --keep-float, --int16-activations and --explain, as TensorFlow's does."""
@@ -74,7 +74,7 @@ def test_keep_float_reaches_every_format_from_keras_and_tensorflow_graphs_but_no
                 route = routes.route(source, kind, fmt)
                 if route is None:
                     continue
-                honoured = "keep_float" in route.honours
+                honoured = "float" in route.honours
                 assert honoured == (route.form != forms.TORCH_MODULE), route.describe()
 
 

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 from ...conversion import forms
 from ..base import Accepts, Format, Option
+from ..plan import FLOAT
 from .backend import CoreMLBackend
 from .notes import build_notes
 
@@ -33,11 +34,11 @@ FORMAT = Format(
     # coremltools; op names carry a TensorFlow scope (a Keras layer), not a traced PyTorch module's path
     # edgekit's CoreML conversion of Keras and TensorFlow graphs takes one input (batch 1): a model
     # with several is refused up front; a traced PyTorch module takes each of its inputs by name
-    accepts=(Accepts(forms.KERAS_MODEL, honours=("keep_float",), max_inputs=1),
+    accepts=(Accepts(forms.KERAS_MODEL, honours=(FLOAT,), max_inputs=1),
              # a PyTorch QAT module through its QDQ export, never traced as it is (its fake-quant
              # modules); a QDQ graph's pairs become Core ML's quantize ops (learned.py)
              Accepts(forms.TORCH_MODULE, cannot=forms.QUANTIZED_OPS),
-             Accepts(forms.TF_GRAPH, honours=("keep_float",), max_inputs=1)),
+             Accepts(forms.TF_GRAPH, honours=(FLOAT,), max_inputs=1)),
     notes=build_notes,
     keeps_learned_ranges=("QDQ",),  # through coremltools' torch.export frontend (learned.py)
 )

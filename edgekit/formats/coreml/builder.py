@@ -43,7 +43,7 @@ class CoreMLBuilder(Builder):
             output_names=tuple(context.output_names),
             float_eval_output_npy=float_evaluated,
             float_output=str(Path(context.workdir) / "coreml.float16.mlpackage") if context.option("also_float") else None,
-            keep_float=tuple(context.keep_float),
+            plan=context.plan,
             layer_names=tuple(context.layer_names),
             float_cache=str(Path(context.workdir) / f"coreml.float-program.{_form_key(context)}.mlpackage"),
         ), what="CoreML conversion", timeout=context.timeout_s, on_progress=on_progress)
@@ -70,7 +70,7 @@ class CoreMLBuilder(Builder):
                 "evaluated_by": report.evaluated_by,
                 "batch": 1,
                 "structure": report.structure,
-                "keep_float": list(context.keep_float),
+                **context.plan.record(),
                 "float_layer_ops": report.float_layer_ops,
                 # the layers the search can keep in float (this route has no per-layer report to rank them)
                 "weighted_layers": list(report.weighted_layers),
@@ -95,7 +95,7 @@ class CoreMLBuilderKeepingRanges(CoreMLBuilder):
     (``convert_kept``) instead of calibrated and compressed."""
 
     def build(self, context: BuildContext, on_progress: Callable[[int, int], None] | None = None) -> BuildResult:
-        if not context.option("quantized_source") or not is_kept_qdq(context.model):
+        if not context.source_precision.learned or not is_kept_qdq(context.model):
             return super().build(context, on_progress)
         output = context.package_dir / ARTIFACT_PATH
         output.parent.mkdir(parents=True, exist_ok=True)

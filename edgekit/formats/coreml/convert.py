@@ -32,6 +32,7 @@ from ...conversion import forms, worker
 from ...errors import ConversionError, OTHER_ROUTES, first_line
 from ...conversion.forms import ModelForm, flatten_outputs, load_module
 from ...conversion.messages import Message
+from ..plan import PrecisionPlan
 from .names import source_name
 
 ARTIFACT_PATH = "coreml/model.int8.mlpackage"
@@ -49,7 +50,7 @@ LINUX_ACTIVATIONS_REASON = (
 class CoreMLRequest(Message):
     """One ML program build: ``activations_mode`` int8 (W8A8) or float16; ``eval_npy`` run through
     the MIL evaluator into ``eval_output_npy`` (and the float program's into
-    ``float_eval_output_npy``); ``keep_float`` layers' ops left float16; ``float_cache``: where the
+    ``float_eval_output_npy``); the ``plan``'s float layers' ops left float16; ``float_cache``: where the
     float ML program is kept between builds of one run (the search's tries convert once)."""
 
     model: ModelForm
@@ -61,7 +62,7 @@ class CoreMLRequest(Message):
     output_names: tuple[str, ...] = ()
     float_eval_output_npy: str | None = None
     float_output: str | None = None
-    keep_float: tuple[str, ...] = ()
+    plan: PrecisionPlan = PrecisionPlan()
     layer_names: tuple[str, ...] = ()
     float_cache: str | None = None
 
@@ -115,7 +116,7 @@ def convert(request: CoreMLRequest) -> CoreMLReport:
     float_evaluated = _evaluate_float(mlmodel, eval_npy, request.float_eval_output_npy)
     if float_output:  # the float fallback artifact: the ML program before quantization (float16)
         mlmodel.save(float_output)
-    float_layer_ops = layer_ops(mlmodel, list(request.keep_float), layer_names)
+    float_layer_ops = layer_ops(mlmodel, list(request.plan.floats), layer_names)
     kept = {name for names in float_layer_ops.values() for name in names}
     mlmodel, activations, reason, calibration = _quantize_activations(mlmodel, samples, request.activations_mode, kept)
     mlmodel = _quantize_weights(mlmodel, kept)

@@ -28,11 +28,11 @@ KEPT_TOOL = "coremltools.convert (torch.export frontend) of the source's quantiz
 
 
 def is_kept_qdq(form: ModelForm) -> bool:
-    """Whether the route's form is a QDQ graph rebuilt as a PyTorch module (parent side, cheap)."""
-    from ...conversion.quantized import is_quantized_graph
+    """Whether a learned source's route form is its QDQ graph rebuilt as a PyTorch module (the
+    route rebuilds ONNX; a Keras or PyTorch QAT model traced as it is goes its own way)."""
     from ...conversion.forms import ONNX_REBUILD_LOADER as LOADER
 
-    return form.loader == LOADER and is_quantized_graph(form.path)
+    return form.loader == LOADER
 
 
 def convert_kept(request: CoreMLRequest) -> CoreMLReport:

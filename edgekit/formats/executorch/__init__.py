@@ -11,7 +11,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ...conversion import forms
-from ..base import Accepts, Format
+from ..base import Accepts, EXPLAIN, Format
+from ..plan import FLOAT
 from .backend import ExecuTorchBackend
 from .notes import build_notes
 
@@ -36,7 +37,7 @@ FORMAT = Format(
     # PT2E with the XNNPACK quantizer: a layer kept in float gets no annotation; XNNPACK has no
     # 16-bit activations; the per-layer report compares PT2E's quantized graph with its float one
     # a PyTorch QAT module goes through its QDQ export, whose pairs are lowered as given
-    accepts=(Accepts(forms.TORCH_PROGRAM, honours=("keep_float", "explain"),
+    accepts=(Accepts(forms.TORCH_PROGRAM, honours=(FLOAT, EXPLAIN),
                      cannot=forms.QUANTIZED_OPS, names_ops=True),),
     notes=build_notes,
     keeps_learned_ranges=("QDQ",),  # the QDQ graph's pairs lowered to XNNPACK as given (convert_executorch_kept)

@@ -35,7 +35,7 @@ class ExecuTorchBuilder(Builder):
     def build(self, context: BuildContext, on_progress: Callable[[int, int], None] | None = None) -> BuildResult:
         output = context.package_dir / ARTIFACT_PATH
         output.parent.mkdir(parents=True, exist_ok=True)
-        if context.option("quantized_source") and context.model.loader == ONNX_REBUILD:
+        if context.source_precision.learned and context.model.loader == ONNX_REBUILD:
             return self._build_kept(context, output, on_progress)
         float_program = _float_program(context)
         report = worker.convert(convert_executorch, ExecuTorchRequest(
@@ -44,7 +44,7 @@ class ExecuTorchBuilder(Builder):
             output=str(output),
             output_names=tuple(context.output_names),
             float_output=None if float_program.is_file() else str(float_program),
-            keep_float=tuple(context.keep_float),
+            plan=context.plan,
             # a module rebuilt from ONNX names its layers by ONNX node; a PyTorch program by module path
             layer_names=tuple(context.layer_names) if context.model.loader == ONNX_REBUILD else (),
             explain_npy=context.explain_npy,
@@ -76,7 +76,7 @@ class ExecuTorchBuilder(Builder):
                     "seconds": report.seconds,
                 },
                 details={
-                    "keep_float": list(context.keep_float),
+                    **context.plan.record(),
                     "precision": precision.record,
                     "placement": report.placement,
                     # the layers the search can keep in float (this route has no per-layer report to rank them)

@@ -33,6 +33,7 @@ from ...conversion.messages import Message
 from ...conversion.pt2e import qat_folding_only_where_it_can_match
 from ...errors import ConversionError
 from ..building import read_samples
+from ..plan import PrecisionPlan
 from .backend import IO_METHOD
 from .ops import NOT_COMPUTE, QDQ, TAIL_OPS, WEIGHTED
 
@@ -41,7 +42,7 @@ OTHER_ROUTES = "build the other formats (--format tflite, onnx or coreml) for th
 
 @dataclass(frozen=True)
 class ExecuTorchRequest(Message):
-    """One ``.pte`` build: ``keep_float`` names layers by module path, or by ONNX node on a module
+    """One ``.pte`` build: the ``plan`` names layers by module path, or by ONNX node on a module
     rebuilt from ONNX (``layer_names``, that graph's nodes); ``explain_npy``: samples for the
     per-layer report. ``float_output``: where the float program goes (``None``: built already)."""
 
@@ -50,7 +51,7 @@ class ExecuTorchRequest(Message):
     output: str
     output_names: tuple[str, ...]
     float_output: str | None = None
-    keep_float: tuple[str, ...] = ()
+    plan: PrecisionPlan = PrecisionPlan()  # its float layers (the route builds no int16)
     layer_names: tuple[str, ...] = ()
     explain_npy: str | None = None
 
@@ -94,7 +95,7 @@ def convert_executorch(request: ExecuTorchRequest) -> ExecuTorchReport:
     done and what runs where."""
     model, calibration_npy, output = request.model.to_dict(), request.calibration_npy, request.output
     output_names, float_output, explain_npy = list(request.output_names), request.float_output, request.explain_npy
-    keep_float, layer_names = list(request.keep_float), list(request.layer_names)
+    layer_names = list(request.layer_names)
     import torch
 
     from ...conversion.forms import load_module
@@ -105,7 +106,7 @@ def convert_executorch(request: ExecuTorchRequest) -> ExecuTorchReport:
     if list(samples) == [""]:
         samples = {names[0]: samples[""]}
     named = _plan_names(model, layer_names)  # module path -> the plan's name, where rebuilt from ONNX
-    paths, ops = _module_paths_of(module, keep_float or [], named)
+    paths, ops = _module_paths_of(module, list(request.plan.floats), named)
     # imported once the model is known to be convertible (ExecuTorch and torchao take ~8 s to import)
     from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
         XNNPACKQuantizer,

@@ -6,7 +6,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ...conversion import forms
-from ..base import Accepts, Format, Option
+from ..base import Accepts, EXPLAIN, Format, Option
+from ..plan import FLOAT, INT16
 from .device_rules import RULES
 from .notes import build_notes
 from .backend import OnnxRuntimeBackend
@@ -41,7 +42,7 @@ FORMAT = Format(
                help="ONNX: merge calibration ranges every N samples to bound memory on large models."),
     ),
     # quantize_static: nodes_to_exclude (float), TensorQuantOverrides (16-bit activations)
-    accepts=(Accepts(forms.ONNX_GRAPH, honours=("keep_float", "int16", "explain")),),
+    accepts=(Accepts(forms.ONNX_GRAPH, honours=(FLOAT, INT16, EXPLAIN)),),
     device_rules=RULES,  # one INT8 build per CPU scheme (schemes.py): which one a device runs
     notes=build_notes,
     keeps_learned_ranges=("QDQ", "QOperator", "fake-quant"),

@@ -30,7 +30,6 @@ from ...errors import ConversionError, EdgekitError, first_line
 from ...fsutil import sha256_file
 from ...manifest import Artifact, QuantParams
 from ..building import MINMAX, BuildContext, Builder, BuildResult, Fix, Variant
-from ...conversion.quantized import is_quantized_graph
 from .convert import (ExplainRequest, GraphRequest, QuantizeReport, QuantizeRequest, SchemeBuild, explain,
                       mobile_usability, quantize, runtime_graph_or_error)
 from .kept import KEPT_TOOL, KeepRequest, keep, refuse_requantizing
@@ -83,8 +82,7 @@ class ONNXBuilder(Builder):
         from ...machine.facts import DeviceFacts
         from .schemes import SCHEMES, artifact_for_cpu
 
-        model = getattr(context, "model", None)
-        if model is not None and is_quantized_graph(model.path):
+        if context.source_precision.learned:
             return ("the source's own quantized graph, with no scheme variant for CPUs whose int8 kernels saturate "
                     "(x86 without VNNI warns when it loads it): judged by the arithmetic it specifies")
         facts = DeviceFacts.read()
@@ -117,8 +115,7 @@ class ONNXBuilder(Builder):
 
         if context.option("onnx_activations", "s8") != "s8" or context.option("reduce_range"):
             return []
-        model = getattr(context, "model", None)
-        if model is not None and is_quantized_graph(model.path):  # another scheme would re-choose its ranges
+        if context.source_precision.learned:  # another scheme would re-choose its ranges
             return []
         wanted = schemes_named(schemes_for_profiles(context.device_profiles), "--profile")
         return [Variant(s.variant, s.name, {"scheme": s.name, "onnx_activations": s.activations,
@@ -131,7 +128,7 @@ class ONNXBuilder(Builder):
         artifact_path = ARTIFACT_PATH.replace(".int8.", f".int8-{variant}.") if variant else ARTIFACT_PATH
         output = context.package_dir / artifact_path
         output.parent.mkdir(parents=True, exist_ok=True)
-        kept = is_quantized_graph(float_onnx)  # QAT / another tool's QDQ: its learned ranges ship as they are
+        kept = context.source_precision.learned  # QAT / another tool's QDQ: its learned ranges ship as they are
         settings, report = self._quantized(context, float_onnx, output, variant, kept, on_progress)
         precision = analyse_precision(str(output), context.layer_names)  # from the graph: ORT leaves ops it cannot quantize in float
         if not kept and not precision.int8_weighted_ops and precision.label != "float":
@@ -199,8 +196,7 @@ class ONNXBuilder(Builder):
                 **({"mobile_usability": mobile} if mobile is not None else {}),
                 "precision": precision.record(),
                 "runtime_graph": fused,
-                "keep_float": list(context.keep_float),
-                "int16_layers": list(context.int16_layers),
+                **context.plan.record(),
                 **({"explain": explained} if explained is not None else {}),
             },
         ))
@@ -211,7 +207,7 @@ class ONNXBuilder(Builder):
         """The INT8 graph at ``output`` and how it was made: the quantized source kept as given, or
         the float graph quantized with the context's settings."""
         if kept:
-            refuse_requantizing(context.keep_float, context.int16_layers)
+            refuse_requantizing(context.plan)
             return {"kept_as_given": True}, worker.convert(keep, KeepRequest(source=float_onnx, output=str(output)),
                                                            what="keeping the quantized ONNX graph",
                                                            timeout=context.timeout_s)
@@ -241,8 +237,7 @@ class ONNXBuilder(Builder):
         return worker.convert(quantize, QuantizeRequest(
             float_onnx=float_onnx, calibration_npy=context.calibration_npy, output=str(output),
             calibration_method=settings["calibration_method"], activation_type=settings["activation_type"],
-            reduce_range=settings["reduce_range"], keep_float=tuple(context.keep_float),
-            int16_layers=tuple(context.int16_layers), max_intermediate_outputs=context.option("max_intermediate_outputs"),
+            reduce_range=settings["reduce_range"], plan=context.plan, max_intermediate_outputs=context.option("max_intermediate_outputs"),
             workdir=str(context.workdir), also=others,
         ), what="ONNX quantization", timeout=context.timeout_s, on_progress=on_progress)
 
@@ -251,7 +246,7 @@ def _prebuilt_path(context: BuildContext, variant: str, settings: dict[str, Any]
     """Where the main build's child leaves a scheme variant quantized with these settings."""
     import hashlib
 
-    layers = "\n".join(context.keep_float) + "\n16:" + "\n".join(context.int16_layers)
+    layers = json.dumps(context.plan.to_dict(), sort_keys=True)
     kept = hashlib.sha256(layers.encode()).hexdigest()[:12]  # an auto-fix try is its own build
     key = f"{settings['calibration_method']}-{settings['activation_type']}-{int(bool(settings['reduce_range']))}-{kept}"
     return Path(context.workdir) / f"onnx.prebuilt-{variant or 'main'}-{key}.onnx"

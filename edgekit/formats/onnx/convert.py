@@ -20,6 +20,7 @@ from ...conversion.layer_names import in_layer
 from ...conversion.messages import Message
 from ...errors import ConversionError, EdgekitError, OTHER_ROUTES, first_line
 from ..building import MINMAX, read_samples, worst_layers
+from ..plan import FLAGS, FLOAT, INT16, PrecisionPlan
 
 OPSET = 17
 
@@ -35,8 +36,8 @@ class SchemeBuild(Message):
 
 @dataclass(frozen=True)
 class QuantizeRequest(Message):
-    """``quantize_static`` of ``float_onnx`` into ``output``: layers in ``keep_float`` stay float,
-    those in ``int16_layers`` get 16-bit activations; ``also``: more schemes of the same model."""
+    """``quantize_static`` of ``float_onnx`` into ``output``: the ``plan``'s float layers stay float,
+    its int16 layers get 16-bit activations; ``also``: more schemes of the same model."""
 
     float_onnx: str
     calibration_npy: str
@@ -44,10 +45,9 @@ class QuantizeRequest(Message):
     calibration_method: str = MINMAX
     activation_type: str = "s8"
     reduce_range: bool = False
-    keep_float: tuple[str, ...] = ()
+    plan: PrecisionPlan = PrecisionPlan()
     max_intermediate_outputs: int | None = None
     workdir: str = ""
-    int16_layers: tuple[str, ...] = ()
     also: tuple[SchemeBuild, ...] = ()
 
 
@@ -163,7 +163,6 @@ def quantize(request: QuantizeRequest) -> QuantizeReport:
     import onnx
 
     float_onnx, output, workdir = request.float_onnx, request.output, request.workdir
-    keep_float, int16_layers = list(request.keep_float), list(request.int16_layers)
 
     work = Path(workdir or Path(output).parent)
     source, upgraded_from = _upgrade_opset(float_onnx, work)
@@ -172,10 +171,10 @@ def quantize(request: QuantizeRequest) -> QuantizeReport:
     model = onnx.load(prepared)
     if _flatten_gemm_biases(model):
         onnx.save(model, prepared)
-    excluded, missing = _layer_nodes(model, list(keep_float or []))
+    excluded, missing = _layer_nodes(model, list(request.plan.floats))
     excluded = _with_folding_producers(model, excluded)
-    wide, missing_wide = _layer_nodes(model, list(int16_layers or []))
-    for flag, absent in (("--keep-float", missing), ("--int16-activations", missing_wide)):
+    wide, missing_wide = _layer_nodes(model, list(request.plan.int16))
+    for flag, absent in ((FLAGS[FLOAT], missing), (FLAGS[INT16], missing_wide)):
         if absent:
             raise EdgekitError(
                 f"{flag}: no ONNX nodes belong to layer(s) {', '.join(absent)}",

@@ -17,18 +17,17 @@ from typing import Any
 
 from ...conversion.messages import Message
 from ...errors import ConversionError
+from ..plan import PrecisionPlan
 from .convert import QuantizeReport
 
 KEPT_TOOL = "the source's quantized graph, kept as given (its learned scales and zero points)"
 
 
-def refuse_requantizing(keep_float: tuple[str, ...] | list[str], int16_layers: tuple[str, ...] | list[str]) -> None:
+def refuse_requantizing(plan: PrecisionPlan) -> None:
     """A per-layer move on a kept graph would re-quantize it: said, never done."""
-    moved = [*(f"--keep-float {layer}" for layer in keep_float), *(f"--int16-activations {layer}"
-                                                                  for layer in int16_layers)]
-    if moved:
+    if plan:
         raise ConversionError(
-            f"the source is already quantized and its learned ranges are kept as given: {', '.join(moved)} would "
+            f"the source is already quantized and its learned ranges are kept as given: {plan.describe()} would "
             "quantize it again",
             hint="leave those layers out of quantization when training (they then stay float in the graph), or "
                  "package the float model and let edgekit quantize it")

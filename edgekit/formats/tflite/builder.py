@@ -29,7 +29,7 @@ from .convert import (FloatRequest, SqnrRequest, TFLiteRequest, convert, convert
                       unmark, worst_sqnr)
 from .from_torch import TorchReport, TorchRequest
 from .precision import ArtifactGraph, analyse, artifact_graph, full_integer_float_ops
-from ..plan import FLOAT
+from ..plan import FLOAT, PrecisionPlan
 from .quantizer import MODULES, SCOPES, QuantizerRequest, layer_test, quantize_float_tflite
 
 ARTIFACT_PATH = "tflite/model.int8.tflite"
@@ -42,7 +42,7 @@ class TFLiteBuilder(Builder):
     def build(self, context: BuildContext, on_progress: Callable[[int, int], None] | None = None) -> BuildResult:
         if context.model.form == forms.TORCH_PROGRAM:
             return self._build_from_torch(context, on_progress)
-        if context.int16_layers:  # per-layer precision beyond float: LiteRT Quantizer on the float conversion
+        if context.plan.int16:  # per-layer precision beyond float: LiteRT Quantizer on the float conversion
             # (float layers stay with TensorFlow's converter, whose int8 builds of the same plan measured
             # closer to float than LiteRT Quantizer's on the reference models: see README Limits)
             return self._build_from_float(context, on_progress)
@@ -54,7 +54,7 @@ class TFLiteBuilder(Builder):
             output=str(output),
             quantize=True,
             allow_float_ops=context.allow_float_ops,
-            keep_float=tuple(context.keep_float),
+            plan=context.plan,
             output_layers=dict(context.output_layers),
             explain_npy=context.explain_npy,
             layer_names=tuple(context.layer_names),
@@ -65,11 +65,11 @@ class TFLiteBuilder(Builder):
         graph = _loadable(lambda: artifact_graph(str(output)), "TFLiteConverter")
         precision = analyse(graph, list(context.layer_names), _output_writers(graph, context))
         if not context.allow_float_ops:
-            _refuse_unexpected_float_ops(full_integer_float_ops(precision), context.keep_float)
+            _refuse_unexpected_float_ops(full_integer_float_ops(precision), context.plan.floats)
         inputs, outputs = io_quantization(graph)
         fallback = {"fallback_model": str(Path(context.workdir) / "tflite.float16.tflite"),
                     "fallback_precision": "float16"} if context.option("also_float") else {}
-        fake_quant = bool(context.option("quantized_source"))  # TF's converter lowers fake-quant ops with their ranges
+        fake_quant = context.source_precision.learned  # TF's converter lowers fake-quant ops with their ranges
         return BuildResult(float_model=None if fake_quant else str(Path(context.workdir) / "tflite.float.tflite"),
                            **fallback, float_by="float TFLite (TFLiteConverter), LiteRT", artifact=Artifact(
             format=self.name,
@@ -89,7 +89,7 @@ class TFLiteBuilder(Builder):
                 "seconds": report.seconds,
             },
             details={
-                "keep_float": list(context.keep_float),
+                **context.plan.record(),
                 "precision": precision.record(),
                 **({"explain": report.explain} if report.explain is not None else {}),
                 **({"learned_ranges": {"by": "TensorFlow's converter, from the graph's fake-quant ops"}}
@@ -141,7 +141,7 @@ class TFLiteBuilder(Builder):
         precision = analyse(graph, list(context.layer_names), _output_writers(graph, context),
                             layer_namer=torch_layer if namer == MODULES else layer_of)
         if not context.allow_float_ops:
-            _refuse_unexpected_float_ops(full_integer_float_ops(precision), context.keep_float,
+            _refuse_unexpected_float_ops(full_integer_float_ops(precision), context.plan.floats,
                                          layer_test(namer, list(context.layer_names)))
         inputs, outputs = io_quantization(graph)
         return BuildResult(float_model=None if learned else str(float_model), float_by=float_by, **fallback,
@@ -153,7 +153,7 @@ class TFLiteBuilder(Builder):
                                + (", per-layer recipe)" if layers else ")"),
                        "litert_quantizer": report.litert_quantizer, "calibration_method": MINMAX,
                        "seconds": report.seconds, **({"why": note} if note else {})},
-            details={"keep_float": list(context.keep_float), "int16_layers": list(context.int16_layers),
+            details={**context.plan.record(),
                      "precision": precision.record(),
                      **({"explain": report.explain} if report.explain is not None else {}),
                      **({"requantized_outputs": report.fixed_output_scales} if report.fixed_output_scales else {}),
@@ -178,7 +178,7 @@ class TFLiteBuilder(Builder):
         except EdgekitError as failed:
             output.write_bytes(pt2e_bytes)  # PT2E's artifact, with its float ops named
             if not context.allow_float_ops:
-                _refuse_unexpected_float_ops(full_integer_float_ops(precision), context.keep_float)
+                _refuse_unexpected_float_ops(full_integer_float_ops(precision), context.plan.floats)
             return failed.message
         left = rebuilt.artifact.details["precision"]["float_layers"]
         fewer = len([op for op in rebuilt.artifact.float_ops if not op.get("tail")]) < len(precision.inner)
@@ -203,7 +203,7 @@ class TFLiteBuilder(Builder):
         python = toolenv.python_for(toolenv.LITERT_TORCH)
         float_model = Path(context.workdir) / "tflite.float.tflite"
         learned = learned_ranges(context)  # a QDQ source: its ranges carried, never calibrated again
-        per_layer = bool(context.keep_float or context.int16_layers or context.explain_npy or learned)
+        per_layer = bool(context.plan or context.explain_npy or learned)
         request = TorchRequest(model=context.model, calibration_npy=context.calibration_npy, output=str(output),
                                output_names=tuple(context.output_names), float_output=str(float_model),
                                pt2e=not per_layer)
@@ -255,7 +255,7 @@ class TFLiteBuilder(Builder):
                        + "litert_torch.convert + PT2E static INT8 (symmetric, per-channel)",
                        "torch": report.torch, "litert_torch": report.litert_torch, "calibration_method": MINMAX,
                        "seconds": report.seconds, **({"why": pt2e_note} if pt2e_note else {})},
-            details={"keep_float": [], "environment": python, "precision": precision.record(),
+            details={**PrecisionPlan().record(), "environment": python, "precision": precision.record(),
                      # ops given the fixed output scale TFLite's int8 kernels need, requantized after
                      **({"requantized_outputs": report.fixed_output_scales} if report.fixed_output_scales else {})},
         ))
@@ -281,10 +281,10 @@ class LearnedSource:
 def learned_ranges(context: BuildContext) -> LearnedSource | None:
     """A QDQ source's learned activation ranges (by ONNX tensor, with the node computing each) and
     the layers it leaves float, when the route's module is rebuilt from that graph; else None."""
-    from ...conversion.quantized import float_weighted_nodes, is_qdq_graph, is_quantized_graph, strip_qdq, weight_scales
+    from ...conversion.quantized import float_weighted_nodes, is_qdq_graph, strip_qdq, weight_scales
     from ...conversion.forms import ONNX_REBUILD_LOADER as LOADER
 
-    if context.model.loader != LOADER or not is_quantized_graph(context.model.path):  # read without weights
+    if context.model.loader != LOADER or not context.source_precision.learned:
         return None
     import onnx
 

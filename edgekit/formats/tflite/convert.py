@@ -20,13 +20,14 @@ from ...conversion.layer_names import in_layer, layer_of
 from ...conversion.messages import Message
 from ...errors import ConversionError, EdgekitError, UnsupportedOpError, first_line
 from ..building import read_samples, worst_layers
+from ..plan import PrecisionPlan
 
 SQNR_SAMPLES = 32
 
 
 @dataclass(frozen=True)
 class TFLiteRequest(Message):
-    """One TFLiteConverter run on ``saved_model``. ``keep_float``: layers whose ops stay float
+    """One TFLiteConverter run on ``saved_model``. ``plan``: its float layers' ops stay float
     (quantization debugger denylist; the model then has float IO); ``explain_npy``: samples for a
     per-layer SQNR report; ``float_output`` / ``float16_output``: the float conversion and the
     float16 fallback too; ``calibrated_cache``: the calibrated model kept for a search's next try."""
@@ -36,7 +37,7 @@ class TFLiteRequest(Message):
     output: str
     quantize: bool = True
     allow_float_ops: bool = False
-    keep_float: tuple[str, ...] = ()
+    plan: PrecisionPlan = PrecisionPlan()
     explain_npy: str | None = None
     layer_names: tuple[str, ...] = ()
     output_layers: dict[str, str] | None = None
@@ -132,7 +133,7 @@ def convert(request: TFLiteRequest) -> TFLiteReport:
     ``float_output`` also gets the float conversion, to tell conversion from quantization error,
     and ``float16_output`` the float fallback artifact (float16 weights, float32 arithmetic).
 
-    ``keep_float`` layers are excluded with the quantization debugger's node denylist (the
+    The plan's float layers are excluded with the quantization debugger's node denylist (the
     model then has float IO); ``explain_npy`` adds a per-layer SQNR report. Both quantize the
     converter's calibrated model, kept in ``calibrated_cache`` for the same SavedModel and
     calibration data: a search's tries quantize it again, they do not convert and calibrate again.
@@ -141,19 +142,19 @@ def convert(request: TFLiteRequest) -> TFLiteReport:
 
     saved_model, calibration_npy, output, quantize = (request.saved_model, request.calibration_npy, request.output,
                                                       request.quantize)
-    keep_float, explain_npy, output_layers = list(request.keep_float), request.explain_npy, request.output_layers
+    floats, explain_npy, output_layers = list(request.plan.floats), request.explain_npy, request.output_layers
     float_output, float16_output = request.float_output, request.float16_output
     calibrated_cache, layer_names = request.calibrated_cache, list(request.layer_names)
 
     samples = read_samples(calibration_npy) if quantize else None
     calibrated = (_CalibratedModel(saved_model, calibration_npy, samples, calibrated_cache)
-                  if quantize and (keep_float or explain_npy) else None)
-    converter = _converter(saved_model, samples, request.allow_float_ops or bool(keep_float))
+                  if quantize and (floats or explain_npy) else None)
+    converter = _converter(saved_model, samples, request.allow_float_ops or bool(floats))
     ops = "+".join(s.name for s in converter.target_spec.supported_ops) if quantize else "TFLITE_BUILTINS"
     started = time.perf_counter()
     try:
-        if keep_float:
-            model = _with_float_layers(calibrated, keep_float, output_layers or {})
+        if floats:
+            model = _with_float_layers(calibrated, floats, output_layers or {})
         else:
             model = converter.convert()
     except EdgekitError:

@@ -82,7 +82,7 @@ def _tries(builder: Builder, first: Candidate, run: PackagingContext, remedies: 
                       "--eval data)")
     judged = run if halves is None else run.on(halves.search, halves.search_reference)
     layers = data.evaluation_count >= LAYER_SEARCH_MIN_SAMPLES
-    if not layers and {"int16", "keep_float"} & set(remedies.layers):
+    if not layers and remedies.builds(INT16, FLOAT):
         progress.warn(f"{builder.name}: no layer search on {data.evaluation_count} validation samples: its many tries "
                       f"need {LAYER_SEARCH_MIN_SAMPLES}+ (half to choose by, half to confirm on), or the layers it "
                       "keeps would fit the samples rather than the model (give --eval with more samples)")
@@ -103,7 +103,7 @@ def _tries(builder: Builder, first: Candidate, run: PackagingContext, remedies: 
     runner = TrialRunner(builder, judged, remedies, budget, first.context.workdir)
     try:
         best = named_fixes(runner, started)
-        if best.failures and layers and {"int16", "keep_float"} & set(remedies.layers) and budget.allows_try():
+        if best.failures and layers and remedies.builds(INT16, FLOAT) and budget.allows_try():
             best = search_layers(runner, best, remedies, fixed)
         elif best is not started and best.context.plan != started.context.plan:
             best = fastest_plan(runner, best, remedies, started.context.plan)  # a named fix raised a layer
@@ -129,7 +129,7 @@ def _fallbacks(best: Candidate, passed: list[Candidate], trials: list[Trial], re
     seen = {plan.describe()}
     found: list[BuildContext] = []
     int16 = [layer for layer, precision in plan.layers.items() if precision == INT16]
-    if int16 and "keep_float" in remedies.layers:
+    if int16 and remedies.floats:
         precise = plan.raised(int16, FLOAT)
         if precise.describe() not in failed:
             seen.add(precise.describe())
@@ -245,7 +245,7 @@ def _nothing_to_try(started: Candidate, remedies: Remedies, layers: bool, budget
     named = sorted({flag for f in started.failures for flag in f.flags})
     fixes = (f"none of the fixes the failures name ({', '.join(named)}) applies to this build" if named
              else "the failed gates name no fix for this format")
-    if not {"int16", "keep_float"} & set(remedies.layers):
+    if not remedies.builds(INT16, FLOAT):
         search = "and this format's route honours no per-layer precision (--keep-float, --int16-activations)"
     elif not layers:
         search = f"and the layer search needs {LAYER_SEARCH_MIN_SAMPLES}+ validation samples"

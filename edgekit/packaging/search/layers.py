@@ -44,7 +44,7 @@ def search_layers(runner: TrialRunner, best: Candidate, remedies: Remedies,
                   fixed: PrecisionPlan | None = None) -> Candidate:
     """The best build found; every try is in ``runner.trials``; ``fixed``: the layers never put
     back to int8 (default: those ``best`` raises)."""
-    probes = [p for p, honoured in ((INT16, "int16"), (FLOAT, "keep_float")) if honoured in remedies.layers]
+    probes = [p for p in (INT16, FLOAT) if p in remedies.layers]
     if not probes:
         return best
     search = _LayerSearch(runner, probes, best, lowerable_from=fixed)
@@ -63,7 +63,7 @@ def search_layers(runner: TrialRunner, best: Candidate, remedies: Remedies,
 def fastest_plan(runner: TrialRunner, found: Candidate, remedies: Remedies, user_plan: PrecisionPlan) -> Candidate:
     """A passing build from the named fixes, timed against its raised layers at the route's other
     precision (``_LayerSearch.fastest``); ``user_plan`` (the user's own layers) is never changed."""
-    probes = [p for p, honoured in ((INT16, "int16"), (FLOAT, "keep_float")) if honoured in remedies.layers]
+    probes = [p for p in (INT16, FLOAT) if p in remedies.layers]
     if len(probes) < 2 or found.failures:
         return found
     return _LayerSearch(runner, probes, found, base=user_plan).fastest(found)
