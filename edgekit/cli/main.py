@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..version import __version__
-from .options import ArgumentParser, HelpFormatter, at_least, number_list
+from .options import ArgumentParser, HelpFormatter, at_least
 from .tools import EXIT_STATUS_HELP, guarded, split_debug
 
 PROG = "edgekit"
@@ -74,61 +74,6 @@ def _positive_float(minimum: float) -> Callable[[str], float]:
         return value
 
     return parse
-
-
-_float_list = number_list(float, "numbers")
-
-
-def _resize(text: str) -> list[int]:
-    try:
-        height, width = (int(v) for v in text.lower().split("x"))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected HEIGHTxWIDTH such as 224x224, got {text!r}") from None
-    return [height, width]
-
-
-def _input_shape(text: str) -> tuple[str, list[int]]:
-    name, sep, dims = text.partition("=")
-    try:
-        shape = [int(d) for d in dims.lower().split("x")]
-    except ValueError:
-        shape = []
-    if not sep or not name or not shape or any(d < 1 for d in shape):
-        raise argparse.ArgumentTypeError(f"expected NAME=DxDxD such as images=1x3x320x320, got {text!r}")
-    return name, shape
-
-
-def _fixed_inputs(parser: argparse.ArgumentParser, values: list[str]) -> dict[str, dict[str, object]]:
-    """``--input NAME=VALUE``, each value read and checked before any model loads."""
-    from ..sources.fixed_inputs import parse_value
-
-    fixed: dict[str, dict[str, object]] = {}
-    for text in values:
-        name, sep, value = text.partition("=")
-        if not sep or not name or not value:
-            parser.error(f"argument --input: expected NAME=VALUE such as sample_rate=16000 or h0=state.npy, got {text!r}")
-        if name in fixed:
-            parser.error(f"argument --input: {name!r} is given twice")
-        fixed[name] = parse_value(name, value)
-    return fixed
-
-
-def _output_kinds(parser: argparse.ArgumentParser, values: list[str]) -> dict[str, str]:
-    """``OUTPUT=KIND`` or a bare ``KIND`` (the model's only output), checked before any model loads."""
-    from ..errors import EdgekitError
-    from ..kinds import parse_kind
-
-    kinds: dict[str, str] = {}
-    for text in values:
-        name, sep, kind = text.rpartition("=")
-        try:
-            parse_kind(kind)
-        except EdgekitError as exc:
-            parser.error(f"argument --output-kind: {exc.message}; {exc.hint}")
-        if name in kinds:
-            parser.error(f"argument --output-kind: output {name or '(the only one)'} is given two kinds")
-        kinds[name] = kind
-    return kinds
 
 
 def _help(text: str, default: Any) -> str:
@@ -195,8 +140,6 @@ def _group(commands: Any, name: str, summary: str) -> Any:
 
 
 def _add_package(commands: Any) -> None:
-    from ..formats import FORMATS
-
     p = _command(commands, "package", _package, "convert MODEL into a validated INT8 package for every --format",
                  "Convert MODEL into a validated INT8 package for every --format. MODEL: Keras .keras/.h5, a TF "
                  "SavedModel directory, .onnx, or PyTorch (.pt2 from torch.export, a TorchScript .pt, or "
@@ -205,99 +148,13 @@ def _add_package(commands: Any) -> None:
                  "model on held-out data; the measured accuracy, top-1 agreement, cosine similarity and SQNR are "
                  "printed and recorded in the package's manifest.json.")
     p.add_argument("model", type=Path, help="the trained model (see above)")
-    p.add_argument("-f", "--format", "-t", "--target", dest="formats", action="append", choices=[*FORMATS, "all"],
-                   metavar="FORMAT", help=f"output format: {', '.join(FORMATS)}; repeat for several, or 'all' "
-                                          "(default: tflite; --target is its former name)")
-    _package_data_options(p)
-
-
-def _package_data_options(p: argparse.ArgumentParser) -> None:
-    """What the model is calibrated and validated on, and which samples."""
-    p.add_argument("--calibration", "-c", required=True, metavar="DATA",
-                   help="representative data: image folder (class sub-folders give labels), .npy/.npz (x, y), or "
-                        "module:function / file.py:function returning arrays")
-    _declared_options(p, "data")
-    _package_gate_options(p)
-
-
-def _package_gate_options(p: argparse.ArgumentParser) -> None:
-    """The validation gates and what happens when one fails."""
-    from ..kinds import kind_names
-
-    _declared_options(p, "gates")
-    p.add_argument("--output-kind", dest="output_kinds", action="append", default=[], metavar="[OUTPUT=]KIND",
-                   help="judge an output by this task instead of the kind inferred from the graph and values (printed "
-                        f"before building): {kind_names()} (repeatable)")
-    p.add_argument("--allow-float-ops", dest="allow_float_ops", action="store_true", default=True,
-                   help="keep ops no INT8 kernel runs (a SQRT, a DIV of two activations) in float, each named in "
-                        "the manifest and the precision label (default)")
-    p.add_argument("--full-integer", dest="allow_float_ops", action="store_false",
-                   help="refuse a TFLite artifact with float ops inside the network (integer-only accelerators: "
-                        "NPUs, Edge TPU) instead of keeping them in float")
-    _package_output_options(p)
-
-
-def _package_output_options(p: argparse.ArgumentParser) -> None:
-    """Where the package goes and what it is called."""
-    p.add_argument("--output", "-o", dest="output_dir", required=True, type=Path,
-                   help="directory that receives NAME.edgekit/ (and NAME.ekpkg with --archive)")
-    _declared_options(p, "output")
-    p.add_argument("--labels", dest="labels_file", type=Path, default=None,
-                   help="text file with one class label per line, in the model's output order; class folders of an "
-                        "image folder are numbered by these labels (by name), not alphabetically")
-    _package_input_options(p)
-
-
-def _package_input_options(p: argparse.ArgumentParser) -> None:
-    """How raw inputs become model inputs (preprocessing, shapes, fixed inputs)."""
-    from ..formats import FORMATS
-
-    p.add_argument("--scale", type=float, default=None,
-                   help="preprocessing: multiply raw values (e.g. 0.00392157 = 1/255)")
-    p.add_argument("--mean", type=_float_list, default=None, metavar="M[,M,M]",
-                   help="preprocessing: subtract after scaling, per channel")
-    p.add_argument("--std", type=_float_list, default=None, metavar="S[,S,S]",
-                   help="preprocessing: divide after subtracting, per channel")
-    p.add_argument("--color-order", type=str.upper, choices=["RGB", "BGR", "L"], default=None,
-                   help="preprocessing: channel order images are fed in")
-    p.add_argument("--resize", type=_resize, default=None, metavar="HxW",
-                   help="preprocessing: resize images (default: the model's input)")
-    p.add_argument("--preprocessing", dest="preset", choices=["0..1", "-1..1", "imagenet", "raw"], default=None,
-                   help="preprocessing preset for 0..255 pixels: 0..1 (x/255), -1..1 (x/127.5-1), imagenet "
-                        "(mean/std), raw; --scale/--mean/--std override its fields")
-    p.add_argument("--input-shape", dest="input_shapes", action="append", type=_input_shape, default=[],
-                   metavar="NAME=DxDxD", help="fix an input's dynamic dimensions, e.g. images=1x3x320x320 (repeatable)")
-    p.add_argument("--profile", dest="profiles", action="append", default=[], metavar="PROFILE",
-                   help="device profile the package is for (repeatable; see `edgekit profiles`): decides which "
-                        "quantized builds are made beside each format's main one, as the profiles' [quantization] "
-                        f"lists ({'; '.join(h for f in FORMATS.values() if (h := f.device_rules.builds_help))}); "
-                        "'auto': this machine's (default: every known profile)")
-    p.add_argument("--input", dest="fixed_inputs", action="append", default=[], metavar="NAME=VALUE",
-                   help="fix a model input that is not a batch of samples (a scalar sample rate, a recurrent state of "
-                        "zeros) to a number or a .npy tensor (one sample's value where an axis is another input's batch: repeated "
-                        "per sample); it is folded into every artifact as a constant and recorded in the manifest "
-                        "(repeatable; ONNX and PyTorch sources)")
-    _package_build_options(p)
-
-
-def _package_build_options(p: argparse.ArgumentParser) -> None:
-    """How the build runs: timeouts, partial packages, float layers, signing, format options."""
-    _declared_options(p, "build")
-    p.add_argument("--keep-float", dest="float_layers", action="append", default=[], metavar="LAYER",
-                   help="keep this layer in float (repeatable; recorded in the manifest); see --explain for "
-                        "candidates. Honoured where the format's converter has per-layer control (`edgekit routes`); "
-                        "on another route it is refused before anything loads")
-    p.add_argument("--int16-activations", dest="int16_activation_layers", action="append", default=[], metavar="LAYER",
-                   help="give this layer 16-bit activations with 8-bit weights (int16x8: more accurate than int8, "
-                        "still integer; repeatable; recorded in the manifest). Honoured where the format's quantizer "
-                        "has it (`edgekit routes`); on another route it is refused before anything loads")
-    p.add_argument("--precision-plan", dest="precision_plan", type=Path, default=None, metavar="FILE",
-                   help="a precision plan to build (JSON: {\"layers\": {LAYER: \"int16\"|\"float\"}}, the "
-                        "\"precision_plan\" a package's manifest records for an artifact the search raised): "
-                        "the same as --keep-float/--int16-activations for each layer it names")
-    p.add_argument("--sign", dest="sign_key", type=Path, default=None, metavar="KEY",
-                   help="sign manifest.json with this Ed25519 key (edgekit keys generate)")
+    for group in PACKAGE_HELP_GROUPS:  # every option as PackageOptions declares it, in its part of the help
+        _declared_options(p, group)
     _format_options(p)
+
+
+# the parts of `edgekit package --help`, in order (each option's Declared.group)
+PACKAGE_HELP_GROUPS = ("formats", "data", "gates", "output", "input", "build")
 
 
 def _format_options(p: argparse.ArgumentParser) -> None:
@@ -321,22 +178,52 @@ def _format_options(p: argparse.ArgumentParser) -> None:
 
 
 def _declared_options(p: argparse.ArgumentParser, group: str) -> None:
-    """The general packaging options of one help group, as ``PackageOptions`` declares them (flag,
-    help, range): each flag's value lands under its field's name."""
+    """The packaging options of one help group, as ``PackageOptions`` declares them (flag, help,
+    range, how its text is read): each flag's value lands under ``FIELD.KEY`` (``_declared_values``)."""
     from ..packaging.options import declarations
 
     for found, how in declarations(group):
-        text = _help(how.help, found.default) if how.show_default and found.default not in (None, False) else how.help
         if how.negatable:
-            p.add_argument(how.flag, dest=found.name, action=argparse.BooleanOptionalAction, default=found.default,
-                           help=text)
-        elif found.default is False:
-            p.add_argument(how.flag, dest=found.name, action="store_true", help=text)
+            text = _help(how.help, found.default) if how.show_default and found.default not in (None, False) \
+                else how.help
+            p.add_argument(how.flag, dest=f"{found.name}.", action=argparse.BooleanOptionalAction,
+                           default=found.default, help=text)
         elif how.low is not None:
-            p.add_argument(how.flag, dest=found.name, type=_number(how.low, how.high, how.whole), default=found.default,
-                           metavar=how.metavar, help=text)
+            text = _help(how.help, found.default) if how.show_default and found.default is not None else how.help
+            p.add_argument(how.flag, *how.aliases, dest=f"{found.name}.", type=_number(how.low, how.high, how.whole),
+                           default=found.default, metavar=how.metavar or found.name.upper(), help=text)
+        elif found.default is False:
+            p.add_argument(how.flag, dest=f"{found.name}.", action="store_true", help=how.help)
         else:
-            p.add_argument(how.flag, dest=found.name, default=found.default, metavar=how.metavar, help=text)
+            for flag in how.parts():
+                _add_flag(p, found.name, flag, how.required)
+
+
+def _add_flag(p: argparse.ArgumentParser, field: str, flag: Any, required: bool) -> None:
+    """One flag of a declared option; its value lands under ``FIELD.KEY``."""
+    text = flag.help() if callable(flag.help) else flag.help
+    dest, metavar = f"{field}.{flag.key}", flag.metavar or (flag.key or field).upper()
+    if flag.switch:
+        p.add_argument(*flag.names, dest=dest, action="store_true", help=text)
+        return
+    p.add_argument(*flag.names, dest=dest, action="append" if flag.repeat else "store", type=flag.parse,
+                   choices=list(flag.choices) if flag.choices else None, default=None, required=required,
+                   metavar=flag.metavar or (None if flag.choices else metavar), help=text)
+
+
+def _declared_values(args: argparse.Namespace) -> dict[str, Any]:
+    """Every declared option's value from its flags (several flags combined as declared); one
+    not given is left to its field's default."""
+    from ..packaging.options import declarations
+
+    values = {}
+    for found, how in declarations():
+        given = {name.split(".", 1)[1]: value for name, value in vars(args).items()
+                 if name.startswith(f"{found.name}.")}
+        value = how.value(given)
+        if value is not None:
+            values[found.name] = value
+    return values
 
 
 def _number(low: float, high: float | None, whole: bool) -> Callable[[str], float]:
@@ -357,30 +244,17 @@ def _number(low: float, high: float | None, whole: bool) -> Callable[[str], floa
 
 
 def _package(args: argparse.Namespace) -> int:
-    from ..formats import DEFAULT_FORMAT, FORMATS, build_options
+    from ..formats import FORMATS, build_options
     from ..packaging import PackageOptions, build_package, partial_error
-    from ..packaging.options import declarations
     from ..progress import Progress
     from ..packaging.table import render, render_explanations
     from .console import stdout_console
 
-    explain, allow_partial = args.explain, args.allow_partial  # read again after building
-    from ..formats.plan import PrecisionPlan
-
-    plan = PrecisionPlan.from_flags(args.float_layers, args.int16_activation_layers, args.precision_plan)
+    given = _declared_values(args)
+    explain, allow_partial = given["explain"], given["allow_partial"]  # read again after building
     options = PackageOptions(
-        model=str(args.model), calibration=args.calibration, output_dir=str(args.output_dir),
-        formats=list(dict.fromkeys(args.formats or [DEFAULT_FORMAT])),
-        **{found.name: getattr(args, found.name) for found, _ in declarations()},
-        allow_float_ops=args.allow_float_ops, output_kinds=_output_kinds(args.parser, args.output_kinds),
-        labels_file=str(args.labels_file) if args.labels_file else None,
-        plan=plan,
-        sign_key=str(args.sign_key) if args.sign_key else None,
+        model=str(args.model), **given,
         format_options={option.name: getattr(args, option.name) for _, option in build_options()},
-        input_shapes=dict(args.input_shapes),
-        fixed_inputs=_fixed_inputs(args.parser, args.fixed_inputs), profiles=args.profiles or None,
-        preprocessing={"scale": args.scale, "mean": args.mean, "std": args.std, "color_order": args.color_order,
-                       "resize": args.resize, "preset": args.preset},
     )
     result = build_package(options, Progress())
     render(result.manifest, stdout_console(120))

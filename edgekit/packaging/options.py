@@ -1,16 +1,19 @@
 """What ``edgekit package`` is asked to do (``PackageOptions``) and what it made (``PackageResult``).
 
-A general option is declared once, as its field (``declared``): the field's name is the Python
-keyword, and its ``Declared`` record gives the command-line flag, the help (and so the command
-reference), the range a number must be in (checked for the flag and the keyword alike) and the
-part of ``edgekit package --help`` it is listed in. The CLI adds those flags and passes them on
-by reading the declarations: a new general option is one field and its reader.
+Every option is declared once, as its field (``declared``): the field's name is the Python
+keyword, and its ``Declared`` record gives the command-line flag (and its other spellings), the
+help (and so the command reference), how its text is read, the range a number must be in
+(checked for the flag and the keyword alike) and the part of ``edgekit package --help`` it is
+listed in. An option several flags make (the precision plan: ``--keep-float``,
+``--int16-activations``, ``--precision-plan``) declares each as a ``Flag`` and how they combine
+(``option_forms.py``). The CLI adds the flags and passes them on by reading the declarations: a
+new option is one field and its reader. A field only Python passes says so (``python_only``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from dataclasses import Field, dataclass, field, fields
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import MISSING, Field, dataclass, field, fields
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -18,25 +21,80 @@ from ..manifest import FailedFormat, Manifest
 from ..comparison.metrics import OutputComparison
 from ..conversion.worker import DEFAULT_STEP_TIMEOUT_S
 from ..formats.plan import PrecisionPlan
+from . import option_forms as forms
+
+
+class Flag(NamedTuple):
+    """One command-line flag of an option several flags make: its spellings, its part of the
+    value (``key``, what ``Declared.combine`` reads), and how its text is read."""
+
+    names: tuple[str, ...]
+    key: str
+    help: str | Callable[[], str]
+    parse: Callable[[str], Any] | None = None
+    repeat: bool = False  # given once per value (--keep-float a --keep-float b)
+    choices: tuple[str, ...] | None = None
+    metavar: str | None = None
+    switch: bool = False  # a flag that takes no value: True when given
 
 
 class Declared(NamedTuple):
-    """How a general packaging option reaches the command line (``PackageOptions``' field metadata)."""
+    """How a packaging option reaches the command line (``PackageOptions``' field metadata)."""
 
     flag: str
-    help: str
-    group: str  # which part of `edgekit package --help`: data, gates, search, output, build
+    help: str | Callable[[], str]  # a callable: help naming what is registered (formats, kinds)
+    group: str  # which part of `edgekit package --help`: formats, data, gates, output, input, build
     low: float | None = None  # a number's range, both ends included (None: not a number)
     high: float | None = None
     whole: bool = False  # a whole number
     metavar: str | None = None
     negatable: bool = False  # an on/off option with a --no- form (on by default, or None: decided later)
     show_default: bool = True  # the help names the default
+    aliases: tuple[str, ...] = ()  # its other spellings (-c, -o)
+    parse: Callable[[str], Any] | None = None  # how its text is read (None: as text)
+    repeat: bool = False  # given once per value; ``combine`` makes the field's value of the list
+    choices: tuple[str, ...] | Callable[[], tuple[str, ...]] | None = None
+    required: bool = False
+    flags: tuple[Flag, ...] = ()  # several flags make its value (``flag`` is the first of them)
+    combine: Callable[[Mapping[str, Any]], Any] | None = None  # the flags' values (by Flag.key, "" alone) -> value
+
+    def parts(self) -> tuple[Flag, ...]:
+        """Its flags: the declared ones, or its one flag."""
+        if self.flags:
+            return self.flags
+        return (Flag((self.flag, *self.aliases), "", self.help, self.parse, self.repeat,
+                     self.choices() if callable(self.choices) else self.choices, self.metavar),)
+
+    def value(self, given: Mapping[str, Any]) -> Any:
+        """The field's value from its flags' values (by ``Flag.key``)."""
+        return self.combine(given) if self.combine is not None else given[""]
 
 
-def declared(default: Any, flag: str, help: str, group: str, **how: Any) -> Any:
-    """A ``PackageOptions`` field declared with its flag, help and range (``Declared``)."""
-    return field(default=default, metadata={"declared": Declared(flag, help, group, **how)})
+def declared(default: Any, flag: str, help: str | Callable[[], str], group: str, *,
+             default_factory: Callable[[], Any] | None = None, **how: Any) -> Any:
+    """A ``PackageOptions`` field declared with its flag, help and range (``Declared``);
+    ``default`` ``MISSING``: a required option."""
+    metadata = {"declared": Declared(flag, help, group, **how)}
+    if default_factory is not None:
+        return field(default_factory=default_factory, metadata=metadata)
+    if default is MISSING:
+        return field(metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
+def declared_by(default_factory: Callable[[], Any], group: str, combine: Callable[[Mapping[str, Any]], Any],
+                *flags: Flag) -> Any:
+    """A ``PackageOptions`` field several flags make (each a ``Flag``), and how they combine."""
+    first = flags[0]
+    return field(default_factory=default_factory, metadata={"declared": Declared(
+        first.names[0], first.help, group, flags=flags, combine=combine)})
+
+
+def python_only(default: Any = None, why: str = "", default_factory: Callable[[], Any] | None = None) -> Any:
+    """A field only the Python API passes (no flag), with why."""
+    if default_factory is not None:
+        return field(default_factory=default_factory, metadata={"python_only": why})
+    return field(default=default, metadata={"python_only": why})
 
 
 def declarations(group: str | None = None) -> Iterator[tuple[Field[Any], Declared]]:
@@ -47,15 +105,41 @@ def declarations(group: str | None = None) -> Iterator[tuple[Field[Any], Declare
             yield found, declaration
 
 
+def _format_names() -> tuple[str, ...]:
+    from ..formats import FORMATS
+
+    return tuple(FORMATS)
+
+
+def _kind_names() -> str:
+    from ..kinds import kind_names
+
+    return kind_names()
+
+
+def _builds_help() -> str:
+    from ..formats import FORMATS
+
+    return "; ".join(h for f in FORMATS.values() if (h := f.device_rules.builds_help))
+
+
 @dataclass(frozen=True)
 class PackageOptions:
     """What ``edgekit package`` is asked to do; frozen: every stage reads the same request.
     Each format's own options are in ``format_options`` (``edgekit.formats.Format.options``)."""
 
-    model: str
-    calibration: str
-    output_dir: str
-    formats: list[str] | None = None  # default [formats.DEFAULT_FORMAT]; "all" for every registered format
+    model: str = python_only(MISSING, "the command line's positional MODEL")
+    calibration: str = declared(
+        MISSING, "--calibration", "representative data: image folder (class sub-folders give labels), .npy/.npz "
+        "(x, y), or module:function / file.py:function returning arrays", "data", aliases=("-c",), required=True,
+        metavar="DATA")
+    output_dir: str = declared(MISSING, "--output", "directory that receives NAME.edgekit/ (and NAME.ekpkg with "
+                               "--archive)", "output", aliases=("-o",), required=True)
+    # default [formats.DEFAULT_FORMAT]; "all" for every registered format
+    formats: list[str] | None = declared(
+        None, "--format", lambda: f"output format: {', '.join(_format_names())}; repeat for several, or 'all' "
+        "(default: tflite; --target is its former name)", "formats", aliases=("-f", "-t", "--target"), repeat=True,
+        choices=lambda: (*_format_names(), "all"), metavar="FORMAT", combine=forms.formats)
     eval: str | None = declared(None, "--eval", "held-out data to validate on (same forms; default: hold out 20%% of "
                                 "--calibration)", "data", metavar="DATA", show_default=False)
     name: str | None = declared(None, "--name", "package name (default: the model file's name)", "output",
@@ -76,7 +160,11 @@ class PackageOptions:
         "quantized from (any source kind, the same input and output names); every artifact is judged against it "
         "too, by the same gates, and the quantized model itself is measured against it", "gates", metavar="MODEL",
         show_default=False)
-    output_kinds: dict[str, str] = field(default_factory=dict)  # output name ("" = the only one) -> kind
+    # output name ("" = the only one) -> kind
+    output_kinds: dict[str, str] = declared(
+        None, "--output-kind", lambda: "judge an output by this task instead of the kind inferred from the graph and "
+        f"values (printed before building): {_kind_names()} (repeatable)", "gates", default_factory=dict,
+        repeat=True, metavar="[OUTPUT=]KIND", combine=forms.output_kinds)
     metric: str | None = declared(None, "--metric", "your metric: called with (float_outputs, int8_outputs, labels), "
                                   "returns named numbers and optionally passed=True/False, which then decides the gate",
                                   "gates", metavar="MODULE:FUNCTION", show_default=False)
@@ -108,11 +196,31 @@ class PackageOptions:
         "gets an equal share of what is left, and a format past its share is ended, said and recorded as not built "
         "while the others are written (0: no limit; one format alone has only --timeout per step)", "build", low=0,
         high=7 * 24 * 3600, metavar="SECONDS")
-    allow_float_ops: bool = True  # False: --full-integer
+    allow_float_ops: bool = declared_by(
+        lambda: True, "gates", forms.float_ops,
+        Flag(("--allow-float-ops",), "allow", "keep ops no INT8 kernel runs (a SQRT, a DIV of two activations) in "
+             "float, each named in the manifest and the precision label (default)", switch=True),
+        Flag(("--full-integer",), "full_integer", "refuse a TFLite artifact with float ops inside the network "
+             "(integer-only accelerators: NPUs, Edge TPU) instead of keeping them in float", switch=True))
     force: bool = declared(False, "--force", "replace an existing package of the same name", "output")
     archive: bool = declared(False, "--archive", "also write the package as one NAME.ekpkg zip", "output")
-    labels_file: str | None = None
-    preprocessing: dict[str, Any] = field(default_factory=dict)  # scale, mean, std, color_order, resize
+    labels_file: str | None = declared(
+        None, "--labels", "text file with one class label per line, in the model's output order; class folders of an "
+        "image folder are numbered by these labels (by name), not alphabetically", "output", show_default=False)
+    preprocessing: dict[str, Any] = declared_by(
+        dict, "input", forms.preprocessing,
+        Flag(("--scale",), "scale", "preprocessing: multiply raw values (e.g. 0.00392157 = 1/255)", float),
+        Flag(("--mean",), "mean", "preprocessing: subtract after scaling, per channel", forms.numbers,
+             metavar="M[,M,M]"),
+        Flag(("--std",), "std", "preprocessing: divide after subtracting, per channel", forms.numbers,
+             metavar="S[,S,S]"),
+        Flag(("--color-order",), "color_order", "preprocessing: channel order images are fed in", str.upper,
+             choices=("RGB", "BGR", "L")),
+        Flag(("--resize",), "resize", "preprocessing: resize images (default: the model's input)", forms.height_width,
+             metavar="HxW"),
+        Flag(("--preprocessing",), "preset", "preprocessing preset for 0..255 pixels: 0..1 (x/255), -1..1 "
+             "(x/127.5-1), imagenet (mean/std), raw; --scale/--mean/--std override its fields",
+             choices=("0..1", "-1..1", "imagenet", "raw")))
     # per child step (loading, float reference, each conversion); None: the default
     timeout_s: float | None = declared(None, "--timeout", "seconds allowed per step run in a child process: loading "
                                        "the model (a file.py:factory included), the float reference, each conversion "
@@ -121,20 +229,46 @@ class PackageOptions:
     allow_partial: bool = declared(False, "--allow-partial", "with several formats: exit 0 even if some fail (the "
                                    "package records what failed and why)", "build")
     # the layers leaving int8 (float, or 16-bit activations): --keep-float, --int16-activations, --precision-plan
-    plan: PrecisionPlan = field(default_factory=PrecisionPlan)
+    plan: PrecisionPlan = declared_by(
+        PrecisionPlan, "build", forms.plan,
+        Flag(("--keep-float",), "float", "keep this layer in float (repeatable; recorded in the manifest); see "
+             "--explain for candidates. Honoured where the format's converter has per-layer control (`edgekit "
+             "routes`); on another route it is refused before anything loads", repeat=True, metavar="LAYER"),
+        Flag(("--int16-activations",), "int16", "give this layer 16-bit activations with 8-bit weights (int16x8: "
+             "more accurate than int8, still integer; repeatable; recorded in the manifest). Honoured where the "
+             "format's quantizer has it (`edgekit routes`); on another route it is refused before anything loads",
+             repeat=True, metavar="LAYER"),
+        Flag(("--precision-plan",), "file", "a precision plan to build (JSON: {\"layers\": {LAYER: \"int16\"|"
+             "\"float\"}}, the \"precision_plan\" a package's manifest records for an artifact the search raised): "
+             "the same as --keep-float/--int16-activations for each layer it names", metavar="FILE"))
     explain: bool = declared(False, "--explain", "report per-layer quantization error (worst layers by SQNR); on the "
                              "same routes as --keep-float", "build")
-    sign_key: str | None = None  # Ed25519 private key: sign manifest.json
-    targets: list[str] | None = None  # the former name of `formats`, accepted for one release
+    sign_key: str | None = declared(None, "--sign", "sign manifest.json with this Ed25519 key (edgekit keys "
+                                    "generate)", "build", metavar="KEY", show_default=False)
+    targets: list[str] | None = python_only(None, "the former name of formats=, accepted for one release")
     # each format's own options by name (edgekit.formats.Format.options: --calibration-method, ...)
-    format_options: dict[str, Any] = field(default_factory=dict)
-    input_shapes: dict[str, list[int]] = field(default_factory=dict)  # --input-shape NAME=1x3x320x320
-    # --input NAME=VALUE: inputs folded into the model as constants (edgekit.sources.fixed_inputs.parse_value)
-    fixed_inputs: dict[str, dict[str, Any]] = field(default_factory=dict)
-    # --profile: the device profiles the package is for (formats read what their devices need); None: every known one
-    profiles: list[str] | None = None
+    format_options: dict[str, Any] = python_only(
+        why="each format declares its own (Format.options); they are keywords of their own too",
+        default_factory=dict)
+    input_shapes: dict[str, list[int]] = declared(
+        None, "--input-shape", "fix an input's dynamic dimensions, e.g. images=1x3x320x320 (repeatable)", "input",
+        default_factory=dict, parse=forms.named_shape, repeat=True, metavar="NAME=DxDxD", combine=forms.shapes)
+    # inputs folded into the model as constants (edgekit.sources.fixed_inputs.parse_value)
+    fixed_inputs: dict[str, dict[str, Any]] = declared(
+        None, "--input", "fix a model input that is not a batch of samples (a scalar sample rate, a recurrent state "
+        "of zeros) to a number or a .npy tensor (one sample's value where an axis is another input's batch: repeated "
+        "per sample); it is folded into every artifact as a constant and recorded in the manifest (repeatable; ONNX "
+        "and PyTorch sources)", "input", default_factory=dict, repeat=True, metavar="NAME=VALUE",
+        combine=forms.fixed_inputs)
+    # the device profiles the package is for (formats read what their devices need); None: every known one
+    profiles: list[str] | None = declared(
+        None, "--profile", lambda: "device profile the package is for (repeatable; see `edgekit profiles`): decides "
+        "which quantized builds are made beside each format's main one, as the profiles' [quantization] lists "
+        f"({_builds_help()}); 'auto': this machine's (default: every known profile)", "input", repeat=True,
+        metavar="PROFILE", combine=forms.names)
     # data files written from objects (edgekit.package() with arrays): path -> what to call them in messages
-    data_names: dict[str, str] = field(default_factory=dict)
+    data_names: dict[str, str] = python_only(why="the files edgekit.package() writes for in-memory data",
+                                             default_factory=dict)
     # float fallback artifacts (each format's float model) next to the INT8 ones, for
     # devices where INT8 is slower; None: when the model is at most FLOAT_FALLBACK_MAX_MB
     also_float: bool | None = declared(
