@@ -9,8 +9,36 @@ import annotations``: typing.NamedTuple compiles each string annotation on every
 """
 
 from collections.abc import Mapping
+from enum import Enum
 from types import MappingProxyType
 from typing import Any, NamedTuple
+
+
+class Verdict(str, Enum):
+    """What an artifact's validation came to, decided once when its package is assembled
+    (``packaging/record.py``) and read by everything that says it: the summary lines, the Python
+    result, the runtime's warnings, ``sign`` and ``export triton``. The values are the manifest's
+    words (``verdict``, ``state``)."""
+
+    PASSED = "passed"  # every gate met, on a sample that supports it
+    REFUSED = "failed"  # a gate missed (kept only by --allow-accuracy-drop)
+    NOT_DECIDABLE = "not decidable"  # every gate met, on too few samples to decide a pass
+    UNVERIFIED = "not measured"  # built, and no runtime where it was built measured it
+
+    @classmethod
+    def of(cls, measured: bool, refused: bool, undecided: bool) -> "Verdict":
+        """The verdict of a record: not measured, a refusal, a pass the sample cannot support, or a pass."""
+        if not measured:
+            return cls.UNVERIFIED
+        if refused:
+            return cls.REFUSED
+        return cls.NOT_DECIDABLE if undecided else cls.PASSED
+
+    @property
+    def passed(self) -> "bool | None":
+        """The manifest's ``passed``: true, false, or null (not measured, or not decided)."""
+        return {Verdict.PASSED: True, Verdict.REFUSED: False}.get(self)
+
 
 EMPTY: Mapping[str, Any] = MappingProxyType({})  # the records' empty default: shared, so read-only
 
@@ -44,32 +72,38 @@ class ArtifactRecord(NamedTuple):
 
     measured: bool = True
     reason: str = ""  # why it was not measured
-    passed: bool | None = None  # None: not measured, or not recorded (older manifests)
+    verdict: Verdict = Verdict.PASSED
     metrics: Mapping[str, Any] = EMPTY  # the summary comparison and the details (outputs, tasks, ...)
     gates: tuple[Mapping[str, Any], ...] = ()  # each failed gate: output, cause, what, fixes, margin
     notes: tuple[str, ...] = ()
     auto_fix: tuple[Mapping[str, Any], ...] = ()  # --auto-fix attempts
     # the gates a pass could not be decided on (too few samples): output, gate, have, needed, ...
     undecided: tuple[Mapping[str, Any], ...] = ()
+    recorded: bool = True  # False: a record written before verdicts (measured: its gates passed), kept as it was
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "ArtifactRecord":
         known = ("measured", "reason", "passed", *_ARTIFACT_LISTS)
+        measured = data.get("measured") is not False
+        undecided = tuple(u for u in data.get("undecided") or () if isinstance(u, Mapping))
+        recorded = "passed" in data or "verdict" in data or bool(undecided)
+        verdict = Verdict(data["verdict"]) if data.get("verdict") in Verdict._value2member_map_ else \
+            Verdict.of(measured, data.get("passed") is False, bool(undecided))
         return cls(
-            measured=data.get("measured") is not False, reason=str(data.get("reason", "")), passed=data.get("passed"),
+            measured=measured, reason=str(data.get("reason", "")), verdict=verdict,
             metrics={k: v for k, v in data.items() if k not in known},
             gates=tuple(g if isinstance(g, Mapping) else {"what": str(g)} for g in data.get("gates") or ()),
             notes=tuple(str(n) for n in data.get("notes") or ()), auto_fix=tuple(data.get("auto_fix") or ()),
-            undecided=tuple(u for u in data.get("undecided") or () if isinstance(u, Mapping)),
+            undecided=undecided, recorded=recorded or not measured,
         )
 
     def to_dict(self) -> dict[str, Any]:
         if not self.measured:
             return {"measured": False, "reason": self.reason}
         found: dict[str, Any] = {"measured": True, **self.metrics, "gates": [dict(g) for g in self.gates]}
-        if self.passed is not None or self.undecided:  # an older record without a verdict stays as it was
+        if self.recorded:  # an older record without a verdict stays as it was
             found["passed"] = self.passed
-            found["verdict"] = self.verdict
+            found["verdict"] = self.verdict.value
         if self.undecided:
             found["undecided"] = [dict(u) for u in self.undecided]
         if self.notes:
@@ -79,32 +113,28 @@ class ArtifactRecord(NamedTuple):
         return found
 
     @property
+    def passed(self) -> "bool | None":
+        """The manifest's ``passed`` (null for a record written before verdicts)."""
+        return self.verdict.passed if self.recorded else None
+
+    @property
     def failed(self) -> bool:
-        return self.passed is False
+        return self.verdict is Verdict.REFUSED
 
     @property
     def decided(self) -> bool:
         """False when its gates' numbers met their floors on a sample too small to support a pass."""
-        return not self.undecided
-
-    @property
-    def verdict(self) -> str:
-        """passed | failed | not decidable | not measured."""
-        if not self.measured:
-            return "not measured"
-        if self.failed:
-            return "failed"
-        return "not decidable" if self.undecided else "passed"
+        return self.verdict is not Verdict.NOT_DECIDABLE
 
     def outcome(self) -> str:
         """The verdict in words, as ``PackageResult.verdicts`` gives it: "passed", "refused: <first
         gate>", "not decidable: <N> held-out samples would decide it (<gates>)" or "built
         unverified: <why>"."""
-        if self.verdict == "not measured":
+        if self.verdict is Verdict.UNVERIFIED:
             return f"built unverified: {self.reason or 'no runtime here measured it'}"
-        if self.verdict == "failed":
+        if self.verdict is Verdict.REFUSED:
             return f"refused: {(self.failed_gates() or ['validation'])[0]}"
-        if self.verdict == "not decidable":
+        if self.verdict is Verdict.NOT_DECIDABLE:
             needed = max((int(u.get("samples_needed") or 0) for u in self.undecided), default=0)
             gates = "; ".join(f"{u.get('gate')}: {u.get('have')} {u.get('unit')}, {u.get('needed')} needed"
                               for u in self.undecided)
@@ -121,6 +151,9 @@ class ArtifactRecord(NamedTuple):
     def get(self, key: str, default: Any = None) -> Any:
         """A measured number or detail by its manifest key (``sqnr_db``, ``accuracy``, ``outputs``)."""
         return self.metrics.get(key, default)
+
+
+NO_RECORD = ArtifactRecord(recorded=False)  # an artifact a record does not list (an older manifest's)
 
 
 class ValidationRecord(NamedTuple):
@@ -159,23 +192,23 @@ class ValidationRecord(NamedTuple):
             "max_accuracy_drop_pp": self.max_accuracy_drop_pp,
             "min_sqnr_db": self.min_sqnr_db,
             "passed": self.passed,
-            "state": self.state,
+            "state": self.state.value,
             "artifacts": {key: record.to_dict() for key, record in self.artifacts.items()},
         })
         return found
 
     @property
-    def state(self) -> str:
-        """passed | failed | not decidable | not measured: a package none of whose artifacts could be
-        run where it was built has no verdict, and one whose passes rest on too few samples has none
-        yet; each says so rather than passing."""
+    def state(self) -> Verdict:
+        """The package's verdict: a package none of whose artifacts could be run where it was built
+        has none (not measured), and one whose passes rest on too few samples has none yet (not
+        decidable); each says so rather than passing."""
         if self.passed is None and not self.decided:
-            return "not decidable"
-        return {True: "passed", False: "failed", None: "not measured"}[self.passed]
+            return Verdict.NOT_DECIDABLE
+        return {True: Verdict.PASSED, False: Verdict.REFUSED, None: Verdict.UNVERIFIED}[self.passed]
 
     def artifact(self, key: str) -> "ArtifactRecord":
         """The record of an artifact; an empty one (passed, nothing measured) when there is none."""
-        return self.artifacts.get(key, ArtifactRecord(passed=None))
+        return self.artifacts.get(key, NO_RECORD)
 
     def with_auto_fix(self, attempts: Mapping[str, list[dict[str, Any]]]) -> "ValidationRecord":
         """The record with each artifact's --auto-fix attempts added."""

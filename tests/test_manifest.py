@@ -104,7 +104,7 @@ def test_the_validation_record_reads_old_manifests_and_writes_the_same_json():
     assert tflite.measured and tflite.passed is None and not tflite.failed and tflite.failed_gates() is None
     assert tflite.get("sqnr_db") == 31.2 and tflite.metrics["accuracy"] == 0.975
     assert not record.artifact("coreml").measured and "macOS" in record.artifact("coreml").reason
-    assert record.artifact("absent") == ArtifactRecord(passed=None)
+    assert record.artifact("absent") == ArtifactRecord(recorded=False)
     written = record.to_dict()
     assert written["artifacts"]["coreml"] == OLD_VALIDATION["artifacts"]["coreml"]
     assert {k: v for k, v in written["artifacts"]["tflite"].items() if k != "gates"} == \

@@ -582,6 +582,27 @@ def test_a_learned_source_is_a_typed_field_never_detected_again():
     assert not found, found
 
 
+def test_the_verdict_is_one_type_decided_once():
+    """An artifact's verdict is a ``Verdict`` decided once, where the package's record is made
+    (``packaging/record.py``; the manifest reader derives one only for a record written before
+    verdicts), and read as that type: no module compares a verdict or a state with its words."""
+    deciders, by_words = [], []
+    for path in PACKAGE.rglob("*.py"):
+        where = str(path.relative_to(ROOT))
+        for node in ast.walk(parsed(path)):
+            if isinstance(node, ast.Call) and ast.unparse(node.func) == "Verdict.of" and where not in (
+                    "edgekit/packaging/record.py", "edgekit/validation_record.py"):
+                deciders.append(f"{where}:{node.lineno}")
+            if isinstance(node, ast.Compare) and "bench/" not in where:
+                sides = [node.left, *node.comparators]
+                named = any(isinstance(n, ast.Attribute) and n.attr in ("verdict", "state") for n in sides)
+                words = any(isinstance(n, ast.Constant) and isinstance(n.value, str) for n in sides)
+                if named and words:
+                    by_words.append(f"{where}:{node.lineno} {ast.unparse(node)}")
+    assert not deciders, deciders
+    assert not by_words, by_words
+
+
 # The folders from the bottom up (docs/architecture.md, "Layers"): each imports only those before
 # it, the top-level modules (errors, manifest, ...) anyway. What runs against it, with why; nothing
 # else may, and at most 2 imports in all.

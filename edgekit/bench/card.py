@@ -136,14 +136,14 @@ def _device(device: Mapping[str, Any]) -> dict[str, Any]:
 
 def _accuracy(manifest: Any, key: str, measured: Mapping[str, Any] | None) -> dict[str, Any]:
     """Accuracy measured here and at packaging; the change is what this device loses (or gains)."""
-    record = (manifest.validation.to_dict().get("artifacts") or {}).get(key) or {}
+    record = manifest.validation.artifact(key)  # the package's record: its verdict as decided when it was built
     here = (measured or {}).get("accuracy")
     built = record.get("accuracy")
     change = round((here - built) * 100, 2) if isinstance(here, (int, float)) and isinstance(built, (int, float)) else None
     return {"on_device": here, "samples": (measured or {}).get("samples"), "data_sha256": (measured or {}).get("data_sha256"),
             "not_measured_because": (measured or {}).get("reason"),
             "at_packaging": built, "float_at_packaging": record.get("float_accuracy"),
-            "verdict_at_packaging": record.get("verdict"), "change_pp": change}
+            "verdict_at_packaging": record.verdict.value if record.recorded else None, "change_pp": change}
 
 
 def _speedup(result: Mapping[str, Any], fallback: Mapping[str, Any] | None) -> dict[str, Any] | None:

@@ -278,10 +278,12 @@ def _package(args: argparse.Namespace) -> int:
     print(f"package: {result.path}")
     if result.archive:
         print(f"archive: {result.archive}")
-    if result.manifest.validation.state == "not measured":
+    from ..validation_record import Verdict
+
+    if result.manifest.validation.state is Verdict.UNVERIFIED:
         print("warning: no artifact of this package could be measured here: it has no verdict (its manifest says "
               "passed: null, state: not measured)", file=sys.stderr)
-    elif result.manifest.validation.state == "failed":
+    elif result.manifest.validation.state is Verdict.REFUSED:
         print("warning: validation failed (see above); the package was kept because of --allow-accuracy-drop "
                    "and its manifest says passed: false", file=sys.stderr)
     if result.failed and not allow_partial:
@@ -293,9 +295,10 @@ def _verdict_exit(manifest: Any) -> int:
     """The exit status of a written package whose verdict is not a pass: not decidable (too few
     held-out samples: EXIT_NOT_DECIDED), or INT8 only built, never measured (EXIT_UNVERIFIED)."""
     from ..packaging.verdict import EXIT_NOT_DECIDED, EXIT_UNVERIFIED
+    from ..validation_record import Verdict
 
     validation = manifest.validation
-    if validation.state == "not decidable":
+    if validation.state is Verdict.NOT_DECIDABLE:
         open_gates = {a.key: validation.artifact(a.key).undecided for a in manifest.artifacts
                       if not validation.artifact(a.key).decided}
         needed = max((int(u.get("samples_needed") or 0) for gates in open_gates.values() for u in gates), default=0)
@@ -308,7 +311,7 @@ def _verdict_exit(manifest: Any) -> int:
               f"(--eval DATA with {needed}+ samples) [exit {EXIT_NOT_DECIDED}]", file=sys.stderr)
         return EXIT_NOT_DECIDED
     integer = [a for a in manifest.artifacts if a.precision != "float" and not a.precision.startswith("float")]
-    verified = [a for a in integer if validation.artifact(a.key).verdict == "passed"]
+    verified = [a for a in integer if validation.artifact(a.key).verdict is Verdict.PASSED]
     unverified = [a for a in integer if not validation.artifact(a.key).measured]
     if unverified and not verified:
         for artifact in unverified:
@@ -544,15 +547,17 @@ def _verdict_warning(package: Any, doing: str) -> None:
     before it is signed or handed on: the signature vouches for its bytes, not for a pass."""
     from ..device.package_io import open_package
 
+    from ..validation_record import Verdict
+
     _, manifest = open_package(package)
     state = manifest.validation.state
-    if state == "passed":
+    if state is Verdict.PASSED:
         return
-    why = {"not decidable": "its gates were met on too few held-out samples to decide a pass",
-           "failed": "it failed its gates and was kept with --allow-accuracy-drop",
-           "not measured": "none of its artifacts could be measured where it was built"}.get(state, state)
-    print(f"warning: {doing} a package whose verdict is {state.upper()} ({why}; manifest validation.state: "
-          f"{state!r}); measure it before shipping: python -m edgekit.run {package} --eval DATA", file=sys.stderr)
+    why = {Verdict.NOT_DECIDABLE: "its gates were met on too few held-out samples to decide a pass",
+           Verdict.REFUSED: "it failed its gates and was kept with --allow-accuracy-drop",
+           Verdict.UNVERIFIED: "none of its artifacts could be measured where it was built"}[state]
+    print(f"warning: {doing} a package whose verdict is {state.value.upper()} ({why}; manifest validation.state: "
+          f"{state.value!r}); measure it before shipping: python -m edgekit.run {package} --eval DATA", file=sys.stderr)
 
 
 def _sign(args: argparse.Namespace) -> None:

@@ -155,9 +155,10 @@ def _say_arithmetic(manifest: Manifest, entry: Artifact, backend_cls: type[Backe
 
 def _say_verdict(manifest: Manifest, entry: Artifact, allow_failed: bool) -> None:
     """An artifact that failed its gate, or was never measured, is never loaded silently."""
-    failed = manifest.failed_gates(entry.key)
+    from ..validation_record import Verdict
+
     record = manifest.validation.artifact(entry.key)
-    if not record.measured:
+    if record.verdict is Verdict.UNVERIFIED:
         import warnings
 
         from ..errors import UnmeasuredArtifactWarning
@@ -167,7 +168,7 @@ def _say_verdict(manifest: Manifest, entry: Artifact, allow_failed: bool) -> Non
             f"was packaged ({record.reason or 'no runtime for it there'}): it has no verdict; check its outputs on "
             "your data (--eval)"), stacklevel=3)
         return
-    if failed is None and not record.decided:
+    if record.verdict is Verdict.NOT_DECIDABLE:
         import warnings
 
         from ..errors import UndecidedArtifactWarning
@@ -180,8 +181,9 @@ def _say_verdict(manifest: Manifest, entry: Artifact, allow_failed: bool) -> Non
             f"decide them ({counts}): its accuracy against the float model is not established; repackage with "
             f"--eval holding {needed}+ samples, or check its outputs on your data (--eval)"), stacklevel=3)
         return
-    if failed is None:
+    if record.verdict is Verdict.PASSED:
         return
+    failed = record.failed_gates() or ["validation"]
     what = f"artifact {entry.key!r} of package {manifest.name!r} failed validation when it was packaged: {failed[0]}"
     if not allow_failed:
         raise PackageError(what, hint="serve an artifact that passed (--artifact), repackage it without --no-auto-fix (the search), or pass "

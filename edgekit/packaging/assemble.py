@@ -164,7 +164,7 @@ def assemble_package(plan: Plan, loaded: LoadedSource, run: PackagingContext, bu
     failed_gates = [f for o in built for f in o.failures]
     if len(outcomes) > 1 or any(o.fixes for o in outcomes) or any(
             o.built is not None and o.built.artifact.precision == "float" for o in outcomes):  # what the label means
-        for line in summary_lines(outcomes, options.allow_accuracy_drop, refused, data.evaluation_count):
+        for line in summary_lines(outcomes, options.allow_accuracy_drop, refused, validation):
             progress.say(line)
     if failed_gates and not options.allow_accuracy_drop:
         tried = {o.name: {str(a.get("change")) for a in o.fixes if not a.get("stage")} for o in built} \

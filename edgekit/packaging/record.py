@@ -12,7 +12,7 @@ from .data import PreparedData
 from .gates import GateFailure
 from .options import PackageOptions
 from .preflight import MIN_VALIDATION_SAMPLES
-from ..validation_record import ArtifactRecord, DataRecord, ValidationRecord
+from ..validation_record import ArtifactRecord, DataRecord, ValidationRecord, Verdict
 from .validate import Measured, silent_outputs
 from .verdict import undecided as undecided_gates
 
@@ -39,12 +39,13 @@ def validation_record(
     for name, comparison in comparisons.items():
         if comparison is None:
             reason = unmeasured.get(name, "no runtime for it on this machine")
-            artifacts[name] = ArtifactRecord(measured=False, reason=f"not measurable here: {reason}")
+            artifacts[name] = ArtifactRecord(measured=False, reason=f"not measurable here: {reason}",
+                                             verdict=Verdict.UNVERIFIED)
         else:
             # a pass the sample cannot support is not a pass: passed stays null, the gates that need more say so
             open_gates = () if failures.get(name) else undecided_gates(comparison, data.evaluation_count)
             artifacts[name] = ArtifactRecord(
-                measured=True, passed=False if failures.get(name) else (None if open_gates else True),
+                measured=True, verdict=Verdict.of(True, bool(failures.get(name)), bool(open_gates)),
                 metrics=measured_record(comparison, measured_by.get(name)),
                 gates=tuple(f.to_dict() for f in failures.get(name, [])), notes=tuple(notes.get(name) or ()),
                 undecided=tuple(u.to_dict() for u in open_gates))

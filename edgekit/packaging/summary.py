@@ -8,15 +8,18 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from .verdict import undecided, undecided_line
+from ..validation_record import ValidationRecord, Verdict
+from .verdict import Undecided, undecided_line
 
 
-def lines(outcomes: list[Any], kept_failed: bool, left_out: list[Any] = (), samples: int | None = None) -> list[str]:
+def lines(outcomes: list[Any], kept_failed: bool, left_out: list[Any] = (),
+          validation: ValidationRecord | None = None) -> list[str]:
     """One line per format outcome (``packaging.each_format.FormatOutcome``); ``kept_failed``: failed
     artifacts stay in the package (``--allow-accuracy-drop``); ``left_out``: refused formats the
-    package is written without (``partial.py``); ``samples``: the validation samples, for a pass
-    they cannot support (``verdict.py``: not decidable). Where a failed gate stops the package, the
-    artifacts that passed are not shipped either: their lines say so."""
+    package is written without (``partial.py``); ``validation``: the package's record, whose
+    verdicts (a pass the sample cannot support: not decidable) the lines say, never decide again.
+    Where a failed gate stops the package, the artifacts that passed are not shipped either: their
+    lines say so."""
     stopped = not kept_failed and any(o.failures for o in outcomes if o.error is None and not any(o is r for r in left_out))
     shipped = "passes (not shipped: the package is refused)" if stopped else "shipped"
     found = []
@@ -34,7 +37,8 @@ def lines(outcomes: list[Any], kept_failed: bool, left_out: list[Any] = (), samp
         elif outcome.comparison is None:
             found.append(f"{outcome.name}: built, unverified {artifact.precision}: not measured here, no verdict"
                          f"{timing}")
-        elif not outcome.failures and samples is not None and (open_gates := undecided(outcome.comparison, samples)):
+        elif validation is not None and (record := validation.artifact(outcome.name)).verdict is Verdict.NOT_DECIDABLE:
+            open_gates = [Undecided(**dict(u)) for u in record.undecided]
             found.append(f"{undecided_line(outcome.name, open_gates)}; {artifact.precision}, written{timing}")
         elif not outcome.failures and (slower := _slower_than_float(artifact)):
             found.append(f"{outcome.name}: {artifact.precision} passes ({_tightest(outcome.comparison)}) but {slower}: "

@@ -12,7 +12,7 @@ from edgekit.packaging.confirmation import confirm
 from edgekit.packaging.validate import Judging, Measured
 from edgekit.packaging.verdict import MIN_SAMPLES_FOR_A_PASS, samples_to_decide, undecided
 from edgekit.comparison.metrics import compare_outputs
-from edgekit.validation_record import ArtifactRecord, ValidationRecord
+from edgekit.validation_record import ArtifactRecord, ValidationRecord, Verdict
 
 
 def scores(n: int, classes: int = 7, seed: int = 0) -> np.ndarray:
@@ -74,7 +74,7 @@ def test_any_pass_needs_a_floor_of_samples_whatever_its_gate():
 
 
 def test_an_undecided_artifact_is_recorded_as_neither_passed_nor_failed():
-    record = ArtifactRecord(passed=None, metrics={"sqnr_db": 40.0},
+    record = ArtifactRecord(verdict=Verdict.NOT_DECIDABLE, metrics={"sqnr_db": 40.0},
                             undecided=({"output": "probs", "gate": "top1_agreement", "have": 18, "needed": 100,
                                         "unit": "samples", "samples_needed": 100},))
     validation = ValidationRecord(passed=None, decided=False, artifacts={"tflite": record})
