@@ -143,12 +143,12 @@ def write_digit_images(root: Path, x: np.ndarray, y: np.ndarray) -> None:
 
 @pytest.fixture(scope="session")
 def digits_all_package(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The digits model packaged for every target (tflite, onnx, coreml) from one calibration."""
-    import edgekit
-    from edgekit.formats import FORMATS as TARGETS
+    """The digits model packaged for every format from one calibration: the README tour's first
+    command, run once as a user runs it (``tests/tour.py``; its calibration data are uint8, so the
+    tour's ``--preprocessing 0..1`` is the scale edgekit infers without it). Read-only."""
+    from tests.tour import tour_package
 
-    return built_once(tmp_path_factory, "digits_all", lambda out: edgekit.package(
-        str(DIGITS_MODEL), str(CALIBRATION), str(out), eval=str(EVAL), targets=list(TARGETS)).path)
+    return tour_package(tmp_path_factory) / "dist" / "digits.edgekit"
 
 
 def run_python(code: str) -> str:
