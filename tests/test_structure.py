@@ -507,15 +507,16 @@ def _worker_calls(tree: ast.Module) -> list[tuple[str, ast.Call]]:
 
 
 def test_the_formats_read_their_converter_children_by_type():
-    """A format sends a frozen request to its converter child and reads a frozen report by
-    attribute (``worker.convert``): never keyword JSON in (``worker.call``) and a dict read by
-    string key out. Every step it sends is ``step(request: Message) -> Message``."""
+    """A format (and the simulation, a builder too) sends a frozen request to its converter child
+    and reads a frozen report by attribute (``worker.convert``): never keyword JSON in
+    (``worker.call``) and a dict read by string key out. Every step it sends is
+    ``step(request: Message) -> Message``."""
     import importlib
 
     from edgekit.conversion.messages import request_and_report
 
     untyped, steps = [], 0
-    for path in (PACKAGE / "formats").rglob("*.py"):
+    for path in [*(PACKAGE / "formats").rglob("*.py"), *(PACKAGE / "simulation").rglob("*.py")]:
         module = None
         for kind, call in _worker_calls(parsed(path)):
             if kind == "call":
@@ -532,7 +533,7 @@ def test_the_formats_read_their_converter_children_by_type():
             request_and_report(function)  # raises for a step not of that shape
             steps += 1
     assert not untyped, untyped
-    assert steps >= 12, steps  # each format's conversions (and the reads of what they wrote)
+    assert steps >= 15, steps  # each format's conversions (and the reads of what they wrote), the simulation's
 
 
 def _step_in_folder(folder: Path, name: str):

@@ -12,7 +12,8 @@ from typing import Any, ClassVar
 from ..conversion import worker
 from ..formats.building import BuildContext, Builder, BuildResult
 from ..manifest import Artifact, QuantParams
-from .graph import activation_ranges, layer_report, simulated_graph
+from .convert import (LayerReportRequest, RangesRequest, SimulationRequest, calibrate, report_layers,
+                      simulate)
 
 ARTIFACT_PATH = "simulation/model.sim.onnx"
 
@@ -33,38 +34,37 @@ class SimulatedBuilder(Builder):
     def calibrate(self, context: BuildContext) -> int:
         """The activation ranges, once: one pass of the float graph over the calibration samples."""
         self.ranges_json = str(context.workdir / "simulation-ranges.json")
-        found = worker.call(activation_ranges, what="INT8 simulation: activation ranges", timeout=context.timeout_s,
-                            float_onnx=self.float_onnx, calibration_npy=context.calibration_npy,
-                            output=self.ranges_json)
-        self.module_paths = dict(found.get("module_paths") or {})
-        return int(found["tensors"])
+        found = worker.convert(calibrate, RangesRequest(self.float_onnx, context.calibration_npy, self.ranges_json),
+                               what="INT8 simulation: activation ranges", timeout=context.timeout_s)
+        self.module_paths = dict(found.module_paths)
+        return found.tensors
 
     def build(self, context: BuildContext, on_progress: Callable[[int, int], None] | None = None) -> BuildResult:
         if self.ranges_json is None:
             self.calibrate(context)
         output = Path(context.package_dir) / ARTIFACT_PATH
         output.parent.mkdir(parents=True, exist_ok=True)
-        info = worker.call(simulated_graph, what="INT8 simulation", timeout=context.timeout_s,
-                           float_onnx=self.float_onnx, ranges_json=self.ranges_json, output=str(output),
-                           floats=list(context.plan.floats), layer_names=list(context.layer_names))
+        assert self.ranges_json is not None
+        report = worker.convert(simulate, SimulationRequest(
+            self.float_onnx, self.ranges_json, str(output), tuple(context.plan.floats), tuple(context.layer_names)),
+            what="INT8 simulation", timeout=context.timeout_s)
         self.builds += 1
         details: dict[str, Any] = {
-            "weighted_layers": info["weighted_layers"],
-            "precision": {"ops": {"integer_weighted": len(info["int8_layers"])},
-                          "float_layers": info["float_layers"]},
+            "weighted_layers": list(report.weighted_layers),
+            "precision": {"ops": {"integer_weighted": len(report.int8_layers)},
+                          "float_layers": list(report.float_layers)},
         }
         if context.explain_npy:
-            details["explain"] = worker.call(layer_report, what="INT8 simulation: per-layer report",
-                                             timeout=context.timeout_s, float_onnx=self.float_onnx,
-                                             simulated_onnx=str(output), samples_npy=context.explain_npy,
-                                             layer_names=list(context.layer_names))
-        floats = len(info["float_layers"])
-        precision = ("float" if not info["int8_layers"] else
+            details["explain"] = worker.convert(report_layers, LayerReportRequest(
+                self.float_onnx, str(output), context.explain_npy, tuple(context.layer_names)),
+                what="INT8 simulation: per-layer report", timeout=context.timeout_s).rows
+        floats = len(report.float_layers)
+        precision = ("float" if not report.int8_layers else
                      f"int8+float ({floats} layer{'s' if floats != 1 else ''})" if floats else "int8")
         return BuildResult(artifact=Artifact(
             format=self.name, path=ARTIFACT_PATH, sha256="", bytes=output.stat().st_size, precision=precision,
             inputs=[QuantParams(name=n, dtype="float32") for n in self.inputs],
             outputs=[QuantParams(name=n, dtype="float32") for n in self.outputs],
             converter={"tool": "edgekit INT8 simulation (per-channel int8 weights, per-tensor int8 activations, "
-                               "float arithmetic in ONNX Runtime)", "pairs": info["pairs"]},
+                               "float arithmetic in ONNX Runtime)", "pairs": report.pairs},
             details=details))

@@ -1,0 +1,78 @@
+"""The simulation's converter steps, child side, as typed messages: the activation ranges once,
+a plan's simulated graph per try, and the per-layer report. Each wraps the graph functions of
+``graph.py`` (which tests also call directly) and answers with a frozen report the builder
+reads by attribute (``worker.convert``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..conversion.messages import Message
+from .graph import activation_ranges, layer_report, simulated_graph
+
+
+@dataclass(frozen=True)
+class RangesRequest(Message):
+    """One pass of the float graph over the calibration samples; the ranges go to ``output``."""
+
+    float_onnx: str
+    calibration_npy: str
+    output: str
+
+
+@dataclass(frozen=True)
+class RangesReport(Message):
+    samples: int
+    tensors: int  # the float tensors ranged
+    module_paths: dict[str, str]  # ONNX node -> its PyTorch module (``graph.module_paths``)
+
+
+@dataclass(frozen=True)
+class SimulationRequest(Message):
+    """A plan's simulated graph: ``floats`` left in float, every other layer on the int8 grid."""
+
+    float_onnx: str
+    ranges_json: str
+    output: str
+    floats: tuple[str, ...]
+    layer_names: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class SimulationReport(Message):
+    pairs: int  # activation quantize/dequantize pairs written
+    weighted_layers: tuple[str, ...]
+    float_layers: tuple[str, ...]
+    int8_layers: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class LayerReportRequest(Message):
+    float_onnx: str
+    simulated_onnx: str
+    samples_npy: str
+    layer_names: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class LayerReport(Message):
+    rows: list[dict[str, Any]]  # each computing layer against float, stored as made
+
+
+def calibrate(request: RangesRequest) -> RangesReport:
+    found = activation_ranges(request.float_onnx, request.calibration_npy, request.output)
+    return RangesReport(samples=int(found["samples"]), tensors=int(found["tensors"]),
+                        module_paths=dict(found.get("module_paths") or {}))
+
+
+def simulate(request: SimulationRequest) -> SimulationReport:
+    found = simulated_graph(request.float_onnx, request.ranges_json, request.output, list(request.floats),
+                            list(request.layer_names))
+    return SimulationReport(pairs=int(found["pairs"]), weighted_layers=tuple(found["weighted_layers"]),
+                            float_layers=tuple(found["float_layers"]), int8_layers=tuple(found["int8_layers"]))
+
+
+def report_layers(request: LayerReportRequest) -> LayerReport:
+    return LayerReport(rows=layer_report(request.float_onnx, request.simulated_onnx, request.samples_npy,
+                                         list(request.layer_names)))
