@@ -13,6 +13,7 @@ it marks a record the parent stores without reading it (a per-layer report writt
 from __future__ import annotations
 
 import dataclasses
+import functools
 import types
 import typing
 from pathlib import Path
@@ -40,8 +41,17 @@ class Message:
         return cls(**{name: _decode(hints[name], value) for name, value in data.items()})
 
 
+@functools.lru_cache(maxsize=None)
 def _hints(cls: type) -> dict[str, Any]:
+    """A message class's field types, resolved once per process (each child step decodes one)."""
     return typing.get_type_hints(cls)
+
+
+@dataclasses.dataclass(frozen=True)
+class PathRequest(Message):
+    """A step that reads one file: an artifact or a graph, by its path."""
+
+    path: str
 
 
 def _encode(value: Any) -> Any:
@@ -85,6 +95,7 @@ def _decode(hint: Any, value: Any) -> Any:
     return value
 
 
+@functools.lru_cache(maxsize=None)
 def request_and_report(function: Any) -> tuple[type[Message], type[Message]]:
     """The request and report classes of a converter step ``convert(request) -> report``, read
     from its annotations; a step that is not of that shape is a programming error said here."""

@@ -127,9 +127,10 @@ def test_onnx_preparation_and_the_ort_tool_run_without_importing_pytorch(digits_
         import sys
         from pathlib import Path
         from edgekit.conversion.worker import ModuleRequest, module_main
-        from edgekit.formats.onnx.convert import GraphRequest, _pre_process, mobile_usability
+        from edgekit.conversion.messages import PathRequest
+        from edgekit.formats.onnx.convert import _pre_process, mobile_usability
         print(_pre_process({str(digits_onnx)!r}, {str(tmp_path / "prepared.onnx")!r}))
-        print(mobile_usability(GraphRequest({str(tmp_path / "prepared.onnx")!r})).record["tool"])
+        print(mobile_usability(PathRequest({str(tmp_path / "prepared.onnx")!r})).record["tool"])
         ran = module_main(ModuleRequest("onnxruntime.tools.convert_onnx_models_to_ort",
                           ({str(tmp_path / "prepared.onnx")!r}, "--output_dir", {str(tmp_path / "ort")!r},
                            "--optimization_style", "Fixed")))

@@ -26,11 +26,12 @@ from pathlib import Path
 from typing import Any
 
 from ...conversion import worker
+from ...conversion.messages import PathRequest
 from ...errors import ConversionError, EdgekitError, first_line
 from ...fsutil import sha256_file
 from ...manifest import Artifact, QuantParams
 from ..building import MINMAX, BuildContext, Builder, BuildResult, Fix, Variant
-from .convert import (ExplainRequest, GraphRequest, QuantizeReport, QuantizeRequest, SchemeBuild, explain,
+from .convert import (ExplainRequest, QuantizeReport, QuantizeRequest, SchemeBuild, explain,
                       mobile_usability, quantize, runtime_graph_or_error)
 from .kept import KEPT_TOOL, KeepRequest, keep, refuse_requantizing
 from .precision import analyse as analyse_precision
@@ -256,7 +257,7 @@ def _mobile_report(output: Path) -> dict[str, Any]:
     """The mobile usability report, or why there is none: informational, it never costs the
     artifact (ORT's checker has failed on graphs its runtime runs, e.g. a TF export's MirrorPad)."""
     try:
-        return worker.convert(mobile_usability, GraphRequest(str(output)), what="ONNX mobile usability check").record
+        return worker.convert(mobile_usability, PathRequest(str(output)), what="ONNX mobile usability check").record
     except EdgekitError as exc:
         return {"tool": "onnxruntime.tools.mobile_helpers.usability_checker", "error": exc.message}
 
@@ -307,6 +308,6 @@ def _runtime_graph(path: str) -> dict[str, Any]:
     in the runtime is never the packager's end, and its session's memory goes with the child);
     a failure to read it is recorded, never the artifact's failure."""
     try:
-        return worker.convert(runtime_graph_or_error, GraphRequest(path), what="ONNX Runtime's optimized graph").record
+        return worker.convert(runtime_graph_or_error, PathRequest(path), what="ONNX Runtime's optimized graph").record
     except EdgekitError as exc:
         return {"error": first_line(exc)[:200]}

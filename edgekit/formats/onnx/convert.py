@@ -17,7 +17,7 @@ import numpy as np
 
 from ...conversion import worker
 from ...conversion.layer_names import in_layer
-from ...conversion.messages import Message
+from ...conversion.messages import Message, PathRequest
 from ...errors import ConversionError, EdgekitError, OTHER_ROUTES, first_line
 from ..building import MINMAX, read_samples, worst_layers
 from ..plan import FLAGS, FLOAT, INT16, PrecisionPlan
@@ -82,11 +82,6 @@ class ExplainRequest(Message):
 @dataclass(frozen=True)
 class ExplainReport(Message):
     rows: list[dict[str, Any]]  # worst layers first, stored as made
-
-
-@dataclass(frozen=True)
-class GraphRequest(Message):
-    path: str
 
 
 @dataclass(frozen=True)
@@ -508,7 +503,7 @@ def _saved_activations(session: Any, feed: dict[str, np.ndarray], postfix: str) 
             if output.name.endswith(postfix)}
 
 
-def mobile_usability(request: GraphRequest) -> GraphRecord:
+def mobile_usability(request: PathRequest) -> GraphRecord:
     """How much of the graph NNAPI and the CoreML EPs would take, as-is and with fixed shapes."""
     import logging
     import tempfile
@@ -545,7 +540,7 @@ def mobile_usability(request: GraphRequest) -> GraphRecord:
     return GraphRecord(record=report)
 
 
-def runtime_graph_or_error(request: GraphRequest) -> GraphRecord:
+def runtime_graph_or_error(request: PathRequest) -> GraphRecord:
     """Child side of ``_runtime_graph``: the counts, or the error ONNX Runtime raised reading them."""
     from .fused import runtime_graph
 

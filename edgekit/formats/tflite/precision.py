@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from ...conversion.layer_names import layer_of
-from ...conversion.messages import Message
+from ...conversion.messages import Message, PathRequest
 from ...manifest import QuantParams
 from ..precision import Precision
 
@@ -80,11 +80,6 @@ class SignatureTensor(Message):
 
     def params(self) -> QuantParams:
         return QuantParams(self.name, self.dtype, self.scale, self.zero_point)
-
-
-@dataclass(frozen=True)
-class PathRequest(Message):
-    path: str
 
 
 @dataclass(frozen=True)
