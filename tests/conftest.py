@@ -7,6 +7,7 @@ runtime; TensorFlow runs only in child processes, as in production.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -102,6 +103,23 @@ def verdict_model(tmp_path_factory: pytest.TempPathFactory, name: str) -> Path:
         return folder / name
 
     return built_once(tmp_path_factory, name.replace("_", "-"), build)
+
+
+def outlier_cnn_searched(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess[str]]:
+    """The verdict models' ``outlier_cnn`` packaged once per test run for every format with default
+    flags (the simulated search, each format's own, the float fallbacks): the package and its
+    command's result. The search's tests read facets of this one package."""
+    model = verdict_model(tmp_path_factory, "outlier_cnn")
+
+    def build(folder: Path) -> Path:
+        result = edgekit_cli("package", model / "outlier_cnn.keras", "-c", model / "calibration.npz", "--eval",
+                             model / "eval.npz", "--format", "all", "--profile", "x86-cpu", "-o", folder)
+        (folder / "result.json").write_text(json.dumps([result.returncode, result.stdout, result.stderr]))
+        return folder
+
+    folder = built_once(tmp_path_factory, "outlier-cnn-searched", build)
+    code, out, err = json.loads((folder / "result.json").read_text())
+    return folder / "outlier_cnn.edgekit", subprocess.CompletedProcess(["edgekit", "package"], code, out, err)
 
 
 def run_cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:

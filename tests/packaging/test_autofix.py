@@ -13,7 +13,7 @@ from edgekit.packaging.validate import Measured
 from edgekit.kinds import infer
 from edgekit.comparison.metrics import compare_outputs
 from edgekit.kinds import evaluate
-from tests.conftest import ROOT, edgekit_cli, verdict_model
+from tests.conftest import ROOT, edgekit_cli, outlier_cnn_searched, verdict_model
 
 STRUCTURE = {"op": "concat", "axis": 1, "node": "head", "parts": [{"size": 4, "op": "values"},
                                                                   {"size": 3, "op": "sigmoid"}]}
@@ -86,7 +86,6 @@ def test_default_flags_search_the_layers_a_failing_gate_needs_in_higher_precisio
     half of the held-out samples no try was judged by."""
     folder = verdict_model(tmp_path_factory, "outlier_cnn")
     data = ("-c", folder / "calibration.npz", "--eval", folder / "eval.npz", "--profile", "x86-cpu")
-    common = (*data, "--format", "tflite", "--format", "onnx", "--format", "coreml")
     # plain INT8's messages, on one format (the searched run below records each format's plain build)
     plain = edgekit_cli("package", folder / "outlier_cnn.keras", *data, "--format", "tflite",
                         "-o", tmp_path / "plain", "--no-auto-fix")
@@ -94,9 +93,9 @@ def test_default_flags_search_the_layers_a_failing_gate_needs_in_higher_precisio
     assert "tflite: refused: output 'output_0' (classes): top1_agreement" in plain.stdout
     assert "best configuration plain INT8" in plain.stdout
     assert "without --no-auto-fix, edgekit searches" in plain.stderr
-    searched = edgekit_cli("package", folder / "outlier_cnn.keras", *common, "-o", tmp_path / "out")
+    package, searched = outlier_cnn_searched(tmp_path_factory)  # the same flags with --format all
     assert searched.returncode == 0, searched.stderr
-    manifest = json.loads((tmp_path / "out" / "outlier_cnn.edgekit" / "manifest.json").read_text())
+    manifest = json.loads((package / "manifest.json").read_text())
     # one search on the INT8 simulation; its plan built by every format first
     assert "INT8 simulation: --keep-float" in searched.stdout and "passes every gate" in searched.stdout
     for fmt in ("tflite", "onnx", "coreml"):  # CoreML: no per-layer report; its weighted layers are probed

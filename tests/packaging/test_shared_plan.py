@@ -8,23 +8,22 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import edgekit_cli, verdict_model
+from tests.conftest import edgekit_cli, outlier_cnn_searched, verdict_model
 
 
 @pytest.mark.slow
-def test_one_simulated_search_gives_the_plan_every_format_builds(tmp_path_factory, tmp_path):
+def test_one_simulated_search_gives_the_plan_every_format_builds(tmp_path_factory):
     """outlier_cnn: two channels of conv2's output 25x the rest; plain INT8 fails its 99% gate.
     The simulation finds the tensor's writer and reader in float; each format builds that plan
     first and records the simulated margins beside its own."""
-    model = verdict_model(tmp_path_factory, "outlier_cnn")
-    result = edgekit_cli("package", model / "outlier_cnn.keras", "-c", model / "calibration.npz", "--eval",
-                         model / "eval.npz", "--format", "all", "--no-also-float", "-o", tmp_path)
+    package, result = outlier_cnn_searched(tmp_path_factory)  # --format all, default flags
     assert result.returncode == 0, result.stderr[-3000:]
     said = [line for line in result.stdout.splitlines() if line.startswith("INT8 simulation: --keep-float")]
     assert said and "passes every gate" in said[0], result.stdout[-3000:]
-    manifest = json.loads((tmp_path / "outlier_cnn.edgekit" / "manifest.json").read_text())
-    mains = [a for a in manifest["artifacts"] if not a.get("variant")]
-    assert {a["format"] for a in mains} == {"tflite", "onnx", "coreml", "executorch"}
+    manifest = json.loads((package / "manifest.json").read_text())
+    # each format's INT8 build (not the u8s8/u8s7 variants, not the float fallbacks)
+    mains = [a for a in manifest["artifacts"] if not a.get("variant") and a["precision"].startswith("int8")]
+    assert sorted(a["format"] for a in mains) == ["coreml", "executorch", "onnx", "tflite"]
     for artifact in mains:
         simulation = artifact["details"]["simulation"]
         assert simulation["passed"] and set(simulation["plan"]) >= {"conv2", "conv3"}
