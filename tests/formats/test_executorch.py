@@ -239,7 +239,12 @@ def test_an_onnx_model_reaches_executorch_through_the_pytorch_rebuild_with_its_n
     assert result.returncode == 0, result.stderr[-3000:]
     package = tmp_path / "out" / "net.edgekit"
     manifest = json.loads((package / "manifest.json").read_text())
-    assert manifest["validation"]["artifacts"]["executorch"]["verdict"] == "passed"
+    record = manifest["validation"]["artifacts"]["executorch"]
+    assert record["verdict"] == "passed"
+    # no float fallback asked for: no float program lowered, the exported one (run by PyTorch) is the
+    # conversion's float reference
+    conversion = record["float_conversion"]
+    assert "not lowered" in conversion["evaluated"] and conversion["sqnr_db"] > 60
     (artifact,) = manifest["artifacts"]
     assert "ONNX -> PyTorch" in artifact["converter"]["tool"]
     assert artifact["details"]["placement"]["layers"][head] == "float"  # by its ONNX name, as lowered

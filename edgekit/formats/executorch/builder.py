@@ -2,9 +2,11 @@
 PT2E static INT8 (``convert.py``, in a converter child); a quantized source's QDQ graph lowered
 with its own quantize pairs instead (``convert_executorch_kept``).
 
-The float program (lowered the same way) is the float reference of the conversion, so that
-validation tells a conversion loss from a quantization loss, and the float fallback. It does not
-depend on the precision plan: a search's tries lower it once (``_float_program``). Both run in
+The float program (lowered the same way) is the float fallback and then the float reference of
+the conversion, so that validation tells a conversion loss from a quantization loss; without a
+fallback (``--no-also-float``) it is not lowered (that costs about as much as the INT8 program),
+and the exported float program's outputs, run by PyTorch, are the reference. Neither depends on
+the precision plan: a search's tries make them once (``_float_program``). The programs run in
 ExecuTorch's runtime like the artifact (validation's child). What runs where and in what
 precision is read back from the lowered program by the child: the label, the float ops and the
 XNNPACK placement recorded here.
@@ -38,12 +40,18 @@ class ExecuTorchBuilder(Builder):
         if context.source_precision.learned and context.model.loader == ONNX_REBUILD:
             return self._build_kept(context, output, on_progress)
         float_program = _float_program(context)
+        # the float program is lowered only where it ships (the fallback); otherwise the exported
+        # float program's outputs are the conversion's float reference
+        lowered = bool(context.option("also_float"))
+        float_outputs = float_program.with_suffix(".outputs.npz") if not lowered else None
         report = worker.convert(convert_executorch, ExecuTorchRequest(
             model=context.model,
             calibration_npy=context.calibration_npy,
             output=str(output),
             output_names=tuple(context.output_names),
-            float_output=None if float_program.is_file() else str(float_program),
+            float_output=None if not lowered or float_program.is_file() else str(float_program),
+            float_outputs=None if float_outputs is None or float_outputs.is_file() else str(float_outputs),
+            eval_npy=context.eval_npy if float_outputs is not None else None,
             plan=context.plan,
             # a module rebuilt from ONNX names its layers by ONNX node; a PyTorch program by module path
             layer_names=tuple(context.layer_names) if context.model.loader == ONNX_REBUILD else (),
@@ -52,9 +60,12 @@ class ExecuTorchBuilder(Builder):
         precision = report.precision
         fallback = {"fallback_model": str(float_program), "fallback_precision": "float32"} \
             if context.option("also_float") else {}
+        reference = {"float_model": str(float_program), "float_by": "float ExecuTorch program (XNNPACK), ExecuTorch runtime"} \
+            if lowered else {"float_evaluated_npy": str(float_outputs),
+                             "float_by": "the exported float program (torch.export, not lowered: no float fallback "
+                                         "asked for), PyTorch"}
         return BuildResult(
-            float_model=str(float_program),
-            float_by="float ExecuTorch program (XNNPACK), ExecuTorch runtime",
+            **reference,
             **fallback,
             artifact=Artifact(
                 format=self.name,

@@ -44,13 +44,17 @@ OTHER_ROUTES = "build the other formats (--format tflite, onnx or coreml) for th
 class ExecuTorchRequest(Message):
     """One ``.pte`` build: the ``plan`` names layers by module path, or by ONNX node on a module
     rebuilt from ONNX (``layer_names``, that graph's nodes); ``explain_npy``: samples for the
-    per-layer report. ``float_output``: where the float program goes (``None``: built already)."""
+    per-layer report. ``float_output``: where the float program goes (``None``: built already, or
+    not shipped); ``float_outputs``: with no float program to run, where the exported float
+    program's outputs on ``eval_npy``'s samples go (the conversion's float reference)."""
 
     model: ModelForm
     calibration_npy: str
     output: str
     output_names: tuple[str, ...]
     float_output: str | None = None
+    float_outputs: str | None = None
+    eval_npy: str | None = None
     plan: PrecisionPlan = PrecisionPlan()  # its float layers (the route builds no int16)
     layer_names: tuple[str, ...] = ()
     explain_npy: str | None = None
@@ -146,10 +150,28 @@ def convert_executorch(request: ExecuTorchRequest) -> ExecuTorchReport:
     placement, precision = _lower_and_write(quantized, output, io, named)
     seconds = time.perf_counter() - started
     float_placement = _lower_and_write(exported, float_output, io, named)[0] if float_output else None
+    if request.float_outputs and request.eval_npy:
+        _write_float_outputs(exported, _samples(request.eval_npy, names), output_names, request.float_outputs)
     return ExecuTorchReport(
         torch=torch.__version__, executorch=_version("executorch"), seconds=round(seconds, 3), inputs=tuple(names),
         placement=placement, float_placement=float_placement, precision=ProgramPrecision.from_json(precision),
         explain=explained, weighted_layers=tuple(_weighted_layers(exported.graph_module, named)))
+
+
+def _write_float_outputs(exported: Any, samples: list[tuple[Any, ...]], output_names: list[str], path: str) -> None:
+    """The exported float program run by PyTorch on each sample, saved by output name (temp name,
+    then rename): the conversion's float reference where no float program is lowered (lowering one
+    costs about as much as the INT8 program's own, for a file the package would not ship)."""
+    import torch
+
+    program = exported.module()
+    with torch.no_grad():
+        rows = [[np.asarray(o.detach().numpy()) for o in program(*sample)] for sample in samples]
+    stacked = {name: np.concatenate([row[i] for row in rows]) for i, name in enumerate(output_names)}
+    target = Path(path)
+    partial = target.with_name(target.name + ".partial.npz")
+    np.savez(partial, **stacked)
+    partial.replace(target)
 
 
 def positional(module: Any) -> Any:
