@@ -29,10 +29,11 @@ from pathlib import Path
 from . import worker
 
 log = logging.getLogger("edgekit.worker")
-MAX_STEPS = 256  # steps one child runs before it is replaced. Memory is bounded by MAX_CHILD_RSS (TensorFlow's
+MAX_STEPS = 1024  # steps one child runs before it is replaced. Memory is bounded by MAX_CHILD_RSS (TensorFlow's
 # converter leaks per call: ~10 MB per packaging run of ~20 steps, measured); the count bounds the rest a long-lived
 # child may gather. At 24 a search replaced its child every 15 s; at 64 every third packaging run re-imported its
-# converters (10-15 s each)
+# converters (10-15 s each); at 256 a child that had built 16 PyTorch packages (every format, each artifact run
+# counted as a step) in 2 minutes was replaced holding 1.1 GB, well under MAX_CHILD_RSS
 MAX_CHILD_RSS = 2 * 2**30  # a child holding more memory than this after a step is replaced (Linux: /proc)
 
 

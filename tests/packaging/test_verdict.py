@@ -155,22 +155,15 @@ def test_the_runtime_respects_the_verdict(zoo, tmp_path):
 def test_a_yolov5_export_levels_joined_on_the_anchor_axis_is_a_detector(zoo, tmp_path):
     """YOLOv5 joins [box | sigmoid(obj + classes)] per level on the last axis, then the levels on the
     anchor axis: the quantities are found inside the levels, through the Reshape that keeps the last
-    axis, and the collapsed scores are refused by plain INT8. The format's own search (the subject
-    here, so --no-simulate) raises a block to 16-bit activations (before float) and ships a
-    detector checked on its task."""
+    axis, and the collapsed scores are refused by plain INT8, naming the joining Concat's 16-bit
+    activations first. (A detector's search on that fix: the YOLO head above, on ONNX and TFLite.)"""
     pytest.importorskip("torch")
     yolo = zoo("yolov5")
-    # the search needs 8 tries here, about 60 s on a quiet 2-core machine: more than its default budget's
-    # 45 s floor allows on a busy one (4 tries), so the budget is given (what is found is under test, not the time)
-    searched = edgekit_cli("package", yolo / "yolov5.onnx", "-c", yolo / "images.npz", "--format", "onnx",
-                           "-o", tmp_path / "searched", "--no-also-float", "--search-budget", "300", "--no-simulate")
-    assert searched.returncode == 0, searched.stderr[-3000:]
+    refused = edgekit_cli("package", yolo / "yolov5.onnx", "-c", yolo / "images.npz", "--format", "onnx",
+                          "-o", tmp_path, "--no-also-float", "--no-auto-fix", "--no-simulate")
+    assert_user_error(refused, "INT8 validation failed")
     assert ("output0: detections:yolov5, YOLOv5 layout [N, A, 10], from Concat(axis=2) of 4 box rows and 1 "
-            "objectness row and 5 class rows, 2 levels joined on axis 1") in searched.stdout
-    manifest = json.loads((tmp_path / "searched" / "yolov5.edgekit" / "manifest.json").read_text())
-    plain = manifest["validation"]["artifacts"]["onnx"]["auto_fix"][0]["before"]  # what plain INT8 failed
-    assert any(gate.startswith("output0 ") and gate.endswith("rows 4..9") for gate in plain["gates"]), plain
-    artifact = next(a for a in manifest["artifacts"] if a["format"] == "onnx" and not a.get("variant"))
-    assert "int16" in artifact["details"]["precision_plan"]["layers"].values()
-    task = manifest["validation"]["artifacts"]["onnx"]["tasks"]["output0"]
-    assert task["passed"] and task["values"]["recall"] >= 0.9
+            "objectness row and 5 class rows, 2 levels joined on axis 1") in refused.stdout
+    assert "(detections:yolov5)" in refused.stderr and "recall" in refused.stderr
+    assert "output 'output0' rows 4..9 of axis 2 (sigmoid rows" in refused.stderr  # the scores, inside the levels
+    assert "fix: --int16-activations /Concat_16 or --keep-float /Concat_16" in refused.stderr  # 16-bit first
