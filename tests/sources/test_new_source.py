@@ -66,7 +66,7 @@ def test_a_toy_source_is_one_module_and_reaches_every_format(tmp_path):
     assert "linear -> onnx-to-torch -> torch-program -> tflite" in routes.stdout
     assert "linear -> onnx-to-torch -> torch-module -> coreml" in routes.stdout
     built = child("-m", "edgekit.cli", "package", tmp_path / "dense.linear.npz", "-c", tmp_path / "calibration.npz",
-                  "--format", "all", "--also-float", "-o", tmp_path / "out")
+                  "--format", "all", "--no-also-float", "-o", tmp_path / "out")
     assert built.returncode == 0, built.stderr[-3000:]
     package = tmp_path / "out" / "dense.linear.edgekit"
     manifest = json.loads((package / "manifest.json").read_text())
