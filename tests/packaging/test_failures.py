@@ -7,6 +7,7 @@ Real converters in child processes; every failure is one clear error and leaves 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -60,9 +61,14 @@ def test_disk_full_while_writing_the_package(full_dir, own_tmpdir):
     assert leftovers(own_tmpdir, full_dir / "dist") == []
 
 
-def test_two_runs_racing_into_one_outdir(tmp_path, own_tmpdir):
+def test_two_runs_racing_into_one_outdir(tmp_path, own_tmpdir, digits_all_package):
+    """Two commands started together, packaging the same model into one folder: one publishes, the
+    other says why it did not, and neither leaves anything behind. (The digits model's float ONNX
+    for ONNX: two whole commands as a user starts them, without TensorFlow's start-up in each.)"""
     out = tmp_path / "dist"
-    command = [sys.executable, "-m", "edgekit.cli", "package", str(DIGITS_MODEL), "-c", str(CALIBRATION),
+    source = tmp_path / "digits.onnx"
+    shutil.copyfile(digits_all_package / "onnx" / "model.float32.onnx", source)
+    command = [sys.executable, "-m", "edgekit.cli", "package", str(source), "--format", "onnx", "-c", str(CALIBRATION),
                "--eval", str(EVAL), "-o", str(out)]
     env = {**os.environ, "TMPDIR": str(own_tmpdir)}
     runs = [subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
@@ -79,25 +85,28 @@ def test_two_runs_racing_into_one_outdir(tmp_path, own_tmpdir):
 
 def test_constant_outputs_never_pass_validation(tmp_path, own_tmpdir):
     """Outputs near 1000 that differ by 1e-3: the INT8 output scale (~4) rounds them all to one value."""
-    model = tmp_path / "flat.keras"
-    run_tf(f"""
-        import keras
-        keras.utils.set_random_seed(0)
-        inputs = keras.Input((8, 8, 1))
-        x = keras.layers.Flatten()(inputs)
-        out = keras.layers.Dense(10, kernel_initializer=keras.initializers.RandomNormal(stddev=1e-4),
-                                 bias_initializer=keras.initializers.Constant(1000.0))(x)
-        keras.Model(inputs, out).save({str(model)!r})
-    """)
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    model = tmp_path / "flat.onnx"
+    weights = [numpy_helper.from_array(rng.normal(0, 1e-4, (64, 10)).astype(np.float32), "w"),
+               numpy_helper.from_array(np.full(10, 1000.0, np.float32), "b"),
+               numpy_helper.from_array(np.array([-1, 64], np.int64), "flat")]
+    graph = helper.make_graph(
+        [helper.make_node("Reshape", ["image", "flat"], ["x"], name="flatten"),
+         helper.make_node("Gemm", ["x", "w", "b"], ["scores"], name="dense")], "flat",
+        [helper.make_tensor_value_info("image", TensorProto.FLOAT, ["batch", 8, 8, 1])],
+        [helper.make_tensor_value_info("scores", TensorProto.FLOAT, ["batch", 10])], weights)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(model))
     x, _ = load_npz(CALIBRATION)
     np.save(tmp_path / "calib.npy", x[:120])  # unlabeled: no accuracy gate would catch it
-    result = edgekit_cli("package", model, "-c", tmp_path / "calib.npy", "-o", tmp_path / "out",
-                         env={"TMPDIR": str(own_tmpdir)})
+    common = (model, "--format", "onnx", "-c", tmp_path / "calib.npy", "-o", tmp_path / "out")
+    result = edgekit_cli("package", *common, env={"TMPDIR": str(own_tmpdir)})
     assert_user_error(result, "carries no signal", "the outputs are the same for all")
     assert not (tmp_path / "out" / "flat.edgekit").exists()
     assert leftovers(own_tmpdir, tmp_path / "out") == []
-    kept = edgekit_cli("package", model, "-c", tmp_path / "calib.npy", "-o", tmp_path / "out",
-                       "--allow-accuracy-drop")
+    kept = edgekit_cli("package", *common, "--allow-accuracy-drop")
     assert kept.returncode == 0, kept.stderr
     assert "failed validation" in kept.stderr
 
