@@ -58,15 +58,16 @@ class ExecuTorchBuilder(Builder):
             explain_npy=context.explain_npy,
         ), what="ExecuTorch conversion (PT2E + XNNPACK)", timeout=context.timeout_s, on_progress=on_progress)
         precision = report.precision
-        fallback = {"fallback_model": str(float_program), "fallback_precision": "float32"} \
-            if context.option("also_float") else {}
-        reference = {"float_model": str(float_program), "float_by": "float ExecuTorch program (XNNPACK), ExecuTorch runtime"} \
-            if lowered else {"float_evaluated_npy": str(float_outputs),
-                             "float_by": "the exported float program (torch.export, not lowered: no float fallback "
-                                         "asked for), PyTorch"}
+        if lowered:  # the fallback, and the reference the conversion is measured against
+            reference = {"float_model": str(float_program), "fallback_model": str(float_program),
+                         "fallback_precision": "float32",
+                         "float_by": "float ExecuTorch program (XNNPACK), ExecuTorch runtime"}
+        else:
+            reference = {"float_evaluated_npy": str(float_outputs),
+                         "float_by": "the exported float program (torch.export, not lowered: no float fallback "
+                                     "asked for), PyTorch"}
         return BuildResult(
             **reference,
-            **fallback,
             artifact=Artifact(
                 format=self.name,
                 path=ARTIFACT_PATH,
