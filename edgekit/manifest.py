@@ -331,6 +331,9 @@ class Manifest:
     # latency cards measured on devices (``edgekit card --store``): device, artifact, path and
     # sha256 of the card's JSON and Markdown under cards/, bound by the manifest (and its signature)
     cards: list[dict[str, str]] = field(default_factory=list)
+    # every passing artifact timed side by side where it was packaged, per CPU kind
+    # (``packaging/ranking.py``): the runtime on a CPU of that kind runs the fastest by default
+    speed: dict[str, Any] = field(default_factory=dict)
     schema_version: int = SCHEMA_VERSION
 
     def artifact(self, name: str) -> Artifact:
@@ -354,6 +357,13 @@ class Manifest:
         it passed or was not measured."""
         return self.validation.artifact(key).failed_gates()
 
+    def speed_order(self, cpu_kind: str) -> list[SpeedEntry]:
+        """The passing artifacts measured fastest first on a CPU of this kind (empty when the
+        package was not timed on one), each with the backend it was timed on."""
+        measured = self.speed.get("by_cpu_kind", {}).get(cpu_kind) or {}
+        return [SpeedEntry(str(e["artifact"]), str(e["backend"]), float(e["ms"]), str(e.get("precision", "")))
+                for e in measured.get("order", [])]
+
     @property
     def labels(self) -> list[str] | None:
         """The class labels (of the one output that has them)."""
@@ -375,6 +385,7 @@ class Manifest:
             "failed": [f.to_dict() for f in self.failed],
             **({"left_out": self.left_out} if self.left_out else {}),
             **({"cards": self.cards} if self.cards else {}),
+            **({"speed": self.speed} if self.speed else {}),
         }
 
     def to_json(self) -> str:
@@ -425,6 +436,7 @@ class Manifest:
             failed=[FailedFormat.from_dict(f) for f in data.get("failed", []) if isinstance(f, dict)],
             left_out=[{str(k): str(v) for k, v in f.items()} for f in data.get("left_out", []) if isinstance(f, dict)],
             cards=_cards(data.get("cards", [])),
+            speed=_speed(data.get("speed", {})),
         )
 
     @classmethod
@@ -489,6 +501,32 @@ def _is_safe_relative(path: str) -> bool:
     pure = PurePosixPath(path)
     canonical = str(pure) == path  # no "./", "//" or trailing "/" spellings of the same file
     return canonical and not pure.is_absolute() and ".." not in pure.parts
+
+
+class SpeedEntry(NamedTuple):
+    """One artifact of a package's measured order (``Manifest.speed_order``)."""
+
+    artifact: str
+    backend: str
+    ms: float
+    precision: str = ""
+
+
+def _speed(data: Any) -> dict[str, Any]:
+    """The measured orders: per CPU kind, a list of artifact, backend and a latency in ms."""
+    _require_type(data, dict, "manifest.speed")
+    kinds = data.get("by_cpu_kind", {})
+    _require_type(kinds, dict, "manifest.speed.by_cpu_kind")
+    for kind, measured in kinds.items():
+        where = f"manifest.speed.by_cpu_kind[{kind!r}]"
+        _require_type(measured, dict, where)
+        _require_type(measured.get("order", []), list, f"{where}.order")
+        for i, entry in enumerate(measured.get("order", [])):
+            _require_type(entry, dict, f"{where}.order[{i}]")
+            if not isinstance(entry.get("artifact"), str) or not isinstance(entry.get("backend"), str) \
+                    or not _is_number(entry.get("ms")):
+                raise PackageError(f"{where}.order[{i}] must give artifact and backend as strings and ms as a number")
+    return dict(data)
 
 
 CARD_ENTRY_KEYS = ("device", "artifact", "created", "path", "sha256", "markdown", "markdown_sha256")

@@ -49,8 +49,8 @@ def run_bench(args: argparse.Namespace) -> int:
     artifacts = None
     if args.sweep and not args.artifact:
         artifacts = runnable_artifacts(args.source, args.profile)
-    elif args.card is not None and not args.artifact:
-        artifacts = card_artifacts(args.source, args.profile)
+    elif args.card is not None:
+        artifacts = card_artifacts(args.source, args.profile, args.artifact)
     report = bench(args.source, options, artifacts)
     path = write_report(report, report_path).resolve()
     if args.card is not None:
@@ -79,18 +79,28 @@ def run_bench(args: argparse.Namespace) -> int:
 FALLBACK_EXIT = 3
 
 
-def card_artifacts(source: str, profile: str) -> list[str]:
-    """The artifact this device runs first and its float fallback (the card's speed-up), where
-    the device has a runtime for it."""
+def card_artifacts(source: str, profile: str, asked: str | None = None) -> list[str] | None:
+    """The artifact this device runs first (or the one ``--artifact`` names) and its float
+    fallback (the card's speed-up), where the device has a runtime for it; None: ``asked`` alone
+    (a package without a manifest's choices, or a name the bench resolves and refuses itself)."""
+    from ..device.devices import detect, get_profile
     from ..device.package_io import open_package
+    from ..device.runtime import choose
+    from ..errors import EdgekitError
     from .card import float_fallbacks
 
     runnable = runnable_artifacts(source, profile)
     if not runnable:
-        return []
+        return None if asked else []
     _, manifest = open_package(source)
-    fallback = [key for key in float_fallbacks(manifest, runnable[0]) if key in runnable]
-    return [runnable[0], *fallback[:1]]
+    first = runnable[0]
+    if asked:
+        try:
+            first = choose(manifest, detect() if profile == "auto" else get_profile(profile), asked)[0].key
+        except EdgekitError:
+            return None
+    fallback = [key for key in float_fallbacks(manifest, first) if key in runnable]
+    return [first, *fallback[:1]]
 
 
 def check_store_options(args: argparse.Namespace) -> None:

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..machine.facts import DeviceFacts
+from ..machine.facts import KERNEL_FEATURES, DeviceFacts
 from ..formats import runtime_libraries
 from .context import HOT_C, jetson, raspberry_pi, throttle_reasons
 from .context.raspberry_pi import decode_throttled
@@ -28,12 +28,11 @@ _root, _read = root, read
 def cpu_info(root: Path) -> dict[str, Any]:
     facts = DeviceFacts.read(root)
     model, flags = facts.cpu_model, facts.cpu_flags
-    interesting = {"avx2", "avx512f", "avx512_vnni", "avx_vnni", "amx_int8", "fma", "neon", "asimd", "asimddp", "i8mm"}
     cpufreq = root / "sys/devices/system/cpu/cpu0/cpufreq"
     khz = lambda name: int(_read(cpufreq / name)) if _read(cpufreq / name).isdigit() else None  # noqa: E731
     return {
         "model": model or platform.processor() or "unknown",
-        "simd": sorted(flags & interesting),
+        "simd": sorted(flags & KERNEL_FEATURES),
         "governor": _read(cpufreq / "scaling_governor") or None,
         "cur_freq_mhz": (khz("scaling_cur_freq") or 0) / 1000 or None,
         "max_freq_mhz": (khz("cpuinfo_max_freq") or 0) / 1000 or None,

@@ -204,8 +204,9 @@ def add_load_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--artifact", "--format", dest="artifact", type=artifact_key, default=None, metavar="ARTIFACT",
                    help=f"artifact to run: a format ({', '.join(FORMATS)}: its best INT8 artifact for this device, "
                         f"e.g. {'; '.join(e for f in FORMATS.values() if (e := f.device_rules.artifact_example))}) "
-                        "or any artifact key of the package, such as a float fallback (default: the profile's first "
-                        "choice this device can run among those that passed validation)")
+                        "or any artifact key of the package, such as a float fallback (default: the fastest passing "
+                        "artifact measured when the package was made, on a CPU of this kind; elsewhere the profile's "
+                        "first choice this device can run among those that passed validation; -v says which)")
     p.add_argument("--backend", choices=list(backends()), default=None,
                    help="runtime to use (default: the profile's first choice that is installed)")
     p.add_argument("--threads", type=thread_count, default=None, help="runtime threads (default: the profile's)")

@@ -21,7 +21,7 @@ from ..errors import BackendUnavailableError, EdgekitError, PackageError
 from ..formats import DEFAULT_FORMAT, FORMATS, Backend, Format, backends, format_for_file, format_of_backend, get_backend
 from ..fsutil import sha256_file, sha256_hex
 from ..logs import quiet
-from ..manifest import Artifact, Manifest, TensorSpec
+from ..manifest import Artifact, Manifest, SpeedEntry, TensorSpec
 from .model import Model
 from .package_io import local_path, open_package, unpacked_exists, verified_artifact_path
 
@@ -122,6 +122,9 @@ def _choose_for_device(root: Path, manifest: Manifest, profile: Profile, facts: 
                              tuned.describe())
                 return entry, backend_cls, tuned.threads
     entry, backend_cls = choose(manifest, profile, artifact, backend)
+    log = quiet("edgekit.runtime")
+    if log is not None and artifact is None and backend is None:
+        log.info("%s: running %s", manifest.name, why_chosen(manifest, profile, entry, backend_cls.name))
     return entry, backend_cls, None
 
 
@@ -247,9 +250,44 @@ def candidates(manifest: Manifest, profile: Profile) -> list[tuple[Artifact, typ
         fmt = FORMATS.get(entry.format)
         order += [(entry.key, b.name) for b in (fmt.backends if fmt else ()) if (entry.key, b.name) not in order]
     order = _float_before_slower_mixed(order, present)
+    measured = [(e.artifact, e.backend) for e in measured_here(manifest, profile)
+                if e.artifact in present and e.backend in known and manifest.failed_gates(e.artifact) is None]
+    order = measured + [pair for pair in order if pair not in measured]  # measured on a CPU like this one first
     # artifacts that failed their gate (kept by --allow-accuracy-drop) only after every one that passed
     order.sort(key=lambda pair: manifest.failed_gates(pair[0]) is not None)
     return [(present[f], known[b]) for f, b in order]
+
+
+def measured_here(manifest: Manifest, profile: Profile) -> list[SpeedEntry]:
+    """The package's passing artifacts in the order they ran when it was made on a CPU of this
+    kind (``Manifest.speed``), when the profile is this device's own (detected, or generic) and
+    lets measurements decide (``use_tuned``); empty otherwise. A profile named for another device
+    (``--profile gpu-server`` here) keeps its own order."""
+    facts = DeviceFacts.read()
+    if not profile.use_tuned or not (profile.name == "generic" or profile.match(facts)[0]):
+        return []
+    return manifest.speed_order(facts.cpu_kind())
+
+
+def why_chosen(manifest: Manifest, profile: Profile, entry: Artifact, backend: str) -> str:
+    """Why the default choice is this pair, in words for ``-v``: the package's measured order on
+    this CPU kind, or the device profile's order (and why no measurement applies)."""
+    facts = DeviceFacts.read()
+    order = measured_here(manifest, profile)
+    if order:
+        mine = next((e for e in order if e.artifact == entry.key and e.backend == backend), None)
+        if mine is not None:
+            others = ", ".join(f"{e.artifact} {e.ms:.3g} ms" for e in order if e is not mine)
+            rank = "the fastest" if mine is order[0] else "the fastest this device can run"
+            return (f"{entry.key} on {backend} is {rank} passing artifact measured on this CPU kind when the package "
+                    f"was made ({mine.ms:.3g} ms, batch 1, 1 thread; then {others or 'nothing else'})")
+    kinds = list(manifest.speed.get("by_cpu_kind", {}))
+    reason = ("its passing artifacts were measured on this CPU kind, but the profile was named for another device "
+              "or ignores measured orders (use_tuned = false)" if facts.cpu_kind() in kinds
+              else f"the package was timed on another CPU kind ({kinds[0]}), not this one ({facts.cpu_kind()})"
+              if kinds else "the package records no measured order (one artifact, or none timed)")
+    return (f"{entry.key} on {backend} comes first in device profile {profile.name!r}'s order of preference "
+            f"({reason}; `edgekit tune` measures on this device)")
 
 
 # a mixed artifact must beat its float fallback by this factor where it was timed, or the float runs

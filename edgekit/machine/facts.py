@@ -9,6 +9,10 @@ from pathlib import Path
 from typing import NamedTuple
 
 SYSROOT_ENV = "EDGEKIT_SYSROOT"
+# the CPU features int8 and float kernels are chosen by: two CPUs of one model name with these alike
+# run a package's artifacts in the same order of speed
+KERNEL_FEATURES = frozenset({"avx2", "avx512f", "avx512_vnni", "avx_vnni", "amx_int8", "fma", "neon", "asimd",
+                             "asimddp", "i8mm", "sve"})
 
 
 class DeviceFacts(NamedTuple):
@@ -22,6 +26,12 @@ class DeviceFacts(NamedTuple):
     cpu_count: int = 1
     cpu_flags: frozenset[str] = frozenset()  # /proc/cpuinfo flags (x86) or Features (ARM): int8 kernels differ by them
     cpu_model: str = ""  # /proc/cpuinfo's model name (x86) or Hardware/Model (ARM)
+
+    def cpu_kind(self) -> str:
+        """The kind of CPU a speed measurement holds for: architecture, model name, the kernel
+        features (``KERNEL_FEATURES``) and whether a GPU is there (its providers run first)."""
+        features = ",".join(sorted(self.cpu_flags & KERNEL_FEATURES))
+        return f"{self.arch} | {self.cpu_model or 'unknown CPU'} | {features or '-'}" + (" | cuda" if self.cuda else "")
 
     @classmethod
     def read(cls, root: str | os.PathLike[str] | None = None) -> DeviceFacts:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import errno
 import platform
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 from collections.abc import Mapping
@@ -29,6 +30,7 @@ from .gates import failure_hint, failure_message, saturation_note
 from .options import PackageOptions, PackageResult
 from .partial import leave_out, refused_formats
 from .preflight import Plan
+from .ranking import rank_and_say
 from .record import validation_record
 from .summary import lines as summary_lines
 
@@ -177,6 +179,9 @@ def assemble_package(plan: Plan, loaded: LoadedSource, run: PackagingContext, bu
                                 hint=hint + ship_now(outcomes) if not passed else hint)
     for f in failed_gates:
         progress.warn(f"{f.format} failed validation (kept because of --allow-accuracy-drop): {f.what}")
+    speed = rank_and_say(manifest, staged, data.evaluation, progress)
+    if speed:
+        manifest = replace(manifest, speed=speed)
     write_package_files(staged, manifest, data.labels, options.sign_key)
     publish_package(staged, plan.destination, options.force)
     summaries = {name: m.summary if m is not None else None for name, m in measured.items()}

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from ..formats import Builder, BuildResult, get_backend
+from ..formats import Backend, Builder, BuildResult, get_backend
 
 ROUNDS, RUNS = 7, 10  # interleaved rounds of RUNS calls each; the median of the per-round medians
 
@@ -46,44 +46,63 @@ def median_ms(builder: Builder, artifacts: dict[str, Path], evaluation: dict[str
               rounds: int = ROUNDS, runs: int = RUNS) -> dict[str, float] | None:
     """Each artifact's median latency here in ms (batch 1, one thread, interleaved in one child);
     None without a runtime of the format or when that runtime cannot time them."""
+    backend_cls = get_backend(builder.backend)
+    if backend_cls.available() is None:
+        return None
+    return median_ms_each({name: (backend_cls, path) for name, path in artifacts.items()}, evaluation, what,
+                          rounds, runs)
+
+
+def median_ms_each(pairs: dict[str, tuple[type[Backend], Path]], evaluation: dict[str, np.ndarray], what: str,
+                   rounds: int = ROUNDS, runs: int = RUNS) -> dict[str, float] | None:
+    """Each (backend, artifact) pair's median latency here in ms, batch 1, one thread, interleaved
+    in one child (artifacts of several formats side by side); None when a runtime cannot time them
+    (a crash there ends a child process, never the packager)."""
     from ..conversion import worker
     from ..errors import EdgekitError
     from ..fsutil import temp_dir
 
-    backend_cls = get_backend(builder.backend)
-    if backend_cls.available() is None:
-        return None
     with temp_dir("edgekit-speed-") as folder:
         sample = Path(folder) / "sample.npz"
         np.savez(sample, **{name: values[:1] for name, values in evaluation.items()})
         try:
-            medians = worker.call(time_artifacts, what=what, backend=worker.reference(backend_cls),
-                                  sample_npz=str(sample), artifacts={k: str(v) for k, v in artifacts.items()},
+            medians = worker.call(time_artifacts, what=what, sample_npz=str(sample),
+                                  artifacts={k: [worker.reference(b), str(v)] for k, (b, v) in pairs.items()},
                                   rounds=rounds, runs=runs)
         except EdgekitError:
             return None
     return {name: statistics.median(values) * 1000 for name, values in medians.items()}
 
 
-def time_artifacts(backend: str, sample_npz: str, artifacts: dict[str, str], rounds: int = ROUNDS,
+# a round of one artifact's calls lasts about this long at least (RUNS calls where they are slower)
+ROUND_S = 0.02
+
+
+def time_artifacts(sample_npz: str, artifacts: dict[str, list[str]], rounds: int = ROUNDS,
                    runs: int = RUNS) -> dict[str, list[float]]:
-    """Child side of ``median_ms``: each artifact's per-round median seconds, interleaved, batch 1, one thread."""
+    """Child side of ``median_ms_each``: each artifact's per-round median seconds, interleaved,
+    batch 1, one thread; ``artifacts``: name -> [backend reference, path]. A fast artifact makes
+    more calls per round (about ``ROUND_S``), so its median is not one timer tick's noise."""
     from ..conversion import worker
 
-    backend_cls: Any = worker.resolve(backend)
     with np.load(sample_npz) as stored:
         sample = {name: stored[name] for name in stored.files}
     feed: Any = sample if len(sample) > 1 else list(sample.values())
     opened = {}
+    calls: dict[str, int] = {}
     try:
-        for name, path in artifacts.items():
-            opened[name] = backend_cls(path, threads=1)
+        for name, (backend, path) in artifacts.items():
+            opened[name] = worker.resolve(backend)(path, threads=1)
             opened[name].run(feed)  # warm-up
+            started = time.perf_counter()
+            opened[name].run(feed)
+            once = time.perf_counter() - started
+            calls[name] = max(runs, min(20 * runs, int(ROUND_S / once) if once > 0 else runs))
         medians: dict[str, list[float]] = {name: [] for name in opened}
         for _ in range(rounds):
             for name, runner in opened.items():
                 times = []
-                for _ in range(runs):
+                for _ in range(calls[name]):
                     started = time.perf_counter()
                     runner.run(feed)
                     times.append(time.perf_counter() - started)

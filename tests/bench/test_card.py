@@ -50,9 +50,9 @@ def _card(package: Path, out: Path, *extra: object) -> tuple[subprocess.Complete
 
 
 def test_a_card_from_a_real_run_holds_every_field_and_follows_its_schema(digits_all_package, tmp_path):
-    result, card = _card(digits_all_package, tmp_path)
+    result, card = _card(digits_all_package, tmp_path, "--artifact", "tflite")  # an INT8 card: its float beside it
     _check(json.loads(SCHEMA_FILE.read_text()), card, "card")
-    assert card["artifact"]["key"] == "tflite" and card["artifact"]["size_bytes"] > 1000  # what this device runs
+    assert card["artifact"]["key"] == "tflite" and card["artifact"]["size_bytes"] > 1000
     latency = card["latency_ms"]
     assert 0 < latency["p50"] <= latency["p90"] <= latency["p99"] and latency["queries"] >= 40
     assert latency["p50_ci95"][0] <= latency["p50"] <= latency["p50_ci95"][1] and latency["p90_ci95"]
@@ -93,7 +93,7 @@ def test_a_model_accuracy_cannot_judge_gets_each_outputs_agreement_with_float_on
     """Two heads (class scores and a value) and data without labels: no accuracy, but each output
     judged against the float fallback here by its kind's gate, beside packaging's numbers."""
     data = heads_package.parent.parent / "heads_eval.npz"
-    result = edgekit_cli("card", heads_package, "--eval", data, "-o", tmp_path, *QUICK, "--no-launch",
+    result = edgekit_cli("card", heads_package, "--artifact", "onnx", "--eval", data, "-o", tmp_path, *QUICK, "--no-launch",
                          "--report", tmp_path / "run.json")
     assert result.returncode == 0, result.stderr[-3000:]
     (path,) = tmp_path.glob("heads.onnx*.card.json")  # the ONNX scheme this CPU runs best (onnx, onnx-u8s8)

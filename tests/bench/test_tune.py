@@ -62,9 +62,16 @@ def test_no_also_float_packages_int8_only(tmp_path):
     assert [a.key for a in built.manifest.artifacts] == ["onnx", "onnx-u8s8", "onnx-u8s7"]  # INT8 schemes, no float
 
 
-def test_untuned_load_prefers_int8_and_names_float_artifacts_on_request(package):
+def test_untuned_load_runs_the_fastest_passing_artifact_measured_here_and_names_float_ones_on_request(package):
+    from edgekit.machine.facts import DeviceFacts
+    from edgekit.manifest import Manifest
+
+    manifest = Manifest.from_json((package / "manifest.json").read_text())
+    measured = manifest.speed_order(DeviceFacts.read().cpu_kind())
+    assert {e.artifact for e in measured} >= {"tflite", "tflite-float16", "onnx-float32"}  # across formats
+    assert [e.ms for e in measured] == sorted(e.ms for e in measured)
     with edgekit.load(package) as model:
-        assert not model.artifact.is_float
+        assert (model.artifact.key, model.backend.name) == (measured[0].artifact, measured[0].backend)
     from edgekit.errors import PackageError
 
     with pytest.raises(PackageError, match="has no onnx-float16 artifact"):

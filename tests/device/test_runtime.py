@@ -30,7 +30,7 @@ def test_image_files_pil_images_and_float_arrays_give_the_same_answer(digits_pac
     x, _ = load_npz(EVAL)
     path = tmp_path / "digit.png"
     Image.fromarray(x[0, ..., 0], mode="L").save(path)
-    with edgekit.load(digits_package) as model:
+    with edgekit.load(digits_package, artifact="tflite") as model:  # int8 input: every path lands on one grid
         from_file = model.predict(str(path))
         from_pil = model.predict(Image.open(path))
         from_uint8 = model.predict(x[0])
@@ -43,7 +43,7 @@ def test_image_files_pil_images_and_float_arrays_give_the_same_answer(digits_pac
 
 def test_raw_mode_returns_int8(digits_package):
     x, _ = load_npz(EVAL)
-    with edgekit.load(digits_package) as model:
+    with edgekit.load(digits_package, artifact="tflite") as model:
         raw = model.predict(x[:3], raw=True)
         floats = model.predict(x[:3])
         quantized_in = model.artifact.inputs[0]
@@ -92,13 +92,13 @@ def test_modified_artifact_is_refused(package_copy):
     data[len(data) // 2] ^= 0xFF
     artifact.write_bytes(bytes(data))
     with pytest.raises(PackageError, match="does not match the manifest"):
-        edgekit.load(package_copy)
+        edgekit.load(package_copy, artifact="tflite")
 
 
 def test_missing_artifact_and_broken_manifest_are_refused(package_copy, tmp_path):
     (package_copy / "tflite" / "model.int8.tflite").unlink()
     with pytest.raises(PackageError, match="is missing"):
-        edgekit.load(package_copy)
+        edgekit.load(package_copy, artifact="tflite")
     (package_copy / "manifest.json").write_text("{")
     with pytest.raises(PackageError, match="not valid JSON"):
         edgekit.load(package_copy)

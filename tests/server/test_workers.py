@@ -107,10 +107,10 @@ def test_two_workers_answer_like_the_runtime_sum_their_metrics_and_replace_a_dea
 def test_a_package_every_worker_refuses_is_one_error_and_nothing_serves(digits_package, tmp_path):
     copy = tmp_path / "digits.edgekit"
     shutil.copytree(digits_package, copy)
-    artifact = copy / "tflite" / "model.int8.tflite"
-    data = bytearray(artifact.read_bytes())
-    data[len(data) // 2] ^= 0xFF
-    artifact.write_bytes(bytes(data))
+    for artifact in copy.glob("*/model.*"):  # whichever artifact the server picks, it is the damaged one
+        data = bytearray(artifact.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        artifact.write_bytes(bytes(data))
     result = edgekit_cli("serve", copy, "--port", "0", "--workers", "2", timeout=120)
     assert result.returncode == 1 and "serving" not in result.stdout, result.stderr[-3000:]
     errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
