@@ -1,7 +1,8 @@
-"""A format's share of the command's time: one slow format never stops the others from shipping.
+"""A format's bound in the command's time: one slow format never stops the others from shipping.
 
-``edgekit package`` with several formats gives each format in turn an equal share of the time
-``--time-limit`` leaves (``packaging/each_format.py``). Every child step started inside
+``edgekit package`` with several formats lets each format in turn use what ``--time-limit``
+leaves, less a minimum for each format after it (``packaging/each_format.py``): an outer bound
+only, since a format's work is counted in builds. Every child step started inside
 ``within`` is ended at the share's end (``worker.call`` bounds its timeout by ``bound``), and the
 error it raises then is a ``TimeShareError``, which ends that format, not the command: the format is
 recorded as not built with the reason, and the next one starts. Searches read ``left`` to stop

@@ -83,8 +83,9 @@ def build_formats(planned: list[Planned], context: BuildContext, described: Sour
             if len(planned) > 1 else None
         started = time.monotonic()
         try:
-            with deadline.within(share, format_plan.builder.name, f"an equal share of what --time-limit "
-                                 f"{run.options.time_limit_s:g} s left for the {len(planned) - done} formats to go"):
+            with deadline.within(share, format_plan.builder.name, f"what --time-limit {run.options.time_limit_s:g} s "
+                                 f"left, less {MIN_SHARE_S:g} s for each of the {len(planned) - done - 1} formats "
+                                 "after it"):
                 outcomes += one_format(format_plan, context, described, steps, run, simulated, blocked, len(planned))
         except TimeShareError as exc:  # ended at its share: recorded as not built, the next format starts
             progress.warn(f"{format_plan.builder.name} failed: {exc.message}")
@@ -99,16 +100,19 @@ def build_formats(planned: list[Planned], context: BuildContext, described: Sour
     return outcomes
 
 
-# with several formats, each one's share of --time-limit is at least this (a format never starts ended)
+# with several formats, what --time-limit keeps for each format still to go (a format never starts ended)
 MIN_SHARE_S = 60.0
 
 
 def format_share(limit_s: float, elapsed_s: float, formats_left: int) -> float | None:
-    """The next format's share of the command's time: an equal part of what ``--time-limit`` leaves
-    (at least ``MIN_SHARE_S``); None for one format alone, or with no limit (0)."""
+    """The next format's bound: what ``--time-limit`` leaves, less ``MIN_SHARE_S`` for each format
+    after it (at least ``MIN_SHARE_S``); None for one format alone, or with no limit (0). An outer
+    bound, not a share: a format's work is counted in builds (its search's budget), so on a quiet
+    or a loaded machine it makes the same tries; only a command that would run past the limit is
+    cut, and that is said."""
     if not limit_s or formats_left < 1:
         return None
-    return max(MIN_SHARE_S, (limit_s - elapsed_s) / formats_left)
+    return max(MIN_SHARE_S, limit_s - elapsed_s - MIN_SHARE_S * (formats_left - 1))
 
 
 def one_format(format_plan: Planned, context: BuildContext, described: SourceDescription, steps: StepContext,

@@ -183,18 +183,19 @@ class PackageOptions:
                               "every format with that plan, each judged on its own artifact (default: on; "
                               "--no-simulate: each format searches on its own artifacts)", "gates", negatable=True,
                               show_default=False)
-    # seconds for one format's whole search, its rebuild included; None: 3x the plain build (search/budget.py)
+    # seconds for one format's whole search, its rebuild included; None: counted in builds (search/budget.py)
     search_budget_s: float | None = declared(
         None, "--search-budget", "seconds for one format's whole search, the rebuild of the plan it keeps included; a "
-        "try starts only when the time left covers it (default: 3x the format's plain build with its share of "
-        "loading the model and the float reference, at least 45 s)", "gates", low=0, high=7 * 24 * 3600,
+        "try starts only when the time left covers it (default: counted in builds, 16 per format, so the outcome is "
+        "the same on a loaded machine; --time-limit still bounds the command)", "gates", low=0, high=7 * 24 * 3600,
         metavar="SECONDS", show_default=False)
-    # with several formats, what the command aims to finish in: each format in turn gets an equal
-    # share of what is left, and one past its share is ended (conversion/deadline.py); 0: no limit
+    # with several formats, what the command aims to finish in: each format in turn may use what is
+    # left less a minimum for each after it, and one past that is ended (conversion/deadline.py); 0: no limit
     time_limit_s: float = declared(
-        600.0, "--time-limit", "with several formats: seconds the whole command aims to finish in; each format in turn "
-        "gets an equal share of what is left, and a format past its share is ended, said and recorded as not built "
-        "while the others are written (0: no limit; one format alone has only --timeout per step)", "build", low=0,
+        600.0, "--time-limit", "with several formats: seconds the whole command aims to finish in, an outer bound: "
+        "each format in turn may use what is left less 60 s for each format after it; a search is cut where it would "
+        "run past that (said), and a format past it is ended, said and recorded as not built while the others are "
+        "written (0: no limit; one format alone has only --timeout per step)", "build", low=0,
         high=7 * 24 * 3600, metavar="SECONDS")
     allow_float_ops: bool = declared_by(
         lambda: True, "gates", forms.float_ops,

@@ -41,7 +41,8 @@ def test_a_step_started_after_the_share_ended_fails_at_once_and_its_own_timeout_
     assert deadline.left() is None
 
 
-def test_each_format_gets_an_equal_share_of_what_is_left_never_less_than_the_floor():
-    assert format_share(600, 60, 4) == pytest.approx(135)
+def test_each_format_may_use_what_is_left_less_the_floor_of_each_after_it():
+    assert format_share(600, 60, 4) == pytest.approx(360)  # 540 left, 60 s kept for each of the 3 after it
+    assert format_share(600, 60, 1) == pytest.approx(540)  # the last format: all that is left
     assert format_share(600, 590, 2) == MIN_SHARE_S  # a format never starts already ended
     assert format_share(0, 60, 4) is None  # --time-limit 0: no limit

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import math
+
 from edgekit.packaging.search.blocks import blocks
-from edgekit.packaging.search.budget import MIN_AUTO_S, Budget
+from edgekit.packaging.search.budget import AUTO_TRIES, Budget
 
 YOLO = ["/model.0/conv/Conv", "/model.1/conv/Conv", "/model.2/cv1/conv/Conv", "/model.2/m.0/cv1/conv/Conv",
         "/model.2/m.0/cv2/conv/Conv", "/model.9/cv1/conv/Conv", "/model.22/cv2.0/cv2.0.0/conv/Conv",
@@ -40,12 +42,20 @@ def test_no_blocks_for_one_layer_and_no_duplicates():
     assert len({frozenset(b.layers) for b in found}) == len(found)
 
 
-def test_the_budget_is_a_multiple_of_the_plain_build_and_keeps_room_for_the_rebuild():
-    assert Budget.for_search(None, 5.0).seconds == MIN_AUTO_S
+def test_the_default_budget_is_counted_in_builds_and_keeps_room_for_the_rebuild():
+    """The same tries on a quiet and on a loaded machine: the default counts builds; seconds bound
+    it only when asked (--search-budget) or when --time-limit would be passed (then said)."""
     auto = Budget.for_search(None, 100.0)
-    assert auto.seconds == 300.0 and "3x the plain build" in auto.why
-    shared = Budget.for_search(None, 100.0, 20.0)  # with its share of loading and the float reference
-    assert shared.seconds == 360.0 and "share of loading" in shared.why
+    assert auto.max_tries == AUTO_TRIES and math.isinf(auto.seconds) and "builds" in auto.describe()
+    for _ in range(AUTO_TRIES):
+        assert auto.allows_try()
+        auto.record(500.0)  # however slow the machine, the count decides
+    assert not auto.allows_try() and not auto.limit_bound and auto.to_dict()["seconds"] is None
+    cut = Budget.for_search(None, 100.0).within_share(300.0, 100.0)  # --time-limit leaves 100 s after the rest
+    assert cut.seconds == 100.0 and cut.limited and "--time-limit" in cut.why
+    cut.record(60.0)
+    assert not cut.allows_try() and cut.limit_bound and "--time-limit ended it" in cut.ended_by()
+    assert Budget.for_search(None, 100.0).within_share(None, 100.0).seconds == math.inf
     report = Budget(seconds=100.0, rebuild_s=30.0)
     report.record(12.0, typical=False)  # the per-layer report: more than a try, less than the plain build
     assert report.typical_try() == 12.0 and report.tries == []

@@ -42,12 +42,12 @@ def search(builder: Builder, first: Candidate, run: PackagingContext, remedies: 
            max_tries: int | None = None,
            fixed: PrecisionPlan | None = None) -> tuple[Candidate, list[dict[str, Any]]]:
     """The search for a build that passes (``first`` failed), and the record of every try.
-    ``plain_s``: what the plain build and its measurement took; ``shared_s``: this format's share
-    of the steps every format needed first (the budget is a multiple of both), unless ``budget`` is
-    given (the simulation's, counted in tries); ``max_tries``: at most this many builds;
+    ``plain_s``: what the plain build and its measurement took (what a rebuild is expected to
+    cost); ``shared_s``: this format's share of the steps every format needed first (unused by the
+    default budget, counted in builds); ``budget``: the simulation's; ``max_tries``: at most this many builds;
     ``fixed``: the layers never put back to int8 (default: every layer ``first`` already raises; a
     search that goes on from its own earlier plan passes the user's, so all of it can go back)."""
-    budget = budget or Budget.for_search(run.options.search_budget_s, plain_s, shared_s)
+    budget = budget or Budget.for_search(run.options.search_budget_s, plain_s)
     if max_tries is not None:
         budget = budget.capped(max_tries)
     budget = budget.within_share(deadline.left(), plain_s)
@@ -113,8 +113,8 @@ def _tries(builder: Builder, first: Candidate, run: PackagingContext, remedies: 
     if not trials:
         progress.warn(f"{builder.name}: the search found nothing to try: {_nothing_to_try(started, remedies, layers, budget)}")
     elif not budget.allows_try() and best.failures:
-        progress.warn(f"search {builder.name}: the search budget ({budget.why}: {budget.seconds:.0f} s) ended it "
-                      f"after {len(trials)} tries (--search-budget SECONDS gives it more)")
+        progress.warn(f"search {builder.name}: the search budget ({budget.describe()}) ended it "
+                      f"after {len(trials)} tries ({budget.ended_by()})")
     if best is started or not improves(best, started):
         return _Found(started, None, halves, trials)
     return _Found(started, best, halves, trials, _fallbacks(best, runner.passed, trials, remedies))
@@ -157,9 +157,8 @@ def _rebuild(builder: Builder, first: Candidate, run: PackagingContext, remedies
             # one rebuild in place of a kept plan that failed may overrun the budget (said below):
             # a search that found plans that pass does not end on the one that fails
             if attempt > 1 and budget.left() < budget.rebuild_estimate():
-                progress.warn(f"search {builder.name}: no time left in its budget ({budget.why}: {budget.seconds:.0f} "
-                              f"s) to rebuild another plan ({chosen.plan.describe()}); "
-                              "--search-budget SECONDS gives it more")
+                progress.warn(f"search {builder.name}: no time left in its budget ({budget.describe()}) to rebuild "
+                              f"another plan ({chosen.plan.describe()}); {budget.ended_by()}")
                 break
             progress.say(f"search {builder.name}: the plan kept fails on all {run.data.evaluation_count} samples "
                          f"({'; '.join(f.what for f in kept.failures)}); rebuilding the next plan in its place "
@@ -174,8 +173,7 @@ def _rebuild(builder: Builder, first: Candidate, run: PackagingContext, remedies
                             rebuilt.context.plan, before=margins(found.best), after=margins(rebuilt), kept=False,
                             extra={"samples": run.data.evaluation_count}))
     if budget.left() < 0:
-        progress.warn(f"search {builder.name}: took {budget.spent():.0f} s, over its budget of {budget.seconds:.0f} s "
-                      f"({budget.why}): " + ("the plan kept failed on all samples and was rebuilt in another's place"
+        progress.warn(f"search {builder.name}: took {budget.spent():.0f} s, over its budget ({budget.describe()}): " + ("the plan kept failed on all samples and was rebuilt in another's place"
                                              if any(t.change.startswith("all samples: ") for t in trials)
                                              else "the rebuild of the plan kept took longer than its estimate"))
     return (first if kept is None else kept), _records(trials, budget)
@@ -250,7 +248,7 @@ def _nothing_to_try(started: Candidate, remedies: Remedies, layers: bool, budget
     elif not layers:
         search = f"and the layer search needs {LAYER_SEARCH_MIN_SAMPLES}+ validation samples"
     elif not budget.allows_try():
-        search = f"and its budget ({budget.why}: {budget.seconds:.0f} s) leaves no time for a try and the rebuild"
+        search = f"and its budget ({budget.describe()}) leaves no room for a try and the rebuild"
     else:
         search = "and the layer search had no layer to try"
     return f"{fixes}, {search}"

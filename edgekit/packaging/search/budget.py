@@ -1,20 +1,20 @@
-"""The search's time: one budget per format for the whole search (named fixes, the per-layer
-report, every layer try and the rebuild of the plan kept), so a search costs a known multiple
-of the plain build. A try starts only when the time left covers it and the rebuild; one that
-overruns anyway is said out loud."""
+"""The search's work: one budget per format for the whole search (named fixes, the per-layer
+report, every layer try and the rebuild of the plan kept). By default it is counted in builds,
+so the same command on the same data makes the same tries, finds the same plan and reaches the
+same verdict on a quiet machine and on a loaded one; seconds bound it only when the user asks
+(``--search-budget``) or when the command's ``--time-limit`` binds (said when it does). A try
+starts only when the budget covers it and the rebuild; one that overruns anyway is said."""
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 
-# Without --search-budget: this many times the plain build (its conversion, quantization and
-# measurement, with its share of what every format needs first: loading the model, the data, the
-# float reference), at least MIN_AUTO_S. The rebuild of the kept plan comes out of the same budget.
-# Less starves real models: their per-layer report costs most of a plain build, and the rebuild
-# up to one; a search that ends early (most do) costs less.
-AUTO_FACTOR = 3.0
-MIN_AUTO_S = 45.0
+# Without --search-budget: this many builds (the per-layer report, each try; the rebuild of the
+# kept plan comes after them). A layer search on a real CNN finds a plan in 10-20 tries (an
+# emotion CNN: 8 tries found nothing, a longer search found a plan passing 119 of 120)
+AUTO_TRIES = 16
 REBUILD_TRIES = 4.0  # the rebuild of the kept plan, in typical tries (a full build measured on every sample: 4.5 on the bytes classifier)
 
 
@@ -31,17 +31,30 @@ class Budget:
     # a count of builds the search may make (None: seconds alone): an outcome that is the same on any
     # machine, with the seconds only an outer bound
     max_tries: int | None = None
+    limited: bool = False  # the command's --time-limit bounds it in seconds too
+    limit_bound: bool = False  # that bound stopped a try the count allowed: the outcome depended on time
 
     @classmethod
-    def for_search(cls, given_s: float | None, plain_s: float, shared_s: float = 0.0) -> Budget:
-        """``--search-budget`` when given, else ``AUTO_FACTOR`` times the plain build with its
-        share of the command's common steps (``shared_s``)."""
+    def for_search(cls, given_s: float | None, plain_s: float) -> Budget:
+        """``--search-budget`` seconds when given, else ``AUTO_TRIES`` builds (no seconds: the
+        outcome is the machine's load's no more)."""
         if given_s is not None:
             return cls(float(given_s), plain_s, f"--search-budget {given_s:g} s")
-        seconds = max(MIN_AUTO_S, AUTO_FACTOR * (plain_s + shared_s))
-        share = f" and its share of loading and the float reference ({shared_s:.0f} s)" if shared_s >= 0.5 else ""
-        return cls(seconds, plain_s, f"{AUTO_FACTOR:g}x the plain build ({plain_s:.0f} s){share}, at least "
-                                     f"{MIN_AUTO_S:g} s")
+        return cls(math.inf, plain_s, f"{AUTO_TRIES} builds (--search-budget SECONDS bounds it in time instead)",
+                   max_tries=AUTO_TRIES)
+
+    def describe(self) -> str:
+        """How the budget was set, with its seconds where it has any."""
+        return self.why if not math.isfinite(self.seconds) else f"{self.why}: {self.seconds:.0f} s"
+
+    def ended_by(self) -> str:
+        """What ended a search that ran out: the count of builds, or the time --time-limit left
+        (then the outcome depends on this machine's speed, which is said)."""
+        if self.limit_bound:
+            return ("--time-limit ended it before its count of builds (on a faster or quieter machine it would try more; "
+                    "--time-limit 0 lifts the bound)")
+        return "--search-budget SECONDS gives it more" if math.isfinite(self.seconds) and self.max_tries is None \
+            else "--search-budget SECONDS searches by time instead"
 
     def spent(self) -> float:
         return time.monotonic() - self.started
@@ -69,7 +82,10 @@ class Budget:
         tries a later stage needs)."""
         if self.max_tries is not None and len(self.tries) + len(self.heavier) + 1 + reserved > self.max_tries:
             return False
-        return self.left() >= (1 + reserved) * self.typical_try() + self.rebuild_estimate()
+        fits = self.left() >= (1 + reserved) * self.typical_try() + self.rebuild_estimate()
+        if not fits and self.limited:
+            self.limit_bound = True
+        return fits
 
     def capped(self, tries: int) -> Budget:
         """This budget with at most ``tries`` builds (a format's real tries after a simulated plan)."""
@@ -78,20 +94,27 @@ class Budget:
         return replace(self, max_tries=tries, why=f"{self.why}; at most {tries} real tries after the simulated plan")
 
     def within_share(self, left_s: float | None, after_s: float) -> Budget:
-        """This budget ended before its format's share of ``--time-limit`` (``left_s``; None: no
-        share), with ``after_s`` kept for what follows the search (the float fallback, the variants),
-        so a format that found a plan still ships it rather than being ended mid-search."""
-        if left_s is None or left_s - 2 * after_s >= self.seconds:
+        """This budget bounded by the time ``--time-limit`` leaves this format too (``left_s``;
+        None: no limit), with ``after_s`` kept for what follows the search (the float fallback, the
+        variants), so a format that found a plan still ships it rather than being ended mid-search.
+        Where that bound stops a try its count allowed, the outcome depends on the machine's speed:
+        ``limit_bound`` records it, and the search says so."""
+        if left_s is None:
+            return self
+        room = max(0.0, left_s - 2 * after_s)
+        if room >= self.seconds:
             return self
         from dataclasses import replace
 
-        return replace(self, seconds=max(0.0, left_s - 2 * after_s),
-                       why=f"{self.why}; cut to what its share of --time-limit leaves")
+        return replace(self, seconds=room, limited=True,
+                       why=f"{self.why}; at most {room:.0f} s, what --time-limit leaves this format")
 
     def record(self, seconds: float, typical: bool = True) -> None:
         """A build's time: a try's (``typical``), or one that costs more than a try."""
         (self.tries if typical else self.heavier).append(seconds)
 
     def to_dict(self) -> dict[str, object]:
-        return {"seconds": round(self.seconds, 1), "spent_s": round(self.spent(), 1), "set_by": self.why,
+        return {"seconds": round(self.seconds, 1) if math.isfinite(self.seconds) else None,
+                "spent_s": round(self.spent(), 1), "set_by": self.why,
+                **({"time_limit_bound": True} if self.limit_bound else {}),
                 "tries": len(self.tries), **({"max_tries": self.max_tries} if self.max_tries is not None else {})}
