@@ -6,7 +6,8 @@ so every stage measures and gates the same way."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,9 @@ class PackagingContext:
     float_model: dict[str, np.ndarray] | None = None
     # formats ``--format all`` left out because this machine cannot build them: format, why, extra
     left_out: tuple[dict[str, str], ...] = ()
+    # plan layer -> its relative compute (simulation/costs.py), where the simulation read the float
+    # graph: the search weighs a layer by what leaving it in float costs, not by one per layer
+    layer_costs: Mapping[str, float] = field(default_factory=dict)
 
     def on(self, data: PreparedData, reference: dict[str, np.ndarray]) -> PackagingContext:
         """The same run judged on other samples (the search's half of them). The search never runs

@@ -50,11 +50,17 @@ class Simulated:
     # ONNX node -> its PyTorch module, where the simulated graph was exported from PyTorch: the plan
     # in the vocabulary of the routes that convert the PyTorch program itself
     module_paths: dict[str, str] = field(default_factory=dict)
+    # plan layer -> its relative compute (``simulation/costs.py``): what the searches weigh layers by
+    costs: dict[str, float] = field(default_factory=dict)
 
     def record(self, real: dict[str, Any] | None = None) -> dict[str, Any]:
         """``details.simulation`` of an artifact built with this plan: the simulated margins beside
         the real ones, so the gap between the simulation and the format is on record."""
+        from .search.cost import LayerCosts
+
+        share = LayerCosts(self.costs).share(self.plan.layers if self.plan else ())
         found = {"plan": dict(self.plan.layers) if self.plan else {}, "passed": self.passed, "tries": self.tries,
+                 **({"raised_compute_share": round(share, 4)} if share is not None else {}),
                  "seconds": round(self.seconds, 1), "simulated": self.margins,
                  "trials": [{"change": t.get("change"), "stage": t.get("stage", ""), "kept": t.get("kept"),
                              "gates": (t.get("after") or {}).get("gates"),
@@ -110,7 +116,7 @@ def simulated_plan(planned: list[Any], context: BuildContext, described: Any, st
             sim_context = replace(context, model=form, package_dir=folder, trial=False, explain_npy=None)
             builder.calibrate(sim_context)
             built = builder.build(sim_context)
-        judged = replace(run, staged=folder)
+        judged = replace(run, staged=folder, layer_costs=dict(builder.costs))
         measured = judged.measure(built, builder, sim_context)
     except EdgekitError as exc:  # no simulation: every format searches on its own, as before
         progress.warn(f"INT8 simulation unavailable ({exc.message}); each format searches on its own artifact")
@@ -123,7 +129,8 @@ def simulated_plan(planned: list[Any], context: BuildContext, described: Any, st
     if not failures:
         progress.say(f"INT8 simulation: plain INT8 passes every gate ({time.monotonic() - began:.0f} s): every format "
                      "builds it")
-        return Simulated(None, True, 1, time.monotonic() - began, margins(first), module_paths=builder.module_paths)
+        return Simulated(None, True, 1, time.monotonic() - began, margins(first), module_paths=builder.module_paths,
+                         costs=builder.costs)
     progress.say(f"INT8 simulation: plain INT8 fails ({failures[0].what}); searching the precision plan on the "
                  f"simulation, at most {SIMULATED_TRIES} tries")
     found, trials = _search_rounds(builder, first, judged, remedies, time.monotonic() - began)
@@ -132,11 +139,15 @@ def simulated_plan(planned: list[Any], context: BuildContext, described: Any, st
     if found.failures:
         progress.warn(f"INT8 simulation: no plan passed in {tries} tries ({seconds:.0f} s; best "
                       f"{found.context.plan.describe()}: {found.failures[0].what}); each format searches on its own")
-        return Simulated(None, False, tries, seconds, margins(found), tuple(trials), builder.module_paths)
+        return Simulated(None, False, tries, seconds, margins(found), tuple(trials), builder.module_paths,
+                         builder.costs)
     plan = found.context.plan
-    progress.say(f"INT8 simulation: {plan.describe()} passes every gate ({tries} tries, {seconds:.0f} s): every format "
-                 "whose route honours per-layer precision builds it")
-    return Simulated(plan, True, tries, seconds, margins(found), tuple(trials), builder.module_paths)
+    from .search.cost import LayerCosts
+
+    compute = LayerCosts(builder.costs).describe(plan.layers)
+    progress.say(f"INT8 simulation: {plan.describe()}{f' ({compute} out of int8)' if compute else ''} passes every "
+                 f"gate ({tries} tries, {seconds:.0f} s): every format whose route honours per-layer precision builds it")
+    return Simulated(plan, True, tries, seconds, margins(found), tuple(trials), builder.module_paths, builder.costs)
 
 
 def _search_rounds(builder: Any, first: Any, judged: PackagingContext, remedies: Remedies,

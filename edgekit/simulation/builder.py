@@ -29,14 +29,16 @@ class SimulatedBuilder(Builder):
         self.float_onnx, self.inputs, self.outputs = float_onnx, inputs, outputs
         self.ranges_json: str | None = None
         self.module_paths: dict[str, str] = {}  # ONNX node -> its PyTorch module (``graph.module_paths``)
+        self.costs: dict[str, float] = {}  # plan layer -> its relative compute (``costs.layer_costs``)
         self.builds = 0
 
     def calibrate(self, context: BuildContext) -> int:
         """The activation ranges, once: one pass of the float graph over the calibration samples."""
         self.ranges_json = str(context.workdir / "simulation-ranges.json")
-        found = worker.convert(calibrate, RangesRequest(self.float_onnx, context.calibration_npy, self.ranges_json),
+        found = worker.convert(calibrate, RangesRequest(self.float_onnx, context.calibration_npy, self.ranges_json,
+                                                        tuple(context.layer_names)),
                                what="INT8 simulation: activation ranges", timeout=context.timeout_s)
-        self.module_paths = dict(found.module_paths)
+        self.module_paths, self.costs = dict(found.module_paths), dict(found.costs)
         return found.tensors
 
     def build(self, context: BuildContext, on_progress: Callable[[int, int], None] | None = None) -> BuildResult:

@@ -19,6 +19,7 @@ class RangesRequest(Message):
     float_onnx: str
     calibration_npy: str
     output: str
+    layer_names: tuple[str, ...] = ()  # the plan's vocabulary, for the layers' costs
 
 
 @dataclass(frozen=True)
@@ -26,6 +27,7 @@ class RangesReport(Message):
     samples: int
     tensors: int  # the float tensors ranged
     module_paths: dict[str, str]  # ONNX node -> its PyTorch module (``graph.module_paths``)
+    costs: dict[str, float]  # plan layer -> its relative compute (``costs.layer_costs``)
 
 
 @dataclass(frozen=True)
@@ -61,9 +63,11 @@ class LayerReport(Message):
 
 
 def calibrate(request: RangesRequest) -> RangesReport:
-    found = activation_ranges(request.float_onnx, request.calibration_npy, request.output)
+    found = activation_ranges(request.float_onnx, request.calibration_npy, request.output,
+                              layer_names=list(request.layer_names))
     return RangesReport(samples=int(found["samples"]), tensors=int(found["tensors"]),
-                        module_paths=dict(found.get("module_paths") or {}))
+                        module_paths=dict(found.get("module_paths") or {}),
+                        costs={str(k): float(v) for k, v in (found.get("costs") or {}).items()})
 
 
 def simulate(request: SimulationRequest) -> SimulationReport:

@@ -52,9 +52,11 @@ def layer_of_node(name: str, layer_names: list[str]) -> str:
 BATCH = 8  # samples per forward pass while every intermediate tensor is an output: memory stays a few batches of them
 
 
-def activation_ranges(float_onnx: str, calibration_npy: str, output: str, batch: int = BATCH) -> dict[str, Any]:
+def activation_ranges(float_onnx: str, calibration_npy: str, output: str, batch: int = BATCH,
+                      layer_names: list[str] | None = None) -> dict[str, Any]:
     """Min and max of every float tensor of the graph over the calibration samples, written to
-    ``output`` (JSON) and returned with the number of samples."""
+    ``output`` (JSON) and returned with the number of samples and each plan layer's relative cost
+    (``costs.layer_costs``, from the tensors' shapes in the first batch)."""
     import onnx
     import onnxruntime as ort
 
@@ -85,10 +87,13 @@ def activation_ranges(float_onnx: str, calibration_npy: str, output: str, batch:
     for name, values in feeds_by_name.items():
         if np.asarray(values).dtype.kind == "f":
             low[name], high[name] = float(np.min(values)), float(np.max(values))
+    shapes: dict[str, tuple[int, ...]] = {}
     for start in range(0, total, batch):
         feeds = {k: np.asarray(v[start:start + batch]) for k, v in feeds_by_name.items()}
         for name, value in zip(names, session.run(names, feeds)):
             value = np.asarray(value)
+            if not start:
+                shapes[name] = tuple(int(d) for d in value.shape)
             if value.dtype.kind != "f" or not value.size:
                 continue
             finite = value[np.isfinite(value)]
@@ -98,7 +103,12 @@ def activation_ranges(float_onnx: str, calibration_npy: str, output: str, batch:
             high[name] = max(high.get(name, -np.inf), float(finite.max()))
     found = {"samples": total, "ranges": {n: [low[n], high[n]] for n in low}}
     Path(output).write_text(json.dumps(found))
-    return {"samples": total, "tensors": len(low), "module_paths": module_paths(model)}
+    from .costs import layer_costs
+
+    shapes.update({k: tuple(int(d) for d in np.asarray(v[:batch]).shape) for k, v in feeds_by_name.items()})
+    names = list(layer_names) if layer_names else [n.name for n in model.graph.node if n.name]
+    return {"samples": total, "tensors": len(low), "module_paths": module_paths(model),
+            "costs": layer_costs(model, shapes, lambda node: layer_of_node(node, names))}
 
 
 def module_paths(model: Any) -> dict[str, str]:

@@ -53,12 +53,12 @@ def test_two_processes_fetching_the_same_package(digits_package, fresh_cache):
 def test_corrupted_cache_entry_is_detected_and_replaced(digits_package, fresh_cache):
     archive = digits_package.with_suffix(".ekpkg")
     x, _ = load_npz(EVAL)
-    with edgekit.load(archive) as model:
+    with edgekit.load(archive, artifact="tflite") as model:
         expected = model.predict(x[:3])
         cached = model.root
     artifact = cached / "tflite" / "model.int8.tflite"
     artifact.write_bytes(artifact.read_bytes()[:-10] + b"corrupted!")
-    with edgekit.load(archive) as model:  # verification fails, the entry is unpacked again
+    with edgekit.load(archive, artifact="tflite") as model:  # verification fails, the entry is unpacked again
         assert np.array_equal(model.predict(x[:3]), expected)
     assert verify_all() == []
 

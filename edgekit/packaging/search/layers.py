@@ -33,6 +33,7 @@ from ...formats.plan import FLOAT, INT16, PrecisionPlan
 from ..gates import GateFailure, Remedies
 from .blocks import blocks
 from .candidate import Candidate, improves
+from .cost import LayerCosts
 from .trial import LAYERS, SPEED, Trial, TrialRunner, margins
 
 CANDIDATES = 12  # the worst layers: measured one by one, and raised together as one block
@@ -82,6 +83,7 @@ class _LayerSearch:
         self.say, self.warn = runner.run.progress.say, runner.run.progress.warn
         self.name = runner.builder.name
         self.seen: dict[str, Candidate | None] = {}  # plan -> its build: a plan is built once per search
+        self.costs = LayerCosts(runner.run.layer_costs)  # what leaving each layer out of int8 costs
 
     def late(self, reserved: int = 0) -> bool:
         return not self.runner.budget.allows_try(reserved)
@@ -138,6 +140,8 @@ class _LayerSearch:
         again: a block that only helps would lift far more layers than a plan needs)."""
         best = self.start
         tried = blocks(worst, ordered, cheap=self.runner.builder.cheap_tries)
+        if self.costs:  # the cheapest block that passes is the one kept: cheap blocks first
+            tried.sort(key=lambda block: self.costs.total(block.layers))
         if tried:
             self.say(f"search {self.name}: blocks to raise: {'; '.join(b.name for b in tried)}")
         for block in tried:
@@ -168,7 +172,7 @@ class _LayerSearch:
             if candidate is not None:
                 if not candidate.failures:
                     return candidate
-                scored.append((_quality(candidate, best), -rank, layer))
+                scored.append((self._per_cost(candidate, best, layer), -rank, layer))
         order = [layer for *_, layer in sorted(scored, reverse=True)]
         if order:
             self.say(f"search {self.name}: layers by their effect on the failing gates: {', '.join(order)}")
@@ -255,11 +259,24 @@ class _LayerSearch:
                                                f"replaces the one found when {FASTER:g}x faster"}))
         return chosen
 
+    def _per_cost(self, candidate: Candidate, best: Candidate, layer: str) -> tuple[float, ...]:
+        """How a layer raised alone ranks: the failing gates it passes, then what it repairs per
+        unit of compute it takes out of int8 (with costs), then the closeness to float."""
+        quality = _quality(candidate, best)
+        if not self.costs:
+            return quality
+        before = _quality(best, best)
+        closer = quality[2] - before[2] if math.isfinite(quality[2]) and math.isfinite(before[2]) else 0.0
+        margin = quality[1] - before[1] if math.isfinite(quality[1]) and math.isfinite(before[1]) else 0.0
+        repaired = margin + 0.01 * closer
+        return quality[0], repaired / max(self.costs.of(layer), 1e-9), quality[1], quality[2]
+
     def most_integer(self, best: Candidate, worst: Sequence[str]) -> Candidate:
         """The raised layers back to int8 in halves, quarters, ... one, least costly first."""
         rank = {layer: i for i, layer in enumerate(worst)}
+        # the heaviest first (with costs: what a float layer costs in speed), then the mildest
         raised = sorted((layer for layer in best.context.plan.layers if layer not in self.fixed),
-                        key=lambda layer: -rank.get(layer, -1))  # not among the worst first, then the mildest
+                        key=lambda layer: (-self.costs.of(layer) if self.costs else 0.0, -rank.get(layer, -1)))
         size = max(1, len(raised) // 2)
         reserved = len(self.probes) - 1  # the speed stage's tries at the other precision (``fastest``)
         while raised and not self.late(reserved):

@@ -1,0 +1,53 @@
+"""Each layer's cost is its compute (multiply-accumulates, or output elements for one-per-element
+ops), read from the float graph and one pass's shapes: the search weighs float layers by it."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from edgekit.packaging.search.cost import LayerCosts
+from edgekit.simulation.costs import layer_costs, node_costs
+
+
+def _graph() -> onnx.ModelProto:
+    weight = numpy_helper.from_array(np.zeros((8, 3, 3, 3), np.float32), "w")
+    depthwise = numpy_helper.from_array(np.zeros((8, 1, 3, 3), np.float32), "dw")
+    dense = numpy_helper.from_array(np.zeros((2048, 10), np.float32), "fc")
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="stem/conv", pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["r"], name="stem/relu"),
+             helper.make_node("Conv", ["r", "dw"], ["d"], name="dw/conv", pads=[1, 1, 1, 1], group=8),
+             helper.make_node("Flatten", ["d"], ["f"], name="flatten"),
+             helper.make_node("MatMul", ["f", "fc"], ["y"], name="head")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])],
+                              [weight, depthwise, dense])
+    return helper.make_model(graph)
+
+
+SHAPES = {"x": (1, 3, 16, 16), "c": (1, 8, 16, 16), "r": (1, 8, 16, 16), "d": (1, 8, 16, 16), "f": (1, 2048),
+          "y": (1, 10)}
+
+
+def test_convolutions_and_matrix_products_cost_their_multiply_accumulates():
+    costs = node_costs(_graph(), SHAPES)
+    assert costs["stem/conv"] == 2048 * 27  # each of 8x16x16 outputs reads 3 channels x 3x3
+    assert costs["dw/conv"] == 2048 * 9  # depthwise: one channel per group
+    assert costs["head"] == 10 * 2048
+    assert costs["stem/relu"] == 2048  # one per element
+
+
+def test_a_layer_costs_the_sum_of_its_nodes_and_a_plan_its_share():
+    from edgekit.simulation.graph import layer_of_node
+
+    by_layer = layer_costs(_graph(), SHAPES, lambda node: layer_of_node(node, ["stem", "dw", "head"]))
+    assert by_layer["stem"] == 2048 * 27 + 2048 and "flatten" not in by_layer
+    costs = LayerCosts(by_layer)
+    total = sum(by_layer.values())
+    assert costs.share(["stem"]) == pytest.approx(by_layer["stem"] / total)
+    assert costs.of("head (MatMul)") == by_layer["head"]  # a route's name with the op it became
+    assert costs.of("elsewhere") == sorted(by_layer.values())[1]  # unknown: the median, neither free nor heaviest
+    assert "of the model's compute" in costs.describe(["stem"])
+    assert LayerCosts().of("anything") == 1.0 and LayerCosts().share(["stem"]) is None  # no costs: a count
