@@ -55,6 +55,14 @@ labels; seconds each, seeded. They stand for model families users bring:
 - ``prelu_landmarks``: a PyTorch landmark regressor with per-channel PReLU, saved with
   ``torch.export``; two channels of its second convolution are 150x the rest (the third divides
   them back): plain INT8 misses the 20 dB gate on both TFLite (about 18.7 dB) and ONNX.
+- ``dw_cnn``: a PyTorch depthwise-separable CNN (96x96 grey, ``torch.export``; two of three shapes
+  blended per image: close decisions, as mobile face and emotion CNNs have on ambiguous inputs)
+  whose second pointwise convolution writes its two busiest channels 60x the rest (the next depthwise divides
+  them back): plain INT8 misses the 99% top-1 agreement gate. The speed reference for a
+  depthwise CNN; images without labels.
+- ``tone_cnn``: a PyTorch 1-D audio CNN (four convolutions over 1024 samples; six close tones
+  under noise, softmax) whose second convolution writes two channels 60x the rest: plain INT8
+  misses its gate; the speed reference for an audio CNN (``torch.export``, dynamic batch).
 - ``shapes``: a three-class image classifier (square, vbar, hbar, in that output order), trained
   to 100%, with an image folder whose alphabetical order (hbar, square, vbar) is not the model's.
 
@@ -807,6 +815,125 @@ def train_prelu_landmarks(folder: Path) -> None:
     torch.export.save(program, str(folder / "prelu_landmarks.pt2"))
 
 
+def blended_shapes(n: int, seed: int, size: int = 96):  # noqa: ANN201
+    """Grey ``size`` x ``size`` images, NCHW float32 in 0..1, each two of the three shapes (a
+    square, a vertical bar, a horizontal bar) blended at random weights, and the heavier one's id:
+    some decisions are close, as a real classifier's are on ambiguous inputs."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    images, classes = np.empty((n, 1, size, size), np.float32), np.empty(n, np.int64)
+    unit = size // 24
+    for i in range(n):
+        first, second = rng.choice(3, 2, replace=False)
+        weight = rng.uniform(0, 1)
+        img = rng.uniform(0, 60, (size, size))
+        for c, share in ((first, weight), (second, 1 - weight)):
+            y, x = rng.integers(2, 10, 2) * unit
+            if c == 0:
+                img[y: y + 12 * unit, x: x + 12 * unit] += 120 * share
+            elif c == 1:
+                img[2 * unit: 22 * unit, x + 4 * unit: x + 8 * unit] += 120 * share
+            else:
+                img[y + 4 * unit: y + 8 * unit, 2 * unit: 22 * unit] += 120 * share
+        images[i, 0], classes[i] = np.clip(img, 0, 255) / 255.0, first if weight > 0.5 else second
+    return images, classes
+
+
+def dw_cnn(out: Path) -> Path:
+    import numpy as np
+
+    folder = out / "dw_cnn"
+    folder.mkdir(parents=True, exist_ok=True)
+    model = trained(folder, "dw_cnn")
+    np.savez(folder / "calibration.npz", image=blended_shapes(200, 1)[0])
+    np.savez(folder / "eval.npz", image=blended_shapes(400, 2)[0])
+    return model
+
+
+def train_dw_cnn(folder: Path) -> None:
+    import torch
+    from torch import nn
+
+    torch.manual_seed(0)
+    layers: list[nn.Module] = [nn.Conv2d(1, 24, 5, 2, 2), nn.ReLU()]
+    channels = 24
+    for width, stride in ((48, 2), (64, 1), (96, 2), (96, 1)):  # depthwise 3x3, then pointwise 1x1
+        layers += [nn.Conv2d(channels, channels, 3, stride, 1, groups=channels), nn.ReLU(),
+                   nn.Conv2d(channels, width, 1), nn.ReLU()]
+        channels = width
+    model = nn.Sequential(*layers, nn.AdaptiveMaxPool2d(1), nn.Flatten(), nn.Linear(channels, 3), nn.Softmax(dim=1))
+    x, y = blended_shapes(1500, 0)
+    optimizer = torch.optim.Adam(model.parameters(), 3e-3)
+    for step in range(300):
+        batch = slice((step * 50) % 1500, (step * 50) % 1500 + 50)
+        optimizer.zero_grad()
+        nn.functional.nll_loss(torch.log(model(torch.from_numpy(x[batch])) + 1e-9),
+                               torch.from_numpy(y[batch])).backward()
+        optimizer.step()
+    with torch.no_grad():  # the two busiest channels of the second pointwise conv 60x the rest (the next depthwise
+        # divides them back): a dead channel scaled would change nothing
+        busiest = model[:10](torch.from_numpy(x[:200])).mean(dim=(0, 2, 3)).argsort(descending=True)[:2]
+        model[8].weight[busiest] *= 60.0
+        model[8].bias[busiest] *= 60.0
+        model[10].weight[busiest] /= 60.0
+    model.eval()
+    batch = torch.export.Dim("batch", min=1, max=4096)
+    program = torch.export.export(model, (torch.zeros(2, 1, 96, 96),), dynamic_shapes=({0: batch},))
+    torch.export.save(program, str(folder / "dw_cnn.pt2"))
+
+def close_tones(n: int, seed: int):  # noqa: ANN201
+    """1024-sample frames at 16 kHz of one of six tones 6% apart (500-670 Hz) under heavy noise,
+    [N, 1, 1024], and the tone ids: close decisions, as a real audio classifier's often are."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    t = np.arange(1024, dtype=np.float32) / 16000.0
+    tone = np.arange(n) % 6
+    hz = 500.0 * 1.06 ** tone * rng.uniform(0.985, 1.015, n)
+    x = np.sin(2 * np.pi * hz[:, None] * t[None] + rng.uniform(0, 6.28, (n, 1))) * rng.uniform(0.2, 1, (n, 1))
+    x = x + rng.normal(0, 1.0, x.shape)
+    return x[:, None].astype(np.float32), tone.astype(np.int64)
+
+
+def tone_cnn(out: Path) -> Path:
+    import numpy as np
+
+    folder = out / "tone_cnn"
+    folder.mkdir(parents=True, exist_ok=True)
+    model = trained(folder, "tone_cnn")
+    np.savez(folder / "calibration.npz", x=close_tones(200, 1)[0])
+    np.savez(folder / "eval.npz", x=close_tones(400, 2)[0])
+    return model
+
+
+def train_tone_cnn(folder: Path) -> None:
+    import torch
+    from torch import nn
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv1d(1, 32, 31, stride=2, padding=15), nn.ReLU(),
+                          nn.Conv1d(32, 64, 9, stride=2, padding=4), nn.ReLU(),
+                          nn.Conv1d(64, 64, 9, padding=4), nn.ReLU(),
+                          nn.Conv1d(64, 64, 9, stride=2, padding=4), nn.ReLU(),
+                          nn.AdaptiveAvgPool1d(1), nn.Flatten(), nn.Linear(64, 6), nn.Softmax(dim=1))
+    x, y = close_tones(2400, 0)
+    optimizer = torch.optim.Adam(model.parameters(), 3e-3)
+    for step in range(240):
+        batch = slice((step * 100) % 2400, (step * 100) % 2400 + 100)
+        optimizer.zero_grad()
+        nn.functional.nll_loss(torch.log(model(torch.from_numpy(x[batch])) + 1e-9),
+                               torch.from_numpy(y[batch])).backward()
+        optimizer.step()
+    with torch.no_grad():  # two channels of the second conv 60x the rest (the third divides them back)
+        model[2].weight[:2] *= 60.0
+        model[2].bias[:2] *= 60.0
+        model[4].weight[:, :2] /= 60.0
+    model.eval()
+    batch = torch.export.Dim("batch", min=1, max=4096)
+    program = torch.export.export(model, (torch.zeros(2, 1, 1024),), dynamic_shapes=({0: batch},))
+    torch.export.save(program, str(folder / "tone_cnn.pt2"))
+
 # the models stored trained (name -> its files, its recipe): each takes 10-75 s to train
 STORED: dict[str, tuple[list[str], Callable[[Path], None]]] = {
     "pitch": (["pitch.keras"], train_pitch), "probmap": (["probmap.onnx"], train_probmap),
@@ -815,6 +942,7 @@ STORED: dict[str, tuple[list[str], Callable[[Path], None]]] = {
     "conv1d_asr": (["conv1d_asr.onnx"], train_conv1d_asr),
     "bytes_classifier": (["bytes_classifier.onnx"], train_bytes_classifier),
     "prelu_landmarks": (["prelu_landmarks.pt2"], train_prelu_landmarks),
+    "dw_cnn": (["dw_cnn.pt2"], train_dw_cnn), "tone_cnn": (["tone_cnn.pt2"], train_tone_cnn),
 }
 
 
@@ -827,7 +955,8 @@ def trained(folder: Path, name: str) -> Path:
 BUILDERS = {"yolo": yolo, "yolov5": yolov5, "pitch": pitch, "embedding": embedding, "probmap": probmap, "shapes": shapes,
             "audio_bn": audio_bn, "outlier_cnn": outlier_cnn, "coreml_ops": coreml_ops,
             "lstm_encoder": lstm_encoder, "vad_stream": vad_stream, "state_stream": state_stream, "conv1d_asr": conv1d_asr,
-            "bytes_classifier": bytes_classifier, "prelu_landmarks": prelu_landmarks}
+            "bytes_classifier": bytes_classifier, "prelu_landmarks": prelu_landmarks, "dw_cnn": dw_cnn,
+            "tone_cnn": tone_cnn}
 
 
 if __name__ == "__main__":
