@@ -58,7 +58,14 @@ def _passing(manifest: dict[str, Any]) -> set[str]:
 
 
 def _key(artifact: dict[str, Any]) -> str:
+    """The package's key of an artifact as the manifest writes it (``manifest.Artifact.key``)."""
+    if _is_float(artifact):
+        return f"{artifact['format']}-{artifact['precision']}"
     return artifact["format"] + (f"-{artifact['variant']}" if artifact.get("variant") else "")
+
+
+def _is_float(artifact: dict[str, Any]) -> bool:
+    return bool(artifact.get("converter", {}).get("float_fallback_for"))
 
 
 def _timed(packages: dict[str, Path], sample: dict[str, Any]) -> dict[str, float]:
@@ -111,15 +118,16 @@ def measure_model(name: str, spec: tuple[str, str, str, str | None], work: Path)
     packages = {"plain": work / "plain" / f"{builder}.edgekit", "default": work / "default" / f"{builder}.edgekit"}
     ms = _timed(packages, _sample(data or work / calibration, shipped["inputs"]))
     floats = [v for k, v in ms.items() if k.startswith("default:") and any(
-        _key(a) == k.split(":", 1)[1] and a["precision"].startswith("float") for a in shipped["artifacts"])]
+        _key(a) == k.split(":", 1)[1] and _is_float(a) for a in shipped["artifacts"])]
     fastest_float = min(floats, default=None)
     passing = _passing(shipped)
     rows: dict[str, Any] = {}
-    for artifact in shipped["artifacts"] + [a for a in plain["artifacts"] if a["format"] not in
-                                            {b["format"] for b in shipped["artifacts"]}]:
+    shipped_by_key = {_key(a): a for a in shipped["artifacts"]}
+    for artifact in plain["artifacts"]:  # every format's plain INT8 build, and what shipped of it
         key = _key(artifact)
-        if artifact["precision"].startswith("float") or artifact.get("variant"):
+        if _is_float(artifact) or artifact.get("variant"):
             continue
+        artifact = shipped_by_key.get(key, artifact)
         plain_ms = ms.get(f"plain:{key}")
         shipped_ms = ms.get(f"default:{key}") if key in passing else None
         ceiling = fastest_float / plain_ms if fastest_float and plain_ms else None
@@ -140,7 +148,7 @@ def measure_model(name: str, spec: tuple[str, str, str, str | None], work: Path)
     fastest_passing = min((v for k, v in ms.items() if k.startswith("default:") and k.split(":", 1)[1] in passing),
                           default=None)
     ceiling = max((r["ceiling"] for r in rows.values() if r["ceiling"]), default=None)
-    pick_float = any(_key(a) == pick and a["precision"].startswith("float") for a in shipped["artifacts"])
+    pick_float = any(_key(a) == pick and _is_float(a) for a in shipped["artifacts"])
     pick_speedup = fastest_float / pick_ms if fastest_float and pick_ms else None
     if ceiling and ceiling >= CEILING_RULE:
         holds = bool(pick_speedup and not pick_float and pick_speedup >= max(SHIPPED_FLOOR, 1 + (ceiling - 1) / 2))

@@ -174,6 +174,11 @@ class Builder(ABC):
     backend: ClassVar[str]  # the backend that validates the artifact on the build machine
     unmeasured_reason: ClassVar[str] = "no runtime for it on this machine"
     cheap_tries: ClassVar[bool] = False  # a search try costs a forward pass, not a conversion (the simulation)
+    # whether the runtimes this format targets run 16-bit activations on fast kernels; where they do
+    # not (TFLite's int16x8 kernels are reference kernels; ONNX Runtime's and XNNPACK's run int16
+    # several times slower than int8 and slower than float on CPUs), the layer search raises layers
+    # to float, never to 16-bit activations, which would ship an INT8 artifact slower than float
+    fast_int16_activations: ClassVar[bool] = False
 
     @abstractmethod
     def build(self, context: BuildContext, on_progress: Callable[[int, int], None] | None = None) -> BuildResult:

@@ -53,6 +53,20 @@ def packaged(folder: Path, out: Path, **options) -> tuple[object, dict]:
     return result, json.loads((result.path / "manifest.json").read_text())
 
 
+def test_a_format_without_fast_16_bit_kernels_raises_layers_to_float_only(toy_registered, tmp_path, monkeypatch):
+    """16-bit activations on TFLite's reference kernels ran a plan 80x slower than plain INT8 on
+    x86: where a format's runtimes have no fast int16 kernels the layer search raises to float."""
+    monkeypatch.setattr(toy.ToyBuilder, "fast_int16_activations", False)
+    folder = outlier_chain(tmp_path / "model")
+    _, manifest = packaged(folder, tmp_path / "out")
+    record = manifest["validation"]["artifacts"]["toy"]
+    assert record["verdict"] == "passed"
+    assert not [t for t in record["auto_fix"] if "int16" in str(t.get("change"))]
+    block = next(t for t in record["auto_fix"] if t["change"].endswith("(the 6 worst layers)"))
+    assert block["change"].startswith("--keep-float")
+    assert set(manifest["artifacts"][0]["details"]["precision_plan"]["layers"].values()) == {"float"}
+
+
 def test_the_search_raises_the_tensor_an_outlier_breaks_and_confirms_it_on_unseen_samples(toy_registered, tmp_path):
     folder = outlier_chain(tmp_path / "model")
     result, manifest = packaged(folder, tmp_path / "out")
@@ -100,7 +114,7 @@ def test_a_search_budget_with_no_time_for_a_try_refuses_and_says_what_it_would_n
     record = manifest["validation"]["artifacts"]["toy"]
     assert record["verdict"] == "failed" and len(toy_registered.builds) == 1
     said = capsys.readouterr()
-    assert "its budget (--search-budget 0 s: 0 s) leaves no time for a try and the rebuild" in said.out + said.err
+    assert "its budget (--search-budget 0 s: 0 s) leaves no room for a try and the rebuild" in said.out + said.err
 
 
 def _flipped(nodes: list, x: np.ndarray, ranges: dict, plan: dict) -> np.ndarray:

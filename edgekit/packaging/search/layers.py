@@ -1,6 +1,7 @@
 """The search's last stage: the layers that cost a failing gate most leave int8, in whole blocks
-first, 16-bit activations before float, until the gates pass or the budget ends; then as many
-layers as still pass go back to int8.
+first (16-bit activations before float where the format's runtimes run them fast; float alone
+elsewhere), until the gates pass or the budget ends; then as many layers as still pass go back
+to int8, the heaviest first (``cost.py``: what a layer costs in speed).
 
 1. **Where.** The failing build is made again with the per-layer report on (``--explain``'s
    SQNR of each layer's activations against float); its worst layers lead. On a route with no
@@ -44,8 +45,12 @@ SPEED_ROUNDS, SPEED_RUNS = 5, 5  # interleaved rounds of calls when passing plan
 def search_layers(runner: TrialRunner, best: Candidate, remedies: Remedies,
                   fixed: PrecisionPlan | None = None) -> Candidate:
     """The best build found; every try is in ``runner.trials``; ``fixed``: the layers never put
-    back to int8 (default: those ``best`` raises)."""
+    back to int8 (default: those ``best`` raises). 16-bit activations are a probe only where the
+    format's runtimes run them fast (``Builder.fast_int16_activations``) or its route keeps no
+    layer in float."""
     probes = [p for p in (INT16, FLOAT) if p in remedies.layers]
+    if FLOAT in probes and not runner.builder.fast_int16_activations:
+        probes = [FLOAT]
     if not probes:
         return best
     search = _LayerSearch(runner, probes, best, lowerable_from=fixed)
