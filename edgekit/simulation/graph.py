@@ -50,6 +50,15 @@ def layer_of_node(name: str, layer_names: list[str]) -> str:
 
 
 BATCH = 8  # samples per forward pass while every intermediate tensor is an output: memory stays a few batches of them
+# at most this many bytes of intermediate tensors per forward pass: a model whose every tensor of one sample
+# is large (a 256x256 U-Net) runs fewer samples at a time (``fitting_batch``), so memory stays bounded
+INTERMEDIATES_BYTES = 256 * 2**20
+
+
+def fitting_batch(per_sample_bytes: int, most: int = BATCH) -> int:
+    """Samples per pass whose intermediate tensors fit in ``INTERMEDIATES_BYTES`` (at least one, at
+    most ``most``)."""
+    return max(1, min(most, INTERMEDIATES_BYTES // max(1, per_sample_bytes)))
 
 
 def activation_ranges(float_onnx: str, calibration_npy: str, output: str, batch: int = BATCH,
@@ -88,11 +97,16 @@ def activation_ranges(float_onnx: str, calibration_npy: str, output: str, batch:
         if np.asarray(values).dtype.kind == "f":
             low[name], high[name] = float(np.min(values)), float(np.max(values))
     shapes: dict[str, tuple[int, ...]] = {}
-    for start in range(0, total, batch):
-        feeds = {k: np.asarray(v[start:start + batch]) for k, v in feeds_by_name.items()}
-        for name, value in zip(names, session.run(names, feeds)):
+    start, step = 0, 1  # one sample first: its tensors' size sets how many samples a pass holds
+    while start < total:
+        feeds = {k: np.asarray(v[start:start + step]) for k, v in feeds_by_name.items()}
+        values = session.run(names, feeds)
+        if not start:
+            step = fitting_batch(sum(np.asarray(v).nbytes for v in values), batch)
+        start += len(next(iter(feeds.values())))
+        for name, value in zip(names, values):
             value = np.asarray(value)
-            if not start:
+            if name not in shapes:
                 shapes[name] = tuple(int(d) for d in value.shape)
             if value.dtype.kind != "f" or not value.size:
                 continue
@@ -105,7 +119,7 @@ def activation_ranges(float_onnx: str, calibration_npy: str, output: str, batch:
     Path(output).write_text(json.dumps(found))
     from .costs import layer_costs
 
-    shapes.update({k: tuple(int(d) for d in np.asarray(v[:batch]).shape) for k, v in feeds_by_name.items()})
+    shapes.update({k: tuple(int(d) for d in np.asarray(v[:1]).shape) for k, v in feeds_by_name.items()})
     names = list(layer_names) if layer_names else [n.name for n in model.graph.node if n.name]
     return {"samples": total, "tensors": len(low), "module_paths": module_paths(model),
             "costs": layer_costs(model, shapes, lambda node: layer_of_node(node, names))}
@@ -335,9 +349,13 @@ def layer_report(float_onnx: str, simulated_onnx: str, samples_npy: str, layer_n
     total = min(limit, len(next(iter(feeds_by_name.values()))))
     names = [t for t, *_ in tensors]
     noise, signal = np.zeros(len(names)), np.zeros(len(names))
-    for start in range(0, total, BATCH):  # summed batch by batch: every weighted layer's output is held for one only
-        feeds = {k: np.asarray(v[start:min(start + BATCH, total)]) for k, v in feeds_by_name.items()}
+    start, step = 0, 1  # summed batch by batch: every weighted layer's output is held for one only
+    while start < total:
+        feeds = {k: np.asarray(v[start:min(start + step, total)]) for k, v in feeds_by_name.items()}
         reference, got = (session.run(names, feeds) for session in sessions)
+        if not start:  # both graphs' tensors, and their float64 copies below
+            step = fitting_batch(6 * sum(np.asarray(v).nbytes for v in reference))
+        start += len(next(iter(feeds.values())))
         for i, (want, have) in enumerate(zip(reference, got)):
             want, have = np.asarray(want, np.float64), np.asarray(have, np.float64)
             noise[i] += float(np.sum((want - have) ** 2))

@@ -95,3 +95,24 @@ def test_the_per_layer_report_ranks_each_weighted_layer(two_layers, tmp_path):
     simulated_graph(str(model), str(folder / "ranges.json"), str(tmp_path / "sim.onnx"), [], [])
     rows = layer_report(str(model), str(tmp_path / "sim.onnx"), str(folder / "calibration.npy"), [])
     assert [r["layer"] for r in rows] == ["fc1", "fc2"] and all(15 < r["sqnr_db"] < 80 for r in rows)
+
+
+def test_a_model_with_large_tensors_runs_fewer_samples_at_a_time_with_the_same_ranges_and_report(
+        two_layers, tmp_path, monkeypatch):
+    """Every intermediate tensor is an output of the ranging and report passes: a model whose
+    tensors of one sample are large (a 256x256 U-Net held 18.9 GB at 8 samples a pass) runs as
+    many samples as fit in ``INTERMEDIATES_BYTES``, with the same ranges, report and costs."""
+    from edgekit.simulation import graph
+
+    folder, model, _ = two_layers
+    assert graph.fitting_batch(10 * 2**20) == 8 and graph.fitting_batch(100 * 2**20) == 2
+    assert graph.fitting_batch(2**40) == 1  # one sample at least
+    simulated_graph(str(model), str(folder / "ranges.json"), str(tmp_path / "sim.onnx"), [], [])
+    wide = activation_ranges(str(model), str(folder / "calibration.npy"), str(tmp_path / "wide.json"))
+    rows = layer_report(str(model), str(tmp_path / "sim.onnx"), str(folder / "calibration.npy"), [])
+    monkeypatch.setattr(graph, "INTERMEDIATES_BYTES", 1)  # one sample a pass
+    assert graph.fitting_batch(10) == 1
+    narrow = activation_ranges(str(model), str(folder / "calibration.npy"), str(tmp_path / "narrow.json"))
+    assert json.loads((tmp_path / "narrow.json").read_text()) == json.loads((tmp_path / "wide.json").read_text())
+    assert narrow["costs"] == wide["costs"] and narrow["costs"]["fc1"] == 64 * 16  # per sample, either way
+    assert layer_report(str(model), str(tmp_path / "sim.onnx"), str(folder / "calibration.npy"), []) == rows
