@@ -193,13 +193,16 @@ class ArtifactDetails(NamedTuple):
     precision_plan: Mapping[str, Any] | None  # the plan kept: {"layers": {layer: int16|float}, ...}
     # the shared search's plan this artifact was built with first: simulated and real margins (the gap)
     simulation: Mapping[str, Any] | None = None
+    # the float graph it was built from was equalized across layers first (a repair that keeps
+    # every layer int8): the pairs rescaled and the largest factor
+    equalized: Mapping[str, Any] | None = None
 
     @classmethod
     def of(cls, details: Mapping[str, Any] | None) -> ArtifactDetails:
         details = details or {}
         return cls(dict(details.get("precision") or {}), tuple(details.get("weighted_layers") or ()),
                    tuple(details.get("explain") or ()), details.get("route"), details.get("speed_vs_float"),
-                   details.get("precision_plan"), details.get("simulation"))
+                   details.get("precision_plan"), details.get("simulation"), details.get("equalized"))
 
 
 @dataclass

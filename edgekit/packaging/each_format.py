@@ -135,7 +135,7 @@ def one_format(format_plan: Planned, context: BuildContext, described: SourceDes
                          "route can name (ops written in a forward): built without them, and its own search, on its "
                          "usual budget, goes on from there if that misses")
         try:
-            format_plan, own, built, comparison = build_on_routes(format_plan, first, described, steps, run)
+            format_plan, own, built, comparison = build_on_routes(format_plan, first, described, steps, run, simulated)
         except EdgekitError as exc:
             if first is context or isinstance(exc, TimeShareError):
                 raise
@@ -143,7 +143,7 @@ def one_format(format_plan: Planned, context: BuildContext, described: SourceDes
                           f"({first_line_of(exc.message)}); building plain INT8 and searching on its own")
             shutil.rmtree(run.staged / builder.name, ignore_errors=True)
             first = context
-            format_plan, own, built, comparison = build_on_routes(format_plan, first, described, steps, run)
+            format_plan, own, built, comparison = build_on_routes(format_plan, first, described, steps, run, simulated)
     except EdgekitError as exc:  # one format's failure (converting, or its runtime refusing the result)
         if isinstance(exc, TimeShareError):
             raise
@@ -250,13 +250,24 @@ def refused_routes(planned: list[Planned], op_types: Iterable[str], inputs: int,
 
 
 def build_on_routes(format_plan: Planned, context: BuildContext, described: SourceDescription, steps: StepContext,
-                    run: PackagingContext) -> tuple[Planned, BuildContext, BuildResult, Measured | None]:
+                    run: PackagingContext, simulated: Simulated | None = None,
+                    ) -> tuple[Planned, BuildContext, BuildResult, Measured | None]:
     """The format built on its route; when that route's conversion fails, on the next route that
-    converts the model (said out loud and recorded in the artifact's ``details.route``)."""
+    converts the model (said out loud and recorded in the artifact's ``details.route``). Where the
+    simulation repaired plain INT8 by equalizing the graph this route converts, the route converts
+    the equalized graph (``Simulated.model_for``; recorded in ``details.equalized``)."""
     while True:
         try:
-            own = replace(context, model=model_form(format_plan.route, described.forms, steps))
+            form = model_form(format_plan.route, described.forms, steps)
+            own = replace(context, model=simulated.model_for(form) if simulated is not None else form)
+            if own.model is not form and simulated is not None:  # the equalized graph, with its own plan
+                own = simulated.equalized_context(own, run.options.plan)
             built, comparison = build_and_measure(format_plan.builder, own, run)
+            if own.model is not form and simulated is not None:
+                equalized = {"pairs": len(simulated.equalized["pairs"]),
+                             "largest_factor": simulated.equalized["largest_factor"],
+                             "how": "cross-layer equalization of the float graph (float function unchanged)"}
+                built = replace(built, artifact=built.artifact.with_details(equalized=equalized))
         except ConversionError as exc:
             if isinstance(exc, TimeShareError):  # the format's time is up: not a reason to try another route
                 raise

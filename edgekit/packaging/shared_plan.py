@@ -52,6 +52,26 @@ class Simulated:
     module_paths: dict[str, str] = field(default_factory=dict)
     # plan layer -> its relative compute (``simulation/costs.py``): what the searches weigh layers by
     costs: dict[str, float] = field(default_factory=dict)
+    # where cross-layer equalization repaired plain INT8 (``simulation/equalize.py``): the graph it
+    # rescaled (``source``), the equalized one (``path``), the pairs and the largest factor
+    equalized: dict[str, Any] = field(default_factory=dict)
+
+    def model_for(self, model: Any) -> Any:
+        """The form a format converts: the equalized graph where the format converts the graph the
+        simulation equalized, else ``model`` as it is."""
+        if not self.equalized or model.path != self.equalized["source"]:
+            return model
+        via = ", ".join(x for x in (model.via, "cross-layer equalization") if x)
+        return model._replace(path=self.equalized["path"], via=via)
+
+    def equalized_context(self, context: BuildContext, user: PrecisionPlan) -> BuildContext:
+        """``context`` (already on the equalized graph) with the plan found on that graph on top of
+        the user's ``user`` plan, in place of the plan found on the graph as given."""
+        plan: PrecisionPlan = user
+        for layer, precision in (self.equalized.get("plan") or PrecisionPlan()).layers.items():
+            if layer not in plan:
+                plan = plan.raised([layer], precision)
+        return context if plan == context.plan else context.with_plan(plan)
 
     def record(self, real: dict[str, Any] | None = None) -> dict[str, Any]:
         """``details.simulation`` of an artifact built with this plan: the simulated margins beside
@@ -60,6 +80,8 @@ class Simulated:
 
         share = LayerCosts(self.costs).share(self.plan.layers if self.plan else ())
         found = {"plan": dict(self.plan.layers) if self.plan else {}, "passed": self.passed, "tries": self.tries,
+                 **({"equalized": {"pairs": len(self.equalized["pairs"]),
+                                   "largest_factor": self.equalized["largest_factor"]}} if self.equalized else {}),
                  **({"raised_compute_share": round(share, 4)} if share is not None else {}),
                  "seconds": round(self.seconds, 1), "simulated": self.margins,
                  "trials": [{"change": t.get("change"), "stage": t.get("stage", ""), "kept": t.get("kept"),
@@ -126,6 +148,15 @@ def simulated_plan(planned: list[Any], context: BuildContext, described: Any, st
     remedies = Remedies(layers=(FLOAT, EXPLAIN))
     failures = judged.check(builder.name, measured, remedies)
     first = Candidate(sim_context, built, measured, failures)
+    repaired = _equalized(form, described, sim_context, judged, remedies, first) if failures else None
+    if repaired is not None and not repaired[1].failures:  # repair before revert: every layer stays int8
+        record = repaired[2]
+        progress.say(f"INT8 simulation: plain INT8 fails ({failures[0].what}); with cross-layer equalization "
+                     f"({len(record['pairs'])} convolution pairs rescaled, the float function unchanged) it passes "
+                     f"every gate ({time.monotonic() - began:.0f} s): the formats that convert this graph build it "
+                     "equalized, every layer int8")
+        return Simulated(None, True, 2, time.monotonic() - began, margins(repaired[1]),
+                         module_paths=builder.module_paths, costs=builder.costs, equalized=record)
     if not failures:
         progress.say(f"INT8 simulation: plain INT8 passes every gate ({time.monotonic() - began:.0f} s): every format "
                      "builds it")
@@ -134,20 +165,81 @@ def simulated_plan(planned: list[Any], context: BuildContext, described: Any, st
     progress.say(f"INT8 simulation: plain INT8 fails ({failures[0].what}); searching the precision plan on the "
                  f"simulation, at most {SIMULATED_TRIES} tries")
     found, trials = _search_rounds(builder, first, judged, remedies, time.monotonic() - began)
+    equalized = _equalized_plan(repaired, found, remedies, judged, builder.costs, began) if repaired else {}
     seconds = time.monotonic() - began
     tries = builder.builds
     if found.failures:
         progress.warn(f"INT8 simulation: no plan passed in {tries} tries ({seconds:.0f} s; best "
                       f"{found.context.plan.describe()}: {found.failures[0].what}); each format searches on its own")
         return Simulated(None, False, tries, seconds, margins(found), tuple(trials), builder.module_paths,
-                         builder.costs)
+                         builder.costs, equalized)
     plan = found.context.plan
     from .search.cost import LayerCosts
 
     compute = LayerCosts(builder.costs).describe(plan.layers)
     progress.say(f"INT8 simulation: {plan.describe()}{f' ({compute} out of int8)' if compute else ''} passes every "
                  f"gate ({tries} tries, {seconds:.0f} s): every format whose route honours per-layer precision builds it")
-    return Simulated(plan, True, tries, seconds, margins(found), tuple(trials), builder.module_paths, builder.costs)
+    return Simulated(plan, True, tries, seconds, margins(found), tuple(trials), builder.module_paths, builder.costs,
+                     equalized)
+
+
+def _equalized(form: Any, described: Any, sim_context: BuildContext, judged: PackagingContext,
+               remedies: Remedies, plain: Any) -> tuple[Any, Any, dict[str, Any], PackagingContext] | None:
+    """The equalized graph in the simulation (its builder, its plain INT8 candidate, the record of
+    what was rescaled, the run judging it) where equalization rescaled a pair and brought plain
+    INT8 closer to its gates than ``plain``; None otherwise."""
+    from ..conversion import worker
+    from ..simulation import SimulatedBuilder
+    from ..simulation.convert import EqualizeRequest, equalize_graph
+    from .search.candidate import Candidate, improves
+
+    folder = Path(sim_context.workdir) / "simulation-equalized"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = str(folder / "equalized.onnx")
+    try:
+        report = worker.convert(equalize_graph, EqualizeRequest(form.path, path), what="cross-layer equalization",
+                                timeout=sim_context.timeout_s)
+        if not report.pairs:
+            return None
+        builder = SimulatedBuilder(path, [t.name for t in described.inputs], list(described.output_names))
+        context = replace(sim_context, model=form._replace(path=path), package_dir=folder)
+        builder.calibrate(context)
+        built = builder.build(context)
+        run = replace(judged, staged=folder)
+        measured = run.measure(built, builder, context)
+    except EdgekitError as exc:
+        judged.progress.warn(f"INT8 simulation: cross-layer equalization not tried ({exc.message})")
+        return None
+    if measured is None:
+        return None
+    candidate = Candidate(context, built, measured, run.check(builder.name, measured, remedies))
+    if candidate.failures and not improves(candidate, plain):
+        return None
+    return builder, candidate, {"source": form.path, "path": path, "pairs": report.pairs,
+                                "largest_factor": report.largest_factor, "plan": None}, run
+
+
+def _equalized_plan(repaired: tuple[Any, Any, dict[str, Any], PackagingContext], found: Any, remedies: Remedies,
+                    judged: PackagingContext, costs: dict[str, float], began: float) -> dict[str, Any]:
+    """The search on the equalized graph too, where plain INT8 of it comes closer: its plan, for
+    the formats that convert that graph, where it passes and leaves less compute out of int8 than
+    the plan ``found`` on the graph as given (every other format builds that one)."""
+    from .search.cost import LayerCosts
+
+    builder, plain, record, run = repaired
+    run.progress.say("INT8 simulation: cross-layer equalization brings plain INT8 closer "
+                     f"({len(record['pairs'])} convolution pairs rescaled): searching its plan too")
+    other, _ = _search_rounds(builder, plain, run, remedies, time.monotonic() - began)
+    if other.failures:
+        return {}
+    weigh = LayerCosts(costs)
+    if not found.failures and weigh.total(other.context.plan.layers) >= weigh.total(found.context.plan.layers):
+        return {}
+    plan = other.context.plan
+    run.progress.say(f"INT8 simulation: on the equalized graph {plan.describe() or 'plain INT8'} passes "
+                     f"({weigh.describe(plan.layers) or 'its layers'} out of int8): the formats that convert this "
+                     "graph build it equalized")
+    return {**record, "plan": plan}
 
 
 def _search_rounds(builder: Any, first: Any, judged: PackagingContext, remedies: Remedies,

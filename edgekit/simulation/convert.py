@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..conversion.messages import Message
+from .equalize import equalize
 from .graph import activation_ranges, layer_report, simulated_graph
 
 
@@ -60,6 +61,27 @@ class LayerReportRequest(Message):
 @dataclass(frozen=True)
 class LayerReport(Message):
     rows: list[dict[str, Any]]  # each computing layer against float, stored as made
+
+
+@dataclass(frozen=True)
+class EqualizeRequest(Message):
+    """The float graph with its convolution pairs equalized (``equalize.py``), written to ``output``."""
+
+    float_onnx: str
+    output: str
+
+
+@dataclass(frozen=True)
+class EqualizeReport(Message):
+    pairs: list[list[str]]  # (first, second) node names of each pair rescaled
+    largest_factor: float
+    why_not: str = ""  # why no pair was looked at (weights outside the file)
+
+
+def equalize_graph(request: EqualizeRequest) -> EqualizeReport:
+    found = equalize(request.float_onnx, request.output)
+    return EqualizeReport(pairs=[list(p) for p in found["pairs"]], largest_factor=float(found["largest_factor"]),
+                          why_not=str(found.get("why_not", "")))
 
 
 def calibrate(request: RangesRequest) -> RangesReport:
