@@ -4,7 +4,7 @@
     .venv/bin/python scripts/bench_package.py [--threads 2] [--rounds 30] [--output out/bench/bench_package.json]
     .venv/bin/python scripts/bench_package.py --delivery [--models dw_cnn tone_cnn]   # what INT8 delivers
 
-With --delivery (scripts/delivery.py): per reference model (a depthwise CNN, a 1-D audio CNN and
+With --delivery (scripts/bench_delivery.py): per reference model (a depthwise CNN, a 1-D audio CNN and
 a detector where plain INT8 misses its gate), plain INT8's speed-up over the package's fastest
 float (the ceiling), the shipped plan's speed-up and the share of the ceiling it keeps, the
 predicted against the real gate margin, and the runtime's default pick against the fastest
@@ -105,14 +105,14 @@ def main() -> None:
                              "and peak memory, then per format the simulated and real tries, the plan kept, the "
                              "tightest margin and the speed against float")
     parser.add_argument("--delivery", action="store_true",
-                        help="only what INT8 delivers (scripts/delivery.py): per reference model and format, plain "
+                        help="only what INT8 delivers (scripts/bench_delivery.py): per reference model and format, plain "
                              "INT8's speed-up over the fastest float (the ceiling), the shipped plan's and the share "
                              "of the ceiling it keeps, the predicted against the real gate margin, and the default "
                              "pick against the fastest passing artifact, all timed side by side in one run")
     parser.add_argument("--models", nargs="*", default=None, metavar="NAME",
                         help="only the reference models whose name starts with one of these (the search's figures)")
     args = parser.parse_args()
-    from delivery import compare_delivery, print_delivery_table
+    from bench_delivery import compare_delivery, print_delivery_table
 
     for wanted, key, measure, table in ((args.all_formats, "all_formats", compare_all_formats, print_all_formats_table),
                                         (args.search_only, "search", compare_search, print_search_table),

@@ -1,4 +1,7 @@
-"""What INT8 delivers, per reference model (``scripts/bench_package.py --delivery``).
+#!/usr/bin/env python
+"""What INT8 delivers, per reference model (also ``scripts/bench_package.py --delivery``).
+
+    .venv/bin/python scripts/bench_delivery.py [--models dw_cnn tone_cnn] [--output out/bench/bench_delivery.json]
 
 Each model is packaged twice with ``--format all``: plain INT8 (``--no-auto-fix``, failing gates
 kept) and with default flags (what a user ships). Then every artifact of both packages is timed
@@ -201,3 +204,30 @@ def print_delivery_table(found: dict[str, dict[str, Any]]) -> None:
 
 def show_x(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.2f}x"
+
+
+def main() -> None:
+    import argparse
+    import platform
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", nargs="*", default=None, metavar="NAME",
+                        help="only the reference models whose name starts with one of these")
+    parser.add_argument("--output", type=Path, default=ROOT / "out" / "bench" / "bench_delivery.json")
+    args = parser.parse_args()
+    sys.path.insert(0, str(ROOT))
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from benchio import print_and_save
+
+    from edgekit.machine.facts import DeviceFacts
+
+    found = compare_delivery(args.models)
+    facts = DeviceFacts.read()
+    print_and_save({"benchmark": "bench_delivery", "machine": {"platform": platform.platform(),
+                                                               "cpu_kind": facts.cpu_kind()}, "delivery": found},
+                   args.output)
+    print_delivery_table(found)
+
+
+if __name__ == "__main__":
+    main()
