@@ -840,15 +840,20 @@ def blended_shapes(n: int, seed: int, size: int = 96):  # noqa: ANN201
     return images, classes
 
 
-def dw_cnn(out: Path) -> Path:
+def trained_with_samples(out: Path, name: str, key: str, samples: Callable[[int, int], tuple]) -> Path:
+    """NAME's stored model with 200 calibration and 400 held-out samples (no labels) under ``key``."""
     import numpy as np
 
-    folder = out / "dw_cnn"
+    folder = out / name
     folder.mkdir(parents=True, exist_ok=True)
-    model = trained(folder, "dw_cnn")
-    np.savez(folder / "calibration.npz", image=blended_shapes(200, 1)[0])
-    np.savez(folder / "eval.npz", image=blended_shapes(400, 2)[0])
+    model = trained(folder, name)
+    np.savez(folder / "calibration.npz", **{key: samples(200, 1)[0]})
+    np.savez(folder / "eval.npz", **{key: samples(400, 2)[0]})
     return model
+
+
+def dw_cnn(out: Path) -> Path:
+    return trained_with_samples(out, "dw_cnn", "image", blended_shapes)
 
 
 def train_dw_cnn(folder: Path) -> None:
@@ -897,14 +902,7 @@ def close_tones(n: int, seed: int):  # noqa: ANN201
 
 
 def tone_cnn(out: Path) -> Path:
-    import numpy as np
-
-    folder = out / "tone_cnn"
-    folder.mkdir(parents=True, exist_ok=True)
-    model = trained(folder, "tone_cnn")
-    np.savez(folder / "calibration.npz", x=close_tones(200, 1)[0])
-    np.savez(folder / "eval.npz", x=close_tones(400, 2)[0])
-    return model
+    return trained_with_samples(out, "tone_cnn", "x", close_tones)
 
 
 def train_tone_cnn(folder: Path) -> None:
