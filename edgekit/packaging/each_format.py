@@ -171,7 +171,19 @@ def one_format(format_plan: Planned, context: BuildContext, described: SourceDes
         outcomes[-1] = timed if timed.name == outcomes[-1].name else outcomes[-1]
         variants = [timed if v.name == timed.name else v for v in variants]
         outcomes.append(fallback)
+    if simulated is not None and simulated.equalized and own.model.path == simulated.equalized["path"]:
+        return [marked_equalized(o, simulated) for o in outcomes + variants]  # built from the equalized graph
     return outcomes + variants
+
+
+def marked_equalized(outcome: FormatOutcome, simulated: Simulated) -> FormatOutcome:
+    """An outcome built from the equalized graph, its artifact's ``details.equalized`` saying so."""
+    if outcome.built is None:
+        return outcome
+    equalized = {"pairs": len(simulated.equalized["pairs"]), "largest_factor": simulated.equalized["largest_factor"],
+                 "how": "cross-layer equalization of the float graph (the float function unchanged)"}
+    return replace(outcome, built=replace(outcome.built, artifact=outcome.built.artifact.with_details(
+        equalized=equalized)))
 
 
 def unable_to_keep_ranges(planned: list[Planned], described: SourceDescription) -> dict[str, EdgekitError]:
@@ -263,11 +275,6 @@ def build_on_routes(format_plan: Planned, context: BuildContext, described: Sour
             if own.model is not form and simulated is not None:  # the equalized graph, with its own plan
                 own = simulated.equalized_context(own, run.options.plan)
             built, comparison = build_and_measure(format_plan.builder, own, run)
-            if own.model is not form and simulated is not None:
-                equalized = {"pairs": len(simulated.equalized["pairs"]),
-                             "largest_factor": simulated.equalized["largest_factor"],
-                             "how": "cross-layer equalization of the float graph (float function unchanged)"}
-                built = replace(built, artifact=built.artifact.with_details(equalized=equalized))
         except ConversionError as exc:
             if isinstance(exc, TimeShareError):  # the format's time is up: not a reason to try another route
                 raise

@@ -183,6 +183,12 @@ class PackageOptions:
                               "every format with that plan, each judged on its own artifact (default: on; "
                               "--no-simulate: each format searches on its own artifacts)", "gates", negatable=True,
                               show_default=False)
+    # where plain INT8 fails in the simulation, its float graph equalized across layers first (a repair
+    # that keeps every layer int8: simulation/equalize.py); False: the layer search alone
+    equalize: bool = declared(True, "--equalize", "where plain INT8 fails in the simulation, try cross-layer "
+                              "equalization first (convolution pairs rescaled, the float function unchanged; every "
+                              "layer stays int8) and build it on the formats that convert that graph (default: on; "
+                              "--no-equalize: the layer search alone)", "gates", negatable=True, show_default=False)
     # seconds for one format's whole search, its rebuild included; None: counted in builds (search/budget.py)
     search_budget_s: float | None = declared(
         None, "--search-budget", "seconds for one format's whole search, the rebuild of the plan it keeps included; a "

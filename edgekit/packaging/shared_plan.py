@@ -148,7 +148,8 @@ def simulated_plan(planned: list[Any], context: BuildContext, described: Any, st
     remedies = Remedies(layers=(FLOAT, EXPLAIN))
     failures = judged.check(builder.name, measured, remedies)
     first = Candidate(sim_context, built, measured, failures)
-    repaired = _equalized(form, described, sim_context, judged, remedies, first) if failures else None
+    repaired = _equalized(form, described, sim_context, judged, remedies, first) \
+        if failures and run.options.equalize else None
     if repaired is not None and not repaired[1].failures:  # repair before revert: every layer stays int8
         record = repaired[2]
         progress.say(f"INT8 simulation: plain INT8 fails ({failures[0].what}); with cross-layer equalization "

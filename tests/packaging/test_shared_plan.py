@@ -16,7 +16,7 @@ def test_one_simulated_search_gives_the_plan_every_format_builds(tmp_path_factor
     """outlier_cnn: two channels of conv2's output 25x the rest; plain INT8 fails its 99% gate.
     The simulation finds the tensor's writer and reader in float; each format builds that plan
     first and records the simulated margins beside its own."""
-    package, result = outlier_cnn_searched(tmp_path_factory)  # --format all, default flags
+    package, result = outlier_cnn_searched(tmp_path_factory)  # --format all, default flags but --no-equalize
     assert result.returncode == 0, result.stderr[-3000:]
     said = [line for line in result.stdout.splitlines() if line.startswith("INT8 simulation: --keep-float")]
     assert said and "passes every gate" in said[0], result.stdout[-3000:]
@@ -109,3 +109,25 @@ def test_a_detectors_concat_kept_in_float_reaches_executorch(tmp_path_factory, t
     assert artifact["details"]["precision_plan"]["layers"] == {"/Concat_6": "float"}
     task = manifest["validation"]["artifacts"]["executorch"]["tasks"]["output0"]
     assert task["passed"] and task["values"]["recall"] >= 0.9
+
+
+@pytest.mark.slow
+def test_equalization_repairs_an_outlier_tensor_and_onnx_ships_every_layer_int8(tmp_path_factory, tmp_path):
+    """outlier_cnn: the same two outlier channels. Before taking layers out of int8, the simulation
+    equalizes conv2 and conv3 across their channels (the float function unchanged); plain INT8 of
+    that graph passes, so ONNX builds it whole in int8, judged on every held-out sample, and its
+    record says so; TFLite, converting the Keras model, keeps its own search."""
+    model = verdict_model(tmp_path_factory, "outlier_cnn")
+    result = edgekit_cli("package", model / "outlier_cnn.keras", "-c", model / "calibration.npz", "--eval",
+                         model / "eval.npz", "--format", "onnx", "--no-also-float", "-o", tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "with cross-layer equalization" in result.stdout and "every layer int8" in result.stdout
+    manifest = json.loads((tmp_path / "outlier_cnn.edgekit" / "manifest.json").read_text())
+    onnx_main = next(a for a in manifest["artifacts"] if a["format"] == "onnx" and not a.get("variant"))
+    assert onnx_main["precision"] == "int8" and onnx_main["details"]["equalized"]["pairs"] >= 1
+    record = manifest["validation"]["artifacts"]["onnx"]
+    assert record["verdict"] == "passed" and record["top1_agreement"] >= 0.99
+    # at most a named fix (a calibration method) on top: no layer left int8
+    assert not [t for t in record.get("auto_fix", []) if str(t.get("change", "")).startswith("--keep-float")]
+    assert "cross-layer equalization" in onnx_main["converter"]["tool"]
+    assert all(a["details"].get("equalized") for a in manifest["artifacts"] if a["format"] == "onnx")  # variants too
