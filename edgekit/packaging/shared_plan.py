@@ -166,7 +166,7 @@ def simulated_plan(planned: list[Any], context: BuildContext, described: Any, st
     progress.say(f"INT8 simulation: plain INT8 fails ({failures[0].what}); searching the precision plan on the "
                  f"simulation, at most {SIMULATED_TRIES} tries")
     found, trials = _search_rounds(builder, first, judged, remedies, time.monotonic() - began)
-    equalized = _equalized_plan(repaired, found, remedies, judged, builder.costs, began) if repaired else {}
+    equalized = _equalized_plan(repaired, found, remedies, builder.costs, began) if repaired else {}
     seconds = time.monotonic() - began
     tries = builder.builds
     if found.failures:
@@ -221,7 +221,7 @@ def _equalized(form: Any, described: Any, sim_context: BuildContext, judged: Pac
 
 
 def _equalized_plan(repaired: tuple[Any, Any, dict[str, Any], PackagingContext], found: Any, remedies: Remedies,
-                    judged: PackagingContext, costs: dict[str, float], began: float) -> dict[str, Any]:
+                    costs: dict[str, float], began: float) -> dict[str, Any]:
     """The search on the equalized graph too, where plain INT8 of it comes closer: its plan, for
     the formats that convert that graph, where it passes and leaves less compute out of int8 than
     the plan ``found`` on the graph as given (every other format builds that one)."""

@@ -131,3 +131,27 @@ def test_equalization_repairs_an_outlier_tensor_and_onnx_ships_every_layer_int8(
     assert not [t for t in record.get("auto_fix", []) if str(t.get("change", "")).startswith("--keep-float")]
     assert "cross-layer equalization" in onnx_main["converter"]["tool"]
     assert all(a["details"].get("equalized") for a in manifest["artifacts"] if a["format"] == "onnx")  # variants too
+
+
+@pytest.mark.slow
+def test_where_equalization_only_comes_closer_its_own_plan_ships_on_onnx_when_it_costs_less(tmp_path_factory,
+                                                                                         tmp_path):
+    """tone_cnn (a 1-D audio CNN with two outlier channels) under a 99.5% agreement floor: plain
+    INT8 of the equalized graph comes closer but misses, so the simulation searches both graphs.
+    On the graph as given the outlier tensor's writer and reader stay float (most of the compute);
+    on the equalized graph the head alone does: ONNX, which converts that graph, builds the cheaper
+    plan on it and passes."""
+    model = verdict_model(tmp_path_factory, "tone_cnn")
+    result = edgekit_cli("package", model / "tone_cnn.pt2", "-c", model / "calibration.npz", "--eval",
+                         model / "eval.npz", "--format", "onnx", "--no-also-float", "--max-accuracy-drop", "0.5",
+                         "-o", tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "cross-layer equalization brings plain INT8 closer" in result.stdout
+    assert "on the equalized graph" in result.stdout
+    manifest = json.loads((tmp_path / "tone_cnn.edgekit" / "manifest.json").read_text())
+    onnx_main = next(a for a in manifest["artifacts"] if a["format"] == "onnx" and not a.get("variant"))
+    assert onnx_main["details"]["equalized"]["pairs"] == 3
+    built = set(onnx_main["details"].get("precision_plan", {}).get("layers", {}))
+    simulated = set(onnx_main["details"]["simulation"]["plan"])  # the plan found on the graph as given
+    assert {"node_conv1d_1", "node_conv1d_2"} <= simulated and not built & {"node_conv1d_1", "node_conv1d_2"}
+    assert manifest["validation"]["artifacts"]["onnx"]["verdict"] == "passed"

@@ -41,4 +41,4 @@ class LayerCosts:
     def describe(self, layers: Iterable[str]) -> str:
         """``"12% of the compute"`` for a plan's raised layers, "" without costs."""
         share = self.share(layers)
-        return "" if share is None else f"{share:.0%} of the model's compute"
+        return "" if share is None else f"{share * 100:.2g}% of the model's compute"
