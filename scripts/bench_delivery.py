@@ -86,15 +86,18 @@ def _timed(packages: dict[str, Path], sample: dict[str, Any]) -> dict[str, float
     return median_ms_each(pairs, sample, f"timing {len(pairs)} artifacts side by side", rounds=9) or {}
 
 
-def _sample(data: Path, inputs: list[dict[str, Any]]) -> dict[str, Any]:
+def one_sample(data: Path, inputs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One sample of ``data`` by input name (or the one array of a one-input model), in each
+    input's own dtype (``inputs``: the manifest's name and dtype of each)."""
     import numpy as np
 
     names = [spec["name"] for spec in inputs]
+    dtypes = {spec["name"]: spec["dtype"] for spec in inputs}
     with np.load(data) as stored:
         named = [k for k in stored.files if k in names]
         keys = named or [next(k for k in stored.files if k not in ("y", "labels"))]
-        return {(k if named else names[0]): stored[k][:1].astype(
-            next((s["dtype"] for s in inputs if s["name"] == (k if named else names[0])), "float32")) for k in keys}
+        return {(k if named else names[0]): stored[k][:1].astype(dtypes.get(k if named else names[0], "float32"))
+                for k in keys}
 
 
 def _gap(artifact: dict[str, Any]) -> float | None:
@@ -119,7 +122,7 @@ def measure_model(name: str, spec: tuple[str, str, str, str | None], work: Path)
     if plain is None or shipped is None:
         return {"error": "a package was not written (see stderr)"}
     packages = {"plain": work / "plain" / f"{builder}.edgekit", "default": work / "default" / f"{builder}.edgekit"}
-    ms = _timed(packages, _sample(data or work / calibration, shipped["inputs"]))
+    ms = _timed(packages, one_sample(data or work / calibration, shipped["inputs"]))
     floats = [v for k, v in ms.items() if k.startswith("default:") and any(
         _key(a) == k.split(":", 1)[1] and _is_float(a) for a in shipped["artifacts"])]
     fastest_float = min(floats, default=None)

@@ -446,17 +446,14 @@ def default_pick(package: Path, data: Path) -> dict[str, object]:
 
     with edgekit.load(package) as model:
         chosen, backend = model.artifact, model.backend.name
-        manifest, inputs = model.manifest, [s.name for s in model.manifest.inputs]
+        manifest = model.manifest
     picked: dict[str, object] = {"artifact": chosen.key, "precision": chosen.precision, "backend": backend}
     fallback = next((a for a in manifest.artifacts if a.converter.get("float_fallback_for") == chosen.format), None)
     if chosen.is_float or fallback is None:
         return picked
-    with np.load(data) as stored:  # one sample, by input name (or the one array of a one-input model)
-        named = [k for k in stored.files if k in inputs]
-        keys = named if named else [next(k for k in stored.files if k not in ("y", "labels"))]
-        sample = {(k if named else inputs[0]): stored[k][:1] for k in keys}
-    dtypes = {spec.name: spec.dtype for spec in manifest.inputs}
-    sample = {k: v.astype(dtypes.get(k, "float32")) for k, v in sample.items()}  # the artifact's own dtype
+    from bench_delivery import one_sample
+
+    sample = one_sample(data, [{"name": s.name, "dtype": s.dtype} for s in manifest.inputs])
     timed = median_ms(ALL[chosen.format].builder(), {"int8": package / chosen.path, "float": package / fallback.path},
                       sample, f"timing {chosen.key} against {fallback.key}")
     if timed:
