@@ -171,7 +171,7 @@ def one_format(format_plan: Planned, context: BuildContext, described: SourceDes
         outcomes[-1] = timed if timed.name == outcomes[-1].name else outcomes[-1]
         variants = [timed if v.name == timed.name else v for v in variants]
         outcomes.append(fallback)
-    if simulated is not None and simulated.equalized and own.model.path == simulated.equalized["path"]:
+    if simulated is not None and simulated.builds_equalized(own.model):
         return [marked_equalized(o, simulated) for o in outcomes + variants]  # built from the equalized graph
     return outcomes + variants
 
@@ -181,7 +181,7 @@ def marked_equalized(outcome: FormatOutcome, simulated: Simulated) -> FormatOutc
     if outcome.built is None:
         return outcome
     equalized = {"pairs": len(simulated.equalized["pairs"]), "largest_factor": simulated.equalized["largest_factor"],
-                 "how": "cross-layer equalization of the float graph (the float function unchanged)"}
+                 "how": "cross-layer equalization of the float model (the float function unchanged)"}
     return replace(outcome, built=replace(outcome.built, artifact=outcome.built.artifact.with_details(
         equalized=equalized)))
 
@@ -273,7 +273,7 @@ def build_on_routes(format_plan: Planned, context: BuildContext, described: Sour
             form = model_form(format_plan.route, described.forms, steps)
             own = replace(context, model=simulated.model_for(form) if simulated is not None else form)
             if own.model is not form and simulated is not None:  # the equalized graph, with its own plan
-                own = simulated.equalized_context(own, run.options.plan)
+                own = simulated.equalized_context(own, run.options.plan, format_plan.route)
             built, comparison = build_and_measure(format_plan.builder, own, run)
         except ConversionError as exc:
             if isinstance(exc, TimeShareError):  # the format's time is up: not a reason to try another route

@@ -187,7 +187,7 @@ class PackageOptions:
     # that keeps every layer int8: simulation/equalize.py); False: the layer search alone
     equalize: bool = declared(True, "--equalize", "where plain INT8 fails in the simulation, try cross-layer "
                               "equalization first (convolution pairs rescaled, the float function unchanged; every "
-                              "layer stays int8) and build it on the formats that convert that graph (default: on; "
+                              "layer stays int8) and build it on every format whose model takes the scales exactly (default: on; "
                               "--no-equalize: the layer search alone)", "gates", negatable=True, show_default=False)
     # seconds for one format's whole search, its rebuild included; None: counted in builds (search/budget.py)
     search_budget_s: float | None = declared(

@@ -25,6 +25,7 @@ from ..formats.building import BuildContext
 from ..formats.base import EXPLAIN
 from ..formats.plan import FLOAT, PrecisionPlan
 from .context import PackagingContext
+from .equalized_forms import with_source_forms
 from .gates import Remedies
 
 # tries of the simulated search (each a graph and a forward pass over half the validation samples)
@@ -58,19 +59,36 @@ class Simulated:
 
     def model_for(self, model: Any) -> Any:
         """The form a format converts: the equalized graph where the format converts the graph the
-        simulation equalized, else ``model`` as it is."""
-        if not self.equalized or model.path != self.equalized["source"]:
+        simulation equalized, the source's own model equalized alike where the format converts that
+        (``equalized["forms"]``, ``equalize_source.py``), else ``model`` as it is."""
+        from ..conversion.forms import ModelForm
+
+        if not self.equalized:
             return model
         via = ", ".join(x for x in (model.via, "cross-layer equalization") if x)
-        return model._replace(path=self.equalized["path"], via=via)
+        if model.path == self.equalized["source"]:
+            return model._replace(path=self.equalized["path"], via=via)
+        carried = (self.equalized.get("forms") or {}).get(model.form)
+        if carried is None or (model.path, model.loader) != (carried["from"]["path"], carried["from"]["loader"]):
+            return model
+        return ModelForm.from_dict(carried["to"])._replace(via=via)
 
-    def equalized_context(self, context: BuildContext, user: PrecisionPlan) -> BuildContext:
-        """``context`` (already on the equalized graph) with the plan found on that graph on top of
-        the user's ``user`` plan, in place of the plan found on the graph as given."""
-        plan: PrecisionPlan = user
-        for layer, precision in (self.equalized.get("plan") or PrecisionPlan()).layers.items():
-            if layer not in plan:
-                plan = plan.raised([layer], precision)
+    def builds_equalized(self, model: Any) -> bool:
+        """Whether ``model`` (a format's form) is an equalized one (``model_for``)."""
+        if not self.equalized:
+            return False
+        return model.path == self.equalized["path"] or any(
+            (model.path, model.loader) == (f["to"]["path"], f["to"]["loader"])
+            for f in (self.equalized.get("forms") or {}).values())
+
+    def equalized_context(self, context: BuildContext, user: PrecisionPlan, route: Any) -> BuildContext:
+        """``context`` (already on an equalized form) with the plan found on the equalized graph on
+        top of the user's ``user`` plan, in the names of ``route``'s form, in place of the plan found
+        on the graph as given."""
+        found = self.equalized.get("plan") or PrecisionPlan()
+        if FLOAT not in route.honours:
+            return context
+        plan, _ = placed(found.layers, route, user, self.module_paths)
         return context if plan == context.plan else context.with_plan(plan)
 
     def record(self, real: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -156,6 +174,7 @@ def simulated_plan(planned: list[Any], context: BuildContext, described: Any, st
                      f"({len(record['pairs'])} convolution pairs rescaled, the float function unchanged) it passes "
                      f"every gate ({time.monotonic() - began:.0f} s): the formats that convert this graph build it "
                      "equalized, every layer int8")
+        record = with_source_forms(record, described, sim_context, builder.module_paths, progress)
         return Simulated(None, True, 2, time.monotonic() - began, margins(repaired[1]),
                          module_paths=builder.module_paths, costs=builder.costs, equalized=record)
     if not failures:
@@ -167,6 +186,8 @@ def simulated_plan(planned: list[Any], context: BuildContext, described: Any, st
                  f"simulation, at most {SIMULATED_TRIES} tries")
     found, trials = _search_rounds(builder, first, judged, remedies, time.monotonic() - began)
     equalized = _equalized_plan(repaired, found, remedies, builder.costs, began) if repaired else {}
+    if equalized:
+        equalized = with_source_forms(equalized, described, sim_context, builder.module_paths, progress)
     seconds = time.monotonic() - began
     tries = builder.builds
     if found.failures:
@@ -217,7 +238,8 @@ def _equalized(form: Any, described: Any, sim_context: BuildContext, judged: Pac
     if candidate.failures and not improves(candidate, plain):
         return None
     return builder, candidate, {"source": form.path, "path": path, "pairs": report.pairs,
-                                "largest_factor": report.largest_factor, "plan": None}, run
+                                "largest_factor": report.largest_factor, "plan": None,
+                                "scales_json": report.scales_json}, run
 
 
 def _equalized_plan(repaired: tuple[Any, Any, dict[str, Any], PackagingContext], found: Any, remedies: Remedies,
@@ -277,23 +299,30 @@ def for_format(simulated: Simulated | None, context: BuildContext, route: Any) -
     by module: each ONNX node of the plan becomes its module (``Simulated.module_paths``), and an
     op written in a ``forward`` its traced name where the route keeps such an op in float
     (``Route.names_ops``)."""
+    if simulated is None or simulated.plan is None or FLOAT not in route.honours:
+        return context, []
+    plan, unnamed = placed(simulated.plan.layers, route, context.plan, simulated.module_paths)
+    return (context if plan == context.plan else context.with_plan(plan)), unnamed
+
+
+def placed(layers: Any, route: Any, plan: PrecisionPlan, module_paths: dict[str, str]) -> tuple[PrecisionPlan, list[str]]:
+    """``plan`` with the simulated plan's ``layers`` (name -> precision) on top, in the names of
+    ``route``'s form (by module where it converts the PyTorch program), and the layers it cannot name."""
     from ..simulation.graph import OP_PREFIX
 
-    layers = route.honours
-    if simulated is None or simulated.plan is None or FLOAT not in layers:
-        return context, []
-    by_module = converts_torch_program(route) and bool(simulated.module_paths)
-    plan, unnamed = context.plan, []
-    for layer, precision in simulated.plan.layers.items():
+    honours = route.honours
+    by_module = converts_torch_program(route) and bool(module_paths)
+    unnamed: list[str] = []
+    for layer, precision in layers.items():
         if by_module:
-            named = simulated.module_paths.get(layer, "")
+            named = module_paths.get(layer, "")
             if not named or (named.startswith(OP_PREFIX) and not route.names_ops):
                 unnamed.append(layer)
                 continue
             layer = named.removeprefix(OP_PREFIX)
         if layer not in plan:
-            plan = plan.raised([layer], precision if precision != "int16" or "int16" in layers else "float")
-    return (context if plan == context.plan else context.with_plan(plan)), unnamed
+            plan = plan.raised([layer], precision if precision != "int16" or "int16" in honours else "float")
+    return plan, unnamed
 
 
 def converts_torch_program(route: Any) -> bool:

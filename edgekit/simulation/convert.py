@@ -76,12 +76,18 @@ class EqualizeReport(Message):
     pairs: list[list[str]]  # (first, second) node names of each pair rescaled
     largest_factor: float
     why_not: str = ""  # why no pair was looked at (weights outside the file)
+    scales_json: str = ""  # each pair's scale per channel (``equalize._rescale_record``), for the source's own model
 
 
 def equalize_graph(request: EqualizeRequest) -> EqualizeReport:
+    import json
+    from pathlib import Path
+
     found = equalize(request.float_onnx, request.output)
+    scales = Path(request.output).with_suffix(".scales.json")
+    scales.write_text(json.dumps(found.get("scales") or []))
     return EqualizeReport(pairs=[list(p) for p in found["pairs"]], largest_factor=float(found["largest_factor"]),
-                          why_not=str(found.get("why_not", "")))
+                          why_not=str(found.get("why_not", "")), scales_json=str(scales))
 
 
 def calibrate(request: RangesRequest) -> RangesReport:

@@ -49,17 +49,32 @@ def equalize(float_onnx: str, output: str, rounds: int = 4) -> dict[str, Any]:
     pairs = [pair for node in graph.node if (pair := _pair(node, consumers, weights, uses, outputs))]
     values = {name: numpy_helper.to_array(weights[name]).astype(np.float64) for first, second, *_ in pairs
               for name in (*first.input[1:3], second.input[1]) if name in weights}
-    largest, rescaled = 1.0, set()
+    largest, rescaled, scales = 1.0, set(), {}
     for _ in range(rounds):
         for first, second, _ in pairs:
-            factor = _equalize(first, second, values)
-            if factor is not None:
-                largest = max(largest, factor)
-                rescaled.add((first.name or first.output[0], second.name or second.output[0]))
+            scale = _equalize(first, second, values)
+            if scale is not None:
+                largest = max(largest, float(scale.max() / max(scale.min(), 1e-12)))
+                key = (first.name or first.output[0], second.name or second.output[0])
+                rescaled.add(key)
+                scales[key] = scales.get(key, 1.0) * scale
     for name, array in values.items():
         weights[name].CopyFrom(numpy_helper.from_array(array.astype(numpy_helper.to_array(weights[name]).dtype), name))
     onnx.save(model, output)
-    return {"pairs": sorted([list(p) for p in rescaled]), "largest_factor": round(float(largest), 3)}
+    by_key = {(first.name or first.output[0], second.name or second.output[0]): (first, second) for first, second, _
+              in pairs}
+    return {"pairs": sorted([list(p) for p in rescaled]), "largest_factor": round(float(largest), 3),
+            "scales": [_rescale_record(*by_key[key], scale) for key, scale in sorted(scales.items())]}
+
+
+def _rescale_record(first: Any, second: Any, scale: np.ndarray) -> dict[str, Any]:
+    """One pair's whole rescale, for the source's own model (``equalize_source``): channel c of
+    ``first`` (its weights, ``weight``, and bias, ``bias``) divided by ``scale[c]``, input channel
+    c of ``second`` (``reader_weight``; a depthwise reader's channel) multiplied by it."""
+    return {"first": first.name or first.output[0], "second": second.name or second.output[0],
+            "weight": first.input[1], "bias": first.input[2] if len(first.input) > 2 else "",
+            "reader_weight": second.input[1], "depthwise_reader": _group(second) != 1,
+            "scale": [float(v) for v in scale]}
 
 
 def _pair(node: Any, consumers: dict[str, list[Any]], weights: dict[str, Any], uses: dict[str, int],
@@ -98,8 +113,8 @@ def _out_channels(node: Any, weights: dict[str, Any]) -> int:
     return int(weights[node.input[1]].dims[0])
 
 
-def _equalize(first: Any, second: Any, values: dict[str, np.ndarray]) -> float | None:
-    """Rescale one pair in ``values``; the largest factor, or None where nothing changed."""
+def _equalize(first: Any, second: Any, values: dict[str, np.ndarray]) -> np.ndarray | None:
+    """Rescale one pair in ``values``; the scale applied per channel, or None where nothing changed."""
     w1, w2 = values[first.input[1]], values[second.input[1]]
     channels = w1.shape[0]
     group = _group(second)
@@ -129,4 +144,4 @@ def _equalize(first: Any, second: Any, values: dict[str, np.ndarray]) -> float |
     else:
         per = w2.shape[0] // channels
         values[second.input[1]] = w2 * np.repeat(scale, per).reshape((w2.shape[0],) + (1,) * (w2.ndim - 1))
-    return float(scale.max() / max(scale.min(), 1e-12))
+    return scale

@@ -155,3 +155,21 @@ def test_where_equalization_only_comes_closer_its_own_plan_ships_on_onnx_when_it
     simulated = set(onnx_main["details"]["simulation"]["plan"])  # the plan found on the graph as given
     assert {"node_conv1d_1", "node_conv1d_2"} <= simulated and not built & {"node_conv1d_1", "node_conv1d_2"}
     assert manifest["validation"]["artifacts"]["onnx"]["verdict"] == "passed"
+
+
+@pytest.mark.slow
+def test_equalization_is_carried_to_the_pytorch_program_tflite_converts(tmp_path_factory, tmp_path):
+    """tone_cnn: plain INT8 of the equalized graph passes in the simulation, and the same scales
+    are placed on the PyTorch program's own parameters, so litert-torch converts it equalized too:
+    the outlier tensor's writer and reader stay int8. Before, the equalized graph reached only the
+    formats converting ONNX, and TFLite was refused (its route could not name the reader)."""
+    model = verdict_model(tmp_path_factory, "tone_cnn")
+    result = edgekit_cli("package", model / "tone_cnn.pt2", "-c", model / "calibration.npz", "--eval",
+                         model / "eval.npz", "--format", "tflite", "--no-also-float", "-o", tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "cross-layer equalization carried to the PyTorch model" in result.stdout
+    manifest = json.loads((tmp_path / "tone_cnn.edgekit" / "manifest.json").read_text())
+    (artifact,) = manifest["artifacts"]
+    assert artifact["details"]["equalized"]["pairs"] == 3 and "cross-layer equalization" in artifact["converter"]["tool"]
+    assert not set(artifact["details"].get("precision_plan", {}).get("layers", {})) & {"2", "4"}
+    assert manifest["validation"]["artifacts"]["tflite"]["verdict"] == "passed"

@@ -1,0 +1,123 @@
+"""The equalization of the simulated ONNX graph, carried to the source's own PyTorch or Keras
+model: the same scales on the source's parameters (a folded BatchNorm's affine where there is
+one), the float function unchanged, and a model that cannot take them exactly refused."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from edgekit.conversion import worker
+from edgekit.conversion.forms import KERAS_MODEL, TF_GRAPH, TORCH_PROGRAM, ModelForm, load_module
+from edgekit.simulation.equalize import equalize
+from edgekit.simulation.equalize_source import SourceEqualizeRequest, equalize_source, torch_edits
+from edgekit.simulation.graph import module_paths
+
+FACTORY = '''
+import torch
+from torch import nn
+
+
+def factory():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.Conv2d(8, 4, 3, padding=1))
+    with torch.no_grad():
+        model[1].running_var.uniform_(0.5, 2.0)
+        model[1].running_mean.uniform_(-0.2, 0.2)
+        model[1].weight[:2] *= 40.0  # two outlier channels; the reader takes the factor back
+        model[1].bias[:2] *= 40.0
+        model[3].weight[:, :2] /= 40.0
+    return model.eval()
+'''
+
+
+def _torch_source(tmp_path):
+    import onnx
+    import torch
+
+    (tmp_path / "net.py").write_text(FACTORY)
+    form = ModelForm(TORCH_PROGRAM, f"{tmp_path / 'net.py'}:factory", loader="edgekit.sources.pytorch:load_module",
+                     arguments={"kind": "torch_factory", "fixed": None})
+    module, _ = load_module(form)
+    x = np.random.default_rng(0).normal(size=(16, 3, 8, 8)).astype(np.float32)
+    torch.onnx.export(module, (torch.from_numpy(x[:2]),), str(tmp_path / "net.onnx"), dynamo=True,
+                      input_names=["x"], output_names=["y"])
+    np.save(tmp_path / "samples.npy", x)
+    found = equalize(str(tmp_path / "net.onnx"), str(tmp_path / "eq.onnx"))
+    (tmp_path / "scales.json").write_text(json.dumps(found["scales"]))
+    return form, x, module_paths(onnx.load(str(tmp_path / "net.onnx")))
+
+
+def test_a_pytorch_program_takes_the_scales_on_its_folded_batchnorm_with_its_function_unchanged(tmp_path):
+    import torch
+
+    form, x, paths = _torch_source(tmp_path)
+    report = equalize_source(SourceEqualizeRequest(form.to_dict(), str(tmp_path / "scales.json"),
+                                                   str(tmp_path / "samples.npy"), str(tmp_path), paths, ()))
+    assert not report.why_not and report.largest_difference < 1e-4
+    equalized = ModelForm.from_dict(report.forms[TORCH_PROGRAM])
+    module, _ = load_module(equalized)
+    original, _ = load_module(form)
+    with torch.no_grad():
+        assert np.allclose(module(torch.from_numpy(x)).numpy(), original(torch.from_numpy(x)).numpy(), atol=1e-4)
+    gamma = module[1].weight.detach().abs().numpy()
+    assert gamma.max() / gamma.min() < original[1].weight.detach().abs().numpy().max() / 10  # the outliers tamed
+    assert torch.equal(module[0].weight, original[0].weight)  # the division on the BatchNorm, not the convolution
+
+
+def test_scales_that_name_no_parameter_are_refused_not_guessed():
+    pair = {"first": "node_a", "second": "node_b", "weight": "onnx::Conv_7", "bias": "", "reader_weight": "w2",
+            "depthwise_reader": False, "scale": [1.0, 2.0]}
+    with pytest.raises(Exception, match="not a parameter"):
+        torch_edits({"w2": (4, 2, 3, 3)}, [pair], {})
+
+
+def _keras_source(tmp_path, activation: str):
+    """conv_a -> (BatchNorm ->) activation -> conv_b with two outlier channels; the scales as the
+    simulation's equalization of its ONNX form would name them (tf2onnx's node names)."""
+    code = f'''
+import keras, numpy as np
+keras.utils.set_random_seed(0)
+inputs = keras.Input((8, 8, 3), name="image")
+h = keras.layers.Conv2D(8, 3, padding="same", name="conv_a")(inputs)
+h = keras.layers.BatchNormalization(name="bn")(h)
+h = keras.layers.Activation("{activation}", name="act")(h)
+outputs = keras.layers.Conv2D(4, 3, padding="same", name="conv_b")(h)
+model = keras.Model(inputs, outputs)
+gamma, beta, mean, var = model.get_layer("bn").get_weights()
+gamma[:2] *= 40; beta[:2] *= 40
+model.get_layer("bn").set_weights([gamma, beta, mean, var + 0.5])
+kernel, bias = model.get_layer("conv_b").get_weights()
+kernel[:, :, :2] /= 40
+model.get_layer("conv_b").set_weights([kernel, bias])
+model.save(r"{tmp_path / 'net.keras'}")
+'''
+    import subprocess
+    import sys
+
+    subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
+    scale = [8.0, 6.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0]
+    (tmp_path / "scales.json").write_text(json.dumps([{
+        "first": "model_1/conv_a_1/convolution", "second": "model_1/conv_b_1/convolution", "weight": "w_a",
+        "bias": "b_a", "reader_weight": "w_b", "depthwise_reader": False, "scale": scale}]))
+    np.save(tmp_path / "samples.npy", np.random.default_rng(0).normal(size=(16, 8, 8, 3)).astype(np.float32))
+    return ModelForm(KERAS_MODEL, str(tmp_path / "net.keras"))
+
+
+@pytest.mark.parametrize("activation, carried", [("relu", True), ("sigmoid", False)])
+def test_a_keras_model_is_equalized_and_exported_or_refused_where_its_function_would_change(tmp_path, activation,
+                                                                                            carried):
+    """Through a ReLU the scales are exact and the model is saved and exported as a SavedModel;
+    through a sigmoid (not positively homogeneous) the outputs would change: refused, said."""
+    form = _keras_source(tmp_path, activation)
+    report = worker.convert(equalize_source, SourceEqualizeRequest(
+        form.to_dict(), str(tmp_path / "scales.json"), str(tmp_path / "samples.npy"), str(tmp_path), {},
+        ("conv_a", "bn", "act", "conv_b")), what="equalization", timeout=300)
+    if carried:
+        assert not report.why_not and report.largest_difference < 1e-4
+        assert set(report.forms) == {KERAS_MODEL, TF_GRAPH}
+        assert (tmp_path / "equalized-savedmodel" / "saved_model.pb").exists()
+    else:
+        assert report.forms == {} and "differ from its own" in report.why_not
