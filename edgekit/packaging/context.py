@@ -39,6 +39,9 @@ class PackagingContext:
     # plan layer -> its relative compute (simulation/costs.py), where the simulation read the float
     # graph: the search weighs a layer by what leaving it in float costs, not by one per layer
     layer_costs: Mapping[str, float] = field(default_factory=dict)
+    # (writer, reader, elements) per tensor between two plan layers (simulation/costs.layer_links):
+    # a float layer among int8 ones also costs converting those tensors
+    layer_links: tuple[tuple[str, str, float], ...] = ()
 
     def on(self, data: PreparedData, reference: dict[str, np.ndarray]) -> PackagingContext:
         """The same run judged on other samples (the search's half of them). The search never runs

@@ -77,7 +77,7 @@ def build_formats(planned: list[Planned], context: BuildContext, described: Sour
     blocked.update(unable_to_keep_ranges(planned, described))
     simulated = simulated_plan([p for p in planned if p.builder.name not in blocked], context, described, steps, run)
     if simulated is not None and simulated.costs:  # every format's search weighs layers by their compute
-        run = replace(run, layer_costs=dict(simulated.costs))
+        run = replace(run, layer_costs=dict(simulated.costs), layer_links=simulated.links)
     outcomes: list[FormatOutcome] = []
     began = time.monotonic() - run.setup_s  # about when the command started
     for done, format_plan in enumerate(planned):

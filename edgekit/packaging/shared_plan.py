@@ -56,6 +56,7 @@ class Simulated:
     # where cross-layer equalization repaired plain INT8 (``simulation/equalize.py``): the graph it
     # rescaled (``source``), the equalized one (``path``), the pairs and the largest factor
     equalized: dict[str, Any] = field(default_factory=dict)
+    links: tuple[tuple[str, str, float], ...] = ()  # tensors between plan layers (``costs.layer_links``)
 
     def model_for(self, model: Any) -> Any:
         """The form a format converts: the equalized graph where the format converts the graph the
@@ -156,7 +157,7 @@ def simulated_plan(planned: list[Any], context: BuildContext, described: Any, st
             sim_context = replace(context, model=form, package_dir=folder, trial=False, explain_npy=None)
             builder.calibrate(sim_context)
             built = builder.build(sim_context)
-        judged = replace(run, staged=folder, layer_costs=dict(builder.costs))
+        judged = replace(run, staged=folder, layer_costs=dict(builder.costs), layer_links=builder.links)
         measured = judged.measure(built, builder, sim_context)
     except EdgekitError as exc:  # no simulation: every format searches on its own, as before
         progress.warn(f"INT8 simulation unavailable ({exc.message}); each format searches on its own artifact")
@@ -176,16 +177,19 @@ def simulated_plan(planned: list[Any], context: BuildContext, described: Any, st
                      "equalized, every layer int8")
         record = with_source_forms(record, described, sim_context, builder.module_paths, progress)
         return Simulated(None, True, 2, time.monotonic() - began, margins(repaired[1]),
-                         module_paths=builder.module_paths, costs=builder.costs, equalized=record)
+                         module_paths=builder.module_paths, costs=builder.costs, equalized=record, links=builder.links)
     if not failures:
         progress.say(f"INT8 simulation: plain INT8 passes every gate ({time.monotonic() - began:.0f} s): every format "
                      "builds it")
         return Simulated(None, True, 1, time.monotonic() - began, margins(first), module_paths=builder.module_paths,
-                         costs=builder.costs)
+                         costs=builder.costs, links=builder.links)
     progress.say(f"INT8 simulation: plain INT8 fails ({failures[0].what}); searching the precision plan on the "
                  f"simulation, at most {SIMULATED_TRIES} tries")
     found, trials = _search_rounds(builder, first, judged, remedies, time.monotonic() - began)
-    equalized = _equalized_plan(repaired, found, remedies, builder.costs, began) if repaired else {}
+    from .search.cost import LayerCosts
+
+    weigh = LayerCosts(builder.costs, builder.links)
+    equalized = _equalized_plan(repaired, found, remedies, weigh, began) if repaired else {}
     if equalized:
         equalized = with_source_forms(equalized, described, sim_context, builder.module_paths, progress)
     seconds = time.monotonic() - began
@@ -194,15 +198,13 @@ def simulated_plan(planned: list[Any], context: BuildContext, described: Any, st
         progress.warn(f"INT8 simulation: no plan passed in {tries} tries ({seconds:.0f} s; best "
                       f"{found.context.plan.describe()}: {found.failures[0].what}); each format searches on its own")
         return Simulated(None, False, tries, seconds, margins(found), tuple(trials), builder.module_paths,
-                         builder.costs, equalized)
+                         builder.costs, equalized, links=builder.links)
     plan = found.context.plan
-    from .search.cost import LayerCosts
-
-    compute = LayerCosts(builder.costs).describe(plan.layers)
+    compute = weigh.describe(plan.layers)
     progress.say(f"INT8 simulation: {plan.describe()}{f' ({compute} out of int8)' if compute else ''} passes every "
                  f"gate ({tries} tries, {seconds:.0f} s): every format whose route honours per-layer precision builds it")
     return Simulated(plan, True, tries, seconds, margins(found), tuple(trials), builder.module_paths, builder.costs,
-                     equalized)
+                     equalized, links=builder.links)
 
 
 def _equalized(form: Any, described: Any, sim_context: BuildContext, judged: PackagingContext,
@@ -243,19 +245,16 @@ def _equalized(form: Any, described: Any, sim_context: BuildContext, judged: Pac
 
 
 def _equalized_plan(repaired: tuple[Any, Any, dict[str, Any], PackagingContext], found: Any, remedies: Remedies,
-                    costs: dict[str, float], began: float) -> dict[str, Any]:
+                    weigh: Any, began: float) -> dict[str, Any]:
     """The search on the equalized graph too, where plain INT8 of it comes closer: its plan, for
     the formats that convert that graph, where it passes and leaves less compute out of int8 than
     the plan ``found`` on the graph as given (every other format builds that one)."""
-    from .search.cost import LayerCosts
-
     builder, plain, record, run = repaired
     run.progress.say("INT8 simulation: cross-layer equalization brings plain INT8 closer "
                      f"({len(record['pairs'])} convolution pairs rescaled): searching its plan too")
     other, _ = _search_rounds(builder, plain, run, remedies, time.monotonic() - began)
     if other.failures:
         return {}
-    weigh = LayerCosts(costs)
     if not found.failures and weigh.total(other.context.plan.layers) >= weigh.total(found.context.plan.layers):
         return {}
     plan = other.context.plan

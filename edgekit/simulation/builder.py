@@ -30,6 +30,7 @@ class SimulatedBuilder(Builder):
         self.ranges_json: str | None = None
         self.module_paths: dict[str, str] = {}  # ONNX node -> its PyTorch module (``graph.module_paths``)
         self.costs: dict[str, float] = {}  # plan layer -> its relative compute (``costs.layer_costs``)
+        self.links: tuple[tuple[str, str, float], ...] = ()  # tensors between layers (``costs.layer_links``)
         self.builds = 0
 
     def calibrate(self, context: BuildContext) -> int:
@@ -39,6 +40,7 @@ class SimulatedBuilder(Builder):
                                                         tuple(context.layer_names)),
                                what="INT8 simulation: activation ranges", timeout=context.timeout_s)
         self.module_paths, self.costs = dict(found.module_paths), dict(found.costs)
+        self.links = tuple((str(a), str(b), float(e)) for a, b, e in found.links)
         return found.tensors
 
     def build(self, context: BuildContext, on_progress: Callable[[int, int], None] | None = None) -> BuildResult:

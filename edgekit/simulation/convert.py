@@ -5,7 +5,7 @@ reads by attribute (``worker.convert``)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..conversion.messages import Message
@@ -29,6 +29,7 @@ class RangesReport(Message):
     tensors: int  # the float tensors ranged
     module_paths: dict[str, str]  # ONNX node -> its PyTorch module (``graph.module_paths``)
     costs: dict[str, float]  # plan layer -> its relative compute (``costs.layer_costs``)
+    links: list[list[Any]] = field(default_factory=list)  # (writer, reader, elements) (``costs.layer_links``)
 
 
 @dataclass(frozen=True)
@@ -95,7 +96,8 @@ def calibrate(request: RangesRequest) -> RangesReport:
                               layer_names=list(request.layer_names))
     return RangesReport(samples=int(found["samples"]), tensors=int(found["tensors"]),
                         module_paths=dict(found.get("module_paths") or {}),
-                        costs={str(k): float(v) for k, v in (found.get("costs") or {}).items()})
+                        costs={str(k): float(v) for k, v in (found.get("costs") or {}).items()},
+                        links=[[str(a), str(b), float(e)] for a, b, e in found.get("links") or []])
 
 
 def simulate(request: SimulationRequest) -> SimulationReport:

@@ -75,3 +75,27 @@ def layer_costs(model: Any, shapes: Mapping[str, tuple[int, ...]],
         if layer:
             found[layer] = found.get(layer, 0.0) + cost
     return found
+
+
+def layer_links(model: Any, shapes: Mapping[str, tuple[int, ...]],
+                layer_of: Callable[[str], str]) -> list[tuple[str, str, float]]:
+    """(writer layer, reader layer, elements) for each pair of plan layers a tensor joins: where a
+    plan leaves one of them float and the other int8, the artifact quantizes or dequantizes that
+    tensor on every call (``LayerCosts.boundary``), a cost a count of layers never saw."""
+    writer: dict[str, str] = {}
+    for index, node in enumerate(model.graph.node):
+        layer = layer_of(node.name or f"{node.op_type}_{index}")
+        for out in node.output:
+            if out and layer:
+                writer[out] = layer
+    found: dict[tuple[str, str], float] = {}
+    seen: set[tuple[str, str]] = set()  # (tensor, reader layer): a tensor read twice by one layer counts once
+    for index, node in enumerate(model.graph.node):
+        reader = layer_of(node.name or f"{node.op_type}_{index}")
+        for name in node.input:
+            source = writer.get(name)
+            if not reader or not source or source == reader or (name, reader) in seen or name not in shapes:
+                continue
+            seen.add((name, reader))
+            found[(source, reader)] = found.get((source, reader), 0.0) + float(math.prod(shapes[name]))
+    return [(a, b, e) for (a, b), e in found.items()]

@@ -117,12 +117,13 @@ def activation_ranges(float_onnx: str, calibration_npy: str, output: str, batch:
             high[name] = max(high.get(name, -np.inf), float(finite.max()))
     found = {"samples": total, "ranges": {n: [low[n], high[n]] for n in low}}
     Path(output).write_text(json.dumps(found))
-    from .costs import layer_costs
+    from .costs import layer_costs, layer_links
 
     shapes.update({k: tuple(int(d) for d in np.asarray(v[:1]).shape) for k, v in feeds_by_name.items()})
     names = list(layer_names) if layer_names else [n.name for n in model.graph.node if n.name]
+    layer = lambda node: layer_of_node(node, names)  # noqa: E731
     return {"samples": total, "tensors": len(low), "module_paths": module_paths(model),
-            "costs": layer_costs(model, shapes, lambda node: layer_of_node(node, names))}
+            "costs": layer_costs(model, shapes, layer), "links": layer_links(model, shapes, layer)}
 
 
 def module_paths(model: Any) -> dict[str, str]:

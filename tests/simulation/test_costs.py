@@ -9,7 +9,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from edgekit.packaging.search.cost import LayerCosts
-from edgekit.simulation.costs import layer_costs, node_costs
+from edgekit.simulation.costs import layer_costs, layer_links, node_costs
+from edgekit.simulation.graph import layer_of_node
 
 
 def _graph() -> onnx.ModelProto:
@@ -51,3 +52,19 @@ def test_a_layer_costs_the_sum_of_its_nodes_and_a_plan_its_share():
     assert costs.of("elsewhere") == sorted(by_layer.values())[1]  # unknown: the median, neither free nor heaviest
     assert "of the model's compute" in costs.describe(["stem"])
     assert LayerCosts().of("anything") == 1.0 and LayerCosts().share(["stem"]) is None  # no costs: a count
+
+
+def test_a_float_island_costs_its_boundaries_and_a_float_tail_grows_at_its_compute_alone():
+    """Each tensor between two layers is a link (its elements per sample); a plan that leaves a
+    layer float between int8 ones pays a quantize/dequantize on both sides, so the search ranks
+    a layer by what it adds on top of the plan, not by its compute alone."""
+    names = ["stem", "dw", "flatten", "head"]
+    links = layer_links(_graph(), SHAPES, lambda node: layer_of_node(node, names))
+    assert sorted(links) == [("dw", "flatten", 2048.0), ("flatten", "head", 2048.0), ("stem", "dw", 2048.0)]
+    costs = LayerCosts({"stem": 55296.0, "dw": 18432.0, "flatten": 2048.0, "head": 20480.0}, tuple(links))
+    assert costs.total(["flatten"]) == 2048 + 2 * (2048 + 2048)  # an island: converted in and out
+    assert costs.total(["head"]) == 20480 + 2 * 2048  # the tail: converted in once
+    assert costs.added("flatten", ["head"]) == pytest.approx(2048)  # growing the tail: its compute, no new boundary
+    assert costs.saved("flatten", ["flatten", "head"]) == pytest.approx(2048)
+    assert costs.share(["flatten"]) == pytest.approx(2048 / sum(costs.costs.values()))  # the share: compute only
+    assert LayerCosts(costs.costs).total(["flatten"]) == 2048  # without links, compute alone as before

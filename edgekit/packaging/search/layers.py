@@ -88,7 +88,8 @@ class _LayerSearch:
         self.say, self.warn = runner.run.progress.say, runner.run.progress.warn
         self.name = runner.builder.name
         self.seen: dict[str, Candidate | None] = {}  # plan -> its build: a plan is built once per search
-        self.costs = LayerCosts(runner.run.layer_costs)  # what leaving each layer out of int8 costs
+        # what leaving each layer out of int8 costs, its boundaries with int8 layers included
+        self.costs = LayerCosts(runner.run.layer_costs, runner.run.layer_links)
 
     def late(self, reserved: int = 0) -> bool:
         return not self.runner.budget.allows_try(reserved)
@@ -274,14 +275,15 @@ class _LayerSearch:
         closer = quality[2] - before[2] if math.isfinite(quality[2]) and math.isfinite(before[2]) else 0.0
         margin = quality[1] - before[1] if math.isfinite(quality[1]) and math.isfinite(before[1]) else 0.0
         repaired = margin + 0.01 * closer
-        return quality[0], repaired / max(self.costs.of(layer), 1e-9), quality[1], quality[2]
+        return quality[0], repaired / max(self.costs.added(layer, best.context.plan.layers), 1e-9), quality[1], quality[2]
 
     def most_integer(self, best: Candidate, worst: Sequence[str]) -> Candidate:
         """The raised layers back to int8 in halves, quarters, ... one, least costly first."""
         rank = {layer: i for i, layer in enumerate(worst)}
         # the heaviest first (with costs: what a float layer costs in speed), then the mildest
         raised = sorted((layer for layer in best.context.plan.layers if layer not in self.fixed),
-                        key=lambda layer: (-self.costs.of(layer) if self.costs else 0.0, -rank.get(layer, -1)))
+                        key=lambda layer: (-self.costs.saved(layer, best.context.plan.layers) if self.costs else 0.0,
+                                           -rank.get(layer, -1)))
         size = max(1, len(raised) // 2)
         reserved = len(self.probes) - 1  # the speed stage's tries at the other precision (``fastest``)
         while raised and not self.late(reserved):
