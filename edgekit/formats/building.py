@@ -167,6 +167,26 @@ def worst_layers(rows: list[dict], limit: int = 20) -> list[dict]:
     return (sorted(finite, key=lambda r: r["sqnr_db"]) + exact)[:limit]
 
 
+@dataclass(frozen=True)
+class QuantGrid:
+    """How a format's quantizer places activation scales beyond the grid every format shares
+    (per-channel symmetric int8 weights, per-tensor asymmetric int8 activations from min/max):
+    the ops whose inputs and output it ties to one scale. The INT8 simulation runs a format's
+    grid (``simulation/graph.py``), so the plan a format builds first is judged in its arithmetic."""
+
+    name: str = "common"
+    tied_ops: tuple[str, ...] = ()  # ONNX op types: a Concat whose inputs share its output's scale
+    symmetric_activations: bool = False  # activations on [-127, 127] around 0 (half the levels after a ReLU)
+
+    @property
+    def common(self) -> bool:
+        """Whether this is the grid the shared search runs (nothing to check again)."""
+        return not self.tied_ops and not self.symmetric_activations
+
+
+COMMON_GRID = QuantGrid()
+
+
 class Builder(ABC):
     """The build side of a format: converts, calibrates, writes one artifact."""
 
@@ -179,6 +199,7 @@ class Builder(ABC):
     # several times slower than int8 and slower than float on CPUs), the layer search raises layers
     # to float, never to 16-bit activations, which would ship an INT8 artifact slower than float
     fast_int16_activations: ClassVar[bool] = False
+    grid: ClassVar[QuantGrid] = COMMON_GRID  # its quantizer's scale rules, run by the INT8 simulation
 
     @abstractmethod
     def build(self, context: BuildContext, on_progress: Callable[[int, int], None] | None = None) -> BuildResult:

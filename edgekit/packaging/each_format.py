@@ -129,7 +129,7 @@ def one_format(format_plan: Planned, context: BuildContext, described: SourceDes
         if builder.name in blocked:
             raise blocked[builder.name]
         # the shared plan, where it applies, in the names of this route's form
-        first, unnamed = for_format(simulated, context, format_plan.route)
+        first, unnamed = for_format(simulated, context, format_plan.route, builder.grid)
         if unnamed:
             progress.say(f"{builder.name}: the simulated plan's {', '.join(unnamed)} belong to no PyTorch module this "
                          "route can name (ops written in a forward): built without them, and its own search, on its "
@@ -158,7 +158,10 @@ def one_format(format_plan: Planned, context: BuildContext, described: SourceDes
     outcome = judge(builder, own, built, comparison, run, remedies, plain_s=time.monotonic() - started,
                     shared_s=run.setup_s / formats,
                     # the plan came whole: a miss continues with a few real tries; part of it: a search of its own
-                    simulated=simulated if first is not context and not unnamed else None)
+                    simulated=simulated if first is not context and not unnamed else None,
+                    # plain INT8 of this form, predicted to pass: the prediction's gap is on record too
+                    predicted=simulated if simulated is not None and first is context
+                    and simulated.predicts(own.model, builder.grid) else None)
     outcomes = [replace(outcome, seconds=time.monotonic() - started)]
     fallback = float_fallback(builder, outcome.built or built, own, run, remedies)
     # the format's other quantized builds with what the search kept (the same layers in float)
@@ -273,7 +276,7 @@ def build_on_routes(format_plan: Planned, context: BuildContext, described: Sour
             form = model_form(format_plan.route, described.forms, steps)
             own = replace(context, model=simulated.model_for(form) if simulated is not None else form)
             if own.model is not form and simulated is not None:  # the equalized graph, with its own plan
-                own = simulated.equalized_context(own, run.options.plan, format_plan.route)
+                own = simulated.equalized_context(own, run.options.plan, format_plan.route, format_plan.builder.grid)
             built, comparison = build_and_measure(format_plan.builder, own, run)
         except ConversionError as exc:
             if isinstance(exc, TimeShareError):  # the format's time is up: not a reason to try another route
@@ -398,14 +401,19 @@ def scheme_variants(builder: Builder, context: BuildContext, run: PackagingConte
 
 def judge(builder: Builder, context: BuildContext, built: BuildResult, comparison: Measured | None,
           run: PackagingContext, remedies: Remedies = Remedies(), plain_s: float = 0.0,
-          shared_s: float = 0.0, simulated: Simulated | None = None) -> FormatOutcome:
+          shared_s: float = 0.0, simulated: Simulated | None = None,
+          predicted: Simulated | None = None) -> FormatOutcome:
     """The gates one artifact fails, after the search (unless --no-auto-fix); ``plain_s``: what
     building and measuring it took, ``shared_s``: its share of the steps before any format (the
     search's budget is a multiple of both); ``simulated``: the shared plan it was built with, from
-    which its own search continues with a few real tries, the gap recorded."""
+    which its own search continues with a few real tries, the gap recorded; ``predicted``: the
+    simulation predicted this plain build passes (its gap recorded, its search on its usual budget)."""
     if comparison is None:
         return FormatOutcome(builder.name, built=built, context=context, remedies=remedies)
     candidate = Candidate(context, built, comparison, run.check(builder.name, comparison, remedies))
+    from .search.trial import margins
+
+    first_build = margins(candidate)  # the build the simulation predicted, before any search of its own
     attempts: list[dict[str, Any]] = []
     if candidate.failures and run.options.auto_fix and run.data.unrepresentative:
         run.progress.warn(f"{builder.name}: no search: the held-out data lie far outside the calibration data (said "
@@ -421,10 +429,11 @@ def judge(builder: Builder, context: BuildContext, built: BuildResult, compariso
                              f"continuing from it with at most {REAL_TRIES_AFTER_SIMULATION} real tries")
         candidate, attempts = search(builder, candidate, run, remedies, plain_s, shared_s,
                                      max_tries=REAL_TRIES_AFTER_SIMULATION if simulated is not None else None)
-    if simulated is not None:  # the simulation's margins beside the artifact's: the gap between them
-        from .search.trial import margins
-
-        artifact = candidate.built.artifact.with_details(simulation=simulated.record(margins(candidate)))
+    prediction = simulated or predicted
+    if prediction is not None:  # the simulation's margins beside the artifact's: the gap between them
+        artifact = candidate.built.artifact.with_details(
+            simulation=prediction.record(first_build, shipped=margins(candidate), grid=builder.grid,
+                                         equalized=prediction.builds_equalized(context.model)))
         candidate = replace(candidate, built=replace(candidate.built, artifact=artifact))
     note = saturation_note(builder.name, candidate.measured, remedies)
     if note:

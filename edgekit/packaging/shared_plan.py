@@ -27,11 +27,9 @@ from ..formats.plan import FLOAT, PrecisionPlan
 from .context import PackagingContext
 from .equalized_forms import with_source_forms
 from .gates import Remedies
+from .grid_plans import GridChecks, graph_of
+from .search.rounds import SIMULATED_TRIES, search_rounds
 
-# tries of the simulated search (each a graph and a forward pass over half the validation samples)
-SIMULATED_TRIES = 60
-# an outer bound in seconds, said when it binds: the outcome is counted in tries, not seconds
-SIMULATED_OUTER_S = 300.0
 # real tries a format's own search may add after the simulated plan missed on its artifact
 REAL_TRIES_AFTER_SIMULATION = 6
 MIN_SAMPLES = 50  # as the layer search: half to choose by, half to confirm on
@@ -57,6 +55,8 @@ class Simulated:
     # rescaled (``source``), the equalized one (``path``), the pairs and the largest factor
     equalized: dict[str, Any] = field(default_factory=dict)
     links: tuple[tuple[str, str, float], ...] = ()  # tensors between plan layers (``costs.layer_links``)
+    # the outcome again in each format's own grid, simulated when its first format asks (``grid_plans``)
+    grids: Any = field(default=None, compare=False)
 
     def model_for(self, model: Any) -> Any:
         """The form a format converts: the equalized graph where the format converts the graph the
@@ -74,6 +74,29 @@ class Simulated:
             return model
         return ModelForm.from_dict(carried["to"])._replace(via=via)
 
+    def plan_for(self, grid: Any, equalized: bool = False) -> PrecisionPlan | None:
+        """The plan a format of ``grid`` builds first on the (equalized) graph: the shared one, or
+        what its grid's search added to it (``GridChecks``); None: plain INT8. Asked only for a
+        format whose route builds plans (it may search its grid)."""
+        outcome = self.grids.outcome(grid, equalized) if self.grids is not None else None
+        if outcome is not None and outcome.passed:
+            return outcome.plan
+        return self.equalized.get("plan") if equalized else self.plan
+
+    def passes_on(self, grid: Any, equalized: bool = False) -> bool:
+        """Whether the outcome for ``grid`` passes in the simulation, in that grid where it was run."""
+        outcome = self.grids.outcome(grid, equalized, search=False) if self.grids is not None else None
+        if outcome is not None:
+            return outcome.passed
+        return bool(self.equalized) if equalized else self.passed
+
+    def margins_for(self, grid: Any, equalized: bool = False) -> dict[str, Any]:
+        """The simulated margins of the outcome for ``grid``: the prediction its real build is judged against."""
+        outcome = self.grids.outcome(grid, equalized, search=False) if self.grids is not None else None
+        if outcome is not None:
+            return outcome.margins
+        return (self.equalized.get("margins") or self.margins) if equalized else self.margins
+
     def builds_equalized(self, model: Any) -> bool:
         """Whether ``model`` (a format's form) is an equalized one (``model_for``)."""
         if not self.equalized:
@@ -82,33 +105,72 @@ class Simulated:
             (model.path, model.loader) == (f["to"]["path"], f["to"]["loader"])
             for f in (self.equalized.get("forms") or {}).values())
 
-    def equalized_context(self, context: BuildContext, user: PrecisionPlan, route: Any) -> BuildContext:
-        """``context`` (already on an equalized form) with the plan found on the equalized graph on
-        top of the user's ``user`` plan, in the names of ``route``'s form, in place of the plan found
-        on the graph as given."""
-        found = self.equalized.get("plan") or PrecisionPlan()
+    def equalized_context(self, context: BuildContext, user: PrecisionPlan, route: Any,
+                          grid: Any = None) -> BuildContext:
+        """``context`` (already on an equalized form) with the plan found on the equalized graph
+        (in ``grid``, the format's) on top of the user's ``user`` plan, in the names of ``route``'s
+        form, in place of the plan found on the graph as given."""
         if FLOAT not in route.honours:
             return context
+        found = (self.plan_for(grid, equalized=True) if grid is not None else self.equalized.get("plan")) \
+            or PrecisionPlan()
         plan, _ = placed(found.layers, route, user, self.module_paths)
         return context if plan == context.plan else context.with_plan(plan)
 
-    def record(self, real: dict[str, Any] | None = None) -> dict[str, Any]:
-        """``details.simulation`` of an artifact built with this plan: the simulated margins beside
-        the real ones, so the gap between the simulation and the format is on record."""
+    def record(self, real: dict[str, Any] | None = None, shipped: dict[str, Any] | None = None, grid: Any = None,
+               equalized: bool = False) -> dict[str, Any]:
+        """``details.simulation`` of an artifact built with this plan (or with plain INT8, where the
+        simulation predicted that passes): the simulated margins beside the real build's (``real``,
+        before any search of its own) and what shipped after it, so the gap between the simulation
+        and the format is on record."""
         from .search.cost import LayerCosts
 
-        share = LayerCosts(self.costs).share(self.plan.layers if self.plan else ())
-        found = {"plan": dict(self.plan.layers) if self.plan else {}, "passed": self.passed, "tries": self.tries,
+        outcome = self.grids.outcome(grid, equalized, search=False) if self.grids is not None and grid is not None \
+            else None
+        plan = outcome.plan if outcome is not None and outcome.passed else \
+            (self.equalized.get("plan") if equalized else self.plan)
+        predicted = self.margins_for(grid, equalized) if grid is not None else self.margins
+        share = LayerCosts(self.costs).share(plan.layers if plan else ())
+        found = {"plan": dict(plan.layers) if plan else {}, "passed": self.passed, "tries": self.tries,
+                 **({"grid": {"name": grid.name, "passed": outcome.passed, "tries": outcome.tries}} if outcome else {}),
+                 **({"plan_as_given": dict(self.plan.layers)} if equalized and self.plan else {}),
                  **({"equalized": {"pairs": len(self.equalized["pairs"]),
                                    "largest_factor": self.equalized["largest_factor"]}} if self.equalized else {}),
                  **({"raised_compute_share": round(share, 4)} if share is not None else {}),
-                 "seconds": round(self.seconds, 1), "simulated": self.margins,
+                 "seconds": round(self.seconds, 1), "simulated": predicted,
                  "trials": [{"change": t.get("change"), "stage": t.get("stage", ""), "kept": t.get("kept"),
                              "gates": (t.get("after") or {}).get("gates"),
                              **({"budget": t["budget"]} if "budget" in t else {})} for t in self.trials]}
         if real is not None:
             found["real"] = real
+            found["gap"] = prediction_gap(predicted, real)
+        if shipped is not None and shipped != real:
+            found["shipped"] = shipped
         return found
+
+    def predicts(self, model: Any, grid: Any) -> bool:
+        """Whether the simulation predicted a plain INT8 build of ``model`` (a format's form, of
+        ``grid``) passes: on the graph as given, or on the equalized one where ``model`` is equalized."""
+        equalized = self.builds_equalized(model)
+        if self.equalized and not equalized and self.plan is None:  # only the equalized graph passed
+            return False
+        outcome = self.grids.outcome(grid, equalized, search=False) if self.grids is not None else None
+        plan = outcome.plan if outcome is not None and outcome.passed else \
+            (self.equalized.get("plan") if equalized else self.plan)
+        return plan is None and self.passes_on(grid, equalized)
+
+
+def prediction_gap(simulated: dict[str, Any], real: dict[str, Any]) -> float | None:
+    """The largest difference between a gate's figure in the simulation and on the real build, per
+    output: task margins in points (0.01 of agreement is one), SQNR in dB; None without both."""
+    predicted, measured = simulated.get("outputs") or {}, real.get("outputs") or {}
+    gaps = []
+    for name, figures in predicted.items():
+        for key, value in figures.items():
+            other = (measured.get(name) or {}).get(key)
+            if isinstance(value, (int, float)) and isinstance(other, (int, float)):
+                gaps.append(abs(value - other) * (100.0 if key == "task_margin" else 1.0))
+    return round(max(gaps), 3) if gaps else None
 
 
 def wanted(run: PackagingContext, described: Any, planned: list[Any]) -> str | None:
@@ -176,35 +238,52 @@ def simulated_plan(planned: list[Any], context: BuildContext, described: Any, st
                      f"every gate ({time.monotonic() - began:.0f} s): the formats that convert this graph build it "
                      "equalized, every layer int8")
         record = with_source_forms(record, described, sim_context, builder.module_paths, progress)
+        grids = GridChecks({True: graph_of(repaired[0], repaired[1].context, repaired[3], None)}, remedies)
         return Simulated(None, True, 2, time.monotonic() - began, margins(repaired[1]),
-                         module_paths=builder.module_paths, costs=builder.costs, equalized=record, links=builder.links)
+                         module_paths=builder.module_paths, costs=builder.costs, equalized=record, links=builder.links,
+                         grids=grids)
     if not failures:
         progress.say(f"INT8 simulation: plain INT8 passes every gate ({time.monotonic() - began:.0f} s): every format "
                      "builds it")
         return Simulated(None, True, 1, time.monotonic() - began, margins(first), module_paths=builder.module_paths,
-                         costs=builder.costs, links=builder.links)
+                         costs=builder.costs, links=builder.links,
+                         grids=GridChecks({False: graph_of(builder, sim_context, judged, None)}, remedies))
     progress.say(f"INT8 simulation: plain INT8 fails ({failures[0].what}); searching the precision plan on the "
                  f"simulation, at most {SIMULATED_TRIES} tries")
-    found, trials = _search_rounds(builder, first, judged, remedies, time.monotonic() - began)
-    from .search.cost import LayerCosts
+    return _searched(builder, first, sim_context, judged, remedies, repaired, described, began)
 
+
+def _searched(builder: Any, first: Any, sim_context: BuildContext, judged: PackagingContext, remedies: Remedies,
+              repaired: Any, described: Any, began: float) -> Simulated:
+    """Where plain INT8 fails: the plan searched on the graph as given, and on the equalized one
+    where equalization brought plain INT8 closer (``repaired``)."""
+    from .search.cost import LayerCosts
+    from .search.trial import margins
+
+    progress = judged.progress
+    found, trials = search_rounds(builder, first, judged, remedies, time.monotonic() - began)
     weigh = LayerCosts(builder.costs, builder.links)
     equalized = _equalized_plan(repaired, found, remedies, weigh, began) if repaired else {}
     if equalized:
         equalized = with_source_forms(equalized, described, sim_context, builder.module_paths, progress)
     seconds = time.monotonic() - began
     tries = builder.builds
+    graphs = {True: graph_of(repaired[0], repaired[1].context, repaired[3], equalized["plan"])} \
+        if equalized and repaired is not None else {}
+    if not found.failures:
+        graphs[False] = graph_of(builder, sim_context, judged, found.context.plan)
+    grids = GridChecks(graphs, remedies)
     if found.failures:
         progress.warn(f"INT8 simulation: no plan passed in {tries} tries ({seconds:.0f} s; best "
                       f"{found.context.plan.describe()}: {found.failures[0].what}); each format searches on its own")
         return Simulated(None, False, tries, seconds, margins(found), tuple(trials), builder.module_paths,
-                         builder.costs, equalized, links=builder.links)
+                         builder.costs, equalized, links=builder.links, grids=grids)
     plan = found.context.plan
     compute = weigh.describe(plan.layers)
     progress.say(f"INT8 simulation: {plan.describe()}{f' ({compute} out of int8)' if compute else ''} passes every "
                  f"gate ({tries} tries, {seconds:.0f} s): every format whose route honours per-layer precision builds it")
     return Simulated(plan, True, tries, seconds, margins(found), tuple(trials), builder.module_paths, builder.costs,
-                     equalized, links=builder.links)
+                     equalized, links=builder.links, grids=grids)
 
 
 def _equalized(form: Any, described: Any, sim_context: BuildContext, judged: PackagingContext,
@@ -249,10 +328,12 @@ def _equalized_plan(repaired: tuple[Any, Any, dict[str, Any], PackagingContext],
     """The search on the equalized graph too, where plain INT8 of it comes closer: its plan, for
     the formats that convert that graph, where it passes and leaves less compute out of int8 than
     the plan ``found`` on the graph as given (every other format builds that one)."""
+    from .search.trial import margins
+
     builder, plain, record, run = repaired
     run.progress.say("INT8 simulation: cross-layer equalization brings plain INT8 closer "
                      f"({len(record['pairs'])} convolution pairs rescaled): searching its plan too")
-    other, _ = _search_rounds(builder, plain, run, remedies, time.monotonic() - began)
+    other, _ = search_rounds(builder, plain, run, remedies, time.monotonic() - began)
     if other.failures:
         return {}
     if not found.failures and weigh.total(other.context.plan.layers) >= weigh.total(found.context.plan.layers):
@@ -261,46 +342,23 @@ def _equalized_plan(repaired: tuple[Any, Any, dict[str, Any], PackagingContext],
     run.progress.say(f"INT8 simulation: on the equalized graph {plan.describe() or 'plain INT8'} passes "
                      f"({weigh.describe(plan.layers) or 'its layers'} out of int8): the formats that convert this "
                      "graph build it equalized")
-    return {**record, "plan": plan}
+    return {**record, "plan": plan, "margins": margins(other)}
 
 
-def _search_rounds(builder: Any, first: Any, judged: PackagingContext, remedies: Remedies,
-                   build_s: float) -> tuple[Any, list[dict[str, Any]]]:
-    """The packager's search on the simulation, in rounds while tries are left: a plan that passed
-    on the half the search chose by but fails on every sample (a margin of a few tenths of a dB,
-    or the held-out check) starts another round from it, which raises more layers, where a search
-    per format would stop (its tries cost conversions; these cost forward passes)."""
-    from .search import search
-    from .search.budget import Budget
-
-    began, trials, found = time.monotonic(), [], first
-    while builder.builds < SIMULATED_TRIES:
-        left_s = SIMULATED_OUTER_S - (time.monotonic() - began)
-        budget = Budget(left_s, rebuild_s=build_s, max_tries=SIMULATED_TRIES - builder.builds,
-                        why=f"{SIMULATED_TRIES} simulated tries, at most {SIMULATED_OUTER_S:.0f} s")
-        if not budget.allows_try():
-            break
-        before = (builder.builds, found.context.plan)
-        found, more = search(builder, found, judged, remedies, budget=budget, fixed=first.context.plan)
-        trials += more
-        if not found.failures or (builder.builds, found.context.plan) == before or found.context.plan == before[1]:
-            break
-        judged.progress.say(f"INT8 simulation: {found.context.plan.describe()} fails on every sample "
-                            f"({found.failures[0].what}); another round from it, {SIMULATED_TRIES - builder.builds} "
-                            "tries left")
-    return found, trials
-
-
-def for_format(simulated: Simulated | None, context: BuildContext, route: Any) -> tuple[BuildContext, list[str]]:
+def for_format(simulated: Simulated | None, context: BuildContext, route: Any,
+               grid: Any = None) -> tuple[BuildContext, list[str]]:
     """The context a format builds first: the simulated plan on top of the user's, where its route
     honours per-layer precision, in the names of the route's form; also the plan's layers the
     route cannot name, left out. A route that converts the PyTorch program itself names layers
     by module: each ONNX node of the plan becomes its module (``Simulated.module_paths``), and an
     op written in a ``forward`` its traced name where the route keeps such an op in float
     (``Route.names_ops``)."""
-    if simulated is None or simulated.plan is None or FLOAT not in route.honours:
+    if simulated is None or FLOAT not in route.honours:
         return context, []
-    plan, unnamed = placed(simulated.plan.layers, route, context.plan, simulated.module_paths)
+    found = simulated.plan_for(grid) if grid is not None else simulated.plan
+    if found is None:
+        return context, []
+    plan, unnamed = placed(found.layers, route, context.plan, simulated.module_paths)
     return (context if plan == context.plan else context.with_plan(plan)), unnamed
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from ..conversion import worker
-from ..formats.building import BuildContext, Builder, BuildResult
+from ..formats.building import COMMON_GRID, BuildContext, Builder, BuildResult, QuantGrid
 from ..manifest import Artifact, QuantParams
 from .convert import (LayerReportRequest, RangesRequest, SimulationRequest, calibrate, report_layers,
                       simulate)
@@ -25,8 +25,10 @@ class SimulatedBuilder(Builder):
     backend: ClassVar[str] = "onnxruntime"
     cheap_tries: ClassVar[bool] = True
 
-    def __init__(self, float_onnx: str, inputs: list[str], outputs: list[str]) -> None:
+    def __init__(self, float_onnx: str, inputs: list[str], outputs: list[str],
+                 on_grid: QuantGrid = COMMON_GRID) -> None:
         self.float_onnx, self.inputs, self.outputs = float_onnx, inputs, outputs
+        self.on_grid = on_grid  # the format grid it simulates (``QuantGrid``)
         self.ranges_json: str | None = None
         self.module_paths: dict[str, str] = {}  # ONNX node -> its PyTorch module (``graph.module_paths``)
         self.costs: dict[str, float] = {}  # plan layer -> its relative compute (``costs.layer_costs``)
@@ -43,6 +45,13 @@ class SimulatedBuilder(Builder):
         self.links = tuple((str(a), str(b), float(e)) for a, b, e in found.links)
         return found.tensors
 
+    def on(self, grid: QuantGrid) -> SimulatedBuilder:
+        """A builder of the same graph and ranges in another format's grid (its own try count)."""
+        other = SimulatedBuilder(self.float_onnx, self.inputs, self.outputs, grid)
+        other.ranges_json, other.module_paths, other.costs, other.links = (self.ranges_json, self.module_paths,
+                                                                            self.costs, self.links)
+        return other
+
     def build(self, context: BuildContext, on_progress: Callable[[int, int], None] | None = None) -> BuildResult:
         if self.ranges_json is None:
             self.calibrate(context)
@@ -50,7 +59,8 @@ class SimulatedBuilder(Builder):
         output.parent.mkdir(parents=True, exist_ok=True)
         assert self.ranges_json is not None
         report = worker.convert(simulate, SimulationRequest(
-            self.float_onnx, self.ranges_json, str(output), tuple(context.plan.floats), tuple(context.layer_names)),
+            self.float_onnx, self.ranges_json, str(output), tuple(context.plan.floats), tuple(context.layer_names),
+            tuple(self.on_grid.tied_ops), self.on_grid.symmetric_activations),
             what="INT8 simulation", timeout=context.timeout_s)
         self.builds += 1
         details: dict[str, Any] = {

@@ -41,6 +41,8 @@ class SimulationRequest(Message):
     output: str
     floats: tuple[str, ...]
     layer_names: tuple[str, ...]
+    tied_ops: tuple[str, ...] = ()  # the format's grid (``QuantGrid``): ops whose inputs share one scale
+    symmetric: bool = False  # and whether its activations are symmetric
 
 
 @dataclass(frozen=True)
@@ -102,7 +104,7 @@ def calibrate(request: RangesRequest) -> RangesReport:
 
 def simulate(request: SimulationRequest) -> SimulationReport:
     found = simulated_graph(request.float_onnx, request.ranges_json, request.output, list(request.floats),
-                            list(request.layer_names))
+                            list(request.layer_names), tuple(request.tied_ops), request.symmetric)
     return SimulationReport(pairs=int(found["pairs"]), weighted_layers=tuple(found["weighted_layers"]),
                             float_layers=tuple(found["float_layers"]), int8_layers=tuple(found["int8_layers"]))
 

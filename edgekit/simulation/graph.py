@@ -160,14 +160,18 @@ def _feeds(samples: dict[str, Any], inputs: list[str]) -> dict[str, Any]:
 
 
 def simulated_graph(float_onnx: str, ranges_json: str, output: str, floats: list[str],
-                    layer_names: list[str]) -> dict[str, Any]:
+                    layer_names: list[str], tied_ops: tuple[str, ...] = (),
+                    symmetric: bool = False) -> dict[str, Any]:
     """Write the simulated INT8 graph of ``float_onnx`` to ``output`` with the layers in
-    ``floats`` left in float; return what it quantized, by layer (the plan's vocabulary)."""
+    ``floats`` left in float; return what it quantized, by layer (the plan's vocabulary).
+    ``tied_ops``: the ops whose inputs and output a format's quantizer puts on one scale
+    (``QuantGrid``): each of their int8 tensors takes the union of all their ranges; ``symmetric``:
+    activations on a symmetric grid around 0 (Core ML's)."""
     import onnx
 
     model = onnx.load(float_onnx)
     simulation = _Simulation(model.graph, json.loads(Path(ranges_json).read_text())["ranges"], set(floats),
-                             layer_names)
+                             layer_names, tied_ops, symmetric)
     found = simulation.weights()
     pairs = simulation.activations()
     _sort_topologically(model.graph)
@@ -178,8 +182,10 @@ def simulated_graph(float_onnx: str, ranges_json: str, output: str, floats: list
 class _Simulation:
     """One graph being rewritten: its layers, readers and ranges, and the plan's float layers."""
 
-    def __init__(self, graph: Any, ranges: dict[str, list[float]], kept: set[str], layer_names: list[str]) -> None:
-        self.graph, self.ranges, self.kept = graph, ranges, kept
+    def __init__(self, graph: Any, ranges: dict[str, list[float]], kept: set[str], layer_names: list[str],
+                 tied_ops: tuple[str, ...] = (), symmetric: bool = False) -> None:
+        self.graph, self.ranges, self.kept, self.tied_ops = graph, ranges, kept, set(tied_ops)
+        self.symmetric = symmetric
         self.initializers = {i.name: i for i in graph.initializer}
         self.readers: dict[str, list[Any]] = {}
         for node in graph.node:
@@ -251,8 +257,9 @@ class _Simulation:
         from onnx import helper, numpy_helper
 
         added = self.quantized_tensors()
+        tied = self.tied_ranges({tensor for _, _, tensor in added})
         for node, index, tensor in added:
-            scale, zero = _activation_grid(*self.ranges[tensor])
+            scale, zero = _activation_grid(*tied.get(tensor, self.ranges[tensor]), symmetric=self.symmetric)
             if node is None:  # a graph input keeps its name: its readers read the pair's output instead
                 source, result = tensor, f"{tensor}__sim"
                 for reader in self.readers.get(tensor, []):
@@ -268,6 +275,45 @@ class _Simulation:
                 helper.make_node("DequantizeLinear", [f"{tensor}__q", f"{tensor}__scale", f"{tensor}__zero"],
                                  [result], name=f"{tensor}__dequantize")])
         return len(added)
+
+
+    def tied_ranges(self, quantized: set[str]) -> dict[str, tuple[float, float]]:
+        """The range each int8 tensor takes where a tied op (``tied_ops``) reads or writes it: the
+        union of the ranges of the op's inputs (where each is quantized, through data movement)
+        and its output; a tensor in two such groups takes the union of both."""
+        writers = {out: node for node in self.graph.node for out in node.output}
+
+        def source(tensor: str) -> str | None:  # the quantized tensor a data-movement chain starts from
+            seen = set()
+            while tensor not in quantized:
+                node = writers.get(tensor)
+                if node is None or node.op_type in COMPUTE_OPS or tensor in seen or not node.input:
+                    return None
+                seen.add(tensor)
+                tensor = node.input[0]
+            return tensor
+
+        def written(tensor: str) -> str:  # an op's output, or its fused activation's where that is quantized
+            after = self.readers.get(tensor, [])
+            return after[0].output[0] if len(after) == 1 and after[0].op_type in FUSED_ACTIVATIONS \
+                and after[0].output[0] in quantized else tensor
+
+        groups = []
+        for node in self.graph.node:
+            if node.op_type not in self.tied_ops or self.layers[node.name] in self.kept or not node.output:
+                continue
+            members = {found for name in node.input if name and (found := source(name))}
+            if written(node.output[0]) in quantized:
+                members.add(written(node.output[0]))
+            if len(members) > 1:
+                groups.append(members)
+        tied: dict[str, tuple[float, float]] = {}
+        for _ in range(2):  # a tensor in two groups: the second pass carries the first's union over
+            for members in groups:
+                low = min(tied.get(t, self.ranges[t])[0] for t in members if t in self.ranges)
+                high = max(tied.get(t, self.ranges[t])[1] for t in members if t in self.ranges)
+                tied.update({t: (low, high) for t in members})
+        return tied
 
 
 def _weight_axis(node: Any, values: np.ndarray) -> int:
@@ -288,9 +334,13 @@ def _on_grid(values: np.ndarray, axis: int) -> np.ndarray:
     return np.moveaxis(grid.reshape(shape), 0, axis)
 
 
-def _activation_grid(low: float, high: float) -> tuple[float, int]:
-    """Scale and int8 zero point of an asymmetric per-tensor range holding 0 (as TFLite nudges it)."""
+def _activation_grid(low: float, high: float, symmetric: bool = False) -> tuple[float, int]:
+    """Scale and int8 zero point of an asymmetric per-tensor range holding 0 (as TFLite nudges it);
+    ``symmetric``: [-127, 127] around 0, the zero point 0."""
     low, high = min(low, 0.0), max(high, 0.0)
+    if symmetric:
+        peak = max(-low, high)
+        return (float(peak / 127.0) if peak > 0 else 1.0), 0
     scale = (high - low) / 255.0 if high > low else 1.0
     zero = int(np.clip(np.round(-128 - low / scale), -128, 127))
     return float(scale), zero

@@ -160,3 +160,32 @@ def test_a_plan_kept_on_half_the_samples_that_fails_on_all_gives_way_to_the_plan
     assert record["verdict"] == "failed"
     shipped = manifest["artifacts"][0]["details"]["precision_plan"]["layers"]
     assert shipped == on_all[-1]["plan"] == toy_registered.builds[-1]  # the build made last, as recorded
+
+
+def test_a_format_whose_grid_differs_builds_first_what_passes_in_its_own_grid(toy_registered, tmp_path, monkeypatch):
+    """Plain INT8 of a chain passes in the simulation's common grid (asymmetric activations), but
+    a format whose quantizer puts activations on a symmetric grid (Core ML's) loses a level bit
+    after each ReLU: the shared outcome is simulated again in that grid, misses, and the search
+    goes on from it there, so the format's first real build is the plan found in its own grid,
+    and its record says which grid predicted it."""
+    from edgekit.formats.building import QuantGrid
+
+    monkeypatch.setattr(toy.ToyBuilder, "grid", QuantGrid("symmetric", symmetric_activations=True))
+    rng = np.random.default_rng(1)
+    w1, b1 = rng.normal(0, 0.4, (16, 32)), rng.normal(0, 0.1, 32)
+    w2, b2 = rng.normal(0, 0.3, (32, 32)), rng.normal(0, 0.1, 32)
+    w2[:, :2] *= 8  # two channels 8x the rest: asymmetric int8 holds the rest at 97.5%, symmetric at 96.5%
+    w3 = rng.normal(0, 1.0, (32, 4))
+    w3[:2] /= 8
+    folder = tmp_path / "model"
+    folder.mkdir()
+    toy.chain_onnx(folder / "chain.onnx", [(w1, b1), (w2, b2), (w3, np.zeros(4))])
+    np.save(folder / "calibration.npy", rng.normal(0, 1, (300, 16)).astype(np.float32))
+    np.save(folder / "eval.npy", rng.normal(0, 1, (400, 16)).astype(np.float32))
+    _, manifest = packaged(folder, tmp_path / "out", simulate=True, equalize=False)
+    artifact = manifest["artifacts"][0]
+    simulation = artifact["details"]["simulation"]
+    assert simulation["grid"]["name"] == "symmetric" and simulation["grid"]["passed"]
+    assert simulation["plan"] and set(simulation["plan"]) <= set(artifact["details"]["precision_plan"]["layers"])
+    assert toy_registered.builds[0] == simulation["plan"]  # the grid's plan, built first
+    assert manifest["validation"]["artifacts"]["toy"]["verdict"] == "passed"

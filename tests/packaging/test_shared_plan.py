@@ -28,6 +28,7 @@ def test_one_simulated_search_gives_the_plan_every_format_builds(tmp_path_factor
         simulation = artifact["details"]["simulation"]
         assert simulation["passed"] and set(simulation["plan"]) >= {"conv2", "conv3"}
         assert simulation["tries"] <= 60 and "real" in simulation and "simulated" in simulation
+        assert simulation["gap"] is not None  # the simulated plan's figure against its real build's
         kept = artifact["details"]["precision_plan"]["layers"]
         assert set(simulation["plan"]) <= set(kept), artifact["format"]  # built from the simulated plan; a real miss only adds layers
         tries = [t for t in manifest["validation"]["artifacts"][artifact["format"]].get("auto_fix", [])
@@ -152,8 +153,10 @@ def test_where_equalization_only_comes_closer_its_own_plan_ships_on_onnx_when_it
     onnx_main = next(a for a in manifest["artifacts"] if a["format"] == "onnx" and not a.get("variant"))
     assert onnx_main["details"]["equalized"]["pairs"] == 3
     built = set(onnx_main["details"].get("precision_plan", {}).get("layers", {}))
-    simulated = set(onnx_main["details"]["simulation"]["plan"])  # the plan found on the graph as given
-    assert {"node_conv1d_1", "node_conv1d_2"} <= simulated and not built & {"node_conv1d_1", "node_conv1d_2"}
+    simulation = onnx_main["details"]["simulation"]
+    as_given = set(simulation["plan_as_given"])  # the plan found on the graph as given
+    assert {"node_conv1d_1", "node_conv1d_2"} <= as_given and not built & {"node_conv1d_1", "node_conv1d_2"}
+    assert set(simulation["plan"]) <= built  # the equalized graph's plan, what this build was predicted by
     assert manifest["validation"]["artifacts"]["onnx"]["verdict"] == "passed"
 
 
@@ -173,3 +176,7 @@ def test_equalization_is_carried_to_the_pytorch_program_tflite_converts(tmp_path
     assert artifact["details"]["equalized"]["pairs"] == 3 and "cross-layer equalization" in artifact["converter"]["tool"]
     assert not set(artifact["details"].get("precision_plan", {}).get("layers", {})) & {"2", "4"}
     assert manifest["validation"]["artifacts"]["tflite"]["verdict"] == "passed"
+    # the simulation predicted plain INT8 of the equalized model passes: its gap on the real build is on record
+    simulation = artifact["details"]["simulation"]
+    assert simulation["plan"] == {} and "output" in simulation["real"]["outputs"]
+    assert simulation["gap"] is not None and simulation["gap"] < 5  # points of top-1 agreement

@@ -116,3 +116,33 @@ def test_a_model_with_large_tensors_runs_fewer_samples_at_a_time_with_the_same_r
     assert json.loads((tmp_path / "narrow.json").read_text()) == json.loads((tmp_path / "wide.json").read_text())
     assert narrow["costs"] == wide["costs"] and narrow["costs"]["fc1"] == 64 * 16  # per sample, either way
     assert layer_report(str(model), str(tmp_path / "sim.onnx"), str(folder / "calibration.npy"), []) == rows
+
+
+def test_a_format_grid_ties_a_concat_to_one_scale_or_puts_activations_on_a_symmetric_grid(tmp_path):
+    """TFLite and XNNPACK put a Concat's inputs on its output's scale: in their grid the small
+    input takes the large one's (the union range); Core ML's activations are symmetric (zero point 0)."""
+    from onnx import TensorProto, helper
+
+    nodes = [helper.make_node("Mul", ["x", "ten"], ["big"], name="scale_up"),
+             helper.make_node("Relu", ["x"], ["small"], name="relu"),
+             helper.make_node("Add", ["small", "zero"], ["small_out"], name="add"),
+             helper.make_node("Concat", ["big", "small_out"], ["y"], name="cat", axis=1)]
+    graph = helper.make_graph(nodes, "cat", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 8])],
+                              [numpy_helper.from_array(np.array(10.0, np.float32), "ten"),
+                               numpy_helper.from_array(np.array(0.0, np.float32), "zero")])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "cat.onnx")
+    np.save(tmp_path / "samples.npy", np.random.default_rng(0).normal(size=(32, 4)).astype(np.float32))
+    activation_ranges(str(tmp_path / "cat.onnx"), str(tmp_path / "samples.npy"), str(tmp_path / "ranges.json"))
+
+    def grid(**how):
+        simulated_graph(str(tmp_path / "cat.onnx"), str(tmp_path / "ranges.json"), str(tmp_path / "sim.onnx"), [],
+                        [], **how)
+        return {i.name: float(numpy_helper.to_array(i)) for i in onnx.load(str(tmp_path / "sim.onnx")).graph.initializer
+                if i.name.endswith(("__scale", "__zero"))}
+
+    common, tied, symmetric = grid(), grid(tied_ops=("Concat",)), grid(symmetric=True)
+    assert common["big__scale"] > 5 * common["small_out__scale"]  # each tensor its own range
+    assert tied["big__scale"] == tied["small_out__scale"] == tied["y__scale"] >= common["big__scale"]
+    assert all(v == 0 for k, v in symmetric.items() if k.endswith("__zero"))
+    assert symmetric["small_out__scale"] == pytest.approx(2 * common["small_out__scale"], rel=0.05)  # half the levels

@@ -12,7 +12,7 @@ from typing import Any
 from ...conversion import worker
 from ...fsutil import sha256_tree, tree_bytes
 from ...manifest import Artifact, QuantParams
-from ..building import BuildContext, Builder, BuildResult, Fix
+from ..building import BuildContext, Builder, BuildResult, Fix, QuantGrid
 from .convert import ARTIFACT_PATH, DEPLOYMENT_TARGET, CoreMLRequest, convert
 from .learned import KEPT_TOOL, convert_kept, is_kept_qdq
 
@@ -21,6 +21,8 @@ class CoreMLBuilder(Builder):
     name = "coreml"
     backend = "coreml"
     unmeasured_reason = "CoreML prediction runs only on macOS and the MIL evaluator does not cover this model"
+    # coremltools' linear_quantize_activations: symmetric int8 (linear_symmetric), half the levels after a ReLU
+    grid = QuantGrid("coreml", symmetric_activations=True)
 
     def fixes(self) -> tuple[Fix, ...]:
         """Where the route keeps no layer in float (a traced PyTorch module: its ops carry no layer

@@ -22,7 +22,7 @@ from pathlib import Path
 from ...conversion import worker
 from ...fsutil import sha256_file
 from ...manifest import Artifact, QuantParams
-from ..building import MINMAX, BuildContext, Builder, BuildResult
+from ..building import MINMAX, BuildContext, Builder, BuildResult, QuantGrid
 from ...conversion.forms import ONNX_REBUILD_LOADER as ONNX_REBUILD
 from .convert import ExecuTorchRequest, convert_executorch, convert_executorch_kept
 
@@ -32,6 +32,7 @@ ARTIFACT_PATH = "executorch/model.int8.pte"
 class ExecuTorchBuilder(Builder):
     name = "executorch"
     backend = "executorch"
+    grid = QuantGrid("xnnpack", tied_ops=("Concat",))  # XNNPACKQuantizer shares one scale across a cat
     unmeasured_reason = "ExecuTorch's runtime is not installed here (pip install 'edgekit[executorch]')"
 
     def build(self, context: BuildContext, on_progress: Callable[[int, int], None] | None = None) -> BuildResult:

@@ -23,7 +23,7 @@ from ...errors import ConversionError, EdgekitError, OTHER_ROUTES, UnsupportedOp
 from ...fsutil import sha256_file
 from ...manifest import Artifact, QuantParams
 from ...conversion.layer_names import in_layer, layer_of
-from ..building import MINMAX, BuildContext, Builder, BuildResult
+from ..building import MINMAX, BuildContext, Builder, BuildResult, QuantGrid
 from ..precision import Precision
 from .convert import (FloatRequest, SqnrRequest, TFLiteRequest, convert, convert_float, made_from, mark_made_from,
                       unmark, worst_sqnr)
@@ -38,6 +38,8 @@ ARTIFACT_PATH = "tflite/model.int8.tflite"
 class TFLiteBuilder(Builder):
     name = "tflite"
     backend = "litert"
+    # TensorFlow's and LiteRT Quantizer's CONCATENATION: its inputs and output on one scale
+    grid = QuantGrid("tflite", tied_ops=("Concat",))
 
     def build(self, context: BuildContext, on_progress: Callable[[int, int], None] | None = None) -> BuildResult:
         if context.model.form == forms.TORCH_PROGRAM:

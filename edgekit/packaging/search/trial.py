@@ -40,7 +40,22 @@ def margins(candidate: Candidate) -> dict[str, Any]:
     return {"failed_gates": [f.what for f in candidate.failures],
             "gates": {gate_name(f): round(f.margin, 4) if math.isfinite(f.margin) else None
                       for f in candidate.failures},
-            "worst_sqnr_db": round(worst, 2) if math.isfinite(worst) else None}
+            "worst_sqnr_db": round(worst, 2) if math.isfinite(worst) else None,
+            "outputs": output_margins(candidate.measured)}
+
+
+def output_margins(measured: Any) -> dict[str, dict[str, float]]:
+    """Each output's figure its gate judges, passing or not: the task metric's margin over its
+    floor (a fraction: 0.01 is one point) where a task gates it, else its SQNR in dB; what the
+    simulation's prediction of a build is compared with on the real artifact."""
+    found: dict[str, dict[str, float]] = {}
+    for name, compared in measured.outputs.items():
+        task = measured.tasks.get(name)
+        if task is not None and task.passed is not None and task.margin is not None and math.isfinite(task.margin):
+            found[name] = {"task_margin": round(float(task.margin), 4)}
+        elif math.isfinite(compared.sqnr_db):
+            found[name] = {"sqnr_db": round(float(compared.sqnr_db), 2)}
+    return found
 
 
 @dataclass

@@ -1,0 +1,109 @@
+"""The shared plan in each format's own arithmetic.
+
+The shared search runs the grid every format has in common (``simulation/graph.py``). A format
+whose quantizer places scales otherwise (``Builder.grid``: TFLite and XNNPACK tie a Concat's
+inputs to its output's scale, Core ML quantizes activations symmetrically) gets the shared
+outcome simulated again in its grid before it converts, once per grid and graph: where it still
+passes, the format builds it as it is; where it misses, the search continues from it on that
+grid (it only adds layers, at most ``GRID_TRIES`` tries), so the format's first real build is
+already judged in its own arithmetic instead of spending its few real tries finding that out."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from ..errors import EdgekitError
+from ..formats.building import BuildContext, QuantGrid
+from ..formats.plan import PrecisionPlan
+from .context import PackagingContext
+from .gates import Remedies
+
+GRID_TRIES = 20  # simulated tries a format's grid may add to the shared plan
+GRID_OUTER_S = 120.0  # an outer bound in seconds, said when it binds
+
+
+@dataclass(frozen=True)
+class GridOutcome:
+    """The shared outcome on one format's grid: the plan to build (None: plain INT8), whether it
+    passes there, its margins (the prediction a real build is compared with) and the tries added."""
+
+    plan: PrecisionPlan | None
+    passed: bool
+    margins: dict[str, Any]
+    tries: int = 0
+
+
+@dataclass(frozen=True)
+class Graph:
+    """One graph the shared search judged, with the plan the formats converting it build."""
+
+    builder: Any  # SimulatedBuilder of the common grid, calibrated
+    context: BuildContext
+    judged: PackagingContext
+    plan: PrecisionPlan | None
+
+
+@dataclass
+class GridChecks:
+    """Each (grid, graph) outcome, simulated once, when the first format of that grid asks."""
+
+    graphs: dict[bool, Graph]  # equalized? -> the graph
+    remedies: Remedies
+    found: dict[tuple[str, bool], tuple[GridOutcome | None, bool]] = field(default_factory=dict)
+
+    def outcome(self, grid: QuantGrid, equalized: bool, search: bool = True) -> GridOutcome | None:
+        """The outcome on ``grid`` for the formats converting the (equalized) graph; None where the
+        grid is the common one or the simulation had no passing outcome for that graph. ``search``:
+        where it misses, search on from it (for a format that can build a plan)."""
+        if grid.common or equalized not in self.graphs:
+            return None
+        key = (grid.name, equalized)
+        known, searched = self.found.get(key, (None, False))
+        if key not in self.found or (search and not searched and known is not None and not known.passed):
+            self.found[key] = (self._simulate(grid, self.graphs[equalized], search), search)
+        return self.found[key][0]
+
+    def _simulate(self, grid: QuantGrid, graph: Graph, search: bool) -> GridOutcome | None:
+        from .search.candidate import Candidate
+        from .search.trial import margins
+        from .search.rounds import search_rounds
+
+        progress = graph.judged.progress
+        builder = graph.builder.on(grid)
+        context = graph.context if graph.plan is None else graph.context.with_plan(graph.plan)
+        began = time.monotonic()
+        try:
+            built = builder.build(context)
+            measured = graph.judged.measure(built, builder, context)
+        except EdgekitError as exc:
+            progress.warn(f"INT8 simulation: the {grid.name} grid not simulated ({exc.message})")
+            return None
+        if measured is None:
+            return None
+        first = Candidate(context, built, measured, graph.judged.check(builder.name, measured, self.remedies))
+        described = graph.plan.describe() if graph.plan else "plain INT8"
+        if not first.failures:
+            progress.say(f"INT8 simulation: {described} passes in the {grid.name} grid too")
+            return GridOutcome(graph.plan, True, margins(first), 1)
+        if not search:
+            progress.say(f"INT8 simulation: {described} misses in the {grid.name} grid ({first.failures[0].what})")
+            return GridOutcome(graph.plan, False, margins(first), 1)
+        progress.say(f"INT8 simulation: {described} misses in the {grid.name} grid ({first.failures[0].what}); "
+                     f"searching on from it there, at most {GRID_TRIES} tries")
+        found, _ = search_rounds(builder, first, graph.judged, self.remedies, time.monotonic() - began,
+                                 tries=GRID_TRIES, outer_s=GRID_OUTER_S)
+        if found.failures:
+            progress.warn(f"INT8 simulation: nothing passed in the {grid.name} grid ({builder.builds} tries); its "
+                          "formats build the shared outcome and search on their own artifacts")
+            return GridOutcome(graph.plan, False, margins(found), builder.builds)
+        plan = found.context.plan
+        progress.say(f"INT8 simulation: {plan.describe()} passes in the {grid.name} grid ({builder.builds} tries): "
+                     "its formats build that")
+        return GridOutcome(plan, True, margins(found), builder.builds)
+
+
+def graph_of(builder: Any, context: BuildContext, judged: PackagingContext, plan: PrecisionPlan | None) -> Graph:
+    """A judged graph and the plan the formats converting it build (``None``: plain INT8)."""
+    return Graph(builder, replace(context, trial=False), judged, plan)
