@@ -225,10 +225,41 @@ def _run_artifact(artifact: Path, backend_name: str, inputs: dict[str, np.ndarra
             return {name: stored[f"o{i}"] for i, name in enumerate(names)}
 
 
+# what one validation batch may add to the runtime's memory: a 256x256 U-Net's intermediates are
+# ~200 MB a sample, so 32 at a time ran validation to 19 GB; its batches now hold about 5
+VALIDATION_BYTES = 1 << 30
+
+
+def fitting(one_sample_bytes: int, most: int) -> int:
+    """Samples per batch whose memory fits ``VALIDATION_BYTES``, from what one sample's run added to
+    the process's peak (at least one, at most ``most``); nothing measured (0): ``most``."""
+    if one_sample_bytes <= 0:
+        return most
+    return max(1, min(most, VALIDATION_BYTES // one_sample_bytes))
+
+
+def memory_bytes() -> tuple[int, int]:
+    """This process's peak resident memory so far and its resident memory now (0 where the
+    platform does not say): a reused child's peak may be an earlier step's, so both are read."""
+    try:
+        import resource
+    except ImportError:  # Windows: no getrusage; batches keep their size
+        return 0, 0
+    import sys
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    try:
+        now = int(Path("/proc/self/statm").read_text().split()[1]) * resource.getpagesize()
+    except (OSError, ValueError, IndexError):  # macOS: no /proc
+        now = 0
+    return int(peak if sys.platform == "darwin" else peak * 1024), now
+
+
 def run_artifact(backend: str, artifact: str, inputs_npz: str, names: list[str], key: str, fmt: str, batch: int,
                  options: dict[str, Any], output_npz: str) -> None:
-    """Child side of ``_run_artifact``: load the artifact in its runtime and run it in batches;
-    the outputs saved by position of ``names`` (``o0``, ``o1``...: names may not be npz keys)."""
+    """Child side of ``_run_artifact``: load the artifact in its runtime and run it in batches of
+    at most ``batch``, fewer where one sample's run adds much memory (``fitting``); the outputs
+    saved by position of ``names`` (``o0``, ``o1``...: names may not be npz keys)."""
     from ..conversion import worker
 
     backend_cls: Any = worker.resolve(backend)
@@ -245,11 +276,16 @@ def run_artifact(backend: str, artifact: str, inputs_npz: str, names: list[str],
     try:
         order = align(names, [t.name for t in opened.outputs], "output", SimpleNamespace(format=fmt))  # type: ignore[arg-type]
         total = len(next(iter(inputs.values())))
-        parts = []
-        for start in range(0, total, batch):
-            chunk = {k: v[start : start + batch] for k, v in inputs.items()}
+        parts, start, step = [], 0, 1  # one sample first: what it adds to memory sets the batch (``fitting``)
+        while start < total:
+            chunk = {k: v[start : start + step] for k, v in inputs.items()}
+            before = memory_bytes()
             try:
                 parts.append(opened.run(chunk if len(chunk) > 1 else list(chunk.values())))
+                if not start:
+                    after = memory_bytes()
+                    step = fitting(max(after[0] - before[0], after[1] - before[1]), batch)
+                start += len(next(iter(chunk.values())))
             except EdgekitError:
                 raise
             except Exception as exc:  # the runtime fails on what the converter wrote: this format's failure
