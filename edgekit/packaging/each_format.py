@@ -130,6 +130,9 @@ def one_format(format_plan: Planned, context: BuildContext, described: SourceDes
             raise blocked[builder.name]
         # the shared plan, where it applies, in the names of this route's form
         first, unnamed = for_format(simulated, context, format_plan.route, builder.grid)
+        if simulated is not None and simulated.costs:  # its own search weighs layers in its names too
+            costs, links = simulated.costs_for(format_plan.route)
+            run = replace(run, layer_costs=costs, layer_links=links)
         if unnamed:
             progress.say(f"{builder.name}: the simulated plan's {', '.join(unnamed)} belong to no PyTorch module this "
                          "route can name (ops written in a forward): built without them, and its own search, on its "

@@ -97,6 +97,26 @@ class Simulated:
             return outcome.margins
         return (self.equalized.get("margins") or self.margins) if equalized else self.margins
 
+    def costs_for(self, route: Any) -> tuple[dict[str, float], tuple[tuple[str, str, float], ...]]:
+        """The layers' costs and links in the names of ``route``'s form: by module where the route
+        converts the PyTorch program itself (a module weighs the ONNX nodes it became), so that
+        format's own search weighs its layers too, instead of taking every name for the median."""
+        from ..simulation.graph import OP_PREFIX
+
+        if not (converts_torch_program(route) and self.module_paths):
+            return dict(self.costs), self.links
+        named = {node: path.removeprefix(OP_PREFIX) for node, path in self.module_paths.items() if path}
+        costs: dict[str, float] = {}
+        for layer, cost in self.costs.items():
+            if layer in named:
+                costs[named[layer]] = costs.get(named[layer], 0.0) + cost
+        links: dict[tuple[str, str], float] = {}
+        for a, b, elements in self.links:
+            pair = (named.get(a, ""), named.get(b, ""))
+            if all(pair) and pair[0] != pair[1]:
+                links[pair] = links.get(pair, 0.0) + elements
+        return costs, tuple((a, b, e) for (a, b), e in links.items())
+
     def builds_equalized(self, model: Any) -> bool:
         """Whether ``model`` (a format's form) is an equalized one (``model_for``)."""
         if not self.equalized:

@@ -180,3 +180,23 @@ def test_equalization_is_carried_to_the_pytorch_program_tflite_converts(tmp_path
     simulation = artifact["details"]["simulation"]
     assert simulation["plan"] == {} and "output" in simulation["real"]["outputs"]
     assert simulation["gap"] is not None and simulation["gap"] < 5  # points of top-1 agreement
+
+
+def test_a_route_converting_the_pytorch_program_weighs_its_modules_by_the_nodes_they_became():
+    """ExecuTorch and litert-torch name layers by module: the search there weighs a module by the
+    ONNX nodes it became (their compute summed, their links between modules), not by the median
+    every unknown name would get; an ONNX route keeps the nodes' own."""
+    from types import SimpleNamespace
+
+    from edgekit.conversion.forms import ONNX_GRAPH, TORCH_PROGRAM
+    from edgekit.packaging.shared_plan import Simulated
+
+    simulated = Simulated(None, True, costs={"node_conv": 90.0, "node_bn": 10.0, "node_relu": 1.0, "node_cat": 2.0},
+                          module_paths={"node_conv": "block.conv", "node_bn": "block.conv", "node_relu": "block.act",
+                                        "node_cat": "op:cat"},
+                          links=(("node_conv", "node_bn", 8.0), ("node_bn", "node_relu", 8.0),
+                                 ("node_relu", "node_cat", 8.0)))
+    costs, links = simulated.costs_for(SimpleNamespace(form=TORCH_PROGRAM, steps=()))
+    assert costs == {"block.conv": 100.0, "block.act": 1.0, "cat": 2.0}
+    assert sorted(links) == [("block.act", "cat", 8.0), ("block.conv", "block.act", 8.0)]
+    assert simulated.costs_for(SimpleNamespace(form=ONNX_GRAPH, steps=()))[0] == simulated.costs
