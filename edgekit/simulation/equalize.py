@@ -73,6 +73,7 @@ def _rescale_record(first: Any, second: Any, scale: np.ndarray) -> dict[str, Any
     c of ``second`` (``reader_weight``; a depthwise reader's channel) multiplied by it."""
     return {"first": first.name or first.output[0], "second": second.name or second.output[0],
             "weight": first.input[1], "bias": first.input[2] if len(first.input) > 2 else "",
+            "depthwise_first": _group(first) != 1,
             "reader_weight": second.input[1], "depthwise_reader": _group(second) != 1,
             "scale": [float(v) for v in scale]}
 

@@ -221,8 +221,13 @@ def _keras(form: Any, scales: list[dict[str, Any]], request: SourceEqualizeReque
         scale = np.asarray(pair["scale"], dtype=np.float64)
         first = layers.get(layer_of_node(pair["first"], names))
         second = layers.get(layer_of_node(pair["second"], names))
-        if first is None or second is None or first is second:
-            raise NotPlaceable(f"{pair['first']} and {pair['second']} are not two layers of the Keras model")
+        if first is None or second is None:
+            raise NotPlaceable(f"{pair['first']} and {pair['second']} are not layers of the Keras model")
+        if type(second).__name__ == "BatchNormalization":  # the reader folded its BatchNormalization, named after it
+            second = _keras_writer(second)
+        if first is second:  # a separable convolution's depthwise part, read by its pointwise part
+            _within_separable(first, weights(first), scale, pair)
+            continue
         readers = _keras_readers(first)
         if type(first).__name__ == "BatchNormalization":  # the node named after the BatchNormalization folded into it
             _divide_batchnorm(first, weights(first), scale)
@@ -230,7 +235,7 @@ def _keras(form: Any, scales: list[dict[str, Any]], request: SourceEqualizeReque
             _divide_batchnorm(readers[0], weights(readers[0]), scale)
         else:
             _divide_keras_conv(first, weights(first), scale)
-        _multiply_keras_reader(second, weights(second), scale)
+        _multiply_keras_reader(second, weights(second), scale, pair)
     samples = read_samples(request.samples_npy)
     inputs = [np.asarray(next(iter(samples.values())) if len(samples) == 1 else samples[t.name.split(":")[0]])
               [:CHECK_SAMPLES] for t in model.inputs]
@@ -260,27 +265,65 @@ def _keras_layers(model: Any) -> list[Any]:
     return found
 
 
+def _keras_writer(layer: Any) -> Any:
+    """The layer whose output ``layer`` reads (its one input)."""
+    nodes = getattr(layer, "_inbound_nodes", [])
+    tensors = list(getattr(nodes[0], "input_tensors", [])) if len(nodes) == 1 else []
+    if len(tensors) != 1 or not hasattr(tensors[0], "_keras_history"):
+        raise NotPlaceable(f"Keras layer {layer.name} has no single layer before it")
+    return tensors[0]._keras_history[0]
+
+
 def _keras_readers(layer: Any) -> list[Any]:
     return [node.operation for node in getattr(layer, "_outbound_nodes", [])]
 
 
+SEPARABLE = ("SeparableConv1D", "SeparableConv2D")  # weights: depthwise kernel, pointwise kernel, bias
+CONVOLUTIONS = ("Conv1D", "Conv2D", "Conv3D", "DepthwiseConv2D", "DepthwiseConv1D")
+
+
 def _divide_keras_conv(layer: Any, values: list[np.ndarray], scale: np.ndarray) -> None:
+    """Output channel c divided by ``scale[c]``: the kernel's and the bias's (a separable
+    convolution's pointwise kernel: its output is the layer's)."""
     kind = type(layer).__name__
-    if kind not in ("Conv1D", "Conv2D", "Conv3D", "DepthwiseConv2D", "DepthwiseConv1D") or not values:
+    if kind in SEPARABLE and len(values) >= 2:
+        if values[1].shape[-1] != len(scale):
+            raise NotPlaceable(f"Keras layer {layer.name} writes {values[1].shape[-1]} channels, not {len(scale)}")
+        values[1] = values[1] / scale
+        if len(values) > 2:
+            values[2] = values[2] / scale
+        return
+    if kind not in CONVOLUTIONS or not values:
         raise NotPlaceable(f"Keras layer {layer.name} ({kind}) cannot take a rescale of its output channels")
-    kernel = values[0]
-    if kind.startswith("Depthwise"):  # (..., in, multiplier): output channel c * multiplier + m
-        shape = kernel.shape
-        flat = kernel.reshape(shape[:-2] + (shape[-2] * shape[-1],))
-        if flat.shape[-1] != len(scale):
-            raise NotPlaceable(f"Keras layer {layer.name} writes {flat.shape[-1]} channels, not {len(scale)}")
-        values[0] = (flat / scale).reshape(shape)
-    else:
-        if kernel.shape[-1] != len(scale):
-            raise NotPlaceable(f"Keras layer {layer.name} writes {kernel.shape[-1]} channels, not {len(scale)}")
-        values[0] = kernel / scale
+    values[0] = _divide_depthwise(layer, values[0], scale) if kind.startswith("Depthwise") else \
+        _checked(layer, values[0], scale) / scale
     if len(values) > 1:
         values[1] = values[1] / scale
+
+
+def _divide_depthwise(layer: Any, kernel: np.ndarray, scale: np.ndarray) -> np.ndarray:
+    """A depthwise kernel (..., in, multiplier) divided per output channel c * multiplier + m."""
+    shape = kernel.shape
+    flat = kernel.reshape(shape[:-2] + (shape[-2] * shape[-1],))
+    return (_checked(layer, flat, scale) / scale).reshape(shape)
+
+
+def _checked(layer: Any, kernel: np.ndarray, scale: np.ndarray) -> np.ndarray:
+    if kernel.shape[-1] != len(scale):
+        raise NotPlaceable(f"Keras layer {layer.name} writes {kernel.shape[-1]} channels, not {len(scale)}")
+    return kernel
+
+
+def _within_separable(layer: Any, values: list[np.ndarray], scale: np.ndarray, pair: dict[str, Any]) -> None:
+    """A separable convolution's depthwise output channels divided, its pointwise kernel's input
+    channels multiplied: the two halves of one Keras layer, the pair the ONNX graph shows."""
+    if type(layer).__name__ not in SEPARABLE or not pair.get("depthwise_first") or len(values) < 2:
+        raise NotPlaceable(f"{pair['first']} and {pair['second']} both belong to Keras layer {layer.name}, which is "
+                           "not a separable convolution")
+    values[0] = _divide_depthwise(layer, values[0], scale)
+    if values[1].shape[-2] != len(scale):
+        raise NotPlaceable(f"Keras layer {layer.name}'s pointwise kernel does not read {len(scale)} channels")
+    values[1] = values[1] * scale.reshape((len(scale), 1))
 
 
 def _divide_batchnorm(layer: Any, values: list[np.ndarray], scale: np.ndarray) -> None:
@@ -291,12 +334,15 @@ def _divide_batchnorm(layer: Any, values: list[np.ndarray], scale: np.ndarray) -
         values[1] = values[1] / scale  # beta
 
 
-def _multiply_keras_reader(layer: Any, values: list[np.ndarray], scale: np.ndarray) -> None:
+def _multiply_keras_reader(layer: Any, values: list[np.ndarray], scale: np.ndarray, pair: dict[str, Any]) -> None:
+    """Input channel c multiplied by ``scale[c]`` (a separable convolution's depthwise kernel)."""
     kind = type(layer).__name__
-    if kind not in ("Conv1D", "Conv2D", "Conv3D", "DepthwiseConv2D", "DepthwiseConv1D") or not values \
-            or values[0].shape[-2] != len(scale):
+    index = 0
+    if kind in SEPARABLE and not pair.get("depthwise_reader"):
+        raise NotPlaceable(f"Keras layer {layer.name} is read through its pointwise half, not its depthwise one")
+    if (kind not in CONVOLUTIONS and kind not in SEPARABLE) or not values or values[index].shape[-2] != len(scale):
         raise NotPlaceable(f"Keras layer {layer.name} ({kind}) cannot take a rescale of its input channels")
-    values[0] = values[0] * scale.reshape((len(scale), 1))  # (..., in, out or multiplier)
+    values[index] = values[index] * scale.reshape((len(scale), 1))  # (..., in, out or multiplier)
 
 
 def _as_list(produced: Any) -> list[Any]:

@@ -121,3 +121,37 @@ def test_a_keras_model_is_equalized_and_exported_or_refused_where_its_function_w
         assert (tmp_path / "equalized-savedmodel" / "saved_model.pb").exists()
     else:
         assert report.forms == {} and "differ from its own" in report.why_not
+
+
+def test_a_keras_separable_convolution_takes_the_scales_of_both_its_halves(tmp_path):
+    """A SeparableConv2D is two ONNX convolutions (depthwise, then pointwise) in one Keras layer;
+    tf2onnx folds the BatchNormalization after it into the pointwise one and names that node after
+    the BatchNormalization. The pair between its halves rescales its own two kernels, the pair it
+    starts the BatchNormalization's gamma and beta; the float function is unchanged."""
+    import subprocess
+    import sys
+
+    code = f'''
+import keras
+keras.utils.set_random_seed(0)
+inputs = keras.Input((8, 8, 3), name="image")
+h = keras.layers.SeparableConv2D(8, 3, padding="same", depth_multiplier=2, name="sep")(inputs)
+h = keras.layers.BatchNormalization(name="bn")(h)
+h = keras.layers.ReLU(name="act")(h)
+outputs = keras.layers.Conv2D(4, 3, padding="same", name="conv_b")(h)
+keras.Model(inputs, outputs).save(r"{tmp_path / 'net.keras'}")
+'''
+    subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
+    pairs = [{"first": "model_1/sep_1/separable_conv2d/depthwise", "second": "model_1/bn_1/batchnorm/mul_1",
+              "weight": "dw", "bias": "", "reader_weight": "pw", "depthwise_first": True, "depthwise_reader": False,
+              "scale": [3.0, 0.5, 2.0, 1.0, 4.0, 0.25]},  # 3 channels x multiplier 2
+             {"first": "model_1/bn_1/batchnorm/mul_1", "second": "model_1/conv_b_1/convolution", "weight": "pw",
+              "bias": "b", "reader_weight": "w_b", "depthwise_first": False, "depthwise_reader": False,
+              "scale": [5.0, 1.0, 1.0, 0.2, 1.0, 1.0, 3.0, 1.0]}]
+    (tmp_path / "scales.json").write_text(json.dumps(pairs))
+    np.save(tmp_path / "samples.npy", np.random.default_rng(0).normal(size=(16, 8, 8, 3)).astype(np.float32))
+    report = worker.convert(equalize_source, SourceEqualizeRequest(
+        ModelForm(KERAS_MODEL, str(tmp_path / "net.keras")).to_dict(), str(tmp_path / "scales.json"),
+        str(tmp_path / "samples.npy"), str(tmp_path), {}, ("sep", "bn", "act", "conv_b")), what="equalization",
+        timeout=300)
+    assert not report.why_not and report.largest_difference < 1e-4, report
