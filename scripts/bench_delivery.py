@@ -151,6 +151,9 @@ def measure_model(name: str, spec: tuple[str, str, str, str | None], work: Path)
             "share_of_ceiling": round((speedup - 1) / (ceiling - 1), 2) if speedup and ceiling and ceiling > 1.0
             else None,
             "predicted_vs_real_gap": _gap(artifact) if key in passing else None,
+            # where the converter kept more layers float than the plan: the simulation of exactly those
+            "predicted_vs_real_gap_built": (artifact["details"].get("simulation") or {}).get("gap_built")
+            if key in passing else None,
         }
     with edgekit.load(packages["default"]) as loaded:
         pick, backend = loaded.artifact.key, loaded.backend.name
@@ -189,7 +192,7 @@ def compare_delivery(models: list[str] | None = None) -> dict[str, dict[str, Any
 
 def print_delivery_table(found: dict[str, dict[str, Any]]) -> None:
     print(f"{'model':<12} {'artifact':<12} {'plain':<10} {'ceiling':>7} {'shipped':<14} {'speed':>6} {'kept':>5} "
-          f"{'gap':>6}")
+          f"{'gap':>6} {'built':>6}")
     for name, row in found.items():
         short = name.split(" ")[0]
         if "error" in row:
@@ -202,7 +205,7 @@ def print_delivery_table(found: dict[str, dict[str, Any]]) -> None:
             print(f"{short:<12} {key:<12} {str(fmt['plain_verdict']):<10} {show(fmt['ceiling'], 'x'):>7} "
                   f"{str(fmt['shipped_precision'] or fmt['shipped_verdict'])[:14]:<14} "
                   f"{show(fmt['shipped_speedup'], 'x'):>6} {show(fmt['share_of_ceiling']):>5} "
-                  f"{show(fmt['predicted_vs_real_gap']):>6}")
+                  f"{show(fmt['predicted_vs_real_gap']):>6} {show(fmt.get('predicted_vs_real_gap_built')):>6}")
         pick = row["default"]
         print(f"{'':<12} default here: {pick['artifact']} on {pick['backend']}, {show_x(pick['speedup'])} the fastest "
               f"float, {show_x(pick['vs_fastest_passing'])} the fastest passing's latency; {row['rule']}: "

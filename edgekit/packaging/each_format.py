@@ -417,6 +417,7 @@ def judge(builder: Builder, context: BuildContext, built: BuildResult, compariso
     from .search.trial import margins
 
     first_build = margins(candidate)  # the build the simulation predicted, before any search of its own
+    first_float = list(built.artifact.about.precision.get("float_layers") or [])
     attempts: list[dict[str, Any]] = []
     if candidate.failures and run.options.auto_fix and run.data.unrepresentative:
         run.progress.warn(f"{builder.name}: no search: the held-out data lie far outside the calibration data (said "
@@ -436,7 +437,7 @@ def judge(builder: Builder, context: BuildContext, built: BuildResult, compariso
     if prediction is not None:  # the simulation's margins beside the artifact's: the gap between them
         artifact = candidate.built.artifact.with_details(
             simulation=prediction.record(first_build, shipped=margins(candidate), grid=builder.grid,
-                                         equalized=prediction.builds_equalized(context.model)))
+                                         equalized=prediction.builds_equalized(context.model), built_float=first_float))
         candidate = replace(candidate, built=replace(candidate.built, artifact=artifact))
     note = saturation_note(builder.name, candidate.measured, remedies)
     if note:

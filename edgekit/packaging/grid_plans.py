@@ -52,18 +52,41 @@ class GridChecks:
     graphs: dict[bool, Graph]  # equalized? -> the graph
     remedies: Remedies
     found: dict[tuple[str, bool], tuple[GridOutcome | None, bool]] = field(default_factory=dict)
+    built: dict[tuple[str, bool, frozenset[str]], dict[str, Any] | None] = field(default_factory=dict)
 
     def outcome(self, grid: QuantGrid, equalized: bool, search: bool = True) -> GridOutcome | None:
         """The outcome on ``grid`` for the formats converting the (equalized) graph; None where the
         grid is the common one or the simulation had no passing outcome for that graph. ``search``:
         where it misses, search on from it (for a format that can build a plan)."""
-        if grid.common or equalized not in self.graphs:
+        if grid is None or grid.common or equalized not in self.graphs:
             return None
         key = (grid.name, equalized)
         known, searched = self.found.get(key, (None, False))
         if key not in self.found or (search and not searched and known is not None and not known.passed):
             self.found[key] = (self._simulate(grid, self.graphs[equalized], search), search)
         return self.found[key][0]
+
+    def of_built(self, grid: QuantGrid, equalized: bool, layers: frozenset[str]) -> dict[str, Any] | None:
+        """The simulated margins of exactly these layers in float (what a converter built, where it
+        kept neighbours of the plan float too), in ``grid``; None where the graph was not judged."""
+        from .search.candidate import Candidate
+        from .search.trial import margins
+
+        graph = self.graphs.get(equalized)
+        if graph is None:
+            return None
+        key = (grid.name, equalized, layers)
+        if key not in self.built:
+            builder = graph.builder if grid.common else graph.builder.on(grid)
+            context = graph.context.with_plan(PrecisionPlan({layer: "float" for layer in sorted(layers)}))
+            try:
+                built = builder.build(context)
+                measured = graph.judged.measure(built, builder, context)
+            except EdgekitError:
+                measured = None
+            self.built[key] = None if measured is None else margins(Candidate(
+                context, built, measured, graph.judged.check(builder.name, measured, self.remedies)))
+        return self.built[key]
 
     def _simulate(self, grid: QuantGrid, graph: Graph, search: bool) -> GridOutcome | None:
         from .search.candidate import Candidate

@@ -138,11 +138,12 @@ class Simulated:
         return context if plan == context.plan else context.with_plan(plan)
 
     def record(self, real: dict[str, Any] | None = None, shipped: dict[str, Any] | None = None, grid: Any = None,
-               equalized: bool = False) -> dict[str, Any]:
+               equalized: bool = False, built_float: list[str] | None = None) -> dict[str, Any]:
         """``details.simulation`` of an artifact built with this plan (or with plain INT8, where the
         simulation predicted that passes): the simulated margins beside the real build's (``real``,
         before any search of its own) and what shipped after it, so the gap between the simulation
-        and the format is on record."""
+        and the format is on record; ``built_float``: the layers the real build kept float, where
+        its converter kept more than the plan's (``gap_built``: the simulation of exactly those)."""
         from .search.cost import LayerCosts
 
         outcome = self.grids.outcome(grid, equalized, search=False) if self.grids is not None and grid is not None \
@@ -164,6 +165,15 @@ class Simulated:
         if real is not None:
             found["real"] = real
             found["gap"] = prediction_gap(predicted, real)
+        if built_float is not None and self.grids is not None and grid is not None and real is not None:
+            # the converter kept other layers float beside the plan's: what the simulation says of exactly those
+            planned = set(plan.layers if plan else ())
+            names = planned | {layer.rsplit(" (", 1)[0] for layer in built_float}  # a float tail is not listed
+            if names <= set(self.costs) and names != planned:
+                of_built = self.grids.of_built(grid, equalized, frozenset(names))
+                if of_built is not None:
+                    found["built_float"] = sorted(names)
+                    found["gap_built"] = prediction_gap(of_built, real)
         if shipped is not None and shipped != real:
             found["shipped"] = shipped
         return found
@@ -234,9 +244,10 @@ def simulated_plan(planned: list[Any], context: BuildContext, described: Any, st
     try:
         with progress.step("INT8 simulation: the float graph and its activation ranges"):
             form = model_form(route, described.forms, steps)
-            builder = SimulatedBuilder(form.path, [t.name for t in described.inputs], list(described.output_names))
             folder = Path(context.workdir) / "simulation"
-            sim_context = replace(context, model=form, package_dir=folder, trial=False, explain_npy=None)
+            sim_form = _folded(form, folder, context)  # as every format's converter folds it
+            builder = SimulatedBuilder(sim_form.path, [t.name for t in described.inputs], list(described.output_names))
+            sim_context = replace(context, model=sim_form, package_dir=folder, trial=False, explain_npy=None)
             builder.calibrate(sim_context)
             built = builder.build(sim_context)
         judged = replace(run, staged=folder, layer_costs=dict(builder.costs), layer_links=builder.links)
@@ -306,6 +317,19 @@ def _searched(builder: Any, first: Any, sim_context: BuildContext, judged: Packa
                      equalized, links=builder.links, grids=grids)
 
 
+def _folded(form: Any, folder: Path, context: BuildContext) -> Any:
+    """``form`` with its Conv -> BatchNormalization pairs folded (``simulation/fold.py``), where it
+    has any; ``form`` itself otherwise."""
+    from ..conversion import worker
+    from ..simulation.convert import FoldRequest, fold_graph
+
+    folder.mkdir(parents=True, exist_ok=True)
+    path = str(folder / "folded.onnx")
+    report = worker.convert(fold_graph, FoldRequest(form.path, path), what="INT8 simulation: batch norms folded",
+                            timeout=context.timeout_s)
+    return form._replace(path=path) if report.folded else form
+
+
 def _equalized(form: Any, described: Any, sim_context: BuildContext, judged: PackagingContext,
                remedies: Remedies, plain: Any) -> tuple[Any, Any, dict[str, Any], PackagingContext] | None:
     """The equalized graph in the simulation (its builder, its plain INT8 candidate, the record of
@@ -320,8 +344,8 @@ def _equalized(form: Any, described: Any, sim_context: BuildContext, judged: Pac
     folder.mkdir(parents=True, exist_ok=True)
     path = str(folder / "equalized.onnx")
     try:
-        report = worker.convert(equalize_graph, EqualizeRequest(form.path, path), what="cross-layer equalization",
-                                timeout=sim_context.timeout_s)
+        report = worker.convert(equalize_graph, EqualizeRequest(sim_context.model.path, path),
+                                what="cross-layer equalization", timeout=sim_context.timeout_s)
         if not report.pairs:
             return None
         builder = SimulatedBuilder(path, [t.name for t in described.inputs], list(described.output_names))

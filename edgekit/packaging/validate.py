@@ -238,13 +238,15 @@ def fitting(one_sample_bytes: int, most: int) -> int:
     return max(1, min(most, VALIDATION_BYTES // one_sample_bytes))
 
 
-def memory_bytes() -> tuple[int, int]:
-    """This process's peak resident memory so far and its resident memory now (0 where the
-    platform does not say): a reused child's peak may be an earlier step's, so both are read."""
+def memory_bytes() -> tuple[int, int, int]:
+    """This process's peak resident memory so far, its resident memory now and the bytes its
+    allocator has handed out now (0 where the platform does not say). Each alone can miss what a
+    run adds: a reused child's peak may be an earlier step's, and memory freed before is reused
+    without growing the resident set; the allocator's count sees a runtime's arena either way."""
     try:
         import resource
     except ImportError:  # Windows: no getrusage; batches keep their size
-        return 0, 0
+        return 0, 0, 0
     import sys
 
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -252,7 +254,26 @@ def memory_bytes() -> tuple[int, int]:
         now = int(Path("/proc/self/statm").read_text().split()[1]) * resource.getpagesize()
     except (OSError, ValueError, IndexError):  # macOS: no /proc
         now = 0
-    return int(peak if sys.platform == "darwin" else peak * 1024), now
+    return int(peak if sys.platform == "darwin" else peak * 1024), now, _allocated_bytes()
+
+
+def _allocated_bytes() -> int:
+    """glibc's bytes in use (``mallinfo2``: heap chunks and mmapped ones); 0 elsewhere."""
+    import ctypes
+    import ctypes.util
+
+    class MallInfo2(ctypes.Structure):
+        _fields_ = [(name, ctypes.c_size_t) for name in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
+                                                         "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        mallinfo2 = libc.mallinfo2
+    except (OSError, AttributeError):  # not glibc, or older than 2.33
+        return 0
+    mallinfo2.restype = MallInfo2
+    info = mallinfo2()
+    return int(info.uordblks + info.hblkhd)
 
 
 def run_artifact(backend: str, artifact: str, inputs_npz: str, names: list[str], key: str, fmt: str, batch: int,
@@ -284,7 +305,7 @@ def run_artifact(backend: str, artifact: str, inputs_npz: str, names: list[str],
                 parts.append(opened.run(chunk if len(chunk) > 1 else list(chunk.values())))
                 if not start:
                     after = memory_bytes()
-                    step = fitting(max(after[0] - before[0], after[1] - before[1]), batch)
+                    step = fitting(max(a - b for a, b in zip(after, before)), batch)
                 start += len(next(iter(chunk.values())))
             except EdgekitError:
                 raise

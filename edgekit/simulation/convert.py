@@ -82,6 +82,27 @@ class EqualizeReport(Message):
     scales_json: str = ""  # each pair's scale per channel (``equalize._rescale_record``), for the source's own model
 
 
+@dataclass(frozen=True)
+class FoldRequest(Message):
+    """The float graph with each Conv -> BatchNormalization folded (``fold.py``), written to ``output``."""
+
+    float_onnx: str
+    output: str
+
+
+@dataclass(frozen=True)
+class FoldReport(Message):
+    folded: list[str]  # the BatchNormalization nodes folded (none: nothing written)
+    why_not: str = ""
+
+
+def fold_graph(request: FoldRequest) -> FoldReport:
+    from .fold import fold_batchnorm
+
+    found = fold_batchnorm(request.float_onnx, request.output)
+    return FoldReport(folded=list(found["folded"]), why_not=str(found.get("why_not", "")))
+
+
 def equalize_graph(request: EqualizeRequest) -> EqualizeReport:
     import json
     from pathlib import Path

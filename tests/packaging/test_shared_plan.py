@@ -108,6 +108,9 @@ def test_a_detectors_concat_kept_in_float_reaches_executorch(tmp_path_factory, t
     manifest = json.loads((tmp_path / "yolo.edgekit" / "manifest.json").read_text())
     (artifact,) = manifest["artifacts"]
     assert artifact["details"]["precision_plan"]["layers"] == {"/Concat_6": "float"}
+    # the program keeps the sigmoids feeding the float cat float too: the simulation of exactly those is on record
+    simulation = artifact["details"]["simulation"]
+    assert {"/Concat_6", "/Sigmoid"} <= set(simulation["built_float"]) and simulation["gap_built"] is not None
     task = manifest["validation"]["artifacts"]["executorch"]["tasks"]["output0"]
     assert task["passed"] and task["values"]["recall"] >= 0.9
 
