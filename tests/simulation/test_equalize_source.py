@@ -74,44 +74,62 @@ def test_scales_that_name_no_parameter_are_refused_not_guessed():
         torch_edits({"w2": (4, 2, 3, 3)}, [pair], {})
 
 
-def _keras_source(tmp_path, activation: str):
-    """conv_a -> (BatchNorm ->) activation -> conv_b with two outlier channels; the scales as the
-    simulation's equalization of its ONNX form would name them (tf2onnx's node names)."""
-    code = f'''
-import keras, numpy as np
-keras.utils.set_random_seed(0)
+KERAS_MODELS = '''
+import sys
+import keras
+folder = sys.argv[1]
+for activation in ("relu", "sigmoid"):  # conv_a -> BatchNorm -> activation -> conv_b, two outlier channels
+    keras.utils.set_random_seed(0)
+    inputs = keras.Input((8, 8, 3), name="image")
+    h = keras.layers.Conv2D(8, 3, padding="same", name="conv_a")(inputs)
+    h = keras.layers.BatchNormalization(name="bn")(h)
+    h = keras.layers.Activation(activation, name="act")(h)
+    outputs = keras.layers.Conv2D(4, 3, padding="same", name="conv_b")(h)
+    model = keras.Model(inputs, outputs)
+    gamma, beta, mean, var = model.get_layer("bn").get_weights()
+    gamma[:2] *= 40; beta[:2] *= 40
+    model.get_layer("bn").set_weights([gamma, beta, mean, var + 0.5])
+    kernel, bias = model.get_layer("conv_b").get_weights()
+    kernel[:, :, :2] /= 40
+    model.get_layer("conv_b").set_weights([kernel, bias])
+    model.save(f"{folder}/{activation}.keras")
+keras.utils.set_random_seed(0)  # a separable convolution, then a BatchNorm tf2onnx folds into its pointwise half
 inputs = keras.Input((8, 8, 3), name="image")
-h = keras.layers.Conv2D(8, 3, padding="same", name="conv_a")(inputs)
+h = keras.layers.SeparableConv2D(8, 3, padding="same", depth_multiplier=2, name="sep")(inputs)
 h = keras.layers.BatchNormalization(name="bn")(h)
-h = keras.layers.Activation("{activation}", name="act")(h)
+h = keras.layers.ReLU(name="act")(h)
 outputs = keras.layers.Conv2D(4, 3, padding="same", name="conv_b")(h)
-model = keras.Model(inputs, outputs)
-gamma, beta, mean, var = model.get_layer("bn").get_weights()
-gamma[:2] *= 40; beta[:2] *= 40
-model.get_layer("bn").set_weights([gamma, beta, mean, var + 0.5])
-kernel, bias = model.get_layer("conv_b").get_weights()
-kernel[:, :, :2] /= 40
-model.get_layer("conv_b").set_weights([kernel, bias])
-model.save(r"{tmp_path / 'net.keras'}")
+keras.Model(inputs, outputs).save(f"{folder}/separable.keras")
 '''
+
+
+@pytest.fixture(scope="module")
+def keras_models(tmp_path_factory):
+    """The Keras models of these tests, saved by one child (TensorFlow imported once)."""
     import subprocess
     import sys
 
-    subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
+    folder = tmp_path_factory.mktemp("keras")
+    subprocess.run([sys.executable, "-c", KERAS_MODELS, str(folder)], check=True, capture_output=True)
+    return folder
+
+
+def _keras_source(tmp_path, models, activation: str):
+    """The scales as the simulation's equalization of the model's ONNX form names them (tf2onnx)."""
     scale = [8.0, 6.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0]
     (tmp_path / "scales.json").write_text(json.dumps([{
         "first": "model_1/conv_a_1/convolution", "second": "model_1/conv_b_1/convolution", "weight": "w_a",
         "bias": "b_a", "reader_weight": "w_b", "depthwise_reader": False, "scale": scale}]))
     np.save(tmp_path / "samples.npy", np.random.default_rng(0).normal(size=(16, 8, 8, 3)).astype(np.float32))
-    return ModelForm(KERAS_MODEL, str(tmp_path / "net.keras"))
+    return ModelForm(KERAS_MODEL, str(models / f"{activation}.keras"))
 
 
 @pytest.mark.parametrize("activation, carried", [("relu", True), ("sigmoid", False)])
-def test_a_keras_model_is_equalized_and_exported_or_refused_where_its_function_would_change(tmp_path, activation,
-                                                                                            carried):
+def test_a_keras_model_is_equalized_and_exported_or_refused_where_its_function_would_change(tmp_path, keras_models,
+                                                                                            activation, carried):
     """Through a ReLU the scales are exact and the model is saved and exported as a SavedModel;
     through a sigmoid (not positively homogeneous) the outputs would change: refused, said."""
-    form = _keras_source(tmp_path, activation)
+    form = _keras_source(tmp_path, keras_models, activation)
     report = worker.convert(equalize_source, SourceEqualizeRequest(
         form.to_dict(), str(tmp_path / "scales.json"), str(tmp_path / "samples.npy"), str(tmp_path), {},
         ("conv_a", "bn", "act", "conv_b")), what="equalization", timeout=300)
@@ -123,25 +141,11 @@ def test_a_keras_model_is_equalized_and_exported_or_refused_where_its_function_w
         assert report.forms == {} and "differ from its own" in report.why_not
 
 
-def test_a_keras_separable_convolution_takes_the_scales_of_both_its_halves(tmp_path):
+def test_a_keras_separable_convolution_takes_the_scales_of_both_its_halves(tmp_path, keras_models):
     """A SeparableConv2D is two ONNX convolutions (depthwise, then pointwise) in one Keras layer;
     tf2onnx folds the BatchNormalization after it into the pointwise one and names that node after
     the BatchNormalization. The pair between its halves rescales its own two kernels, the pair it
     starts the BatchNormalization's gamma and beta; the float function is unchanged."""
-    import subprocess
-    import sys
-
-    code = f'''
-import keras
-keras.utils.set_random_seed(0)
-inputs = keras.Input((8, 8, 3), name="image")
-h = keras.layers.SeparableConv2D(8, 3, padding="same", depth_multiplier=2, name="sep")(inputs)
-h = keras.layers.BatchNormalization(name="bn")(h)
-h = keras.layers.ReLU(name="act")(h)
-outputs = keras.layers.Conv2D(4, 3, padding="same", name="conv_b")(h)
-keras.Model(inputs, outputs).save(r"{tmp_path / 'net.keras'}")
-'''
-    subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
     pairs = [{"first": "model_1/sep_1/separable_conv2d/depthwise", "second": "model_1/bn_1/batchnorm/mul_1",
               "weight": "dw", "bias": "", "reader_weight": "pw", "depthwise_first": True, "depthwise_reader": False,
               "scale": [3.0, 0.5, 2.0, 1.0, 4.0, 0.25]},  # 3 channels x multiplier 2
@@ -151,7 +155,7 @@ keras.Model(inputs, outputs).save(r"{tmp_path / 'net.keras'}")
     (tmp_path / "scales.json").write_text(json.dumps(pairs))
     np.save(tmp_path / "samples.npy", np.random.default_rng(0).normal(size=(16, 8, 8, 3)).astype(np.float32))
     report = worker.convert(equalize_source, SourceEqualizeRequest(
-        ModelForm(KERAS_MODEL, str(tmp_path / "net.keras")).to_dict(), str(tmp_path / "scales.json"),
+        ModelForm(KERAS_MODEL, str(keras_models / "separable.keras")).to_dict(), str(tmp_path / "scales.json"),
         str(tmp_path / "samples.npy"), str(tmp_path), {}, ("sep", "bn", "act", "conv_b")), what="equalization",
         timeout=300)
     assert not report.why_not and report.largest_difference < 1e-4, report
