@@ -6,10 +6,13 @@ ExecuTorch, TFLite through a SavedModel, Core ML) would otherwise build the mode
 miss the gate the equalized graph passes. Here the same per-channel scales are placed on the
 source's parameters in a converter child (``simulation/equalize_source.py``), checked there to
 leave the float function unchanged, and the equalized forms recorded in ``equalized["forms"]``
-(original form -> equalized form), which ``Simulated.model_for`` hands to those formats."""
+(original form -> equalized form), which ``Simulated.model_for`` hands to those formats. They
+are made when the first format that converts a source form asks (``SourceForms``): a run of
+``--format onnx`` loads no PyTorch or Keras model for them."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import EdgekitError
@@ -56,3 +59,26 @@ def with_source_forms(record: dict[str, Any], described: Any, context: BuildCont
         progress.say(f"INT8 simulation: cross-layer equalization carried to the {kind} model (outputs within "
                      f"{report.largest_difference:.0e} of its own): the formats converting it build it equalized")
     return {**record, "forms": carried} if carried else record
+
+
+@dataclass
+class SourceForms:
+    """The adopted equalization's source forms, made once, when a format first asks for one."""
+
+    record: dict[str, Any]
+    described: Any
+    context: BuildContext
+    module_paths: dict[str, str]
+    progress: Any
+    made: dict[str, Any] | None = field(default=None)
+
+    def get(self) -> dict[str, Any]:
+        """Original form -> equalized form (``with_source_forms``), made on the first call."""
+        if self.made is None:
+            self.made = with_source_forms(self.record, self.described, self.context, self.module_paths,
+                                          self.progress).get("forms") or {}
+        return self.made
+
+    def known(self) -> dict[str, Any]:
+        """What ``get`` made so far (nothing before a format asked)."""
+        return self.made or {}

@@ -43,6 +43,8 @@ class Graph:
     context: BuildContext
     judged: PackagingContext
     plan: PrecisionPlan | None
+    passed: bool = True  # what the common grid said of the plan: the outcome where a grid changes nothing
+    margins: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -99,6 +101,8 @@ class GridChecks:
         began = time.monotonic()
         try:
             built = builder.build(context)
+            if not builder.regridded:  # the grid changes no scale of this graph: the common outcome is its own
+                return GridOutcome(graph.plan, graph.passed, graph.margins, 0)
             measured = graph.judged.measure(built, builder, context)
         except EdgekitError as exc:
             progress.warn(f"INT8 simulation: the {grid.name} grid not simulated ({exc.message})")
@@ -127,6 +131,8 @@ class GridChecks:
         return GridOutcome(plan, True, margins(found), builder.builds)
 
 
-def graph_of(builder: Any, context: BuildContext, judged: PackagingContext, plan: PrecisionPlan | None) -> Graph:
-    """A judged graph and the plan the formats converting it build (``None``: plain INT8)."""
-    return Graph(builder, replace(context, trial=False), judged, plan)
+def graph_of(builder: Any, context: BuildContext, judged: PackagingContext, plan: PrecisionPlan | None,
+             margins: dict[str, Any]) -> Graph:
+    """A judged graph, the plan the formats converting it build (``None``: plain INT8) and its
+    margins in the common grid (it passed there)."""
+    return Graph(builder, replace(context, trial=False), judged, plan, True, margins)

@@ -25,7 +25,7 @@ from ..formats.building import BuildContext
 from ..formats.base import EXPLAIN
 from ..formats.plan import FLOAT, PrecisionPlan
 from .context import PackagingContext
-from .equalized_forms import with_source_forms
+from .equalized_forms import SourceForms
 from .gates import Remedies
 from .grid_plans import GridChecks, graph_of
 from .search.rounds import SIMULATED_TRIES, search_rounds
@@ -69,7 +69,8 @@ class Simulated:
         via = ", ".join(x for x in (model.via, "cross-layer equalization") if x)
         if model.path == self.equalized["source"]:
             return model._replace(path=self.equalized["path"], via=via)
-        carried = (self.equalized.get("forms") or {}).get(model.form)
+        forms = self.equalized.get("forms")
+        carried = (forms.get() if forms is not None else {}).get(model.form)
         if carried is None or (model.path, model.loader) != (carried["from"]["path"], carried["from"]["loader"]):
             return model
         return ModelForm.from_dict(carried["to"])._replace(via=via)
@@ -123,7 +124,7 @@ class Simulated:
             return False
         return model.path == self.equalized["path"] or any(
             (model.path, model.loader) == (f["to"]["path"], f["to"]["loader"])
-            for f in (self.equalized.get("forms") or {}).values())
+            for f in (self.equalized["forms"].known() if self.equalized.get("forms") is not None else {}).values())
 
     def equalized_context(self, context: BuildContext, user: PrecisionPlan, route: Any,
                           grid: Any = None) -> BuildContext:
@@ -268,8 +269,9 @@ def simulated_plan(planned: list[Any], context: BuildContext, described: Any, st
                      f"({len(record['pairs'])} convolution pairs rescaled, the float function unchanged) it passes "
                      f"every gate ({time.monotonic() - began:.0f} s): the formats that convert this graph build it "
                      "equalized, every layer int8")
-        record = with_source_forms(record, described, sim_context, builder.module_paths, progress)
-        grids = GridChecks({True: graph_of(repaired[0], repaired[1].context, repaired[3], None)}, remedies)
+        record = {**record, "forms": SourceForms(record, described, sim_context, builder.module_paths, progress)}
+        grids = GridChecks({True: graph_of(repaired[0], repaired[1].context, repaired[3], None,
+                                           margins(repaired[1]))}, remedies)
         return Simulated(None, True, 2, time.monotonic() - began, margins(repaired[1]),
                          module_paths=builder.module_paths, costs=builder.costs, equalized=record, links=builder.links,
                          grids=grids)
@@ -278,7 +280,7 @@ def simulated_plan(planned: list[Any], context: BuildContext, described: Any, st
                      "builds it")
         return Simulated(None, True, 1, time.monotonic() - began, margins(first), module_paths=builder.module_paths,
                          costs=builder.costs, links=builder.links,
-                         grids=GridChecks({False: graph_of(builder, sim_context, judged, None)}, remedies))
+                         grids=GridChecks({False: graph_of(builder, sim_context, judged, None, margins(first))}, remedies))
     progress.say(f"INT8 simulation: plain INT8 fails ({failures[0].what}); searching the precision plan on the "
                  f"simulation, at most {SIMULATED_TRIES} tries")
     return _searched(builder, first, sim_context, judged, remedies, repaired, described, began)
@@ -296,13 +298,14 @@ def _searched(builder: Any, first: Any, sim_context: BuildContext, judged: Packa
     weigh = LayerCosts(builder.costs, builder.links)
     equalized = _equalized_plan(repaired, found, remedies, weigh, began) if repaired else {}
     if equalized:
-        equalized = with_source_forms(equalized, described, sim_context, builder.module_paths, progress)
+        equalized = {**equalized, "forms": SourceForms(equalized, described, sim_context, builder.module_paths,
+                                                       progress)}
     seconds = time.monotonic() - began
     tries = builder.builds
-    graphs = {True: graph_of(repaired[0], repaired[1].context, repaired[3], equalized["plan"])} \
+    graphs = {True: graph_of(repaired[0], repaired[1].context, repaired[3], equalized["plan"], equalized["margins"])} \
         if equalized and repaired is not None else {}
     if not found.failures:
-        graphs[False] = graph_of(builder, sim_context, judged, found.context.plan)
+        graphs[False] = graph_of(builder, sim_context, judged, found.context.plan, margins(found))
     grids = GridChecks(graphs, remedies)
     if found.failures:
         progress.warn(f"INT8 simulation: no plan passed in {tries} tries ({seconds:.0f} s; best "

@@ -34,6 +34,7 @@ class SimulatedBuilder(Builder):
         self.costs: dict[str, float] = {}  # plan layer -> its relative compute (``costs.layer_costs``)
         self.links: tuple[tuple[str, str, float], ...] = ()  # tensors between layers (``costs.layer_links``)
         self.builds = 0
+        self.regridded = 0  # of the last build: activations its grid placed otherwise than the common one
 
     def calibrate(self, context: BuildContext) -> int:
         """The activation ranges, once: one pass of the float graph over the calibration samples."""
@@ -63,6 +64,7 @@ class SimulatedBuilder(Builder):
             tuple(self.on_grid.tied_ops), self.on_grid.symmetric_activations),
             what="INT8 simulation", timeout=context.timeout_s)
         self.builds += 1
+        self.regridded = report.regridded
         details: dict[str, Any] = {
             "weighted_layers": list(report.weighted_layers),
             "precision": {"ops": {"integer_weighted": len(report.int8_layers)},

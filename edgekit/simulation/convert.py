@@ -51,6 +51,7 @@ class SimulationReport(Message):
     weighted_layers: tuple[str, ...]
     float_layers: tuple[str, ...]
     int8_layers: tuple[str, ...]
+    regridded: int = 0  # activations the format's grid placed otherwise than the common grid
 
 
 @dataclass(frozen=True)
@@ -127,7 +128,8 @@ def simulate(request: SimulationRequest) -> SimulationReport:
     found = simulated_graph(request.float_onnx, request.ranges_json, request.output, list(request.floats),
                             list(request.layer_names), tuple(request.tied_ops), request.symmetric)
     return SimulationReport(pairs=int(found["pairs"]), weighted_layers=tuple(found["weighted_layers"]),
-                            float_layers=tuple(found["float_layers"]), int8_layers=tuple(found["int8_layers"]))
+                            float_layers=tuple(found["float_layers"]), int8_layers=tuple(found["int8_layers"]),
+                            regridded=int(found.get("regridded", 0)))
 
 
 def report_layers(request: LayerReportRequest) -> LayerReport:

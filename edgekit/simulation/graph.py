@@ -176,7 +176,8 @@ def simulated_graph(float_onnx: str, ranges_json: str, output: str, floats: list
     pairs = simulation.activations()
     _sort_topologically(model.graph)
     onnx.save(model, output)
-    return {"pairs": pairs, **found}
+    # the activations a format's grid put elsewhere than the common grid (0: the same graph)
+    return {"pairs": pairs, "regridded": simulation.regridded, **found}
 
 
 class _Simulation:
@@ -258,6 +259,8 @@ class _Simulation:
 
         added = self.quantized_tensors()
         tied = self.tied_ranges({tensor for _, _, tensor in added})
+        self.regridded = sum(1 for _, _, tensor in added if self.symmetric or tensor in tied and
+                             _activation_grid(*tied[tensor]) != _activation_grid(*self.ranges[tensor]))
         for node, index, tensor in added:
             scale, zero = _activation_grid(*tied.get(tensor, self.ranges[tensor]), symmetric=self.symmetric)
             if node is None:  # a graph input keeps its name: its readers read the pair's output instead

@@ -142,6 +142,11 @@ def test_a_format_grid_ties_a_concat_to_one_scale_or_puts_activations_on_a_symme
                 if i.name.endswith(("__scale", "__zero"))}
 
     common, tied, symmetric = grid(), grid(tied_ops=("Concat",)), grid(symmetric=True)
+    regridded = {name: simulated_graph(str(tmp_path / "cat.onnx"), str(tmp_path / "ranges.json"),
+                                       str(tmp_path / "sim.onnx"), floats, [], ("Concat",))["regridded"]
+                 for name, floats in (("tied", []), ("cat float", ["cat"]))}
+    # the small input alone moves; with the cat float the grid changes nothing (not simulated again)
+    assert regridded == {"tied": 1, "cat float": 0}
     assert common["big__scale"] > 5 * common["small_out__scale"]  # each tensor its own range
     assert tied["big__scale"] == tied["small_out__scale"] == tied["y__scale"] >= common["big__scale"]
     assert all(v == 0 for k, v in symmetric.items() if k.endswith("__zero"))
