@@ -177,11 +177,27 @@ class QuantGrid:
     name: str = "common"
     tied_ops: tuple[str, ...] = ()  # ONNX op types: a Concat whose inputs share its output's scale
     symmetric_activations: bool = False  # activations on [-127, 127] around 0 (half the levels after a ReLU)
+    # (ONNX op type, scale, zero point): outputs the runtime's int8 kernels write on a fixed grid,
+    # whatever the calibration saw (TFLite's LOGISTIC and SOFTMAX on 1/256 from -128, TANH on 1/128)
+    fixed_outputs: tuple[tuple[str, float, int], ...] = ()
+    # ONNX op types the format's quantizer only quantizes (None: every op that computes); the others
+    # run in float between int8 ones (XNNPACK's quantizer annotates no sigmoid, exp or softmax)
+    quantized_ops: tuple[str, ...] | None = None
+    # how its quantizer sets an activation's range from the calibration samples
+    # (``simulation/estimators.py``): "minmax", or "histogram" (PT2E's HistogramObserver)
+    ranges: str = "minmax"
 
     @property
     def common(self) -> bool:
         """Whether this is the grid the shared search runs (nothing to check again)."""
-        return not self.tied_ops and not self.symmetric_activations
+        return not (self.tied_ops or self.symmetric_activations or self.fixed_outputs) \
+            and self.quantized_ops is None and self.ranges == "minmax"
+
+    def rules(self) -> dict[str, Any]:
+        """The grid as the simulation's child takes it (``simulation/graph.py``)."""
+        return {"tied_ops": list(self.tied_ops), "symmetric": self.symmetric_activations,
+                "fixed_outputs": [list(f) for f in self.fixed_outputs],
+                "quantized_ops": None if self.quantized_ops is None else list(self.quantized_ops)}
 
 
 COMMON_GRID = QuantGrid()

@@ -15,6 +15,7 @@ from typing import Any
 from ..conversion import deadline
 from ..errors import OTHER_ROUTES, ConversionError, EdgekitError, RouteError, TimeShareError
 from ..formats import FORMATS, Builder, BuildContext, BuildResult
+from ..formats.building import QuantGrid
 from ..progress import Progress
 from ..routing.routes import Route, fallback_route, model_form, other_routes, route_limits
 from ..sources.description import SourceDescription
@@ -137,16 +138,26 @@ def one_format(format_plan: Planned, context: BuildContext, described: SourceDes
             progress.say(f"{builder.name}: the simulated plan's {', '.join(unnamed)} belong to no PyTorch module this "
                          "route can name (ops written in a forward): built without them, and its own search, on its "
                          "usual budget, goes on from there if that misses")
-        try:
-            format_plan, own, built, comparison = build_on_routes(format_plan, first, described, steps, run, simulated)
-        except EdgekitError as exc:
-            if first is context or isinstance(exc, TimeShareError):
-                raise
-            progress.warn(f"{builder.name}: the simulated plan ({first.plan.describe()}) did not build "
-                          f"({first_line_of(exc.message)}); building plain INT8 and searching on its own")
-            shutil.rmtree(run.staged / builder.name, ignore_errors=True)
-            first = context
-            format_plan, own, built, comparison = build_on_routes(format_plan, first, described, steps, run, simulated)
+        # where the plan its grid's search added to does not build (a layer this route cannot
+        # name), the shared plan; where that does not build either, plain INT8 and its own search
+        attempts = [first]
+        for other in (for_format(simulated, context, format_plan.route)[0], context):
+            if all(other.plan != tried.plan for tried in attempts):
+                attempts.append(other)
+        for number, attempt in enumerate(attempts):
+            try:
+                format_plan, own, built, comparison = build_on_routes(format_plan, attempt, described, steps, run,
+                                                                      simulated)
+                first = attempt
+                break
+            except EdgekitError as exc:
+                if attempt is attempts[-1] or isinstance(exc, TimeShareError):
+                    raise
+                instead = "plain INT8 and searching on its own" if attempts[number + 1] is context else \
+                    f"the shared plan ({attempts[number + 1].plan.describe()})"
+                progress.warn(f"{builder.name}: the simulated plan ({attempt.plan.describe()}) did not build "
+                              f"({first_line_of(exc.message)}); building {instead}")
+                shutil.rmtree(run.staged / builder.name, ignore_errors=True)
     except EdgekitError as exc:  # one format's failure (converting, or its runtime refusing the result)
         if isinstance(exc, TimeShareError):
             raise
@@ -164,7 +175,8 @@ def one_format(format_plan: Planned, context: BuildContext, described: SourceDes
                     simulated=simulated if first is not context and not unnamed else None,
                     # plain INT8 of this form, predicted to pass: the prediction's gap is on record too
                     predicted=simulated if simulated is not None and first is context
-                    and simulated.predicts(own.model, builder.grid) else None)
+                    and simulated.predicts(own.model, builder.grid) else None,
+                    grid=builder.grid if first is attempts[0] else None)
     outcomes = [replace(outcome, seconds=time.monotonic() - started)]
     fallback = float_fallback(builder, outcome.built or built, own, run, remedies)
     # the format's other quantized builds with what the search kept (the same layers in float)
@@ -405,12 +417,14 @@ def scheme_variants(builder: Builder, context: BuildContext, run: PackagingConte
 def judge(builder: Builder, context: BuildContext, built: BuildResult, comparison: Measured | None,
           run: PackagingContext, remedies: Remedies = Remedies(), plain_s: float = 0.0,
           shared_s: float = 0.0, simulated: Simulated | None = None,
-          predicted: Simulated | None = None) -> FormatOutcome:
+          predicted: Simulated | None = None, grid: QuantGrid | None = None) -> FormatOutcome:
     """The gates one artifact fails, after the search (unless --no-auto-fix); ``plain_s``: what
     building and measuring it took, ``shared_s``: its share of the steps before any format (the
     search's budget is a multiple of both); ``simulated``: the shared plan it was built with, from
     which its own search continues with a few real tries, the gap recorded; ``predicted``: the
-    simulation predicted this plain build passes (its gap recorded, its search on its usual budget)."""
+    simulation predicted this plain build passes (its gap recorded, its search on its usual budget);
+    ``grid``: the format grid whose outcome was built (None: the shared plan, built where its
+    grid's did not build)."""
     if comparison is None:
         return FormatOutcome(builder.name, built=built, context=context, remedies=remedies)
     candidate = Candidate(context, built, comparison, run.check(builder.name, comparison, remedies))
@@ -436,7 +450,8 @@ def judge(builder: Builder, context: BuildContext, built: BuildResult, compariso
     prediction = simulated or predicted
     if prediction is not None:  # the simulation's margins beside the artifact's: the gap between them
         artifact = candidate.built.artifact.with_details(
-            simulation=prediction.record(first_build, shipped=margins(candidate), grid=builder.grid,
+            simulation=prediction.record(first_build, shipped=margins(candidate),
+                                         grid=grid,
                                          equalized=prediction.builds_equalized(context.model), built_float=first_float))
         candidate = replace(candidate, built=replace(candidate.built, artifact=artifact))
     note = saturation_note(builder.name, candidate.measured, remedies)

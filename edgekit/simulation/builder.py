@@ -5,6 +5,7 @@ forward passes instead of conversions."""
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
@@ -29,28 +30,41 @@ class SimulatedBuilder(Builder):
                  on_grid: QuantGrid = COMMON_GRID) -> None:
         self.float_onnx, self.inputs, self.outputs = float_onnx, inputs, outputs
         self.on_grid = on_grid  # the format grid it simulates (``QuantGrid``)
-        self.ranges_json: str | None = None
+        # range estimator -> its ranges (JSON), shared by the builders of this graph in every grid
+        self.ranges: dict[str, str] = {}
         self.module_paths: dict[str, str] = {}  # ONNX node -> its PyTorch module (``graph.module_paths``)
         self.costs: dict[str, float] = {}  # plan layer -> its relative compute (``costs.layer_costs``)
         self.links: tuple[tuple[str, str, float], ...] = ()  # tensors between layers (``costs.layer_links``)
         self.builds = 0
         self.regridded = 0  # of the last build: activations its grid placed otherwise than the common one
 
+    @property
+    def ranges_json(self) -> str | None:
+        """The ranges this builder's grid places activations by (None: not calibrated yet)."""
+        return self.ranges.get(self.on_grid.ranges)
+
     def calibrate(self, context: BuildContext) -> int:
-        """The activation ranges, once: one pass of the float graph over the calibration samples."""
-        self.ranges_json = str(context.workdir / "simulation-ranges.json")
-        found = worker.convert(calibrate, RangesRequest(self.float_onnx, context.calibration_npy, self.ranges_json,
-                                                        tuple(context.layer_names)),
-                               what="INT8 simulation: activation ranges", timeout=context.timeout_s)
-        self.module_paths, self.costs = dict(found.module_paths), dict(found.costs)
-        self.links = tuple((str(a), str(b), float(e)) for a, b, e in found.links)
+        """The activation ranges, once per range estimator: one pass of the float graph over the
+        calibration samples (the common grid's min/max first, with the layers' costs)."""
+        estimator = self.on_grid.ranges
+        # named after its graph: the equalized graph's ranges never overwrite the graph as given's
+        graph = hashlib.sha256(str(Path(self.float_onnx).resolve()).encode()).hexdigest()[:12]
+        path = str(Path(context.workdir) / f"simulation-ranges.{graph}.{estimator}.json")
+        found = worker.convert(calibrate, RangesRequest(self.float_onnx, context.calibration_npy, path,
+                                                        tuple(context.layer_names), estimator),
+                               what=f"INT8 simulation: activation ranges ({estimator})", timeout=context.timeout_s)
+        self.ranges[estimator] = path
+        if not self.costs:
+            self.module_paths, self.costs = dict(found.module_paths), dict(found.costs)
+            self.links = tuple((str(a), str(b), float(e)) for a, b, e in found.links)
         return found.tensors
 
     def on(self, grid: QuantGrid) -> SimulatedBuilder:
-        """A builder of the same graph and ranges in another format's grid (its own try count)."""
+        """A builder of the same graph and ranges in another format's grid (its own try count);
+        a grid whose quantizer estimates ranges otherwise calibrates them when it first builds."""
         other = SimulatedBuilder(self.float_onnx, self.inputs, self.outputs, grid)
-        other.ranges_json, other.module_paths, other.costs, other.links = (self.ranges_json, self.module_paths,
-                                                                            self.costs, self.links)
+        other.ranges, other.module_paths, other.costs, other.links = (self.ranges, self.module_paths,
+                                                                      self.costs, self.links)
         return other
 
     def build(self, context: BuildContext, on_progress: Callable[[int, int], None] | None = None) -> BuildResult:
@@ -61,10 +75,11 @@ class SimulatedBuilder(Builder):
         assert self.ranges_json is not None
         report = worker.convert(simulate, SimulationRequest(
             self.float_onnx, self.ranges_json, str(output), tuple(context.plan.floats), tuple(context.layer_names),
-            tuple(self.on_grid.tied_ops), self.on_grid.symmetric_activations),
+            self.on_grid.rules()),
             what="INT8 simulation", timeout=context.timeout_s)
         self.builds += 1
-        self.regridded = report.regridded
+        # a grid estimating ranges its own way places (nearly) every activation otherwise
+        self.regridded = report.regridded + (self.on_grid.ranges != COMMON_GRID.ranges)
         details: dict[str, Any] = {
             "weighted_layers": list(report.weighted_layers),
             "precision": {"ops": {"integer_weighted": len(report.int8_layers)},

@@ -21,6 +21,7 @@ class RangesRequest(Message):
     calibration_npy: str
     output: str
     layer_names: tuple[str, ...] = ()  # the plan's vocabulary, for the layers' costs
+    estimator: str = "minmax"  # how the format's quantizer sets a range (``estimators.py``)
 
 
 @dataclass(frozen=True)
@@ -41,8 +42,7 @@ class SimulationRequest(Message):
     output: str
     floats: tuple[str, ...]
     layer_names: tuple[str, ...]
-    tied_ops: tuple[str, ...] = ()  # the format's grid (``QuantGrid``): ops whose inputs share one scale
-    symmetric: bool = False  # and whether its activations are symmetric
+    rules: dict[str, Any] = field(default_factory=dict)  # the format's grid (``QuantGrid.rules``)
 
 
 @dataclass(frozen=True)
@@ -117,7 +117,7 @@ def equalize_graph(request: EqualizeRequest) -> EqualizeReport:
 
 def calibrate(request: RangesRequest) -> RangesReport:
     found = activation_ranges(request.float_onnx, request.calibration_npy, request.output,
-                              layer_names=list(request.layer_names))
+                              layer_names=list(request.layer_names), estimator=request.estimator)
     return RangesReport(samples=int(found["samples"]), tensors=int(found["tensors"]),
                         module_paths=dict(found.get("module_paths") or {}),
                         costs={str(k): float(v) for k, v in (found.get("costs") or {}).items()},
@@ -126,7 +126,7 @@ def calibrate(request: RangesRequest) -> RangesReport:
 
 def simulate(request: SimulationRequest) -> SimulationReport:
     found = simulated_graph(request.float_onnx, request.ranges_json, request.output, list(request.floats),
-                            list(request.layer_names), tuple(request.tied_ops), request.symmetric)
+                            list(request.layer_names), dict(request.rules))
     return SimulationReport(pairs=int(found["pairs"]), weighted_layers=tuple(found["weighted_layers"]),
                             float_layers=tuple(found["float_layers"]), int8_layers=tuple(found["int8_layers"]),
                             regridded=int(found.get("regridded", 0)))

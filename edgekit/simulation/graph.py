@@ -24,6 +24,8 @@ from typing import Any
 
 import numpy as np
 
+from .estimators import MINMAX
+
 # ops that compute: their outputs are requantized (or their fused activation's are)
 COMPUTE_OPS = {"Conv", "ConvTranspose", "Gemm", "MatMul", "Add", "Sub", "Mul", "Div", "Concat", "AveragePool",
                "GlobalAveragePool", "ReduceMean", "Sigmoid", "Tanh", "Softmax", "HardSigmoid", "HardSwish",
@@ -62,14 +64,16 @@ def fitting_batch(per_sample_bytes: int, most: int = BATCH) -> int:
 
 
 def activation_ranges(float_onnx: str, calibration_npy: str, output: str, batch: int = BATCH,
-                      layer_names: list[str] | None = None) -> dict[str, Any]:
-    """Min and max of every float tensor of the graph over the calibration samples, written to
-    ``output`` (JSON) and returned with the number of samples and each plan layer's relative cost
-    (``costs.layer_costs``, from the tensors' shapes in the first batch)."""
+                      layer_names: list[str] | None = None, estimator: str = MINMAX) -> dict[str, Any]:
+    """The range of every float tensor of the graph over the calibration samples, as the format's
+    quantizer would set it (``estimators.py``: min and max, or PT2E's histogram search), written
+    to ``output`` (JSON) and returned with the number of samples and each plan layer's relative
+    cost (``costs.layer_costs``, from the tensors' shapes in the first batch)."""
     import onnx
     import onnxruntime as ort
 
     from ..formats.building import read_samples
+    from .estimators import estimator as new_estimator
 
     model = onnx.load(float_onnx)
     try:
@@ -91,11 +95,7 @@ def activation_ranges(float_onnx: str, calibration_npy: str, output: str, batch:
     feeds_by_name = _feeds(samples, [i.name for i in session.get_inputs()])
     names = [o.name for o in session.get_outputs()]
     total = len(next(iter(feeds_by_name.values())))
-    low: dict[str, float] = {}
-    high: dict[str, float] = {}
-    for name, values in feeds_by_name.items():
-        if np.asarray(values).dtype.kind == "f":
-            low[name], high[name] = float(np.min(values)), float(np.max(values))
+    ranges = new_estimator(estimator)
     shapes: dict[str, tuple[int, ...]] = {}
     start, step = 0, 1  # one sample first: its tensors' size sets how many samples a pass holds
     while start < total:
@@ -104,25 +104,23 @@ def activation_ranges(float_onnx: str, calibration_npy: str, output: str, batch:
         if not start:
             step = fitting_batch(sum(np.asarray(v).nbytes for v in values), batch)
         start += len(next(iter(feeds.values())))
-        for name, value in zip(names, values):
+        for name, value in [*feeds.items(), *zip(names, values)]:
             value = np.asarray(value)
             if name not in shapes:
                 shapes[name] = tuple(int(d) for d in value.shape)
             if value.dtype.kind != "f" or not value.size:
                 continue
             finite = value[np.isfinite(value)]
-            if not finite.size:
-                continue
-            low[name] = min(low.get(name, np.inf), float(finite.min()))
-            high[name] = max(high.get(name, -np.inf), float(finite.max()))
-    found = {"samples": total, "ranges": {n: [low[n], high[n]] for n in low}}
+            if finite.size:
+                ranges.update(name, finite)
+    found = {"samples": total, "estimator": estimator, "ranges": ranges.ranges()}
     Path(output).write_text(json.dumps(found))
     from .costs import layer_costs, layer_links
 
     shapes.update({k: tuple(int(d) for d in np.asarray(v[:1]).shape) for k, v in feeds_by_name.items()})
     names = list(layer_names) if layer_names else [n.name for n in model.graph.node if n.name]
     layer = lambda node: layer_of_node(node, names)  # noqa: E731
-    return {"samples": total, "tensors": len(low), "module_paths": module_paths(model),
+    return {"samples": total, "tensors": len(found["ranges"]), "module_paths": module_paths(model),
             "costs": layer_costs(model, shapes, layer), "links": layer_links(model, shapes, layer)}
 
 
@@ -160,18 +158,19 @@ def _feeds(samples: dict[str, Any], inputs: list[str]) -> dict[str, Any]:
 
 
 def simulated_graph(float_onnx: str, ranges_json: str, output: str, floats: list[str],
-                    layer_names: list[str], tied_ops: tuple[str, ...] = (),
-                    symmetric: bool = False) -> dict[str, Any]:
+                    layer_names: list[str], rules: dict[str, Any] | None = None) -> dict[str, Any]:
     """Write the simulated INT8 graph of ``float_onnx`` to ``output`` with the layers in
     ``floats`` left in float; return what it quantized, by layer (the plan's vocabulary).
-    ``tied_ops``: the ops whose inputs and output a format's quantizer puts on one scale
-    (``QuantGrid``): each of their int8 tensors takes the union of all their ranges; ``symmetric``:
-    activations on a symmetric grid around 0 (Core ML's)."""
+    ``rules``: a format's grid (``QuantGrid.rules``): ``tied_ops``, the ops whose inputs and output
+    its quantizer puts on one scale (each of their int8 tensors takes the union of all their
+    ranges); ``symmetric``, activations on a symmetric grid around 0 (Core ML's);
+    ``fixed_outputs``, op types whose int8 output grid the runtime fixes; ``quantized_ops``, the
+    only op types its quantizer quantizes (the others compute in float)."""
     import onnx
 
     model = onnx.load(float_onnx)
     simulation = _Simulation(model.graph, json.loads(Path(ranges_json).read_text())["ranges"], set(floats),
-                             layer_names, tied_ops, symmetric)
+                             layer_names, rules or {})
     found = simulation.weights()
     pairs = simulation.activations()
     _sort_topologically(model.graph)
@@ -184,15 +183,25 @@ class _Simulation:
     """One graph being rewritten: its layers, readers and ranges, and the plan's float layers."""
 
     def __init__(self, graph: Any, ranges: dict[str, list[float]], kept: set[str], layer_names: list[str],
-                 tied_ops: tuple[str, ...] = (), symmetric: bool = False) -> None:
-        self.graph, self.ranges, self.kept, self.tied_ops = graph, ranges, kept, set(tied_ops)
-        self.symmetric = symmetric
+                 rules: dict[str, Any]) -> None:
+        self.graph, self.ranges, self.kept = graph, ranges, kept
+        self.tied_ops = set(rules.get("tied_ops") or ())
+        self.symmetric = bool(rules.get("symmetric"))
+        self.fixed = {op: (float(scale), int(zero)) for op, scale, zero in rules.get("fixed_outputs") or ()}
+        only = rules.get("quantized_ops")
+        self.computes_int8 = COMPUTE_OPS if only is None else COMPUTE_OPS & set(only)
         self.initializers = {i.name: i for i in graph.initializer}
         self.readers: dict[str, list[Any]] = {}
         for node in graph.node:
             for name in node.input:
                 self.readers.setdefault(name, []).append(node)
         self.layers = {node.name: layer_of_node(node.name or node.output[0], layer_names) for node in graph.node}
+        self.regridded = 0
+
+    def int8(self, node: Any) -> bool:
+        """Whether ``node`` computes in int8: an op the format's quantizer quantizes, of a layer the
+        plan does not keep float."""
+        return node.op_type in self.computes_int8 and self.layers[node.name] not in self.kept
 
     def weights(self) -> dict[str, Any]:
         """Each int8 layer's weights on the grid; the layers by precision."""
@@ -221,7 +230,7 @@ class _Simulation:
     def read_in_int8(self, tensor: str, seen: frozenset[str] = frozenset()) -> bool:
         """Whether an int8 op reads ``tensor``, directly or through data movement."""
         for reader in self.readers.get(tensor, []):
-            if reader.op_type in COMPUTE_OPS and self.layers[reader.name] not in self.kept:
+            if self.int8(reader):
                 return True
             if reader.op_type not in COMPUTE_OPS and reader.output and reader.output[0] not in seen:
                 if self.read_in_int8(reader.output[0], seen | {reader.output[0]}):
@@ -236,7 +245,6 @@ class _Simulation:
         for node in list(self.graph.node):
             if node.op_type not in COMPUTE_OPS:
                 continue
-            layer = self.layers[node.name]  # the op's layer decides, also for the activation it fuses
             for index, tensor in enumerate(node.output):
                 if not tensor or tensor not in self.ranges:
                     continue
@@ -246,7 +254,7 @@ class _Simulation:
                     writer, index, tensor = after[0], 0, after[0].output[0]  # Conv -> Relu: after the Relu
                     if tensor not in self.ranges:
                         continue
-                if layer not in self.kept or self.read_in_int8(tensor):
+                if self.int8(node) or self.read_in_int8(tensor):
                     found.append((writer, index, tensor))
         for value in self.graph.input:  # the model's input, where an int8 op reads it (int8 IO)
             if value.name in self.ranges and value.name not in self.initializers and self.read_in_int8(value.name):
@@ -259,10 +267,15 @@ class _Simulation:
 
         added = self.quantized_tensors()
         tied = self.tied_ranges({tensor for _, _, tensor in added})
-        self.regridded = sum(1 for _, _, tensor in added if self.symmetric or tensor in tied and
-                             _activation_grid(*tied[tensor]) != _activation_grid(*self.ranges[tensor]))
+        grids = {tensor: self.fixed[node.op_type] if node is not None and node.op_type in self.fixed and self.int8(node)
+                 else _activation_grid(*tied.get(tensor, self.ranges[tensor]), symmetric=self.symmetric)
+                 for node, _, tensor in added}
+        self.regridded = sum(1 for _, _, tensor in added if grids[tensor] != _activation_grid(*self.ranges[tensor]))
+        # ops the common grid runs in int8 that this format's quantizer leaves float
+        self.regridded += sum(1 for node in self.graph.node if node.op_type in COMPUTE_OPS - self.computes_int8
+                              and self.layers[node.name] not in self.kept)
         for node, index, tensor in added:
-            scale, zero = _activation_grid(*tied.get(tensor, self.ranges[tensor]), symmetric=self.symmetric)
+            scale, zero = grids[tensor]
             if node is None:  # a graph input keeps its name: its readers read the pair's output instead
                 source, result = tensor, f"{tensor}__sim"
                 for reader in self.readers.get(tensor, []):
@@ -303,7 +316,7 @@ class _Simulation:
 
         groups = []
         for node in self.graph.node:
-            if node.op_type not in self.tied_ops or self.layers[node.name] in self.kept or not node.output:
+            if node.op_type not in self.tied_ops or not self.int8(node) or not node.output:
                 continue
             members = {found for name in node.input if name and (found := source(name))}
             if written(node.output[0]) in quantized:

@@ -137,13 +137,13 @@ def test_a_format_grid_ties_a_concat_to_one_scale_or_puts_activations_on_a_symme
 
     def grid(**how):
         simulated_graph(str(tmp_path / "cat.onnx"), str(tmp_path / "ranges.json"), str(tmp_path / "sim.onnx"), [],
-                        [], **how)
+                        [], how)
         return {i.name: float(numpy_helper.to_array(i)) for i in onnx.load(str(tmp_path / "sim.onnx")).graph.initializer
                 if i.name.endswith(("__scale", "__zero"))}
 
-    common, tied, symmetric = grid(), grid(tied_ops=("Concat",)), grid(symmetric=True)
+    common, tied, symmetric = grid(), grid(tied_ops=["Concat"]), grid(symmetric=True)
     regridded = {name: simulated_graph(str(tmp_path / "cat.onnx"), str(tmp_path / "ranges.json"),
-                                       str(tmp_path / "sim.onnx"), floats, [], ("Concat",))["regridded"]
+                                       str(tmp_path / "sim.onnx"), floats, [], {"tied_ops": ["Concat"]})["regridded"]
                  for name, floats in (("tied", []), ("cat float", ["cat"]))}
     # the small input alone moves; with the cat float the grid changes nothing (not simulated again)
     assert regridded == {"tied": 1, "cat float": 0}
@@ -151,3 +151,76 @@ def test_a_format_grid_ties_a_concat_to_one_scale_or_puts_activations_on_a_symme
     assert tied["big__scale"] == tied["small_out__scale"] == tied["y__scale"] >= common["big__scale"]
     assert all(v == 0 for k, v in symmetric.items() if k.endswith("__zero"))
     assert symmetric["small_out__scale"] == pytest.approx(2 * common["small_out__scale"], rel=0.05)  # half the levels
+
+
+def _sigmoid_head(tmp_path):
+    """conv logits (a decisive head: a wide range) -> sigmoid -> conv: a detector's scores read on."""
+    from onnx import TensorProto, helper
+
+    rng = np.random.default_rng(0)
+    nodes = [helper.make_node("Conv", ["x", "W1"], ["logits"], name="cls"),
+             helper.make_node("Sigmoid", ["logits"], ["scores"], name="sigmoid"),
+             helper.make_node("Conv", ["scores", "W2"], ["y"], name="mix")]
+    graph = helper.make_graph(nodes, "head", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 2, 4, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 2, 4, 4])],
+                              [numpy_helper.from_array((rng.normal(size=(3, 2, 1, 1)) * 8).astype(np.float32), "W1"),
+                               numpy_helper.from_array(rng.normal(size=(2, 3, 1, 1)).astype(np.float32), "W2")])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "head.onnx")
+    samples = rng.standard_t(1.5, size=(64, 2, 4, 4)).astype(np.float32)  # heavy tails: a few values far out
+    np.save(tmp_path / "samples.npy", samples)
+    return tmp_path / "head.onnx"
+
+
+def _pairs(path):
+    found = {i.name: numpy_helper.to_array(i) for i in onnx.load(str(path)).graph.initializer}
+    return {name[:-len("__scale")]: (float(found[name]), int(found[name[:-len("__scale")] + "__zero"]))
+            for name in found if name.endswith("__scale")}
+
+
+def test_a_format_grid_fixes_the_output_grid_its_kernels_require_or_leaves_unannotated_ops_float(tmp_path):
+    """TFLite's int8 LOGISTIC writes on 1/256 from -128 whatever the calibration saw (a score
+    threshold of 0.25 is then a grid point); XNNPACK's quantizer annotates no sigmoid: its scores
+    are computed in float from the dequantized logits and quantized again only where an int8 op
+    reads them."""
+    from edgekit.formats.executorch.builder import ExecuTorchBuilder
+    from edgekit.formats.tflite.builder import TFLiteBuilder
+
+    model = _sigmoid_head(tmp_path)
+    activation_ranges(str(model), str(tmp_path / "samples.npy"), str(tmp_path / "ranges.json"))
+    graphs = {}
+    for name, rules in (("common", None), ("tflite", TFLiteBuilder.grid.rules()),
+                        ("xnnpack", {**ExecuTorchBuilder.grid.rules(), "tied_ops": []})):
+        graphs[name] = simulated_graph(str(model), str(tmp_path / "ranges.json"), str(tmp_path / f"{name}.onnx"),
+                                       [], [], rules)
+    common, tflite = _pairs(tmp_path / "common.onnx"), _pairs(tmp_path / "tflite.onnx")
+    assert common["scores"] != (1 / 256, -128) and tflite["scores"] == (1 / 256, -128)
+    assert {k: v for k, v in tflite.items() if k != "scores"} == {k: v for k, v in common.items() if k != "scores"}
+    xnnpack = onnx.load(str(tmp_path / "xnnpack.onnx"))
+    sigmoid = next(n for n in xnnpack.graph.node if n.op_type == "Sigmoid")
+    assert sigmoid.input[0] == "logits" and sigmoid.output[0] == "scores__float"  # float, quantized for its reader
+    assert graphs["common"]["regridded"] == 0 < graphs["tflite"]["regridded"] and graphs["xnnpack"]["regridded"] == 1
+
+
+def test_a_histogram_estimator_sets_the_ranges_pytorchs_observer_would(tmp_path):
+    """ExecuTorch's XNNPACK quantizer (PT2E) ranges activations by HistogramObserver: the L2-best
+    sub-range of a 2048-bin histogram, which clips the farthest values min/max spans. The
+    simulation's histogram ranges are that observer's grid, exactly."""
+    import torch
+    from torch.ao.quantization.observer import HistogramObserver
+
+    model = _sigmoid_head(tmp_path)
+    minmax = activation_ranges(str(model), str(tmp_path / "samples.npy"), str(tmp_path / "minmax.json"))
+    histogram = activation_ranges(str(model), str(tmp_path / "samples.npy"), str(tmp_path / "histogram.json"),
+                                  estimator="histogram")
+    assert minmax["tensors"] == histogram["tensors"] and minmax["costs"] == histogram["costs"]
+    wide = json.loads((tmp_path / "minmax.json").read_text())["ranges"]
+    narrow = json.loads((tmp_path / "histogram.json").read_text())
+    assert narrow["estimator"] == "histogram"
+    assert wide["x"][0] < narrow["ranges"]["x"][0] < narrow["ranges"]["x"][1] < wide["x"][1]
+    observer = HistogramObserver(dtype=torch.qint8, quant_min=-128, quant_max=127, eps=2 ** -12)
+    samples = np.load(tmp_path / "samples.npy")
+    for start in range(0, len(samples), 8):  # the simulation's batches
+        observer(torch.from_numpy(samples[start:start + 8]))
+    scale, zero = (float(v.reshape(-1)[0]) for v in observer.calculate_qparams())
+    simulated_graph(str(model), str(tmp_path / "histogram.json"), str(tmp_path / "sim.onnx"), [], [])
+    assert _pairs(tmp_path / "sim.onnx")["x"] == (pytest.approx(scale, rel=1e-6), int(zero))

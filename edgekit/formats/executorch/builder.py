@@ -32,7 +32,12 @@ ARTIFACT_PATH = "executorch/model.int8.pte"
 class ExecuTorchBuilder(Builder):
     name = "executorch"
     backend = "executorch"
-    grid = QuantGrid("xnnpack", tied_ops=("Concat",))  # XNNPACKQuantizer shares one scale across a cat
+    # XNNPACKQuantizer shares one scale across a cat, and annotates only its patterns (convolution,
+    # linear, add, mul, cat, adaptive average pooling, with a fused ReLU): a sigmoid, exp or softmax
+    # between them computes in float, on the dequantized values; its activations' ranges are
+    # HistogramObserver's
+    grid = QuantGrid("xnnpack", tied_ops=("Concat",), quantized_ops=(
+        "Conv", "ConvTranspose", "Gemm", "MatMul", "Add", "Mul", "Concat", "GlobalAveragePool"), ranges="histogram")
     unmeasured_reason = "ExecuTorch's runtime is not installed here (pip install 'edgekit[executorch]')"
 
     def build(self, context: BuildContext, on_progress: Callable[[int, int], None] | None = None) -> BuildResult:

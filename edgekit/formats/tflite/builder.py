@@ -31,6 +31,7 @@ from .from_torch import TorchReport, TorchRequest
 from .precision import ArtifactGraph, analyse, artifact_graph, full_integer_float_ops
 from ..plan import FLOAT, PrecisionPlan
 from .quantizer import MODULES, SCOPES, QuantizerRequest, layer_test, quantize_float_tflite
+from .requantize import FIXED_INT8_OUTPUT
 
 ARTIFACT_PATH = "tflite/model.int8.tflite"
 
@@ -38,8 +39,12 @@ ARTIFACT_PATH = "tflite/model.int8.tflite"
 class TFLiteBuilder(Builder):
     name = "tflite"
     backend = "litert"
-    # TensorFlow's and LiteRT Quantizer's CONCATENATION: its inputs and output on one scale
-    grid = QuantGrid("tflite", tied_ops=("Concat",))
+    # TensorFlow's and LiteRT Quantizer's CONCATENATION: its inputs and output on one scale; the
+    # int8 kernels' fixed output grids (``requantize.FIXED_INT8_OUTPUT``): a YOLO head's sigmoid scores
+    # on 1/256, where a threshold of 0.25 is a grid point, not between two calibrated ones
+    grid = QuantGrid("tflite", tied_ops=("Concat",), fixed_outputs=tuple(
+        (onnx_op, *FIXED_INT8_OUTPUT[op]) for op, onnx_op in (("LOGISTIC", "Sigmoid"), ("SOFTMAX", "Softmax"),
+                                                               ("TANH", "Tanh"))))
 
     def build(self, context: BuildContext, on_progress: Callable[[int, int], None] | None = None) -> BuildResult:
         if context.model.form == forms.TORCH_PROGRAM:
