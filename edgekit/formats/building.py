@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 
 
 MINMAX = "minmax"  # activation ranges from the calibration samples' minimum and maximum
+HISTOGRAM = "histogram"  # PT2E's HistogramObserver (``simulation/estimators.py``)
 
 
 class Variant(NamedTuple):

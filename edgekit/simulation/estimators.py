@@ -43,21 +43,29 @@ class MinMax:
 
 class Histogram:
     """PT2E's ``HistogramObserver`` per tensor (int8, per-tensor affine, [-128, 127]): the range of
-    the scale and zero point it settles on."""
+    the scale and zero point it settles on. Only the tensors in ``only`` (those an op that
+    computes writes, and the inputs: what a quantizer observes) get an observer, which costs a
+    histogram per batch and a search per tensor; the others (shapes, data movement, constants)
+    keep their min and max."""
 
-    def __init__(self) -> None:
+    def __init__(self, only: set[str] | None = None) -> None:
         self.observers: dict[str, Any] = {}
+        self.only = only
+        self.others = MinMax()
 
     def update(self, name: str, finite: np.ndarray) -> None:
         import torch
 
+        if self.only is not None and name not in self.only:
+            self.others.update(name, finite)
+            return
         observer = self.observers.get(name)
         if observer is None:
             observer = self.observers[name] = _observer()
         observer(torch.from_numpy(np.ascontiguousarray(finite, dtype=np.float32)))
 
     def ranges(self) -> dict[str, list[float]]:
-        found = {}
+        found = self.others.ranges()
         for name, observer in self.observers.items():
             scale, zero = observer.calculate_qparams()
             scale, zero = float(scale.reshape(-1)[0]), int(zero.reshape(-1)[0])
@@ -78,10 +86,10 @@ def _observer() -> Any:
     return HistogramObserver(dtype=dtype, quant_min=-128, quant_max=127, qscheme=torch.per_tensor_affine, eps=EPS)
 
 
-def estimator(name: str) -> MinMax | Histogram:
-    """A fresh estimator of that name."""
+def estimator(name: str, observed: set[str] | None = None) -> MinMax | Histogram:
+    """A fresh estimator of that name; ``observed``: the tensors a quantizer observes (None: all)."""
     if name == HISTOGRAM:
-        return Histogram()
+        return Histogram(observed)
     if name == MINMAX:
         return MinMax()
     raise ValueError(f"unknown range estimator {name!r} (known: {', '.join(ESTIMATORS)})")

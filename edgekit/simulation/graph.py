@@ -95,7 +95,10 @@ def activation_ranges(float_onnx: str, calibration_npy: str, output: str, batch:
     feeds_by_name = _feeds(samples, [i.name for i in session.get_inputs()])
     names = [o.name for o in session.get_outputs()]
     total = len(next(iter(feeds_by_name.values())))
-    ranges = new_estimator(estimator)
+    # what a quantizer observes: every op's output that computes (or the activation it fuses) and the inputs
+    observed = {out for node in model.graph.node if node.op_type in COMPUTE_OPS | FUSED_ACTIVATIONS
+                for out in node.output} | set(feeds_by_name)
+    ranges = new_estimator(estimator, observed)
     shapes: dict[str, tuple[int, ...]] = {}
     start, step = 0, 1  # one sample first: its tensors' size sets how many samples a pass holds
     while start < total:

@@ -22,7 +22,7 @@ from pathlib import Path
 from ...conversion import worker
 from ...fsutil import sha256_file
 from ...manifest import Artifact, QuantParams
-from ..building import MINMAX, BuildContext, Builder, BuildResult, QuantGrid
+from ..building import HISTOGRAM, BuildContext, Builder, BuildResult, QuantGrid
 from ...conversion.forms import ONNX_REBUILD_LOADER as ONNX_REBUILD
 from .convert import ExecuTorchRequest, convert_executorch, convert_executorch_kept
 
@@ -37,8 +37,12 @@ class ExecuTorchBuilder(Builder):
     # between them computes in float, on the dequantized values; its activations' ranges are
     # HistogramObserver's
     grid = QuantGrid("xnnpack", tied_ops=("Concat",), quantized_ops=(
-        "Conv", "ConvTranspose", "Gemm", "MatMul", "Add", "Mul", "Concat", "GlobalAveragePool"), ranges="histogram")
+        "Conv", "ConvTranspose", "Gemm", "MatMul", "Add", "Mul", "Concat", "GlobalAveragePool"), ranges=HISTOGRAM)
     unmeasured_reason = "ExecuTorch's runtime is not installed here (pip install 'edgekit[executorch]')"
+
+    def range_method(self, context: BuildContext) -> str:
+        """XNNPACKQuantizer's activations: HistogramObserver (a learned source's ranges are carried)."""
+        return "none: the source's learned ranges" if context.source_precision.learned else HISTOGRAM
 
     def build(self, context: BuildContext, on_progress: Callable[[int, int], None] | None = None) -> BuildResult:
         output = context.package_dir / ARTIFACT_PATH
@@ -89,7 +93,7 @@ class ExecuTorchBuilder(Builder):
                       "executorch.exir.to_edge_transform_and_lower (XnnpackPartitioner)",
                     "torch": report.torch,
                     "executorch": report.executorch,
-                    "calibration_method": MINMAX,
+                    "calibration_method": HISTOGRAM,
                     "batch": 1,
                     "seconds": report.seconds,
                 },

@@ -23,7 +23,7 @@ from ...errors import ConversionError, EdgekitError, OTHER_ROUTES, UnsupportedOp
 from ...fsutil import sha256_file
 from ...manifest import Artifact, QuantParams
 from ...conversion.layer_names import in_layer, layer_of
-from ..building import MINMAX, BuildContext, Builder, BuildResult, QuantGrid
+from ..building import HISTOGRAM, MINMAX, BuildContext, Builder, BuildResult, QuantGrid
 from ..precision import Precision
 from .convert import (FloatRequest, SqnrRequest, TFLiteRequest, convert, convert_float, made_from, mark_made_from,
                       unmark, worst_sqnr)
@@ -260,7 +260,7 @@ class TFLiteBuilder(Builder):
             precision=precision.label, inputs=inputs, outputs=outputs, float_ops=precision.float_ops,
             converter={"tool": (f"{context.model.via}, then " if context.model.via else "")
                        + "litert_torch.convert + PT2E static INT8 (symmetric, per-channel)",
-                       "torch": report.torch, "litert_torch": report.litert_torch, "calibration_method": MINMAX,
+                       "torch": report.torch, "litert_torch": report.litert_torch, "calibration_method": HISTOGRAM,
                        "seconds": report.seconds, **({"why": pt2e_note} if pt2e_note else {})},
             details={**PrecisionPlan().record(), "environment": python, "precision": precision.record(),
                      # ops given the fixed output scale TFLite's int8 kernels need, requantized after
