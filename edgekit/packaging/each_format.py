@@ -141,7 +141,7 @@ def one_format(format_plan: Planned, context: BuildContext, described: SourceDes
         # where the plan its grid's search added to does not build (a layer this route cannot
         # name), the shared plan; where that does not build either, plain INT8 and its own search
         attempts = [first]
-        for other in (for_format(simulated, context, format_plan.route)[0], context):
+        for other in (for_format(simulated, context, format_plan.route)[0], context) if first is not context else ():
             if all(other.plan != tried.plan for tried in attempts):
                 attempts.append(other)
         for number, attempt in enumerate(attempts):

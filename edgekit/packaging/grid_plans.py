@@ -103,6 +103,9 @@ class GridChecks:
             built = builder.build(context)
             if not builder.regridded:  # the grid changes no scale of this graph: the common outcome is its own
                 return GridOutcome(graph.plan, graph.passed, graph.margins, 0)
+            plain = self._plain(builder, graph) if graph.plan is not None else None
+            if plain is not None:
+                return plain
             measured = graph.judged.measure(built, builder, context)
         except EdgekitError as exc:
             progress.warn(f"INT8 simulation: the {grid.name} grid not simulated ({exc.message})")
@@ -129,6 +132,22 @@ class GridChecks:
         progress.say(f"INT8 simulation: {plan.describe()} passes in the {grid.name} grid ({builder.builds} tries): "
                      "its formats build that")
         return GridOutcome(plan, True, margins(found), builder.builds)
+
+
+    def _plain(self, builder: Any, graph: Graph) -> GridOutcome | None:
+        """Plain INT8 in a format's own grid, where the common grid needed a plan: its quantizer's
+        arithmetic (XNNPACK's histogram ranges and float sigmoids, TFLite's fixed score grid) may
+        need none, and every layer int8 is the fastest build. None where it misses there too."""
+        from .search.candidate import Candidate
+        from .search.trial import margins
+
+        built = builder.build(graph.context)
+        measured = graph.judged.measure(built, builder, graph.context)
+        if measured is None or graph.judged.check(builder.name, measured, self.remedies):
+            return None
+        graph.judged.progress.say(f"INT8 simulation: plain INT8 passes in the {builder.on_grid.name} grid (its "
+                                  "quantizer's arithmetic needs no plan): its formats build every layer int8")
+        return GridOutcome(None, True, margins(Candidate(graph.context, built, measured, [])), 1)
 
 
 def graph_of(builder: Any, context: BuildContext, judged: PackagingContext, plan: PrecisionPlan | None,

@@ -189,3 +189,31 @@ def test_a_format_whose_grid_differs_builds_first_what_passes_in_its_own_grid(to
     assert simulation["plan"] and set(simulation["plan"]) <= set(artifact["details"]["precision_plan"]["layers"])
     assert toy_registered.builds[0] == simulation["plan"]  # the grid's plan, built first
     assert manifest["validation"]["artifacts"]["toy"]["verdict"] == "passed"
+
+
+def test_a_format_whose_grid_needs_no_plan_builds_every_layer_int8_first(toy_registered, tmp_path, monkeypatch,
+                                                                         capfd):
+    """Two channels 30x the rest: plain INT8 misses in the common grid and the shared search keeps
+    layers float. A format whose quantizer quantizes fewer activations (its grid's
+    ``quantized_ops``; here none, as a weights-only quantizer) passes plain INT8 in its own grid:
+    it builds every layer int8 first, and its record says its grid predicted that."""
+    from edgekit.formats.building import QuantGrid
+
+    monkeypatch.setattr(toy.ToyBuilder, "grid", QuantGrid("weights-only", quantized_ops=()))
+    rng = np.random.default_rng(1)
+    w1, b1 = rng.normal(0, 0.4, (16, 32)), rng.normal(0, 0.1, 32)
+    w2, b2 = rng.normal(0, 0.3, (32, 32)), rng.normal(0, 0.1, 32)
+    w2[:, :2] *= 30
+    w3 = rng.normal(0, 1.0, (32, 4))
+    w3[:2] /= 30
+    folder = tmp_path / "model"
+    folder.mkdir()
+    toy.chain_onnx(folder / "chain.onnx", [(w1, b1), (w2, b2), (w3, np.zeros(4))])
+    np.save(folder / "calibration.npy", rng.normal(0, 1, (300, 16)).astype(np.float32))
+    np.save(folder / "eval.npy", rng.normal(0, 1, (400, 16)).astype(np.float32))
+    _, manifest = packaged(folder, tmp_path / "out", simulate=True, equalize=False, allow_accuracy_drop=True)
+    said = capfd.readouterr().out
+    assert "INT8 simulation: plain INT8 fails" in said and "plain INT8 passes in the weights-only grid" in said, said
+    simulation = manifest["artifacts"][0]["details"]["simulation"]
+    assert simulation["plan"] == {} and simulation["grid"] == {"name": "weights-only", "passed": True, "tries": 1}
+    assert toy_registered.builds[0] == {}  # every layer int8, built first
