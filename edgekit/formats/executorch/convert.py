@@ -420,6 +420,7 @@ def _lower_and_write(exported: Any, path: str, io: str, named: dict[str, str]) -
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from executorch.exir import to_edge_transform_and_lower
 
+    _bilinear_patterns_only_where_they_can_match()
     edge = to_edge_transform_and_lower(exported, partitioner=[XnnpackPartitioner()], constant_methods={IO_METHOD: io})
     lowered = edge.exported_program()
     read = placement_of(lowered.graph_module, named), precision_of(lowered, named)
@@ -429,6 +430,29 @@ def _lower_and_write(exported: Any, path: str, io: str, named: dict[str, str]) -
     partial.write_bytes(program.buffer)
     partial.replace(target)
     return read
+
+
+def _bilinear_patterns_only_where_they_can_match() -> None:
+    """XNNPACK's lowering runs a pass that matches bilinear upsampling against pattern programs it
+    builds first by exporting and lowering four small models: about 2.7 s of every lowering process,
+    most of a small model's. Each pattern is one ``upsample_bilinear2d`` node, so a graph without
+    such a node cannot match: there the pass is skipped (the graph is left as it is, which is what
+    the pass would return). Installed once per process."""
+    from executorch.backends.xnnpack._passes.convert_to_upsample_bilinear2d import ConvertToUpsampleBilinear2d
+    from torch.fx.passes.infra.pass_base import PassResult
+
+    original = ConvertToUpsampleBilinear2d.call
+    if getattr(original, "edgekit_guarded", False):
+        return
+
+    def call(self: Any, graph_module: Any) -> Any:
+        if not any(node.op == "call_function" and "upsample_bilinear2d" in str(node.target)
+                   for node in graph_module.graph.nodes):
+            return PassResult(graph_module, False)
+        return original(self, graph_module)
+
+    call.edgekit_guarded = True  # type: ignore[attr-defined]
+    ConvertToUpsampleBilinear2d.call = call
 
 
 def _layer(node: Any, named: dict[str, str], ops_by_name: bool = False) -> str | None:
