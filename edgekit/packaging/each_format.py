@@ -169,12 +169,16 @@ def one_format(format_plan: Planned, context: BuildContext, described: SourceDes
         shutil.rmtree(run.staged / builder.name, ignore_errors=True)  # its half-made files never ship
         return [FormatOutcome(builder.name, error=exc, seconds=time.monotonic() - started)]
     remedies = format_plan.remedies
+    # the plan came from the simulation: the shared one (or its grid's), or the equalized graph's,
+    # which the route placed on the equalized form it converts (``Simulated.equalized_context``)
+    planned = first is not context or (simulated is not None and simulated.builds_equalized(own.model)
+                                       and own.plan != context.plan)
     outcome = judge(builder, own, built, comparison, run, remedies, plain_s=time.monotonic() - started,
                     shared_s=run.setup_s / formats,
                     # the plan came whole: a miss continues with a few real tries; part of it: a search of its own
-                    simulated=simulated if first is not context and not unnamed else None,
+                    simulated=simulated if planned and not unnamed else None,
                     # plain INT8 of this form, predicted to pass: the prediction's gap is on record too
-                    predicted=simulated if simulated is not None and first is context
+                    predicted=simulated if simulated is not None and not planned
                     and simulated.predicts(own.model, builder.grid) else None,
                     grid=builder.grid if first is attempts[0] else None)
     outcomes = [replace(outcome, seconds=time.monotonic() - started)]

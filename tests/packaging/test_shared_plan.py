@@ -168,14 +168,20 @@ def test_equalization_is_carried_to_the_pytorch_program_tflite_converts(tmp_path
     """tone_cnn: plain INT8 of the equalized graph passes in the simulation, and the same scales
     are placed on the PyTorch program's own parameters, so litert-torch converts it equalized too:
     the outlier tensor's writer and reader stay int8. Before, the equalized graph reached only the
-    formats converting ONNX, and TFLite was refused (its route could not name the reader)."""
+    formats converting ONNX, and TFLite was refused (its route could not name the reader).
+    ExecuTorch's grid (histogram ranges) misses plain INT8 of the equalized graph by 0.5 points and
+    finds its own plan there; that plan's prediction is on its record as well (it had none)."""
     model = verdict_model(tmp_path_factory, "tone_cnn")
     result = edgekit_cli("package", model / "tone_cnn.pt2", "-c", model / "calibration.npz", "--eval",
-                         model / "eval.npz", "--format", "tflite", "--no-also-float", "-o", tmp_path)
+                         model / "eval.npz", "--format", "tflite", "--format", "executorch", "--no-also-float",
+                         "-o", tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "cross-layer equalization carried to the PyTorch model" in result.stdout
     manifest = json.loads((tmp_path / "tone_cnn.edgekit" / "manifest.json").read_text())
-    (artifact,) = manifest["artifacts"]
+    artifact, executorch = manifest["artifacts"]
+    on_grid = executorch["details"]["simulation"]
+    assert on_grid["grid"]["name"] == "xnnpack" and on_grid["plan"] == {"node_linear": "float"}
+    assert on_grid["gap"] is not None and on_grid["gap"] <= 1.0  # points, the issue's goal
     assert artifact["details"]["equalized"]["pairs"] == 3 and "cross-layer equalization" in artifact["converter"]["tool"]
     assert not set(artifact["details"].get("precision_plan", {}).get("layers", {})) & {"2", "4"}
     assert manifest["validation"]["artifacts"]["tflite"]["verdict"] == "passed"
