@@ -206,13 +206,13 @@ def _run_artifact(artifact: Path, backend_name: str, inputs: dict[str, np.ndarra
     if backend_cls.available() is None:
         return None
     with temp_dir("edgekit-run-") as folder:
-        feed, answer = Path(folder) / "inputs.npz", Path(folder) / "outputs.npz"
+        feed, answer = Path(folder) / "inputs.npz", Path(folder) / "outputs"
         np.savez(feed, **inputs)
         try:
             worker.call(run_artifact, what=f"running the {built.artifact.key} artifact in {backend_name}",
                         backend=worker.reference(backend_cls), artifact=str(artifact), inputs_npz=str(feed),
                         names=names, key=built.artifact.key, fmt=built.artifact.format, batch=batch,
-                        options=backend_options, output_npz=str(answer))
+                        options=backend_options, output_dir=str(answer))
         except ConversionError as exc:
             if "crashed:" not in exc.message:
                 raise
@@ -221,8 +221,10 @@ def _run_artifact(artifact: Path, backend_name: str, inputs: dict[str, np.ndarra
                 f"{exc.message.split('crashed: ', 1)[-1].replace('the converter process', 'its process')}",
                 hint=f"package without --format {built.artifact.format}, or {OTHER_ROUTES} (and report the model: "
                      "the runtime library dies on the file its converter wrote)") from None
-        with np.load(answer) as stored:
-            return {name: stored[f"o{i}"] for i, name in enumerate(names)}
+        # mapped, not read: every artifact's outputs on every held-out sample stay on disk until a gate
+        # reads them (copy on write: a reader that writes gets its own page); the mapping outlives the
+        # folder's removal
+        return {name: np.load(answer / f"o{i}.npy", mmap_mode="c") for i, name in enumerate(names)}
 
 
 # what one validation batch may add to the runtime's memory: a 256x256 U-Net's intermediates are
@@ -277,10 +279,11 @@ def _allocated_bytes() -> int:
 
 
 def run_artifact(backend: str, artifact: str, inputs_npz: str, names: list[str], key: str, fmt: str, batch: int,
-                 options: dict[str, Any], output_npz: str) -> None:
+                 options: dict[str, Any], output_dir: str) -> None:
     """Child side of ``_run_artifact``: load the artifact in its runtime and run it in batches of
-    at most ``batch``, fewer where one sample's run adds much memory (``fitting``); the outputs
-    saved by position of ``names`` (``o0``, ``o1``...: names may not be npz keys)."""
+    at most ``batch``, fewer where one sample's run adds much memory (``fitting``); each batch's
+    outputs are written into ``output_dir`` as it comes (``o0.npy``, ``o1.npy``... by position of
+    ``names``: names may not be file names), so the child never holds all of them at once."""
     from ..conversion import worker
 
     backend_cls: Any = worker.resolve(backend)
@@ -294,19 +297,26 @@ def run_artifact(backend: str, artifact: str, inputs_npz: str, names: list[str],
             hint=f"package without --format {fmt} (or report the model: the converter produced a file its own "
                  "runtime refuses)",
         ) from None
+    Path(output_dir).mkdir(parents=True, exist_ok=True)
+    written: list[Any] = []
     try:
         order = align(names, [t.name for t in opened.outputs], "output", SimpleNamespace(format=fmt))  # type: ignore[arg-type]
         total = len(next(iter(inputs.values())))
-        parts, start, step = [], 0, 1  # one sample first: what it adds to memory sets the batch (``fitting``)
+        start, step = 0, 1  # one sample first: what it adds to memory sets the batch (``fitting``)
         while start < total:
             chunk = {k: v[start : start + step] for k, v in inputs.items()}
             before = memory_bytes()
             try:
-                parts.append(opened.run(chunk if len(chunk) > 1 else list(chunk.values())))
+                produced = opened.run(chunk if len(chunk) > 1 else list(chunk.values()))
                 if not start:
                     after = memory_bytes()
                     step = fitting(max(a - b for a, b in zip(after, before)), batch)
-                start += len(next(iter(chunk.values())))
+                    written = [_output_file(Path(output_dir) / f"o{i}.npy", produced[j], total)
+                               for i, j in enumerate(order)]
+                size = len(next(iter(chunk.values())))
+                for i, j in enumerate(order):
+                    _write_rows(written[i], produced[j], start, size, names[i], key)
+                start += size
             except EdgekitError:
                 raise
             except Exception as exc:  # the runtime fails on what the converter wrote: this format's failure
@@ -319,6 +329,24 @@ def run_artifact(backend: str, artifact: str, inputs_npz: str, names: list[str],
                 ) from None
     finally:
         opened.close()
-    outputs = {names[i]: np.concatenate([p[j] for p in parts]) for j, i in enumerate(order)}
-    np.savez(output_npz, **{f"o{i}": outputs[name] for i, name in enumerate(names)})
+        for array in written:
+            array.flush()
+
+
+def _output_file(path: Path, first: Any, total: int) -> Any:
+    """The file one output's rows go to: the first batch's row shape and type, ``total`` rows."""
+    first = np.asarray(first)
+    return np.lib.format.open_memmap(path, mode="w+", dtype=first.dtype, shape=(total, *first.shape[1:]))
+
+
+def _write_rows(target: Any, rows: Any, start: int, size: int, name: str, key: str) -> None:
+    """One batch's rows of one output, where they belong; rows of another shape are the runtime's
+    error (an output whose shape changes from one batch to the next cannot be compared row for row)."""
+    rows = np.asarray(rows)
+    if rows.shape != (size, *target.shape[1:]):
+        raise ConversionError(f"the {key} artifact's output {name!r} has shape {rows.shape} for {size} samples, "
+                              f"{(size, *target.shape[1:])} expected from its first sample",
+                              hint="export the model with a fixed output shape per sample (report the model if it "
+                                   "has one)")
+    target[start:start + size] = rows
 

@@ -38,12 +38,31 @@ def test_a_sample_that_takes_much_memory_runs_in_smaller_batches_with_the_same_o
     monkeypatch.setattr(validate, "fitting", lambda grew, most: chosen.append((grew, measured(grew, most))) or
                         chosen[-1][1])
     validate.run_artifact(worker.reference(get_backend("onnxruntime")), str(tmp_path / "wide.onnx"),
-                          str(tmp_path / "inputs.npz"), ["y"], "onnx", "onnx", 32, {}, str(tmp_path / "out.npz"))
+                          str(tmp_path / "inputs.npz"), ["y"], "onnx", "onnx", 32, {}, str(tmp_path / "out"))
     (grew, batch), = chosen
     assert grew > 4 * 2**20 and 1 <= batch < 4  # one sample's run added its 8 MB tensors; 32 would add 256+ MB
     expected = ort.InferenceSession(str(tmp_path / "wide.onnx")).run(["y"], {"x": x})[0]
-    with np.load(tmp_path / "out.npz") as stored:
-        assert np.allclose(stored["o0"], expected, atol=1e-5) and len(stored["o0"]) == 40
+    stored = np.load(tmp_path / "out" / "o0.npy")
+    assert np.allclose(stored, expected, atol=1e-5) and len(stored) == 40
+
+
+def test_the_parent_maps_each_artifacts_outputs_instead_of_holding_them(tmp_path):
+    """Every artifact's outputs on every held-out sample stay on disk, mapped, until a gate reads
+    them (a package of eight artifacts held eight copies of a segmentation map per sample); a
+    reader that writes gets its own copy, never the file's."""
+    from edgekit.formats.building import BuildResult
+    from edgekit.manifest import Artifact
+
+    _wide_model(tmp_path / "wide.onnx")
+    x = np.random.default_rng(1).normal(size=(12, 1, 64, 64)).astype(np.float32)
+    built = BuildResult(artifact=Artifact(format="onnx", path="wide.onnx", sha256="", bytes=0, precision="float32"))
+    outputs = validate._run_artifact(tmp_path / "wide.onnx", "onnxruntime", {"x": x}, ["y"], built)
+    y = outputs["y"]
+    assert isinstance(y, np.memmap) and y.shape == (12, 32)
+    expected = ort.InferenceSession(str(tmp_path / "wide.onnx")).run(["y"], {"x": x})[0]
+    assert np.allclose(y, expected, atol=1e-5)
+    y[0] = 0.0  # copy on write: a reader that writes gets its own page (the run's folder is gone by now)
+    assert y[0].sum() == 0.0 and np.allclose(y[1:], expected[1:], atol=1e-5)
 
 
 def test_the_batch_is_what_fits_the_budget_at_least_one_at_most_the_most():
