@@ -328,44 +328,57 @@ def test_data_movement_and_attention_operands_are_not_float_layers_or_weights(tm
     assert record["weight_bytes"] == {"integer": weights, "float": 0}, record
 
 
-BILINEAR_CHECK = '''
+PATTERN_CHECK = '''
 import torch
-from executorch.backends.xnnpack.partition.graphs import bilinear_2d
+from executorch.backends.xnnpack.partition.graphs import bilinear_2d, sdpa
 from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
 from executorch.exir import to_edge_transform_and_lower
-from edgekit.formats.executorch.convert import _bilinear_patterns_only_where_they_can_match
+from edgekit.formats.executorch.convert import _pattern_passes_only_where_they_can_match
 
 
-class Up(torch.nn.Module):
-    def __init__(self, bilinear):
+class Net(torch.nn.Module):
+    def __init__(self, how):
         super().__init__()
-        self.conv, self.bilinear = torch.nn.Conv2d(3, 4, 3, padding=1), bilinear
+        self.conv, self.how = torch.nn.Conv2d(4, 4, 3, padding=1), how
 
     def forward(self, x):
         y = self.conv(x)
-        return torch.nn.functional.interpolate(y, scale_factor=2, mode="bilinear") if self.bilinear else y
+        if self.how == "bilinear":
+            return torch.nn.functional.interpolate(y, scale_factor=2, mode="bilinear")
+        if self.how == "attention":
+            q = y.flatten(2).transpose(1, 2)
+            return torch.softmax(q @ q.transpose(1, 2), dim=-1) @ q
+        return y
 
 
-def lowered(bilinear):
-    program = torch.export.export(Up(bilinear).eval(), (torch.rand(1, 3, 8, 8),))
+def lowered(how):
+    program = torch.export.export(Net(how).eval(), (torch.rand(1, 4, 8, 8),))
     graph = to_edge_transform_and_lower(program, partitioner=[XnnpackPartitioner()]).exported_program().graph_module
     return [str(n.target) for n in graph.graph.nodes if n.op == "call_function"]
 
 
-_bilinear_patterns_only_where_they_can_match()
-plain = lowered(False)
-print("patterns built without upsampling:", bilinear_2d._get_bilinear_2d_graphs.cache_info().currsize)
-upsampled = lowered(True)
-print("patterns built with upsampling:", bilinear_2d._get_bilinear_2d_graphs.cache_info().currsize)
+def built():
+    return bilinear_2d._get_bilinear_2d_graphs.cache_info().currsize, sdpa.get_graphs.cache_info().currsize
+
+
+_pattern_passes_only_where_they_can_match()
+lowered("conv")
+print("patterns built for a convolution:", built())
+upsampled = lowered("bilinear")
+print("patterns built with upsampling:", built())
 print("left outside XNNPACK:", [t for t in upsampled if "delegate" not in t and "getitem" not in t])
+lowered("attention")
+print("patterns built with a matrix product of activations:", built())
 '''
 
 
-def test_xnnpacks_bilinear_pass_builds_its_patterns_only_for_a_graph_that_upsamples():
-    """The pass matching bilinear upsampling exports and lowers four pattern programs first (~2.7 s
-    of every lowering process); a graph without upsampling skips it, one with it is matched and
-    delegated as before (nothing left outside XNNPACK)."""
-    done = subprocess.run([sys.executable, "-c", BILINEAR_CHECK], capture_output=True, text=True, timeout=600)
+def test_xnnpacks_pattern_passes_build_their_patterns_only_for_a_graph_that_can_match_them():
+    """The passes matching bilinear upsampling and attention export and lower pattern programs
+    first (~2.7 s and ~1.8 s of every lowering process); a graph without the op every pattern holds
+    skips them, one with it is matched and delegated as before (nothing left outside XNNPACK)."""
+    done = subprocess.run([sys.executable, "-c", PATTERN_CHECK], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "patterns built without upsampling: 0" in done.stdout, done.stdout
-    assert "patterns built with upsampling: 1" in done.stdout and "left outside XNNPACK: []" in done.stdout, done.stdout
+    assert "patterns built for a convolution: (0, 0)" in done.stdout, done.stdout
+    assert "patterns built with upsampling: (1, 0)" in done.stdout and "left outside XNNPACK: []" in done.stdout, \
+        done.stdout
+    assert "patterns built with a matrix product of activations: (1, 1)" in done.stdout, done.stdout

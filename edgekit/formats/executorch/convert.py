@@ -420,7 +420,7 @@ def _lower_and_write(exported: Any, path: str, io: str, named: dict[str, str]) -
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from executorch.exir import to_edge_transform_and_lower
 
-    _bilinear_patterns_only_where_they_can_match()
+    _pattern_passes_only_where_they_can_match()
     edge = to_edge_transform_and_lower(exported, partitioner=[XnnpackPartitioner()], constant_methods={IO_METHOD: io})
     lowered = edge.exported_program()
     read = placement_of(lowered.graph_module, named), precision_of(lowered, named)
@@ -432,27 +432,39 @@ def _lower_and_write(exported: Any, path: str, io: str, named: dict[str, str]) -
     return read
 
 
-def _bilinear_patterns_only_where_they_can_match() -> None:
-    """XNNPACK's lowering runs a pass that matches bilinear upsampling against pattern programs it
-    builds first by exporting and lowering four small models: about 2.7 s of every lowering process,
-    most of a small model's. Each pattern is one ``upsample_bilinear2d`` node, so a graph without
-    such a node cannot match: there the pass is skipped (the graph is left as it is, which is what
-    the pass would return). Installed once per process."""
-    from executorch.backends.xnnpack._passes.convert_to_upsample_bilinear2d import ConvertToUpsampleBilinear2d
+# XNNPACK's pattern passes and an op every one of their patterns holds: a graph without that op
+# cannot match them (module, class, op name)
+PATTERN_PASSES = (
+    ("executorch.backends.xnnpack._passes.convert_to_upsample_bilinear2d", "ConvertToUpsampleBilinear2d",
+     "upsample_bilinear2d"),
+    ("executorch.backends.xnnpack._passes.convert_to_sdpa", "ConvertToSDPAPass", "aten.bmm"),
+)
+
+
+def _pattern_passes_only_where_they_can_match() -> None:
+    """XNNPACK's lowering runs passes that match bilinear upsampling and attention (SDPA) against
+    pattern programs they build first by exporting and lowering small models: about 2.7 s and
+    1.8 s of every lowering process, most of a small model's. Every bilinear pattern is one
+    ``upsample_bilinear2d`` node and every attention pattern holds a ``bmm``, so a graph without
+    such a node cannot match them: there the pass is skipped (the graph is left as it is, which is
+    what the pass would return). Installed once per process."""
+    import importlib
+
     from torch.fx.passes.infra.pass_base import PassResult
 
-    original = ConvertToUpsampleBilinear2d.call
-    if getattr(original, "edgekit_guarded", False):
-        return
+    for module_name, class_name, needed in PATTERN_PASSES:
+        cls = getattr(importlib.import_module(module_name), class_name)
+        original = cls.call
+        if getattr(original, "edgekit_guarded", False):
+            continue
 
-    def call(self: Any, graph_module: Any) -> Any:
-        if not any(node.op == "call_function" and "upsample_bilinear2d" in str(node.target)
-                   for node in graph_module.graph.nodes):
-            return PassResult(graph_module, False)
-        return original(self, graph_module)
+        def call(self: Any, graph_module: Any, original: Any = original, needed: str = needed) -> Any:
+            if not any(node.op == "call_function" and needed in str(node.target) for node in graph_module.graph.nodes):
+                return PassResult(graph_module, False)
+            return original(self, graph_module)
 
-    call.edgekit_guarded = True  # type: ignore[attr-defined]
-    ConvertToUpsampleBilinear2d.call = call
+        call.edgekit_guarded = True  # type: ignore[attr-defined]
+        cls.call = call
 
 
 def _layer(node: Any, named: dict[str, str], ops_by_name: bool = False) -> str | None:
