@@ -281,9 +281,9 @@ def _allocated_bytes() -> int:
 def run_artifact(backend: str, artifact: str, inputs_npz: str, names: list[str], key: str, fmt: str, batch: int,
                  options: dict[str, Any], output_dir: str) -> None:
     """Child side of ``_run_artifact``: load the artifact in its runtime and run it in batches of
-    at most ``batch``, fewer where one sample's run adds much memory (``fitting``); each batch's
-    outputs are written into ``output_dir`` as it comes (``o0.npy``, ``o1.npy``... by position of
-    ``names``: names may not be file names), so the child never holds all of them at once."""
+    at most ``batch``, fewer where one sample's run adds much memory (``fitting``); the outputs
+    saved into ``output_dir`` by position of ``names`` (``o0.npy``, ``o1.npy``...: names may not
+    be file names), which the packager maps instead of reading."""
     from ..conversion import worker
 
     backend_cls: Any = worker.resolve(backend)
@@ -297,26 +297,19 @@ def run_artifact(backend: str, artifact: str, inputs_npz: str, names: list[str],
             hint=f"package without --format {fmt} (or report the model: the converter produced a file its own "
                  "runtime refuses)",
         ) from None
-    Path(output_dir).mkdir(parents=True, exist_ok=True)
-    written: list[Any] = []
     try:
         order = align(names, [t.name for t in opened.outputs], "output", SimpleNamespace(format=fmt))  # type: ignore[arg-type]
         total = len(next(iter(inputs.values())))
-        start, step = 0, 1  # one sample first: what it adds to memory sets the batch (``fitting``)
+        parts, start, step = [], 0, 1  # one sample first: what it adds to memory sets the batch (``fitting``)
         while start < total:
             chunk = {k: v[start : start + step] for k, v in inputs.items()}
             before = memory_bytes()
             try:
-                produced = opened.run(chunk if len(chunk) > 1 else list(chunk.values()))
+                parts.append(opened.run(chunk if len(chunk) > 1 else list(chunk.values())))
                 if not start:
                     after = memory_bytes()
                     step = fitting(max(a - b for a, b in zip(after, before)), batch)
-                    written = [_output_file(Path(output_dir) / f"o{i}.npy", produced[j], total)
-                               for i, j in enumerate(order)]
-                size = len(next(iter(chunk.values())))
-                for i, j in enumerate(order):
-                    _write_rows(written[i], produced[j], start, size, names[i], key)
-                start += size
+                start += len(next(iter(chunk.values())))
             except EdgekitError:
                 raise
             except Exception as exc:  # the runtime fails on what the converter wrote: this format's failure
@@ -329,24 +322,8 @@ def run_artifact(backend: str, artifact: str, inputs_npz: str, names: list[str],
                 ) from None
     finally:
         opened.close()
-        for array in written:
-            array.flush()
-
-
-def _output_file(path: Path, first: Any, total: int) -> Any:
-    """The file one output's rows go to: the first batch's row shape and type, ``total`` rows."""
-    first = np.asarray(first)
-    return np.lib.format.open_memmap(path, mode="w+", dtype=first.dtype, shape=(total, *first.shape[1:]))
-
-
-def _write_rows(target: Any, rows: Any, start: int, size: int, name: str, key: str) -> None:
-    """One batch's rows of one output, where they belong; rows of another shape are the runtime's
-    error (an output whose shape changes from one batch to the next cannot be compared row for row)."""
-    rows = np.asarray(rows)
-    if rows.shape != (size, *target.shape[1:]):
-        raise ConversionError(f"the {key} artifact's output {name!r} has shape {rows.shape} for {size} samples, "
-                              f"{(size, *target.shape[1:])} expected from its first sample",
-                              hint="export the model with a fixed output shape per sample (report the model if it "
-                                   "has one)")
-    target[start:start + size] = rows
+    folder = Path(output_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    for j, i in enumerate(order):  # the runtime's output j is names[i]
+        np.save(folder / f"o{i}.npy", np.concatenate([p[j] for p in parts]))
 
