@@ -13,15 +13,15 @@ pytest.importorskip("coremltools")
 pytestmark = pytest.mark.slow  # a child importing coremltools with TensorFlow and PyTorch
 
 
-def test_coremltools_is_imported_without_its_sklearn_and_executorch_probes():
+def test_coremltools_is_imported_without_its_sklearn_executorch_and_torchao_probes():
     code = """
         import importlib.util, sys
         from edgekit.formats.coreml.tools import coremltools
         ct = coremltools()
         from coremltools import _deps
-        print(sorted(name for name in ("sklearn", "executorch") if name in sys.modules))
+        print(sorted(name for name in ("sklearn", "executorch", "torchao") if name in sys.modules))
         print(_deps._HAS_EXECUTORCH, _deps._HAS_SKLEARN, _deps._HAS_TORCH)
-        for name in ("sklearn", "executorch"):  # hidden from coremltools' probe only
+        for name in ("sklearn", "executorch", "torchao"):  # hidden from coremltools' probe only
             if importlib.util.find_spec(name) is not None:
                 __import__(name)
         print("importable afterwards", coremltools() is ct)

@@ -2,9 +2,11 @@
 
 coremltools probes its optional libraries when it is imported (``coremltools._deps``):
 scikit-learn for its sklearn converters, ExecuTorch for its EXIR frontend (which then imports
-``executorch.exir`` and parses its edge-dialect YAML). ``edgekit[executorch]`` installs both, and
-the probe cost every process that imports coremltools (each CoreML conversion and validation
-child) about 7 s. They are hidden from that probe only: they stay importable afterwards, and
+``executorch.exir`` and parses its edge-dialect YAML), torchao for the int4 weight-packed ops of
+torchao-quantized PyTorch models (edgekit converts float models to CoreML: a quantized source's
+learned ranges go to TFLite and ONNX only). ``edgekit[executorch]`` installs all three, and the
+probe cost every process that imports coremltools (each CoreML conversion and validation child)
+about 8.5 s. They are hidden from that probe only: they stay importable afterwards, and
 coremltools' TensorFlow and PyTorch frontends, which edgekit uses, are probed as before."""
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 import sys
 from types import ModuleType
 
-NEVER_USED = ("sklearn", "executorch")  # coremltools' sklearn converters and EXIR frontend
+NEVER_USED = ("sklearn", "executorch", "torchao")  # sklearn converters, EXIR frontend, int4 packed weights
 
 
 def coremltools() -> ModuleType:
