@@ -50,19 +50,20 @@ class Histogram:
 
     def __init__(self, only: set[str] | None = None) -> None:
         self.observers: dict[str, Any] = {}
+        import torch  # once, not per tensor and batch
+
+        self.torch = torch
         self.only = only
         self.others = MinMax()
 
     def update(self, name: str, finite: np.ndarray) -> None:
-        import torch
-
         if self.only is not None and name not in self.only:
             self.others.update(name, finite)
             return
         observer = self.observers.get(name)
         if observer is None:
             observer = self.observers[name] = _observer()
-        observer(torch.from_numpy(np.ascontiguousarray(finite, dtype=np.float32)))
+        observer(self.torch.from_numpy(np.ascontiguousarray(finite, dtype=np.float32)))
 
     def ranges(self) -> dict[str, list[float]]:
         found = self.others.ranges()

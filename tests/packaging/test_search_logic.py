@@ -162,6 +162,23 @@ def test_a_plan_kept_on_half_the_samples_that_fails_on_all_gives_way_to_the_plan
     assert shipped == on_all[-1]["plan"] == toy_registered.builds[-1]  # the build made last, as recorded
 
 
+def _wide_channels_chain(folder: Path, factor: float) -> Path:
+    """A three-layer chain whose second layer writes two channels ``factor`` times the rest (the
+    next layer reads them that much smaller: the float function keeps its scale), with its
+    calibration and held-out samples."""
+    rng = np.random.default_rng(1)
+    w1, b1 = rng.normal(0, 0.4, (16, 32)), rng.normal(0, 0.1, 32)
+    w2, b2 = rng.normal(0, 0.3, (32, 32)), rng.normal(0, 0.1, 32)
+    w2[:, :2] *= factor
+    w3 = rng.normal(0, 1.0, (32, 4))
+    w3[:2] /= factor
+    folder.mkdir()
+    toy.chain_onnx(folder / "chain.onnx", [(w1, b1), (w2, b2), (w3, np.zeros(4))])
+    np.save(folder / "calibration.npy", rng.normal(0, 1, (300, 16)).astype(np.float32))
+    np.save(folder / "eval.npy", rng.normal(0, 1, (400, 16)).astype(np.float32))
+    return folder
+
+
 def test_a_format_whose_grid_differs_builds_first_what_passes_in_its_own_grid(toy_registered, tmp_path, monkeypatch):
     """Plain INT8 of a chain passes in the simulation's common grid (asymmetric activations), but
     a format whose quantizer puts activations on a symmetric grid (Core ML's) loses a level bit
@@ -171,17 +188,8 @@ def test_a_format_whose_grid_differs_builds_first_what_passes_in_its_own_grid(to
     from edgekit.formats.building import QuantGrid
 
     monkeypatch.setattr(toy.ToyBuilder, "grid", QuantGrid("symmetric", symmetric_activations=True))
-    rng = np.random.default_rng(1)
-    w1, b1 = rng.normal(0, 0.4, (16, 32)), rng.normal(0, 0.1, 32)
-    w2, b2 = rng.normal(0, 0.3, (32, 32)), rng.normal(0, 0.1, 32)
-    w2[:, :2] *= 8  # two channels 8x the rest: asymmetric int8 holds the rest at 97.5%, symmetric at 96.5%
-    w3 = rng.normal(0, 1.0, (32, 4))
-    w3[:2] /= 8
-    folder = tmp_path / "model"
-    folder.mkdir()
-    toy.chain_onnx(folder / "chain.onnx", [(w1, b1), (w2, b2), (w3, np.zeros(4))])
-    np.save(folder / "calibration.npy", rng.normal(0, 1, (300, 16)).astype(np.float32))
-    np.save(folder / "eval.npy", rng.normal(0, 1, (400, 16)).astype(np.float32))
+    # two channels 8x the rest: asymmetric int8 holds the rest at 97.5%, symmetric at 96.5%
+    folder = _wide_channels_chain(tmp_path / "model", 8)
     _, manifest = packaged(folder, tmp_path / "out", simulate=True, equalize=False)
     artifact = manifest["artifacts"][0]
     simulation = artifact["details"]["simulation"]
@@ -200,17 +208,7 @@ def test_a_format_whose_grid_needs_no_plan_builds_every_layer_int8_first(toy_reg
     from edgekit.formats.building import QuantGrid
 
     monkeypatch.setattr(toy.ToyBuilder, "grid", QuantGrid("weights-only", quantized_ops=()))
-    rng = np.random.default_rng(1)
-    w1, b1 = rng.normal(0, 0.4, (16, 32)), rng.normal(0, 0.1, 32)
-    w2, b2 = rng.normal(0, 0.3, (32, 32)), rng.normal(0, 0.1, 32)
-    w2[:, :2] *= 30
-    w3 = rng.normal(0, 1.0, (32, 4))
-    w3[:2] /= 30
-    folder = tmp_path / "model"
-    folder.mkdir()
-    toy.chain_onnx(folder / "chain.onnx", [(w1, b1), (w2, b2), (w3, np.zeros(4))])
-    np.save(folder / "calibration.npy", rng.normal(0, 1, (300, 16)).astype(np.float32))
-    np.save(folder / "eval.npy", rng.normal(0, 1, (400, 16)).astype(np.float32))
+    folder = _wide_channels_chain(tmp_path / "model", 30)
     _, manifest = packaged(folder, tmp_path / "out", simulate=True, equalize=False, allow_accuracy_drop=True)
     said = capfd.readouterr().out
     assert "INT8 simulation: plain INT8 fails" in said and "plain INT8 passes in the weights-only grid" in said, said
