@@ -113,6 +113,9 @@ class PrecisionPlan:
 
         try:
             data = json.loads(Path(path).read_text())
+        except RecursionError:  # nested deeper than Python's parser goes: not a plan either
+            raise InputError(f"cannot read the precision plan {path}: its JSON is nested too deeply",
+                             hint="pass a JSON file like a package's recorded plan (docs/validation.md)") from None
         except (OSError, ValueError) as exc:
             raise InputError(f"cannot read the precision plan {path}: {exc}",
                              hint="pass a JSON file like a package's recorded plan (docs/validation.md)") from None
@@ -122,8 +125,9 @@ class PrecisionPlan:
     def from_flags(cls, floats: Iterable[str] = (), int16: Iterable[str] = (),
                    file: str | Path | None = None) -> PrecisionPlan:
         """The plan ``--keep-float``, ``--int16-activations`` and ``--precision-plan FILE`` say
-        together (the flags over the file's layers); a layer named by both flags is refused:
-        float and 16-bit activations cannot both hold."""
+        together. A layer named by both flags is refused (float and 16-bit activations cannot both
+        hold), and so is a flag that gives a layer of the file another precision: the build would
+        not be what the plan file says."""
         from ..errors import OptionError
 
         floats, int16 = list(floats), list(int16)
@@ -133,6 +137,12 @@ class PrecisionPlan:
                               "float or int16-activation INT8, not both",
                               hint="name each layer in one of the two options")
         base = cls.load(file) if file is not None else cls()
+        conflicts = sorted(f"{layer} ({FLAGS[precision]}; the file says {base.precision(layer)})"
+                           for precision, layers in ((FLOAT, floats), (INT16, int16)) for layer in layers
+                           if layer in base.layers and base.precision(layer) != precision)
+        if conflicts:
+            raise OptionError(f"--precision-plan {file} and the flags disagree on {', '.join(conflicts)}",
+                              hint="give each layer's precision once: edit the plan file, or drop the flag")
         return base.raised(int16, INT16).raised(floats, FLOAT)
 
     @classmethod

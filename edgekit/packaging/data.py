@@ -98,8 +98,8 @@ def prepare_data(plan: Plan, options: PackageOptions, described: SourceDescripti
     calibration = plan.calibration
     eval_source = plan.evaluation or calibration
     bindings = bind_inputs([i.name for i in inputs], calibration)
-    if plan.evaluation is not None:
-        bind_inputs([i.name for i in inputs], plan.evaluation)
+    # the held-out data name their arrays on their own (``x`` in one file, the input's name in the other)
+    eval_bindings = bind_inputs([i.name for i in inputs], plan.evaluation) if plan.evaluation is not None else bindings
     inputs = [_with_given_shape(i, options.input_shapes) for i in inputs]
     plans = [plan_input(i, calibration, bindings[i.name], described.rescales, options, len(inputs) == 1)
              for i in inputs]
@@ -111,7 +111,7 @@ def prepare_data(plan: Plan, options: PackageOptions, described: SourceDescripti
     calib_what = f"calibration data {calibration.description}{_taken(calibration, plan.calibration_indices)}"
     eval_what_here = f"{eval_what} {eval_source.description}{_taken(eval_source, plan.evaluation_indices)}"
     calib = {p.name: model_ready(p, _pick(calib_raw.x, bindings[p.name]), calib_what) for p in plans}
-    evals = {p.name: model_ready(p, _pick(eval_raw.x, bindings[p.name]), eval_what_here) for p in plans}
+    evals = {p.name: model_ready(p, _pick(eval_raw.x, eval_bindings[p.name]), eval_what_here) for p in plans}
     labelled = _labelled_output(outputs, plan.labels or calibration.labels or (plan.evaluation.labels
                                                                                   if plan.evaluation else None))
     labels = _labels(plan.labels, calibration, plan.evaluation, labelled) if labelled else None

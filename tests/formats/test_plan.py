@@ -37,3 +37,24 @@ def test_a_bad_plan_file_is_one_clear_error(tmp_path, text):
     with pytest.raises(InputError) as raised:
         PrecisionPlan.load(tmp_path / "plan.json")
     assert str(tmp_path / "plan.json") in raised.value.message or "precision plan" in raised.value.message
+
+
+def test_a_plan_file_nested_past_the_parser_is_one_clear_error(tmp_path):
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 200_000 + "]" * 200_000)
+    with pytest.raises(InputError, match="nested too deeply"):
+        PrecisionPlan.load(deep)
+
+
+def test_a_flag_that_gives_a_plan_file_layer_another_precision_is_refused(tmp_path):
+    from edgekit.errors import OptionError
+
+    PrecisionPlan({"conv1": INT16, "head": FLOAT}).save(tmp_path / "plan.json")
+    with pytest.raises(OptionError, match=r"conv1 \(--keep-float; the file says int16\)") as caught:
+        PrecisionPlan.from_flags(floats=["conv1"], file=tmp_path / "plan.json")
+    assert caught.value.exit_code == 2
+    with pytest.raises(OptionError, match=r"head \(--int16-activations; the file says float\)"):
+        PrecisionPlan.from_flags(int16=["head"], file=tmp_path / "plan.json")
+    # agreeing flags and layers the file does not name add to it
+    plan = PrecisionPlan.from_flags(floats=["head", "conv2"], file=tmp_path / "plan.json")
+    assert dict(plan.layers) == {"conv1": INT16, "head": FLOAT, "conv2": FLOAT}

@@ -28,3 +28,24 @@ def test_a_spectrogram_gets_no_pixel_scale_hint_and_float_pixels_do():
     assert not any("0.00392157" in w for w in data_guards(mel, mel, Preprocessing()))
     pixels = rng.integers(0, 256, (40, 8, 8, 1)).astype(np.float32)
     assert any("0.00392157" in w for w in data_guards(pixels, pixels, Preprocessing()))
+
+
+def test_held_out_data_naming_their_array_otherwise_than_the_calibration_data_are_read(tmp_path):
+    """An --eval .npz whose one array is neither ``x`` nor the input's name, beside calibration data
+    keyed ``x``, was read through the calibration data's binding: an internal AttributeError."""
+    from edgekit.packaging.data import prepare_data
+    from edgekit.packaging.options import PackageOptions
+    from edgekit.packaging.preflight import preflight
+    from edgekit.progress import Progress
+    from edgekit.sources.description import SourceDescription, TensorDescription
+
+    rng = np.random.default_rng(0)
+    np.savez(tmp_path / "calibration.npz", x=rng.normal(size=(64, 16)).astype(np.float32))
+    np.savez(tmp_path / "eval.npz", frames=rng.normal(size=(40, 16)).astype(np.float32))
+    (tmp_path / "m.onnx").write_bytes(b"")
+    options = PackageOptions(model=str(tmp_path / "m.onnx"), calibration=str(tmp_path / "calibration.npz"),
+                             eval=str(tmp_path / "eval.npz"), output_dir=str(tmp_path / "out"))
+    described = SourceDescription(inputs=(TensorDescription("features", (-1, 16), "float32"),),
+                                  outputs=(TensorDescription("score", (-1, 1), "float32"),))
+    data = prepare_data(preflight(options, Progress()), options, described, Progress())
+    assert data.evaluation["features"].shape == (40, 16) and data.calibration["features"].shape == (64, 16)
