@@ -15,6 +15,7 @@ from ..errors import EdgekitError
 
 EXIT_INTERNAL = 70
 EXIT_INTERRUPTED = 130
+EXIT_TERMINATED = 143  # 128 + SIGTERM, as shells report a process SIGTERM ended
 
 # every status a command line ends with, as --help, the command reference and the README list them
 EXIT_STATUS_HELP = (
@@ -22,7 +23,8 @@ EXIT_STATUS_HELP = (
     "failed: the package is partial); 2 a usage error; 3 --fail-on-fallback: a delegate or execution provider left "
     "ops to the CPU; 4 package written, its pass not decidable on so few held-out samples; 5 package written, its "
     "only INT8 artifacts built and never measured here; 70 an internal error (report it with --debug's traceback); "
-    "130 interrupted. When several apply, the first of 2, 1, 4, 5 wins (a failed format is reported before a "
+    "130 interrupted (Ctrl-C); 143 terminated (SIGTERM: timeout, systemd, docker stop), cleaned up as for "
+    "Ctrl-C. When several apply, the first of 2, 1, 4, 5 wins (a failed format is reported before a "
     "verdict).")
 
 
@@ -60,18 +62,43 @@ def split_debug(argv: Sequence[str] | None) -> tuple[list[str], bool]:
     return [a for a in args if a != "--debug"], debug
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread like Ctrl-C's KeyboardInterrupt, so that every ``with``
+    on the way out runs: staging folders and temp folders are removed, children are stopped."""
+
+
+def _terminate(signum: int, frame: Any) -> None:
+    raise Terminated()
+
+
+def _on_sigterm() -> Any:
+    """SIGTERM raises ``Terminated`` while a command runs (the main thread only: a signal handler
+    cannot be set elsewhere); the previous handler, to put back, or None where none was set."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.signal(signal.SIGTERM, _terminate)
+
+
 def guarded(body: Callable[[], Any], debug: bool, verbose: bool = False) -> int:
     """Run ``body``; map failures to messages and exit codes, and edgekit warnings to ``warning:`` lines."""
+    import signal
     import warnings
 
     configure_logging(debug, verbose)
     previous = warnings.showwarning
     warnings.showwarning = _show_warning
+    sigterm = _on_sigterm()
     try:
         result = body()
         return result if isinstance(result, int) else 0
     except EdgekitError as exc:
         return _report(exc, debug)
+    except Terminated:
+        print("terminated (SIGTERM): stopped and cleaned up", file=sys.stderr)
+        return EXIT_TERMINATED
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
@@ -92,6 +119,8 @@ def guarded(body: Callable[[], Any], debug: bool, verbose: bool = False) -> int:
         return _report(missing, debug) if missing is not None else _internal(exc, debug)
     finally:
         warnings.showwarning = previous
+        if sigterm is not None:
+            signal.signal(signal.SIGTERM, sigterm)
 
 
 def configure_logging(debug: bool, verbose: bool = False) -> None:
