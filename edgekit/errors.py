@@ -247,6 +247,10 @@ def storage_error(exc: OSError, action: str = "write") -> StorageError | None:
     if reason is None:
         return None
     where = exc.filename or "a file"
+    if exc.errno in (28, 30, 122) and exc.filename2:
+        # a copy (shutil.copyfile's sendfile, shutil.move across disks) names its source first and its
+        # destination second; only the destination is written, so only its disk can be full or read-only
+        where = exc.filename2
     if exc.errno in (28, 122):
         hint = f"free space on the disk holding {where}, or write somewhere else"
     else:

@@ -55,3 +55,18 @@ def test_a_failed_write_leaves_no_output_folder_it_created(tmp_path):
     with staging_dir(destination) as staged:  # published: the folders stay
         staged.rename(destination)
     assert destination.is_dir()
+
+
+def test_a_full_destination_disk_is_named_not_the_copys_source():
+    """shutil's copy of a finished file out of $TMPDIR into -o names the source first and the
+    destination second; a full -o disk was reported as a full $TMPDIR."""
+    import errno
+
+    from edgekit.errors import storage_error
+
+    found = storage_error(OSError(errno.ENOSPC, "No space left on device", "/tmp/edgekit-x/ort/model.ort", None,
+                                  "/data/out/.pkg.partial/onnx/model.ort"))
+    assert "/data/out/.pkg.partial/onnx/model.ort" in found.message and "/tmp/" not in found.message
+    assert "/data/out/" in found.hint
+    plain = storage_error(OSError(errno.ENOSPC, "No space left on device", "/data/out/manifest.json"))
+    assert "/data/out/manifest.json" in plain.message
