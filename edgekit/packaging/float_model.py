@@ -94,10 +94,12 @@ def source_against_float(options: PackageOptions, reference: dict[str, np.ndarra
                  f"{data.evaluation_count} samples: {numbers}" + (f"; {tasks}" if tasks else "")
                  + " (what the quantized model itself gives up; every artifact is judged against both)")
     far = far_from_reference(measured)
-    if far:
-        progress.warn(f"the quantized source is far from its float reference {Path(options.float_reference or '').name} "
-                      f"({far}): either that is not the model it was trained or quantized from, or the source's "
-                      "quantization is broken; every artifact is judged against both, so none can pass against it")
+    if far:  # every artifact is judged against it too: none could pass, and no package would say why
+        raise OptionError(f"the quantized source is far from its float reference {Path(options.float_reference or '').name} "
+                          f"({far}): either that is not the model it was trained or quantized from, or the source's "
+                          "quantization is broken",
+                          hint="give the float model the quantized one was trained or quantized from, or leave out "
+                               "--float-reference (the artifacts are then judged against the quantized source alone)")
     given = options.float_reference or ""
     return {"file": Path(given).name, "sha256": sha256_tree(model_file(given)),
             "source_against_it": measured_record(measured, None)}

@@ -57,15 +57,19 @@ def test_a_broken_but_valid_quantized_source_is_said_near_chance(linear, tmp_pat
     assert "the source itself was NOT judged" in result.stdout
 
 
-def test_an_unrelated_float_reference_is_said_far_from_the_source(linear, tmp_path):
+def test_an_unrelated_float_reference_is_refused_far_from_the_source(linear, tmp_path):
+    """It was said in a warning, then every artifact was judged against it and the package shipped."""
     folder, x, weights, bias, calibration, evaluation = linear
     model = write_qdq(tmp_path / "good.onnx", weights, bias, x)
     rng = np.random.default_rng(5)
     other = write_float(tmp_path / "other.onnx", rng.normal(size=weights.shape).astype(np.float32),
                         rng.normal(size=bias.shape).astype(np.float32))
     result = _package(model, calibration, evaluation, tmp_path / "out", "--float-reference", other)
+    assert result.returncode == 2, result.stderr[-3000:]
     said = [line for line in result.stderr.splitlines() if "far from its float reference" in line]
-    assert said and "other.onnx" in said[0], result.stderr[-3000:]
+    assert said and said[0].startswith("error:") and "other.onnx" in said[0], result.stderr[-3000:]
+    assert "fix:" in result.stderr and "Traceback" not in result.stderr
+    assert not list((tmp_path / "out").glob("*.edgekit"))
 
 
 def test_a_float_reference_of_another_output_width_is_a_usage_error(linear, tmp_path):
