@@ -51,6 +51,7 @@ from .loading import LoadedSource, float_reference, load_source
 from .fallback import wants_float_fallback
 from .gates import REFUSED_PREFIX, Remedies
 from .options import PackageOptions, PackageResult
+from .plan_layers import check_plan_layers
 from .preflight import TEMP_PREFIX, Plan, preflight
 from .validate import Judging, infer_kinds, silent_outputs
 
@@ -146,6 +147,7 @@ def build_package(options: PackageOptions, progress: Progress | None = None) -> 
         say_quantized_source(loaded.described, progress)
         if plan.few_calibration_samples and not loaded.described.precision.learned:
             progress.warn(plan.few_calibration_samples)
+        check_plan_layers(options.plan, loaded.described)
         data = prepare_data(plan, options, loaded.described, progress)
         given = resolve_kinds(options.output_kinds, loaded.described)
         reference = float_reference(loaded, data, work, progress, options.step_timeout_s)

@@ -56,7 +56,7 @@ def test_a_keras_layer_asked_float_or_int16_is_so_in_the_tflite(tmp_path):
 
 def test_an_unknown_layer_is_refused_by_name(tmp_path):
     result = edgekit_cli("package", DIGITS_MODEL, "-c", CALIBRATION, "-o", tmp_path, "--int16-activations", "nope")
-    assert result.returncode != 0 and "no TFLite ops belong to layer(s) nope" in result.stderr
+    assert result.returncode == 2 and "--int16-activations: the model has no layer 'nope'" in result.stderr
 
 
 def test_a_pytorch_module_asked_float_or_int16_is_so_in_the_tflite(tmp_path):

@@ -80,9 +80,12 @@ def test_explain_reports_worst_layers_and_keep_float_excludes_them(tmp_path, cap
 
 
 def test_keep_float_with_an_unknown_layer_names_it(tmp_path, capsys):
-    code, _, err = run_cli(capsys, "package", DIGITS_MODEL, "--target", "onnx", "--calibration", CALIBRATION,
-                           "-o", tmp_path / "out", "--keep-float", "no_such_layer")
-    assert code == 1 and "no ONNX nodes belong to layer(s) no_such_layer" in err
+    """Refused once the model is described, before the simulation and any format (it was refused by
+    the first converter that looked, after the simulation had said every format builds the plan)."""
+    code, out, err = run_cli(capsys, "package", DIGITS_MODEL, "--target", "onnx", "--calibration", CALIBRATION,
+                             "-o", tmp_path / "out", "--keep-float", "no_such_layer", "--keep-float", "block1_dww")
+    assert code == 2 and "--keep-float: the model has no layer 'no_such_layer', 'block1_dww'" in err, err
+    assert "did you mean block1_dw" in err and "INT8 simulation" not in out + err
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
 
 
