@@ -80,6 +80,9 @@ def build_formats(planned: list[Planned], context: BuildContext, described: Sour
     if simulated is not None and simulated.costs:  # every format's search weighs layers by their compute
         run = replace(run, layer_costs=dict(simulated.costs), layer_links=simulated.links)
     outcomes: list[FormatOutcome] = []
+    below = time_limit_below_floor(run.options.time_limit_s, len(planned))
+    if below:
+        progress.warn(below)
     began = time.monotonic() - run.setup_s  # about when the command started
     for done, format_plan in enumerate(planned):
         share = format_share(run.options.time_limit_s, time.monotonic() - began, len(planned) - done) \
@@ -105,6 +108,17 @@ def build_formats(planned: list[Planned], context: BuildContext, described: Sour
 
 # with several formats, what --time-limit keeps for each format still to go (a format never starts ended)
 MIN_SHARE_S = 60.0
+
+
+def time_limit_below_floor(limit_s: float, formats: int) -> str:
+    """What to say when ``--time-limit`` cannot be honoured: less than ``MIN_SHARE_S`` per format
+    (each is still given that much); "" otherwise."""
+    floor = MIN_SHARE_S * formats
+    if formats < 2 or not 0 < limit_s < floor:
+        return ""
+    return (f"--time-limit {limit_s:g} s is less than {MIN_SHARE_S:g} s for each of the {formats} formats: each "
+            f"format is still given {MIN_SHARE_S:g} s (a build needs that much), so the command may take up to "
+            f"{floor:g} s (give --time-limit {floor:g} or more, or fewer formats)")
 
 
 def format_share(limit_s: float, elapsed_s: float, formats_left: int) -> float | None:

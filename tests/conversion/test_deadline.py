@@ -46,3 +46,11 @@ def test_each_format_may_use_what_is_left_less_the_floor_of_each_after_it():
     assert format_share(600, 60, 1) == pytest.approx(540)  # the last format: all that is left
     assert format_share(600, 590, 2) == MIN_SHARE_S  # a format never starts already ended
     assert format_share(0, 60, 4) is None  # --time-limit 0: no limit
+
+
+def test_a_time_limit_below_the_floor_of_every_format_is_said():
+    from edgekit.packaging.each_format import time_limit_below_floor
+
+    said = time_limit_below_floor(30, 4)
+    assert "--time-limit 30 s is less than 60 s for each of the 4 formats" in said and "up to 240 s" in said
+    assert time_limit_below_floor(240, 4) == time_limit_below_floor(0, 4) == time_limit_below_floor(30, 1) == ""
