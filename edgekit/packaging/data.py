@@ -121,6 +121,7 @@ def prepare_data(plan: Plan, options: PackageOptions, described: SourceDescripti
             warnings += data_guards(_pick(calib_raw.x, bindings[p.name]), calib[p.name], p.spec)
         if p.role != "integer":
             unrepresentative += outside_calibration(p.name, calib[p.name], evals[p.name], eval_what, len(plans) > 1)
+            unrepresentative += wider_calibration(p.name, calib[p.name], evals[p.name], eval_what, len(plans) > 1)
     warnings += unrepresentative
     if labelled is not None:
         warnings += class_coverage(calib_raw.y, labelled)
@@ -152,6 +153,37 @@ def outside_calibration(name: str, calibration: np.ndarray, evaluation: np.ndarr
             f"{lo:.4g}..{hi:.4g} ({100 * outside:.2g}% of its values): INT8 ranges come from the calibration data, "
             "so those values saturate; calibrate on data like what the model will see (or check that both are "
             "preprocessed the same way)"]
+
+
+# calibration data spanning this many times the held-out data's range leave the held-out values a
+# few of the input grid's 256 steps: every INT8 range after the input is as coarse
+WIDE_CALIBRATION = 16.0
+
+
+def wider_calibration(name: str, calibration: np.ndarray, evaluation: np.ndarray, what: str,
+                      named: bool) -> list[str]:
+    """Said before anything is built: calibration data whose range dwarfs the held-out data's (an
+    outlier sample, another scaling): the INT8 grid spreads over the calibration range, so what the
+    model sees falls on a few steps and the gates fail for the data, not for the quantization."""
+    if not calibration.size or not evaluation.size or calibration.dtype.kind != "f":
+        return []
+    with np.errstate(over="ignore", invalid="ignore"):
+        lo, hi = float(np.nanmin(calibration)), float(np.nanmax(calibration))
+        low, high = float(np.nanmin(evaluation)), float(np.nanmax(evaluation))
+        span, seen = hi - lo, high - low
+    if not np.isfinite(span) or seen <= 0 or span <= WIDE_CALIBRATION * seen:
+        return [] if np.isfinite(span) else [f"the calibration data for {_where(name, named)} range {lo:.4g}..{hi:.4g}: "
+                                             "not finite; calibrate on data like what the model will see"]
+    steps = max(1, int(round(255 * seen / span)))
+    return [f"the calibration data for {_where(name, named)} range {lo:.4g}..{hi:.4g}, {span / seen:.3g}x the span of "
+            f"the {what}'s {low:.4g}..{high:.4g}: INT8 ranges come from the calibration data, so the values the model "
+            f"is judged on fall on {steps} of the input's 256 steps and the gates would measure that, not the "
+            "quantization; calibrate on data like what the model will see (remove outlier samples, or check that "
+            "both are preprocessed the same way)"]
+
+
+def _where(name: str, named: bool) -> str:
+    return f"input {name!r}" if named else "the input"
 
 
 def say_preprocessing(plans: list[InputPlan], progress: Progress) -> None:

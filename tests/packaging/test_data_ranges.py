@@ -49,3 +49,20 @@ def test_held_out_data_naming_their_array_otherwise_than_the_calibration_data_ar
                                   outputs=(TensorDescription("score", (-1, 1), "float32"),))
     data = prepare_data(preflight(options, Progress()), options, described, Progress())
     assert data.evaluation["features"].shape == (40, 16) and data.calibration["features"].shape == (64, 16)
+
+
+def test_calibration_data_far_wider_than_the_held_out_data_are_named():
+    """Calibration data 10^30 times the held-out range were not flagged, and the search was blamed."""
+    from edgekit.packaging.data import wider_calibration
+
+    rng = np.random.default_rng(0)
+    evaluation = rng.uniform(-1, 1, (50, 16)).astype(np.float32)
+    calibration = evaluation.copy()
+    calibration[3, 5] = 1e30
+    (said,) = wider_calibration("audio", calibration, evaluation, "evaluation data", named=True)
+    assert "input 'audio'" in said and "x the span of the evaluation data's" in said and "1 of the input's 256" in said
+    assert wider_calibration("audio", rng.uniform(-1.2, 1.2, (50, 16)).astype(np.float32), evaluation,
+                             "evaluation data", named=False) == []
+    calibration[3, 5] = np.inf
+    (infinite,) = wider_calibration("audio", calibration, evaluation, "evaluation data", named=False)
+    assert "not finite" in infinite
