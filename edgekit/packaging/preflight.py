@@ -101,6 +101,7 @@ def preflight(options: PackageOptions, progress: Progress) -> Plan:
         from ..device.signing import check_private_key
 
         check_private_key(options.sign_key)
+    _check_eval_is_not_the_calibration(options)
     calibration = open_data(options.calibration, "calibration", options.data_names.get(options.calibration))
     evaluation = open_data(options.eval, "evaluation", options.data_names.get(options.eval)) if options.eval else None
     _check_compatible(calibration, evaluation)
@@ -120,6 +121,26 @@ def preflight(options: PackageOptions, progress: Progress) -> Plan:
 
 def _default_name(model: Path) -> str:
     return slug(model.name if model.is_dir() else model.stem)
+
+
+def _check_eval_is_not_the_calibration(options: PackageOptions) -> None:
+    """``--eval`` naming the calibration data (the same file, folder or bytes): every gate would be
+    judged on the samples the ranges were set on, which hides what unseen data lose."""
+    if not options.eval:
+        return
+    calibration, evaluation = Path(options.calibration), Path(options.eval)
+    same = calibration.exists() and evaluation.exists() and calibration.resolve() == evaluation.resolve()
+    if not same and calibration.is_file() and evaluation.is_file() \
+            and calibration.stat().st_size == evaluation.stat().st_size:
+        from ..fsutil import sha256_file
+
+        same = sha256_file(calibration) == sha256_file(evaluation)
+    if same:
+        shown = options.data_names.get(options.eval) or options.eval
+        raise DataError(f"--eval {shown} holds the same data as the calibration data: the gates would judge INT8 on "
+                        "the samples its ranges were calibrated on",
+                        hint="give held-out data the model was not calibrated on, or leave out --eval (a share of "
+                             "the calibration data is then held out)")
 
 
 def _check_compatible(calibration: DataSource, evaluation: DataSource | None) -> None:

@@ -85,3 +85,12 @@ def test_zero_byte_and_object_calibration_arrays(decoy, tmp_path):
                       "is not a readable .npy array")
     (tmp_path / "bad.npz").write_bytes(b"PK\x03\x04 nothing")
     assert_user_error(package(decoy, "-c", tmp_path / "bad.npz", "-o", tmp_path / "o"), "not a readable .npz")
+
+
+def test_eval_data_that_are_the_calibration_data_are_refused(decoy, tmp_path):
+    """--eval identical to --calibration judged INT8 on the samples it was calibrated on, unsaid."""
+    copy = tmp_path / "copy.npz"
+    copy.write_bytes(CALIBRATION.read_bytes())
+    for given in (CALIBRATION, copy):
+        result = package(decoy, "-c", CALIBRATION, "--eval", given, "-o", tmp_path / "out")
+        assert_user_error(result, "holds the same data as the calibration data", "leave out --eval")
