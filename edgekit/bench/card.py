@@ -62,7 +62,7 @@ def card(report: Mapping[str, Any], manifest: Any, result: Mapping[str, Any],
     return {
         "schema": SCHEMA, "schema_version": SCHEMA_VERSION, "created": report.get("created"),
         "edgekit_version": report.get("edgekit_version"),
-        "warnings": _warnings(report, result),
+        "warnings": _warnings(report, result) + _verdict_warning(manifest, config["artifact"]),
         "model": {"name": report["model"]["name"], "package": report["model"].get("source")},
         "artifact": {"key": config["artifact"], "sha256": manifest.artifact(config["artifact"]).sha256,
                      "precision": config.get("precision"), "size_bytes": result["size_bytes"],
@@ -127,6 +127,20 @@ def _warnings(report: Mapping[str, Any], result: Mapping[str, Any]) -> list[str]
     return list(dict.fromkeys(found))
 
 
+def _verdict_warning(manifest: Any, key: str) -> list[str]:
+    """An artifact that did not pass its gates at packaging (kept by --allow-accuracy-drop, too few
+    samples to decide, never measured): said first, since its speed is then not a shipping result."""
+    from ..validation_record import Verdict
+
+    record = manifest.validation.artifact(key)
+    if not record.recorded or record.verdict is Verdict.PASSED:
+        return []
+    if record.verdict is Verdict.REFUSED:
+        return [f"FAILED: this artifact failed its gates at packaging ({'; '.join(record.failed_gates() or [])}): "
+                "its accuracy is not float's, and the runtime does not pick it by default"]
+    return [f"VERDICT: at packaging, {record.outcome()}: its accuracy was not shown to hold"]
+
+
 def _device(device: Mapping[str, Any]) -> dict[str, Any]:
     cpu = device.get("cpu") or {}
     return {"name": device.get("name"), "model": device.get("device_model"), "arch": device.get("arch"),
@@ -139,8 +153,14 @@ def _accuracy(manifest: Any, key: str, measured: Mapping[str, Any] | None) -> di
     record = manifest.validation.artifact(key)  # the package's record: its verdict as decided when it was built
     here = (measured or {}).get("accuracy")
     built = record.get("accuracy")
-    change = round((here - built) * 100, 2) if isinstance(here, (int, float)) and isinstance(built, (int, float)) else None
+    # a change is this device's loss only on the samples packaging judged: other data (another split,
+    # other labels, mislabelled files) differ by what the data hold, not by what the device computes
+    packaged_on = manifest.validation.data.sha256
+    same_data = bool(packaged_on) and (measured or {}).get("data_sha256") == packaged_on
+    change = round((here - built) * 100, 2) if same_data and isinstance(here, (int, float)) \
+        and isinstance(built, (int, float)) else None
     return {"on_device": here, "samples": (measured or {}).get("samples"), "data_sha256": (measured or {}).get("data_sha256"),
+            "same_data_as_packaging": same_data,
             "not_measured_because": (measured or {}).get("reason"),
             "at_packaging": built, "float_at_packaging": record.get("float_accuracy"),
             "verdict_at_packaging": record.verdict.value if record.recorded else None, "change_pp": change}
@@ -246,7 +266,9 @@ def _accuracy_rows(accuracy: Mapping[str, Any]) -> list[tuple[str, str]]:
         why = accuracy.get("not_measured_because") or "pass --eval with labelled data"
         return [("accuracy on this device", f"not measured ({why})"), *agreement]
     change = accuracy["change_pp"]
-    said = f", {change:+.2f} pp against packaging" if change is not None else ""
+    said = f", {change:+.2f} pp against packaging" if change is not None else (
+        "" if accuracy.get("same_data_as_packaging", True) else
+        ", on other samples than packaging judged: not comparable with its accuracy (give the same --eval data)")
     return [("accuracy on this device", f"{_percent(accuracy['on_device'])} on {accuracy['samples']} samples{said}"),
             ("accuracy at packaging", f"{_percent(accuracy['at_packaging'])} (float {_percent(accuracy['float_at_packaging'])}, "
                                       f"verdict {accuracy['verdict_at_packaging'] or 'none'})"), *agreement]

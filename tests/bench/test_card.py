@@ -83,6 +83,22 @@ def test_a_card_from_a_real_run_holds_every_field_and_follows_its_schema(digits_
     (unmeasured,) = cards_from_report(report, manifest)
     assert "| accuracy on this device | not measured (accuracy is measured for one-input, one-output classifiers) |" \
         in markdown(unmeasured)
+    report = json.loads((tmp_path / "run.json").read_text())  # mislabelled or other data: no "device loss"
+    for measured in report["results"]:
+        if measured.get("accuracy"):
+            measured["accuracy"] = {**measured["accuracy"], "accuracy": 0.25, "data_sha256": "0" * 64}
+    other = next(c for c in cards_from_report(report, manifest) if c["accuracy"]["on_device"] == 0.25)
+    assert other["accuracy"]["change_pp"] is None and other["accuracy"]["same_data_as_packaging"] is False
+    assert "on other samples than packaging judged: not comparable" in markdown(other)
+    assert accuracy["same_data_as_packaging"] is True
+    assert not any(w.startswith(("FAILED", "VERDICT")) for w in card["warnings"])
+    failed = json.loads((digits_all_package / "manifest.json").read_text())  # kept by --allow-accuracy-drop
+    failed["validation"]["artifacts"]["tflite"].update(passed=False, verdict="failed",
+                                                       gates=[{"what": "output_0 top-1 agreement 95.8% < 99%"}])
+    (refused,) = [c for c in cards_from_report(report, Manifest.from_json(json.dumps(failed).encode()))
+                  if c["artifact"]["key"] == "tflite"]
+    assert "FAILED: this artifact failed its gates at packaging (output_0 top-1 agreement 95.8% < 99%)" in \
+        markdown(refused)
     agreement = card["accuracy"]["agreement_with_float"]  # with labels too: how it follows float here
     assert agreement["float_artifact"] == speed["float_artifact"] and agreement["samples"] == 360
     (output,) = agreement["outputs"].values()
