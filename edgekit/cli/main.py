@@ -422,7 +422,15 @@ def _compare(args: argparse.Namespace) -> int:
 
     threshold = margin if margin is not None else (fail_on_regression if fail_on_regression is not None
                                                    else DEFAULT_MARGIN_PCT)
+    given = list(reports)
     cards, reports = _cards_among(reports)
+    if not cards and not reports:  # packages that hold no cards: nothing to compare, said
+        from ..errors import EdgekitError
+
+        raise EdgekitError(f"{', '.join(given)}: no latency cards and no benchmark reports to compare (a package "
+                           "holds cards only once `edgekit card` stored them)",
+                           hint="measure first: edgekit card PACKAGE (stores a card in it), or python -m edgekit.run "
+                                "PACKAGE --bench --report FILE, then compare those")
     _show_cards(cards, None if reports else html_path)
     if not reports:
         return 0

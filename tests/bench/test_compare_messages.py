@@ -81,3 +81,15 @@ def test_compare_two_250000_sample_reports(tmp_path, capsys):
     code, out, err = run_cli(capsys, "compare", tmp_path, "--markdown")
     assert code == 0, err
     assert "regression (10.0% slower)" in out
+
+
+def test_a_package_holding_no_cards_is_an_error_not_an_empty_success(digits_package, tmp_path, capsys):
+    """It printed nothing and exited 0."""
+    import shutil
+
+    package = tmp_path / "digits.edgekit"
+    shutil.copytree(digits_package, package)
+    for stored in package.rglob("*.card.json"):
+        stored.unlink()
+    code, out, err = run_cli(capsys, "compare", package)
+    assert code == 1 and "no latency cards and no benchmark reports to compare" in err and "edgekit card" in err
