@@ -93,6 +93,11 @@ def tune(source: str, runs: int = 60, min_seconds: float = 1.0, threads: list[in
         thread_counts(facts.cpu_count)
     found = candidates(manifest, chosen_profile, counts, artifacts, include_failed)
     if not found:
+        if candidates(manifest, chosen_profile, counts, artifacts, True):  # it runs here: its gates failed
+            raise EdgekitError(f"every artifact of package {manifest.name!r} this device runs failed its accuracy "
+                               "gates at packaging: there is nothing correct to tune between",
+                               hint="repackage it so that an artifact passes (the search is on by default; more "
+                                    "representative calibration data, --also-float for a float artifact)")
         raise EdgekitError(f"nothing in package {manifest.name!r} can run here and passed its accuracy gates",
                            hint="install the runtime for one of its formats (edgekit[tflite] or edgekit[onnx])")
     entry, backend_cls = choose(manifest, chosen_profile)  # what load picks untuned

@@ -374,6 +374,7 @@ def read_array_file(path: Path) -> np.ndarray:
             except (ValueError, TypeError) as exc:
                 raise InputError(f"input {path} is not a rectangular array of numbers ({exc})",
                                  hint="every sample must have the same shape and hold only numbers") from None
+        _check_npy_size(path)
         return np.load(path, allow_pickle=False)
     except InputError:
         raise
@@ -387,6 +388,25 @@ def read_array_file(path: Path) -> np.ndarray:
             raise disk from None
         raise InputError(f"input {path} is not a readable array file ({type(exc).__name__}: {exc})",
                          hint="save arrays with numpy.save (numbers only, no objects) or as JSON lists") from None
+
+
+def _check_npy_size(path: Path) -> None:
+    """A ``.npy`` whose header promises more bytes than the file holds (truncated, or a corrupt
+    header) is refused as such; loading it asks for the header's size in memory and fails as if the
+    machine were out of memory."""
+    import math
+
+    with open(path, "rb") as file:
+        fmt = np.lib.format
+        version = fmt.read_magic(file)
+        read_header = fmt.read_array_header_1_0 if version == (1, 0) else fmt.read_array_header_2_0
+        shape, _, dtype = read_header(file)
+        held = path.stat().st_size - file.tell()
+    needed = math.prod(shape) * dtype.itemsize
+    if dtype.hasobject or needed > held:
+        raise InputError(f"input {path} is not a readable array file: its header says shape {list(shape)} of "
+                         f"{dtype} ({needed} bytes), the file holds {held} (truncated or corrupt)",
+                         hint="save the array again with numpy.save (numbers only, no objects)")
 
 
 def _matches(shape: tuple[int, ...], expected: tuple[int | None, ...]) -> bool:

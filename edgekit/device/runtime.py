@@ -369,6 +369,10 @@ def choose(
         # a scheme's own name for the main build (onnx-s8s8); a format's name: its quantized artifact;
         # a clear error if the package lacks it
         asked = artifact
+        present = [a.key for a in manifest.artifacts]
+        if exact_key(artifact) not in present and artifact.split("-")[0] not in FORMATS:
+            raise PackageError(f"package {manifest.name!r} has no {artifact} artifact, and {artifact.split('-')[0]!r} "
+                               "is no format", hint="pass --artifact with one of its artifacts: " + ", ".join(present))
         found = manifest.artifact(exact_key(artifact))
         artifact = found.key
         if asked in FORMATS and found.is_float:  # its INT8 build is not in the package: said, never silent
@@ -385,6 +389,13 @@ def choose(
     present = ", ".join(a.key for a in manifest.artifacts)
     detail = "; ".join(missing) or f"no {narrowed + ' ' if narrowed else ''}artifact among: {present}"
     here = [f.name for f in FORMATS.values() if any(b.available() for b in f.backends)]
+    if backend is not None and not wanted:  # the backend asked for runs none of this package's artifacts
+        runs = sorted({b.name for _, b in candidates(manifest, profile) if b.available()})
+        usable = "" if get_backend(backend).available() else f"; {backend} is not available on this machine"
+        raise BackendUnavailableError(
+            f"backend {backend} runs none of the artifacts of package {manifest.name!r} ({present}){usable}",
+            hint=("leave out --backend, or pass one that runs them here: " + ", ".join(runs)) if runs
+            else "leave out --backend")
     raise BackendUnavailableError(
         f"no installed runtime can run package {manifest.name!r} ({detail})",
         hint=(

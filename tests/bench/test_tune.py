@@ -194,3 +194,17 @@ def test_edgekit_tune_writes_a_report_that_compare_marks(package, tmp_path, caps
     refused = edgekit_cli("tune", package, "--tune-artifacts", "onnx-float16",
                           env={"EDGEKIT_CACHE_DIR": str(tmp_path / "cache")})
     assert refused.returncode == 1 and "has no onnx-float16 artifact" in refused.stderr
+
+
+def test_tuning_a_package_whose_artifacts_all_failed_says_so(digits_all_package, tmp_path):
+    """It was told to install a runtime, which it had."""
+    package = tmp_path / "refused.edgekit"
+    shutil.copytree(digits_all_package, package)
+    manifest = json.loads((package / "manifest.json").read_text())
+    for record in manifest["validation"]["artifacts"].values():
+        if record.get("measured") is not False:
+            record.update(passed=False, verdict="failed", gates=[{"what": "output_0 top-1 agreement 90% < 99%"}])
+    (package / "manifest.json").write_text(json.dumps(manifest))
+    result = device_cli(package, "--tune")
+    assert result.returncode == 1 and "failed its accuracy gates at packaging" in result.stderr, result.stderr
+    assert "install the runtime" not in result.stderr and "Traceback" not in result.stderr

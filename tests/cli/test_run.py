@@ -320,3 +320,18 @@ def test_raw_pixel_arrays_and_image_folders_run_as_image_files_do(digits_package
             == [line.split(": ")[1] for line in by_pixels.stdout.strip().splitlines()])
     (tmp_path / "empty").mkdir()
     assert_user_error(device_cli(digits_package, "-i", tmp_path / "empty"), "holds no images")
+
+
+def test_fix_lines_point_at_the_real_cause(digits_package, tmp_path):
+    """--artifact nosuch was told to repackage with --format nosuch; --backend coreml on a package
+    without CoreML to package for a format this device runs; a corrupt .npy header to free memory."""
+    wrong_artifact = device_cli(digits_package, "--artifact", "nosuch", "--bench")
+    assert_user_error(wrong_artifact, "'nosuch' is no format", "pass --artifact with one of its artifacts: tflite")
+    wrong_backend = device_cli(digits_package, "--backend", "coreml", "--bench")
+    assert_user_error(wrong_backend, "backend coreml runs none of the artifacts", "leave out --backend")
+    corrupt = tmp_path / "corrupt.npy"
+    header = "{'descr': '<f4', 'fortran_order': False, 'shape': (100000000000, 8, 8, 1), }".ljust(117) + "\n"
+    corrupt.write_bytes(b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header.encode() + bytes(64))
+    truncated = device_cli(digits_package, "--input", corrupt)
+    assert_user_error(truncated, "its header says shape [100000000000, 8, 8, 1]", "numpy.save")
+    assert "out of memory" not in truncated.stderr
