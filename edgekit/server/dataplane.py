@@ -33,6 +33,8 @@ VERSION = "1"
 OFF_LOOP_BYTES = 64 << 10
 log = logging.getLogger("edgekit.server")
 T = TypeVar("T")
+# the most samples one request may carry, in batches of --max-batch-size (the batcher splits them)
+REQUEST_BATCHES = 64
 _REASONS = {400: "BAD_REQUEST", 413: "TOO_LARGE", 499: "CLIENT_DISCONNECTED", 503: "OVERLOADED"}
 
 
@@ -215,18 +217,17 @@ class DataPlane:
             raise ProtocolError(400, f"model {entry.name!r} takes inputs {expected}, got {list(inputs)}")
         for spec in specs:
             x = inputs[spec.name]
-            integer = spec.dtype not in ("float32", "float16", "float64")
-            if not integer and x.dtype not in (np.float32, np.float16, np.float64):
-                raise ProtocolError(400, f"input {spec.name!r} must be FP32, got {datatype_of(x.dtype)}")
-            if integer and x.dtype.kind not in "iu":
-                raise ProtocolError(400, f"input {spec.name!r} takes integers ({spec.dtype}), got {datatype_of(x.dtype)}")
+            _check_datatype(spec.name, spec.dtype, x)
             shape = tuple(None if d == -1 else d for d in spec.shape[1:])
             if x.ndim != len(shape) + 1 or any(e is not None and e != s for s, e in zip(x.shape[1:], shape)) \
                     or not len(x):
                 want = ["N", *("?" if d is None else d for d in shape)]
                 raise ProtocolError(400, f"input {spec.name!r} has shape {list(x.shape)}; expected {want}")
-            if len(x) > self.options.max_batch_size * 64:
-                raise ProtocolError(413, f"{len(x)} samples in one request is more than this server accepts")
+            most = self.options.max_batch_size * REQUEST_BATCHES
+            if len(x) > most:
+                raise ProtocolError(413, f"{len(x)} samples in one request: this server takes at most {most} "
+                                         f"({REQUEST_BATCHES} batches of --max-batch-size "
+                                         f"{self.options.max_batch_size}); split the request")
         given = {n: (a.astype(np.float32, copy=False) if a.dtype.kind == "f" else a) for n, a in inputs.items()}
         return self.checked(entry, given)
 
@@ -278,6 +279,23 @@ class DataPlane:
         """A failure before the dataplane took the request (e.g. a body over the limit)."""
         if name in self.served:
             self.metrics.failure.labels(model=name, version=VERSION, reason=_REASONS.get(status, "OTHER")).inc()
+
+
+def _check_datatype(name: str, dtype: str, x: np.ndarray) -> None:
+    """The request's datatype against the input's, as the model's metadata lists it: a float input
+    takes FP32 (or FP16, widened exactly), never FP64, whose values would be rounded and can overflow
+    FP32; an integer input takes integers whose values its type holds."""
+    if dtype in ("float32", "float16", "float64"):
+        if x.dtype not in (np.float32, np.float16):
+            raise ProtocolError(400, f"input {name!r} is FP32; got {datatype_of(x.dtype)}: send FP32 (the model's "
+                                     "metadata lists each input's datatype)")
+        return
+    if x.dtype.kind not in "iu":
+        raise ProtocolError(400, f"input {name!r} takes integers ({_datatype(dtype)}), got {datatype_of(x.dtype)}")
+    info = np.iinfo(np.dtype(dtype)) if np.dtype(dtype).kind in "iu" else None
+    if info is not None and x.size and (int(x.min()) < info.min or int(x.max()) > info.max):
+        raise ProtocolError(400, f"input {name!r} is {_datatype(dtype)}: values {int(x.min())}..{int(x.max())} "
+                                 f"do not fit it")
 
 
 def _datatype(dtype: str) -> str:

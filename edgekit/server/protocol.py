@@ -110,7 +110,9 @@ def _parse_request(body: bytes, header_length: str | None) -> InferRequest:
                 raise ProtocolError(400, f"input {name!r} has no 'data' (and no binary_data_size)")
             try:
                 array = _numbers(values, dtype)
-            except (TypeError, ValueError, OverflowError):
+            except OverflowError as exc:
+                raise ProtocolError(400, f"input {name!r}: {datatype} data hold {exc}") from None
+            except (TypeError, ValueError):
                 raise ProtocolError(400, f"input {name!r}: data is not a list of {datatype} numbers") from None
             if array.size != count:
                 raise ProtocolError(400, f"input {name!r}: {array.size} values for shape {shape}")
@@ -163,6 +165,11 @@ def _numbers(values: Any, dtype: np.dtype) -> np.ndarray:
         limits = np.iinfo(dtype)
         if read.min() < limits.min or read.max() > limits.max:
             raise OverflowError(f"values outside {dtype}'s range")
+    if dtype.kind == "f" and dtype != wide and read.size:  # FP32/FP16 from JSON's doubles: no silent inf
+        largest = float(np.finfo(dtype).max)
+        finite = read[np.isfinite(read)]
+        if finite.size and float(np.abs(finite).max()) > largest:
+            raise OverflowError(f"values outside {dtype}'s range (at most {largest:.4g} in magnitude)")
     return read.astype(dtype)
 
 

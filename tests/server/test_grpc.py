@@ -87,14 +87,15 @@ def test_concurrent_grpc_requests_are_batched_and_counted(both):
     ({"name": "nope"}, "StatusCode.NOT_FOUND", "unknown model 'nope'"),
     ({"shape": [1, 7, 8, 1]}, "StatusCode.INVALID_ARGUMENT", "expected ['N', 8, 8, 1]"),
     ({"input": "wrong"}, "StatusCode.INVALID_ARGUMENT", "takes one input named 'image'"),
-    ({"datatype": "INT32"}, "StatusCode.INVALID_ARGUMENT", "must be FP32"),
+    ({"datatype": "INT32"}, "StatusCode.INVALID_ARGUMENT", "is FP32; got INT32"),
+    ({"datatype": "FP64"}, "StatusCode.INVALID_ARGUMENT", "is FP32; got FP64"),  # was taken, rounded, silently
 ])
 def test_errors_carry_the_rest_message_and_a_matching_status(both, change, status, message):
     _, client, _ = both
     shape = change.get("shape", [1, 8, 8, 1])
     datatype = change.get("datatype", "FP32")
     tensor = grpcclient.InferInput(change.get("input", "image"), shape, datatype)
-    tensor.set_data_from_numpy(np.zeros(shape, np.float32 if datatype == "FP32" else np.int32))
+    tensor.set_data_from_numpy(np.zeros(shape, {"FP32": np.float32, "FP64": np.float64}.get(datatype, np.int32)))
     with pytest.raises(InferenceServerException) as raised:
         client.infer(change.get("name", "digits"), [tensor])
     assert raised.value.status() == status and message in raised.value.message()

@@ -39,7 +39,8 @@ def test_nested_data_of_every_datatype(datatype, values):
 
 
 @pytest.mark.parametrize("datatype, values, message", [
-    ("INT8", [1, 300], "not a list of INT8 numbers"),
+    ("INT8", [1, 300], "INT8 data hold values outside int8's range"),
+    ("FP32", [1e300, 2], "FP32 data hold values outside float32's range"),
     ("UINT8", [-1, 2], "not a list of UINT8 numbers"),
     ("INT32", [1.5, 2], "not a list of INT32 numbers"),
     ("FP32", [1, "two"], "not a list of FP32 numbers"),

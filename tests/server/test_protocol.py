@@ -115,7 +115,11 @@ def test_image_upload_applies_the_manifest_preprocessing(server):
     (json.dumps({"inputs": [{"name": "image", "shape": [1, 7, 8, 1], "datatype": "FP32", "data": [0] * 56}]}).encode(),
      400, "expected ['N', 8, 8, 1]"),
     (json.dumps({"inputs": [{"name": "image", "shape": [1, 8, 8, 1], "datatype": "INT32", "data": [0] * 64}]}).encode(),
-     400, "must be FP32"),
+     400, "is FP32; got INT32"),
+    (json.dumps({"inputs": [{"name": "image", "shape": [1, 8, 8, 1], "datatype": "FP64", "data": [0] * 64}]}).encode(),
+     400, "is FP32; got FP64"),
+    (json.dumps({"inputs": [{"name": "image", "shape": [1, 8, 8, 1], "datatype": "FP32", "data": [1e300] * 64}]}).encode(),
+     400, "outside float32's range"),
     (json.dumps({"inputs": [{"name": "image", "shape": [1, 8, 8, 1], "datatype": "FP32", "data": [0] * 10}]}).encode(),
      400, "10 values for shape"),
     (json.dumps({"inputs": [{"name": "image", "shape": [1, 8, 8, 1], "datatype": "STRING", "data": []}]}).encode(),
@@ -265,3 +269,13 @@ def test_every_served_model_has_its_counters_at_zero_before_its_first_request():
     text = metrics.exposition().decode()
     for name in ("nv_cache_num_hits_per_model", "nv_inference_request_success", "nv_inference_count"):
         assert f'{name}{{model="fresh",version="1"}} 0.0' in text, name
+
+
+def test_a_request_over_the_sample_limit_names_the_limit(server):
+    """It was refused as "more than this server accepts", the limit unnamed."""
+    url, _, _ = server
+    body = {"inputs": [{"name": "image", "shape": [8 * 64 + 1, 8, 8, 1], "datatype": "FP32",
+                        "data": [0] * ((8 * 64 + 1) * 64)}]}
+    response = httpx.post(f"{url}/v2/models/digits/infer", json=body)
+    assert response.status_code == 413, response.text
+    assert "takes at most 512 (64 batches of --max-batch-size 8)" in response.json()["error"]
