@@ -123,7 +123,7 @@ class PrecisionPlan:
 
     @classmethod
     def from_flags(cls, floats: Iterable[str] = (), int16: Iterable[str] = (),
-                   file: str | Path | None = None) -> PrecisionPlan:
+                   file: str | Path | None = None, base: PrecisionPlan | None = None) -> PrecisionPlan:
         """The plan ``--keep-float``, ``--int16-activations`` and ``--precision-plan FILE`` say
         together. A layer named by both flags is refused (float and 16-bit activations cannot both
         hold), and so is a flag that gives a layer of the file another precision: the build would
@@ -136,12 +136,14 @@ class PrecisionPlan:
             raise OptionError(f"{FLAGS[FLOAT]} and {FLAGS[INT16]} both name {', '.join(both)}: a layer is either "
                               "float or int16-activation INT8, not both",
                               hint="name each layer in one of the two options")
-        base = cls.load(file) if file is not None else cls()
-        conflicts = sorted(f"{layer} ({FLAGS[precision]}; the file says {base.precision(layer)})"
+        given_in = "the file" if file is not None else "plan="
+        base = cls.load(file) if file is not None else base or cls()
+        conflicts = sorted(f"{layer} ({FLAGS[precision]}; {given_in} says {base.precision(layer)})"
                            for precision, layers in ((FLOAT, floats), (INT16, int16)) for layer in layers
                            if layer in base.layers and base.precision(layer) != precision)
         if conflicts:
-            raise OptionError(f"--precision-plan {file} and the flags disagree on {', '.join(conflicts)}",
+            raise OptionError(f"{f'--precision-plan {file}' if file is not None else 'plan='} and the flags disagree "
+                              f"on {', '.join(conflicts)}",
                               hint="give each layer's precision once: edit the plan file, or drop the flag")
         return base.raised(int16, INT16).raised(floats, FLOAT)
 

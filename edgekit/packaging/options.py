@@ -308,6 +308,9 @@ class PackageOptions:
 
         own = {option.name for _, option in build_options()}
         format_options = {**given.pop("format_options", {}), **{k: given.pop(k) for k in list(given) if k in own}}
+        flags = {k: given.pop(k) for k in PLAN_KEYWORDS if k in given}
+        if flags:  # the plan's flags by their Python names, as one plan with plan= (a conflict refused)
+            given["plan"] = _plan_from_keywords(given.get("plan"), flags)
         known = {f.name for f in fields(cls)} - {"format_options"}
         unknown = sorted(set(given) - known)
         if unknown:
@@ -337,6 +340,28 @@ class PackageOptions:
         for name, value in self.format_options.items():
             _check_format_option(options[name], value)
         return {**values, **self.format_options}
+
+
+# --keep-float, --int16-activations and --precision-plan by their Python names: the same plan as plan=
+PLAN_KEYWORDS = ("keep_float", "int16_activations", "precision_plan")
+
+
+def _plan_from_keywords(plan: Any, flags: dict[str, Any]) -> PrecisionPlan:
+    """``keep_float=``, ``int16_activations=`` (a layer or a list of them) and ``precision_plan=``
+    (a plan file) with ``plan=``, as the command line combines its flags."""
+    from ..errors import InputError
+
+    def layers(name: str) -> list[str]:
+        value = flags.get(name) or []
+        value = [value] if isinstance(value, str) else value
+        if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+            raise InputError(f"{name}= must be a layer name or a list of them, got {flags.get(name)!r}")
+        return list(value)
+
+    if plan is not None and flags.get("precision_plan") is not None:
+        raise InputError("plan= and precision_plan= both give a plan", hint="pass one of them")
+    base = PrecisionPlan.given(plan if plan is not None else flags.get("precision_plan"), "plan=")
+    return PrecisionPlan.from_flags(layers("keep_float"), layers("int16_activations"), base=base)
 
 
 def _check_format_option(option: Any, value: Any) -> None:
@@ -377,6 +402,8 @@ def _check_forms(options: PackageOptions) -> None:
             object.__setattr__(options, name, list(value))
     if isinstance(options.output_kinds, str):
         object.__setattr__(options, "output_kinds", {"": options.output_kinds})
+    if isinstance(options.preprocessing, str):  # a preset by name, as --preprocessing takes it
+        object.__setattr__(options, "preprocessing", {"preset": options.preprocessing})
     for name in MAPPING_OPTIONS:
         if not isinstance(getattr(options, name), dict):
             raise InputError(f"{name}= must be a dict, got {getattr(options, name)!r}",

@@ -36,6 +36,28 @@ def test_format_options_given_as_keywords_are_checked_like_their_flags():
             options.options_for_formats()
 
 
+def test_the_python_api_takes_a_preprocessing_preset_and_the_plan_flags_by_their_python_names(tmp_path):
+    """preprocessing="0..1" was refused with a hint about fixed_inputs; keep_float= was answered "did
+    you mean also_float?"."""
+    from edgekit.errors import OptionError
+    from edgekit.formats.plan import FLOAT, INT16, PrecisionPlan
+
+    options = PackageOptions.from_keywords(model="m", calibration="c", output_dir="o", preprocessing="0..1")
+    assert options.preprocessing == {"preset": "0..1"}
+    PrecisionPlan({"head": FLOAT}).save(tmp_path / "plan.json")
+    options = PackageOptions.from_keywords(model="m", calibration="c", output_dir="o", keep_float="conv1",
+                                           int16_activations=["conv2"], precision_plan=str(tmp_path / "plan.json"))
+    assert dict(options.plan.layers) == {"head": FLOAT, "conv2": INT16, "conv1": FLOAT}
+    options = PackageOptions.from_keywords(model="m", calibration="c", output_dir="o", plan={"head": "float"},
+                                           keep_float=["conv1"])
+    assert dict(options.plan.layers) == {"head": FLOAT, "conv1": FLOAT}
+    with pytest.raises(OptionError, match=r"plan= and the flags disagree on head \(--int16-activations; plan= says"):
+        PackageOptions.from_keywords(model="m", calibration="c", output_dir="o", plan={"head": "float"},
+                                     int16_activations="head")
+    with pytest.raises(InputError, match="keep_float= must be a layer name or a list of them"):
+        PackageOptions.from_keywords(model="m", calibration="c", output_dir="o", keep_float=3)
+
+
 @pytest.mark.parametrize("flag, value", [("--min-sqnr", "nan"), ("--min-sqnr", "inf"), ("--max-accuracy-drop", "nan"),
                                          ("--samples", "0")])
 def test_the_command_line_refuses_the_same_numbers(capsys, tmp_path, flag, value):
