@@ -1,5 +1,8 @@
-"""Two lossless rewrites of an ONNX source before anything converts it (child side).
+"""Lossless rewrites of an ONNX source before anything converts it (child side).
 
+- Nodes without a name (names are optional in ONNX) get one, ``<op type>_<index in the graph>``:
+  a precision plan, the search, ``--explain`` and every route name layers by node, and a graph of
+  unnamed nodes had nothing to name.
 - ``If`` on a condition that constants decide (a sample rate fixed with ``--input sr=16000``):
   the branch taken is inlined and the other dropped. No converter here rebuilds control flow,
   and a fixed input leaves only one branch reachable.
@@ -23,13 +26,32 @@ def rewrite(source: str, destination: str) -> dict[str, Any] | None:
     import onnx
 
     model = onnx.load(source)
+    named = name_nodes(model)
     folded = fold_constant_ifs(model)
     moved = batch_first(model)
-    if not folded and not moved:
+    if not folded and not moved and not named:
         return None
     onnx.checker.check_model(model)
     onnx.save(model, destination)
-    return {"folded_ifs": folded, "batch_axes": moved}
+    return {"folded_ifs": folded, "batch_axes": moved, **({"named_nodes": named} if named else {})}
+
+
+def name_nodes(model: Any) -> int:
+    """Name every unnamed node of the main graph ``<op type>_<index>`` (its position, so the same
+    graph gets the same names), never a name another node has; how many were named."""
+    taken = {node.name for node in model.graph.node if node.name}
+    named = 0
+    for index, node in enumerate(model.graph.node):
+        if node.name:
+            continue
+        name, extra = f"{node.op_type}_{index}", 0
+        while name in taken:
+            extra += 1
+            name = f"{node.op_type}_{index}_{extra}"
+        node.name = name
+        taken.add(name)
+        named += 1
+    return named
 
 
 def fold_constant_ifs(model: Any) -> list[dict[str, Any]]:
