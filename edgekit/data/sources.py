@@ -7,6 +7,8 @@ folder costs what ``--samples`` asks for, not its full size.
 
 from __future__ import annotations
 
+from collections import Counter
+
 import hashlib
 import importlib
 import importlib.util
@@ -51,6 +53,8 @@ class DataSource:
     # data passed from Python (edgekit.package(calibration={...})): a dict's keys are input names,
     # so a key the model does not have is a mistake, not a file's arbitrary array name
     from_python: bool = False
+    # what was done to the arrays' layout when they were read (an array batched on another axis)
+    notes: tuple[str, ...] = ()
 
     @property
     def names(self) -> list[str]:
@@ -234,15 +238,41 @@ def _open_npz(path: Path, role: str, description: str | None = None) -> DataSour
 def open_named(named: dict[str, Any], y: Any, labels: list[str] | None, description: str, role: str) -> DataSource:
     """Data for a model with several inputs: one array per input name, the same number of samples."""
     arrays = {name: np.asarray(a) for name, a in named.items()}
-    counts = {name: int(a.shape[0]) if a.ndim else 0 for name, a in arrays.items()}
-    if len(set(counts.values())) > 1:
-        raise DataError(f"{role} data {description}: the arrays hold different numbers of samples {counts}",
-                        hint="give every input array the same number of samples (first axis)")
+    arrays, notes = _samples_first(arrays, description, role)
     # each array: numbers, a batch, not empty; y checked once, against the common sample count
     checked = [_open_arrays(a, y if i == 0 else None, labels, f"{description} ({name})", role)
                for i, (name, a) in enumerate(arrays.items())]
     return DataSource(description=description, kind="arrays", count=checked[0].count, labels=labels,
-                      _y=checked[0]._y, named=arrays)
+                      _y=checked[0]._y, named=arrays, notes=notes)
+
+
+def _samples_first(arrays: dict[str, np.ndarray], description: str,
+                   role: str) -> tuple[dict[str, np.ndarray], tuple[str, ...]]:
+    """Every array with its samples on axis 0. An array given in its model's own layout, samples on
+    another axis (a recurrent state ``[layers, N, hidden]``), is moved batch-first, as edgekit feeds
+    it, and that is said; one where no single axis holds the others' sample count is refused,
+    naming the axes."""
+    counts = {name: int(a.shape[0]) if a.ndim else 0 for name, a in arrays.items()}
+    if len(set(counts.values())) <= 1:
+        return arrays, ()
+    ranked = Counter(counts.values()).most_common()
+    common = ranked[0][0]
+    if len(ranked) > 1 and ranked[1][1] == ranked[0][1]:
+        common = max(counts.values())  # as many arrays one way as the other: the larger count is the samples
+    moved, notes = dict(arrays), []
+    for name, array in arrays.items():
+        if counts[name] == common:
+            continue
+        axes = [axis for axis in range(1, array.ndim) if array.shape[axis] == common]
+        if len(axes) != 1:
+            raise DataError(f"{role} data {description}: the arrays hold different numbers of samples {counts}, and "
+                            f"no single axis of {name!r} {tuple(array.shape)} holds {common} samples",
+                            hint="give every input array its samples on one axis, the first (batch-first) or the "
+                                 "model's own batch axis")
+        moved[name] = np.moveaxis(array, axes[0], 0)
+        notes.append(f"{role} data {description}: array {name!r} {tuple(array.shape)} holds its {common} samples on "
+                     f"axis {axes[0]} (the model's own layout): fed batch-first as {tuple(moved[name].shape)}")
+    return moved, tuple(notes)
 
 
 def _open_arrays(

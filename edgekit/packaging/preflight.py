@@ -104,6 +104,9 @@ def preflight(options: PackageOptions, progress: Progress) -> Plan:
     _check_eval_is_not_the_calibration(options)
     calibration = open_data(options.calibration, "calibration", options.data_names.get(options.calibration))
     evaluation = open_data(options.eval, "evaluation", options.data_names.get(options.eval)) if options.eval else None
+    for source_data in (calibration, evaluation):
+        for note in source_data.notes if source_data is not None else ():
+            progress.say(note)
     _check_compatible(calibration, evaluation)
     calib_idx, eval_idx, held_out = _split(calibration, evaluation, options, progress)
     few = (f"calibrating on {len(calib_idx)} samples; {MIN_RECOMMENDED_SAMPLES}+ representative samples are "

@@ -168,8 +168,8 @@ def batch_first(model: Any) -> dict[str, int]:
     initializers = {i.name for i in graph.initializer}
     inputs = [v for v in graph.input if v.name not in initializers]
     batch = batch_dim_name([_dims(v) for v in inputs])
-    if batch is None:
-        return {}
+    if batch is None and not any(_free_first_axis(v) for v in inputs):
+        return {}  # no input has a batch on axis 0 to follow: nothing says which axis is another's batch
     moved: dict[str, int] = {}
     front: list[Any] = []
     for value in inputs:  # the package feeds it batch-first: a Transpose back to the source's layout
@@ -214,7 +214,7 @@ def batch_dim_name(shapes: list[list[str]]) -> str | None:
     return max(sorted(counts), key=score)
 
 
-def _to_first(value: Any, batch: str) -> list[int] | None:
+def _to_first(value: Any, batch: str | None) -> list[int] | None:
     """The permutation moving ``value``'s batch axis to the front, or None when it is there."""
     axis = _batch_axis(value, batch)
     if not axis:
@@ -235,16 +235,23 @@ def _rename_uses(graph: Any, name: str, outputs_too: bool) -> str:
     return inner
 
 
+def _free_first_axis(value: Any) -> bool:
+    """Whether ``value``'s first axis is free (no fixed size): where unnamed dimensions leave the
+    batch, as batch-first exports have it."""
+    dims = list(value.type.tensor_type.shape.dim)
+    return bool(dims) and not dims[0].HasField("dim_value")
+
+
 def _dims(value: Any) -> list[str]:
     return [d.dim_param if d.HasField("dim_param") else "" for d in value.type.tensor_type.shape.dim]
 
 
-def _batch_axis(value: Any, batch: str) -> int | None:
+def _batch_axis(value: Any, batch: str | None) -> int | None:
     """The axis k > 0 holding the batch: the one named like the inputs' batch; else, where the
     exporter named it otherwise (``[2, n, 128]`` beside ``[batch, 512]``), the only free axis of a
     value whose first axis is fixed above 1 (a recurrent state [layers, N, hidden])."""
     names = _dims(value)
-    if batch in names:
+    if batch is not None and batch in names:
         return names.index(batch) if names[0] != batch and names.count(batch) == 1 else None
     dims = list(value.type.tensor_type.shape.dim)
     if len(dims) < 2 or not dims[0].HasField("dim_value") or dims[0].dim_value <= 1:

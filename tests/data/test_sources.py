@@ -107,3 +107,17 @@ def test_an_input_named_x_beside_other_inputs_is_never_dropped(tmp_path):
     single = tmp_path / "one.npz"
     np.savez(single, x=np.zeros((6, 16), np.float32), y=np.arange(6))
     assert open_data(str(single), "calibration").names == []  # the x/y convention: one unnamed input
+
+
+def test_arrays_batched_on_another_axis_are_moved_batch_first_or_refused_naming_the_axes():
+    import numpy as np
+
+    from edgekit.data.sources import open_named
+    from edgekit.errors import DataError
+
+    frames, state = np.zeros((120, 16), np.float32), np.zeros((2, 120, 8), np.float32)
+    source = open_named({"x": frames, "state": state}, None, None, "data.npz", "calibration")
+    assert source.count == 120 and source.named["state"].shape == (120, 2, 8)
+    assert "array 'state' (2, 120, 8) holds its 120 samples on axis 1" in source.notes[0]
+    with pytest.raises(DataError, match=r"no single axis of 'state' \(2, 7, 8\) holds 120 samples"):
+        open_named({"x": frames, "state": np.zeros((2, 7, 8), np.float32)}, None, None, "data.npz", "calibration")

@@ -70,3 +70,76 @@ def test_the_batch_is_the_dim_the_inputs_share_whatever_it_is_named():
     assert batch_dim_name([["AddstateN_dim_0", "batch", ""], ["batch", ""]]) == "batch"
     assert batch_dim_name([["batch", ""], ["AddstateN_dim_0", "batch", ""]]) == "batch"
     assert batch_dim_name([["N", ""]]) == "N" and batch_dim_name([["", ""]]) is None
+
+
+def state_on_axis_1_model(path) -> None:
+    """A streaming step as VAD exports write it: frame ``x`` [N, 16] and a recurrent state
+    ``state`` [2, N, 8] (layers first, batch on axis 1), every dimension unnamed; the next state
+    ``stateN`` [2, N, 8] and a probability [N, 1]."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+
+    def unnamed(name, shape):
+        value = helper.make_tensor_value_info(name, TensorProto.FLOAT, [1] * len(shape))
+        for dim, size in zip(value.type.tensor_type.shape.dim, shape):
+            dim.Clear()
+            if size is not None:
+                dim.dim_value = size
+        return value
+
+    nodes = [helper.make_node("MatMul", ["x", "W1"], ["xw"], name="proj"), helper.make_node("Tanh", ["xw"], ["hx"]),
+             helper.make_node("Unsqueeze", ["hx", "axis0"], ["hx0"]), helper.make_node("Mul", ["state", "decay"], ["kept"]),
+             helper.make_node("Add", ["kept", "hx0"], ["mixed"]), helper.make_node("Tanh", ["mixed"], ["stateN"]),
+             helper.make_node("ReduceMean", ["stateN"], ["pooled"], axes=[0], keepdims=0),
+             helper.make_node("MatMul", ["pooled", "W2"], ["logit"]), helper.make_node("Sigmoid", ["logit"], ["output"])]
+    graph = helper.make_graph(
+        nodes, "vad", [unnamed("x", [None, 16]), unnamed("state", [2, None, 8])],
+        [unnamed("output", [None, 1]), unnamed("stateN", [2, None, 8])],
+        [numpy_helper.from_array(rng.normal(0, 0.3, (16, 8)).astype(np.float32), "W1"),
+         numpy_helper.from_array(rng.normal(0, 3.0, (8, 1)).astype(np.float32), "W2"),
+         numpy_helper.from_array(np.array([0], np.int64), "axis0"),
+         numpy_helper.from_array(np.array([[[0.9]], [[0.5]]], np.float32), "decay")])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), str(path))
+
+
+def test_a_state_batched_on_axis_1_with_unnamed_dims_packages_on_every_format_and_streams_as_the_source(tmp_path):
+    """A VAD whose state is [2, N, 128] was refused at the door, told to freeze its state to zeros
+    (which gives up streaming); data given in the graph's own layout ([2, 200, 8]) were refused as
+    "different numbers of samples". The state is made batch-first at the graph's edge, data in
+    either layout are taken (what was done is said), every format builds, and the float artifact
+    streams exactly as the source model does."""
+    import edgekit
+
+    state_on_axis_1_model(tmp_path / "vad.onnx")
+    rng = np.random.default_rng(1)
+    x = rng.normal(0, 1, (300, 16)).astype(np.float32)
+    state = np.tanh(rng.normal(0, 1, (2, 300, 8))).astype(np.float32)
+    np.savez(tmp_path / "calibration.npz", x=x[:200], state=state[:, :200])  # the graph's own layout
+    np.savez(tmp_path / "eval.npz", x=x[200:], state=np.moveaxis(state[:, 200:], 1, 0))  # batch-first
+    result = edgekit_cli("package", tmp_path / "vad.onnx", "-c", tmp_path / "calibration.npz", "--eval",
+                         tmp_path / "eval.npz", "--format", "all", "-o", tmp_path / "out", "--allow-partial")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "array 'state' (2, 200, 8) holds its 200 samples on axis 1 (the model's own layout): fed batch-first " \
+           "as (200, 2, 8)" in result.stdout
+    package = tmp_path / "out" / "vad.edgekit"
+    manifest = json.loads((package / "manifest.json").read_text())
+    assert manifest["source"]["rewrites"]["batch_axes"] == {"state": 1, "stateN": 1}
+    # every format converts; one may still miss its accuracy gate (CoreML's symmetric grid, on a few
+    # probabilities near 0.5), never fail its route
+    assert all(f["error"].startswith("INT8 validation failed") for f in manifest.get("failed") or []), manifest["failed"]
+    assert {"tflite", "onnx", "executorch"} <= {a["format"] for a in manifest["artifacts"]}
+    assert "coreml" in {a["format"] for a in manifest["artifacts"]} | {f["format"] for f in manifest.get("failed") or []}
+    source = ort.InferenceSession(str(tmp_path / "vad.onnx"))
+    carried = np.zeros((2, 1, 8), np.float32)
+    expected = []
+    for step in range(5):
+        probability, carried = source.run(None, {"x": x[step:step + 1], "state": carried})
+        expected.append(probability)
+    with edgekit.load(package, artifact="onnx-float32") as model:
+        streamed = model.stream().run({"x": x[:5]})
+    np.testing.assert_allclose(streamed["output"], np.concatenate(expected), rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(streamed["stateN"][-1], np.moveaxis(carried, 1, 0)[0], rtol=1e-6, atol=1e-7)
+    for fmt in ("tflite", "onnx", "executorch"):  # each INT8 artifact streams in its own runtime
+        with edgekit.load(package, artifact=fmt) as model:
+            assert model.stream().run({"x": x[:5]})["output"].shape == (5, 1)
