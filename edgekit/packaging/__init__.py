@@ -145,6 +145,7 @@ def build_package(options: PackageOptions, progress: Progress | None = None) -> 
         hints = source_hints(options, plan)
         loaded = load_source(source, kind, options, work, progress, hints)
         say_quantized_source(loaded.described, progress)
+        say_rewrites(loaded.described, progress)
         if plan.few_calibration_samples and not loaded.described.precision.learned:
             progress.warn(plan.few_calibration_samples)
         check_plan_layers(options.plan, loaded.described)
@@ -189,6 +190,17 @@ def say_kinds(kinds: dict[str, Any], reference: dict[str, np.ndarray], progress:
         progress.say(f"output {kind.describe()}")
     for note in silent_outputs(reference).values():
         progress.warn(note)
+
+
+def say_rewrites(described: Any, progress: Progress) -> None:
+    """What the source's rewrites changed in what the package takes (``sources/onnx_rewrite.py``)."""
+    rewrites = described.recorded.get("rewrites") or {}
+    if rewrites.get("batch_axis_added"):
+        progress.say("the model has no batch axis (each calibration sample has its inputs' whole shape): one sample "
+                     "is one call, fed one at a time; the package's tensors have a batch axis of 1 in front "
+                     f"({', '.join(rewrites['batch_axis_added'])})")
+    for name, axis in (rewrites.get("batch_axes") or {}).items():
+        progress.say(f"{name!r} has its batch on axis {axis} in the model: the package takes and gives it batch-first")
 
 
 def source_hints(options: PackageOptions, plan: Plan) -> dict[str, Any]:

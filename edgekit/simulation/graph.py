@@ -57,6 +57,12 @@ BATCH = 8  # samples per forward pass while every intermediate tensor is an outp
 INTERMEDIATES_BYTES = 256 * 2**20
 
 
+def fixed_batch(session: Any) -> bool:
+    """Whether the graph takes one sample per pass: an input whose first axis is fixed to 1 (a
+    model exported with batch 1, or one with no batch axis, given one at its edge)."""
+    return any(i.shape and i.shape[0] == 1 for i in session.get_inputs())
+
+
 def fitting_batch(per_sample_bytes: int, most: int = BATCH) -> int:
     """Samples per pass whose intermediate tensors fit in ``INTERMEDIATES_BYTES`` (at least one, at
     most ``most``)."""
@@ -104,7 +110,7 @@ def activation_ranges(float_onnx: str, calibration_npy: str, output: str, batch:
     while start < total:
         feeds = {k: np.asarray(v[start:start + step]) for k, v in feeds_by_name.items()}
         values = session.run(names, feeds)
-        if not start:
+        if not start and not fixed_batch(session):
             step = fitting_batch(sum(np.asarray(v).nbytes for v in values), batch)
         start += len(next(iter(feeds.values())))
         for name, value in [*feeds.items(), *zip(names, values)]:
@@ -423,7 +429,7 @@ def layer_report(float_onnx: str, simulated_onnx: str, samples_npy: str, layer_n
     while start < total:
         feeds = {k: np.asarray(v[start:min(start + step, total)]) for k, v in feeds_by_name.items()}
         reference, got = (session.run(names, feeds) for session in sessions)
-        if not start:  # both graphs' tensors, and their float64 copies below
+        if not start and not fixed_batch(sessions[0]):  # both graphs' tensors, and their float64 copies below
             step = fitting_batch(6 * sum(np.asarray(v).nbytes for v in reference))
         start += len(next(iter(feeds.values())))
         for i, (want, have) in enumerate(zip(reference, got)):

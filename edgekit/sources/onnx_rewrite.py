@@ -6,6 +6,10 @@
 - ``If`` on a condition that constants decide (a sample rate fixed with ``--input sr=16000``):
   the branch taken is inlined and the other dropped. No converter here rebuilds control flow,
   and a fixed input leaves only one branch reachable.
+- A model with no batch axis at all (``[frames, features]``, one clip per call, as streaming
+  exports often are), recognised by its data (each sample has the graph input's whole shape):
+  a batch axis of 1 is added at every input and output (Squeeze / Unsqueeze at the edge), so a
+  sample is fed one at a time as every fixed-batch model's is.
 - Inputs and outputs whose batch dimension is not the first (a recurrent state
   ``[layers, batch, hidden]``): a Transpose at the graph's edge makes them batch-first, as
   every edgekit input and output is (samples are stacked on axis 0 everywhere: calibration,
@@ -21,19 +25,78 @@ from typing import Any
 MAX_FOLDS = 32  # nested Ifs: each fold can expose another
 
 
-def rewrite(source: str, destination: str) -> dict[str, Any] | None:
-    """Write the rewritten model to ``destination``; what changed, or None (nothing to do)."""
+def rewrite(source: str, destination: str, sample_shapes: dict[str, list[int]] | None = None) -> dict[str, Any] | None:
+    """Write the rewritten model to ``destination``; what changed, or None (nothing to do).
+    ``sample_shapes``: one calibration sample's shape per input (``""``: one unnamed array)."""
     import onnx
 
     model = onnx.load(source)
     named = name_nodes(model)
     folded = fold_constant_ifs(model)
-    moved = batch_first(model)
-    if not folded and not moved and not named:
+    added = add_batch_axis(model, sample_shapes or {})
+    moved = {} if added else batch_first(model)
+    if not folded and not moved and not named and not added:
         return None
     onnx.checker.check_model(model)
     onnx.save(model, destination)
-    return {"folded_ifs": folded, "batch_axes": moved, **({"named_nodes": named} if named else {})}
+    return {"folded_ifs": folded, "batch_axes": moved, **({"named_nodes": named} if named else {}),
+            **({"batch_axis_added": added} if added else {})}
+
+
+def add_batch_axis(model: Any, sample_shapes: dict[str, list[int]]) -> list[str]:
+    """A leading batch axis of 1 on every input and output of a model that has none, which its
+    data show: each input's calibration sample has the input's whole shape (``[1000, 162]`` for
+    ``[frames, 162]``), where a batched model's sample drops the batch axis. The names changed."""
+    import numpy as np
+    from onnx import helper, numpy_helper
+
+    graph = model.graph
+    initializers = {i.name for i in graph.initializer}
+    inputs = [v for v in graph.input if v.name not in initializers]
+    if not inputs or not sample_shapes:
+        return []
+    for value in inputs:
+        given = sample_shapes.get(value.name)
+        if given is None and len(inputs) == 1 and len(sample_shapes) == 1:
+            given = next(iter(sample_shapes.values()))
+        dims = list(value.type.tensor_type.shape.dim)
+        if given is None or not dims or len(given) != len(dims) or any(
+                d.HasField("dim_value") and d.dim_value != size for d, size in zip(dims, given)):
+            return []  # an input without data, or one whose sample drops an axis: batched as given
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 13)
+    axes = {} if opset < 13 else None
+    if axes is None:
+        graph.initializer.append(numpy_helper.from_array(np.array([0], np.int64), "edgekit_batch_axis"))
+
+    def edge(op: str, source: str, target: str, name: str) -> Any:
+        if opset < 13:
+            return helper.make_node(op, [source], [target], name=name, axes=[0])
+        return helper.make_node(op, [source, "edgekit_batch_axis"], [target], name=name)
+
+    front = []
+    for value in inputs:
+        inner = _rename_uses(graph, value.name, outputs_too=False)
+        front.append(edge("Squeeze", value.name, inner, f"{value.name}/to_source_shape"))
+        _prepend_one(value)
+    for value in graph.output:
+        inner = _rename_uses(graph, value.name, outputs_too=True)
+        graph.node.append(edge("Unsqueeze", inner, value.name, f"{value.name}/with_batch_axis"))
+        _prepend_one(value)
+    for offset, node in enumerate(front):
+        graph.node.insert(offset, node)
+    return [v.name for v in inputs] + [v.name for v in graph.output]
+
+
+def _prepend_one(value: Any) -> None:
+    """``value``'s shape with a leading axis of 1."""
+    shape = value.type.tensor_type.shape
+    dims = [type(d)() for d in shape.dim]
+    for copy, d in zip(dims, shape.dim):
+        copy.CopyFrom(d)
+    del shape.dim[:]
+    shape.dim.add().dim_value = 1
+    for d in dims:
+        shape.dim.add().CopyFrom(d)
 
 
 def name_nodes(model: Any) -> int:

@@ -143,3 +143,76 @@ def test_a_state_batched_on_axis_1_with_unnamed_dims_packages_on_every_format_an
     for fmt in ("tflite", "onnx", "executorch"):  # each INT8 artifact streams in its own runtime
         with edgekit.load(package, artifact=fmt) as model:
             assert model.stream().run({"x": x[:5]})["output"].shape == (5, 1)
+
+
+def no_batch_axis_model(path) -> None:
+    """An online tracker exported without a batch axis: one call takes a clip ``frames`` [frames,
+    12] and a state vector ``h`` [5], and gives per-frame activations ``beats`` [frames, 1] and
+    the next state ``hN`` [5]."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+
+    def value(name, shape):
+        made = helper.make_tensor_value_info(name, TensorProto.FLOAT, [1] * len(shape))
+        for dim, size in zip(made.type.tensor_type.shape.dim, shape):
+            dim.Clear()
+            if isinstance(size, int):
+                dim.dim_value = size
+            else:
+                dim.dim_param = size
+        return made
+
+    nodes = [helper.make_node("ReduceMean", ["frames"], ["m"], axes=[0], keepdims=0, name="pool"),
+             helper.make_node("MatMul", ["m", "Wh"], ["mh"], name="to_state"),
+             helper.make_node("Mul", ["h", "half"], ["hh"], name="decay"), helper.make_node("Add", ["hh", "mh"], ["ha"]),
+             helper.make_node("Tanh", ["ha"], ["hN"], name="next_state"),
+             helper.make_node("MatMul", ["frames", "W"], ["fw"], name="per_frame"),
+             helper.make_node("MatMul", ["hN", "Wy"], ["bias"], name="from_state"),
+             helper.make_node("Add", ["fw", "bias"], ["logits"]), helper.make_node("Sigmoid", ["logits"], ["beats"])]
+    graph = helper.make_graph(
+        nodes, "tracker", [value("frames", ["frames", 12]), value("h", [5])],
+        [value("beats", ["frames", 1]), value("hN", [5])],
+        [numpy_helper.from_array(rng.normal(0, 0.4, (12, 1)).astype(np.float32), "W"),
+         numpy_helper.from_array(rng.normal(0, 0.4, (12, 5)).astype(np.float32), "Wh"),
+         numpy_helper.from_array(rng.normal(0, 1.0, (5, 1)).astype(np.float32), "Wy"),
+         numpy_helper.from_array(np.float32(0.5), "half")])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), str(path))
+
+
+def test_a_model_without_a_batch_axis_packages_on_every_format_and_runs_one_sample_per_call(tmp_path):
+    """An online tracker exported without a batch axis (a clip [frames, F] and state vectors) was
+    refused at the door: "has shape (128, 1000, 162); the model expects (N, ?)". Its data show it:
+    each sample has the inputs' whole shape. A batch axis of 1 is added at the graph's edge (said),
+    every format builds, samples run one per call, and a stream carries the state as the source does."""
+    import edgekit
+
+    no_batch_axis_model(tmp_path / "tracker.onnx")
+    rng = np.random.default_rng(1)
+    frames = rng.normal(0, 1, (300, 40, 12)).astype(np.float32)
+    state = np.tanh(rng.normal(0, 1, (300, 5))).astype(np.float32)
+    np.savez(tmp_path / "calibration.npz", frames=frames[:200], h=state[:200])
+    np.savez(tmp_path / "eval.npz", frames=frames[200:], h=state[200:])
+    result = edgekit_cli("package", tmp_path / "tracker.onnx", "-c", tmp_path / "calibration.npz", "--eval",
+                         tmp_path / "eval.npz", "--format", "all", "-o", tmp_path / "out", "--allow-partial")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "the model has no batch axis" in result.stdout
+    package = tmp_path / "out" / "tracker.edgekit"
+    manifest = json.loads((package / "manifest.json").read_text())
+    assert manifest["source"]["rewrites"]["batch_axis_added"] == ["frames", "h", "beats", "hN"]
+    assert all(f["error"].startswith("INT8 validation failed") for f in manifest.get("failed") or []), manifest["failed"]
+    assert {"tflite", "onnx", "executorch"} <= {a["format"] for a in manifest["artifacts"]}
+    source = ort.InferenceSession(str(tmp_path / "tracker.onnx"))
+    carried, expected = np.zeros(5, np.float32), []
+    for clip in frames[:3]:
+        beats, carried = source.run(None, {"frames": clip, "h": carried})
+        expected.append(beats)
+    with edgekit.load(package, artifact="onnx-float32") as model:
+        batch = model.predict_all({"frames": frames[:3], "h": state[:3]})  # three samples, one call each
+        assert batch["beats"].shape == (3, 40, 1)
+        streamed = model.stream(pairs={"h": "hN"}).run({"frames": frames[:3]})
+    np.testing.assert_allclose(streamed["beats"], np.stack(expected), rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(streamed["hN"][-1], carried, rtol=1e-6, atol=1e-7)
+    for fmt in ("tflite", "onnx", "executorch"):  # each INT8 artifact in its own runtime
+        with edgekit.load(package, artifact=fmt) as model:
+            assert model.predict_all({"frames": frames[:2], "h": state[:2]})["beats"].shape == (2, 40, 1)
