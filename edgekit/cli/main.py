@@ -234,7 +234,9 @@ def _number(low: float, high: float | None, whole: bool) -> Callable[[str], floa
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected {'a whole number' if whole else 'a number'}, got {text!r}") \
                 from None
-        if not math.isfinite(value) or value < low:
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
+        if value < low:
             raise argparse.ArgumentTypeError(f"must be at least {low:g}, got {text}")
         if high is not None and value > high:
             raise argparse.ArgumentTypeError(f"must be at most {high:g}, got {text}")

@@ -170,9 +170,13 @@ def _non_negative(text: str) -> int:
 
 
 def _non_negative_float(text: str) -> float:
+    import math
+
     value = float(text)
-    if value < 0 or value != value:
-        raise argparse.ArgumentTypeError("must not be negative")
+    if not math.isfinite(value):  # nan compares false with everything: it would switch the option off
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must not be negative, got {text}")
     return value
 
 
@@ -262,9 +266,8 @@ def predict_rows(model: Any, named: list[tuple[str | None, Path]], raw: bool) ->
             if name is not None or path.suffix != ".npz":
                 raise InputError(f"this model has inputs {model.input_names}: pass -i NAME=FILE for each, "
                                  "or .npz files with one array per input name", hint="e.g. -i tokens=ids.npy -i mask=m.npy")
-            with np.load(path, allow_pickle=False) as arrays:  # "y" and "labels" beside the inputs: --eval's layout
-                sets.append((str(path), {k: arrays[k] for k in arrays.files
-                                         if k not in ("y", "labels") or k in model.input_names}))
+            arrays = read_npz(path)  # "y" and "labels" beside the inputs: --eval's layout
+            sets.append((str(path), {k: v for k, v in arrays.items() if k not in ("y", "labels") or k in model.input_names}))
     names: list[str] = []
     rows: list[dict] = []
     for label, value in sets:
@@ -278,17 +281,16 @@ def predict_rows(model: Any, named: list[tuple[str | None, Path]], raw: bool) ->
 def stream_rows(model: Any, named: list[tuple[str | None, Path]], specs: list[str]) -> tuple[list[str], list[dict]]:
     """``--stream``: the frames of the input files (``-i FILE.npz`` by input name, or ``-i NAME=FILE``)
     in order, state carried from each call to the next; one row per frame."""
-    import numpy as np
-
     from ..device.streaming import find_pairs, parse_pairs
 
     frames: dict[str, Any] = {}
     for name, path in named:
         if name is None and path.suffix == ".npz":
-            with np.load(path, allow_pickle=False) as arrays:
-                frames.update({k: arrays[k] for k in arrays.files})
+            frames.update(read_npz(path))
         else:
-            frames[name or model.input_names[0]] = np.load(path, allow_pickle=False)
+            from ..data.preprocessing import read_array_file
+
+            frames[name or model.input_names[0]] = read_array_file(path)
     pairs = (parse_pairs(specs, model.input_names, model.output_names) if specs
              else find_pairs(model.input_names, model.output_names))
     given = {k: v for k, v in frames.items() if k in pairs}  # a state in the file: its starting value
@@ -303,19 +305,34 @@ def _one_input_npz(path: Path, name: str) -> Any:
     """The array of a one-input model's ``.npz``: the one named after the input, ``x`` (the layout
     ``--eval`` and ``--calibration`` take, ``y`` holding labels and ``labels`` the class names), or
     its only array."""
-    import numpy as np
-
     from ..errors import InputError
 
-    with np.load(path, allow_pickle=False) as arrays:
-        if name in arrays.files:
-            return arrays[name]
-        if "x" in arrays.files and set(arrays.files) <= {"x", "y", "labels"}:
-            return arrays["x"]
-        if len(arrays.files) == 1:
-            return arrays[arrays.files[0]]
-        raise InputError(f"{path} holds arrays {arrays.files}, none named after the model's input {name!r}",
-                         hint=f"name the array {name!r}, or pass it as a .npy file")
+    arrays = read_npz(path)
+    if name in arrays:
+        return arrays[name]
+    if "x" in arrays and set(arrays) <= {"x", "y", "labels"}:
+        return arrays["x"]
+    if len(arrays) == 1:
+        return next(iter(arrays.values()))
+    raise InputError(f"{path} holds arrays {list(arrays)}, none named after the model's input {name!r}",
+                     hint=f"name the array {name!r}, or pass it as a .npy file")
+
+
+def read_npz(path: Path) -> dict[str, Any]:
+    """Every array of an input ``.npz``, with one clear error for every way it can be bad."""
+    import zipfile
+
+    import numpy as np
+
+    from ..data.sources import array_file_problem
+    from ..errors import InputError
+
+    try:
+        with np.load(path, allow_pickle=False) as arrays:
+            return {k: arrays[k] for k in arrays.files}
+    except (ValueError, OSError, EOFError, KeyError, zipfile.BadZipFile) as exc:
+        raise InputError(f"input {path} is not a readable .npz archive ({array_file_problem(exc)})",
+                         hint="save numbers (no objects) with numpy.savez(path, NAME=array)") from None
 
 
 def write_outputs(path: Path, names: list[str], rows: list[dict], output_names: list[str]) -> None:

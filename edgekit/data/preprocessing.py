@@ -386,7 +386,9 @@ def read_array_file(path: Path) -> np.ndarray:
         disk = storage_error(exc, "read") if isinstance(exc, OSError) else None
         if disk is not None:
             raise disk from None
-        raise InputError(f"input {path} is not a readable array file ({type(exc).__name__}: {exc})",
+        from .sources import array_file_problem
+
+        raise InputError(f"input {path} is not a readable array file ({array_file_problem(exc)})",
                          hint="save arrays with numpy.save (numbers only, no objects) or as JSON lists") from None
 
 

@@ -203,13 +203,21 @@ def _open_image_folder(root: Path, role: str) -> DataSource:
     return DataSource(description=str(root), kind="images", count=len(files), labels=labels, _files=files)
 
 
+def array_file_problem(exc: BaseException) -> str:
+    """What is wrong with an array file, in edgekit's words: numpy's own message for an object array
+    advises ``allow_pickle=True``, which would run code from the file; edgekit never does that."""
+    if "allow_pickle" in str(exc) or "Python objects" in str(exc):
+        return "it holds Python objects (an object array), which edgekit does not unpickle: a file can run code so"
+    return f"{type(exc).__name__}: {exc}"
+
+
 def _load_npy(path: Path, role: str) -> np.ndarray:
     if path.stat().st_size == 0:
         raise DataError(f"{role} file {path} is empty (0 bytes)", hint="save the samples with numpy.save(path, x)")
     try:
         return np.load(path, mmap_mode="r", allow_pickle=False)
     except (ValueError, OSError, EOFError) as exc:  # EOFError would otherwise reach click as "aborted"
-        raise DataError(f"{role} file {path} is not a readable .npy array ({type(exc).__name__}: {exc})",
+        raise DataError(f"{role} file {path} is not a readable .npy array ({array_file_problem(exc)})",
                         hint="save numbers (no objects) with numpy.save(path, x)") from None
 
 
@@ -218,7 +226,7 @@ def _open_npz(path: Path, role: str, description: str | None = None) -> DataSour
         with np.load(path, allow_pickle=False) as archive:
             arrays = {k: archive[k] for k in archive.files}
     except (ValueError, OSError, EOFError, KeyError, zipfile.BadZipFile) as exc:
-        raise DataError(f"{role} file {path} is not a readable .npz archive ({type(exc).__name__}: {exc})",
+        raise DataError(f"{role} file {path} is not a readable .npz archive ({array_file_problem(exc)})",
                         hint="save numbers (no objects) with numpy.savez(path, x=x, y=y)") from None
     labels = None
     if "labels" in arrays:

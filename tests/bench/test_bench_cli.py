@@ -86,6 +86,8 @@ def test_archive_bench_reports_cache_miss_then_hit(digits_package, tmp_path):
     (["--runs", "0"], "--runs: must be at least 1"),
     (["--warmup", "-1"], "--warmup: must not be negative"),
     (["--min-seconds", "-2"], "--min-seconds: must not be negative"),
+    (["--min-seconds", "nan"], "--min-seconds: must be a finite number, got nan"),  # was "must not be negative"
+    (["--tune-seconds", "inf"], "--tune-seconds: must be a finite number, got inf"),  # was taken
     (["--sweep-threads", "0,2"], "must be at least 1"),
 ])
 def test_bad_bench_options_are_usage_errors(digits_package, args, message):

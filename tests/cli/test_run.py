@@ -335,3 +335,10 @@ def test_fix_lines_point_at_the_real_cause(digits_package, tmp_path):
     truncated = device_cli(digits_package, "--input", corrupt)
     assert_user_error(truncated, "its header says shape [100000000000, 8, 8, 1]", "numpy.save")
     assert "out of memory" not in truncated.stderr
+
+
+def test_an_input_npz_of_objects_is_a_user_error_not_an_internal_one(digits_package, tmp_path):
+    np.savez(tmp_path / "objects.npz", x=np.array([{"a": 1}], dtype=object))
+    result = device_cli(digits_package, "--input", tmp_path / "objects.npz")
+    assert_user_error(result, "holds Python objects", "numpy.savez")
+    assert "allow_pickle" not in result.stderr

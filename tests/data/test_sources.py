@@ -121,3 +121,15 @@ def test_arrays_batched_on_another_axis_are_moved_batch_first_or_refused_naming_
     assert "array 'state' (2, 120, 8) holds its 120 samples on axis 1" in source.notes[0]
     with pytest.raises(DataError, match=r"no single axis of 'state' \(2, 7, 8\) holds 120 samples"):
         open_named({"x": frames, "state": np.zeros((2, 7, 8), np.float32)}, None, None, "data.npz", "calibration")
+
+
+def test_an_object_array_is_refused_without_numpys_allow_pickle_advice(tmp_path):
+    import numpy as np
+
+    from edgekit.data.sources import open_data
+    from edgekit.errors import DataError
+
+    np.save(tmp_path / "objects.npy", np.array([{"a": 1}, None], dtype=object), allow_pickle=True)
+    with pytest.raises(DataError) as caught:
+        open_data(str(tmp_path / "objects.npy"))
+    assert "holds Python objects" in caught.value.message and "allow_pickle" not in caught.value.message

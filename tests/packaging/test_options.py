@@ -75,3 +75,9 @@ def test_a_preset_beginning_with_a_dash_is_read_as_help_lists_it(capsys, tmp_pat
     code, _, err = run_cli(capsys, "package", str(tmp_path / "m.keras"), "-c", str(tmp_path / "d.npz"), "-o",
                            str(tmp_path / "out"), "--preprocessing", "-1..1")
     assert "expected one argument" not in err and "--preprocessing" not in err and code != 0  # the missing model
+
+
+def test_a_non_finite_number_on_the_command_line_is_called_so(capsys, tmp_path):
+    """--min-sqnr nan was told it "must be at least 0"."""
+    code, _, err = run_cli(capsys, "package", "m.keras", "-c", "d.npz", "-o", tmp_path, "--min-sqnr", "nan")
+    assert code == 2 and "--min-sqnr: must be a finite number, got nan" in err
