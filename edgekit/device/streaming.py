@@ -61,6 +61,20 @@ def parse_pairs(specs: list[str], input_names: list[str], output_names: list[str
     return pairs
 
 
+def _frames_array(name: str, given: Any) -> np.ndarray:
+    """One input's frames as an array with frames on axis 0, or one clear error (a ragged list, a
+    scalar: numpy's own errors say neither which input nor what to give)."""
+    try:
+        array = np.asarray(given)
+    except (ValueError, TypeError) as exc:
+        raise InputError(f"stream frames for input {name!r} are not a rectangular array ({str(exc).splitlines()[0][:120]})",
+                         hint="give every frame the same shape, stacked on axis 0") from None
+    if array.ndim == 0:
+        raise InputError(f"stream frames for input {name!r} are a single value, not frames on axis 0",
+                         hint="give an array of frames, e.g. shape [frames, ...]")
+    return array
+
+
 class Stream:
     """A model's calls in order, with state carried from each call to the next."""
 
@@ -118,7 +132,8 @@ class Stream:
         if missing:
             raise InputError(f"stream data has no frames for input(s) {missing}",
                              hint=f"give arrays named {', '.join(self.frame_inputs)}, frames on axis 0")
-        counts = {len(np.asarray(frames[n])) for n in self.frame_inputs}
+        frames = {n: _frames_array(n, frames[n]) for n in self.frame_inputs}
+        counts = {len(frames[n]) for n in self.frame_inputs}
         if len(counts) != 1:
             raise InputError(f"stream inputs have different frame counts: "
                              f"{ {n: len(np.asarray(frames[n])) for n in self.frame_inputs} }")

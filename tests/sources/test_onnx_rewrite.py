@@ -138,6 +138,10 @@ def test_a_state_batched_on_axis_1_with_unnamed_dims_packages_on_every_format_an
         expected.append(probability)
     with edgekit.load(package, artifact="onnx-float32") as model:
         streamed = model.stream().run({"x": x[:5]})
+        from edgekit.errors import InputError
+
+        with pytest.raises(InputError, match="frames for input 'x' are not a rectangular array"):  # was numpy's ValueError
+            model.stream().run({"x": [[0.5] * 16, [0.5] * 15]})
     np.testing.assert_allclose(streamed["output"], np.concatenate(expected), rtol=1e-6, atol=1e-7)
     np.testing.assert_allclose(streamed["stateN"][-1], np.moveaxis(carried, 1, 0)[0], rtol=1e-6, atol=1e-7)
     for fmt in ("tflite", "onnx", "executorch"):  # each INT8 artifact streams in its own runtime
