@@ -179,9 +179,12 @@ def test_a_pytorch_factory_ships_an_int8_program_with_its_plan_and_runs_tunes_an
         expected = loaded.predict(x)
         assert loaded.output_names == ["output"] and loaded.backend.describe()["backend"] == "executorch"
     device_matches(package, x, expected, 1e-6, tmp_path, artifacts=("executorch",))
+    temp = tmp_path / "tmp"  # importing ExecuTorch's runtime left an empty torchinductor_<user> here
+    temp.mkdir()
     bench = device_cli(package, "--artifact", "executorch", "--bench", "--runs", "20", "--fail-on-fallback",
-                       "--report", tmp_path / "bench.json")
+                       "--report", tmp_path / "bench.json", env={"TMPDIR": str(temp)})
     assert bench.returncode == 3 and "ran outside XNNPACK (mean x1)" in bench.stderr, bench.stderr[-2000:]
+    assert not [p.name for p in temp.iterdir() if p.name != ".ses"]  # LiteRT's session id file aside
     chatter = ("cpuinfo_utils", "threadpool.cpp", "Failed to load", "_pytree")  # ExecuTorch's C++ and import noise
     assert not any(noise in bench.stdout + bench.stderr for noise in chatter), bench.stderr[-2000:]
     libraries = json.loads((tmp_path / "bench.json").read_text())["device"]["libraries"]

@@ -18,6 +18,7 @@ costs nothing; a benchmark interleaving counts pays a load per switch (in its un
 from __future__ import annotations
 
 import json
+import os
 import weakref
 from collections import Counter
 from typing import Any
@@ -53,6 +54,7 @@ class ExecuTorchBackend(Backend):
     def __init__(self, path: str, threads: int | None = None, **_: object) -> None:
         from ..native_output import quiet_native_stderr
 
+        _inductor_cache_of_this_process()
         try:
             with quiet_native_stderr():  # cpuinfo and thread-pool lines from its C++ on import
                 import torch
@@ -204,6 +206,21 @@ class _ThreadPool:
 
 
 _POOL = _ThreadPool()
+
+
+def _inductor_cache_of_this_process() -> None:
+    """Importing ExecuTorch's runtime makes PyTorch's compile cache folder (``torchinductor_<user>``
+    in the system temp folder), empty, and nothing removed it: it goes in a folder of this process,
+    removed when it exits (a cache the user set is kept)."""
+    import atexit
+    import shutil
+    import tempfile
+
+    if "TORCHINDUCTOR_CACHE_DIR" in os.environ:
+        return
+    folder = tempfile.mkdtemp(prefix="edgekit-inductor-")
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = folder
+    atexit.register(shutil.rmtree, folder, True)
 
 
 def _runtime_without_exir() -> Any:
