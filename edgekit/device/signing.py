@@ -116,14 +116,17 @@ def trusted_keys(directory: str | os.PathLike[str]) -> dict[str, bytes]:
         raise EdgekitError(f"trusted keys directory {folder} does not exist",
                            hint="point --trusted-keys at a folder of KEY.pub files")
     keys = {}
-    for file in sorted(folder.glob("*.pub")):
+    for file in sorted(folder.glob("*.pub")):  # a file that is no key is said: a trust list is never half read
         try:
             public = serialization.load_pem_public_key(file.read_bytes())
-        except ValueError:
-            continue
-        if isinstance(public, ed25519.Ed25519PublicKey):
-            raw = public.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
-            keys[key_id(raw)] = raw
+        except (ValueError, TypeError, OSError) as exc:
+            raise EdgekitError(f"trusted key {file} is not a PEM public key ({type(exc).__name__})",
+                               hint="keep only KEY.pub files written by `edgekit keys generate` in that folder") from None
+        if not isinstance(public, ed25519.Ed25519PublicKey):
+            raise EdgekitError(f"trusted key {file} is not an Ed25519 key (edgekit signs with Ed25519)",
+                               hint="keep only KEY.pub files written by `edgekit keys generate` in that folder")
+        raw = public.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+        keys[key_id(raw)] = raw
     return keys
 
 

@@ -179,3 +179,16 @@ def test_files_not_in_the_manifest_are_never_loaded(digits_all_package, tmp_path
     with edgekit.load(archive, artifact="tflite") as model:
         assert model.artifact.path == "tflite/model.int8.tflite"
         assert np.isfinite(model.predict(load_npz(EVAL)[0][:1])).all()
+
+
+def test_a_trusted_keys_folder_holding_a_file_that_is_no_ed25519_key_is_refused(keys, tmp_path):
+    """A garbage KEY.pub was skipped silently: the trust list was read half, and a package signed
+    by the key meant to be there was then called untrusted."""
+    from edgekit.device.signing import trusted_keys
+
+    folder = tmp_path / "trusted"
+    shutil.copytree(keys[1], folder)
+    assert trusted_keys(folder)
+    (folder / "broken.pub").write_text("not a key\n")
+    with pytest.raises(EdgekitError, match=r"broken.pub is not a PEM public key"):
+        trusted_keys(folder)
