@@ -215,11 +215,11 @@ def test_an_op_the_onnx_rebuild_lacks_is_not_blamed_on_two_formats_only():
 def test_every_exit_status_is_in_the_help_the_reference_and_the_readme():
     from tests.conftest import ROOT
 
-    for text in (edgekit_cli("--help").stdout, device_cli("--help").stdout,
+    for text in (edgekit_cli("--help").stdout, device_cli("--help").stdout, edgekit_cli("package", "--help").stdout,
                  (ROOT / "docs/reference/cli.md").read_text(), (ROOT / "README.md").read_text()):
         flat = " ".join(text.split()).replace("`", "")
         for status in ("2 a usage error", "3 --fail-on-fallback", "4 a package written", "5 a package written",
-                       "70 an internal error", "130 interrupted"):
+                       "70 an internal error", "130 interrupted", "143 terminated"):
             assert status in flat.replace("4 package written", "4 a package written").replace(
                 "5 package written", "5 a package written"), status
         assert "first of 2, 1, 4, 5 wins" in flat

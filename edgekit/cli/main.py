@@ -125,7 +125,7 @@ def _routes(args: argparse.Namespace) -> None:
 def _command(commands: Any, name: str, handler: Callable[[argparse.Namespace], Any], summary: str,
              description: str | None = None) -> ArgumentParser:
     sub = commands.add_parser(name, help=summary, description=description or summary[0].upper() + summary[1:] + ".",
-                              formatter_class=HelpFormatter)
+                              formatter_class=HelpFormatter, epilog=EXIT_STATUS_HELP)  # every command's exit statuses
     sub.set_defaults(handler=handler, parser=sub)
     return sub
 
