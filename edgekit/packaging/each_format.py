@@ -452,8 +452,8 @@ def judge(builder: Builder, context: BuildContext, built: BuildResult, compariso
     first_float = list(built.artifact.about.precision.get("float_layers") or [])
     attempts: list[dict[str, Any]] = []
     if candidate.failures and run.options.auto_fix and run.data.unrepresentative:
-        run.progress.warn(f"{builder.name}: no search: the held-out and the calibration data cover far different ranges "
-                      "(said above), so every range the calibration gave is suspect; keeping layers in float would hide "
+        run.progress.warn(f"{builder.name}: no search: the held-out data lie far outside the calibration data (said "
+                      "above), so every range the calibration gave is suspect; keeping layers in float would hide "
                       "that, not fix it: calibrate on data like what the model will see")
     elif candidate.failures and run.options.auto_fix and context.source_precision.learned:
         run.progress.warn(f"{builder.name}: no search: the source is already quantized and its learned ranges are "

@@ -214,7 +214,7 @@ def wanted(run: PackagingContext, described: Any, planned: list[Any]) -> str | N
     if described.precision.learned:
         return "the source is already quantized"
     if data.unrepresentative:
-        return "the held-out and the calibration data cover far different ranges"
+        return "the held-out data lie outside the calibration data"
     if data.evaluation_count < MIN_SAMPLES:
         return f"{data.evaluation_count} validation samples (the search needs {MIN_SAMPLES}+)"
     if not any(p.remedies.floats for p in planned):

@@ -253,7 +253,7 @@ def render_explanations(manifest: Manifest, console: Console, limit: int = 10) -
         rows = artifact.about.explain
         if not rows:
             continue
-        table = Table(title=f"{artifact.format}: worst layers by SQNR (INT8 vs float activations)", title_justify="left")
+        table = Table(title=f"{artifact.key}: worst layers by SQNR (INT8 vs float activations)", title_justify="left")
         for column in ("layer", "op", "SQNR", "tensor"):
             table.add_column(column, justify="right" if column == "SQNR" else "left", overflow="ellipsis",
                              max_width=60 if column == "tensor" else None)

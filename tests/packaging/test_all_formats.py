@@ -66,6 +66,10 @@ def test_explain_reports_worst_layers_and_keep_float_excludes_them(tmp_path, cap
                              "--keep-float", "block1_dw")
     assert code == 0, err
     assert "worst layers by SQNR" in out
+    import re
+
+    titles = re.findall(r"^(\S+): worst layers by SQNR", out, re.M)  # each artifact's own: onnx, onnx-u8s8, ...
+    assert "tflite" in titles and "onnx" in titles and len(titles) == len(set(titles)), titles
     manifest = Manifest.from_json((tmp_path / "digits.edgekit" / "manifest.json").read_bytes())
     for target in ("tflite", "onnx"):
         artifact = manifest.artifact(target)
