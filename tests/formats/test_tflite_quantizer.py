@@ -112,3 +112,56 @@ def test_explain_on_the_litert_torch_route_names_pytorch_modules(tmp_path):
     layers = {row["layer"].split(" (")[0] for row in rows}
     assert {"stem.0", "head"} & layers or any(layer.startswith(("stem", "block", "down")) for layer in layers), layers
     assert artifact["precision"] == "int8" or artifact["precision"].startswith("int8+float tail")
+
+
+def _byte_statistics_model(path) -> None:
+    """A file-type classifier's front end: int32 bytes (0 pads), their mean and mean square divided
+    by the text's length, a computed divisor from 1 to 1023."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    node = helper.make_node
+    nodes = [node("Cast", ["bytes"], ["bf"], to=TensorProto.FLOAT), node("Greater", ["bf", "zero"], ["nonpad"]),
+             node("Cast", ["nonpad"], ["nf"], to=TensorProto.FLOAT),
+             node("ReduceSum", ["nf", "axis1"], ["count"], keepdims=1, name="length"),
+             node("Div", ["bf", "scale"], ["bn"], name="norm_bytes"),
+             node("ReduceSum", ["bn", "axis1"], ["total"], keepdims=1, name="total"),
+             node("Mul", ["bn", "bn"], ["sq"], name="square"),
+             node("ReduceSum", ["sq", "axis1"], ["sqsum"], keepdims=1, name="sqsum"),
+             node("Div", ["total", "count"], ["mean"], name="mean_byte"),
+             node("Div", ["sqsum", "count"], ["meansq"], name="mean_square"),
+             node("Concat", ["mean", "meansq"], ["feats"], axis=1, name="features"),
+             node("MatMul", ["feats", "W"], ["logits"], name="head"), node("Softmax", ["logits"], ["label"], name="probs")]
+    graph = helper.make_graph(
+        nodes, "filetype", [helper.make_tensor_value_info("bytes", TensorProto.INT32, ["N", 1024])],
+        [helper.make_tensor_value_info("label", TensorProto.FLOAT, ["N", 5])],
+        [numpy_helper.from_array(np.float32(0), "zero"), numpy_helper.from_array(np.array([1], np.int64), "axis1"),
+         numpy_helper.from_array(np.float32(255.0), "scale"),
+         numpy_helper.from_array(rng.normal(0, 1.0, (2, 5)).astype(np.float32), "W")])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), str(path))
+
+
+def test_a_div_by_a_computed_value_stays_float_so_litert_runs_what_the_quantizer_wrote(tmp_path):
+    """LiteRT's int8 DIV refuses a divisor that rounds to its zero point (div.cc:262 data[i] !=
+    zero_point): a text's byte statistics divided by its length, quantized on 0..1023, made a
+    TFLite its own runtime refused on a one-byte text. Such a DIV stays float in every LiteRT
+    Quantizer build (here a plan's), named in the artifact's float ops."""
+    _byte_statistics_model(tmp_path / "filetype.onnx")
+    rng = np.random.default_rng(1)
+    lengths = np.concatenate([rng.integers(1, 1024, 230), np.ones(20, int)])
+    x = np.zeros((250, 1024), np.int32)
+    for i, length in enumerate(lengths):
+        x[i, :length] = rng.integers(1, 256, length)
+    np.save(tmp_path / "bytes.npy", x)
+    result = edgekit_cli("package", tmp_path / "filetype.onnx", "-c", tmp_path / "bytes.npy", "-o", tmp_path / "out",
+                         "--format", "tflite", "--keep-float", "probs", "--no-auto-fix", "--no-also-float",
+                         "--allow-accuracy-drop")
+    assert result.returncode == 0, result.stderr[-3000:]
+    artifact = tmp_path / "out" / "filetype.edgekit" / "tflite" / "model.int8.tflite"
+    divisions = [(tensor, dtype) for op, tensor, dtype in op_precisions(artifact) if op == "DIV"]
+    assert len(divisions) == 2 and all(dtype == "float32" for _, dtype in divisions), divisions
+    import edgekit
+
+    with edgekit.load(tmp_path / "out" / "filetype.edgekit", artifact="tflite") as model:  # a one-byte text runs
+        assert model.predict_all(x[lengths == 1][:3])["label"].shape == (3, 5)

@@ -98,10 +98,16 @@ def quantize_float_tflite(request: QuantizerRequest) -> QuantizerReport:
             qt.add_static_config(pattern, "*", activation_num_bits=16, weight_num_bits=8)
         else:
             raise EdgekitError(f"unknown layer precision {precision!r} for {layer}", hint="use float or int16")
+    left_float: list[dict[str, str]] = []
+    for scope in computed_divisors(float_model):
+        from litert_quantizer import qtyping
+
+        qt.update_quantization_recipe(regex="(^|;)" + re.escape(scope) + ";", operation_name="DIV",
+                                      op_config=qtyping.OpQuantizationConfig(), algorithm_key="no_quantize")
+        left_float.append({"op": "DIV", "scope": scope + ";", "error": DIVISOR_NOTE})
     calibration = _calibration(qt, float_model, calibration_npy)
     carried = _carry_ranges(calibration, float_model, learned_ranges, namer, layer_names or []) \
         if learned_ranges else None
-    left_float: list[dict[str, str]] = []
     while True:
         try:
             result = qt.quantize(calibration, enable_progress_report=False)
@@ -263,6 +269,25 @@ def _explain(qt: Any, float_model: str, explain_npy: str, namer: str, layer_name
         rows.append({"layer": layer, "op": ops[tensor], "tensor": tensor,
                      "sqnr_db": float(10 * np.log10(ratio)) if ratio > 0 and np.isfinite(ratio) else None})
     return worst_layers(rows)
+
+
+DIVISOR_NOTE = ("divides by a computed value: LiteRT's int8 DIV refuses any divisor that rounds to its zero point "
+                "(div.cc: data[i] != zero_point), so a small divisor would fail at run time")
+
+
+def computed_divisors(float_model: str) -> list[str]:
+    """The output tensor (the recipe scope) of every DIV whose divisor is computed, not a constant:
+    quantized, its divisor's small values round to the zero point and LiteRT's int8 kernel then
+    refuses to run (a histogram divided by its length). They stay float."""
+    from .backend import _interpreter_module
+
+    module, _ = _interpreter_module()
+    interpreter = module.Interpreter(model_path=float_model)
+    names = {d["index"]: d["name"] for d in interpreter.get_tensor_details()}
+    ops = interpreter._get_ops_details()
+    computed = {int(t) for op in ops for t in op["outputs"]} | {int(d["index"]) for d in interpreter.get_input_details()}
+    return [names[int(op["outputs"][0])] for op in ops
+            if op["op_name"] == "DIV" and len(op["inputs"]) > 1 and int(op["inputs"][1]) in computed]
 
 
 def _ops_by_tensor(float_model: str) -> dict[str, str]:
