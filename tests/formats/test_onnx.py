@@ -195,3 +195,36 @@ def test_a_layer_asked_for_16_bit_activations_reads_int16_in_the_onnx(tmp_path):
     assert {dtype for name, dtype in activations.items() if name not in wide} == {"int8"}
     artifact = json.loads((package / "manifest.json").read_text())["artifacts"][0]
     assert artifact["precision"] == "int8+int16 (1 layer)" and artifact["details"]["int16_layers"] == ["block2_dw"]
+
+
+def test_a_mask_comparison_reads_the_exact_input_not_its_quantized_copy(tmp_path):
+    """Keras ``Masking(-1)`` exported to ONNX compares the input with -1 (Equal, Not). The quantizer fed
+    that Equal the dequantized input, where -1 lands a rounding step away, so every padded step counted
+    as data (a masked bidirectional GRU kept 88% of float's decisions). A comparison has no int8
+    kernel: it reads the float input as given, and padded steps stay masked exactly."""
+    from onnx import TensorProto, helper
+
+    rng = np.random.default_rng(0)
+    node = helper.make_node
+    nodes = [node("Equal", ["steps", "sentinel"], ["padded"], name="masking"), node("Not", ["padded"], ["kept"]),
+             node("Cast", ["kept"], ["weights"], to=TensorProto.FLOAT),
+             node("Mul", ["steps", "weights"], ["masked"], name="masked"),
+             node("MatMul", ["masked", "W"], ["features"], name="project"),
+             node("ReduceSum", ["features", "axis1"], ["pooled"], keepdims=0, name="pool"),
+             node("Softmax", ["pooled"], ["label"], name="probs")]
+    graph = helper.make_graph(
+        nodes, "masked", [helper.make_tensor_value_info("steps", TensorProto.FLOAT, ["N", 20, 6])],
+        [helper.make_tensor_value_info("label", TensorProto.FLOAT, ["N", 4])],
+        [numpy_helper.from_array(np.float32(-1.0), "sentinel"), numpy_helper.from_array(np.array([1], np.int64), "axis1"),
+         numpy_helper.from_array(rng.normal(0, 1, (6, 4)).astype(np.float32), "W")])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), str(tmp_path / "masked.onnx"))
+    x = rng.normal(0, 1, (200, 20, 6)).astype(np.float32)
+    for i, length in enumerate(rng.integers(5, 21, 200)):
+        x[i, length:] = -1.0
+    np.save(tmp_path / "steps.npy", x)
+    result = edgekit_cli("package", tmp_path / "masked.onnx", "-c", tmp_path / "steps.npy", "-o", tmp_path / "out",
+                         "--format", "onnx", "--no-auto-fix", "--no-also-float", "--allow-accuracy-drop")
+    assert result.returncode == 0, result.stderr[-3000:]
+    artifact = onnx.load(str(tmp_path / "out" / "masked.edgekit" / "onnx" / "model.int8.onnx"))
+    (masking,) = [n for n in artifact.graph.node if n.op_type == "Equal"]
+    assert masking.input[0] == "steps", list(masking.input)

@@ -368,6 +368,9 @@ def _quantize_static(prepared: str, path: str, samples: dict[str, Any], graph_in
                  f"{OTHER_ROUTES}",
         ) from None
     quantized = onnx.load(path)
+    exact = exact_comparisons(quantized.graph)
+    if exact:
+        onnx.save(quantized, path)
     return {
         "seconds": round(time.perf_counter() - started, 3),
         "onnxruntime": onnxruntime.__version__,
@@ -376,6 +379,30 @@ def _quantize_static(prepared: str, path: str, samples: dict[str, Any], graph_in
         "outputs": tuple(o.name for o in quantized.graph.output),
         "excluded_nodes": tuple(tuple(entry) for entry in settings["excluded"]),
     }
+
+
+COMPARISONS = {"Equal", "NotEqual", "Greater", "Less", "GreaterOrEqual", "LessOrEqual"}
+
+
+def exact_comparisons(graph: Any) -> int:
+    """Comparisons read the float value the quantizer had, not its quantized copy; how many inputs
+    were rewired. A comparison has no int8 kernel: it ran in float on the dequantized value, where a
+    mask sentinel (Keras ``Masking(-1)``: padded steps equal -1) lands a rounding step away from
+    itself and every padded step counts as data. Where the original is a float tensor of the graph
+    (not a weight's int8 initializer), it is fed unchanged."""
+    dequantized = {n.output[0]: n for n in graph.node if n.op_type == "DequantizeLinear"}
+    quantized = {n.output[0]: n for n in graph.node if n.op_type == "QuantizeLinear"}
+    rewired = 0
+    for node in graph.node:
+        if node.op_type not in COMPARISONS:
+            continue
+        for position, name in enumerate(node.input):
+            pair = dequantized.get(name)
+            source = quantized.get(pair.input[0]) if pair is not None else None
+            if source is not None:
+                node.input[position] = source.input[0]
+                rewired += 1
+    return rewired
 
 
 MIN_QDQ_OPSET = 13  # per-channel DequantizeLinear (its axis attribute) needs opset 13
