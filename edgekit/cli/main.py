@@ -727,7 +727,27 @@ def run(argv: Sequence[str] | None = None) -> int:
         args = parser().parse_args(joined_dash_values(args_list))
     except SystemExit as exc:  # --help, --version, or a usage error already printed
         return exc.code if isinstance(exc.code, int) else 0
-    return guarded(lambda: args.handler(args), debug)
+    clash = contradictory_flags(args_list)
+    return guarded(lambda: _refuse(clash) if clash else args.handler(args), debug)
+
+
+# flags that say opposite things besides the --X / --no-X pairs
+OPPOSITES = (("--allow-float-ops", "--full-integer"),)
+
+
+def contradictory_flags(arguments: Sequence[str]) -> str:
+    """Two flags of one command line that say opposite things (``--also-float --no-also-float``,
+    ``--allow-float-ops --full-integer``), which argparse settles silently by taking the last;
+    "" when there are none."""
+    given = {a.split("=", 1)[0] for a in arguments if a.startswith("--")}
+    pairs = [(f"--{flag[5:]}", flag) for flag in sorted(given) if flag.startswith("--no-")] + list(OPPOSITES)
+    return "; ".join(f"{a} and {b}" for a, b in pairs if a in given and b in given)
+
+
+def _refuse(clash: str) -> int:
+    from ..errors import OptionError
+
+    raise OptionError(f"{clash} say opposite things", hint="give one of them")
 
 
 def main() -> None:

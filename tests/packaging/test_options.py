@@ -81,3 +81,12 @@ def test_a_non_finite_number_on_the_command_line_is_called_so(capsys, tmp_path):
     """--min-sqnr nan was told it "must be at least 0"."""
     code, _, err = run_cli(capsys, "package", "m.keras", "-c", "d.npz", "-o", tmp_path, "--min-sqnr", "nan")
     assert code == 2 and "--min-sqnr: must be a finite number, got nan" in err
+
+
+@pytest.mark.parametrize("flags, named", [(("--also-float", "--no-also-float"), "--also-float and --no-also-float"),
+                                          (("--no-auto-fix", "--auto-fix"), "--auto-fix and --no-auto-fix"),
+                                          (("--allow-float-ops", "--full-integer"), "--allow-float-ops and --full-integer")])
+def test_flags_that_say_opposite_things_are_a_usage_error(capsys, tmp_path, flags, named):
+    """argparse took the last of the two silently."""
+    code, _, err = run_cli(capsys, "package", "m.keras", "-c", "d.npz", "-o", tmp_path, *flags)
+    assert code == 2 and f"{named} say opposite things" in err
