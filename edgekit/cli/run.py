@@ -324,7 +324,7 @@ def read_npz(path: Path) -> dict[str, Any]:
 
     import numpy as np
 
-    from ..data.sources import array_file_problem
+    from ..data.preprocessing import array_file_problem
     from ..errors import InputError
 
     try:

@@ -386,10 +386,16 @@ def read_array_file(path: Path) -> np.ndarray:
         disk = storage_error(exc, "read") if isinstance(exc, OSError) else None
         if disk is not None:
             raise disk from None
-        from .sources import array_file_problem
-
         raise InputError(f"input {path} is not a readable array file ({array_file_problem(exc)})",
                          hint="save arrays with numpy.save (numbers only, no objects) or as JSON lists") from None
+
+
+def array_file_problem(exc: BaseException) -> str:
+    """What is wrong with an array file, in edgekit's words: numpy's own message for an object array
+    advises ``allow_pickle=True``, which would run code from the file; edgekit never does that."""
+    if "allow_pickle" in str(exc) or "Python objects" in str(exc):
+        return "it holds Python objects (an object array), which edgekit does not unpickle: a file can run code so"
+    return f"{type(exc).__name__}: {exc}"
 
 
 def _check_npy_size(path: Path) -> None:

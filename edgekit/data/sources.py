@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import DataError
-from .preprocessing import IMAGE_SUFFIXES, decode_image
+from .preprocessing import IMAGE_SUFFIXES, array_file_problem, decode_image
 
 MAX_GENERATED_SAMPLES = 100_000
 
@@ -201,14 +201,6 @@ def _open_image_folder(root: Path, role: str) -> DataSource:
     if all(p.parent.parent == root for p in files) and len(parents) >= 2:
         labels = sorted(p.name for p in parents)
     return DataSource(description=str(root), kind="images", count=len(files), labels=labels, _files=files)
-
-
-def array_file_problem(exc: BaseException) -> str:
-    """What is wrong with an array file, in edgekit's words: numpy's own message for an object array
-    advises ``allow_pickle=True``, which would run code from the file; edgekit never does that."""
-    if "allow_pickle" in str(exc) or "Python objects" in str(exc):
-        return "it holds Python objects (an object array), which edgekit does not unpickle: a file can run code so"
-    return f"{type(exc).__name__}: {exc}"
 
 
 def _load_npy(path: Path, role: str) -> np.ndarray:
