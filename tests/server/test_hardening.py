@@ -87,7 +87,11 @@ def test_image_decoding_does_not_stall_other_requests(digits_all_package):
         for thread in uploads:
             thread.join()
     assert len(health) > 3
-    assert max(health) < 0.5 * min(upload_seconds), (max(health), upload_seconds)
+    # the typical health answer, not the slowest one: on a loaded 2-core machine one answer can wait
+    # for a scheduler slice as long as a short upload (0.57 s beside a 0.2 s upload); decoding on the
+    # event loop would hold most answers for a whole decode
+    assert float(np.median(health)) < 0.1 * min(upload_seconds), (sorted(health), upload_seconds)
+    assert max(health) < max(upload_seconds), (max(health), upload_seconds)
 
 
 @pytest.mark.parametrize("args, message", [
