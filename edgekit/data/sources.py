@@ -55,6 +55,7 @@ class DataSource:
     from_python: bool = False
     # what was done to the arrays' layout when they were read (an array batched on another axis)
     notes: tuple[str, ...] = ()
+    moved_axes: dict[str, int] = field(default_factory=dict)  # array -> the axis its samples were on
 
     @property
     def names(self) -> list[str]:
@@ -238,28 +239,28 @@ def _open_npz(path: Path, role: str, description: str | None = None) -> DataSour
 def open_named(named: dict[str, Any], y: Any, labels: list[str] | None, description: str, role: str) -> DataSource:
     """Data for a model with several inputs: one array per input name, the same number of samples."""
     arrays = {name: np.asarray(a) for name, a in named.items()}
-    arrays, notes = _samples_first(arrays, description, role)
+    arrays, notes, moved = _samples_first(arrays, description, role)
     # each array: numbers, a batch, not empty; y checked once, against the common sample count
     checked = [_open_arrays(a, y if i == 0 else None, labels, f"{description} ({name})", role)
                for i, (name, a) in enumerate(arrays.items())]
     return DataSource(description=description, kind="arrays", count=checked[0].count, labels=labels,
-                      _y=checked[0]._y, named=arrays, notes=notes)
+                      _y=checked[0]._y, named=arrays, notes=notes, moved_axes=moved)
 
 
 def _samples_first(arrays: dict[str, np.ndarray], description: str,
-                   role: str) -> tuple[dict[str, np.ndarray], tuple[str, ...]]:
+                   role: str) -> tuple[dict[str, np.ndarray], tuple[str, ...], dict[str, int]]:
     """Every array with its samples on axis 0. An array given in its model's own layout, samples on
     another axis (a recurrent state ``[layers, N, hidden]``), is moved batch-first, as edgekit feeds
     it, and that is said; one where no single axis holds the others' sample count is refused,
     naming the axes."""
     counts = {name: int(a.shape[0]) if a.ndim else 0 for name, a in arrays.items()}
     if len(set(counts.values())) <= 1:
-        return arrays, ()
+        return arrays, (), {}
     ranked = Counter(counts.values()).most_common()
     common = ranked[0][0]
     if len(ranked) > 1 and ranked[1][1] == ranked[0][1]:
         common = max(counts.values())  # as many arrays one way as the other: the larger count is the samples
-    moved, notes = dict(arrays), []
+    moved, notes, axes_of = dict(arrays), [], {}
     for name, array in arrays.items():
         if counts[name] == common:
             continue
@@ -270,9 +271,10 @@ def _samples_first(arrays: dict[str, np.ndarray], description: str,
                             hint="give every input array its samples on one axis, the first (batch-first) or the "
                                  "model's own batch axis")
         moved[name] = np.moveaxis(array, axes[0], 0)
+        axes_of[name] = axes[0]
         notes.append(f"{role} data {description}: array {name!r} {tuple(array.shape)} holds its {common} samples on "
                      f"axis {axes[0]} (the model's own layout): fed batch-first as {tuple(moved[name].shape)}")
-    return moved, tuple(notes)
+    return moved, tuple(notes), axes_of
 
 
 def _open_arrays(

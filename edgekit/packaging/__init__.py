@@ -209,6 +209,7 @@ def source_hints(options: PackageOptions, plan: Plan) -> dict[str, Any]:
     arrays = plan.calibration.arrays
     return {
         "input_shapes": dict(options.input_shapes),
+        "batch_axes": dict(options.batch_axes),
         "sample_shapes": {name: list(x.shape[1:]) for name, x in arrays.items()},
         "sample_dtypes": {name: str(x.dtype) for name, x in arrays.items()},
         # each --input NAME=VALUE with its --input-shape, if one was given

@@ -95,6 +95,7 @@ def prepare_data(plan: Plan, options: PackageOptions, described: SourceDescripti
         raise ModelSourceError(f"the model has {len(inputs)} inputs and {len(outputs)} outputs",
                                hint="export a model that takes and returns tensors")
     _refuse_unbatched(inputs, outputs)
+    _check_moved_axes(plan, described)
     calibration = plan.calibration
     eval_source = plan.evaluation or calibration
     bindings = bind_inputs([i.name for i in inputs], calibration)
@@ -201,6 +202,20 @@ def say_preprocessing(plans: list[InputPlan], progress: Progress) -> None:
                 "options): if the model was trained on other values, pass --preprocessing 0..1|-1..1|imagenet|raw "
                 "or --scale/--mean/--std"
             )
+
+
+def _check_moved_axes(plan: Plan, described: SourceDescription) -> None:
+    """Data moved batch-first when read (samples on another axis) are right only where the model's
+    own batch axis for that input is that axis (the source's rewrite moved it too): else the arrays'
+    other axis would be fed as samples, a wrong answer no gate would see."""
+    moved_by_model = (described.recorded.get("rewrites") or {}).get("batch_axes") or {}
+    for source in (plan.calibration, plan.evaluation):
+        for name, axis in (source.moved_axes.items() if source is not None else ()):
+            if moved_by_model.get(name) != axis:
+                raise DataError(f"{source.description}: array {name!r} holds its samples on axis {axis}, but the model "
+                                f"takes {name!r} batch-first (nothing in its graph says axis {axis} is a batch)",
+                                hint=f"give {name!r} batch-first, or say where its batch is: --batch-axis {name}={axis} "
+                                     "(ONNX sources)")
 
 
 def _refuse_unbatched(inputs: list[TensorDescription], outputs: list[TensorDescription] = ()) -> None:

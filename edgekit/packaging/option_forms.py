@@ -46,6 +46,20 @@ def named_shape(text: str) -> tuple[str, list[int]]:
     return name, shape
 
 
+def named_axis(text: str) -> tuple[str, int | None]:
+    """``NAME=AXIS`` or ``NAME=none`` (``--batch-axis state=1``, ``--batch-axis frames=none``)."""
+    name, sep, axis = text.partition("=")
+    if sep and name and axis.strip().lower() == "none":
+        return name, None
+    if not sep or not name or not axis.strip().isdigit():
+        raise argparse.ArgumentTypeError(f"expected NAME=AXIS or NAME=none such as state=1, got {text!r}")
+    return name, int(axis)
+
+
+def axes(given: Mapping[str, Any]) -> dict[str, int | None]:
+    return dict(given[""] or [])
+
+
 def formats(given: Mapping[str, Any]) -> list[str] | None:
     """``--format`` repeated: each once, in the order given (None: the default format)."""
     return list(dict.fromkeys(given[""])) if given[""] else None

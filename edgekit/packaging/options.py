@@ -260,6 +260,13 @@ class PackageOptions:
     input_shapes: dict[str, list[int]] = declared(
         None, "--input-shape", "fix an input's dynamic dimensions, e.g. images=1x3x320x320 (repeatable)", "input",
         default_factory=dict, parse=forms.named_shape, repeat=True, metavar="NAME=DxDxD", combine=forms.shapes)
+    # where a tensor's samples are: its batch axis, or None for a model with no batch axis (ONNX sources)
+    batch_axes: dict[str, int | None] = declared(
+        None, "--batch-axis", "the batch axis of an ONNX input or output where the graph does not say it: AXIS "
+        "(a state [layers, N, hidden]: 1), or none for a model with no batch axis (one sample per call); "
+        "repeatable; edgekit detects both when the graph names its dimensions or the data show it",
+        "input", default_factory=dict, parse=forms.named_axis, repeat=True, metavar="NAME=AXIS|none",
+        combine=forms.axes)
     # inputs folded into the model as constants (edgekit.sources.fixed_inputs.parse_value)
     fixed_inputs: dict[str, dict[str, Any]] = declared(
         None, "--input", "fix a model input that is not a batch of samples (a scalar sample rate, a recurrent state "
@@ -381,7 +388,8 @@ def _check_format_option(option: Any, value: Any) -> None:
 
 
 LIST_OPTIONS = ("formats", "targets", "profiles")  # each a list of names
-MAPPING_OPTIONS = ("output_kinds", "preprocessing", "input_shapes", "fixed_inputs", "format_options", "data_names")
+MAPPING_OPTIONS = ("output_kinds", "preprocessing", "input_shapes", "fixed_inputs", "format_options", "data_names",
+                   "batch_axes")
 
 
 def _check_forms(options: PackageOptions) -> None:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import first_line
+from ..errors import ModelSourceError, first_line
 
 __all__ = ["Source", "first_line"]
 
@@ -40,3 +40,10 @@ class Source:
     # where the model cannot be read that way (or the file is damaged: loading says how)
     peek: Callable[[Path], dict[str, Any] | None] | None = None
 
+
+def refuse_batch_axes(hints: dict[str, Any], kind: str) -> None:
+    """``--batch-axis`` rewrites an ONNX graph's edge; other sources are refused by name."""
+    if hints.get("batch_axes"):
+        raise ModelSourceError(f"--batch-axis works for ONNX sources, not {kind} models",
+                               hint="export the model batch-first, or export it to ONNX and package that with "
+                                    "--batch-axis")

@@ -36,7 +36,7 @@ def prepare(model_path: str, kind: str, export_dir: str, hints: dict[str, Any] |
     from .onnx_rewrite import rewrite
 
     rewritten = str(Path(export_dir).with_name("rewritten.onnx"))
-    changes = rewrite(current, rewritten, (hints or {}).get("sample_shapes"))
+    changes = rewrite(current, rewritten, (hints or {}).get("sample_shapes"), (hints or {}).get("batch_axes"))
     if changes is not None:
         current = rewritten
         recorded["rewrites"] = changes

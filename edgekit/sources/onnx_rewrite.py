@@ -25,16 +25,19 @@ from typing import Any
 MAX_FOLDS = 32  # nested Ifs: each fold can expose another
 
 
-def rewrite(source: str, destination: str, sample_shapes: dict[str, list[int]] | None = None) -> dict[str, Any] | None:
+def rewrite(source: str, destination: str, sample_shapes: dict[str, list[int]] | None = None,
+            given_axes: dict[str, int | None] | None = None) -> dict[str, Any] | None:
     """Write the rewritten model to ``destination``; what changed, or None (nothing to do).
-    ``sample_shapes``: one calibration sample's shape per input (``""``: one unnamed array)."""
+    ``sample_shapes``: one calibration sample's shape per input (``""``: one unnamed array);
+    ``given_axes``: ``--batch-axis`` (tensor -> its batch axis, None: the model has none)."""
     import onnx
 
     model = onnx.load(source)
+    given = _checked_axes(model, dict(given_axes or {}))
     named = name_nodes(model)
     folded = fold_constant_ifs(model)
-    added = add_batch_axis(model, sample_shapes or {})
-    moved = {} if added else batch_first(model)
+    added = add_batch_axis(model, sample_shapes or {}, force=None in given.values())
+    moved = {} if added else batch_first(model, given)
     if not folded and not moved and not named and not added:
         return None
     onnx.checker.check_model(model)
@@ -43,19 +46,43 @@ def rewrite(source: str, destination: str, sample_shapes: dict[str, list[int]] |
             **({"batch_axis_added": added} if added else {})}
 
 
-def add_batch_axis(model: Any, sample_shapes: dict[str, list[int]]) -> list[str]:
+def _checked_axes(model: Any, given: dict[str, int | None]) -> dict[str, int | None]:
+    """``--batch-axis`` against the graph: every name an input or output, every axis inside its
+    rank, and "none" said of the whole model or not at all."""
+    from ..errors import OptionError
+
+    graph = model.graph
+    initializers = {i.name for i in graph.initializer}
+    ranks = {v.name: len(v.type.tensor_type.shape.dim) for v in [*graph.input, *graph.output]
+             if v.name not in initializers}
+    unknown = sorted(set(given) - set(ranks))
+    if unknown:
+        raise OptionError(f"--batch-axis names {', '.join(unknown)}, which the model has no input or output called",
+                          hint="its inputs and outputs: " + ", ".join(ranks))
+    outside = [f"{name}={axis} (rank {ranks[name]})" for name, axis in given.items()
+               if axis is not None and axis >= ranks[name]]
+    if outside:
+        raise OptionError(f"--batch-axis {', '.join(outside)}: no such axis", hint="axes count from 0")
+    if None in given.values() and any(axis is not None for axis in given.values()):
+        raise OptionError("--batch-axis gives some tensors an axis and others none",
+                          hint="none is said of a model with no batch axis at all: give it alone")
+    return given
+
+
+def add_batch_axis(model: Any, sample_shapes: dict[str, list[int]], force: bool = False) -> list[str]:
     """A leading batch axis of 1 on every input and output of a model that has none, which its
-    data show: each input's calibration sample has the input's whole shape (``[1000, 162]`` for
-    ``[frames, 162]``), where a batched model's sample drops the batch axis. The names changed."""
+    data show (``force``: ``--batch-axis NAME=none`` says so): each input's calibration sample has
+    the input's whole shape (``[1000, 162]`` for ``[frames, 162]``), where a batched model's sample
+    drops the batch axis. The names changed."""
     import numpy as np
     from onnx import helper, numpy_helper
 
     graph = model.graph
     initializers = {i.name for i in graph.initializer}
     inputs = [v for v in graph.input if v.name not in initializers]
-    if not inputs or not sample_shapes:
+    if not inputs or not (sample_shapes or force):
         return []
-    for value in inputs:
+    for value in [] if force else inputs:
         given = sample_shapes.get(value.name)
         if given is None and len(inputs) == 1 and len(sample_shapes) == 1:
             given = next(iter(sample_shapes.values()))
@@ -222,21 +249,29 @@ def _rename_in_subgraphs(node: Any, renamed: dict[str, str]) -> None:
                     value.name = visible[value.name]
 
 
-def batch_first(model: Any) -> dict[str, int]:
+def batch_first(model: Any, given: dict[str, int | None] | None = None) -> dict[str, int]:
     """Inputs and outputs with the batch dimension on axis k > 0 made batch-first by a Transpose;
-    their names -> the source's batch axis."""
+    their names -> the source's batch axis. ``given``: ``--batch-axis``, over what is detected."""
     from onnx import helper
 
+    given = given or {}
     graph = model.graph
     initializers = {i.name for i in graph.initializer}
     inputs = [v for v in graph.input if v.name not in initializers]
     batch = batch_dim_name([_dims(v) for v in inputs])
-    if batch is None and not any(_free_first_axis(v) for v in inputs):
+    if batch is None and not given and not any(_free_first_axis(v) for v in inputs):
         return {}  # no input has a batch on axis 0 to follow: nothing says which axis is another's batch
+
+    def permutation(value: Any) -> list[int] | None:
+        if value.name not in given:
+            return _to_first(value, batch)
+        axis = given[value.name]
+        return None if not axis else [axis] + [d for d in range(len(_dims(value))) if d != axis]
+
     moved: dict[str, int] = {}
     front: list[Any] = []
     for value in inputs:  # the package feeds it batch-first: a Transpose back to the source's layout
-        perm = _to_first(value, batch)
+        perm = permutation(value)
         if perm is None:
             continue
         inner = _rename_uses(graph, value.name, outputs_too=False)
@@ -245,7 +280,7 @@ def batch_first(model: Any) -> dict[str, int]:
         _permute(value, perm)
         moved[value.name] = perm[0]
     for value in graph.output:  # the source computes it in its layout: a Transpose to batch-first
-        perm = _to_first(value, batch)
+        perm = permutation(value)
         if perm is None:
             continue
         inner = _rename_uses(graph, value.name, outputs_too=True)

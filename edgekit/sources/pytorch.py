@@ -62,6 +62,9 @@ def prepare(model_path: str, kind: str, export_dir: str, hints: dict[str, Any] |
     import torch
 
     hints = hints or {}
+    from .base import refuse_batch_axes
+
+    refuse_batch_axes(hints, "PyTorch")
     fixed = hints.get("fixed_inputs") or {}
     module, names, program = _load(model_path, kind, fixed=fixed)
     static = _static_batch(program)

@@ -72,7 +72,7 @@ def test_the_batch_is_the_dim_the_inputs_share_whatever_it_is_named():
     assert batch_dim_name([["N", ""]]) == "N" and batch_dim_name([["", ""]]) is None
 
 
-def state_on_axis_1_model(path) -> None:
+def state_on_axis_1_model(path, layers: int | None = 2) -> None:
     """A streaming step as VAD exports write it: frame ``x`` [N, 16] and a recurrent state
     ``state`` [2, N, 8] (layers first, batch on axis 1), every dimension unnamed; the next state
     ``stateN`` [2, N, 8] and a probability [N, 1]."""
@@ -94,8 +94,8 @@ def state_on_axis_1_model(path) -> None:
              helper.make_node("ReduceMean", ["stateN"], ["pooled"], axes=[0], keepdims=0),
              helper.make_node("MatMul", ["pooled", "W2"], ["logit"]), helper.make_node("Sigmoid", ["logit"], ["output"])]
     graph = helper.make_graph(
-        nodes, "vad", [unnamed("x", [None, 16]), unnamed("state", [2, None, 8])],
-        [unnamed("output", [None, 1]), unnamed("stateN", [2, None, 8])],
+        nodes, "vad", [unnamed("x", [None, 16]), unnamed("state", [layers, None, 8])],
+        [unnamed("output", [None, 1]), unnamed("stateN", [layers, None, 8])],
         [numpy_helper.from_array(rng.normal(0, 0.3, (16, 8)).astype(np.float32), "W1"),
          numpy_helper.from_array(rng.normal(0, 3.0, (8, 1)).astype(np.float32), "W2"),
          numpy_helper.from_array(np.array([0], np.int64), "axis0"),
@@ -220,3 +220,25 @@ def test_a_model_without_a_batch_axis_packages_on_every_format_and_runs_one_samp
     for fmt in ("tflite", "onnx", "executorch"):  # each INT8 artifact in its own runtime
         with edgekit.load(package, artifact=fmt) as model:
             assert model.predict_all({"frames": frames[:2], "h": state[:2]})["beats"].shape == (2, 40, 1)
+
+
+def test_batch_axis_names_what_neither_the_graph_nor_the_data_can_tell(tmp_path):
+    """A state whose every dimension is free ([?, ?, 8]): nothing in the graph says which axis is
+    the batch, so it is taken batch-first and the data's layout is refused; --batch-axis says it."""
+    state_on_axis_1_model(tmp_path / "vad.onnx", layers=None)
+    rng = np.random.default_rng(1)
+    x = rng.normal(0, 1, (300, 16)).astype(np.float32)
+    state = np.tanh(rng.normal(0, 1, (2, 300, 8))).astype(np.float32)
+    np.savez(tmp_path / "calibration.npz", x=x, state=state)
+    common = ("package", tmp_path / "vad.onnx", "-c", tmp_path / "calibration.npz", "--format", "onnx",
+              "--no-also-float", "--no-auto-fix", "--allow-accuracy-drop")
+    unsaid = edgekit_cli(*common, "-o", tmp_path / "bad")  # fed as it was read, the batch would be the layers
+    assert unsaid.returncode == 1 and "array 'state' holds its samples on axis 1, but the model takes 'state' " \
+        "batch-first" in unsaid.stderr and "--batch-axis state=1" in unsaid.stderr, unsaid.stderr[-2000:]
+    wrong = edgekit_cli(*common, "-o", tmp_path / "bad", "--batch-axis", "nosuch=1")
+    assert wrong.returncode != 0 and "--batch-axis names nosuch" in wrong.stderr and "state" in wrong.stderr
+    result = edgekit_cli(*common, "-o", tmp_path / "out", "--batch-axis", "state=1", "--batch-axis", "stateN=1")
+    assert result.returncode == 0, result.stderr[-3000:]
+    manifest = json.loads((tmp_path / "out" / "vad.edgekit" / "manifest.json").read_text())
+    assert manifest["source"]["rewrites"]["batch_axes"] == {"state": 1, "stateN": 1}
+    assert [i["shape"] for i in manifest["inputs"]] == [[-1, 16], [-1, -1, 8]]
