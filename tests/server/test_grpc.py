@@ -65,8 +65,17 @@ def test_inference_equals_rest_and_the_runtime(both):
     np.testing.assert_array_equal(got, rest.as_numpy("output_0"))
 
 
-def test_concurrent_grpc_requests_are_batched_and_counted(both):
-    _, client, app = both
+def test_concurrent_grpc_requests_are_batched_and_counted(digits_all_package):
+    """16 clients at once share batches. The server waits 50 ms for a batch to fill (the shared
+    fixture's 2 ms let a loaded machine space every arrival past it: 33 executions for 32 requests)."""
+    model = edgekit.load(digits_all_package, artifact="onnx")
+    port = free_port()
+    options = ServerOptions(max_batch_size=8, max_queue_delay_us=50_000, grpc_port=port, max_body_bytes=1 << 20)
+    with running([model], options) as (_, app):
+        _batched_and_counted(grpcclient.InferenceServerClient(f"127.0.0.1:{port}"), app)
+
+
+def _batched_and_counted(client, app) -> None:
     metrics = app.state.metrics
 
     def counted():
