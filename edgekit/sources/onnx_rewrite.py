@@ -91,8 +91,7 @@ def add_batch_axis(model: Any, sample_shapes: dict[str, list[int]], force: bool 
                 d.HasField("dim_value") and d.dim_value != size for d, size in zip(dims, given)):
             return []  # an input without data, or one whose sample drops an axis: batched as given
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 13)
-    axes = {} if opset < 13 else None
-    if axes is None:
+    if opset >= 13:  # Squeeze/Unsqueeze take their axes as an input from opset 13, an attribute before
         graph.initializer.append(numpy_helper.from_array(np.array([0], np.int64), "edgekit_batch_axis"))
 
     def edge(op: str, source: str, target: str, name: str) -> Any:

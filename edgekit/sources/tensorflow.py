@@ -51,15 +51,11 @@ def detect(model: Path) -> str | None:
 # --- child-process side -------------------------------------------------------------------
 
 
-def _refuse_batch_axes(hints: dict[str, Any] | None) -> None:
+def prepare(model_path: str, kind: str, export_dir: str, hints: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Load the model, export a SavedModel (Keras sources) and describe its signature."""
     from .base import refuse_batch_axes
 
     refuse_batch_axes(hints or {}, "Keras and SavedModel")
-
-
-def prepare(model_path: str, kind: str, export_dir: str, hints: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Load the model, export a SavedModel (Keras sources) and describe its signature."""
-    _refuse_batch_axes(hints)
     if (hints or {}).get("fixed_inputs"):
         raise ModelSourceError(
             "--input NAME=VALUE (an input fixed to a constant) works for ONNX and PyTorch sources, not "

@@ -381,7 +381,7 @@ def _quantize_static(prepared: str, path: str, samples: dict[str, Any], graph_in
     }
 
 
-COMPARISONS = {"Equal", "NotEqual", "Greater", "Less", "GreaterOrEqual", "LessOrEqual"}
+COMPARISONS = {"Equal", "Greater", "Less", "GreaterOrEqual", "LessOrEqual"}  # ONNX has no NotEqual: Not(Equal)
 
 
 def exact_comparisons(graph: Any) -> int:

@@ -15,6 +15,7 @@ Child side (``worker.call``): imports LiteRT Quantizer and LiteRT, never TensorF
 
 from __future__ import annotations
 
+import functools
 import pickle
 import re
 import time
@@ -278,7 +279,14 @@ DIVISOR_NOTE = ("divides by a computed value: LiteRT's int8 DIV refuses any divi
 def computed_divisors(float_model: str) -> list[str]:
     """The output tensor (the recipe scope) of every DIV whose divisor is computed, not a constant:
     quantized, its divisor's small values round to the zero point and LiteRT's int8 kernel then
-    refuses to run (a histogram divided by its length). They stay float."""
+    refuses to run (a histogram divided by its length). They stay float. Read once per float model
+    in a child (a search quantizes the same file many times)."""
+    stat = Path(float_model).stat()
+    return list(_computed_divisors(float_model, stat.st_size, stat.st_mtime_ns))
+
+
+@functools.lru_cache(maxsize=8)
+def _computed_divisors(float_model: str, size: int, modified_ns: int) -> tuple[str, ...]:
     from .backend import _interpreter_module
 
     module, _ = _interpreter_module()
@@ -286,8 +294,8 @@ def computed_divisors(float_model: str) -> list[str]:
     names = {d["index"]: d["name"] for d in interpreter.get_tensor_details()}
     ops = interpreter._get_ops_details()
     computed = {int(t) for op in ops for t in op["outputs"]} | {int(d["index"]) for d in interpreter.get_input_details()}
-    return [names[int(op["outputs"][0])] for op in ops
-            if op["op_name"] == "DIV" and len(op["inputs"]) > 1 and int(op["inputs"][1]) in computed]
+    return tuple(names[int(op["outputs"][0])] for op in ops
+                 if op["op_name"] == "DIV" and len(op["inputs"]) > 1 and int(op["inputs"][1]) in computed)
 
 
 def _ops_by_tensor(float_model: str) -> dict[str, str]:
