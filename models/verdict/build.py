@@ -63,6 +63,9 @@ labels; seconds each, seeded. They stand for model families users bring:
 - ``tone_cnn``: a PyTorch 1-D audio CNN (four convolutions over 1024 samples; six close tones
   under noise, softmax) whose second convolution writes two channels 60x the rest: plain INT8
   misses its gate; the speed reference for an audio CNN (``torch.export``, dynamic batch).
+- ``paddle_lcnet``: a Paddle-style PP-LCNet classifier as paddle2onnx writes it (opset 11,
+  BatchNormalization after bias-less convolutions, depthwise, HardSwish two ways, squeeze-excite;
+  ``paddle_style.py``), random weights, random images without labels.
 - ``shapes``: a three-class image classifier (square, vbar, hbar, in that output order), trained
   to 100%, with an image folder whose alphabetical order (hbar, square, vbar) is not the model's.
 
@@ -85,6 +88,7 @@ from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 from trained import Store, main as trained_main  # noqa: E402  (models/trained.py)
 
 TRAINED = Store(Path(__file__).resolve().parent / "trained")
@@ -950,11 +954,23 @@ def trained(folder: Path, name: str) -> Path:
     TRAINED.build(name, files, train, folder)
     return folder / files[0]
 
+def paddle_lcnet(out: Path) -> Path:
+    """The Paddle-style classifier (``paddle_style.py``) with 160 calibration and 128 held-out images."""
+    import numpy as np
+    import paddle_style
+
+    folder = out / "paddle_lcnet"
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, seed, count in (("calibration", 1, 160), ("eval", 2, 128)):
+        np.savez(folder / f"{name}.npz", x=paddle_style.images(count, seed))
+    return paddle_style.build(folder / "paddle_lcnet.onnx")
+
+
 BUILDERS = {"yolo": yolo, "yolov5": yolov5, "pitch": pitch, "embedding": embedding, "probmap": probmap, "shapes": shapes,
             "audio_bn": audio_bn, "outlier_cnn": outlier_cnn, "coreml_ops": coreml_ops,
             "lstm_encoder": lstm_encoder, "vad_stream": vad_stream, "state_stream": state_stream, "conv1d_asr": conv1d_asr,
             "bytes_classifier": bytes_classifier, "prelu_landmarks": prelu_landmarks, "dw_cnn": dw_cnn,
-            "tone_cnn": tone_cnn}
+            "tone_cnn": tone_cnn, "paddle_lcnet": paddle_lcnet}
 
 
 if __name__ == "__main__":

@@ -332,3 +332,28 @@ def test_reflect_edge_and_wrap_padding_on_any_axis(mode, shape, pads):
     model = _model([helper.make_node("Pad", ["x", "pads"], ["y"], mode=mode)], [("x", shape, np.float32)],
                    [("y", None)], [("pads", np.array(pads, np.int64))])
     _compare(model, {"x": _x(*shape)})
+
+
+@pytest.mark.parametrize("conv, weight, attrs, bias", [
+    ("Conv", (6, 3, 3, 3), {"pads": [1, 1, 1, 1]}, False),
+    ("Conv", (3, 1, 3, 3), {"group": 3, "pads": [1, 1, 1, 1]}, True),
+    ("ConvTranspose", (3, 6, 3, 3), {"strides": [2, 2]}, True)])
+def test_batch_norm_after_a_convolution_folds_into_it_and_reaches_pt2e(conv, weight, attrs, bias):
+    """paddle2onnx writes BatchNormalization after each bias-less Conv. Rebuilt as a batch norm
+    over a convolution whose weight is a buffer, PT2E's conv+BN fusion re-registered the weight as
+    a parameter and failed ("attribute 'const_6' already exists"): ExecuTorch was not built."""
+    from torchao.quantization.pt2e.quantize_pt2e import prepare_pt2e
+    from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import XNNPACKQuantizer, \
+        get_symmetric_quantization_config
+
+    channels = weight[1] if conv == "ConvTranspose" else weight[0]
+    nodes = [helper.make_node(conv, ["x", "w", "b"] if bias else ["x", "w"], ["c"], **attrs),
+             helper.make_node("BatchNormalization", ["c", "s", "o", "m", "v"], ["y"], epsilon=1e-3)]
+    initializers = [("w", _x(*weight)), ("s", _x(channels)), ("o", _x(channels)), ("m", _x(channels)),
+                    ("v", np.abs(_x(channels)) + 0.5)] + ([("b", _x(channels))] if bias else [])
+    model = _model(nodes, [("x", (2, 3, 6, 6), np.float32)], [("y", None)], initializers, opset=11)
+    module = _compare(model, {"x": _x(2, 3, 6, 6)}, atol=1e-4)
+    assert [step.node.op for step in module.steps] == [conv]
+    args = (torch.from_numpy(_x(2, 3, 6, 6)),)
+    quantizer = XNNPACKQuantizer().set_global(get_symmetric_quantization_config())
+    prepare_pt2e(torch.export.export(module, args).module(), quantizer)(*args)

@@ -584,3 +584,23 @@ def test_a_state_whose_batch_axis_is_named_otherwise_is_found_by_its_fixed_first
     with edgekit.load(package, artifact="onnx") as model:
         produced = model.predict({"x": x[:1], "state": state[:1]})
     np.testing.assert_allclose(produced, expected, atol=0.15)
+
+
+def test_a_paddle_style_export_with_batch_norm_nodes_builds_on_every_format(tmp_path_factory, tmp_path):
+    """paddle2onnx writes BatchNormalization after bias-less convolutions (PP-LCNet: depthwise,
+    HardSwish, squeeze-excite). ExecuTorch failed two seconds in on such exports ("attribute
+    'const_111' already exists"); now every format builds and each artifact runs in its own runtime."""
+    import onnxruntime
+
+    from tests.conftest import verdict_model
+
+    model = verdict_model(tmp_path_factory, "paddle_lcnet")
+    result = edgekit_cli("package", model / "paddle_lcnet.onnx", "-c", model / "calibration.npz", "--eval",
+                         model / "eval.npz", "--format", "all", "--no-also-float", "-o", tmp_path / "out")
+    assert result.returncode == 0, result.stderr[-3000:]
+    package = tmp_path / "out" / "paddle_lcnet.edgekit"
+    manifest = json.loads((package / "manifest.json").read_text())
+    assert {a["format"] for a in manifest["artifacts"]} == {"tflite", "onnx", "coreml", "executorch"}
+    x = np.load(model / "eval.npz")["x"][:8]
+    expected = onnxruntime.InferenceSession(str(model / "paddle_lcnet.onnx")).run(None, {"x": x})[0]
+    device_matches(package, x, expected, 0.1, tmp_path, artifacts=("tflite", "onnx", "executorch"))

@@ -27,6 +27,7 @@ from ...conversion.forms import QDQ_OPS
 from ...errors import ConversionError, OTHER_ROUTES
 
 from . import elementwise, layers, quantize, recurrent, resize, shapes  # noqa: F401  (importing them registers their ops)
+from .batch_norm import fold_batch_norms
 from .fuse import _fuse_linear
 from .naming import attribute_name
 from .patterns import fuse_patterns
@@ -124,6 +125,7 @@ def _module_class() -> type:
             self.example_outputs = {name: values[name] for name in self.output_names}
             run = [n for n in nodes if any(o in dynamic for o in n.outputs)]
             ranks = {name: value.dim() for name, value in values.items() if isinstance(value, torch.Tensor)}
+            run = fold_batch_norms(run, constants, set(self.output_names))
             run = fuse_patterns(run, constants, set(self.output_names), ranks)
             self.steps = _fuse_linear(run, constants, set(self.output_names), ranks)
             # each step a submodule named after its ONNX node (``naming``): converters name ops by module path
