@@ -59,8 +59,10 @@ def routes(source: Source, kind: str, fmt: Format) -> list[Route]:
     model (an op its converter lacks, or a conversion failure): PyTorch's LSTM reaches TFLite
     through ONNX when litert-torch has no LSTM. Only where no such route exists, two steps
     (a Keras model reaches a format that takes PyTorch alone through tf2onnx, then the ONNX ->
-    PyTorch rebuild): each step is a conversion that can lose the model, so no format gets a
-    longer route where a shorter one exists."""
+    PyTorch rebuild), preferred only where no shorter route exists and otherwise the last
+    fallback: each step is a conversion that can lose the model, so no format builds on a longer
+    route while a shorter one converts it, yet a converter failure on the short one (TF's
+    converter on a masked bidirectional GRU) still leaves the long one."""
     provided = source.provides.get(kind, ())
     found: list[Route] = []
     for accepted in fmt.accepts:
@@ -69,12 +71,10 @@ def routes(source: Source, kind: str, fmt: Format) -> list[Route]:
         step = next((c for c in STEPS.values() if c.produces == accepted.form and c.consumes in provided), None)
         if step is not None:
             found.append(_route(kind, fmt, accepted, (step,)))
-    if found:
-        return found
     for accepted in fmt.accepts:
         for last in (c for c in STEPS.values() if c.produces == accepted.form):
             first = next((c for c in STEPS.values() if c.produces == last.consumes and c.consumes in provided), None)
-            if first is not None:
+            if first is not None and first.consumes != accepted.form and last.consumes not in provided:
                 found.append(_route(kind, fmt, accepted, (first, last)))
                 break
     return found

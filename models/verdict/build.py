@@ -66,6 +66,10 @@ labels; seconds each, seeded. They stand for model families users bring:
 - ``paddle_lcnet``: a Paddle-style PP-LCNet classifier as paddle2onnx writes it (opset 11,
   BatchNormalization after bias-less convolutions, depthwise, HardSwish two ways, squeeze-excite;
   ``paddle_style.py``), random weights, random images without labels.
+- ``masked_gru``: a Keras sequence tagger (a sleep stager's form): ``Masking(-1)`` over padded
+  feature sequences, a bidirectional GRU, one softmax per step. TF's converter cannot lower its
+  loops (TensorListReserve), tf2onnx writes each direction as an ONNX ``Loop``: TFLite, CoreML
+  and ExecuTorch are built through the ONNX -> PyTorch rebuild, which unrolls the loops.
 - ``shapes``: a three-class image classifier (square, vbar, hbar, in that output order), trained
   to 100%, with an image folder whose alphabetical order (hbar, square, vbar) is not the model's.
 
@@ -936,6 +940,52 @@ def train_tone_cnn(folder: Path) -> None:
     program = torch.export.export(model, (torch.zeros(2, 1, 1024),), dynamic_shapes=({0: batch},))
     torch.export.save(program, str(folder / "tone_cnn.pt2"))
 
+GRU_STEPS, GRU_FEATURES, GRU_STAGES = 8, 6, 4
+
+
+def stage_sequences(n: int, seed: int) -> tuple:
+    """Sequences of ``GRU_STEPS`` feature frames, each frame's class (its stage) held for a few
+    steps; the sequences are 4-8 steps long, padded with -1 (the mask value) after their end."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    stage = np.zeros((n, GRU_STEPS), np.int64)
+    current = rng.integers(0, GRU_STAGES, n)
+    for t in range(GRU_STEPS):
+        current = np.where(rng.random(n) < 0.2, rng.integers(0, GRU_STAGES, n), current)
+        stage[:, t] = current
+    centres = np.linspace(-0.8, 0.8, GRU_STAGES)[:, None] * np.linspace(0.5, 1.5, GRU_FEATURES)[None]
+    x = centres[stage] + rng.normal(0, 0.3, (n, GRU_STEPS, GRU_FEATURES))
+    x[np.arange(GRU_STEPS)[None] >= rng.integers(GRU_STEPS // 2, GRU_STEPS + 1, n)[:, None]] = -1.0
+    return x.astype(np.float32), stage
+
+
+def masked_gru(out: Path) -> Path:
+    """The masked bidirectional GRU tagger with 160 calibration and 160 held-out sequences."""
+    import numpy as np
+
+    folder = out / "masked_gru"
+    folder.mkdir(parents=True, exist_ok=True)
+    model = trained(folder, "masked_gru")
+    for name, seed in (("calibration", 1), ("eval", 2)):
+        np.savez(folder / f"{name}.npz", features=stage_sequences(160, seed)[0])
+    return model
+
+
+def train_masked_gru(folder: Path) -> None:
+    import keras
+
+    keras.utils.set_random_seed(0)
+    features = keras.Input((GRU_STEPS, GRU_FEATURES), name="features")
+    h = keras.layers.Masking(-1.0)(features)
+    h = keras.layers.Bidirectional(keras.layers.GRU(8, return_sequences=True))(h)
+    model = keras.Model(features, keras.layers.Dense(GRU_STAGES, activation="softmax", name="stages")(h))
+    x, y = stage_sequences(1200, 0)
+    model.compile(keras.optimizers.Adam(1e-2), "sparse_categorical_crossentropy")
+    model.fit(x, y, epochs=8, batch_size=50, verbose=0)
+    model.save(folder / "masked_gru.keras")
+
+
 # the models stored trained (name -> its files, its recipe): each takes 10-75 s to train
 STORED: dict[str, tuple[list[str], Callable[[Path], None]]] = {
     "pitch": (["pitch.keras"], train_pitch), "probmap": (["probmap.onnx"], train_probmap),
@@ -945,6 +995,7 @@ STORED: dict[str, tuple[list[str], Callable[[Path], None]]] = {
     "bytes_classifier": (["bytes_classifier.onnx"], train_bytes_classifier),
     "prelu_landmarks": (["prelu_landmarks.pt2"], train_prelu_landmarks),
     "dw_cnn": (["dw_cnn.pt2"], train_dw_cnn), "tone_cnn": (["tone_cnn.pt2"], train_tone_cnn),
+    "masked_gru": (["masked_gru.keras"], train_masked_gru),
 }
 
 
@@ -970,7 +1021,8 @@ BUILDERS = {"yolo": yolo, "yolov5": yolov5, "pitch": pitch, "embedding": embeddi
             "audio_bn": audio_bn, "outlier_cnn": outlier_cnn, "coreml_ops": coreml_ops,
             "lstm_encoder": lstm_encoder, "vad_stream": vad_stream, "state_stream": state_stream, "conv1d_asr": conv1d_asr,
             "bytes_classifier": bytes_classifier, "prelu_landmarks": prelu_landmarks, "dw_cnn": dw_cnn,
-            "tone_cnn": tone_cnn, "paddle_lcnet": paddle_lcnet}
+            "tone_cnn": tone_cnn, "paddle_lcnet": paddle_lcnet,
+            "masked_gru": masked_gru}
 
 
 if __name__ == "__main__":

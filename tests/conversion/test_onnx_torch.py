@@ -357,3 +357,68 @@ def test_batch_norm_after_a_convolution_folds_into_it_and_reaches_pt2e(conv, wei
     args = (torch.from_numpy(_x(2, 3, 6, 6)),)
     quantizer = XNNPACKQuantizer().set_global(get_symmetric_quantization_config())
     prepare_pt2e(torch.export.export(module, args).module(), quantizer)(*args)
+
+
+@pytest.mark.parametrize("batch_axis, time_axis, dtype", [(0, 1, np.float32), (1, 0, np.float32), (0, 1, bool)])
+def test_reverse_sequence_reverses_each_entry_up_to_its_length(batch_axis, time_axis, dtype):
+    """TF's backward half of a bidirectional RNN over a mask: lengths computed from the data."""
+    shape = [0, 0, 3]
+    shape[batch_axis], shape[time_axis] = 4, 6
+    nodes = [helper.make_node("ReverseSequence", ["x", "lengths"], ["y"], batch_axis=batch_axis, time_axis=time_axis)]
+    elem = TensorProto.BOOL if dtype is bool else F32
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", elem, shape),
+                                           helper.make_tensor_value_info("lengths", TensorProto.INT64, [4])],
+                              [helper.make_tensor_value_info("y", elem, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    x = _x(*shape) > 0 if dtype is bool else _x(*shape)
+    feeds = {"x": x, "lengths": np.array([6, 1, 3, 0], np.int64)}
+    expected = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    module = onnx_torch.module_from_onnx(model, feeds)
+    got = module(torch.from_numpy(feeds["x"]), torch.from_numpy(feeds["lengths"]))
+    np.testing.assert_array_equal(got.numpy(), expected)
+
+
+def _rnn_loop_model(steps=5, condition_from_data=False):
+    """A tf2onnx-style Loop over time: a counter and a state carried, the step's state scanned out;
+    it ends on ``counter < steps`` (or, with ``condition_from_data``, on the state's sign)."""
+    body_nodes = [
+        helper.make_node("Gather", ["seq", "i"], ["frame"], axis=0),
+        helper.make_node("MatMul", ["frame", "w"], ["a"]),
+        helper.make_node("MatMul", ["h_in", "u"], ["b"]),
+        helper.make_node("Add", ["a", "b"], ["s"]),
+        helper.make_node("Tanh", ["s"], ["h_out"]),
+        helper.make_node("Add", ["t_in", "one"], ["t_out"]),
+        helper.make_node("ReduceSum", ["h_out"], ["total"], keepdims=0) if condition_from_data else
+        helper.make_node("Less", ["t_out", "limit"], ["go"]),
+    ] + ([helper.make_node("Greater", ["total", "zero"], ["go"])] if condition_from_data else []) + [
+        helper.make_node("Identity", ["h_out"], ["scan"])]
+    body = helper.make_graph(
+        body_nodes, "body",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, []), helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("t_in", TensorProto.INT64, []), helper.make_tensor_value_info("h_in", F32, None)],
+        [helper.make_tensor_value_info("go", TensorProto.BOOL, []), helper.make_tensor_value_info("t_out", TensorProto.INT64, []),
+         helper.make_tensor_value_info("h_out", F32, None), helper.make_tensor_value_info("scan", F32, None)],
+        [numpy_helper.from_array(np.array(1, np.int64), "one"), numpy_helper.from_array(np.array(steps, np.int64), "limit"),
+         numpy_helper.from_array(np.float32(0), "zero")])
+    nodes = [helper.make_node("Transpose", ["x"], ["seq"], perm=[1, 0, 2]),
+             helper.make_node("Loop", ["trip", "cond", "t0", "h0"], ["t_final", "h_final", "states"], body=body),
+             helper.make_node("Transpose", ["states"], ["y"], perm=[1, 0, 2])]
+    return _model(nodes, [("x", (2, steps, 3), np.float32)], [("y", None), ("h_final", None)],
+                  [("trip", np.array(100, np.int64)), ("cond", np.array(True)), ("t0", np.array(0, np.int64)),
+                   ("h0", np.zeros((2, 4), np.float32)), ("w", _x(3, 4)), ("u", _x(4, 4))])
+
+
+def test_a_loop_over_time_is_unrolled_into_linear_steps():
+    """tf2onnx writes a masked or bidirectional Keras GRU as an ONNX Loop, which had no rebuild
+    ("has a subgraph"): TFLite, CoreML and ExecuTorch were not built. The loop runs a fixed number
+    of steps at the rebuild's fixed shapes; unrolled, each step's products are linear layers."""
+    model = _rnn_loop_model(steps=5)
+    module = _compare(model, {"x": _x(2, 5, 3)})
+    # five frame products, four state products (the first state is the constant zeros: folded)
+    assert [step.node.op for step in module.steps].count("Linear") == 9
+    assert "Loop" not in {step.node.op for step in module.steps}
+
+
+def test_a_loop_that_ends_on_the_data_is_refused_by_name():
+    with pytest.raises(ConversionError, match="ends on a condition computed from the input data"):
+        onnx_torch.module_from_onnx(_rnn_loop_model(condition_from_data=True), {"x": _x(2, 5, 3)})

@@ -29,6 +29,7 @@ from ...errors import ConversionError, OTHER_ROUTES
 from . import elementwise, layers, quantize, recurrent, resize, shapes  # noqa: F401  (importing them registers their ops)
 from .batch_norm import fold_batch_norms
 from .fuse import _fuse_linear
+from .loops import unroll_loops
 from .naming import attribute_name
 from .patterns import fuse_patterns
 from .graph import _QUANTIZED, ONNX_DOMAINS, Args, DataDependent, Node, _attributes
@@ -92,6 +93,7 @@ def module_from_onnx(model: Any, example: dict[str, np.ndarray], keep_qdq: bool 
     """A ``torch.nn.Module`` running the ``onnx.ModelProto`` ``model`` on inputs shaped like
     ``example``; ``keep_qdq``: its QuantizeLinear / DequantizeLinear pairs as quantize ops, an
     int8 weight kept behind its dequantize (never folded into a float constant)."""
+    unroll_loops(model, example)
     return _module_class()(model, example, keep_qdq)
 
 

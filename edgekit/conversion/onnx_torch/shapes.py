@@ -183,6 +183,32 @@ def _gather_elements(a: Args) -> Any:
     return _torch().gather(x, axis, _torch().where(ids < 0, ids + int(x.shape[axis]), ids))
 
 
+@op("ReverseSequence")
+def _reverse_sequence(a: Args) -> Any:
+    """Each batch entry's first ``sequence_lens[b]`` steps reversed along the time axis, the rest
+    in place (what TF exports write for the backward half of a bidirectional RNN over a mask): a
+    gather with per-entry indices, so lengths computed from the data keep static shapes."""
+    torch = _torch()
+    x = a.t(0)
+    if x.dtype == torch.bool:  # a mask: CoreML gathers numbers only
+        return _reverse_sequence_of(x.to(torch.int32), a) != 0
+    return _reverse_sequence_of(x, a)
+
+
+def _reverse_sequence_of(x: Any, a: Args) -> Any:
+    torch = _torch()
+    batch_axis, time_axis = int(a.attr("batch_axis", 1)), int(a.attr("time_axis", 0))
+    steps = int(x.shape[time_axis])
+    lengths = a.t(1).long().reshape(-1)
+    time = torch.arange(steps, dtype=torch.long)
+    index = torch.where(time[None, :] < lengths[:, None], lengths[:, None] - 1 - time[None, :], time[None, :])
+    shape = [1] * x.dim()
+    shape[batch_axis], shape[time_axis] = int(x.shape[batch_axis]), steps
+    order = [batch_axis, time_axis] if batch_axis < time_axis else [time_axis, batch_axis]
+    index = index if order[0] == batch_axis else index.t()
+    return torch.gather(x, time_axis, index.reshape(shape).expand(*x.shape))
+
+
 @op("Expand")
 def _expand(a: Args) -> Any:
     x = a.t(0)

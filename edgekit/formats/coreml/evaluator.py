@@ -452,7 +452,7 @@ OPS: dict[str, Callable[..., Any]] = {
     "slice_by_size": _slice_by_size,
     "split": _split,
     "gather": _gather,
-    "gather_along_axis": lambda x, indices, axis=0: np.take_along_axis(np.asarray(x), np.asarray(indices).astype(
+    "gather_along_axis": lambda x, indices, axis=0, validate_indices=False: np.take_along_axis(np.asarray(x), np.asarray(indices).astype(
         np.int64), axis=int(axis)),
     "sqrt": lambda x: np.sqrt(_f(x)),
     "rsqrt": lambda x, epsilon=1e-12: 1 / np.sqrt(_f(x) + np.float32(epsilon)),
