@@ -116,13 +116,23 @@ def bootstrap_ratio(
     rng = np.random.default_rng(seed)
     ratios = bootstrap_medians(cand, resamples, rng) / bootstrap_medians(base, resamples, rng)
     alpha = (1 - confidence) / 2
+    # a median is known only to within the timer's step: samples on a coarse clock (a fast model,
+    # many equal values) gave a zero-width interval, claiming a certainty no measurement has
+    (mc, rc), (mb, rb) = (float(np.median(cand)), _step(cand) / 2), (float(np.median(base)), _step(base) / 2)
     return {
-        "ratio": float(np.median(cand) / np.median(base)),
-        "ci_low": float(np.quantile(ratios, alpha)),
-        "ci_high": float(np.quantile(ratios, 1 - alpha)),
+        "ratio": mc / mb,
+        "ci_low": min(float(np.quantile(ratios, alpha)), (mc - rc) / (mb + rb)),
+        "ci_high": max(float(np.quantile(ratios, 1 - alpha)), (mc + rc) / max(mb - rb, 1e-12)),
         "confidence": confidence,
         "resamples": resamples,
     }
+
+
+def _step(samples: np.ndarray) -> float:
+    """The clock step the samples show: the smallest gap between two distinct values (0 if all equal
+    and nothing shows it; then the median's own value stands)."""
+    distinct = np.unique(samples)
+    return float(np.min(np.diff(distinct))) if distinct.size > 1 else 0.0
 
 
 # Above this many samples a resample matrix (resamples x n: 32 bytes a sample at 2000 resamples) is

@@ -68,10 +68,19 @@ def decide(default: Choice, medians_ms: dict[Choice, float], samples_s: dict[Cho
     ratio = bootstrap_ratio(np.asarray(samples_s[default]), np.asarray(samples_s[fastest]))
     if ratio["ci_high"] < SIGNIFICANT:
         return fastest, ratio | {"reason": f"{ratio['ratio']:.2f}x the default's median latency "
-                                           f"(95% CI {ratio['ci_low']:.2f}-{ratio['ci_high']:.2f})"}
+                                           f"(95% CI {interval(ratio['ci_low'], ratio['ci_high'])})"}
     return default, ratio | {"reason": f"the fastest ({fastest.describe()}) is not significantly faster than the "
-                                       f"default (ratio {ratio['ratio']:.2f}, 95% CI {ratio['ci_low']:.2f}-"
-                                       f"{ratio['ci_high']:.2f}): the default stays"}
+                                       f"default (ratio {ratio['ratio']:.2f}, 95% CI "
+                                       f"{interval(ratio['ci_low'], ratio['ci_high'])}): the default stays"}
+
+
+def interval(low: float, high: float) -> str:
+    """``low-high`` with as many decimals as show the interval's width (two at least, five at
+    most): a narrow interval of many samples printed as "0.50-0.50" looked like no interval."""
+    for decimals in range(2, 6):
+        if f"{low:.{decimals}f}" != f"{high:.{decimals}f}":
+            break
+    return f"{low:.{decimals}f}-{high:.{decimals}f}"
 
 
 def tune(source: str, runs: int = 60, min_seconds: float = 1.0, threads: list[int] | None = None,

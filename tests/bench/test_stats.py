@@ -109,3 +109,17 @@ def test_throughput_comes_from_the_median(digits_package):
     result = report["results"][0]
     assert result["throughput"]["from"] == "median latency"
     assert result["throughput"]["per_s"] == pytest.approx(4 * 1e3 / result["latency"]["p50"], rel=1e-3)
+
+
+def test_a_ratio_interval_is_never_narrower_than_the_clock_step_nor_printed_as_a_point():
+    """Samples of a fast model on a coarse clock (many equal values) gave a zero-width interval,
+    and a narrow one was printed as "0.50-0.50" by ``tune``."""
+    from edgekit.bench.stats import bootstrap_ratio
+    from edgekit.bench.tune import interval
+
+    base = np.array([2e-6] * 80 + [3e-6] * 20)
+    cand = np.array([1e-6] * 90 + [2e-6] * 10)
+    ratio = bootstrap_ratio(base, cand)
+    assert ratio["ci_low"] < ratio["ratio"] < ratio["ci_high"]
+    assert interval(0.4981, 0.5032) == "0.498-0.503"
+    assert interval(0.41, 0.62) == "0.41-0.62"
