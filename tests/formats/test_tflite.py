@@ -102,3 +102,29 @@ def test_layer_names_are_recovered_from_tensor_names():
     assert layer_of("functional_1/wave_1/Sin", ["conv", "wave"]) == "wave"
     assert layer_of("model/block_2_1/Relu;model/x", ["block_2"]) == "block_2"
     assert layer_of("model/unknown_1/Sin", []) == "unknown_1"
+
+
+def test_a_computed_divisor_stays_float_on_the_tf_converter_route(tmp_path, capsys):
+    """TF's own int8 DIV refuses a divisor that rounds to its zero point (``div.cc:262 data[i] !=
+    zero_point``): a share of a sum over samples that range over four decades. The TF route wrote
+    that artifact and lost the format to the fallback route; now the DIV stays float there."""
+    source = tmp_path / "share.keras"
+    run_tf(f"""
+        import keras, numpy as np
+        keras.utils.set_random_seed(0)
+        x = keras.Input((16,), name="x")
+        h = keras.layers.Dense(8, activation="relu", name="body")(x)
+        share = keras.ops.divide(h, keras.ops.sum(h, axis=1, keepdims=True) + 0.01)
+        keras.Model(x, keras.layers.Dense(4, activation="softmax", name="cls")(share)).save({str(source)!r})
+        rng = np.random.default_rng(0)
+        data = np.abs(rng.normal(0, 1, (200, 16))) * np.exp(rng.uniform(np.log(0.01), np.log(100), (200, 1)))
+        np.savez({str(tmp_path / "cal.npz")!r}, x=data.astype(np.float32))
+    """)
+    code, out, err = run_cli(capsys, "package", source, "-c", tmp_path / "cal.npz", "--format", "tflite",
+                             "-o", tmp_path / "out", "--allow-accuracy-drop", "--no-auto-fix", "--no-also-float")
+    assert code == 0, err
+    assert "route keras -> tf-graph -> tflite failed" not in err and "div.cc" not in err
+    manifest = json.loads((tmp_path / "out" / "share.edgekit" / "manifest.json").read_text())
+    artifact = manifest["artifacts"][0]
+    assert "DIV" in {op["op"] for op in artifact["float_ops"]}
+    assert "tf2onnx" not in json.dumps(manifest.get("converter", {}))
