@@ -274,7 +274,8 @@ class _Simulation:
         """A QuantizeLinear/DequantizeLinear pair where each quantized activation is written."""
         from onnx import helper, numpy_helper
 
-        added = self.quantized_tensors()
+        inner_reads = _read_by_subgraphs(self.graph)
+        added = [entry for entry in self.quantized_tensors() if entry[2] not in inner_reads]
         tied = self.tied_ranges({tensor for _, _, tensor in added})
         grids = {tensor: self.fixed[node.op_type] if node is not None and node.op_type in self.fixed and self.int8(node)
                  else _activation_grid(*tied.get(tensor, self.ranges[tensor]), symmetric=self.symmetric)
@@ -371,15 +372,52 @@ def _activation_grid(low: float, high: float, symmetric: bool = False) -> tuple[
     return float(scale), zero
 
 
+def _outer_reads(node: Any) -> set[str]:
+    """The values a node's subgraphs (a Loop's body, an If's branches) read from the graph around
+    them: inputs too, though not listed as such (a Loop placed before the writer of a value its
+    body reads made ONNX Runtime abort)."""
+    found: set[str] = set()
+    for attribute in node.attribute:
+        for graph in [attribute.g] if attribute.type == attribute.GRAPH else list(attribute.graphs):
+            local = {v.name for v in graph.input} | {i.name for i in graph.initializer} | {""}
+            for inner in graph.node:
+                found.update(n for n in [*inner.input, *_outer_reads(inner)] if n not in local)
+                local.update(inner.output)
+    return found
+
+
+# ops ONNX Runtime's QDQ propagation moves a DequantizeLinear across
+PROPAGATED = {"Transpose", "Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity", "Slice", "Gather", "Expand"}
+
+
+def _read_by_subgraphs(graph: Any) -> set[str]:
+    """The values a Loop/If body reads from outside, and those they are moved from: they stay
+    float. ONNX Runtime's optimizer propagates a QDQ pair across data movement and then aborts
+    on the subgraph's read of the renamed value (and each format's build keeps the body float)."""
+    writers = {out: node for node in graph.node for out in node.output}
+    pending = [name for node in graph.node for name in _outer_reads(node)]
+    found: set[str] = set()
+    while pending:
+        name = pending.pop()
+        if name in found:
+            continue
+        found.add(name)
+        writer = writers.get(name)
+        if writer is not None and writer.op_type in PROPAGATED and writer.input:
+            pending.append(writer.input[0])
+    return found
+
+
 def _sort_topologically(graph: Any) -> None:
     """Nodes in an order where every input is written before it is read (the pairs were appended)."""
     available = {i.name for i in graph.input} | {i.name for i in graph.initializer} | {""}
     pending = list(graph.node)
     ordered = []
+    reads = {id(node): [*node.input, *_outer_reads(node)] for node in pending}
     while pending:
         progressed = []
         for node in pending:
-            if all(name in available for name in node.input):
+            if all(name in available for name in reads[id(node)]):
                 ordered.append(node)
                 available.update(node.output)
             else:

@@ -224,3 +224,40 @@ def test_a_histogram_estimator_sets_the_ranges_pytorchs_observer_would(tmp_path)
     scale, zero = (float(v.reshape(-1)[0]) for v in observer.calculate_qparams())
     simulated_graph(str(model), str(tmp_path / "histogram.json"), str(tmp_path / "sim.onnx"), [], [])
     assert _pairs(tmp_path / "sim.onnx")["x"] == (pytest.approx(scale, rel=1e-6), int(zero))
+
+
+def test_a_value_a_loop_body_reads_through_a_transpose_stays_float_and_the_simulation_runs(tmp_path):
+    """tf2onnx's masked GRU: an Add feeds a Transpose whose output a Loop body reads from outside.
+    A pair on the Add's output made ONNX Runtime's optimizer abort (SIGABRT) when it moved the
+    pair across the Transpose: the simulation was lost for the whole model."""
+    import subprocess
+    import sys
+
+    from onnx import TensorProto, helper
+
+    from tests.conversion.test_onnx_torch import _rnn_loop_model
+
+    model = _rnn_loop_model(steps=4)
+    graph = model.graph
+    graph.node[0].input[0] = "shifted"
+    graph.node.insert(0, helper.make_node("Add", ["x", "bias"], ["shifted"], name="shift"))
+    graph.initializer.append(numpy_helper.from_array(np.full((3,), 0.5, np.float32), "bias"))
+    # the initial state follows the batch: zeros of [N, 4] from the first frame
+    graph.node.insert(2, helper.make_node("Gather", ["seq", "first"], ["frame0"], axis=0, name="first_frame"))
+    graph.node.insert(3, helper.make_node("MatMul", ["frame0", "none"], ["h_start"], name="zero_state"))
+    graph.node[4].input[3] = "h_start"
+    graph.initializer.extend([numpy_helper.from_array(np.array(0, np.int64), "first"),
+                              numpy_helper.from_array(np.zeros((3, 4), np.float32), "none")])
+    graph.input[0].type.tensor_type.shape.dim[0].dim_param = "N"
+    graph.output[1].type.tensor_type.elem_type = TensorProto.FLOAT
+    source = tmp_path / "loop.onnx"
+    onnx.save(model, source)
+    x = np.random.default_rng(0).normal(size=(16, 4, 3)).astype(np.float32)
+    np.save(tmp_path / "cal.npy", x)
+    activation_ranges(str(source), str(tmp_path / "cal.npy"), str(tmp_path / "ranges.json"))
+    simulated_graph(str(source), str(tmp_path / "ranges.json"), str(tmp_path / "sim.onnx"), [], [])
+    run = ("import numpy as np, onnxruntime as o; s = o.InferenceSession(%r); "
+           "print(s.run(None, {'x': np.load(%r)})[0].shape)" % (str(tmp_path / "sim.onnx"), str(tmp_path / "cal.npy")))
+    child = subprocess.run([sys.executable, "-c", run], capture_output=True, text=True)
+    assert child.returncode == 0, child.stderr[-500:]
+    assert child.stdout.strip() == "(16, 4, 4)"
