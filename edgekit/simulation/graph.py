@@ -289,10 +289,14 @@ class _Simulation:
             if node is None:  # a graph input keeps its name: its readers read the pair's output instead
                 source, result = tensor, f"{tensor}__sim"
                 for reader in self.readers.get(tensor, []):
-                    reader.input[:] = [result if name == tensor else name for name in reader.input]
+                    if reader.op_type not in COMPARISONS:
+                        reader.input[:] = [result if name == tensor else name for name in reader.input]
             else:
                 source, result = f"{tensor}__float", tensor
                 node.output[index] = source
+                for reader in self.readers.get(tensor, []):
+                    if reader.op_type in COMPARISONS:
+                        reader.input[:] = [source if name == tensor else name for name in reader.input]
             self.graph.initializer.extend([numpy_helper.from_array(np.array(scale, np.float32), f"{tensor}__scale"),
                                            numpy_helper.from_array(np.array(zero, np.int8), f"{tensor}__zero")])
             self.graph.node.extend([
@@ -386,6 +390,9 @@ def _outer_reads(node: Any) -> set[str]:
     return found
 
 
+# a comparison has no int8 kernel: every format's build compares the float value (a mask sentinel,
+# Keras Masking(-1), a rounding step off itself made every padded step count as data)
+COMPARISONS = {"Equal", "Greater", "Less", "GreaterOrEqual", "LessOrEqual"}
 # ops ONNX Runtime's QDQ propagation moves a DequantizeLinear across
 PROPAGATED = {"Transpose", "Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity", "Slice", "Gather", "Expand"}
 
