@@ -78,6 +78,9 @@ class Histogram:
 def _observer() -> Any:
     import torch
 
+    from ..conversion import histogram_search
+
+    histogram_search.install()
     try:
         from torch.ao.quantization.observer import HistogramObserver
         dtype = torch.qint8

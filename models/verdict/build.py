@@ -940,12 +940,12 @@ def train_tone_cnn(folder: Path) -> None:
     program = torch.export.export(model, (torch.zeros(2, 1, 1024),), dynamic_shapes=({0: batch},))
     torch.export.save(program, str(folder / "tone_cnn.pt2"))
 
-GRU_STEPS, GRU_FEATURES, GRU_STAGES = 8, 6, 4
+GRU_STEPS, GRU_FEATURES, GRU_STAGES = 6, 6, 4
 
 
 def stage_sequences(n: int, seed: int) -> tuple:
     """Sequences of ``GRU_STEPS`` feature frames, each frame's class (its stage) held for a few
-    steps; the sequences are 4-8 steps long, padded with -1 (the mask value) after their end."""
+    steps; the sequences are 3-6 steps long, padded with -1 (the mask value) after their end."""
     import numpy as np
 
     rng = np.random.default_rng(seed)

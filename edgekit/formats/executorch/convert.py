@@ -30,6 +30,7 @@ import numpy as np
 from ...conversion import worker
 from ...conversion.forms import ModelForm
 from ...conversion.messages import Message
+from ...conversion import histogram_search
 from ...conversion.pt2e import qat_folding_only_where_it_can_match
 from ...errors import ConversionError
 from ..building import read_samples
@@ -117,6 +118,8 @@ def convert_executorch(request: ExecuTorchRequest) -> ExecuTorchReport:
         get_symmetric_quantization_config,
     )
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+    histogram_search.install()
 
     def sample(i: int) -> tuple[Any, ...]:
         return tuple(torch.from_numpy(_model_dtype(np.asarray(samples[n][i : i + 1]))) for n in names)

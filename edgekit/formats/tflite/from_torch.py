@@ -54,6 +54,7 @@ def convert_torch(request: TorchRequest) -> TorchReport:
     from litert_torch.quantize.quant_config import QuantConfig
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
+    from ...conversion import histogram_search
     from ...conversion.forms import flatten_outputs, load_module
     from .requantize import fix_int8_output_scales
 
@@ -91,6 +92,7 @@ def convert_torch(request: TorchRequest) -> TorchReport:
     total = len(next(iter(samples.values())))
     quantizer = PT2EQuantizer().set_global(get_symmetric_quantization_config(is_per_channel=True, is_dynamic=False))
     graph = torch.export.export(Named().eval(), (), sample(0)).module()
+    histogram_search.install()  # the same ranges, milliseconds per observed tensor instead of 75
     graph = prepare_pt2e(graph, quantizer)
     with torch.no_grad():
         for i in range(total):
