@@ -3,6 +3,7 @@ layer, never by edgekit's wrapper module."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from edgekit.formats.tflite.from_torch import torch_layer
@@ -23,3 +24,36 @@ def test_a_litert_torch_tensor_is_named_by_the_users_layer(tensor, layer):
     assert torch_layer(tensor) == layer
     assert "<locals>" not in torch_layer(tensor)
 
+
+
+def test_input_names_that_are_no_python_identifier_reach_tflite_and_keep_their_names(tmp_path_factory, tmp_path):
+    """A TF export names its input ``serving_default_audio:0``: torch.export wrote it into
+    generated code and the TFLite route failed with ``SyntaxError: invalid syntax (<eval_with_key>
+    .16, line 5)``. litert-torch gets identifiers; the signature keeps the model's own name."""
+    import json
+
+    import onnx
+
+    from edgekit.formats.tflite.signature_names import identifiers
+    from tests.conftest import device_cli, edgekit_cli, verdict_model
+
+    assert identifiers(["serving_default_audio:0", "input.1", "class", "1", "x", "x_"]) == {
+        "serving_default_audio:0": "serving_default_audio_0", "input.1": "input_1", "class": "input_class",
+        "1": "input_1_2", "x": "x", "x_": "x_"}
+    folder = verdict_model(tmp_path_factory, "conv1d_asr")
+    model = onnx.load(folder / "conv1d_asr.onnx")
+    name = "serving_default_audio:0"
+    for node in model.graph.node:
+        node.input[:] = [name if i == "audio" else i for i in node.input]
+    model.graph.input[0].name = name
+    onnx.save(model, tmp_path / "renamed.onnx")
+    audio = np.load(folder / "calibration.npz")["audio"]
+    np.savez(tmp_path / "cal.npz", **{name: audio})
+    result = edgekit_cli("package", tmp_path / "renamed.onnx", "-c", tmp_path / "cal.npz", "--format", "tflite",
+                         "--no-auto-fix", "--no-also-float", "--allow-accuracy-drop", "-o", tmp_path / "out")
+    assert result.returncode == 0, result.stderr[-2000:]
+    package = tmp_path / "out" / "renamed.edgekit"
+    assert [i["name"] for i in json.loads((package / "manifest.json").read_text())["inputs"]] == [name]
+    np.save(tmp_path / "clip.npy", audio[:2])
+    run = device_cli(package, "-i", tmp_path / "clip.npy", "--output", tmp_path / "out.npz")
+    assert run.returncode == 0, run.stderr

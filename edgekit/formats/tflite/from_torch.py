@@ -55,6 +55,7 @@ def convert_torch(request: TorchRequest) -> TorchReport:
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
     from ...conversion import histogram_search
+    from . import signature_names
     from ...conversion.forms import flatten_outputs, load_module
     from .requantize import fix_int8_output_scales
 
@@ -78,15 +79,18 @@ def convert_torch(request: TorchRequest) -> TorchReport:
             return self
 
         def forward(self, **inputs: Any) -> dict[str, Any]:
-            produced = flatten_outputs(self.inner(*[inputs[n] for n in names]))
+            produced = flatten_outputs(self.inner(*[inputs[keywords[n]] for n in names]))
             return dict(zip(output_names, produced))
 
+    keywords = signature_names.identifiers(names)  # forward's keywords: the signature, back to names below
+
     def sample(i: int) -> dict[str, Any]:
-        return {n: torch.from_numpy(_model_dtype(np.asarray(samples[n][i : i + 1]))) for n in names}
+        return {keywords[n]: torch.from_numpy(_model_dtype(np.asarray(samples[n][i : i + 1]))) for n in names}
 
     started = time.perf_counter()
     if not request.pt2e:
         litert_torch.convert(Named().eval(), (), sample_kwargs=sample(0)).export(float_output)
+        signature_names.restore(float_output, keywords)
         return TorchReport(torch=torch.__version__, litert_torch=_version("litert-torch"),
                            seconds=round(time.perf_counter() - started, 3), fixed_output_scales=[])
     total = len(next(iter(samples.values())))
@@ -104,10 +108,12 @@ def convert_torch(request: TorchRequest) -> TorchReport:
         graph = convert_pt2e(graph, fold_quantize=False)
     edge = litert_torch.convert(graph, (), sample_kwargs=sample(0), quant_config=QuantConfig(pt2e_quantizer=quantizer))
     edge.export(output)
+    signature_names.restore(output, keywords)
     fixed_scales = fix_int8_output_scales(output)  # a sigmoid sharing a concat's scale, as LiteRT's kernels need it
     seconds = time.perf_counter() - started
     if float_output:  # the float conversion, to tell conversion error from quantization error
         litert_torch.convert(Named().eval(), (), sample_kwargs=sample(0)).export(float_output)
+        signature_names.restore(float_output, keywords)
     return TorchReport(torch=torch.__version__, litert_torch=_version("litert-torch"), seconds=round(seconds, 3),
                        fixed_output_scales=list(fixed_scales))
 
