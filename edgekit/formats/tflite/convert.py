@@ -157,9 +157,9 @@ def convert(request: TFLiteRequest) -> TFLiteReport:
             model = _with_float_layers(calibrated, floats, output_layers or {})
         else:
             model = converter.convert()
-            if quantize and _computed_divisors_in(model, output):
+            if quantize and _computed_divisors_in(model):
                 calibrated = calibrated or _CalibratedModel(saved_model, calibration_npy, samples, calibrated_cache)
-                model = calibrated.quantized(_computed_divisors_in(calibrated.quantized(), output))
+                model = calibrated.quantized(_computed_divisors_in(calibrated.quantized()))
     except EdgekitError:
         raise
     except Exception as exc:
@@ -250,18 +250,13 @@ class _CalibratedModel:
                                             denylisted_nodes=denylisted_nodes or None)
 
 
-def _computed_divisors_in(model: bytes, beside: str) -> list[str]:
+def _computed_divisors_in(model: bytes) -> list[str]:
     """The DIV ops of ``model`` whose divisor is computed (``quantizer.computed_divisors``): TF's
     int8 DIV kernel refuses a divisor that rounds to its zero point ("div.cc data[i] !=
     zero_point"), a histogram divided by its count, so those stay float, as on the other route."""
-    from .quantizer import computed_divisors
+    from .quantizer import computed_divisors_of
 
-    probe = Path(beside).with_name(f".{Path(beside).name}.divisors.tflite")
-    try:
-        probe.write_bytes(model)
-        return computed_divisors(str(probe))
-    finally:
-        probe.unlink(missing_ok=True)
+    return list(computed_divisors_of(model_content=model))
 
 
 def _with_float_layers(calibrated: _CalibratedModel, layers: list[str], output_layers: dict[str, str]) -> bytes:

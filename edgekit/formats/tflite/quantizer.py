@@ -287,10 +287,16 @@ def computed_divisors(float_model: str) -> list[str]:
 
 @functools.lru_cache(maxsize=8)
 def _computed_divisors(float_model: str, size: int, modified_ns: int) -> tuple[str, ...]:
+    return computed_divisors_of(model_path=float_model)
+
+
+def computed_divisors_of(**model: Any) -> tuple[str, ...]:
+    """``computed_divisors`` of a model given as the interpreter takes it (``model_path=`` or
+    ``model_content=``: a model in memory needs no file, so a full disk cannot fail the check)."""
     from .backend import _interpreter_module
 
     module, _ = _interpreter_module()
-    interpreter = module.Interpreter(model_path=float_model)
+    interpreter = module.Interpreter(**model)
     names = {d["index"]: d["name"] for d in interpreter.get_tensor_details()}
     ops = interpreter._get_ops_details()
     computed = {int(t) for op in ops for t in op["outputs"]} | {int(d["index"]) for d in interpreter.get_input_details()}
