@@ -848,15 +848,16 @@ def blended_shapes(n: int, seed: int, size: int = 96):  # noqa: ANN201
     return images, classes
 
 
-def trained_with_samples(out: Path, name: str, key: str, samples: Callable[[int, int], tuple]) -> Path:
-    """NAME's stored model with 200 calibration and 400 held-out samples (no labels) under ``key``."""
+def trained_with_samples(out: Path, name: str, key: str, samples: Callable[[int, int], tuple],
+                         counts: tuple[int, int] = (200, 400)) -> Path:
+    """NAME's stored model with ``counts`` calibration and held-out samples (no labels) under ``key``."""
     import numpy as np
 
     folder = out / name
     folder.mkdir(parents=True, exist_ok=True)
     model = trained(folder, name)
-    np.savez(folder / "calibration.npz", **{key: samples(200, 1)[0]})
-    np.savez(folder / "eval.npz", **{key: samples(400, 2)[0]})
+    np.savez(folder / "calibration.npz", **{key: samples(counts[0], 1)[0]})
+    np.savez(folder / "eval.npz", **{key: samples(counts[1], 2)[0]})
     return model
 
 
@@ -962,14 +963,7 @@ def stage_sequences(n: int, seed: int) -> tuple:
 
 def masked_gru(out: Path) -> Path:
     """The masked bidirectional GRU tagger with 160 calibration and 160 held-out sequences."""
-    import numpy as np
-
-    folder = out / "masked_gru"
-    folder.mkdir(parents=True, exist_ok=True)
-    model = trained(folder, "masked_gru")
-    for name, seed in (("calibration", 1), ("eval", 2)):
-        np.savez(folder / f"{name}.npz", features=stage_sequences(160, seed)[0])
-    return model
+    return trained_with_samples(out, "masked_gru", "features", stage_sequences, (160, 160))
 
 
 def train_masked_gru(folder: Path) -> None:
