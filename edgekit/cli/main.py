@@ -271,10 +271,9 @@ def _package(args: argparse.Namespace) -> int:
         tail = [op for op in float_ops if op.get("tail")]
         inner = [op for op in float_ops if not op.get("tail")]
         if inner:
-            ops = ", ".join(sorted({f"{op['op']} ({op['layer']})" for op in inner}))
-            print(f"note: {artifact.key} keeps these ops in float: {ops}")
+            print(f"note: {artifact.key} keeps these ops in float: {_package_float_ops(inner)}")
         if tail:
-            ops = ", ".join(sorted({f"{op['op']} ({op['layer']})" for op in tail}))
+            ops = _package_float_ops(tail)
             print(f"note: {artifact.key} computes its output tail in float after the last INT8 op: {ops} "
                        "(as ONNX Runtime and CoreML run it; the label says int8+float tail)")
     print(f"package: {result.path}")
@@ -748,6 +747,16 @@ def _refuse(clash: str) -> int:
     from ..errors import OptionError
 
     raise OptionError(f"{clash} say opposite things", hint="give one of them")
+
+
+def _package_float_ops(ops: list[dict]) -> str:
+    """Float ops by op and layer, at most ``LISTED_OPS`` of them (an unrolled loop has thousands)."""
+    named = sorted({f"{op['op']} ({op['layer']})" for op in ops})
+    more = len(named) - LISTED_OPS
+    return ", ".join(named[:LISTED_OPS]) + (f" and {more} more (the manifest's float_ops lists each)" if more > 0 else "")
+
+
+LISTED_OPS = 20
 
 
 def main() -> None:

@@ -23,6 +23,9 @@ TORCH_PROGRAM = "torch-program"  # a PyTorch module torch.export can export (lit
 ONNX_REBUILD_LOADER = "edgekit.conversion.onnx_torch:load_module"
 TORCH_MODULE = "torch-module"  # a PyTorch module torch.jit can trace, or a ScriptModule
 KERAS_MODEL = "keras-model"  # a Keras .keras/.h5 file
+# a TF_GRAPH form's argument: the same graph traced at batch 1 with its variables folded (a SavedModel),
+# made where TensorFlow's converter lowers the graph's TensorList ops (recurrent layers) only at a static shape
+STATIC_BATCH_GRAPH = "static_batch_graph"
 
 RECURRENT_OPS = ("LSTM", "GRU", "RNN")  # ONNX's recurrent op types: what some route steps cannot convert
 # ONNX ops of a quantized graph (QDQ pairs, QOperator kernels): its learned ranges, which a step

@@ -66,7 +66,7 @@ def prepare(model_path: str, kind: str, export_dir: str, hints: dict[str, Any] |
     import tensorflow as tf
 
     info: dict[str, Any] = {"layers": [], "rescales": False, "versions": {"tensorflow": tf.__version__}, "recorded": {}}
-    saved_model = model_path
+    saved_model, model = model_path, None
     if kind in ("keras", "h5"):
         import keras
 
@@ -118,9 +118,7 @@ def prepare(model_path: str, kind: str, export_dir: str, hints: dict[str, Any] |
     _, kw_inputs = signature.structured_input_signature
     outputs = signature.structured_outputs
     info["saved_model"] = saved_model
-    info["forms"] = {forms.TF_GRAPH: ModelForm(forms.TF_GRAPH, saved_model).to_dict()}
-    if kind in ("keras", "h5"):
-        info["forms"][forms.KERAS_MODEL] = ModelForm(forms.KERAS_MODEL, model_path).to_dict()
+    info["forms"] = _forms(model, signature, saved_model, model_path, export_dir)
     info["inputs"] = [_describe(name, spec) for name, spec in sorted(kw_inputs.items())]
     info["outputs"] = [_describe(name, spec) for name, spec in sorted(outputs.items())]
     if "output_layers" not in info:  # no Keras layers: --keep-float names an output by itself
@@ -221,7 +219,63 @@ def _tf_constant(tensor: Any) -> Any:
     return value.tolist()
 
 
-def _frozen_copy(signature: Any, export_dir: str) -> str | None:
+def _forms(model: Any, signature: Any, saved_model: str, model_path: str, export_dir: str) -> dict[str, Any]:
+    """The forms the source provides: the SavedModel (with its copy at batch 1 where TensorFlow's
+    converter needs one), and a Keras model's own file."""
+    if model is None:
+        return {forms.TF_GRAPH: ModelForm(forms.TF_GRAPH, saved_model).to_dict()}
+    static = _static_batch_copy(model, signature, export_dir)
+    return {forms.TF_GRAPH: ModelForm(forms.TF_GRAPH, saved_model, arguments={
+        forms.STATIC_BATCH_GRAPH: static} if static else {}).to_dict(),
+        forms.KERAS_MODEL: ModelForm(forms.KERAS_MODEL, model_path).to_dict()}
+
+
+def _static_batch_copy(model: Any, signature: Any, export_dir: str) -> str | None:
+    """The Keras model traced at batch 1 with its variables folded into constants, as a SavedModel
+    beside the first, where the graph holds TensorList ops (a recurrent layer's steps, masked
+    ones too): TensorFlow's converter lowers those to TFLite loops only at a static shape, and
+    fails on the batch-free signature (``TensorListReserve``). None for other graphs, or where
+    the model cannot be traced so (the batch-free SavedModel is then the only one)."""
+    if not _holds_tensor_lists(signature):
+        return None
+    import tensorflow as tf
+
+    specs = signature.structured_input_signature[1]
+    names = [t.name.split(":")[0] for t in model.inputs]
+    outputs = sorted(signature.structured_outputs)
+    if sorted(names) != sorted(specs) or any(specs[n].shape.rank is None or specs[n].shape.rank == 0 for n in names):
+        return None
+
+    @tf.function(input_signature=[tf.TensorSpec((1, *specs[n].shape[1:]), specs[n].dtype, name=n) for n in names])
+    def serve(*args: Any) -> dict[str, Any]:
+        produced = tf.nest.flatten(model(list(args) if len(args) > 1 else args[0], training=False))
+        return {name: produced[int(name.rsplit("_", 1)[1])] for name in outputs}
+
+    try:
+        if any(not (o.startswith("output_") and o.rsplit("_", 1)[1].isdigit()) for o in outputs):
+            return None  # outputs named otherwise than Keras's export names them: their order is unknown here
+        traced = serve.get_concrete_function()
+        sample = {n: tf.zeros((1, *specs[n].shape[1:]), specs[n].dtype) for n in names}
+        expected, got = signature(**sample), traced(*[sample[n] for n in names])
+        if any(not bool(tf.reduce_all(tf.abs(tf.cast(expected[o], tf.float32) - tf.cast(got[o], tf.float32)) <= 1e-4))
+               for o in outputs):
+            return None
+        static_specs = {n: tf.TensorSpec((1, *specs[n].shape[1:]), specs[n].dtype, name=n) for n in names}
+        return _frozen_copy(traced, str(Path(export_dir).with_name(Path(export_dir).name + "_batch1")),
+                            names, static_specs)
+    except Exception:  # a second form for one route's converter, never a requirement
+        return None
+
+
+def _holds_tensor_lists(signature: Any) -> bool:
+    """Whether the signature's graph (its functions included) holds TensorList ops."""
+    graph = signature.graph.as_graph_def()
+    nodes = [node.op for node in graph.node] + [node.op for f in graph.library.function for node in f.node_def]
+    return any(op.startswith("TensorList") for op in nodes)
+
+
+def _frozen_copy(signature: Any, export_dir: str, names: list[str] | None = None,
+                 specs: dict[str, Any] | None = None) -> str | None:
     """The serving signature with its variables folded into constants, saved as a new SavedModel.
 
     A SavedModel written by ``tf.saved_model.save(keras_model)`` reads its weights through
@@ -235,8 +289,8 @@ def _frozen_copy(signature: Any, export_dir: str) -> str | None:
 
     try:
         frozen = convert_variables_to_constants_v2(signature)
-        specs = signature.structured_input_signature[1]
-        names = sorted(specs)
+        specs = specs or signature.structured_input_signature[1]
+        names = names or sorted(specs)  # the order ``signature`` takes its inputs in
         outputs = sorted(signature.structured_outputs)
 
         @tf.function(input_signature=[tf.TensorSpec(specs[n].shape, specs[n].dtype, name=n) for n in names])

@@ -55,6 +55,16 @@ class TFLiteBuilder(Builder):
             return self._build_from_float(context, on_progress)
         output = context.package_dir / ARTIFACT_PATH
         output.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            return self._build_from_graph(context, output, on_progress)
+        except ConversionError as failed:
+            if not static_graph(context, failed):
+                raise
+            return self._build_from_float(context, on_progress, static_graph(context, failed))
+
+    def _build_from_graph(self, context: BuildContext, output: Path,
+                          on_progress: Callable[[int, int], None] | None) -> BuildResult:
+        """TensorFlow's converter, full-integer INT8 (float layers by the debugger's denylist)."""
         report = worker.convert(convert, TFLiteRequest(
             saved_model=context.model.path,
             calibration_npy=context.calibration_npy,
@@ -108,18 +118,30 @@ class TFLiteBuilder(Builder):
     def fallback_io(self, path: Path, quantized: Artifact) -> tuple[list[QuantParams], list[QuantParams]]:
         return io_quantization(str(path))
 
-    def _build_from_float(self, context: BuildContext, on_progress: Callable[[int, int], None] | None) -> BuildResult:
+    def _build_from_float(self, context: BuildContext, on_progress: Callable[[int, int], None] | None,
+                          saved_model: str | None = None) -> BuildResult:
         """TensorFlow's converter in float once per packaging run (kept in the work folder for
-        every later quantization of it), then LiteRT Quantizer with the per-layer recipe."""
+        every later quantization of it), then LiteRT Quantizer with the per-layer recipe.
+        ``saved_model``: the graph at a static batch (``forms.STATIC_BATCH_GRAPH``), where the
+        batch-free one holds TensorList ops the converter cannot lower."""
         float_model = Path(context.workdir) / "tflite.float.tflite"
         float16 = Path(context.workdir) / "tflite.float16.tflite" if context.option("also_float") else None
-        if not made_from(str(float_model), context.model.path) or (float16 and not float16.is_file()):
-            worker.convert(convert_float, FloatRequest(saved_model=context.model.path, output=str(float_model),
-                                                       float16_output=str(float16) if float16 else None),
-                           what="TFLite float conversion", timeout=context.timeout_s)
-            mark_made_from(str(float_model), context.model.path)
+        saved_model = saved_model or context.model.path
+        if not made_from(str(float_model), saved_model) or (float16 and not float16.is_file()):
+            try:
+                worker.convert(convert_float, FloatRequest(saved_model=saved_model, output=str(float_model),
+                                                           float16_output=str(float16) if float16 else None),
+                               what="TFLite float conversion", timeout=context.timeout_s)
+            except ConversionError as failed:
+                if saved_model != context.model.path or not static_graph(context, failed):
+                    raise
+                return self._build_from_float(context, on_progress, static_graph(context, failed))
+            mark_made_from(str(float_model), saved_model)
+        static = saved_model != context.model.path
         tool = ((f"{context.model.via}, then " if context.model.via else "")
-                + "tensorflow.lite.TFLiteConverter.from_saved_model (float)")
+                + "tensorflow.lite.TFLiteConverter.from_saved_model (float"
+                + (", traced at batch 1 with its variables folded: its TensorList ops lower to loops only at a "
+                   "static shape)" if static else ")"))
         fallback = {"fallback_model": str(float16), "fallback_precision": "float16"} if float16 else {}
         return self._quantized_from_float(context, float_model, SCOPES, tool, on_progress,
                                           float_by="float TFLite (TFLiteConverter), LiteRT", **fallback)
@@ -328,6 +350,13 @@ def _output_writers(graph: ArtifactGraph, context: BuildContext) -> dict[str, st
     result after the signature's output, not after the layer)."""
     tensors = graph.output_tensors
     return {tensors[o]: layer for o, layer in context.output_layers.items() if tensors.get(o)}
+
+
+def static_graph(context: BuildContext, failed: ConversionError) -> str | None:
+    """The graph at a static batch the source made (``forms.STATIC_BATCH_GRAPH``), where the
+    converter failed on the batch-free graph's TensorList ops; else None."""
+    static = context.model.arguments.get(forms.STATIC_BATCH_GRAPH)
+    return str(static) if static and "TensorList" in failed.message else None
 
 
 def _loadable(read: Callable[[], Any], converter: str) -> Any:

@@ -99,13 +99,7 @@ def quantize_float_tflite(request: QuantizerRequest) -> QuantizerReport:
             qt.add_static_config(pattern, "*", activation_num_bits=16, weight_num_bits=8)
         else:
             raise EdgekitError(f"unknown layer precision {precision!r} for {layer}", hint="use float or int16")
-    left_float: list[dict[str, str]] = []
-    for scope in computed_divisors(float_model):
-        from litert_quantizer import qtyping
-
-        qt.update_quantization_recipe(regex="(^|;)" + re.escape(scope) + ";", operation_name="DIV",
-                                      op_config=qtyping.OpQuantizationConfig(), algorithm_key="no_quantize")
-        left_float.append({"op": "DIV", "scope": scope + ";", "error": DIVISOR_NOTE})
+    left_float = _float_by_kind(qt, float_model)
     calibration = _calibration(qt, float_model, calibration_npy)
     carried = _carry_ranges(calibration, float_model, learned_ranges, namer, layer_names or []) \
         if learned_ranges else None
@@ -140,6 +134,32 @@ def quantize_float_tflite(request: QuantizerRequest) -> QuantizerReport:
     return QuantizerReport(litert_quantizer=_version("litert-quantizer"), seconds=round(seconds, 3),
                            layers=dict(layers or {}), fixed_output_scales=list(fixed), explain=explained,
                            left_float=left_float, learned_ranges=carried)
+
+
+def _float_by_kind(qt: Any, float_model: str) -> list[dict[str, str]]:
+    """The recipe's rules for what stays float whatever the plan says, and the float ops recorded
+    for them: a DIV by a computed value, comparisons and the model inputs they read, control flow."""
+    from litert_quantizer import qtyping
+
+    left_float: list[dict[str, str]] = []
+    for scope in computed_divisors(float_model):
+        qt.update_quantization_recipe(regex="(^|;)" + re.escape(scope) + ";", operation_name="DIV",
+                                      op_config=qtyping.OpQuantizationConfig(), algorithm_key="no_quantize")
+        left_float.append({"op": "DIV", "scope": scope + ";", "error": DIVISOR_NOTE})
+    for op in COMPARISONS:  # no recipe name in pattern: every op of the type, wherever it is
+        qt.update_quantization_recipe(regex=".*", operation_name=op, op_config=qtyping.OpQuantizationConfig(),
+                                      algorithm_key="no_quantize")
+    compared = compared_inputs(float_model)
+    if compared:  # the comparison reads the float input; the model's other readers get a QUANTIZE of it
+        qt.update_quantization_recipe(regex="^(" + "|".join(re.escape(scope) for scope in compared) + ")$",
+                                      operation_name="INPUT", op_config=qtyping.OpQuantizationConfig(),
+                                      algorithm_key="no_quantize")
+    for op, scopes in control_flow_scopes(float_model).items():
+        qt.update_quantization_recipe(regex="^(" + "|".join(re.escape(scope) for scope in scopes) + ")$",
+                                      operation_name="*", op_config=qtyping.OpQuantizationConfig(),
+                                      algorithm_key="no_quantize")
+        left_float.append({"op": op.split(" ")[0], "scope": scopes[0], "error": LOOP_NOTE})
+    return left_float
 
 
 def _carry_ranges(calibration: dict[str, Any], float_model: str, learned: dict[str, dict[str, Any]], namer: str,
@@ -274,6 +294,78 @@ def _explain(qt: Any, float_model: str, explain_npy: str, namer: str, layer_name
 
 DIVISOR_NOTE = ("divides by a computed value: LiteRT's int8 DIV refuses any divisor that rounds to its zero point "
                 "(div.cc: data[i] != zero_point), so a small divisor would fail at run time")
+
+
+# a comparison compares the float value, as every other format's build does: quantized, a mask's
+# sentinel (Keras Masking's x != -1) and the values beside it can share one int8 step and padded steps
+# then count as data (a masked GRU: 75% of float's decisions)
+COMPARISONS = ("EQUAL", "NOT_EQUAL", "LESS", "LESS_EQUAL", "GREATER", "GREATER_EQUAL")
+LOOP_NOTE = ("a loop (a recurrent layer's steps, or an If's branches): LiteRT Quantizer writes a loop body's "
+             "tensors with the types of its outer graph, which LiteRT then refuses to load; its ops run in float")
+CONTROL_FLOW_OPS = {"WHILE", "IF", "CALL_ONCE"}
+
+
+def compared_inputs(float_model: str) -> list[str]:
+    """The recipe scope of each main-graph model input a comparison reads: it stays float. An int8
+    input carries a mask's sentinel (Keras Masking's -1) as the nearest grid point, which a float
+    comparison with -1 then calls data (a masked GRU: 75% of float's decisions)."""
+    from ai_edge_litert.schema_py_generated import BuiltinOperator
+    from litert_quantizer.utils import tfl_flatbuffer_utils as flatbuffer
+
+    model = flatbuffer.read_model(float_model)
+    codes = {getattr(BuiltinOperator, name) for name in COMPARISONS}
+    found = []
+    for main in sorted({int(s.subgraphIndex) for s in (model.signatureDefs or [])} or {0}):
+        graph = model.subgraphs[main]
+        read = {int(t) for op in graph.operators if model.operatorCodes[op.opcodeIndex].builtinCode in codes
+                for t in op.inputs}
+        for io in flatbuffer.get_subgraph_input_output_operators(graph):
+            if str(getattr(io.op_key, "value", io.op_key)) == "INPUT" and read & {int(t) for t in io.outputs}:
+                found.append(flatbuffer.get_op_scope(io, graph.tensors))
+    return found
+
+
+def control_flow_scopes(float_model: str) -> dict[str, list[str]]:
+    """Per control-flow op of the model's main graphs (``"WHILE 3"``, by its index): its own scope
+    first, then the scope of every op and every input/output of the subgraphs it runs (loop
+    bodies, conditions, branches, transitively). They stay float: LiteRT Quantizer calibrates and
+    quantizes each subgraph on its own, so a body's inputs get the outer graph's int8 types while
+    its ops stay float (``SLICE ... FLOAT32 != INT8``) and LiteRT refuses the file."""
+    from ai_edge_litert.schema_py_generated import BuiltinOperator
+    from litert_quantizer.utils import tfl_flatbuffer_utils as flatbuffer
+
+    model = flatbuffer.read_model(float_model)
+    names = {getattr(BuiltinOperator, name): name for name in CONTROL_FLOW_OPS}  # the quantizer's table lacks them
+
+    def op_name(op: Any) -> str:
+        return names.get(model.operatorCodes[op.opcodeIndex].builtinCode, "")
+
+    def called(op: Any) -> list[int]:
+        options = op.builtinOptions
+        return [int(getattr(options, field)) for field in ("condSubgraphIndex", "bodySubgraphIndex",
+                                                             "thenSubgraphIndex", "elseSubgraphIndex", "initSubgraphIndex")
+                if options is not None and getattr(options, field, None) is not None]
+
+    mains = {int(s.subgraphIndex) for s in (model.signatureDefs or [])} or {0}
+    found: dict[str, list[str]] = {}
+    for main in sorted(mains):
+        graph = model.subgraphs[main]
+        for index, op in enumerate(graph.operators):
+            if op_name(op) not in CONTROL_FLOW_OPS:
+                continue
+            scopes, pending, seen = [flatbuffer.get_op_scope(op, graph.tensors)], called(op), set()
+            while pending:
+                sub = pending.pop()
+                if sub in seen or sub in mains or not 0 <= sub < len(model.subgraphs):
+                    continue
+                seen.add(sub)
+                body = model.subgraphs[sub]
+                for inner in list(body.operators) + list(flatbuffer.get_subgraph_input_output_operators(body)):
+                    scopes.append(flatbuffer.get_op_scope(inner, body.tensors))
+                    if not hasattr(inner, "op_key") and op_name(inner) in CONTROL_FLOW_OPS:
+                        pending.extend(called(inner))
+            found[f"{op_name(op)} {main}.{index}"] = list(dict.fromkeys(scopes))
+    return found
 
 
 def computed_divisors(float_model: str) -> list[str]:
