@@ -136,7 +136,7 @@ def _show_warning(message: Any, category: type[Warning], filename: str, lineno: 
                   line: str | None = None) -> None:
     """edgekit's own warnings as one ``warning:`` line; others as Python prints them."""
     if category.__module__.startswith("edgekit"):
-        print(f"warning: {message}", file=sys.stderr)
+        print(relative_to_cwd(f"warning: {message}"), file=sys.stderr)
         return
     import warnings
 
@@ -154,8 +154,17 @@ def _report(exc: EdgekitError, debug: bool) -> int:
         import traceback  # here: only --debug pays for it
 
         traceback.print_exc()
-    print(exc.render(), file=sys.stderr)
+    print(relative_to_cwd(exc.render()), file=sys.stderr)
     return exc.exit_code
+
+
+def relative_to_cwd(text: str) -> str:
+    """``text`` with paths below the working directory as the user typed them (``bad.onnx``,
+    not ``/home/me/project/bad.onnx``): the sources resolve every path they read."""
+    import os
+
+    cwd = os.getcwd()
+    return text if cwd == os.sep else text.replace(cwd + os.sep, "")
 
 
 def _internal(exc: BaseException, debug: bool) -> int:

@@ -417,6 +417,10 @@ def test_a_loop_over_time_is_unrolled_into_linear_steps():
     # five frame products, four state products (the first state is the constant zeros: folded)
     assert [step.node.op for step in module.steps].count("Linear") == 9
     assert "Loop" not in {step.node.op for step in module.steps}
+    # the steps' submodules are named for the formats to keep float (as ONNX Runtime runs a Loop's body)
+    loop_ops = [step.node.op for attribute, step in zip(module.step_modules, module.steps)
+                if attribute in module.loop_modules]
+    assert loop_ops.count("Linear") == 9 and "Transpose" not in loop_ops
 
 
 def test_a_loop_that_ends_on_the_data_is_refused_by_name():

@@ -93,8 +93,13 @@ def module_from_onnx(model: Any, example: dict[str, np.ndarray], keep_qdq: bool 
     """A ``torch.nn.Module`` running the ``onnx.ModelProto`` ``model`` on inputs shaped like
     ``example``; ``keep_qdq``: its QuantizeLinear / DequantizeLinear pairs as quantize ops, an
     int8 weight kept behind its dequantize (never folded into a float constant)."""
-    unroll_loops(model, example)
-    return _module_class()(model, example, keep_qdq)
+    unrolled = unroll_loops(model, example)
+    module = _module_class()(model, example, keep_qdq)
+    # the steps of unrolled loops, by submodule: the formats keep them float (the simulation, like ONNX
+    # Runtime on the graph as given, runs a Loop's body in float), and their thousands of observers
+    # made a 40-step recurrent model's PT2E quantization take minutes
+    module.loop_modules = [a for a, step in zip(module.step_modules, module.steps) if step.node.name in unrolled]
+    return module
 
 
 def _module_class() -> type:

@@ -26,13 +26,14 @@ SHAPE_ONLY = ("Shape", "Size")  # their outputs follow from shapes alone, never 
 MAX_STEPS = 10_000  # iterations beyond which a loop is refused rather than unrolled
 
 
-def unroll_loops(model: Any, example: dict[str, np.ndarray]) -> None:
+def unroll_loops(model: Any, example: dict[str, np.ndarray]) -> set[str]:
     """Replace, in place, every top-level ``Loop`` of ``model.graph`` by its body repeated as
-    often as it runs on ``example`` (input name -> array)."""
+    often as it runs on ``example`` (input name -> array); returns the names of the nodes written
+    for the loops' steps (the formats keep them float, as ONNX Runtime runs a Loop's body)."""
     graph = model.graph
     loops = [node for node in graph.node if node.op_type == "Loop"]
     if not loops:
-        return
+        return set()
     dynamic = _dynamic_names(graph)
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 13)
     for loop in loops:
@@ -46,9 +47,11 @@ def unroll_loops(model: Any, example: dict[str, np.ndarray]) -> None:
         unrolled, constants = _unrolled(node, counts[node.name or node.output[0]], opset)
         nodes.extend(unrolled)
         initializers.extend(constants)
+    written = {node.name for node in nodes} - {node.name for node in graph.node}
     del graph.node[:]
     graph.node.extend(nodes)
     graph.initializer.extend(initializers)
+    return written
 
 
 def _body(loop: Any) -> Any:

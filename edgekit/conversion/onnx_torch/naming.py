@@ -11,7 +11,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-_RESERVED = {"forward", "steps", "constants", "input_names", "output_names", "example_outputs", "training"}
+_RESERVED = {"forward", "steps", "constants", "input_names", "output_names", "example_outputs", "training",
+             "step_modules", "loop_modules"}
 
 
 def attribute_name(node_name: str) -> str:

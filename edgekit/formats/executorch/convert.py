@@ -31,7 +31,7 @@ from ...conversion import worker
 from ...conversion.forms import ModelForm
 from ...conversion.messages import Message
 from ...conversion import histogram_search
-from ...conversion.pt2e import qat_folding_only_where_it_can_match
+from ...conversion.pt2e import inside, module_paths, qat_folding_only_where_it_can_match
 from ...errors import ConversionError
 from ..building import read_samples
 from ..plan import PrecisionPlan
@@ -112,6 +112,7 @@ def convert_executorch(request: ExecuTorchRequest) -> ExecuTorchReport:
         samples = {names[0]: samples[""]}
     named = _plan_names(model, layer_names)  # module path -> the plan's name, where rebuilt from ONNX
     paths, ops = _module_paths_of(module, list(request.plan.floats), named)
+    paths += list(getattr(module, "loop_modules", ()))  # an unrolled loop's steps stay float (onnx_torch)
     # imported once the model is known to be convertible (ExecuTorch and torchao take ~8 s to import)
     from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
         XNNPACKQuantizer,
@@ -150,9 +151,10 @@ def convert_executorch(request: ExecuTorchRequest) -> ExecuTorchReport:
         explained = per_layer_report(reference, converted, _samples(explain_npy, names), named)
     quantized = _export(converted, sample(0))
     io = json.dumps({"inputs": list(names), "outputs": list(output_names)})
-    placement, precision = _lower_and_write(quantized, output, io, named)
+    loops = [f"inner.{path}" for path in getattr(module, "loop_modules", ())]
+    placement, precision = _lower_and_write(quantized, output, io, named, loops)
     seconds = time.perf_counter() - started
-    float_placement = _lower_and_write(exported, float_output, io, named)[0] if float_output else None
+    float_placement = _lower_and_write(exported, float_output, io, named, loops)[0] if float_output else None
     if request.float_outputs and request.eval_npy:
         _write_float_outputs(exported, _samples(request.eval_npy, names), output_names, request.float_outputs)
     return ExecuTorchReport(
@@ -275,13 +277,13 @@ def _quantizer(xnnpack_quantizer: type, config: Any, exported: Any, kept_paths: 
     but those of a layer kept in float, those reading integers (an embedding's token ids, a
     gather's indices: quantized, the op would get float ids) and an attention mask's mix into the
     scores with the softmax after it (``mask_nodes``)."""
-    kept = [f"inner.{path}" for path in kept_paths]
+    kept = frozenset(f"inner.{path}" for path in kept_paths)
     masked = mask_nodes(exported.graph_module.graph, set(exported.graph_signature.user_inputs))
     ops = set(kept_ops)
 
     def quantized(node: Any) -> bool:
         return (not _reads_integers(node) and node.name not in masked and node.name not in ops
-                and not any(_inside(path, kept) for path in _module_paths(node)))
+                and not any(inside(path, kept) for path in module_paths(node)))
 
     base = _integer_scalars_kept(xnnpack_quantizer)
     quantizer = _filter_honoured_by_cat(base, quantized)().set_global(config(is_per_channel=True, is_dynamic=False))
@@ -396,15 +398,6 @@ def _reads_integers(node: Any) -> bool:
     return False
 
 
-def _module_paths(node: Any) -> list[str]:
-    """The module paths a graph node was traced inside (``torch.export``'s ``nn_module_stack``)."""
-    return [str(entry[0]) for entry in (node.meta.get("nn_module_stack") or {}).values()]
-
-
-def _inside(path: str, modules: list[str]) -> bool:
-    return any(path == module or path.startswith(module + ".") for module in modules)
-
-
 def _export(module: Any, example: tuple[Any, ...]) -> Any:
     import torch
 
@@ -415,16 +408,19 @@ def _export(module: Any, example: tuple[Any, ...]) -> Any:
                               f"{str(exc).splitlines()[0] if str(exc) else ''}", hint=OTHER_ROUTES) from None
 
 
-def _lower_and_write(exported: Any, path: str, io: str, named: dict[str, str]) -> tuple[dict, dict]:
+def _lower_and_write(exported: Any, path: str, io: str, named: dict[str, str],
+                     loops: list[str] | None = None) -> tuple[dict, dict]:
     """Lower ``exported`` with the XNNPACK partitioner, write the ``.pte`` (temp name, then
     rename) with the names in ``IO_METHOD``; what runs where and in what precision, read from
-    the lowered graph before ``to_executorch`` adds its memory planning to it."""
+    the lowered graph before ``to_executorch`` adds its memory planning to it. ``loops``: the
+    module paths of unrolled loop steps, left to ExecuTorch's own kernels (``_partitioner``)."""
     import executorch.kernels.quantized  # noqa: F401 - the quantized ops' out variants, for what XNNPACK leaves
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from executorch.exir import to_edge_transform_and_lower
 
     _pattern_passes_only_where_they_can_match()
-    edge = to_edge_transform_and_lower(exported, partitioner=[XnnpackPartitioner()], constant_methods={IO_METHOD: io})
+    edge = to_edge_transform_and_lower(exported, partitioner=[_partitioner(XnnpackPartitioner, loops or [])],
+                                       constant_methods={IO_METHOD: io})
     lowered = edge.exported_program()
     read = placement_of(lowered.graph_module, named), precision_of(lowered, named)
     program = edge.to_executorch()
@@ -433,6 +429,29 @@ def _lower_and_write(exported: Any, path: str, io: str, named: dict[str, str]) -
     partial.write_bytes(program.buffer)
     partial.replace(target)
     return read
+
+
+def _partitioner(xnnpack_partitioner: type, loops: list[str]) -> Any:
+    """XNNPACK's partitioner, taking no node traced inside ``loops`` (module paths). An unrolled
+    loop's steps mix ops XNNPACK runs with ops it does not (a mask's select, a step's gather), so
+    each step split into partitions of a few ops, each lowered on its own: a 40-step
+    bidirectional GRU pair's lowering ran for minutes. Its steps run on ExecuTorch's kernels."""
+    if not loops:
+        return xnnpack_partitioner()
+    from ...conversion.pt2e import outside_of
+
+    outside = outside_of(loops)
+
+    class OutsideLoops(xnnpack_partitioner):  # type: ignore[misc, valid-type]
+        def get_matched_nodes_from_configs(self, ep: Any) -> list[list[Any]]:
+            return [group for group in super().get_matched_nodes_from_configs(ep) if all(outside(n) for n in group)]
+
+        def ops_to_not_decompose(self, ep: Any) -> tuple[list[Any], Any]:
+            # an op XNNPACK would have taken whole (linear) is decomposed for ExecuTorch's kernels there
+            ops, keeps = super().ops_to_not_decompose(ep)
+            return ops, (lambda node: outside(node) and (keeps is None or keeps(node)))
+
+    return OutsideLoops()
 
 
 # XNNPACK's pattern passes and an op every one of their patterns holds: a graph without that op
@@ -475,10 +494,10 @@ def _layer(node: Any, named: dict[str, str], ops_by_name: bool = False) -> str |
     by ONNX node name on a module rebuilt from ONNX; None for an op of the model's own forward,
     or with ``ops_by_name`` (a graph before lowering, whose names ``--keep-float`` takes) its
     traced name (``cat``, ``tanh_1``)."""
-    paths = [p[len("inner."):] for p in _module_paths(node) if p.startswith("inner.")]
+    paths = [p[len("inner."):] for p in module_paths(node) if p.startswith("inner.")]
     if paths:
         return named.get(paths[-1], paths[-1])
-    return node.name if ops_by_name and any(p == "inner" for p in _module_paths(node)) else None
+    return node.name if ops_by_name and any(p == "inner" for p in module_paths(node)) else None
 
 
 def _weighted_layers(graph_module: Any, named: dict[str, str]) -> list[str]:

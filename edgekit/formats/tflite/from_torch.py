@@ -94,7 +94,9 @@ def convert_torch(request: TorchRequest) -> TorchReport:
         return TorchReport(torch=torch.__version__, litert_torch=_version("litert-torch"),
                            seconds=round(time.perf_counter() - started, 3), fixed_output_scales=[])
     total = len(next(iter(samples.values())))
-    quantizer = PT2EQuantizer().set_global(get_symmetric_quantization_config(is_per_channel=True, is_dynamic=False))
+    loops = [f"inner.{path}" for path in getattr(module, "loop_modules", ())]  # an unrolled loop's steps: float
+    quantizer = (_outside(PT2EQuantizer, loops) if loops else PT2EQuantizer)().set_global(
+        get_symmetric_quantization_config(is_per_channel=True, is_dynamic=False))
     graph = torch.export.export(Named().eval(), (), sample(0)).module()
     histogram_search.install()  # the same ranges, milliseconds per observed tensor instead of 75
     graph = prepare_pt2e(graph, quantizer)
@@ -116,6 +118,19 @@ def convert_torch(request: TorchRequest) -> TorchReport:
         signature_names.restore(float_output, keywords)
     return TorchReport(torch=torch.__version__, litert_torch=_version("litert-torch"), seconds=round(seconds, 3),
                        fixed_output_scales=list(fixed_scales))
+
+
+def _outside(base: type, modules: list[str]) -> type:
+    """litert-torch's PT2E quantizer annotating only the nodes outside ``modules`` (its own module
+    filters take no None config, and read module names with their underscores as dots)."""
+    from ...conversion.pt2e import outside_of
+
+    class Outside(base):  # type: ignore[misc, valid-type]
+        def _annotate_for_static_quantization_config(self, model: Any) -> Any:
+            self._annotate_all_static_patterns(model, self.global_config, outside_of(modules))
+            return model
+
+    return Outside
 
 
 def _model_dtype(x: np.ndarray) -> np.ndarray:
