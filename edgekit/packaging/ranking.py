@@ -86,6 +86,9 @@ def record(timed: tuple[Timed, ...]) -> dict[str, Any]:
                f"{CLOSE:g}x of the fastest timed twice, opened anew, in both orders: the mean)"}}}
 
 
+PAYS = 1.05  # INT8 at most this much faster than float: said to run as fast, not to pay
+
+
 def verdict_line(timed: tuple[Timed, ...]) -> str:
     """What the order means for INT8 on this CPU, in one line for the end of ``edgekit package``."""
     fastest = timed[0]
@@ -96,6 +99,11 @@ def verdict_line(timed: tuple[Timed, ...]) -> str:
         return (f"fastest passing artifact {where}: {fastest.artifact} ({fastest.precision}, {fastest.ms:.3g} ms); "
                 "the runtime on this CPU kind runs it by default")
     ratio = best_float.ms / best_int8.ms if best_int8.ms > 0 else float("inf")
+    if fastest is best_int8 and ratio < PAYS:
+        return (f"INT8 runs as fast as float {where}: {best_int8.artifact} ({best_int8.precision}) "
+                f"{best_int8.ms:.3g} ms, {ratio:.2f}x the fastest float ({best_float.artifact} {best_float.ms:.3g} "
+                f"ms), within what one timing can tell apart; the runtime on this CPU kind runs {best_int8.artifact} "
+                "by default")
     if fastest is best_int8:
         return (f"INT8 pays {where}: {best_int8.artifact} ({best_int8.precision}) {best_int8.ms:.3g} ms, "
                 f"{ratio:.2f}x the fastest float ({best_float.artifact} {best_float.ms:.3g} ms); the runtime on this "

@@ -59,3 +59,16 @@ def test_a_mixed_artifact_no_faster_than_float_runs_after_it_as_the_build_line_s
     present = _artifacts(1.0, os.uname().machine)
     assert _float_before_slower_mixed(ORDER, present)[0] == ("tflite-float16", "litert")
     assert _float_before_slower_mixed(ORDER, _artifacts(1.06, os.uname().machine)) == ORDER
+
+
+def test_int8_within_timing_noise_of_float_is_not_said_to_pay():
+    """A 40-step GRU's ExecuTorch INT8 at 1.67 ms beside its float at 1.68 ms read "INT8 pays
+    here ... 1.00x the fastest float", two lines after the build line said it ran 0.99x its float."""
+    from edgekit.packaging.ranking import Timed, verdict_line
+
+    close = (Timed("executorch", "executorch", "int8+float (3 layers)", False, 1.67),
+             Timed("executorch-float32", "executorch", "float32", True, 1.68))
+    line = verdict_line(close)
+    assert "INT8 runs as fast as float" in line and "pays" not in line
+    faster = (Timed("tflite", "litert", "int8", False, 0.5), Timed("tflite-float32", "litert", "float32", True, 1.0))
+    assert verdict_line(faster).startswith("INT8 pays here")
