@@ -53,29 +53,30 @@ class ExecuTorchBuilder(Builder):
         # the float program is lowered only where it ships (the fallback); otherwise the exported
         # float program's outputs are the conversion's float reference
         lowered = bool(context.option("also_float"))
-        float_outputs = float_program.with_suffix(".outputs.npz") if not lowered else None
+        float_outputs = float_program.with_suffix(".outputs.npz")  # where no float program is lowered
         report = worker.convert(convert_executorch, ExecuTorchRequest(
             model=context.model,
             calibration_npy=context.calibration_npy,
             output=str(output),
             output_names=tuple(context.output_names),
             float_output=None if not lowered or float_program.is_file() else str(float_program),
-            float_outputs=None if float_outputs is None or float_outputs.is_file() else str(float_outputs),
-            eval_npy=context.eval_npy if float_outputs is not None else None,
+            float_outputs=None if float_outputs.is_file() or float_program.is_file() else str(float_outputs),
+            eval_npy=context.eval_npy,
             plan=context.plan,
             # a module rebuilt from ONNX names its layers by ONNX node; a PyTorch program by module path
             layer_names=tuple(context.layer_names) if context.model.loader == ONNX_REBUILD else (),
             explain_npy=context.explain_npy,
         ), what="ExecuTorch conversion (PT2E + XNNPACK)", timeout=context.timeout_s, on_progress=on_progress)
         precision = report.precision
-        if lowered:  # the fallback, and the reference the conversion is measured against
+        if lowered and float_program.is_file():  # the fallback, and the reference the conversion is measured against
             reference = {"float_model": str(float_program), "fallback_model": str(float_program),
                          "fallback_precision": "float32",
                          "float_by": "float ExecuTorch program (XNNPACK), ExecuTorch runtime"}
         else:
+            why = f"no float fallback: {report.float_left_out}" if report.float_left_out else \
+                "no float fallback asked for"
             reference = {"float_evaluated_npy": str(float_outputs),
-                         "float_by": "the exported float program (torch.export, not lowered: no float fallback "
-                                     "asked for), PyTorch"}
+                         "float_by": f"the exported float program (torch.export, not lowered: {why}), PyTorch"}
         return BuildResult(
             **reference,
             artifact=Artifact(

@@ -93,6 +93,11 @@ class ExecuTorchReport(Message):
     explain: Any = None  # the per-layer report, stored as made
     weighted_layers: tuple[str, ...] = ()  # the layers the search can keep in float, input to output
     learned_ranges: LearnedRanges | None = None
+    float_left_out: str = ""  # why the float program asked for was not lowered
+
+
+FLOAT_LEFT_OUT = ("its unrolled loops already run in float in the INT8 program; a float program would repeat "
+                  "minutes of lowering for the few layers outside them")
 
 
 def convert_executorch(request: ExecuTorchRequest) -> ExecuTorchReport:
@@ -154,13 +159,17 @@ def convert_executorch(request: ExecuTorchRequest) -> ExecuTorchReport:
     loops = [f"inner.{path}" for path in getattr(module, "loop_modules", ())]
     placement, precision = _lower_and_write(quantized, output, io, named, loops)
     seconds = time.perf_counter() - started
-    float_placement = _lower_and_write(exported, float_output, io, named, loops)[0] if float_output else None
-    if request.float_outputs and request.eval_npy:
+    # an unrolled loop runs its steps in float in the INT8 program already: a float program would
+    # repeat minutes of lowering for the few layers outside it (the other formats' fallbacks serve)
+    lower_float = bool(float_output) and not loops
+    float_placement = _lower_and_write(exported, float_output, io, named)[0] if lower_float else None
+    if request.float_outputs and request.eval_npy and not lower_float:
         _write_float_outputs(exported, _samples(request.eval_npy, names), output_names, request.float_outputs)
     return ExecuTorchReport(
         torch=torch.__version__, executorch=_version("executorch"), seconds=round(seconds, 3), inputs=tuple(names),
         placement=placement, float_placement=float_placement, precision=ProgramPrecision.from_json(precision),
-        explain=explained, weighted_layers=tuple(_weighted_layers(exported.graph_module, named)))
+        explain=explained, weighted_layers=tuple(_weighted_layers(exported.graph_module, named)),
+        float_left_out=FLOAT_LEFT_OUT if float_output and not lower_float else "")
 
 
 def _write_float_outputs(exported: Any, samples: list[tuple[Any, ...]], output_names: list[str], path: str) -> None:
