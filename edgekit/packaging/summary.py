@@ -42,7 +42,8 @@ def lines(outcomes: list[Any], kept_failed: bool, left_out: list[Any] = (),
             found.append(f"{undecided_line(outcome.name, open_gates)}; {artifact.precision}, written{timing}")
         elif not outcome.failures and (slower := _slower_than_float(artifact)):
             found.append(f"{outcome.name}: {artifact.precision} passes ({_tightest(outcome.comparison)}) but {slower}: "
-                         f"not INT8 delivered here, the runtime on this CPU kind runs the float fallback{timing}")
+                         f"not INT8 delivered here (the side-by-side timing of every passing artifact, "
+                         f"below, decides what the runtime runs){timing}")
         elif not outcome.failures:
             found.append(f"{outcome.name}: {shipped} {artifact.precision}; {_tightest(outcome.comparison)}"
                          f"{_against_float(outcome.comparison)}{timing}")

@@ -620,13 +620,20 @@ def test_a_masked_bidirectional_gru_from_keras_builds_on_every_format(tmp_path_f
     from tests.conftest import verdict_model
 
     model = verdict_model(tmp_path_factory, "masked_gru")
+    also_float = "executorch" in formats  # its float program is not lowered where loops were unrolled
     result = edgekit_cli("package", model / "masked_gru.keras", "-c", model / "calibration.npz", "--eval",
-                         model / "eval.npz", *(a for f in formats for a in ("--format", f)), "--no-also-float",
-                         "--no-auto-fix", "-o", tmp_path / "out")
+                         model / "eval.npz", *(a for f in formats for a in ("--format", f)),
+                         "--also-float" if also_float else "--no-also-float", "--no-auto-fix", "-o", tmp_path / "out")
     assert result.returncode == 0, result.stderr[-3000:]
     package = tmp_path / "out" / "masked_gru.edgekit"
     manifest = json.loads((package / "manifest.json").read_text())
-    assert {a["format"] for a in manifest["artifacts"]} == set(formats)
+    assert {a["format"] for a in manifest["artifacts"] if a["precision"] not in ("float16", "float32")} == set(formats)
+    if also_float:  # the loop steps run in float in the INT8 program: no minutes-long float lowering beside it
+        assert not [a for a in manifest["artifacts"] if a["format"] == "executorch" and a["precision"] == "float32"]
+        evaluated = manifest["validation"]["artifacts"]["executorch"]["float_conversion"]["evaluated"]
+        assert "unrolled loops already run in float" in evaluated
+        executorch = next(a for a in manifest["artifacts"] if a["format"] == "executorch")
+        assert executorch["details"]["placement"]["portable"]  # the loop steps: ExecuTorch's kernels, not XNNPACK
     assert all(v["verdict"] == "passed" for v in manifest["validation"]["artifacts"].values())
     if "tflite" in formats:  # TF's converter on the graph at batch 1: seconds, where the unrolled route took minutes
         assert "tf2onnx" not in result.stderr
