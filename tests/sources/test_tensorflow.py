@@ -33,3 +33,21 @@ def test_a_sequential_model_saved_before_it_was_ever_called_packages(tmp_path):
     assert built.manifest.validation.to_dict()["kinds"]["output_0"]["kind"] == "classes"  # the Softmax, from the layers
     with edgekit.load(built.path) as model:
         assert model.predict_tensor(x[:3]).shape == (3, 4)
+
+
+def test_a_masked_lstm_with_a_pooled_head_gets_its_graph_at_batch_1(tmp_path):
+    """Masking(0) + LSTM, a tag per step and a level from the pooled steps: the check of the batch-1
+    graph against the SavedModel ran on zeros, a fully masked sequence whose pooled average is 0/0,
+    and NaN never equals NaN, so no batch-1 graph was made and TFLite took the slow unrolled route."""
+    run_tf(f"""
+        import keras
+        from edgekit.conversion import forms
+        from edgekit.sources.tensorflow import prepare
+        signal = keras.Input((12, 4), name="signal")
+        steps = keras.layers.LSTM(6, return_sequences=True)(keras.layers.Masking(0.0)(signal))
+        model = keras.Model(signal, [keras.layers.Dense(3, activation="softmax", name="tags")(steps),
+                                     keras.layers.Dense(1, name="level")(keras.layers.GlobalAveragePooling1D()(steps))])
+        model.save({str(tmp_path / "tagger.keras")!r})
+        info = prepare({str(tmp_path / "tagger.keras")!r}, "keras", {str(tmp_path / "export")!r})
+        assert info["forms"][forms.TF_GRAPH]["arguments"][forms.STATIC_BATCH_GRAPH], info["forms"]
+    """)
