@@ -26,6 +26,19 @@ def test_a_litert_torch_tensor_is_named_by_the_users_layer(tensor, layer):
 
 
 
+def test_an_op_fused_from_two_modules_belongs_to_both_layers():
+    """litert-torch fuses a Conv2d with the ReLU after it into one CONV_2D named after both,
+    the ReLU first: a plan keeping ``conv2`` float (the simulation's search names the layer that
+    computes) found no op of it and was refused on TFLite."""
+    from edgekit.formats.tflite.quantizer import MODULES, layer_test
+
+    fused = (f"{WRAPPER}/m.Net_inner/torch.nn.modules.activation.ReLU_act2;;"
+             f"{WRAPPER}/m.Net_inner/torch.nn.modules.conv.Conv2d_conv2;1")
+    belongs = layer_test(MODULES, [])
+    assert belongs(fused, "conv2") and belongs(fused, "act2")
+    assert not belongs(fused, "conv1")
+
+
 def test_input_names_that_are_no_python_identifier_reach_tflite_and_keep_their_names(tmp_path_factory, tmp_path):
     """A TF export names its input ``serving_default_audio:0``: torch.export wrote it into
     generated code and the TFLite route failed with ``SyntaxError: invalid syntax (<eval_with_key>

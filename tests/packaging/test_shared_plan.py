@@ -170,11 +170,13 @@ def test_equalization_is_carried_to_the_pytorch_program_tflite_converts(tmp_path
     the outlier tensor's writer and reader stay int8. Before, the equalized graph reached only the
     formats converting ONNX, and TFLite was refused (its route could not name the reader).
     ExecuTorch's grid (histogram ranges) misses plain INT8 of the equalized graph by 0.5 points and
-    finds its own plan there; that plan's prediction is on its record as well (it had none)."""
+    finds its own plan there; that plan's prediction is on its record as well (it had none).
+    TFLite's real build misses by one or two of 200 samples, so its search order is sampling noise:
+    the search is bounded in time, not by the default 16 tries (the passing plan came at try 17)."""
     model = verdict_model(tmp_path_factory, "tone_cnn")
     result = edgekit_cli("package", model / "tone_cnn.pt2", "-c", model / "calibration.npz", "--eval",
                          model / "eval.npz", "--format", "tflite", "--format", "executorch", "--no-also-float",
-                         "-o", tmp_path)
+                         "--search-budget", "300", "-o", tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "cross-layer equalization carried to the PyTorch model" in result.stdout
     manifest = json.loads((tmp_path / "tone_cnn.edgekit" / "manifest.json").read_text())

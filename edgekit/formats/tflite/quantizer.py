@@ -527,9 +527,13 @@ def layer_test(namer: str, layer_names: list[str]) -> Callable[[str, str], bool]
     from .from_torch import torch_layer
 
     def belongs(tensor: str, layer: str) -> bool:
-        named = torch_layer(tensor, layer_names)
-        path = named.split(" (")[0]
-        return layer in (named, path, tensor.split(";")[0]) or path.startswith(layer + ".")
+        # an op fused from several modules names each (a Conv2d with its ReLU: ``...ReLU_act2;;...Conv2d_conv2;1``)
+        for part in [p for p in tensor.split(";") if "/" in p] or [tensor]:
+            named = torch_layer(part, layer_names)
+            path = named.split(" (")[0]
+            if layer in (named, path, part) or path.startswith(layer + "."):
+                return True
+        return False
 
     return belongs
 
