@@ -34,6 +34,9 @@ from .quantizer import MODULES, SCOPES, QuantizerRequest, layer_test, quantize_f
 from .requantize import FIXED_INT8_OUTPUT
 
 ARTIFACT_PATH = "tflite/model.int8.tflite"
+# in the build's work folder: the model's and its static-batch graph's paths, once the batch-free graph failed
+# on TensorList ops
+BATCH_FREE_FAILED = "tflite.batch-free-failed"
 
 
 class TFLiteBuilder(Builder):
@@ -55,12 +58,18 @@ class TFLiteBuilder(Builder):
             return self._build_from_float(context, on_progress)
         output = context.package_dir / ARTIFACT_PATH
         output.parent.mkdir(parents=True, exist_ok=True)
+        failed_before = Path(context.workdir) / BATCH_FREE_FAILED
+        known = failed_before.read_text().split("\n") if failed_before.exists() else []
+        if known[:1] == [str(context.model.path)]:  # a search's later tries: the batch-free graph fails alike
+            return self._build_from_float(context, on_progress, known[1])
         try:
             return self._build_from_graph(context, output, on_progress)
         except ConversionError as failed:
-            if not static_graph(context, failed):
+            static = static_graph(context, failed)
+            if not static:
                 raise
-            return self._build_from_float(context, on_progress, static_graph(context, failed))
+            failed_before.write_text(f"{context.model.path}\n{static}")
+            return self._build_from_float(context, on_progress, static)
 
     def _build_from_graph(self, context: BuildContext, output: Path,
                           on_progress: Callable[[int, int], None] | None) -> BuildResult:
