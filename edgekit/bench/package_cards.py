@@ -22,7 +22,7 @@ from ..errors import PackageError
 from ..fsutil import sha256_file, write_bytes_atomic, write_text_atomic
 from ..manifest import MANIFEST_NAME, Manifest
 from ..device.package_io import is_url, open_package, write_archive
-from .stored_cards import CARDS_DIR
+from ..device.stored_cards import CARDS_DIR
 
 
 

@@ -13,9 +13,11 @@ import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from ..errors import EdgekitError
+from ..machine.build_target import BuildTarget
 from ..machine.facts import SYSROOT_ENV, DeviceFacts  # noqa: F401  (a profile is matched against them)
 
 PROFILE_DIRS_ENV = "EDGEKIT_PROFILES"
@@ -148,9 +150,15 @@ class Profile:
         """The profile's ``[runtime.BACKEND]`` table (empty when it has none)."""
         return self.sections.get(backend, {})
 
+    def build_target(self) -> BuildTarget:
+        """What a package build reads of this profile (the formats stand below ``device/``)."""
+        arch = self.detect.get("arch")
+        archs = None if arch is None else tuple(str(a) for a in (arch if isinstance(arch, list) else [arch]))
+        return BuildTarget(self.name, archs, MappingProxyType({k: tuple(v) for k, v in self.quantization.items()}))
+
     def covers_arch(self, arch: str) -> bool:
         """Whether this profile's devices may have this CPU architecture (any, without an arch rule)."""
-        return "arch" not in self.detect or _rule("arch", self.detect["arch"], DeviceFacts("", arch))[0]
+        return self.build_target().covers_arch(arch)
 
     def match(self, facts: DeviceFacts) -> tuple[bool, list[str]]:
         """Whether every detection rule holds, with one line per rule saying why."""

@@ -300,7 +300,7 @@ def verify_package(package: str | os.PathLike[str], trusted: str | None, allow_u
             if not file.is_file() or sha256_file(file) != companion["sha256"]:
                 raise PackageError(f"{companion['path']} does not match the manifest: the package is corrupt or modified")
         lines.append(f"{artifact.key}: {artifact.path} ok")
-    from ..bench.stored_cards import stored_cards  # checked like the artifacts
+    from .stored_cards import stored_cards  # checked like the artifacts
 
     for entry, _ in zip(manifest.cards, stored_cards(root, manifest)):
         lines.append(f"card {entry['device']} · {entry['artifact']}: {entry['path']} ok")

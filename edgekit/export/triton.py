@@ -20,7 +20,7 @@ from ..errors import EdgekitError, OutputExistsError
 from ..fsutil import ensure_writable, publish, staging_dir, write_text_atomic
 from ..manifest import Manifest
 from ..names import check_name, kubernetes_name
-from ..bench.stored_cards import CARDS_DIR, copy_cards
+from ..device.stored_cards import CARDS_DIR, copy_cards
 from ..device.package_io import open_package, verified_artifact_path
 
 # Written into every model directory edgekit exports: --force replaces only directories that

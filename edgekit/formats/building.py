@@ -8,15 +8,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 from ..conversion.forms import ModelForm
+from ..machine.build_target import BuildTarget
 from ..manifest import Artifact, QuantParams
 from .plan import FLAGS, FLOAT, INT16, PrecisionPlan
 from ..conversion.source_precision import FLOAT_SOURCE, SourcePrecision
 
-if TYPE_CHECKING:
-    from ..device.devices import Profile
 
 
 MINMAX = "minmax"  # activation ranges from the calibration samples' minimum and maximum
@@ -66,7 +65,7 @@ class BuildContext:
     # variants are made when the configuration the search keeps is built again for the package
     trial: bool = False
     options: Mapping[str, Any] = field(default_factory=dict)
-    device_profiles: tuple[Profile, ...] = ()  # the devices the package is for (--profile)
+    device_profiles: tuple[BuildTarget, ...] = ()  # the devices the package is for (--profile)
 
     def option(self, name: str, default: Any = None) -> Any:
         return self.options.get(name, default)

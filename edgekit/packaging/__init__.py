@@ -253,7 +253,7 @@ def build_context(options: PackageOptions, loaded: LoadedSource, data: PreparedD
         options=MappingProxyType({**options.options_for_formats(),
                                   "also_float": wants_float_fallback(options.also_float, options.model)
                                   and not loaded.described.precision.learned}),
-        device_profiles=profiles,
+        device_profiles=tuple(profile.build_target() for profile in profiles),
     )
 
 

@@ -17,6 +17,7 @@ from ..sources import Source
 from ..sources.description import SourceDescription
 from .data import PreparedData
 from .options import PackageOptions
+from ..routing.float_reference import reference_runner
 
 
 @dataclass(frozen=True)
@@ -55,7 +56,7 @@ def float_reference(loaded: LoadedSource, data: PreparedData, work: Path, progre
     inputs, outputs = work / "eval_inputs.npz", work / "reference.npz"
     np.savez(inputs, **data.evaluation)
     with progress.step(f"Float reference outputs on {data.evaluation_count} samples"):
-        worker.call(loaded.source.float_reference, what="running the float model", timeout=timeout_s,
+        worker.call(reference_runner(loaded.source), what="running the float model", timeout=timeout_s,
                     prepared=loaded.described.raw,
                     inputs_npz=str(inputs), output_npz=str(outputs))
     with np.load(outputs) as stored:

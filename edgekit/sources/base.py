@@ -30,7 +30,9 @@ class Source:
     accepts: str  # what a user passes, for messages: ".keras, .h5 or a SavedModel directory"
     detect: Callable[[Path], str | None]  # the kind of model at path ("keras", "onnx", ...), or None if not ours
     prepare: Callable[..., dict[str, Any]]  # child: (model_path, kind, export_dir) -> description
-    float_reference: Callable[..., None]  # child: (prepared, inputs_npy, output_npy) -> writes the outputs
+    # child: (prepared, inputs_npy, output_npy) -> writes the outputs; None: an ONNX graph
+    # (``prepared["onnx_model"]``), run by the ONNX format's runtime (``routing.float_reference``)
+    float_reference: Callable[..., None] | None
     # kind -> the forms (edgekit.conversion.forms) its prepare() describes under "forms": what formats convert from
     provides: dict[str, tuple[str, ...]] = field(default_factory=dict)
     # kind -> what code loading that kind runs (printed before loading; see README "Security model")

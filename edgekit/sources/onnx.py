@@ -124,39 +124,12 @@ def _structure(model: Any) -> dict[str, Any]:
         return {}
 
 
-def float_reference(prepared: dict[str, Any], inputs_npz: str, output_npz: str, batch_size: int = 64) -> None:
-    """Every output of the float ONNX model on ``inputs_npz`` (by input name), saved to ``output_npz``
-    by output name; fixed-batch models run in slices (the backend does that)."""
-    import numpy as np
-
-    from ..formats.onnx.backend import OnnxRuntimeBackend
-
-    from ..errors import PackageError
-
-    try:
-        backend = OnnxRuntimeBackend(prepared["onnx_model"])
-    except PackageError as exc:  # the source model, not a package: the fix is on the model's side
-        raise ModelSourceError(
-            exc.message.replace("ONNX Runtime cannot load", "ONNX Runtime cannot run the source model"),
-            hint="ONNX Runtime must run the float model to validate against it: re-export it with ops and types "
-                 "ONNX Runtime implements (e.g. int64 indices and depth for OneHot), or check the file is complete",
-        ) from None
-    with np.load(inputs_npz) as stored:
-        inputs = {name: stored[name] for name in stored.files}
-    total = len(next(iter(inputs.values())))
-    chunks: list[list[Any]] = []
-    for start in range(0, total, batch_size):
-        chunks.append(backend.run({k: v[start : start + batch_size] for k, v in inputs.items()}))
-    names = [t.name for t in backend.outputs]
-    np.savez(output_npz, **{name: np.concatenate([c[k] for c in chunks]) for k, name in enumerate(names)})
-
-
 SOURCE = Source(
     name="onnx",
     accepts=".onnx",
     detect=detect,
     prepare=prepare,
-    float_reference=float_reference,
+    float_reference=None,  # the ONNX format's runtime runs it (routing.float_reference)
     provides={"onnx": (forms.ONNX_GRAPH,)},
     peek=peek,
 )

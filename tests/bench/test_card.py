@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from edgekit.bench.card import SCHEMA_FILE, markdown, read_card, side_by_side
+from edgekit.bench.card import markdown, side_by_side
+from edgekit.device.card_files import SCHEMA_FILE, read_card
 from tests.bench.test_report_compare import _browser_flags, _required_chromium
 from tests.conftest import EVAL, edgekit_cli
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from edgekit.bench.stored_cards import stored_cards
+from edgekit.device.stored_cards import stored_cards
 from edgekit.device.package_io import open_package, write_archive
 from edgekit.device.signing import generate_keys
 from tests.conftest import assert_user_error, edgekit_cli

@@ -89,7 +89,7 @@ def test_activation_ranges_span_every_calibration_sample_not_the_last_one():
     import numpy as np
     from coremltools.optimize.coreml.experimental import _model_debugger, _post_training_quantization
 
-    from edgekit.formats.coreml.convert import running_ranges, track_range
+    from edgekit.formats.coreml.quantize import running_ranges, track_range
 
     stats: dict = {}
     for value in (np.array([-4.0, 5.0]), np.array([0.1, 0.2])):

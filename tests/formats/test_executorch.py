@@ -336,7 +336,7 @@ import torch
 from executorch.backends.xnnpack.partition.graphs import bilinear_2d, sdpa
 from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
 from executorch.exir import to_edge_transform_and_lower
-from edgekit.formats.executorch.convert import _pattern_passes_only_where_they_can_match
+from edgekit.formats.executorch.lowering import pattern_passes_only_where_they_can_match
 
 
 class Net(torch.nn.Module):
@@ -364,7 +364,7 @@ def built():
     return bilinear_2d._get_bilinear_2d_graphs.cache_info().currsize, sdpa.get_graphs.cache_info().currsize
 
 
-_pattern_passes_only_where_they_can_match()
+pattern_passes_only_where_they_can_match()
 lowered("conv")
 print("patterns built for a convolution:", built())
 upsampled = lowered("bilinear")

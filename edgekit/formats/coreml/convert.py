@@ -17,11 +17,7 @@ numerically with the evaluator against the float model.
 
 from __future__ import annotations
 
-import re
-import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,12 +30,11 @@ from ...conversion.forms import ModelForm, flatten_outputs, load_module
 from ...conversion.messages import Message
 from ..plan import PrecisionPlan
 from .names import source_name
+from .quantize import quantize_activations, quantize_weights
+from .structure import check_structure, layer_ops, spec_inputs, weighted_layers
 
 ARTIFACT_PATH = "coreml/model.int8.mlpackage"
 DEPLOYMENT_TARGET = "iOS17"
-_WEIGHT_OPS = {"conv": "weight", "conv_transpose": "weight", "linear": "weight", "matmul": "y"}
-INLINE_WEIGHT_LIMIT = 10  # coremltools' should_use_weight_file: smaller consts stay inline, uncompressed
-_DEQUANTIZE_OPS = {"constexpr_affine_dequantize", "constexpr_blockwise_shift_scale"}
 LINUX_ACTIVATIONS_REASON = (
     "activation calibration runs CoreML prediction, which exists only on macOS; "
     "weights are int8, activations stay float16"
@@ -118,8 +113,8 @@ def convert(request: CoreMLRequest) -> CoreMLReport:
         mlmodel.save(float_output)
     float_layer_ops = layer_ops(mlmodel, list(request.plan.floats), layer_names)
     kept = {name for names in float_layer_ops.values() for name in names}
-    mlmodel, activations, reason, calibration = _quantize_activations(mlmodel, samples, request.activations_mode, kept)
-    mlmodel = _quantize_weights(mlmodel, kept)
+    mlmodel, activations, reason, calibration = quantize_activations(mlmodel, samples, request.activations_mode, kept)
+    mlmodel = quantize_weights(mlmodel, kept)
     mlmodel.save(output)
     worker.report_progress(len(samples), len(samples))
     structure = check_structure(output, samples.shapes(spec_inputs(mlmodel)), kept)
@@ -226,53 +221,6 @@ def _float_program(form: ModelForm, samples: Any, output_names: list[str]) -> An
         return _convert_exported(form, samples, input_name, output_names, exc)
 
 
-def _quantize_activations(mlmodel: Any, samples: Any, mode: str,
-                          kept: set[str] = frozenset()) -> tuple[Any, str, str, dict[str, Any]]:
-    """W8A8 where activations can be calibrated here: (model, activations, why, calibration record);
-    the ops in ``kept`` (--keep-float layers) get no quantize/dequantize pair."""
-    import coremltools.optimize.coreml as cto
-
-    if mode == "float16":
-        return mlmodel, "float16", "--coreml-activations float16: weights int8, activations float16", {}
-    names = spec_inputs(mlmodel)
-    data = [{name: np.asarray(samples[name][i : i + 1], dtype=np.float32) for name in names}
-            for i in range(len(samples))]
-    config = cto.OptimizationConfig(
-        global_config=cto.experimental.OpActivationLinearQuantizerConfig(mode="linear_symmetric"),
-        op_name_configs={op: None for op in kept},
-    )
-    if sys.platform == "darwin":  # CoreML prediction exists: coremltools' own calibration (W8A8)
-        with running_ranges():
-            mlmodel = cto.experimental.linear_quantize_activations(mlmodel, config, data)
-        return mlmodel, "int8", "calibrated with coremltools linear_quantize_activations on macOS", {
-            "method": "minmax (coremltools linear_quantize_activations, CoreML prediction)", "samples": len(data)}
-    from .evaluator import EvaluatorError  # Linux: the same passes, fed statistics from edgekit's MIL evaluator
-
-    try:
-        mlmodel, stats = calibrate_activations_on_linux(mlmodel, data, config)
-    except EvaluatorError as exc:  # an op outside the evaluator: weights-only INT8, said plainly
-        return mlmodel, "float16", (
-            f"activations not calibrated on Linux ({exc.message}); weights are int8, activations float16"), {}
-    return mlmodel, "int8", (
-        "calibrated on Linux: activation ranges from edgekit's NumPy MIL evaluator, quantize/dequantize "
-        "pairs inserted by coremltools' own linear_quantize_activations passes"
-    ), {"method": "minmax (edgekit MIL evaluator) + coremltools compression passes", "samples": len(data),
-        "tensors": len(stats), "ranges": {k: [round(v["rmin"], 6), round(v["rmax"], 6)] for k, v in stats.items()}}
-
-
-def _quantize_weights(mlmodel: Any, kept: set[str] = frozenset()) -> Any:
-    """Every weight int8, per channel; the weights of the ops in ``kept`` stay float16."""
-    import coremltools.optimize.coreml as cto
-
-    weights = cto.OptimizationConfig(
-        global_config=cto.OpLinearQuantizerConfig(
-            mode="linear_symmetric", dtype="int8", granularity="per_channel", weight_threshold=0
-        ),
-        op_name_configs={op: None for op in kept},
-    )
-    return cto.linear_quantize_weights(mlmodel, config=weights)
-
-
 def _evaluate_final(output: str, eval_npy: str | None, eval_output_npy: str | None) -> tuple[str | None, str]:
     """Numeric validation without CoreML: the evaluator on the final package; (by what, or why not)."""
     if not (eval_npy and eval_output_npy):
@@ -352,290 +300,6 @@ class _Samples:
 
 def _coreml_dtype(array: Any) -> Any:
     return np.int32 if array.dtype.kind in "iu" else np.float32  # token ids stay integers
-
-
-def spec_inputs(mlmodel: Any) -> list[str]:
-    return [i.name for i in mlmodel.get_spec().description.input]
-
-
-def calibrate_activations_on_linux(mlmodel: Any, data: list[dict[str, np.ndarray]], config: Any) -> tuple[Any, dict]:
-    """``linear_quantize_activations`` without CoreML prediction.
-
-    coremltools gathers per-tensor min/max by running the model with CoreML (macOS only), then
-    applies its compression passes. Here the same statistics come from edgekit's NumPy MIL
-    evaluator and feed the very same passes, so the result is what macOS would produce from
-    the same ranges.
-    """
-    from collections import defaultdict
-
-    from coremltools import _SPECIFICATION_VERSION_IOS_17
-    from coremltools.converters.mil.frontend.milproto import load as milproto_load
-    from coremltools.converters.mil.mil.passes.graph_pass import PassOption
-    from coremltools.converters.mil.mil.passes.pass_registry import PASS_REGISTRY
-    from coremltools.models import utils as model_utils
-    from coremltools.optimize.coreml.experimental._model_debugger import ModelDebugger
-    from coremltools.optimize.coreml.experimental._post_training_quantization import (
-        _adjust_concat_surrounding_activation_stats,
-    )
-
-    from .evaluator import Evaluator, EvaluatorError, load_program_from_model
-
-    debugger = ModelDebugger(mlmodel)
-    outputs = {o.name for o in mlmodel.get_spec().description.output}
-    wanted = set(debugger.get_intermediate_output_names(lambda op: op.spec.type != "const")) - outputs
-    stats: dict[str, dict[str, float]] = defaultdict(dict)
-    evaluator = Evaluator(load_program_from_model(mlmodel))
-    def observe(name: str, value: Any) -> None:  # float activations only: indices and masks are never quantized
-        if name in wanted and np.asarray(value).dtype.kind == "f":
-            track_range(name, value, stats)
-
-    from coremltools.proto import FeatureTypes_pb2
-
-    integer_inputs = [f.name for f in mlmodel.get_spec().description.input
-                      if f.type.multiArrayType.dataType == FeatureTypes_pb2.ArrayFeatureType.INT32]
-    if integer_inputs:  # coremltools' activation passes quantize what follows every input: not indices
-        raise EvaluatorError(f"integer input(s) {', '.join(integer_inputs)}: coremltools' activation passes "
-                             "would quantize them")
-    for i, sample in enumerate(data):
-        for name, value in sample.items():
-            track_range(name, value, stats)
-        evaluator.run(sample, observe=observe)
-        if i % 10 == 0:
-            worker.report_progress(i, len(data))
-    _adjust_concat_surrounding_activation_stats(debugger._get_concat_op_info(), stats)
-    stats = {k: {"rmin": float(v["rmin"]), "rmax": float(v["rmax"])} for k, v in stats.items()}
-    passes = []
-    for name in ("compression::insert_prefix_quantize_dequantize_pair", "compression::insert_suffix_quantize_dequantize_pair"):
-        graph_pass = PASS_REGISTRY[name]
-        graph_pass.set_options([PassOption("config", config)])
-        graph_pass.set_options([PassOption("activation_stats", stats)])
-        passes.append(graph_pass)
-    passes.append(PASS_REGISTRY["common::dequantize_quantize_pair_elimination"])
-    quantized = model_utils._apply_graph_pass(
-        mlmodel, passes, spec_version=_SPECIFICATION_VERSION_IOS_17, pymil_load_func=milproto_load.load,
-        skip_model_load=True,
-    )
-    return quantized, stats
-
-
-def track_range(name: str, value: Any, stats: dict[str, dict[str, float]]) -> None:
-    """The running min/max of a tensor over every calibration sample. (coremltools'
-    ``_update_tensor_range`` overwrites the range with each sample's before comparing, so it keeps
-    the last sample's only: a dense layer's output range then came from one sample, and INT8
-    clipped everything larger, 8 dB SQNR on a plain MatMul.)"""
-    array = np.asarray(value)
-    if array.size == 0:
-        return
-    low, high = float(np.min(array)), float(np.max(array))
-    seen = stats.get(name)
-    if seen and "rmin" in seen:
-        low, high = min(low, seen["rmin"]), max(high, seen["rmax"])
-    stats[name] = {"rmin": low, "rmax": high}
-
-
-@contextmanager
-def running_ranges() -> Iterator[None]:
-    """coremltools' own calibration (macOS) with ``track_range`` in place of its two range
-    updates, which keep only the last sample's min/max."""
-    from coremltools.optimize.coreml.experimental import _model_debugger, _post_training_quantization
-
-    saved = (_post_training_quantization._update_tensor_range, _model_debugger.ModelDebugger.record_intermediate_output)
-    _post_training_quantization._update_tensor_range = track_range
-    _model_debugger.ModelDebugger.record_intermediate_output = staticmethod(
-        lambda value, name, stats: track_range(name, value, stats))
-    try:
-        yield
-    finally:
-        _post_training_quantization._update_tensor_range = saved[0]
-        _model_debugger.ModelDebugger.record_intermediate_output = staticmethod(saved[1])
-
-
-_CONSTANT_OPS = {"const"} | _DEQUANTIZE_OPS
-_CONSTANT_PRESERVING = {"cast", "transpose", "reshape", "expand_dims", "squeeze"}  # constant in, constant out
-
-
-def _is_constant(source: Any, produced_by: dict[str, Any]) -> bool:
-    """Whether an op argument is a constant (a weight), following casts and reshapes back to it;
-    a graph input (``source`` None) or any computed value is an activation."""
-    for _ in range(8):
-        if source is None:
-            return False
-        if source.type in _CONSTANT_OPS:
-            return True
-        if source.type not in _CONSTANT_PRESERVING or "x" not in source.inputs:
-            return False
-        source = produced_by.get(source.inputs["x"].arguments[0].name)
-    return False
-
-
-def check_structure(path: str, input_shapes: dict[str, tuple[int, ...]] | tuple[int, ...],
-                    kept: set[str] = frozenset()) -> dict[str, Any]:
-    """The saved package loads, has one input of the expected shape, and int8 weights only (but
-    for the ops in ``kept``, the --keep-float layers, whose weights are float16 by request)."""
-    from .tools import coremltools
-
-    ct = coremltools()
-    from coremltools.proto import MIL_pb2
-
-    model = ct.models.MLModel(path, skip_model_load=True)
-    spec = model.get_spec()
-    if not spec.HasField("mlProgram"):
-        raise ConversionError(f"{path} is not an ML program")
-    features = list(spec.description.input)
-    if not isinstance(input_shapes, dict):  # one input's expected shape
-        if len(features) != 1:
-            raise ConversionError(f"CoreML model has {len(features)} inputs, expected 1")
-        input_shapes = {features[0].name: tuple(input_shapes)}
-    for feature in features:
-        shape = tuple(int(d) for d in feature.type.multiArrayType.shape)
-        expected = input_shapes.get(feature.name) or input_shapes.get(source_name(feature.name))
-        if expected is None and len(features) == 1:
-            expected = next(iter(input_shapes.values()))
-        if expected is None or shape != tuple(expected):
-            raise ConversionError(f"CoreML input {feature.name} has shape {shape}, expected {expected}")
-    function = spec.mlProgram.functions["main"]
-    operations = function.block_specializations[function.opset].operations
-    produced_by = {out.name: op for op in operations for out in op.outputs}
-    weight_ops = int8_weights = 0
-    float_weights: list[str] = []
-    kept_weights: list[str] = []
-    inline_weights: list[str] = []
-    for op in operations:
-        argument = _WEIGHT_OPS.get(op.type)
-        if argument is None or argument not in op.inputs:
-            continue
-        source = produced_by.get(op.inputs[argument].arguments[0].name)
-        if not _is_constant(source, produced_by):
-            continue  # a product of two activations (attention's Q.K and scores.V): no weight to compress
-        weight_ops += 1
-        if source is not None and source.type in _DEQUANTIZE_OPS:
-            data = source.attributes.get("quantized_data") or source.attributes.get("data")
-            if data is not None and data.type.tensorType.dataType == MIL_pb2.INT8:
-                int8_weights += 1
-                continue
-        if op.outputs[0].name in kept:
-            kept_weights.append(op.outputs[0].name)
-            continue
-        if source is not None and source.type == "const" and 0 < _element_count(source) < INLINE_WEIGHT_LIMIT:
-            inline_weights.append(op.outputs[0].name)  # coremltools stores these inline, never compressed
-            continue
-        float_weights.append(op.outputs[0].name)
-    if float_weights:
-        raise ConversionError(f"CoreML weights left in float for: {', '.join(float_weights[:5])}")
-    int8_activations = sum(
-        1 for op in operations if op.type == "quantize"
-        and _string_attr(op, produced_by, "output_dtype") in ("int8", "uint8")
-    )
-    return {
-        "int8_activation_quantize_ops": int8_activations,
-        "loads": True,
-        "spec_version": spec.specificationVersion,
-        "input": {"name": feature.name, "shape": list(shape)},
-        "outputs": [o.name for o in spec.description.output],
-        "weight_ops": weight_ops,
-        "int8_weight_ops": int8_weights,
-        # weights of fewer than 10 values: coremltools keeps them inline in float16 by design
-        "inline_float16_weight_ops": inline_weights,
-        "float16_weight_ops_kept": kept_weights,  # --keep-float layers
-        "ops": sorted({op.type for op in operations}),
-    }
-
-
-_GENERIC_NAME = re.compile(r"^[a-z_]+?_\d+(_cast_fp\d+)?$")  # an op a MIL pass renamed: conv_0_cast_fp16
-
-
-def layer_ops(mlmodel: Any, layers: list[str], layer_names: list[str]) -> dict[str, list[str]]:
-    """The ML program's compute ops of each --keep-float layer, by name: ops named after the
-    layer's scope (coremltools writes a TensorFlow scope's '/' as '_': ``model_1_conv2_1_BiasAdd``),
-    and ops a pass renamed (``conv_0``) whose results go only to that layer's ops. A layer with no
-    op is refused by name, never ignored. A layer folded into the next one's op (a Conv and its
-    BatchNorm) is that op."""
-    if not layers:
-        return {}
-    from ...errors import EdgekitError
-
-    operations = [op for op in mlmodel._mil_program.functions["main"].operations if op.op_type != "const"]
-    known = [re.sub(r"[^0-9A-Za-z]", "_", name) for name in layer_names]
-
-    def named_after(op_name: str, layer: str) -> bool:
-        return re.search(rf"(^|_){re.escape(layer)}(_\d+)?(_|$)", op_name) is not None
-
-    def folded_into(layer: str) -> str | None:
-        """The next layer, when ``layer`` has no op of its own and the next one's op computes it
-        (coremltools folds a Conv and the BatchNorm after it into one conv named after the BatchNorm)."""
-        if layer not in layer_names:
-            return None
-        following = layer_names[layer_names.index(layer) + 1:layer_names.index(layer) + 2]
-        if not following:
-            return None
-        scope = re.sub(r"[^0-9A-Za-z]", "_", following[0])
-        weighted = [op for op in operations if named_after(op.name, scope) and op.op_type in _WEIGHT_OPS]
-        return scope if weighted else None
-
-    found: dict[str, list[str]] = {}
-    for layer in layers:
-        scope = re.sub(r"[^0-9A-Za-z]", "_", layer)
-        if not any(named_after(op.name, scope) for op in operations):
-            scope = folded_into(layer) or scope
-        members = {op.name for op in operations if named_after(op.name, scope)}
-        grew = bool(members)
-        while grew:  # renamed ops that feed only this layer's ops belong to it
-            grew = False
-            for op in operations:
-                if op.name in members or not _GENERIC_NAME.match(op.name) or any(named_after(op.name, k)
-                                                                                   for k in known):
-                    continue
-                children = [child for out in op.outputs for child in out.child_ops]
-                if children and all(child.name in members for child in children):
-                    members.add(op.name)
-                    grew = True
-        found[layer] = sorted(members)
-    missing = [layer for layer, names in found.items() if not names]
-    if missing:
-        raise EdgekitError(f"--keep-float: no CoreML ops belong to layer(s) {', '.join(missing)}",
-                           hint="use layer names as the model defines them (TensorFlow scopes; a traced PyTorch "
-                                "module's ops carry no layer names, so that route takes no --keep-float)")
-    return found
-
-
-def weighted_layers(mlmodel: Any, layer_names: list[str]) -> list[str]:
-    """The source's layers with a weighted op of their own in the ML program (conv, linear,
-    matmul), in the source's order: what ``--keep-float`` can raise here."""
-    from ...errors import EdgekitError
-
-    weighted = {op.name for op in mlmodel._mil_program.functions["main"].operations if op.op_type in _WEIGHT_OPS}
-    found = []
-    for layer in layer_names:
-        try:
-            members = layer_ops(mlmodel, [layer], layer_names)[layer]
-        except EdgekitError:  # no op of its own (an input, a reshape folded away)
-            continue
-        if weighted & set(members):
-            found.append(layer)
-    return found
-
-
-def _element_count(const_op: Any) -> int:
-    """Values in a const op's output tensor (0 when its shape is not static)."""
-    dimensions = const_op.outputs[0].type.tensorType.dimensions
-    count = 1
-    for dimension in dimensions:
-        if not dimension.HasField("constant"):
-            return 0
-        count *= dimension.constant.size
-    return count
-
-
-def _string_attr(op: Any, produced_by: dict[str, Any], name: str) -> str:
-    """A string parameter of an op, given inline or by a const op."""
-    if name not in op.inputs:
-        return ""
-    source = produced_by.get(op.inputs[name].arguments[0].name)
-    value = source.attributes.get("val") if source is not None else None
-    if value is None:
-        return ""
-    strings = value.immediateValue.tensor.strings.values
-    return strings[0] if strings else ""
 
 
 def _traced_shape_arithmetic(exc: Exception) -> bool:

@@ -20,8 +20,8 @@ import numpy as np
 from ...conversion import worker
 from ...conversion.forms import ModelForm
 from ...errors import ConversionError, OTHER_ROUTES, first_line
-from .convert import (DEPLOYMENT_TARGET, _WEIGHT_OPS, CoreMLReport, CoreMLRequest, _evaluate_final, _Samples,
-                      check_structure, renamed, spec_inputs)
+from .convert import DEPLOYMENT_TARGET, CoreMLReport, CoreMLRequest, _evaluate_final, _Samples, renamed
+from .structure import WEIGHT_OPS, check_structure, spec_inputs
 from .names import source_name
 
 KEPT_TOOL = "coremltools.convert (torch.export frontend) of the source's quantize/dequantize pairs (its learned ranges)"
@@ -92,7 +92,7 @@ def _float_weight_ops(mlmodel: Any) -> list[str]:
     operations = list(load_program_from_model(mlmodel).functions["main"].operations)
     found = []
     for op in operations:
-        argument = _WEIGHT_OPS.get(op.op_type)
+        argument = WEIGHT_OPS.get(op.op_type)
         weight = op.inputs.get(argument) if argument else None
         if weight is None or weight.op is None:
             continue

@@ -36,3 +36,9 @@ WEIGHTED = frozenset({"convolution", "linear", "addmm", "mm", "bmm"})
 
 # not arithmetic: conversions and data movement
 NOT_COMPUTE = QDQ | NEUTRAL_OPS
+
+
+def op_name(target: object) -> str:
+    """``aten.convolution.default`` (ATen or edge dialect) -> ``convolution``; a plain function by its name."""
+    opname = getattr(target, "_opname", None)
+    return str(opname) if opname else getattr(target, "__name__", str(target)).split(".")[-1]

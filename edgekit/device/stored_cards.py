@@ -17,7 +17,7 @@ CARDS_DIR = "cards"
 
 def stored_cards(root: Path, manifest: Manifest) -> list[dict[str, Any]]:
     """The package's cards, each file checked against its sha256 in the manifest."""
-    from .card import read_card
+    from .card_files import read_card
 
     found = []
     for entry in manifest.cards:
