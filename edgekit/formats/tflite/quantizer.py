@@ -280,6 +280,9 @@ def _explain(qt: Any, float_model: str, explain_npy: str, namer: str, layer_name
     compared = qt.validate({signature: data}, error_metrics=[validation_utils.ValidationErrorMetric.SNR],
                            use_xnnpack=False, num_threads=1)
     ops = _ops_by_tensor(float_model)
+    # each op's place in the graph, input to output: the search's blocks ("the layers nearest the
+    # outputs") order a route's layers by it where the source does not name them (a PyTorch program)
+    place = {tensor: i for i, tensor in enumerate(op_tensor_names(float_model))}
     namer_of = torch_layer if namer == MODULES else layer_of
     rows = []
     for tensor, metrics in compared.get_all_tensor_results().items():
@@ -287,7 +290,7 @@ def _explain(qt: Any, float_model: str, explain_npy: str, namer: str, layer_name
             continue  # inputs and constants: not an op's result
         ratio = float(metrics["snr"])
         layer = (writers or {}).get(tensor) or namer_of(tensor, layer_names)
-        rows.append({"layer": layer, "op": ops[tensor], "tensor": tensor,
+        rows.append({"layer": layer, "op": ops[tensor], "tensor": tensor, "order": place[tensor],
                      "sqnr_db": float(10 * np.log10(ratio)) if ratio > 0 and np.isfinite(ratio) else None})
     return worst_layers(rows)
 

@@ -137,7 +137,10 @@ class _LayerSearch:
             found = position.get(layer, position.get(layer.rsplit(" (", 1)[0]))
             return found if found is not None else len(position) + order.get(layer, len(order))
 
-        ordered = sorted(reported, key=place)
+        # every row placed by its op: that order alone (a source's name among a route's own, such as
+        # the output's writer named after the source's softmax, is not "nearest the inputs")
+        ordered = sorted(reported, key=order.__getitem__) if all(layer in order for layer in reported) \
+            else sorted(reported, key=place)
         return reported[:CANDIDATES], ordered
 
     def blocks(self, worst: list[str], ordered: list[str]) -> Candidate:
