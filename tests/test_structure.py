@@ -142,6 +142,30 @@ def test_no_module_over_600_lines():
     assert long == []
 
 
+# the search's own modules: its knobs are SearchSettings fields (one frozen value on the packaging
+# context), never numbers scattered as module constants
+SEARCH_MODULES = ("packaging/search", "packaging/holdout.py", "packaging/confirmation.py", "packaging/shared_plan.py",
+                  "packaging/grid_plans.py")
+NOT_KNOBS = {"MARGIN_CAP"}  # how an exact half (SQNR inf) is written as a margin, not how the search runs
+
+
+def test_the_search_knobs_are_one_settings_value():
+    found = []
+    for where in SEARCH_MODULES:
+        root = PACKAGE / where
+        for path in sorted(root.rglob("*.py") if root.is_dir() else [root]):
+            for node in parsed(path).body:
+                if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant) \
+                        and isinstance(node.value.value, (int, float)) and not isinstance(node.value.value, bool):
+                    names = [t.id for t in node.targets if isinstance(t, ast.Name) and t.id not in NOT_KNOBS]
+                    found += [f"{path.relative_to(PACKAGE)}:{node.lineno} {n}" for n in names]
+    assert found == []
+    from edgekit.packaging.context import PackagingContext
+    from edgekit.packaging.search_settings import SearchSettings
+
+    assert PackagingContext.__dataclass_fields__["search"].type in ("SearchSettings", SearchSettings)
+
+
 def test_one_version():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
     assert re.search(rf'__version__ = "{re.escape(project)}"', (PACKAGE / "version.py").read_text())

@@ -9,7 +9,7 @@ by, by more than chance? For every gate (task metric, SQNR, joined-quantity slic
 is the gate's margin on the search half minus its margin on the unseen half; its null
 distribution comes from re-cutting all samples into two random halves of the same sizes
 (a permutation test: if the search did not overfit, its half is just one random half). A gate
-whose unseen half fails its floor and is worse with a one-sided p below ``ALPHA`` divided by the
+whose unseen half fails its floor and is worse with a one-sided p below ``SearchSettings.alpha`` divided by the
 number of gates (Bonferroni) marks the configuration as overfit (worse but passing is kept). For a rate gate this is Fisher's exact test
 between the halves: one flip in 120 falls in either half with probability 1/2 (p = 0.5, kept);
 six flips all in the unseen 60 have p = 0.014 (refused).
@@ -30,14 +30,10 @@ import numpy as np
 from ..kinds import evaluate
 from ..kinds.base import Rate
 from ..comparison.metrics import worst_slice
+from .search_settings import DEFAULT_SETTINGS, SearchSettings
 from .validate import Judging, Measured
 
-ALPHA = 0.05
-PERMUTATIONS = 200
-BUDGET_S = 20.0  # re-evaluating a costly gate (detections: NMS per sample) takes fewer permutations
-MIN_PERMUTATIONS = 40
 MARGIN_CAP = 1e3  # an exact half (SQNR inf) counts as this far above its floor
-SEED = 20261126
 
 
 @dataclass(frozen=True)
@@ -48,7 +44,7 @@ class Confirmation:
     unseen: dict[str, float]
     p_values: dict[str, float]
     permutations: int
-    threshold: float  # ALPHA / gates
+    threshold: float  # the settings' alpha / gates
 
     @property
     def overfit(self) -> dict[str, float]:
@@ -128,10 +124,11 @@ def fisher_one_sided(search: Rate, unseen: Rate) -> float:
 
 def confirm(whole: Measured, reference: dict[str, np.ndarray], search_rows: np.ndarray, unseen_rows: np.ndarray,
             judging: Judging, min_sqnr_db: float, targets: np.ndarray | None = None,
-            labelled_output: str | None = None) -> Confirmation | None:
+            labelled_output: str | None = None, settings: SearchSettings = DEFAULT_SETTINGS) -> Confirmation | None:
     """The test between the halves; None when the outputs were not kept. Rate gates: Fisher's
     exact test on each half's counts; the others (SQNR, slices, continuous task metrics): a
-    permutation test re-cutting the samples."""
+    permutation test re-cutting the samples (fewer permutations where re-evaluating a gate is
+    costly, as detections' NMS per sample: within ``settings.permutation_budget_s``)."""
     if whole.candidate is None:
         return None
     candidate = whole.candidate
@@ -150,8 +147,9 @@ def confirm(whole: Measured, reference: dict[str, np.ndarray], search_rows: np.n
         began = time.monotonic()
         margins(search_rows, counted=False)
         once = max(time.monotonic() - began, 1e-6)
-        permutations = max(MIN_PERMUTATIONS, min(PERMUTATIONS, int(BUDGET_S / (2 * once))))
-        rng = np.random.default_rng(SEED)
+        permutations = max(settings.min_permutations,
+                           min(settings.permutations, int(settings.permutation_budget_s / (2 * once))))
+        rng = np.random.default_rng(settings.seed)
         every = np.concatenate([search_rows, unseen_rows])
         at_least = dict.fromkeys(recut, 0)
         for _ in range(permutations):
@@ -163,7 +161,7 @@ def confirm(whole: Measured, reference: dict[str, np.ndarray], search_rows: np.n
                     at_least[g] += 1
         p_values.update({g: (1 + at_least[g]) / (1 + permutations) for g in recut})
     return Confirmation({g: search[g] for g in gates}, {g: unseen[g] for g in gates}, p_values, permutations,
-                        ALPHA / max(1, len(gates)))
+                        settings.alpha / max(1, len(gates)))
 
 
 def _sqnr(reference: np.ndarray, candidate: np.ndarray) -> float:

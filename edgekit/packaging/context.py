@@ -18,6 +18,7 @@ from ..progress import Progress
 from .data import PreparedData
 from .gates import GateFailure, Remedies, check
 from .options import PackageOptions
+from .search_settings import DEFAULT_SETTINGS, SearchSettings
 from .validate import Judging, Measured, compared, measure
 
 
@@ -42,6 +43,7 @@ class PackagingContext:
     # (writer, reader, elements) per tensor between two plan layers (simulation/costs.layer_links):
     # a float layer among int8 ones also costs converting those tensors
     layer_links: tuple[tuple[str, str, float], ...] = ()
+    search: SearchSettings = DEFAULT_SETTINGS  # every knob of the search
 
     def on(self, data: PreparedData, reference: dict[str, np.ndarray]) -> PackagingContext:
         """The same run judged on other samples (the search's half of them). The search never runs

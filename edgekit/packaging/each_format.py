@@ -25,7 +25,7 @@ from .fallback import discard, fallback_result
 from .gates import GateFailure, Remedies, saturation_note
 from .partial import passed_fallbacks
 from .search import Candidate, search
-from .shared_plan import REAL_TRIES_AFTER_SIMULATION, Simulated, for_format, simulated_plan
+from .shared_plan import Simulated, for_format, simulated_plan
 from .validate import Measured
 
 
@@ -462,9 +462,9 @@ def judge(builder: Builder, context: BuildContext, built: BuildResult, compariso
     elif candidate.failures and run.options.auto_fix:
         if simulated is not None:
             run.progress.say(f"{builder.name}: the simulated plan misses on its artifact ({candidate.failures[0].what}); "
-                             f"continuing from it with at most {REAL_TRIES_AFTER_SIMULATION} real tries")
+                             f"continuing from it with at most {run.search.real_tries_after_simulation} real tries")
         candidate, attempts = search(builder, candidate, run, remedies, plain_s, shared_s,
-                                     max_tries=REAL_TRIES_AFTER_SIMULATION if simulated is not None else None)
+                                     max_tries=run.search.real_tries_after_simulation if simulated is not None else None)
     prediction = simulated or predicted
     if prediction is not None:  # the simulation's margins beside the artifact's: the gap between them
         artifact = candidate.built.artifact.with_details(

@@ -5,7 +5,7 @@ whose quantizer places scales otherwise (``Builder.grid``: TFLite and XNNPACK ti
 inputs to its output's scale, Core ML quantizes activations symmetrically) gets the shared
 outcome simulated again in its grid before it converts, once per grid and graph: where it still
 passes, the format builds it as it is; where it misses, the search continues from it on that
-grid (it only adds layers, at most ``GRID_TRIES`` tries), so the format's first real build is
+grid (it only adds layers, at most ``SearchSettings.grid_tries`` tries), so the format's first real build is
 already judged in its own arithmetic instead of spending its few real tries finding that out."""
 
 from __future__ import annotations
@@ -19,9 +19,6 @@ from ..formats.building import BuildContext, QuantGrid
 from ..formats.plan import PrecisionPlan
 from .context import PackagingContext
 from .gates import Remedies
-
-GRID_TRIES = 20  # simulated tries a format's grid may add to the shared plan
-GRID_OUTER_S = 120.0  # an outer bound in seconds, said when it binds
 
 
 @dataclass(frozen=True)
@@ -121,9 +118,9 @@ class GridChecks:
             progress.say(f"INT8 simulation: {described} misses in the {grid.name} grid ({first.failures[0].what})")
             return GridOutcome(graph.plan, False, margins(first), 1)
         progress.say(f"INT8 simulation: {described} misses in the {grid.name} grid ({first.failures[0].what}); "
-                     f"searching on from it there, at most {GRID_TRIES} tries")
+                     f"searching on from it there, at most {graph.judged.search.grid_tries} tries")
         found, _ = search_rounds(builder, first, graph.judged, self.remedies, time.monotonic() - began,
-                                 tries=GRID_TRIES, outer_s=GRID_OUTER_S)
+                                 tries=graph.judged.search.grid_tries, outer_s=graph.judged.search.grid_outer_s)
         if found.failures:
             progress.warn(f"INT8 simulation: nothing passed in the {grid.name} grid ({builder.builds} tries); its "
                           "formats build the shared outcome and search on their own artifacts")

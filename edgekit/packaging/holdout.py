@@ -15,8 +15,7 @@ from typing import Any
 import numpy as np
 
 from .data import PreparedData
-
-MIN_SAMPLES = 20  # below this, halves are too small to judge: the search uses every sample, and says so
+from .search_settings import DEFAULT_SETTINGS
 
 
 @dataclass(frozen=True)
@@ -27,10 +26,12 @@ class Halves:
     unseen_reference: dict[str, np.ndarray]
 
 
-def split(data: PreparedData, reference: dict[str, np.ndarray]) -> Halves | None:
-    """The two halves, or None when there are too few samples to split."""
+def split(data: PreparedData, reference: dict[str, np.ndarray],
+          min_samples: int = DEFAULT_SETTINGS.min_holdout_samples) -> Halves | None:
+    """The two halves, or None when there are fewer than ``min_samples`` (halves too small to
+    judge: the search then uses every sample, and says so)."""
     count = data.evaluation_count
-    if count < MIN_SAMPLES:
+    if count < min_samples:
         return None
     rows = np.arange(count)
     even, odd = rows[0::2], rows[1::2]

@@ -28,11 +28,7 @@ from .context import PackagingContext
 from .equalized_forms import SourceForms
 from .gates import Remedies
 from .grid_plans import GridChecks, graph_of
-from .search.rounds import SIMULATED_TRIES, search_rounds
-
-# real tries a format's own search may add after the simulated plan missed on its artifact
-REAL_TRIES_AFTER_SIMULATION = 6
-MIN_SAMPLES = 50  # as the layer search: half to choose by, half to confirm on
+from .search.rounds import search_rounds
 
 
 @dataclass(frozen=True)
@@ -215,8 +211,9 @@ def wanted(run: PackagingContext, described: Any, planned: list[Any]) -> str | N
         return "the source is already quantized"
     if data.unrepresentative:
         return "the held-out data lie outside the calibration data"
-    if data.evaluation_count < MIN_SAMPLES:
-        return f"{data.evaluation_count} validation samples (the search needs {MIN_SAMPLES}+)"
+    if data.evaluation_count < run.search.min_layer_search_samples:
+        return (f"{data.evaluation_count} validation samples (the search needs "
+                f"{run.search.min_layer_search_samples}+)")
     if not any(p.remedies.floats for p in planned):
         return "no requested format's route honours per-layer precision"
     return None
@@ -282,7 +279,7 @@ def simulated_plan(planned: list[Any], context: BuildContext, described: Any, st
                          costs=builder.costs, links=builder.links,
                          grids=GridChecks({False: graph_of(builder, sim_context, judged, None, margins(first))}, remedies))
     progress.say(f"INT8 simulation: plain INT8 fails ({failures[0].what}); searching the precision plan on the "
-                 f"simulation, at most {SIMULATED_TRIES} tries")
+                 f"simulation, at most {judged.search.simulated_tries} tries")
     return _searched(builder, first, sim_context, judged, remedies, repaired, described, began)
 
 
@@ -295,7 +292,7 @@ def _searched(builder: Any, first: Any, sim_context: BuildContext, judged: Packa
 
     progress = judged.progress
     found, trials = search_rounds(builder, first, judged, remedies, time.monotonic() - began)
-    weigh = LayerCosts(builder.costs, builder.links)
+    weigh = LayerCosts(builder.costs, builder.links, judged.search.boundary_cost)
     equalized = _equalized_plan(repaired, found, remedies, weigh, began) if repaired else {}
     if equalized:
         equalized = {**equalized, "forms": SourceForms(equalized, described, sim_context, builder.module_paths,

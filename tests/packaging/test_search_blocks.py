@@ -5,7 +5,8 @@ from __future__ import annotations
 import math
 
 from edgekit.packaging.search.blocks import blocks
-from edgekit.packaging.search.budget import AUTO_TRIES, Budget
+from edgekit.packaging.search.budget import Budget
+from edgekit.packaging.search_settings import DEFAULT_SETTINGS
 
 YOLO = ["/model.0/conv/Conv", "/model.1/conv/Conv", "/model.2/cv1/conv/Conv", "/model.2/m.0/cv1/conv/Conv",
         "/model.2/m.0/cv2/conv/Conv", "/model.9/cv1/conv/Conv", "/model.22/cv2.0/cv2.0.0/conv/Conv",
@@ -46,8 +47,8 @@ def test_the_default_budget_is_counted_in_builds_and_keeps_room_for_the_rebuild(
     """The same tries on a quiet and on a loaded machine: the default counts builds; seconds bound
     it only when asked (--search-budget) or when --time-limit would be passed (then said)."""
     auto = Budget.for_search(None, 100.0)
-    assert auto.max_tries == AUTO_TRIES and math.isinf(auto.seconds) and "builds" in auto.describe()
-    for _ in range(AUTO_TRIES):
+    assert auto.max_tries == DEFAULT_SETTINGS.tries and math.isinf(auto.seconds) and "builds" in auto.describe()
+    for _ in range(DEFAULT_SETTINGS.tries):
         assert auto.allows_try()
         auto.record(500.0)  # however slow the machine, the count decides
     assert not auto.allows_try() and not auto.limit_bound and auto.to_dict()["seconds"] is None

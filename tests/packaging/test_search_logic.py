@@ -128,9 +128,9 @@ def test_a_plan_kept_on_half_the_samples_that_fails_on_all_gives_way_to_the_plan
     precision) flips and raising fc3 too would not. Judged on its half, the plan passes; rebuilt
     and judged on all 200 samples it fails, and the unseen half is worse than sampling noise allows
     (overfit). The plans that passed are rebuilt in its place, the same layers at the other
-    precision first, then the one found before it (``MAX_FALLBACKS``); none raises fc3, each fails,
+    precision first, then the one found before it (``SearchSettings.max_fallbacks``); none raises fc3, each fails,
     and the package holds (and its record judges) the build made last."""
-    from edgekit.packaging.search import MAX_FALLBACKS
+    from edgekit.packaging.search_settings import DEFAULT_SETTINGS
 
     folder = outlier_chain(tmp_path / "model")
     nodes = toy.read_chain(str(folder / "chain.onnx"))
@@ -152,7 +152,7 @@ def test_a_plan_kept_on_half_the_samples_that_fails_on_all_gives_way_to_the_plan
     tries = record["auto_fix"]
     on_all = [t for t in tries if t.get("stage") == "confirmation" and t["change"].startswith("all samples: ")]
     checks = [t for t in tries if t.get("stage") == "confirmation" and t["change"] == "held-out check"]
-    assert len(on_all) == len(checks) == 1 + MAX_FALLBACKS  # the plan kept, then each fallback: rebuilt, checked
+    assert len(on_all) == len(checks) == 1 + DEFAULT_SETTINGS.max_fallbacks  # the plan kept, then each fallback: rebuilt, checked
     for rebuilt in on_all:
         assert not rebuilt["kept"] and rebuilt["samples"] == 200 and "y overfit" in rebuilt["after"]["gates"]
     assert sorted(t["plan"]["fc2"] for t in on_all[:2]) == ["float", "int16"]  # the same layers, both precisions

@@ -28,13 +28,6 @@ from .fixes import named_fixes
 from .layers import fastest_plan, search_layers
 from .trial import CONFIRMATION, Trial, TrialRunner, margins
 
-# the layer search's many tries choose among configurations by their numbers: with fewer validation
-# samples than this (the verdict's own "enough evidence" rule) it would fit the samples, not the model
-LAYER_SEARCH_MIN_SAMPLES = 50
-# the plan kept is chosen on half the samples; when it fails on all of them, at most this many other
-# plans are rebuilt in its place: its 16-bit layers in float, then plans that passed, the one found
-# last first (the most-integer stage walks from broad plans to narrow ones: going back raises layers)
-MAX_FALLBACKS = 2
 
 
 def search(builder: Builder, first: Candidate, run: PackagingContext, remedies: Remedies = Remedies(),
@@ -47,7 +40,7 @@ def search(builder: Builder, first: Candidate, run: PackagingContext, remedies: 
     default budget, counted in builds); ``budget``: the simulation's; ``max_tries``: at most this many builds;
     ``fixed``: the layers never put back to int8 (default: every layer ``first`` already raises; a
     search that goes on from its own earlier plan passes the user's, so all of it can go back)."""
-    budget = budget or Budget.for_search(run.options.search_budget_s, plain_s)
+    budget = budget or Budget.for_search(run.options.search_budget_s, plain_s, run.search)
     if max_tries is not None:
         budget = budget.capped(max_tries)
     budget = budget.within_share(deadline.left(), plain_s)
@@ -75,16 +68,16 @@ def _tries(builder: Builder, first: Candidate, run: PackagingContext, remedies: 
     from ..holdout import split
 
     data, progress = run.data, run.progress
-    halves = split(data, run.reference)
+    halves = split(data, run.reference, run.search.min_holdout_samples)
     if halves is None:
         progress.warn(f"{builder.name}: {data.evaluation_count} validation samples are too few to keep some "
                       "unseen by the search: its result is judged on the samples it was chosen by (give more "
                       "--eval data)")
     judged = run if halves is None else run.on(halves.search, halves.search_reference)
-    layers = data.evaluation_count >= LAYER_SEARCH_MIN_SAMPLES
+    layers = data.evaluation_count >= run.search.min_layer_search_samples
     if not layers and remedies.builds(INT16, FLOAT):
         progress.warn(f"{builder.name}: no layer search on {data.evaluation_count} validation samples: its many tries "
-                      f"need {LAYER_SEARCH_MIN_SAMPLES}+ (half to choose by, half to confirm on), or the layers it "
+                      f"need {run.search.min_layer_search_samples}+ (half to choose by, half to confirm on), or the layers it "
                       "keeps would fit the samples rather than the model (give --eval with more samples)")
     trial_context = replace(first.context, trial=True, explain_npy=None)
     on_half = judged.measure(first.built, builder, first.context)
@@ -111,17 +104,21 @@ def _tries(builder: Builder, first: Candidate, run: PackagingContext, remedies: 
         runner.close()
     trials = runner.trials
     if not trials:
-        progress.warn(f"{builder.name}: the search found nothing to try: {_nothing_to_try(started, remedies, layers, budget)}")
+        progress.warn(f"{builder.name}: the search found nothing to try: {_nothing_to_try(started, remedies, layers, budget, run.search.min_layer_search_samples)}")
     elif not budget.allows_try() and best.failures:
         progress.warn(f"search {builder.name}: the search budget ({budget.describe()}) ended it "
                       f"after {len(trials)} tries ({budget.ended_by()})")
     if best is started or not improves(best, started):
         return _Found(started, None, halves, trials)
-    return _Found(started, best, halves, trials, _fallbacks(best, runner.passed, trials, remedies))
+    return _Found(started, best, halves, trials,
+                  _fallbacks(best, runner.passed, trials, remedies, run.search.max_fallbacks))
 
 
-def _fallbacks(best: Candidate, passed: list[Candidate], trials: list[Trial], remedies: Remedies) -> list[BuildContext]:
-    """What to rebuild in place of ``best`` if it fails on all samples, at most ``MAX_FALLBACKS``:
+def _fallbacks(best: Candidate, passed: list[Candidate], trials: list[Trial], remedies: Remedies,
+               most: int) -> list[BuildContext]:
+    """What to rebuild in place of ``best`` if it fails on all samples, at most ``most`` (the plan
+    kept is chosen on half the samples; the most-integer stage walks from broad plans to narrow
+    ones, so going back raises layers):
     its 16-bit layers in float where the route runs them and no try of that plan failed (the
     same layers, closer to float), then the other plans that passed, found last first."""
     plan = best.context.plan
@@ -140,7 +137,7 @@ def _fallbacks(best: Candidate, passed: list[Candidate], trials: list[Trial], re
             continue
         seen.add(key)
         found.append(candidate.context)
-    return found[:MAX_FALLBACKS]
+    return found[:most]
 
 
 def _rebuild(builder: Builder, first: Candidate, run: PackagingContext, remedies: Remedies, budget: Budget,
@@ -148,7 +145,7 @@ def _rebuild(builder: Builder, first: Candidate, run: PackagingContext, remedies
     """The configuration kept, built again in full into the package and judged on every sample;
     where it fails there (its half of the samples hid a flip or two), the next plan that passed
     is rebuilt in its place (once even past the budget, then while it covers a rebuild;
-    ``MAX_FALLBACKS``)."""
+    ``SearchSettings.max_fallbacks``)."""
     progress, trials = run.progress, found.trials
     assert found.best is not None and found.started is not None  # ``search`` rebuilds only what was found
     kept: Candidate | None = None
@@ -218,7 +215,7 @@ def _held_out_check(builder: Builder, run: PackagingContext, halves: Any, starte
     data = run.data
     search_rows, unseen_rows = np.asarray(halves.search.rows), np.asarray(halves.unseen.rows)
     test = confirm(kept.measured, run.reference, search_rows, unseen_rows, run.judging, run.options.min_sqnr_db,
-                   data.targets_y, data.labelled_output)
+                   data.targets_y, data.labelled_output, run.search)
     if test is None:
         return []
     failures = [GateFailure(builder.name, gate.rsplit(" ", 1)[0] or None, "overfit",
@@ -238,7 +235,7 @@ def _held_out_check(builder: Builder, run: PackagingContext, halves: Any, starte
     return failures
 
 
-def _nothing_to_try(started: Candidate, remedies: Remedies, layers: bool, budget: Budget) -> str:
+def _nothing_to_try(started: Candidate, remedies: Remedies, layers: bool, budget: Budget, min_samples: int) -> str:
     """Why the search made no try: the fixes the failures name do not apply, and no layer search."""
     named = sorted({flag for f in started.failures for flag in f.flags})
     fixes = (f"none of the fixes the failures name ({', '.join(named)}) applies to this build" if named
@@ -246,7 +243,7 @@ def _nothing_to_try(started: Candidate, remedies: Remedies, layers: bool, budget
     if not remedies.builds(INT16, FLOAT):
         search = "and this format's route honours no per-layer precision (--keep-float, --int16-activations)"
     elif not layers:
-        search = f"and the layer search needs {LAYER_SEARCH_MIN_SAMPLES}+ validation samples"
+        search = f"and the layer search needs {min_samples}+ validation samples"
     elif not budget.allows_try():
         search = f"and its budget ({budget.describe()}) leaves no room for a try and the rebuild"
     else:

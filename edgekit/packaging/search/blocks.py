@@ -21,8 +21,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-MAX_BLOCKS = 8  # blocks tried per precision before single layers
-MAX_CHEAP_BLOCKS = 16  # where a try is a forward pass (the simulation)
+from ..search_settings import DEFAULT_SETTINGS, SearchSettings
+
 _SEPARATORS = re.compile(r"[/.:]")
 
 
@@ -34,11 +34,13 @@ class Block:
     layers: tuple[str, ...]
 
 
-def blocks(worst: Sequence[str], ordered: Sequence[str], cheap: bool = False) -> list[Block]:
-    """The blocks to try, most promising first. ``worst``: the layers by how much they cost
-    (worst first); ``ordered``: every layer the route can raise, from input to output. ``cheap``:
-    tries cost a forward pass (the simulation), so the neighbours of the worst layers are tried
-    too: a tensor between two layers stays float only with its writer and its reader."""
+def blocks(worst: Sequence[str], ordered: Sequence[str], cheap: bool = False,
+           settings: SearchSettings = DEFAULT_SETTINGS) -> list[Block]:
+    """The blocks to try, most promising first, at most the settings' count. ``worst``: the
+    layers by how much they cost (worst first); ``ordered``: every layer the route can raise, from
+    input to output. ``cheap``: tries cost a forward pass (the simulation), so the neighbours of
+    the worst layers are tried too: a tensor between two layers stays float only with its writer
+    and its reader."""
     ordered = list(dict.fromkeys(ordered))
     if len(ordered) < 2:
         return []
@@ -57,7 +59,7 @@ def blocks(worst: Sequence[str], ordered: Sequence[str], cheap: bool = False) ->
     for block in found:
         if all(set(block.layers) != set(other.layers) for other in unique):
             unique.append(block)
-    return unique[:MAX_CHEAP_BLOCKS if cheap else MAX_BLOCKS]
+    return unique[:settings.max_cheap_blocks if cheap else settings.max_blocks]
 
 
 def _neighbours(worst: Sequence[str], ordered: Sequence[str], around: int = 4) -> list[Block]:

@@ -11,11 +11,11 @@ import math
 import time
 from dataclasses import dataclass, field
 
-# Without --search-budget: this many builds (the per-layer report, each try; the rebuild of the
-# kept plan comes after them). A layer search on a real CNN finds a plan in 10-20 tries (an
-# emotion CNN: 8 tries found nothing, a longer search found a plan passing 119 of 120)
-AUTO_TRIES = 16
-REBUILD_TRIES = 4.0  # the rebuild of the kept plan, in typical tries (a full build measured on every sample: 4.5 on the bytes classifier)
+from ..search_settings import DEFAULT_SETTINGS, SearchSettings
+
+# Without --search-budget: ``SearchSettings.tries`` builds (the per-layer report, each try; the
+# rebuild of the kept plan comes after them). A layer search on a real CNN finds a plan in 10-20
+# tries (an emotion CNN: 8 tries found nothing, a longer search found a plan passing 119 of 120)
 
 
 @dataclass
@@ -33,15 +33,16 @@ class Budget:
     max_tries: int | None = None
     limited: bool = False  # the command's --time-limit bounds it in seconds too
     limit_bound: bool = False  # that bound stopped a try the count allowed: the outcome depended on time
+    rebuild_tries: float = DEFAULT_SETTINGS.rebuild_tries  # the rebuild of the kept plan, in typical tries
 
     @classmethod
-    def for_search(cls, given_s: float | None, plain_s: float) -> Budget:
-        """``--search-budget`` seconds when given, else ``AUTO_TRIES`` builds (no seconds: the
+    def for_search(cls, given_s: float | None, plain_s: float, settings: SearchSettings = DEFAULT_SETTINGS) -> Budget:
+        """``--search-budget`` seconds when given, else ``settings.tries`` builds (no seconds: the
         outcome is the machine's load's no more)."""
         if given_s is not None:
-            return cls(float(given_s), plain_s, f"--search-budget {given_s:g} s")
-        return cls(math.inf, plain_s, f"{AUTO_TRIES} builds (--search-budget SECONDS bounds it in time instead)",
-                   max_tries=AUTO_TRIES)
+            return cls(float(given_s), plain_s, f"--search-budget {given_s:g} s", rebuild_tries=settings.rebuild_tries)
+        return cls(math.inf, plain_s, f"{settings.tries} builds (--search-budget SECONDS bounds it in time instead)",
+                   max_tries=settings.tries, rebuild_tries=settings.rebuild_tries)
 
     def describe(self) -> str:
         """How the budget was set, with its seconds where it has any."""
@@ -75,7 +76,7 @@ class Budget:
         """What rebuilding the kept plan into the package is expected to cost: a full build (its
         companions and scheme variants too) measured on every sample, so a few tries' worth, never
         more than the plain build (which also converted the source once, and tries reuse that)."""
-        return min(self.rebuild_s, REBUILD_TRIES * self.typical_try())
+        return min(self.rebuild_s, self.rebuild_tries * self.typical_try())
 
     def allows_try(self, reserved: int = 0) -> bool:
         """Whether a try fits in the time left with the rebuild after it (and ``reserved`` more

@@ -8,6 +8,7 @@ from pathlib import Path
 from ...formats import BuildContext, BuildResult
 from ..gates import GateFailure
 from ..validate import Measured
+from ..search_settings import DEFAULT_SETTINGS
 
 
 @dataclass(frozen=True)
@@ -30,16 +31,14 @@ def still_quantized(built: BuildResult) -> bool:
     return built.artifact.precision != "float" and weighted != 0
 
 
-IMPROVEMENT = 1e-6  # margins are dB or fractions: anything above rounding noise counts
-
-
-def improves(new: Candidate, old: Candidate) -> bool:
-    """Whether ``new`` is better than ``old`` by the gates ``old`` failed, on their own metrics."""
+def improves(new: Candidate, old: Candidate, improvement: float = DEFAULT_SETTINGS.improvement) -> bool:
+    """Whether ``new`` is better than ``old`` by the gates ``old`` failed, on their own metrics
+    (by more than ``improvement``: rounding noise is no change)."""
     before = {f.key: f.margin for f in old.failures}
     after = {f.key: f.margin for f in new.failures}
     if any(key not in before for key in after):  # a gate that passed now fails
         return False
-    if any(after[key] < before[key] - IMPROVEMENT for key in after):  # a failing gate got worse
+    if any(after[key] < before[key] - improvement for key in after):  # a failing gate got worse
         return False
-    return len(after) < len(before) or any(after[key] > before[key] + IMPROVEMENT for key in after)
+    return len(after) < len(before) or any(after[key] > before[key] + improvement for key in after)
 

@@ -3,7 +3,7 @@ costs (its relative compute, ``simulation/costs.py``, read once per model from t
 so the search raises cheap layers before heavy ones, ranks a layer by what it repairs per unit
 of compute, and puts the heaviest raised layers back to int8 first. A float layer beside int8
 ones also costs its boundaries: every tensor between them is quantized or dequantized on every
-call (``BOUNDARY`` per element), so a float island between int8 layers weighs more than the same
+call (``SearchSettings.boundary_cost`` per element), so a float island between int8 layers weighs more than the same
 layer at the edge of a float region. Without costs (no simulation of the model) every layer
 weighs one, which is the layer count the search used before."""
 
@@ -13,7 +13,8 @@ import statistics
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-BOUNDARY = 2.0  # a quantize and a dequantize, per element of a tensor between a float and an int8 layer
+from ..search_settings import DEFAULT_SETTINGS
+
 
 
 @dataclass(frozen=True)
@@ -24,6 +25,7 @@ class LayerCosts:
     costs: Mapping[str, float] = field(default_factory=dict)
     # (writer, reader, elements) for each pair of layers a tensor joins (``simulation/costs.layer_links``)
     links: tuple[tuple[str, str, float], ...] = ()
+    boundary_cost: float = DEFAULT_SETTINGS.boundary_cost  # per element of a tensor a float island adds
 
     def __bool__(self) -> bool:
         return bool(self.costs)
@@ -41,7 +43,7 @@ class LayerCosts:
     def boundary(self, layers: Iterable[str]) -> float:
         """What the tensors between these layers (float) and the others (int8) cost to convert."""
         chosen = {_bare(layer) for layer in layers}
-        return BOUNDARY * sum(e for a, b, e in self.links if (a in chosen) != (b in chosen))
+        return self.boundary_cost * sum(e for a, b, e in self.links if (a in chosen) != (b in chosen))
 
     def total(self, layers: Iterable[str]) -> float:
         """What leaving these layers out of int8 costs: their compute and their boundaries."""

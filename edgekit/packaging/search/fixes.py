@@ -5,7 +5,7 @@ where the route honours ``--keep-float``, then the format's own rebuilds (``Buil
 7-bit weights where this CPU's fused int8 kernels saturate, percentile calibration where a
 range is dominated by outliers), each on top of the fixes kept so far. A rebuild is kept only
 when it improves the failing gates on their own numbers (``candidate.improves``). At most
-``MAX_ATTEMPTS`` rebuilds, and a fix is never tried twice."""
+``SearchSettings.max_fix_attempts`` rebuilds, and a fix is never tried twice."""
 
 from __future__ import annotations
 
@@ -14,14 +14,12 @@ from ...formats.building import Fix
 from .candidate import Candidate, improves
 from .trial import NAMED_FIX, TrialRunner
 
-MAX_ATTEMPTS = 3
-
 
 def named_fixes(runner: TrialRunner, best: Candidate) -> Candidate:
     """The best build after the named fixes; every try is in ``runner.trials``."""
     tried: set[str] = set()
     progress, name = runner.run.progress, runner.builder.name
-    for _ in range(MAX_ATTEMPTS):
+    for _ in range(runner.run.search.max_fix_attempts):
         if not best.failures or not runner.budget.allows_try():
             break
         fix, context = _next_fix(best, tried)

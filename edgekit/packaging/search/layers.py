@@ -37,8 +37,6 @@ from .candidate import Candidate, improves
 from .cost import LayerCosts
 from .trial import LAYERS, SPEED, Trial, TrialRunner, margins
 
-CANDIDATES = 12  # the worst layers: measured one by one, and raised together as one block
-FASTER = 1.05  # a passing plan replaces the one found when this much faster (within it: timing noise)
 SPEED_ROUNDS, SPEED_RUNS = 5, 5  # interleaved rounds of calls when passing plans are timed against each other
 
 
@@ -89,7 +87,7 @@ class _LayerSearch:
         self.name = runner.builder.name
         self.seen: dict[str, Candidate | None] = {}  # plan -> its build: a plan is built once per search
         # what leaving each layer out of int8 costs, its boundaries with int8 layers included
-        self.costs = LayerCosts(runner.run.layer_costs, runner.run.layer_links)
+        self.costs = LayerCosts(runner.run.layer_costs, runner.run.layer_links, runner.run.search.boundary_cost)
 
     def late(self, reserved: int = 0) -> bool:
         return not self.runner.budget.allows_try(reserved)
@@ -113,7 +111,7 @@ class _LayerSearch:
         context = self.start.context
         if "explain" not in remedies.layers or context.sensitivity_npy is None:
             weighted = [layer for layer in self.start.built.artifact.about.weighted_layers if layer not in self.base]
-            return list(reversed(weighted))[:CANDIDATES], weighted
+            return list(reversed(weighted))[:self.runner.run.search.candidates], weighted
         made, trial = self.runner.attempt("per-layer report", replace(context, explain_npy=context.sensitivity_npy),
                                           self.start, LAYERS, self.base, typical=False)
         trial.kept = made is not None and not made.failures
@@ -127,7 +125,7 @@ class _LayerSearch:
             why = f"did not build ({trial.error})" if made is None else "ranked no layer"
             self.warn(f"search {self.name}: the per-layer report {why}; trying the model's layers from the output "
                       f"end ({len(named)} named)")
-            return list(reversed(named))[:CANDIDATES], named
+            return list(reversed(named))[:self.runner.run.search.candidates], named
         position = {layer: i for i, layer in enumerate(context.layer_names)}
         # a route whose layers the source does not name (a PyTorch program's modules) orders its
         # report's rows itself: "order", the op's place in its graph
@@ -141,14 +139,14 @@ class _LayerSearch:
         # the output's writer named after the source's softmax, is not "nearest the inputs")
         ordered = sorted(reported, key=order.__getitem__) if all(layer in order for layer in reported) \
             else sorted(reported, key=place)
-        return reported[:CANDIDATES], ordered
+        return reported[:self.runner.run.search.candidates], ordered
 
     def blocks(self, worst: list[str], ordered: list[str]) -> Candidate:
         """Each block raised whole on top of the start, 16-bit activations first: the first plan
         that passes, else the best that improved (the single layers then start from the start
         again: a block that only helps would lift far more layers than a plan needs)."""
         best = self.start
-        tried = blocks(worst, ordered, cheap=self.runner.builder.cheap_tries)
+        tried = blocks(worst, ordered, cheap=self.runner.builder.cheap_tries, settings=self.runner.run.search)
         if self.costs:  # the cheapest block that passes is the one kept: cheap blocks first
             tried.sort(key=lambda block: self.costs.total(block.layers))
         if tried:
@@ -226,7 +224,7 @@ class _LayerSearch:
         int16x8 kernels run several times slower than its float ones on x86, and ONNX Runtime
         runs a 16-bit QDQ pair around a float kernel; neither is known before it is timed. The
         plans are timed interleaved in one child; another replaces the plan found only when it
-        is at least ``FASTER`` times faster, and the timings are recorded."""
+        is at least ``SearchSettings.faster`` times faster, and the timings are recorded."""
         plan = found.context.plan
         raised = [layer for layer in plan.layers if layer not in self.base]
         if not raised or found.files is None:
@@ -255,7 +253,7 @@ class _LayerSearch:
                       "found first is kept")
             return found
         chosen = min(passing, key=lambda c: timed[c.context.plan.describe()])
-        if timed[labels[0]] < FASTER * timed[chosen.context.plan.describe()]:
+        if timed[labels[0]] < self.runner.run.search.faster * timed[chosen.context.plan.describe()]:
             chosen = found
         kept_label = chosen.context.plan.describe()
         ms = {label: round(timed[label], 4) for label in labels}
@@ -265,7 +263,7 @@ class _LayerSearch:
                                         before=margins(found), after=margins(chosen), kept=True,
                                         extra={"timed_ms": ms, "how": f"interleaved in one child, {SPEED_ROUNDS} "
                                                f"rounds of {SPEED_RUNS} calls, batch 1, 1 thread; another plan "
-                                               f"replaces the one found when {FASTER:g}x faster"}))
+                                               f"replaces the one found when {self.runner.run.search.faster:g}x faster"}))
         return chosen
 
     def _per_cost(self, candidate: Candidate, best: Candidate, layer: str) -> tuple[float, ...]:

@@ -9,21 +9,20 @@ from typing import Any
 from ..context import PackagingContext
 from ..gates import Remedies
 
-# tries of the simulated search (each a graph and a forward pass over half the validation samples)
-SIMULATED_TRIES = 60
-# an outer bound in seconds, said when it binds: the outcome is counted in tries, not seconds
-SIMULATED_OUTER_S = 300.0
 
 
 def search_rounds(builder: Any, first: Any, judged: PackagingContext, remedies: Remedies, build_s: float,
-                  tries: int = SIMULATED_TRIES, outer_s: float = SIMULATED_OUTER_S) -> tuple[Any, list[dict[str, Any]]]:
+                  tries: int | None = None, outer_s: float | None = None) -> tuple[Any, list[dict[str, Any]]]:
     """The packager's search on the simulation, in rounds while tries are left: a plan that passed
     on the half the search chose by but fails on every sample (a margin of a few tenths of a dB,
     or the held-out check) starts another round from it, which raises more layers, where a search
-    per format would stop (its tries cost conversions; these cost forward passes)."""
+    per format would stop (its tries cost conversions; these cost forward passes). ``tries`` and
+    ``outer_s``: the settings' simulated ones unless given (a format grid's)."""
     from . import search
     from .budget import Budget
 
+    tries = judged.search.simulated_tries if tries is None else tries
+    outer_s = judged.search.simulated_outer_s if outer_s is None else outer_s
     began, trials, found = time.monotonic(), [], first
     while builder.builds < tries:
         left_s = outer_s - (time.monotonic() - began)
