@@ -144,8 +144,7 @@ def test_no_module_over_600_lines():
 
 # the search's own modules: its knobs are SearchSettings fields (one frozen value on the packaging
 # context), never numbers scattered as module constants
-SEARCH_MODULES = ("packaging/search", "packaging/holdout.py", "packaging/confirmation.py", "packaging/shared_plan.py",
-                  "packaging/grid_plans.py")
+SEARCH_MODULES = ("packaging/search",)
 NOT_KNOBS = {"MARGIN_CAP"}  # how an exact half (SQNR inf) is written as a margin, not how the search runs
 
 
@@ -164,6 +163,14 @@ def test_the_search_knobs_are_one_settings_value():
     from edgekit.packaging.search_settings import SearchSettings
 
     assert PackagingContext.__dataclass_fields__["search"].type in ("SearchSettings", SearchSettings)
+
+
+def test_the_packaging_side_enters_the_simulation_by_its_one_door():
+    """``edgekit.simulation`` exports what packaging uses; its modules (the child-side graph, the
+    converter steps) are its own business."""
+    inside = sorted((a, b) for a, deps in import_graph().items() for b in deps
+                    if a.startswith("edgekit.packaging") and b.startswith("edgekit.simulation."))
+    assert inside == []
 
 
 def test_one_version():

@@ -25,7 +25,7 @@ from .fallback import discard, fallback_result
 from .gates import GateFailure, Remedies, saturation_note
 from .partial import passed_fallbacks
 from .search import Candidate, search
-from .shared_plan import Simulated, for_format, simulated_plan
+from .search.shared_plan import Simulated, for_format, simulated_plan
 from .validate import Measured
 
 

@@ -57,7 +57,7 @@ class NotPlaceable(Exception):
     """A pair the source's parameters cannot take exactly."""
 
 
-def equalize_source(request: SourceEqualizeRequest) -> SourceEqualizeReport:
+def equalize_source_model(request: SourceEqualizeRequest) -> SourceEqualizeReport:
     from ..conversion.forms import KERAS_MODEL, ModelForm
 
     form = ModelForm.from_dict(request.form)

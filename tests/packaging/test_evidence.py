@@ -8,7 +8,7 @@ import pytest
 
 from edgekit.kinds import evaluate, infer
 from edgekit.kinds.base import Rate, wilson
-from edgekit.packaging.confirmation import confirm
+from edgekit.packaging.search.confirmation import confirm
 from edgekit.packaging.validate import Judging, Measured
 from edgekit.packaging.verdict import MIN_SAMPLES_FOR_A_PASS, samples_to_decide, undecided
 from edgekit.comparison.metrics import compare_outputs

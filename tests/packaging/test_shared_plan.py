@@ -75,7 +75,7 @@ def test_the_simulated_plan_reaches_each_route_in_the_names_of_its_form():
     that keeps such an op in float; what a route cannot name is left out and said."""
     from edgekit.formats.building import BuildContext
     from edgekit.formats.plan import PrecisionPlan
-    from edgekit.packaging.shared_plan import Simulated, for_format
+    from edgekit.packaging.search.shared_plan import Simulated, for_format
 
     context = BuildContext(calibration_npy="", eval_npy="", package_dir=Path("."), workdir=Path("."))
     keras = Simulated(PrecisionPlan.of(floats=["conv2", "conv3"]), True)
@@ -205,7 +205,7 @@ def test_a_route_converting_the_pytorch_program_weighs_its_modules_by_the_nodes_
     from types import SimpleNamespace
 
     from edgekit.conversion.forms import ONNX_GRAPH, TORCH_PROGRAM
-    from edgekit.packaging.shared_plan import Simulated
+    from edgekit.packaging.search.shared_plan import Simulated
 
     simulated = Simulated(None, True, costs={"node_conv": 90.0, "node_bn": 10.0, "node_relu": 1.0, "node_cat": 2.0},
                           module_paths={"node_conv": "block.conv", "node_bn": "block.conv", "node_relu": "block.act",

@@ -12,7 +12,7 @@ import pytest
 from edgekit.conversion import worker
 from edgekit.conversion.forms import KERAS_MODEL, TF_GRAPH, TORCH_PROGRAM, ModelForm, load_module
 from edgekit.simulation.equalize import equalize
-from edgekit.simulation.equalize_source import SourceEqualizeRequest, equalize_source, torch_edits
+from edgekit.simulation.equalize_source import SourceEqualizeRequest, equalize_source_model, torch_edits
 from edgekit.simulation.graph import module_paths
 
 FACTORY = '''
@@ -54,7 +54,7 @@ def test_a_pytorch_program_takes_the_scales_on_its_folded_batchnorm_with_its_fun
     import torch
 
     form, x, paths = _torch_source(tmp_path)
-    report = equalize_source(SourceEqualizeRequest(form.to_dict(), str(tmp_path / "scales.json"),
+    report = equalize_source_model(SourceEqualizeRequest(form.to_dict(), str(tmp_path / "scales.json"),
                                                    str(tmp_path / "samples.npy"), str(tmp_path), paths, ()))
     assert not report.why_not and report.largest_difference < 1e-4
     equalized = ModelForm.from_dict(report.forms[TORCH_PROGRAM])
@@ -130,7 +130,7 @@ def test_a_keras_model_is_equalized_and_exported_or_refused_where_its_function_w
     """Through a ReLU the scales are exact and the model is saved and exported as a SavedModel;
     through a sigmoid (not positively homogeneous) the outputs would change: refused, said."""
     form = _keras_source(tmp_path, keras_models, activation)
-    report = worker.convert(equalize_source, SourceEqualizeRequest(
+    report = worker.convert(equalize_source_model, SourceEqualizeRequest(
         form.to_dict(), str(tmp_path / "scales.json"), str(tmp_path / "samples.npy"), str(tmp_path), {},
         ("conv_a", "bn", "act", "conv_b")), what="equalization", timeout=300)
     if carried:
@@ -154,7 +154,7 @@ def test_a_keras_separable_convolution_takes_the_scales_of_both_its_halves(tmp_p
               "scale": [5.0, 1.0, 1.0, 0.2, 1.0, 1.0, 3.0, 1.0]}]
     (tmp_path / "scales.json").write_text(json.dumps(pairs))
     np.save(tmp_path / "samples.npy", np.random.default_rng(0).normal(size=(16, 8, 8, 3)).astype(np.float32))
-    report = worker.convert(equalize_source, SourceEqualizeRequest(
+    report = worker.convert(equalize_source_model, SourceEqualizeRequest(
         ModelForm(KERAS_MODEL, str(keras_models / "separable.keras")).to_dict(), str(tmp_path / "scales.json"),
         str(tmp_path / "samples.npy"), str(tmp_path), {}, ("sep", "bn", "act", "conv_b")), what="equalization",
         timeout=300)

@@ -65,7 +65,7 @@ class _Found:
 def _tries(builder: Builder, first: Candidate, run: PackagingContext, remedies: Remedies,
            budget: Budget, fixed: PrecisionPlan | None = None) -> _Found:
     """The search's tries and what they found."""
-    from ..holdout import split
+    from .holdout import split
 
     data, progress = run.data, run.progress
     halves = split(data, run.reference, run.search.min_holdout_samples)
@@ -210,7 +210,7 @@ def _held_out_check(builder: Builder, run: PackagingContext, halves: Any, starte
     only the half the search chose by (``confirmation``): a gate whose unseen half is worse than
     sampling noise allows is a failure of its own (cause "overfit"); a difference within noise is
     not. Recorded as the last trial."""
-    from ..confirmation import confirm
+    from .confirmation import confirm
 
     data = run.data
     search_rows, unseen_rows = np.asarray(halves.search.rows), np.asarray(halves.unseen.rows)

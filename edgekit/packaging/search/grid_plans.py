@@ -14,11 +14,11 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..errors import EdgekitError
-from ..formats.building import BuildContext, QuantGrid
-from ..formats.plan import PrecisionPlan
-from .context import PackagingContext
-from .gates import Remedies
+from ...errors import EdgekitError
+from ...formats.building import BuildContext, QuantGrid
+from ...formats.plan import PrecisionPlan
+from ..context import PackagingContext
+from ..gates import Remedies
 
 
 @dataclass(frozen=True)
@@ -68,8 +68,8 @@ class GridChecks:
     def of_built(self, grid: QuantGrid, equalized: bool, layers: frozenset[str]) -> dict[str, Any] | None:
         """The simulated margins of exactly these layers in float (what a converter built, where it
         kept neighbours of the plan float too), in ``grid``; None where the graph was not judged."""
-        from .search.candidate import Candidate
-        from .search.trial import margins
+        from .candidate import Candidate
+        from .trial import margins
 
         graph = self.graphs.get(equalized)
         if graph is None:
@@ -88,9 +88,9 @@ class GridChecks:
         return self.built[key]
 
     def _simulate(self, grid: QuantGrid, graph: Graph, search: bool) -> GridOutcome | None:
-        from .search.candidate import Candidate
-        from .search.trial import margins
-        from .search.rounds import search_rounds
+        from .candidate import Candidate
+        from .trial import margins
+        from .rounds import search_rounds
 
         progress = graph.judged.progress
         builder = graph.builder.on(grid)
@@ -135,8 +135,8 @@ class GridChecks:
         """Plain INT8 in a format's own grid, where the common grid needed a plan: its quantizer's
         arithmetic (XNNPACK's histogram ranges and float sigmoids, TFLite's fixed score grid) may
         need none, and every layer int8 is the fastest build. None where it misses there too."""
-        from .search.candidate import Candidate
-        from .search.trial import margins
+        from .candidate import Candidate
+        from .trial import margins
 
         built = builder.build(graph.context)
         measured = graph.judged.measure(built, builder, graph.context)

@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from .data import PreparedData
-from .search_settings import DEFAULT_SETTINGS
+from ..data import PreparedData
+from ..search_settings import DEFAULT_SETTINGS
 
 
 @dataclass(frozen=True)

@@ -15,8 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import EdgekitError
-from ..formats.building import BuildContext
+from ...errors import EdgekitError
+from ...formats.building import BuildContext
 
 
 def with_source_forms(record: dict[str, Any], described: Any, context: BuildContext, module_paths: dict[str, str],
@@ -25,8 +25,8 @@ def with_source_forms(record: dict[str, Any], described: Any, context: BuildCont
     is not, equalized alike; a form whose model cannot take the scales exactly is left out, said."""
     from pathlib import Path
 
-    from ..conversion import worker
-    from ..simulation.equalize_source import SourceEqualizeRequest, equalize_source, source_forms
+    from ...conversion import worker
+    from ...simulation import SourceEqualizeRequest, equalize_source_model, source_forms
 
     if not record.get("scales_json"):
         return record
@@ -37,7 +37,7 @@ def with_source_forms(record: dict[str, Any], described: Any, context: BuildCont
         folder.mkdir(parents=True, exist_ok=True)
         first = forms[0]
         try:
-            report = worker.convert(equalize_source, SourceEqualizeRequest(
+            report = worker.convert(equalize_source_model, SourceEqualizeRequest(
                 form=first.to_dict(), scales_json=record["scales_json"], samples_npy=str(context.calibration_npy),
                 output_dir=str(folder), module_paths=dict(module_paths), layer_names=tuple(context.layer_names)),
                 what=f"cross-layer equalization of the {kind} model", timeout=context.timeout_s)

@@ -27,11 +27,11 @@ from typing import Any
 
 import numpy as np
 
-from ..kinds import evaluate
-from ..kinds.base import Rate
-from ..comparison.metrics import worst_slice
-from .search_settings import DEFAULT_SETTINGS, SearchSettings
-from .validate import Judging, Measured
+from ...kinds import evaluate
+from ...kinds.base import Rate
+from ...comparison.metrics import worst_slice
+from ..search_settings import DEFAULT_SETTINGS, SearchSettings
+from ..validate import Judging, Measured
 
 MARGIN_CAP = 1e3  # an exact half (SQNR inf) counts as this far above its floor
 
@@ -97,7 +97,7 @@ def _counts(spec: str) -> bool:
     """Whether a kind's gate counts units (``Kind.counts_units``: its TaskResult carries evidence):
     judged by Fisher's test on the two halves' counts, never re-cut (a detector's NMS per sample
     is slow)."""
-    from ..kinds import KINDS, parse_kind
+    from ...kinds import KINDS, parse_kind
 
     return KINDS[parse_kind(spec)[0]].counts_units
 

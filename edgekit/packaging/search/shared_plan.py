@@ -20,15 +20,15 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ..errors import EdgekitError
-from ..formats.building import BuildContext
-from ..formats.base import EXPLAIN
-from ..formats.plan import FLOAT, PrecisionPlan
-from .context import PackagingContext
+from ...errors import EdgekitError
+from ...formats.building import BuildContext
+from ...formats.base import EXPLAIN
+from ...formats.plan import FLOAT, PrecisionPlan
+from ..context import PackagingContext
 from .equalized_forms import SourceForms
-from .gates import Remedies
+from ..gates import Remedies
 from .grid_plans import GridChecks, graph_of
-from .search.rounds import search_rounds
+from .rounds import search_rounds
 
 
 @dataclass(frozen=True)
@@ -58,7 +58,7 @@ class Simulated:
         """The form a format converts: the equalized graph where the format converts the graph the
         simulation equalized, the source's own model equalized alike where the format converts that
         (``equalized["forms"]``, ``equalize_source.py``), else ``model`` as it is."""
-        from ..conversion.forms import ModelForm
+        from ...conversion.forms import ModelForm
 
         if not self.equalized:
             return model
@@ -98,7 +98,7 @@ class Simulated:
         """The layers' costs and links in the names of ``route``'s form: by module where the route
         converts the PyTorch program itself (a module weighs the ONNX nodes it became), so that
         format's own search weighs its layers too, instead of taking every name for the median."""
-        from ..simulation.graph import OP_PREFIX
+        from ...simulation import OP_PREFIX
 
         if not (converts_torch_program(route) and self.module_paths):
             return dict(self.costs), self.links
@@ -141,7 +141,7 @@ class Simulated:
         before any search of its own) and what shipped after it, so the gap between the simulation
         and the format is on record; ``built_float``: the layers the real build kept float, where
         its converter kept more than the plan's (``gap_built``: the simulation of exactly those)."""
-        from .search.cost import LayerCosts
+        from .cost import LayerCosts
 
         outcome = self.grids.outcome(grid, equalized, search=False) if self.grids is not None and grid is not None \
             else None
@@ -224,10 +224,10 @@ def simulated_plan(planned: list[Any], context: BuildContext, described: Any, st
     """The plan every format builds first, searched on the simulation; None when the shared search
     does not apply (``wanted``: each format then searches on its own, as it did before) or the
     model has no route to the simulated form."""
-    from ..routing.routes import model_form
-    from .search.candidate import Candidate
-    from .search.trial import margins
-    from ..simulation import SIMULATED_FORM, SimulatedBuilder
+    from ...routing.routes import model_form
+    from .candidate import Candidate
+    from .trial import margins
+    from ...simulation import SIMULATED_FORM, SimulatedBuilder
 
     progress = run.progress
     why_not = wanted(run, described, planned)
@@ -287,8 +287,8 @@ def _searched(builder: Any, first: Any, sim_context: BuildContext, judged: Packa
               repaired: Any, described: Any, began: float) -> Simulated:
     """Where plain INT8 fails: the plan searched on the graph as given, and on the equalized one
     where equalization brought plain INT8 closer (``repaired``)."""
-    from .search.cost import LayerCosts
-    from .search.trial import margins
+    from .cost import LayerCosts
+    from .trial import margins
 
     progress = judged.progress
     found, trials = search_rounds(builder, first, judged, remedies, time.monotonic() - began)
@@ -320,8 +320,8 @@ def _searched(builder: Any, first: Any, sim_context: BuildContext, judged: Packa
 def _folded(form: Any, folder: Path, context: BuildContext) -> Any:
     """``form`` with its Conv -> BatchNormalization pairs folded (``simulation/fold.py``), where it
     has any; ``form`` itself otherwise."""
-    from ..conversion import worker
-    from ..simulation.convert import FoldRequest, fold_graph
+    from ...conversion import worker
+    from ...simulation import FoldRequest, fold_graph
 
     folder.mkdir(parents=True, exist_ok=True)
     path = str(folder / "folded.onnx")
@@ -335,10 +335,10 @@ def _equalized(form: Any, described: Any, sim_context: BuildContext, judged: Pac
     """The equalized graph in the simulation (its builder, its plain INT8 candidate, the record of
     what was rescaled, the run judging it) where equalization rescaled a pair and brought plain
     INT8 closer to its gates than ``plain``; None otherwise."""
-    from ..conversion import worker
-    from ..simulation import SimulatedBuilder
-    from ..simulation.convert import EqualizeRequest, equalize_graph
-    from .search.candidate import Candidate, improves
+    from ...conversion import worker
+    from ...simulation import SimulatedBuilder
+    from ...simulation import EqualizeRequest, equalize_graph
+    from .candidate import Candidate, improves
 
     folder = Path(sim_context.workdir) / "simulation-equalized"
     folder.mkdir(parents=True, exist_ok=True)
@@ -372,7 +372,7 @@ def _equalized_plan(repaired: tuple[Any, Any, dict[str, Any], PackagingContext],
     """The search on the equalized graph too, where plain INT8 of it comes closer: its plan, for
     the formats that convert that graph, where it passes and leaves less compute out of int8 than
     the plan ``found`` on the graph as given (every other format builds that one)."""
-    from .search.trial import margins
+    from .trial import margins
 
     builder, plain, record, run = repaired
     run.progress.say("INT8 simulation: cross-layer equalization brings plain INT8 closer "
@@ -409,7 +409,7 @@ def for_format(simulated: Simulated | None, context: BuildContext, route: Any,
 def placed(layers: Any, route: Any, plan: PrecisionPlan, module_paths: dict[str, str]) -> tuple[PrecisionPlan, list[str]]:
     """``plan`` with the simulated plan's ``layers`` (name -> precision) on top, in the names of
     ``route``'s form (by module where it converts the PyTorch program), and the layers it cannot name."""
-    from ..simulation.graph import OP_PREFIX
+    from ...simulation import OP_PREFIX
 
     honours = route.honours
     by_module = converts_torch_program(route) and bool(module_paths)
@@ -428,6 +428,6 @@ def placed(layers: Any, route: Any, plan: PrecisionPlan, module_paths: dict[str,
 
 def converts_torch_program(route: Any) -> bool:
     """Whether the route's converter takes the user's own PyTorch program (it names layers by module)."""
-    from ..conversion.forms import TORCH_PROGRAM
+    from ...conversion.forms import TORCH_PROGRAM
 
     return route.form == TORCH_PROGRAM and not route.steps
