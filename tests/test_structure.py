@@ -173,6 +173,20 @@ def test_the_packaging_side_enters_the_simulation_by_its_one_door():
     assert inside == []
 
 
+def test_the_search_returns_typed_trials():
+    """Each try is a ``Trial`` from the search to the manifest's record (``to_dict`` at the end),
+    never a mapping read by ``.get``: the format's search, the simulated rounds and the shared plan."""
+    from edgekit.packaging.each_format import FormatOutcome
+    from edgekit.packaging.search import search
+    from edgekit.packaging.search.rounds import search_rounds
+    from edgekit.packaging.search.shared_plan import Simulated
+
+    assert search.__annotations__["return"] == "tuple[Candidate, tuple[Trial, ...]]"
+    assert search_rounds.__annotations__["return"] == "tuple[Any, tuple[Trial, ...]]"
+    assert Simulated.__dataclass_fields__["trials"].type == FormatOutcome.__dataclass_fields__["fixes"].type \
+        == "tuple[Trial, ...]"
+
+
 def test_one_version():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
     assert re.search(rf'__version__ = "{re.escape(project)}"', (PACKAGE / "version.py").read_text())

@@ -32,6 +32,7 @@ from .partial import leave_out, refused_formats
 from .preflight import Plan
 from .ranking import rank_and_say
 from .record import validation_record
+from .search.trial import LAYERS
 from .summary import lines as summary_lines
 
 if TYPE_CHECKING:
@@ -158,7 +159,7 @@ def assemble_package(plan: Plan, loaded: LoadedSource, run: PackagingContext, bu
         measured_by={o.name: o.built.evaluated_by for o in built if o.comparison and o.built.evaluated_by},
         failures=failures, notes=notes, kinds=kinds,
     )
-    validation = validation.with_auto_fix({o.name: list(o.fixes) for o in built if o.fixes})
+    validation = validation.with_auto_fix({o.name: [t.to_dict() for t in o.fixes] for o in built if o.fixes})
     methods = {b.name: b.range_method(next((o.context for o in built if o.name == b.name and o.context),
                                                  context)) for b in builders}
     manifest = make_manifest(plan.name, options, loaded.kind, loaded.described, data,
@@ -169,9 +170,9 @@ def assemble_package(plan: Plan, loaded: LoadedSource, run: PackagingContext, bu
         for line in summary_lines(outcomes, options.allow_accuracy_drop, refused, validation):
             progress.say(line)
     if failed_gates and not options.allow_accuracy_drop:
-        tried = {o.name: {str(a.get("change")) for a in o.fixes if not a.get("stage")} for o in built} \
+        tried = {o.name: {t.change for t in o.fixes if not t.stage} for o in built} \
             if options.auto_fix else None
-        searched = {o.name: sum(1 for a in o.fixes if a.get("stage") == "layer search") for o in built}
+        searched = {o.name: sum(1 for t in o.fixes if t.stage == LAYERS) for o in built}
         passed = [o.name for o in built if o.name in FORMATS and not o.failures and o.comparison is not None]
         quantized = loaded.described.precision.learned  # its ranges kept: no calibration fix applies
         hint = failure_hint(tried, searched, passed, any(f.fixes for f in failed_gates), quantized)

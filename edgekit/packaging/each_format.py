@@ -10,7 +10,6 @@ import shutil
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
-from typing import Any
 
 from ..conversion import deadline
 from ..errors import OTHER_ROUTES, ConversionError, EdgekitError, RouteError, TimeShareError
@@ -26,6 +25,7 @@ from .gates import GateFailure, Remedies, saturation_note
 from .partial import passed_fallbacks
 from .search import Candidate, search
 from .search.shared_plan import Simulated, for_format, simulated_plan
+from .search.trial import Trial
 from .validate import Measured
 
 
@@ -63,7 +63,7 @@ class FormatOutcome:
     error: EdgekitError | None = None
     context: BuildContext | None = None  # what built it (after --auto-fix: the fixes kept)
     failures: tuple[GateFailure, ...] = ()
-    fixes: tuple[dict[str, Any], ...] = ()  # --auto-fix attempts, as recorded in the manifest
+    fixes: tuple[Trial, ...] = ()  # the search's tries (the manifest's auto_fix records)
     remedies: Remedies = Remedies()  # what its format and route can do about failed gates
     seconds: float = 0.0  # building, measuring and searching it
 
@@ -450,7 +450,7 @@ def judge(builder: Builder, context: BuildContext, built: BuildResult, compariso
 
     first_build = margins(candidate)  # the build the simulation predicted, before any search of its own
     first_float = list(built.artifact.about.precision.get("float_layers") or [])
-    attempts: list[dict[str, Any]] = []
+    attempts: tuple[Trial, ...] = ()
     if candidate.failures and run.options.auto_fix and run.data.unrepresentative:
         run.progress.warn(f"{builder.name}: no search: the held-out data lie far outside the calibration data (said "
                       "above), so every range the calibration gave is suspect; keeping layers in float would hide "
@@ -479,5 +479,5 @@ def judge(builder: Builder, context: BuildContext, built: BuildResult, compariso
         artifact = candidate.built.artifact.with_details(precision_plan=candidate.context.plan.to_dict())
         candidate = replace(candidate, built=replace(candidate.built, artifact=artifact))
     return FormatOutcome(builder.name, built=candidate.built, comparison=candidate.measured,
-                         context=candidate.context, failures=tuple(candidate.failures), fixes=tuple(attempts),
+                         context=candidate.context, failures=tuple(candidate.failures), fixes=attempts,
                          remedies=remedies)

@@ -17,6 +17,7 @@ from ..formats import FORMATS
 from ..manifest import FailedFormat
 from .fallback import discard
 from .gates import failure_hint, failure_message
+from .search.trial import LAYERS
 
 
 def refused_formats(outcomes: list[Any], allow_accuracy_drop: bool, allow_partial: bool = False) -> list[Any]:
@@ -42,8 +43,8 @@ def leave_out(outcome: Any, staged: Path, searched: bool) -> FailedFormat:
     artifact = outcome.built.artifact
     for path in [artifact.path, *(c["path"] for c in artifact.companions)]:
         discard(staged / path)
-    tried = {outcome.name: {str(a.get("change")) for a in outcome.fixes if not a.get("stage")}} if searched else None
-    plans = {outcome.name: sum(1 for a in outcome.fixes if a.get("stage") == "layer search")}
+    tried = {outcome.name: {t.change for t in outcome.fixes if not t.stage}} if searched else None
+    plans = {outcome.name: sum(1 for t in outcome.fixes if t.stage == LAYERS)}
     message = failure_message(list(outcome.failures), tried).removesuffix("; no package was written")
     # what the search tried, as the hint says: kept with the entry, not lost with the artifact
     return FailedFormat(outcome.name, f"{message}; left out of the package", failure_hint(tried, plans),

@@ -10,6 +10,7 @@ from typing import Any
 
 from ..validation_record import ValidationRecord, Verdict
 from .verdict import Undecided, undecided_line
+from .search.trial import CONFIRMATION, SPEED, Trial
 
 
 def lines(outcomes: list[Any], kept_failed: bool, left_out: list[Any] = (),
@@ -95,7 +96,7 @@ def _configuration(outcome: Any) -> str:
     if context is not None:
         if context.plan:
             parts.append(context.plan.describe())
-        parts += [a["change"] for a in outcome.fixes if not a.get("stage") and a.get("kept")]
+        parts += [t.change for t in outcome.fixes if not t.stage and t.kept]
     return " ".join(dict.fromkeys(parts)) or "plain INT8"
 
 
@@ -105,8 +106,8 @@ def _simulated(artifact: Any) -> str:
     return f"the simulated plan ({simulation['tries']} simulated tries)" if simulation.get("plan") else ""
 
 
-def _search(tries: tuple[dict[str, Any], ...]) -> str:
-    count = sum(1 for t in tries if t.get("stage") not in ("confirmation", "speed"))  # builds, not decisions
+def _search(tries: tuple[Trial, ...]) -> str:
+    count = sum(1 for t in tries if t.stage not in (CONFIRMATION, SPEED))  # builds, not decisions
     return f"search: {count} tr{'y' if count == 1 else 'ies'}" if count else ""
 
 

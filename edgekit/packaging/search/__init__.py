@@ -33,7 +33,7 @@ from .trial import CONFIRMATION, Trial, TrialRunner, margins
 def search(builder: Builder, first: Candidate, run: PackagingContext, remedies: Remedies = Remedies(),
            plain_s: float = 0.0, shared_s: float = 0.0, budget: Budget | None = None,
            max_tries: int | None = None,
-           fixed: PrecisionPlan | None = None) -> tuple[Candidate, list[dict[str, Any]]]:
+           fixed: PrecisionPlan | None = None) -> tuple[Candidate, tuple[Trial, ...]]:
     """The search for a build that passes (``first`` failed), and the record of every try.
     ``plain_s``: what the plain build and its measurement took (what a rebuild is expected to
     cost); ``shared_s``: this format's share of the steps every format needed first (unused by the
@@ -47,7 +47,7 @@ def search(builder: Builder, first: Candidate, run: PackagingContext, remedies: 
     with reusing():  # the tries share converter children (already so inside a packaging run: it shares them all)
         found = _tries(builder, first, run, remedies, budget, fixed)
     if found.best is None:  # the package still holds the first build: tries built into scratch
-        return first, _records(found.trials, budget)
+        return first, _with_budget(found.trials, budget)
     return _rebuild(builder, first, run, remedies, budget, found)
 
 
@@ -141,7 +141,7 @@ def _fallbacks(best: Candidate, passed: list[Candidate], trials: list[Trial], re
 
 
 def _rebuild(builder: Builder, first: Candidate, run: PackagingContext, remedies: Remedies, budget: Budget,
-             found: _Found) -> tuple[Candidate, list[dict[str, Any]]]:
+             found: _Found) -> tuple[Candidate, tuple[Trial, ...]]:
     """The configuration kept, built again in full into the package and judged on every sample;
     where it fails there (its half of the samples hid a flip or two), the next plan that passed
     is rebuilt in its place (once even past the budget, then while it covers a rebuild;
@@ -173,7 +173,7 @@ def _rebuild(builder: Builder, first: Candidate, run: PackagingContext, remedies
         progress.warn(f"search {builder.name}: took {budget.spent():.0f} s, over its budget ({budget.describe()}): " + ("the plan kept failed on all samples and was rebuilt in another's place"
                                              if any(t.change.startswith("all samples: ") for t in trials)
                                              else "the rebuild of the plan kept took longer than its estimate"))
-    return (first if kept is None else kept), _records(trials, budget)
+    return (first if kept is None else kept), _with_budget(trials, budget)
 
 
 def _rebuild_one(builder: Builder, first: Candidate, run: PackagingContext, remedies: Remedies, found: _Found,
@@ -196,12 +196,11 @@ def _rebuild_one(builder: Builder, first: Candidate, run: PackagingContext, reme
     return Candidate(context, built, whole, failures)
 
 
-def _records(trials: list[Trial], budget: Budget) -> list[dict[str, Any]]:
-    """The manifest's record of the search: every try, the budget on the last."""
-    records = [t.to_dict() for t in trials]
-    if records:
-        records[-1] = {**records[-1], "budget": budget.to_dict()}
-    return records
+def _with_budget(trials: list[Trial], budget: Budget) -> tuple[Trial, ...]:
+    """Every try, the budget as spent on the last (the manifest's record of the search)."""
+    if not trials:
+        return ()
+    return (*trials[:-1], replace(trials[-1], budget=budget.to_dict()))
 
 
 def _held_out_check(builder: Builder, run: PackagingContext, halves: Any, started: Candidate, kept: Candidate,

@@ -8,11 +8,12 @@ from typing import Any
 
 from ..context import PackagingContext
 from ..gates import Remedies
+from .trial import Trial
 
 
 
 def search_rounds(builder: Any, first: Any, judged: PackagingContext, remedies: Remedies, build_s: float,
-                  tries: int | None = None, outer_s: float | None = None) -> tuple[Any, list[dict[str, Any]]]:
+                  tries: int | None = None, outer_s: float | None = None) -> tuple[Any, tuple[Trial, ...]]:
     """The packager's search on the simulation, in rounds while tries are left: a plan that passed
     on the half the search chose by but fails on every sample (a margin of a few tenths of a dB,
     or the held-out check) starts another round from it, which raises more layers, where a search
@@ -23,7 +24,8 @@ def search_rounds(builder: Any, first: Any, judged: PackagingContext, remedies: 
 
     tries = judged.search.simulated_tries if tries is None else tries
     outer_s = judged.search.simulated_outer_s if outer_s is None else outer_s
-    began, trials, found = time.monotonic(), [], first
+    began, found = time.monotonic(), first
+    trials: tuple[Trial, ...] = ()
     while builder.builds < tries:
         left_s = outer_s - (time.monotonic() - began)
         budget = Budget(left_s, rebuild_s=build_s, max_tries=tries - builder.builds,

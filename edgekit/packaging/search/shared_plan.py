@@ -29,6 +29,7 @@ from .equalized_forms import SourceForms
 from ..gates import Remedies
 from .grid_plans import GridChecks, graph_of
 from .rounds import search_rounds
+from .trial import Trial
 
 
 @dataclass(frozen=True)
@@ -41,7 +42,7 @@ class Simulated:
     tries: int = 0
     seconds: float = 0.0
     margins: dict[str, Any] = field(default_factory=dict)
-    trials: tuple[dict[str, Any], ...] = ()
+    trials: tuple[Trial, ...] = ()
     # ONNX node -> its PyTorch module, where the simulated graph was exported from PyTorch: the plan
     # in the vocabulary of the routes that convert the PyTorch program itself
     module_paths: dict[str, str] = field(default_factory=dict)
@@ -156,9 +157,7 @@ class Simulated:
                                    "largest_factor": self.equalized["largest_factor"]}} if self.equalized else {}),
                  **({"raised_compute_share": round(share, 4)} if share is not None else {}),
                  "seconds": round(self.seconds, 1), "simulated": predicted,
-                 "trials": [{"change": t.get("change"), "stage": t.get("stage", ""), "kept": t.get("kept"),
-                             "gates": (t.get("after") or {}).get("gates"),
-                             **({"budget": t["budget"]} if "budget" in t else {})} for t in self.trials]}
+                 "trials": [t.summary() for t in self.trials]}
         if real is not None:
             found["real"] = real
             found["gap"] = prediction_gap(predicted, real)
@@ -307,13 +306,13 @@ def _searched(builder: Any, first: Any, sim_context: BuildContext, judged: Packa
     if found.failures:
         progress.warn(f"INT8 simulation: no plan passed in {tries} tries ({seconds:.0f} s; best "
                       f"{found.context.plan.describe()}: {found.failures[0].what}); each format searches on its own")
-        return Simulated(None, False, tries, seconds, margins(found), tuple(trials), builder.module_paths,
+        return Simulated(None, False, tries, seconds, margins(found), trials, builder.module_paths,
                          builder.costs, equalized, links=builder.links, grids=grids)
     plan = found.context.plan
     compute = weigh.describe(plan.layers)
     progress.say(f"INT8 simulation: {plan.describe()}{f' ({compute} out of int8)' if compute else ''} passes every "
                  f"gate ({tries} tries, {seconds:.0f} s): every format whose route honours per-layer precision builds it")
-    return Simulated(plan, True, tries, seconds, margins(found), tuple(trials), builder.module_paths, builder.costs,
+    return Simulated(plan, True, tries, seconds, margins(found), trials, builder.module_paths, builder.costs,
                      equalized, links=builder.links, grids=grids)
 
 

@@ -71,6 +71,7 @@ class Trial:
     seconds: float | None = None
     error: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)  # the confirmation's test, samples
+    budget: dict[str, Any] | None = None  # on a search's last try: its budget, as spent
 
     def to_dict(self) -> dict[str, Any]:
         found: dict[str, Any] = {"change": self.change, "before": self.before}
@@ -85,7 +86,14 @@ class Trial:
         if self.error is not None:
             found["error"] = self.error
         found.update(self.extra)
+        if self.budget is not None:
+            found["budget"] = self.budget
         return found
+
+    def summary(self) -> dict[str, Any]:
+        """The shared plan's record of a simulated try: what changed, its stage, kept, its gates."""
+        return {"change": self.change, "stage": self.stage, "kept": self.kept,
+                "gates": (self.after or {}).get("gates"), **({"budget": self.budget} if self.budget else {})}
 
 
 class TrialRunner:
