@@ -48,4 +48,4 @@ def leave_out(outcome: Any, staged: Path, searched: bool) -> FailedFormat:
     message = failure_message(list(outcome.failures), tried).removesuffix("; no package was written")
     # what the search tried, as the hint says: kept with the entry, not lost with the artifact
     return FailedFormat(outcome.name, f"{message}; left out of the package", failure_hint(tried, plans),
-                        tuple(dict(a) for a in outcome.fixes))
+                        tuple(t.to_dict() for t in outcome.fixes))

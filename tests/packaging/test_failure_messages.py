@@ -31,3 +31,22 @@ def test_after_auto_fix_it_names_only_the_fixes_left_and_what_was_tried():
 def test_when_the_search_did_not_run_the_hint_does_not_say_it_tried():
     hint = failure_hint({"tflite": set()}, {"tflite": 0})
     assert "already tried" not in hint and "the search did not run" in hint
+
+
+def test_a_format_left_out_after_its_search_keeps_its_tries_and_says_what_was_tried(tmp_path):
+    """A refused artifact left out of a partial package carries its search's tries (typed Trials
+    since the search returns them) into its ``failed`` entry; they were copied as mappings."""
+    from types import SimpleNamespace
+
+    from edgekit.formats.plan import FLOAT, PrecisionPlan
+    from edgekit.packaging.partial import leave_out
+    from edgekit.packaging.search.trial import LAYERS, Trial
+
+    tries = (Trial("--calibration-method percentile", before={"gates": {"scores sqnr": -8.0}}),
+             Trial("--keep-float head", LAYERS, PrecisionPlan({"head": FLOAT}), after={"gates": {"scores sqnr": -2.0}}))
+    artifact = SimpleNamespace(path="onnx/model.int8.onnx", companions=[])
+    outcome = SimpleNamespace(name="onnx", built=SimpleNamespace(artifact=artifact), failures=(_failure(),), fixes=tries)
+    failed = leave_out(outcome, tmp_path, searched=True)
+    assert [t["change"] for t in failed.search] == ["--calibration-method percentile", "--keep-float head"]
+    assert failed.search[1]["plan"] == {"head": "float"} and failed.search[1]["stage"] == LAYERS
+    assert "left out of the package" in failed.error and "1 layer precision plan" in failed.hint
