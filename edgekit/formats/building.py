@@ -31,8 +31,10 @@ class Variant(NamedTuple):
     options: Mapping[str, Any]  # build options over the main build's (the variant's name among them)
 
     def context(self, main: BuildContext) -> BuildContext:
-        """The main build's context with this variant's options."""
-        return replace(main, options=MappingProxyType({**main.options, "variant": self.name, **self.options}))
+        """The main build's context with this variant's options; a variant never builds a float
+        fallback (the main build's serves every scheme)."""
+        return replace(main, options=MappingProxyType({**main.options, "variant": self.name, **self.options}),
+                       also_float=False)
 
 
 @dataclass(frozen=True)
@@ -65,6 +67,7 @@ class BuildContext:
     # variants are made when the configuration the search keeps is built again for the package
     trial: bool = False
     options: Mapping[str, Any] = field(default_factory=dict)
+    also_float: bool = False  # build the float fallback beside the INT8 artifact (never for a quantized source)
     device_profiles: tuple[BuildTarget, ...] = ()  # the devices the package is for (--profile)
 
     def option(self, name: str, default: Any = None) -> Any:
@@ -130,7 +133,7 @@ class BuildResult:
     float_model: str | None = None  # the converted float model, run by the format's backend
     float_evaluated_npy: str | None = None  # or its outputs on the validation samples, computed by the builder
     float_by: str = ""  # what the float model is and what ran it
-    # the float fallback artifact (BuildContext.option("also_float")): a file or .mlpackage in the
+    # the float fallback artifact (BuildContext.also_float): a file or .mlpackage in the
     # workdir, its precision, and its outputs on the validation samples when no runtime here runs it
     fallback_model: str | None = None
     fallback_precision: str = ""

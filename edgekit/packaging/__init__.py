@@ -250,9 +250,8 @@ def build_context(options: PackageOptions, loaded: LoadedSource, data: PreparedD
         timeout_s=options.step_timeout_s,
         # a quantized source has no float model to fall back to (its float graph is the fake-quant simulation)
         source_precision=loaded.described.precision,
-        options=MappingProxyType({**options.options_for_formats(),
-                                  "also_float": wants_float_fallback(options.also_float, options.model)
-                                  and not loaded.described.precision.learned}),
+        options=MappingProxyType(options.options_for_formats()),
+        also_float=wants_float_fallback(options.also_float, options.model) and not loaded.described.precision.learned,
         device_profiles=tuple(profile.build_target() for profile in profiles),
     )
 

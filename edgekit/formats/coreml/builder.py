@@ -44,7 +44,7 @@ class CoreMLBuilder(Builder):
             eval_output_npy=evaluated,
             output_names=tuple(context.output_names),
             float_eval_output_npy=float_evaluated,
-            float_output=str(Path(context.workdir) / "coreml.float16.mlpackage") if context.option("also_float") else None,
+            float_output=str(Path(context.workdir) / "coreml.float16.mlpackage") if context.also_float else None,
             plan=context.plan,
             layer_names=tuple(context.layer_names),
             float_cache=str(Path(context.workdir) / f"coreml.float-program.{_form_key(context)}.mlpackage"),
@@ -80,7 +80,7 @@ class CoreMLBuilder(Builder):
         )
         float_side: dict[str, Any] = {"float_evaluated_npy": float_evaluated, "float_by": "float ML program "
                                       "(coremltools), edgekit MIL evaluator"} if report.float_evaluated else {}
-        if context.option("also_float"):
+        if context.also_float:
             float_side.update(fallback_model=str(Path(context.workdir) / "coreml.float16.mlpackage"),
                               fallback_precision="float16",
                               fallback_evaluated_npy=float_evaluated if report.float_evaluated else None)

@@ -52,7 +52,7 @@ class ExecuTorchBuilder(Builder):
         float_program = _float_program(context)
         # the float program is lowered only where it ships (the fallback); otherwise the exported
         # float program's outputs are the conversion's float reference
-        lowered = bool(context.option("also_float"))
+        lowered = bool(context.also_float)
         float_outputs = float_program.with_suffix(".outputs.npz")  # where no float program is lowered
         report = worker.convert(convert_executorch, ExecuTorchRequest(
             model=context.model,

@@ -120,7 +120,7 @@ class ONNXBuilder(Builder):
             return []
         wanted = schemes_named(schemes_for_profiles(context.device_profiles), "--profile")
         return [Variant(s.variant, s.name, {"scheme": s.name, "onnx_activations": s.activations,
-                                            "reduce_range": s.reduce_range, "also_float": False})
+                                            "reduce_range": s.reduce_range})
                 for s in wanted if s.variant]
 
     def build(self, context: BuildContext, on_progress: Callable[[int, int], None] | None = None) -> BuildResult:
@@ -165,7 +165,7 @@ class ONNXBuilder(Builder):
                                       hint="nothing to do: devices run the main onnx build")
         converted = float_onnx if context.model.via and not kept else None  # a conversion's loss is measured apart
         fallback = ({"fallback_model": float_onnx, "fallback_precision": "float32"}
-                    if context.option("also_float") and not kept and not no_int8 else {})
+                    if context.also_float and not kept and not no_int8 else {})
         # a quantized source has no float model; a build that is the float model needs no second copy
         return BuildResult(float_model=converted, float_by="float ONNX (exported), ONNX Runtime", **fallback,
                            artifact=Artifact(

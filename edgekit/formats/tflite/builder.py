@@ -85,7 +85,7 @@ class TFLiteBuilder(Builder):
             explain_npy=context.explain_npy,
             layer_names=tuple(context.layer_names),
             float_output=str(Path(context.workdir) / "tflite.float.tflite"),
-            float16_output=str(Path(context.workdir) / "tflite.float16.tflite") if context.option("also_float") else None,
+            float16_output=str(Path(context.workdir) / "tflite.float16.tflite") if context.also_float else None,
             calibrated_cache=str(Path(context.workdir) / "tflite.calibrated.tflite"),
         ), what="TFLite conversion", timeout=context.timeout_s, on_progress=on_progress)
         graph = _loadable(lambda: artifact_graph(str(output)), "TFLiteConverter")
@@ -94,7 +94,7 @@ class TFLiteBuilder(Builder):
             _refuse_unexpected_float_ops(full_integer_float_ops(precision), context.plan.floats)
         inputs, outputs = io_quantization(graph)
         fallback = {"fallback_model": str(Path(context.workdir) / "tflite.float16.tflite"),
-                    "fallback_precision": "float16"} if context.option("also_float") else {}
+                    "fallback_precision": "float16"} if context.also_float else {}
         fake_quant = context.source_precision.learned  # TF's converter lowers fake-quant ops with their ranges
         return BuildResult(float_model=None if fake_quant else str(Path(context.workdir) / "tflite.float.tflite"),
                            **fallback, float_by="float TFLite (TFLiteConverter), LiteRT", artifact=Artifact(
@@ -134,7 +134,7 @@ class TFLiteBuilder(Builder):
         ``saved_model``: the graph at a static batch (``forms.STATIC_BATCH_GRAPH``), where the
         batch-free one holds TensorList ops the converter cannot lower."""
         float_model = Path(context.workdir) / "tflite.float.tflite"
-        float16 = Path(context.workdir) / "tflite.float16.tflite" if context.option("also_float") else None
+        float16 = Path(context.workdir) / "tflite.float16.tflite" if context.also_float else None
         saved_model = saved_model or context.model.path
         if not made_from(str(float_model), saved_model) or (float16 and not float16.is_file()):
             try:
@@ -269,7 +269,7 @@ class TFLiteBuilder(Builder):
             mark_made_from(str(float_model), source_key)
         tool = (f"{context.model.via}, then " if context.model.via else "") + "litert_torch.convert (float)"
         fallback = {"fallback_model": str(float_model), "fallback_precision": "float32"} \
-            if context.option("also_float") and not learned else {}  # a quantized source has no float model
+            if context.also_float and not learned else {}  # a quantized source has no float model
         if per_layer or pt2e_failed:  # PT2E has no per-layer control: LiteRT Quantizer on the float conversion
             return self._quantized_from_float(context, float_model, MODULES, tool, on_progress,
                                               float_by="float TFLite (litert-torch), LiteRT", note=pt2e_failed,
