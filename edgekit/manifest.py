@@ -178,6 +178,22 @@ class FailedFormat(NamedTuple):
                 **({"search": [dict(t) for t in self.search]} if self.search else {})}
 
 
+class LeftOut(NamedTuple):
+    """A format ``--format all`` left out because the building machine cannot build it: its
+    name, why (the converter that is missing), and the extra that brings it."""
+
+    format: str
+    why: str
+    extra: str = ""
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> LeftOut:
+        return cls(str(data.get("format", "")), str(data.get("why", "")), str(data.get("extra") or ""))
+
+    def to_dict(self) -> dict[str, str]:
+        return {"format": self.format, "why": self.why, "extra": self.extra}
+
+
 class ArtifactDetails(NamedTuple):
     """The entries of ``Artifact.details`` read outside the format that wrote them, typed: what
     every format's build records for the search (its precision record, the layers with weights it
@@ -329,8 +345,7 @@ class Manifest:
     validation: ValidationRecord = ValidationRecord()
     versions: dict[str, str] = field(default_factory=dict)
     failed: list[FailedFormat] = field(default_factory=list)  # requested formats the package does not hold
-    # formats ``--format all`` left out because the building machine could not build them: format, why, extra
-    left_out: list[dict[str, str]] = field(default_factory=list)
+    left_out: list[LeftOut] = field(default_factory=list)  # formats --format all left out: not buildable there
     # latency cards measured on devices (``edgekit card --store``): device, artifact, path and
     # sha256 of the card's JSON and Markdown under cards/, bound by the manifest (and its signature)
     cards: list[dict[str, str]] = field(default_factory=list)
@@ -386,7 +401,7 @@ class Manifest:
             "validation": self.validation.to_dict(),
             "versions": self.versions,
             "failed": [f.to_dict() for f in self.failed],
-            **({"left_out": self.left_out} if self.left_out else {}),
+            **({"left_out": [f.to_dict() for f in self.left_out]} if self.left_out else {}),
             **({"cards": self.cards} if self.cards else {}),
             **({"speed": self.speed} if self.speed else {}),
         }
@@ -437,7 +452,7 @@ class Manifest:
             validation=_validation(data.get("validation")),
             versions={str(k): str(v) for k, v in dict(data.get("versions", {})).items()},
             failed=[FailedFormat.from_dict(f) for f in data.get("failed", []) if isinstance(f, dict)],
-            left_out=[{str(k): str(v) for k, v in f.items()} for f in data.get("left_out", []) if isinstance(f, dict)],
+            left_out=[LeftOut.from_dict(f) for f in data.get("left_out", []) if isinstance(f, dict)],
             cards=_cards(data.get("cards", [])),
             speed=_speed(data.get("speed", {})),
         )

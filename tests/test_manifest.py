@@ -174,3 +174,16 @@ def test_a_keras_package_records_the_frameworks_that_loaded_it(digits_package):
 
     versions = json.loads((digits_package / "manifest.json").read_text())["versions"]
     assert versions["tensorflow"] and versions["keras"] and versions["edgekit"], versions
+
+
+def test_a_format_left_out_is_a_typed_record_that_round_trips():
+    """``left_out`` was a list of plain mappings read by key; it is a record like ``failed``."""
+    from dataclasses import replace
+
+    from edgekit.manifest import LeftOut
+
+    manifest = replace(_manifest(), left_out=[LeftOut("coreml", "coremltools is not installed", "edgekit[coreml]")])
+    stored = json.loads(manifest.to_json())
+    assert stored["left_out"] == [{"format": "coreml", "why": "coremltools is not installed", "extra": "edgekit[coreml]"}]
+    (again,) = Manifest.from_json(manifest.to_json()).left_out
+    assert isinstance(again, LeftOut) and again.format == "coreml" and again.extra == "edgekit[coreml]"

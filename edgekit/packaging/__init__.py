@@ -42,6 +42,7 @@ from ..routing.routes import route as route_to
 from ..sources import Source, detect_source
 from ..sources.description import SourceDescription
 from ..conversion.worker_reuse import reusing
+from ..manifest import LeftOut
 from .assemble import assemble_package
 from .context import PackagingContext
 from .data import PreparedData, prepare_data
@@ -58,7 +59,7 @@ from .validate import Judging, infer_kinds, silent_outputs
 EXPLAIN_SAMPLES = 32
 
 
-def formats_left_out(options: PackageOptions) -> tuple[dict[str, str], ...]:
+def formats_left_out(options: PackageOptions) -> tuple[LeftOut, ...]:
     """The formats ``all`` leaves out because their converter is not installed here: format, why,
     and the extra that brings it (recorded in the manifest's ``left_out``). A format asked for by
     name whose converter is missing is refused instead (``plan_formats``)."""
@@ -67,7 +68,7 @@ def formats_left_out(options: PackageOptions) -> tuple[dict[str, str], ...]:
     for fmt in (get_format(name) for name in expand_formats(options.formats or [])):
         why = missing_converter(fmt)
         if why is not None and fmt.name not in named:
-            found.append({"format": fmt.name, "why": why, "extra": fmt.build_extra})
+            found.append(LeftOut(fmt.name, why, fmt.build_extra))
     return tuple(found)
 
 
@@ -76,18 +77,18 @@ def plan_formats(options: PackageOptions, source: Source, kind: str, progress: P
     route reaches, is refused here, before anything loads (``routes.plan``). ``all`` is every
     format whose converter is installed here (each other one named in one line with the extra that
     brings it); one asked for by name whose converter is not installed is refused."""
-    left_out = {entry["format"]: entry for entry in formats_left_out(options)}
+    left_out = {entry.format: entry for entry in formats_left_out(options)}
     formats = [get_format(name) for name in expand_formats(options.formats or []) if name not in left_out]
     for fmt in formats:
         why = missing_converter(fmt)
         if why is not None:
             raise EdgekitError(f"cannot build --format {fmt.name} here: {why}", hint=f"pip install '{fmt.build_extra}'")
     for entry in left_out.values():
-        progress.say(f"note: --format all leaves out {entry['format']}: {entry['why']} "
-                     f"(pip install '{entry['extra']}' builds it)")
+        progress.say(f"note: --format all leaves out {entry.format}: {entry.why} "
+                     f"(pip install '{entry.extra}' builds it)")
     if not formats:
         raise EdgekitError("--format all finds no format this machine can build: "
-                           + "; ".join(f"{e['format']}: {e['why']}" for e in left_out.values()),
+                           + "; ".join(f"{e.format}: {e.why}" for e in left_out.values()),
                            hint="pip install 'edgekit[package]' (TFLite, ONNX, CoreML)")
     planned = plan(source, kind, formats, {FLOAT: bool(options.plan.floats), EXPLAIN: options.explain,
                                            INT16: bool(options.plan.int16)})

@@ -20,7 +20,7 @@ from ..version import __version__
 from ..errors import AccuracyDropError, OutputExistsError
 from ..formats import FORMATS, backends
 from ..fsutil import publish, sha256_tree, write_text_atomic
-from ..manifest import Artifact, FailedFormat, Manifest, TensorSpec
+from ..manifest import Artifact, FailedFormat, LeftOut, Manifest, TensorSpec
 from ..sources.description import SourceDescription
 from ..validation_record import ValidationRecord
 from .context import PackagingContext
@@ -56,7 +56,7 @@ def make_manifest(
     validation: ValidationRecord,
     failed: list[FailedFormat],
     methods: dict[str, str],
-    left_out: tuple[dict[str, str], ...] = (),
+    left_out: tuple[LeftOut, ...] = (),
 ) -> Manifest:
     """The package's manifest.json: tensors, preprocessing, artifacts, calibration, validation, versions."""
     inputs = [TensorSpec(
@@ -90,7 +90,7 @@ def make_manifest(
         validation=validation,
         versions=_versions(described.versions),
         failed=failed,
-        left_out=[dict(entry) for entry in left_out],
+        left_out=list(left_out),
     )
 
 

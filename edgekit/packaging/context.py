@@ -15,6 +15,7 @@ import numpy as np
 
 from ..formats.building import Builder, BuildContext, BuildResult
 from ..progress import Progress
+from ..manifest import LeftOut
 from .data import PreparedData
 from .gates import GateFailure, Remedies, check
 from .options import PackageOptions
@@ -36,7 +37,7 @@ class PackagingContext:
     # judged against it as well as against the source
     float_model: dict[str, np.ndarray] | None = None
     # formats ``--format all`` left out because this machine cannot build them: format, why, extra
-    left_out: tuple[dict[str, str], ...] = ()
+    left_out: tuple[LeftOut, ...] = ()
     # plan layer -> its relative compute (simulation/costs.py), where the simulation read the float
     # graph: the search weighs a layer by what leaving it in float costs, not by one per layer
     layer_costs: Mapping[str, float] = field(default_factory=dict)

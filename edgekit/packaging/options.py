@@ -472,7 +472,7 @@ class PackageResult:
         for entry in self.failed:
             found[entry.target] = f"not built: {entry.error}"
         for entry in self.manifest.left_out:
-            found.setdefault(entry["format"], f"not built: {entry['why']}")
+            found.setdefault(entry.format, f"not built: {entry.why}")
         return found
 
     def table(self, width: int = 120) -> str:
