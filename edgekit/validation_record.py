@@ -42,6 +42,43 @@ class Verdict(str, Enum):
 
 EMPTY: Mapping[str, Any] = MappingProxyType({})  # the records' empty default: shared, so read-only
 
+class Undecided(NamedTuple):
+    """One gate a pass cannot be decided on: what it counted, and how many would decide it."""
+
+    output: "str | None"
+    gate: str  # the rate's name, or "samples" (the floor under every gate)
+    have: int  # units counted
+    needed: int  # units that would decide it
+    unit: str
+    samples_needed: int  # validation samples that would give ``needed`` units at this sample's rate
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "Undecided":
+        output = data.get("output")
+        return cls(None if output is None else str(output), str(data.get("gate", "")), int(data.get("have") or 0),
+                   int(data.get("needed") or 0), str(data.get("unit", "")), int(data.get("samples_needed") or 0))
+
+    def to_dict(self) -> dict[str, Any]:
+        return self._asdict()
+
+    def text(self) -> str:
+        """The gate in words, for the summary and the CLI's last line."""
+        where = f"{self.output!r} " if self.output else ""
+        if self.gate == "samples":
+            return f"{self.have} validation samples are fewer than the {self.needed} any pass needs"
+        return (f"{where}{self.gate} counts {self.have} {self.unit}; the gate allows one disagreement only from "
+                f"{self.needed} on")
+
+    def counted(self) -> str:
+        """``GATE: HAVE UNIT, NEEDED needed``: what was counted against what would decide it."""
+        return f"{self.gate}: {self.have} {self.unit}, {self.needed} needed"
+
+
+def samples_to_decide(found: "tuple[Undecided, ...] | list[Undecided]") -> int:
+    """Validation samples that would decide every one of ``found``."""
+    return max((u.samples_needed for u in found), default=0)
+
+
 # what an artifact record holds besides measured/reason/passed: the summary comparison's numbers
 # (sqnr_db, cosine, top1_agreement, accuracy, ...) and the per-output, task, quantization and
 # conversion details, kept as measured
@@ -78,14 +115,14 @@ class ArtifactRecord(NamedTuple):
     notes: tuple[str, ...] = ()
     auto_fix: tuple[Mapping[str, Any], ...] = ()  # --auto-fix attempts
     # the gates a pass could not be decided on (too few samples): output, gate, have, needed, ...
-    undecided: tuple[Mapping[str, Any], ...] = ()
+    undecided: "tuple[Undecided, ...]" = ()
     recorded: bool = True  # False: a record written before verdicts (measured: its gates passed), kept as it was
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "ArtifactRecord":
         known = ("measured", "reason", "passed", *_ARTIFACT_LISTS)
         measured = data.get("measured") is not False
-        undecided = tuple(u for u in data.get("undecided") or () if isinstance(u, Mapping))
+        undecided = tuple(Undecided.from_dict(u) for u in data.get("undecided") or () if isinstance(u, Mapping))
         recorded = "passed" in data or "verdict" in data or bool(undecided)
         verdict = Verdict(data["verdict"]) if data.get("verdict") in Verdict._value2member_map_ else \
             Verdict.of(measured, data.get("passed") is False, bool(undecided))
@@ -105,7 +142,7 @@ class ArtifactRecord(NamedTuple):
             found["passed"] = self.passed
             found["verdict"] = self.verdict.value
         if self.undecided:
-            found["undecided"] = [dict(u) for u in self.undecided]
+            found["undecided"] = [u.to_dict() for u in self.undecided]
         if self.notes:
             found["notes"] = list(self.notes)
         if self.auto_fix:
@@ -135,9 +172,8 @@ class ArtifactRecord(NamedTuple):
         if self.verdict is Verdict.REFUSED:
             return f"refused: {(self.failed_gates() or ['validation'])[0]}"
         if self.verdict is Verdict.NOT_DECIDABLE:
-            needed = max((int(u.get("samples_needed") or 0) for u in self.undecided), default=0)
-            gates = "; ".join(f"{u.get('gate')}: {u.get('have')} {u.get('unit')}, {u.get('needed')} needed"
-                              for u in self.undecided)
+            needed = samples_to_decide(self.undecided)
+            gates = "; ".join(u.counted() for u in self.undecided)
             return f"not decidable: {needed} held-out samples would decide it ({gates})"
         return "passed"
 

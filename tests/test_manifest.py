@@ -187,3 +187,18 @@ def test_a_format_left_out_is_a_typed_record_that_round_trips():
     assert stored["left_out"] == [{"format": "coreml", "why": "coremltools is not installed", "extra": "edgekit[coreml]"}]
     (again,) = Manifest.from_json(manifest.to_json()).left_out
     assert isinstance(again, LeftOut) and again.format == "coreml" and again.extra == "edgekit[coreml]"
+
+
+def test_a_gate_a_pass_cannot_be_decided_on_is_read_back_typed():
+    """``undecided`` entries were mappings every reader took apart by key (the CLI, the runtime's
+    warning, the table); they are ``Undecided`` records, written as the JSON they always were."""
+    from edgekit.validation_record import Undecided, Verdict
+
+    stored = {"measured": True, "verdict": "not decidable",
+              "undecided": [{"output": "probs", "gate": "top1_agreement", "have": 160, "needed": 500, "unit": "samples",
+                             "samples_needed": 500}]}
+    record = ArtifactRecord.from_dict(stored)
+    (gate,) = record.undecided
+    assert isinstance(gate, Undecided) and gate.needed == 500 and record.verdict is Verdict.NOT_DECIDABLE
+    assert record.to_dict()["undecided"] == stored["undecided"]
+    assert record.outcome() == "not decidable: 500 held-out samples would decide it (top1_agreement: 160 samples, 500 needed)"

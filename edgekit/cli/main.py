@@ -266,16 +266,15 @@ def _verdict_exit(manifest: Any) -> int:
     """The exit status of a written package whose verdict is not a pass: not decidable (too few
     held-out samples: EXIT_NOT_DECIDED), or INT8 only built, never measured (EXIT_UNVERIFIED)."""
     from ..packaging.verdict import EXIT_NOT_DECIDED, EXIT_UNVERIFIED
-    from ..validation_record import Verdict
+    from ..validation_record import Verdict, samples_to_decide
 
     validation = manifest.validation
     if validation.state is Verdict.NOT_DECIDABLE:
         open_gates = {a.key: validation.artifact(a.key).undecided for a in manifest.artifacts
                       if not validation.artifact(a.key).decided}
-        needed = max((int(u.get("samples_needed") or 0) for gates in open_gates.values() for u in gates), default=0)
+        needed = samples_to_decide([u for gates in open_gates.values() for u in gates])
         for key, gates in open_gates.items():
-            counts = "; ".join(f"{u.get('gate')}: {u.get('have')} {u.get('unit')}, {u.get('needed')} needed"
-                               for u in gates)
+            counts = "; ".join(u.counted() for u in gates)
             print(f"{key}: not decidable ({counts})", file=sys.stderr)
         print(f"not decidable: the package was written, but its gates were met on too few held-out samples to decide "
               f"a pass (manifest: passed null, state not decidable); {needed} held-out samples would decide it "

@@ -158,7 +158,7 @@ def _say_arithmetic(manifest: Manifest, entry: Artifact, backend_cls: type[Backe
 
 def _say_verdict(manifest: Manifest, entry: Artifact, allow_failed: bool) -> None:
     """An artifact that failed its gate, or was never measured, is never loaded silently."""
-    from ..validation_record import Verdict
+    from ..validation_record import Verdict, samples_to_decide
 
     record = manifest.validation.artifact(entry.key)
     if record.verdict is Verdict.UNVERIFIED:
@@ -176,9 +176,8 @@ def _say_verdict(manifest: Manifest, entry: Artifact, allow_failed: bool) -> Non
 
         from ..errors import UndecidedArtifactWarning
 
-        counts = "; ".join(f"{u.get('gate')} on {u.get('have')} {u.get('unit')}, {u.get('needed')} needed"
-                           for u in record.undecided)
-        needed = max((int(u.get("samples_needed") or 0) for u in record.undecided), default=0)
+        counts = "; ".join(f"{u.gate} on {u.have} {u.unit}, {u.needed} needed" for u in record.undecided)
+        needed = samples_to_decide(record.undecided)
         warnings.warn(UndecidedArtifactWarning(
             f"artifact {entry.key!r} of package {manifest.name!r} met its gates on too few validation samples to "
             f"decide them ({counts}): its accuracy against the float model is not established; repackage with "

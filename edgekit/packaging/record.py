@@ -48,7 +48,7 @@ def validation_record(
                 measured=True, verdict=Verdict.of(True, bool(failures.get(name)), bool(open_gates)),
                 metrics=measured_record(comparison, measured_by.get(name)),
                 gates=tuple(f.to_dict() for f in failures.get(name, [])), notes=tuple(notes.get(name) or ()),
-                undecided=tuple(u.to_dict() for u in open_gates))
+                undecided=open_gates)
     from_calibration = options.eval is None
     silent = silent_outputs(reference)
     return ValidationRecord(

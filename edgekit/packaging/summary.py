@@ -9,7 +9,7 @@ import math
 from typing import Any
 
 from ..validation_record import ValidationRecord, Verdict
-from .verdict import Undecided, undecided_line
+from .verdict import undecided_line
 from .search.trial import CONFIRMATION, SPEED, Trial
 
 
@@ -39,7 +39,7 @@ def lines(outcomes: list[Any], kept_failed: bool, left_out: list[Any] = (),
             found.append(f"{outcome.name}: built, unverified {artifact.precision}: not measured here, no verdict"
                          f"{timing}")
         elif validation is not None and (record := validation.artifact(outcome.name)).verdict is Verdict.NOT_DECIDABLE:
-            open_gates = [Undecided(**dict(u)) for u in record.undecided]
+            open_gates = list(record.undecided)
             found.append(f"{undecided_line(outcome.name, open_gates)}; {artifact.precision}, written{timing}")
         elif not outcome.failures and (slower := _slower_than_float(artifact)):
             found.append(f"{outcome.name}: {artifact.precision} passes ({_tightest(outcome.comparison)}) but {slower}: "

@@ -131,11 +131,11 @@ def _evidence_notes(target: str, metrics: ArtifactRecord) -> list[str]:
         if counts:
             notes.append(f"{target}: {output or 'output'} evidence: " + "; ".join(counts))
     for gate in metrics.undecided:
-        where = f"{gate.get('output')!r} " if gate.get("output") else ""
-        notes.append(f"{target}: NOT DECIDABLE {where}{gate.get('gate')}: {gate.get('have')} {gate.get('unit')}, "
-                     f"{gate.get('needed')} needed to allow one disagreement ({gate.get('samples_needed')} held-out "
-                     "samples would decide it)" if gate.get("gate") != "samples" else
-                     f"{target}: NOT DECIDABLE: {gate.get('have')} validation samples, {gate.get('needed')} needed "
+        where = f"{gate.output!r} " if gate.output else ""
+        notes.append(f"{target}: NOT DECIDABLE {where}{gate.gate}: {gate.have} {gate.unit}, "
+                     f"{gate.needed} needed to allow one disagreement ({gate.samples_needed} held-out "
+                     "samples would decide it)" if gate.gate != "samples" else
+                     f"{target}: NOT DECIDABLE: {gate.have} validation samples, {gate.needed} needed "
                      "for any pass")
     return notes
 

@@ -18,36 +18,13 @@ and the runtime warns when it loads it.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
-from typing import Any
 
+from ..validation_record import Undecided, samples_to_decide
 from .validate import Measured
 
 MIN_SAMPLES_FOR_A_PASS = 20  # the search's halves need as many; below it no gate's pass is evidence
 EXIT_NOT_DECIDED = 4  # `edgekit package`: written, but no artifact's pass could be decided on this sample
 EXIT_UNVERIFIED = 5  # `edgekit package`: written, but its only INT8 artifacts were built and never measured
-
-
-@dataclass(frozen=True)
-class Undecided:
-    """One gate a pass cannot be decided on: what it counted, and how many would decide it."""
-
-    output: str | None
-    gate: str  # the rate's name, or "samples" (the floor under every gate)
-    have: int  # units counted
-    needed: int  # units that would decide it
-    unit: str
-    samples_needed: int  # validation samples that would give ``needed`` units at this sample's rate
-
-    def text(self) -> str:
-        where = f"{self.output!r} " if self.output else ""
-        if self.gate == "samples":
-            return (f"{self.have} validation samples are fewer than the {self.needed} any pass needs")
-        return (f"{where}{self.gate} counts {self.have} {self.unit}; the gate allows one disagreement only from "
-                f"{self.needed} on")
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def undecided(measured: Measured | None, samples: int) -> tuple[Undecided, ...]:
@@ -67,11 +44,6 @@ def undecided(measured: Measured | None, samples: int) -> tuple[Undecided, ...]:
             found.append(Undecided(output, rate.name, rate.n, needed, rate.unit,
                                    max(MIN_SAMPLES_FOR_A_PASS, int(math.ceil(needed / per_sample)))))
     return tuple(found)
-
-
-def samples_to_decide(found: tuple[Undecided, ...] | list[Undecided]) -> int:
-    """Validation samples that would decide every one of ``found``."""
-    return max((u.samples_needed for u in found), default=0)
 
 
 def undecided_line(key: str, found: tuple[Undecided, ...] | list[Undecided]) -> str:
