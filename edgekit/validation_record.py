@@ -42,10 +42,42 @@ class Verdict(str, Enum):
 
 EMPTY: Mapping[str, Any] = MappingProxyType({})  # the records' empty default: shared, so read-only
 
+class GateRecord(NamedTuple):
+    """One gate an artifact failed, as its manifest keeps it: where (format, output, the rows of a
+    joined quantity), why (``cause``, ``what``), the fixes it names and its margin under the floor."""
+
+    what: str
+    format: str = ""
+    output: str | None = None  # None: the artifact as a whole (a --metric function)
+    cause: str = ""
+    fixes: tuple[str, ...] = ()
+    saturated: bool = False
+    channels: tuple[int, int] | None = None
+    axis: int | None = None
+    margin: float | None = None
+
+    @classmethod
+    def from_dict(cls, data: "Mapping[str, Any] | str") -> "GateRecord":
+        if not isinstance(data, Mapping):  # a record from before gates were mappings: its words
+            return cls(str(data))
+        channels = data.get("channels")
+        return cls(str(data.get("what", "")), str(data.get("format", "")), data.get("output"),
+                   str(data.get("cause", "")), tuple(str(f) for f in data.get("fixes") or ()),
+                   bool(data.get("saturated", False)),
+                   tuple(int(c) for c in channels) if isinstance(channels, (list, tuple)) and len(channels) == 2 else None,
+                   data.get("axis"), data.get("margin"))
+
+    def to_dict(self) -> dict[str, Any]:
+        found = self._asdict()
+        found["fixes"] = list(self.fixes)
+        found["channels"] = list(self.channels) if self.channels is not None else None
+        return found
+
+
 class Undecided(NamedTuple):
     """One gate a pass cannot be decided on: what it counted, and how many would decide it."""
 
-    output: "str | None"
+    output: str | None
     gate: str  # the rate's name, or "samples" (the floor under every gate)
     have: int  # units counted
     needed: int  # units that would decide it
@@ -111,11 +143,11 @@ class ArtifactRecord(NamedTuple):
     reason: str = ""  # why it was not measured
     verdict: Verdict = Verdict.PASSED
     metrics: Mapping[str, Any] = EMPTY  # the summary comparison and the details (outputs, tasks, ...)
-    gates: tuple[Mapping[str, Any], ...] = ()  # each failed gate: output, cause, what, fixes, margin
+    gates: tuple[GateRecord, ...] = ()  # each failed gate
     notes: tuple[str, ...] = ()
     auto_fix: tuple[Mapping[str, Any], ...] = ()  # --auto-fix attempts
     # the gates a pass could not be decided on (too few samples): output, gate, have, needed, ...
-    undecided: "tuple[Undecided, ...]" = ()
+    undecided: tuple[Undecided, ...] = ()
     recorded: bool = True  # False: a record written before verdicts (measured: its gates passed), kept as it was
 
     @classmethod
@@ -129,7 +161,7 @@ class ArtifactRecord(NamedTuple):
         return cls(
             measured=measured, reason=str(data.get("reason", "")), verdict=verdict,
             metrics={k: v for k, v in data.items() if k not in known},
-            gates=tuple(g if isinstance(g, Mapping) else {"what": str(g)} for g in data.get("gates") or ()),
+            gates=tuple(GateRecord.from_dict(g) for g in data.get("gates") or ()),
             notes=tuple(str(n) for n in data.get("notes") or ()), auto_fix=tuple(data.get("auto_fix") or ()),
             undecided=undecided, recorded=recorded or not measured,
         )
@@ -137,7 +169,7 @@ class ArtifactRecord(NamedTuple):
     def to_dict(self) -> dict[str, Any]:
         if not self.measured:
             return {"measured": False, "reason": self.reason}
-        found: dict[str, Any] = {"measured": True, **self.metrics, "gates": [dict(g) for g in self.gates]}
+        found: dict[str, Any] = {"measured": True, **self.metrics, "gates": [g.to_dict() for g in self.gates]}
         if self.recorded:  # an older record without a verdict stays as it was
             found["passed"] = self.passed
             found["verdict"] = self.verdict.value
@@ -182,7 +214,7 @@ class ArtifactRecord(NamedTuple):
         was not measured."""
         if not self.failed:
             return None
-        return [str(g.get("what", g)) for g in self.gates] or ["validation"]
+        return [g.what for g in self.gates] or ["validation"]
 
     def get(self, key: str, default: Any = None) -> Any:
         """A measured number or detail by its manifest key (``sqnr_db``, ``accuracy``, ``outputs``)."""

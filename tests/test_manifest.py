@@ -202,3 +202,17 @@ def test_a_gate_a_pass_cannot_be_decided_on_is_read_back_typed():
     assert isinstance(gate, Undecided) and gate.needed == 500 and record.verdict is Verdict.NOT_DECIDABLE
     assert record.to_dict()["undecided"] == stored["undecided"]
     assert record.outcome() == "not decidable: 500 held-out samples would decide it (top1_agreement: 160 samples, 500 needed)"
+
+
+def test_a_failed_gate_is_a_typed_record_and_an_old_worded_gate_still_reads():
+    """``gates`` entries were mappings read by ``.get("what")``; they are ``GateRecord``s, and a
+    manifest from before gates were mappings (a gate as words) still reads."""
+    from edgekit.validation_record import GateRecord
+
+    gate = {"format": "onnx", "output": "scores", "cause": "sqnr", "what": "output 'scores': SQNR 12.0 dB < 20 dB",
+            "fixes": ["--keep-float head"], "saturated": False, "channels": [4, 84], "axis": 1, "margin": -8.0}
+    record = ArtifactRecord.from_dict({"measured": True, "passed": False, "gates": [gate, "an old worded gate"]})
+    typed, worded = record.gates
+    assert isinstance(typed, GateRecord) and typed.channels == (4, 84) and typed.fixes == ("--keep-float head",)
+    assert record.to_dict()["gates"][0] == gate and worded.what == "an old worded gate"
+    assert record.failed_gates() == [gate["what"], "an old worded gate"]

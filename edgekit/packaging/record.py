@@ -12,7 +12,7 @@ from .data import PreparedData
 from .gates import GateFailure
 from .options import PackageOptions
 from .preflight import MIN_VALIDATION_SAMPLES
-from ..validation_record import ArtifactRecord, DataRecord, ValidationRecord, Verdict
+from ..validation_record import ArtifactRecord, DataRecord, GateRecord, ValidationRecord, Verdict
 from .validate import Measured, silent_outputs
 from .verdict import undecided as undecided_gates
 
@@ -47,7 +47,8 @@ def validation_record(
             artifacts[name] = ArtifactRecord(
                 measured=True, verdict=Verdict.of(True, bool(failures.get(name)), bool(open_gates)),
                 metrics=measured_record(comparison, measured_by.get(name)),
-                gates=tuple(f.to_dict() for f in failures.get(name, [])), notes=tuple(notes.get(name) or ()),
+                gates=tuple(GateRecord.from_dict(f.to_dict()) for f in failures.get(name, [])),
+                notes=tuple(notes.get(name) or ()),
                 undecided=open_gates)
     from_calibration = options.eval is None
     silent = silent_outputs(reference)

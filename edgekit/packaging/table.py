@@ -204,7 +204,7 @@ def render(manifest: Manifest, console: Console) -> None:
         notes += _quantization_note(artifact.key, metrics)
         notes += _task_notes(artifact.key, metrics, bool(quantized))
         notes += _fix_notes(artifact.key, metrics)
-        notes += [f"{artifact.key}: FAILED {gate['what']}" for gate in metrics.gates]
+        notes += [f"{artifact.key}: FAILED {gate.what}" for gate in metrics.gates]
         notes += _evidence_notes(artifact.key, metrics)
         notes += _float_reference_notes(artifact.key, metrics)
     for failure in manifest.failed:
