@@ -1,4 +1,4 @@
-"""One search per model on the INT8 simulation (``packaging/shared_plan.py``): its plan built by
+"""One search per model on the INT8 simulation (``packaging/search/shared_plan.py``): its plan built by
 every format first, each judged on its own artifact, the simulated and real margins recorded."""
 
 from __future__ import annotations
