@@ -279,10 +279,10 @@ def _explain(qt: Any, float_model: str, explain_npy: str, namer: str, layer_name
             for i in range(count)]
     compared = qt.validate({signature: data}, error_metrics=[validation_utils.ValidationErrorMetric.SNR],
                            use_xnnpack=False, num_threads=1)
-    ops = _ops_by_tensor(float_model)
+    ops = _ops_by_tensor(float_model)  # in the graph's op order
     # each op's place in the graph, input to output: the search's blocks ("the layers nearest the
     # outputs") order a route's layers by it where the source does not name them (a PyTorch program)
-    place = {tensor: i for i, tensor in enumerate(op_tensor_names(float_model))}
+    place = {tensor: i for i, tensor in enumerate(ops)}
     namer_of = torch_layer if namer == MODULES else layer_of
     rows = []
     for tensor, metrics in compared.get_all_tensor_results().items():

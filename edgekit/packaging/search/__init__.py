@@ -29,7 +29,6 @@ from .layers import fastest_plan, search_layers
 from .trial import CONFIRMATION, Trial, TrialRunner, margins
 
 
-
 def search(builder: Builder, first: Candidate, run: PackagingContext, remedies: Remedies = Remedies(),
            plain_s: float = 0.0, shared_s: float = 0.0, budget: Budget | None = None,
            max_tries: int | None = None,
@@ -77,8 +76,8 @@ def _tries(builder: Builder, first: Candidate, run: PackagingContext, remedies: 
     layers = data.evaluation_count >= run.search.min_layer_search_samples
     if not layers and remedies.builds(INT16, FLOAT):
         progress.warn(f"{builder.name}: no layer search on {data.evaluation_count} validation samples: its many tries "
-                      f"need {run.search.min_layer_search_samples}+ (half to choose by, half to confirm on), or the layers it "
-                      "keeps would fit the samples rather than the model (give --eval with more samples)")
+                      f"need {run.search.min_layer_search_samples}+ (half to choose by, half to confirm on), or the "
+                      "layers it keeps would fit the samples rather than the model (give --eval with more samples)")
     trial_context = replace(first.context, trial=True, explain_npy=None)
     on_half = judged.measure(first.built, builder, first.context)
     if on_half is None:
@@ -104,7 +103,8 @@ def _tries(builder: Builder, first: Candidate, run: PackagingContext, remedies: 
         runner.close()
     trials = runner.trials
     if not trials:
-        progress.warn(f"{builder.name}: the search found nothing to try: {_nothing_to_try(started, remedies, layers, budget, run.search.min_layer_search_samples)}")
+        nothing = _nothing_to_try(started, remedies, layers, budget, run.search.min_layer_search_samples)
+        progress.warn(f"{builder.name}: the search found nothing to try: {nothing}")
     elif not budget.allows_try() and best.failures:
         progress.warn(f"search {builder.name}: the search budget ({budget.describe()}) ended it "
                       f"after {len(trials)} tries ({budget.ended_by()})")
