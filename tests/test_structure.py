@@ -181,10 +181,29 @@ def test_the_search_returns_typed_trials():
     from edgekit.packaging.search.rounds import search_rounds
     from edgekit.packaging.search.shared_plan import Simulated
 
+    from edgekit.packaging.search.rounds import Rounds
+
     assert search.__annotations__["return"] == "tuple[Candidate, tuple[Trial, ...]]"
-    assert search_rounds.__annotations__["return"] == "tuple[Any, tuple[Trial, ...]]"
+    assert search_rounds.__annotations__["return"] == "Rounds" and "Trial" in str(Rounds.__annotations__["trials"])
     assert Simulated.__dataclass_fields__["trials"].type == FormatOutcome.__dataclass_fields__["fixes"].type \
         == "tuple[Trial, ...]"
+
+
+def test_the_search_has_one_entry_point_and_counts_its_tries_in_the_budget():
+    """``search(builder, first, run, mode)``: which search (its own, after the simulation, one
+    simulated round) is the ``SearchMode`` its caller chose, not a mix of parameters; the builds
+    it made are counted by its ``Budget``, so no builder keeps a try counter."""
+    import inspect
+
+    from edgekit.packaging.search import search
+    from edgekit.packaging.search.budget import Budget
+    from edgekit.simulation import SimulatedBuilder
+
+    assert list(inspect.signature(search).parameters) == ["builder", "first", "run", "mode"]
+    assert callable(Budget.builds)
+    counters = [f"{p.relative_to(ROOT)}" for p in (PACKAGE / "simulation").rglob("*.py")
+                if "self.builds" in p.read_text()]
+    assert not counters and not hasattr(SimulatedBuilder("m.onnx", ["x"], ["y"]), "builds")
 
 
 def test_one_version():
@@ -680,3 +699,49 @@ def test_the_folders_stand_in_their_layer_order():
     against = sorted((a, b) for a, deps in import_graph().items() for b in deps
                      if folder(a) and folder(b) and rank[folder(b)] > rank[folder(a)])
     assert against == []
+
+
+NAMES_OWNER = "edgekit/conversion/layer_names.py"
+# where layer names come from (torch.onnx's module record, torch.export's module stack), the traced-op
+# prefix, and the translators the code had before one owner held them
+NAME_SOURCES = {"pkg.torch.onnx.name_scopes", "nn_module_stack", "op:"}
+TRANSLATORS = {"layer_of", "in_layer", "layer_of_node", "module_paths", "original_names", "plan_names", "attribute_name",
+               "converts_torch_program", "onnx_module_paths", "traced_modules", "module_paths_of_node"}
+
+
+def test_layer_names_have_one_translator():
+    """Layer names have one owner (``conversion/layer_names.py``): no other module reads where
+    names come from, defines a translator of its own, matches a scope by its own pattern, or
+    chooses a route's names by testing its form; a plan reaches a route only through
+    ``LayerNames.resolve`` with the route's declared name kind."""
+    found = []
+    for path in PACKAGE.rglob("*.py"):
+        where = str(path.relative_to(ROOT))
+        if where == NAMES_OWNER:
+            continue
+        for node in ast.walk(parsed(path)):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and (
+                    node.value in NAME_SOURCES or r"(_\d+)?" in node.value):
+                found.append(f"{where}:{node.lineno} reads names itself: {node.value!r}")
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name in TRANSLATORS:
+                found.append(f"{where}:{node.lineno} defines a translator: {node.name}")
+            if isinstance(node, ast.Name) and node.id == "OP_PREFIX":
+                found.append(f"{where}:{node.lineno} uses OP_PREFIX")
+            if isinstance(node, ast.Compare) and "route.form" in ast.unparse(node) and "TORCH_PROGRAM" in ast.unparse(node):
+                found.append(f"{where}:{node.lineno} chooses names by the route's form: {ast.unparse(node)}")
+    assert not found, found
+    resolving = [str(p.relative_to(ROOT)) for p in PACKAGE.rglob("*.py")
+                 if any(isinstance(n, ast.Attribute) and n.attr == "resolve" and "names" in ast.unparse(n.value)
+                        for n in ast.walk(parsed(p)))]
+    assert "edgekit/packaging/search/shared_plan.py" in resolving and "edgekit/formats/onnx/convert.py" in resolving
+
+
+def test_every_route_declares_the_layer_names_its_converter_takes():
+    from edgekit.conversion.layer_names import MODULE, NAME_KINDS, ONNX_NODE
+    from edgekit.routing import routes
+
+    table = routes.table()
+    assert table and all(route.names in NAME_KINDS for route in table)
+    by = {(r.source_kind, r.format, r.steps[-1].name if r.steps else ""): r.names for r in table}
+    assert by[("torch_export", "executorch", "")] == MODULE  # the program itself, by module
+    assert by[("onnx", "executorch", "onnx-to-torch")] == ONNX_NODE  # the rebuild's submodules are ONNX nodes

@@ -15,6 +15,8 @@ from types import MappingProxyType
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
+from .layer_names import MODULE, ONNX_NODE, SCOPE
+
 TF_GRAPH = "tf-graph"  # a SavedModel directory with a serving_default signature
 ONNX_GRAPH = "onnx-graph"  # a float ONNX file
 TORCH_PROGRAM = "torch-program"  # a PyTorch module torch.export can export (litert-torch needs one)
@@ -36,6 +38,8 @@ QUANTIZED_OPS = ("QuantizeLinear", "DequantizeLinear", "QLinearConv", "QLinearMa
                  "QLinearGlobalAveragePool", "QLinearSigmoid", "QLinearLeakyRelu", "QLinearConcat", "QLinearSoftmax")
 
 FORMS = (TF_GRAPH, ONNX_GRAPH, TORCH_PROGRAM, TORCH_MODULE, KERAS_MODEL)
+# the layer names a converter of each form takes by default (``layer_names``: SCOPE, ONNX_NODE, MODULE)
+NAME_KIND = {TF_GRAPH: SCOPE, KERAS_MODEL: SCOPE, ONNX_GRAPH: ONNX_NODE, TORCH_PROGRAM: MODULE, TORCH_MODULE: MODULE}
 
 
 class ModelForm(NamedTuple):

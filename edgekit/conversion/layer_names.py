@@ -1,15 +1,148 @@
-"""Which layer of the source a converted tensor or node came from, by its name: converters name
-what they emit after the source's scopes (``model/conv2_1/Conv2D``, fused names joined by ``;``).
-Below the steps and the formats, which all name layers this way."""
+"""The one owner of layer names: what a precision plan's names mean in each converter's vocabulary.
+
+A plan speaks the source's vocabulary end to end: a Keras layer (``conv2``), an ONNX node of the
+source (``/conv/Conv``, ``Conv_3`` where the graph left it unnamed), a PyTorch module path
+(``encoder.0.attn``), or a node of the simulated graph every format shares. Converters take other
+names (``Accepts.names``):
+
+* ``SCOPE``: converted ops named under the source's scopes (TF and LiteRT: ``model/conv2_1/Conv2D``,
+  fused names joined by ``;``; tf2onnx keeps them in ONNX node names) -- a layer matches its scope;
+* ``ONNX_NODE``: the nodes of an ONNX graph; where the graph was exported from PyTorch, each node
+  records the module it came from (``pkg.torch.onnx.name_scopes``), so a module names its nodes;
+* ``MODULE``: a PyTorch module path, or a traced op of a ``forward`` (``cat``) where the converter
+  keeps one by name (``Accepts.names_ops``); a module rebuilt from ONNX names each submodule after
+  its node (``attribute_name``).
+
+``LayerNames`` is built once per model (from the source's layers and the ONNX form's module
+record) and ``LayerNames.resolve(plan, kind)`` is the only translation of a plan; the rest of the
+module are the matching rules the formats read their artifacts back with. Below the steps, the
+formats and the simulation, which all name layers this way."""
 
 from __future__ import annotations
 
+import ast
 import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+# the name kinds a converter takes (``formats.base.Accepts.names``)
+SCOPE = "scope"
+ONNX_NODE = "onnx-node"
+MODULE = "module"
+NAME_KINDS = (SCOPE, ONNX_NODE, MODULE)
+
+OP_PREFIX = "op:"  # a traced op outside any module, in ``LayerNames.module_paths``
+TORCH_SCOPES = "pkg.torch.onnx.name_scopes"  # the node metadata torch.onnx.export writes: module path, then op
 
 _WRAPPER = re.compile(r"(Stateful)?PartitionedCall(_\d+)?|Func|input|_\d+")
+_RESERVED = {"forward", "steps", "constants", "input_names", "output_names", "example_outputs", "training",
+             "step_modules", "loop_modules"}
 
 
-def layer_of(tensor_name: str, layer_names: list[str]) -> str:
+@dataclass(frozen=True)
+class LayerNames:
+    """A model's layer vocabulary: the source's layers (Keras layers, ONNX nodes; empty where the
+    source lists none, a PyTorch program's modules being its names) and, where its ONNX form was
+    exported from PyTorch, each ONNX node's module (``""``: a node with no module recorded)."""
+
+    layers: tuple[str, ...] = ()
+    module_paths: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def of_onnx(cls, model: Any, layers: Iterable[str] = ()) -> LayerNames:
+        """The names of an ONNX graph (a loaded ``ModelProto``): its nodes' modules read from the
+        metadata ``torch.onnx.export`` writes; none for graphs of other exporters."""
+        return cls(tuple(layers), onnx_module_paths(model))
+
+    # --- the translation -------------------------------------------------------------------
+
+    def resolve(self, plan: Mapping[str, str], kind: str, names_ops: bool = False) -> tuple[dict[str, str], list[str]]:
+        """``plan`` (name -> precision, in the source's vocabulary) in the names a converter of
+        ``kind`` takes, and the plan's names it cannot take (unplaced: said, never dropped
+        silently). ``names_ops``: a ``MODULE`` converter that keeps a traced op by name."""
+        if kind not in NAME_KINDS:
+            raise ValueError(f"unknown layer name kind {kind!r} (one of {', '.join(NAME_KINDS)})")
+        own: dict[str, str] = {}
+        unplaced: list[str] = []
+        for name, precision in plan.items():
+            names = self._in(name, kind, names_ops)
+            if not names:
+                unplaced.append(name)
+            for found in names:
+                own.setdefault(found, precision)
+        return own, unplaced
+
+    def _in(self, name: str, kind: str, names_ops: bool) -> list[str]:
+        if kind == MODULE:
+            if name not in self.module_paths:
+                return [name]  # already a module path or a traced op (the user's, on a PyTorch source)
+            path = self.module_paths[name]
+            if not path or (path.startswith(OP_PREFIX) and not names_ops):
+                return []
+            return [path.removeprefix(OP_PREFIX)]
+        if kind == ONNX_NODE and name not in self.module_paths:
+            nodes = [node for node, path in self.module_paths.items()
+                     if path and not path.startswith(OP_PREFIX) and within(path, name)]
+            return nodes or [name]  # a Keras layer, a scope: the converter matches nodes by it
+        return [name]
+
+    def resolve_costs(self, costs: Mapping[str, float], links: Iterable[tuple[str, str, float]],
+                      kind: str) -> tuple[dict[str, float], tuple[tuple[str, str, float], ...]]:
+        """Per-layer costs and the tensors between layers (elements) in ``kind``'s names, so a
+        format's own search weighs its layers too: a module weighs the nodes it became, a link
+        inside one name is no link; what ``kind`` cannot name is left out."""
+        found: dict[str, float] = {}
+        for name, value in costs.items():
+            for own in self._in(name, kind, names_ops=True)[:1]:
+                found[own] = found.get(own, 0.0) + value
+        joined: dict[tuple[str, str], float] = {}
+        for a, b, elements in links:
+            pair = (next(iter(self._in(a, kind, True)), ""), next(iter(self._in(b, kind, True)), ""))
+            if all(pair) and pair[0] != pair[1]:
+                joined[pair] = joined.get(pair, 0.0) + elements
+        return found, tuple((a, b, e) for (a, b), e in joined.items())
+
+    # --- reading converted names back ------------------------------------------------------
+
+    def layer_of(self, name: str) -> str:
+        """The source layer a converted op or tensor came from (TF adds ``_1`` suffixes to layer
+        scopes); without a layer list (a SavedModel) the scope just above the op."""
+        return layer_of(name, self.layers)
+
+    def plan_layer(self, node: str) -> str:
+        """The plan's name for a node of the simulated graph: the node itself where the source
+        names its nodes (an ONNX source) or lists no layers, else the layer it came from; "" when it
+        belongs to none (no plan could name it)."""
+        if not self.layers or node in self.layers:
+            return node
+        found = layer_of(node, self.layers)
+        return found if found in self.layers else ""
+
+    def module_of(self, node: str) -> str:
+        """The module (or ``op:``-prefixed traced op) an ONNX node was exported from; "" if none."""
+        return self.module_paths.get(node, "")
+
+    def attributes(self, node_names: Iterable[str]) -> dict[str, str]:
+        """Submodule name of a module rebuilt from ONNX -> the plan's name for it: the node itself
+        where the source names its nodes, else the layer it came from (``model/conv2/Conv2D`` ->
+        ``conv2``), so a plan in the source's vocabulary reaches every submodule of its layer."""
+        known = set(self.layers)
+        found: dict[str, str] = {}
+        for node in node_names:
+            layer = node if not known or node in known else layer_of(node, self.layers)
+            found.setdefault(attribute_name(node), layer if layer in known else node)
+        return found
+
+    def original(self, attribute: str) -> str:
+        """The source's name of a rebuilt submodule (its ONNX node), or ``attribute`` itself."""
+        return original_names(self.layers).get(attribute, attribute)
+
+
+# --- the rules ------------------------------------------------------------------------------
+
+
+def layer_of(tensor_name: str, layer_names: Iterable[str]) -> str:
     """The Keras layer a converted tensor came from (TF adds ``_1`` suffixes to layer scopes)."""
     known = set(layer_names)
     parts = tensor_name.split(";")[0].split("/")
@@ -24,7 +157,68 @@ def layer_of(tensor_name: str, layer_names: list[str]) -> str:
     return scopes[-1] if len(scopes) >= 2 else (scopes[0] if scopes else tensor_name)
 
 
-def in_layer(node_name: str, layer: str) -> bool:
-    """Whether a converted node (``model/LAYER_1/op``, fused names joined by ';') comes from ``layer``."""
-    pattern = re.compile(rf"(^|/){re.escape(layer)}(_\d+)?(/|$)")
+def in_layer(node_name: str, layer: str, separator: str = "/") -> bool:
+    """Whether a converted node (``model/LAYER_1/op``, fused names joined by ';') comes from
+    ``layer``. ``separator``: what the converter writes between scopes (Core ML writes ``_``)."""
+    sep = re.escape(separator)
+    pattern = re.compile(rf"(^|{sep}){re.escape(layer)}(_\d+)?({sep}|$)")
     return node_name == layer or any(pattern.search(part) for part in node_name.split(";"))
+
+
+def within(path: str, module: str) -> bool:
+    """Whether module ``path`` is ``module`` or below it (``down.0`` is within ``down``)."""
+    return path == module or path.startswith(module + ".")
+
+
+def inside(path: str, modules: set[str] | frozenset[str]) -> bool:
+    """Whether module ``path`` is one of ``modules`` or below one: its prefixes looked up, not the
+    modules scanned (an unrolled loop has thousands, a graph tens of thousands of nodes)."""
+    parts = path.split(".")
+    return any(".".join(parts[:end]) in modules for end in range(1, len(parts) + 1))
+
+
+def traced_modules(node: Any) -> list[str]:
+    """The module paths a ``torch.export`` graph node was traced inside (its ``nn_module_stack``)."""
+    return [str(entry[0]) for entry in (node.meta.get("nn_module_stack") or {}).values()]
+
+
+def onnx_module_paths(model: Any) -> dict[str, str]:
+    """ONNX node -> the PyTorch module it was exported from (``conv1``, ``encoder.0.attn``), or for
+    an op written in a ``forward`` itself its traced name prefixed ``op:`` (``op:cat``), ``""`` for
+    a node with no record; empty for a graph no PyTorch exporter wrote."""
+    found: dict[str, str] = {}
+    for node in model.graph.node:
+        scopes = next((p.value for p in node.metadata_props if p.key == TORCH_SCOPES), None)
+        path = ""
+        if scopes is not None:
+            try:
+                parts = [str(p) for p in ast.literal_eval(scopes)]
+            except (ValueError, SyntaxError):
+                parts = []
+            dotted = ".".join(p for p in parts[1:-1] if p)
+            path = dotted or (f"{OP_PREFIX}{parts[-1]}" if len(parts) >= 2 else "")
+        found[node.name] = path
+    return found if any(found.values()) else {}
+
+
+def attribute_name(node_name: str) -> str:
+    """An ONNX node name as a Python attribute (``/conv/Conv`` -> ``conv_Conv``): the name of its
+    step's submodule in the module rebuilt from ONNX."""
+    name = re.sub(r"\W+", "_", node_name).strip("_") or "node"
+    if name[0].isdigit():
+        name = f"n{name}"
+    return f"{name}_" if name in _RESERVED or name.startswith(("const_", "derived_")) else name
+
+
+def original_names(node_names: Iterable[str]) -> dict[str, str]:
+    """Attribute name -> ONNX node name, for every node (the first where two share one)."""
+    found: dict[str, str] = {}
+    for name in node_names:
+        found.setdefault(attribute_name(name), name)
+    return found
+
+
+def stable_node_name(op_type: str, index: int) -> str:
+    """The name an unnamed ONNX node gets when the graph is read: its op type and position, so
+    the same graph names it the same in every run and a plan can name it."""
+    return f"{op_type}_{index}"

@@ -7,6 +7,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from .layer_names import inside, traced_modules
+
 
 @contextmanager
 def qat_folding_only_where_it_can_match() -> Iterator[None]:
@@ -60,19 +62,7 @@ def conv_reaches_batch_norm(graph_module: Any, is_batch_norm: Callable[[Any], bo
     return False
 
 
-def module_paths(node: Any) -> list[str]:
-    """The module paths a graph node was traced inside (``torch.export``'s ``nn_module_stack``)."""
-    return [str(entry[0]) for entry in (node.meta.get("nn_module_stack") or {}).values()]
-
-
-def inside(path: str, modules: set[str] | frozenset[str]) -> bool:
-    """Whether module ``path`` is one of ``modules`` or below one: its prefixes looked up, not the
-    modules scanned (an unrolled loop has thousands, a graph tens of thousands of nodes)."""
-    parts = path.split(".")
-    return any(".".join(parts[:end]) in modules for end in range(1, len(parts) + 1))
-
-
 def outside_of(modules: list[str]) -> Callable[[Any], bool]:
     """A quantizer's filter: the nodes traced outside every module in ``modules`` (paths)."""
     kept = frozenset(modules)
-    return lambda node: not any(inside(path, kept) for path in module_paths(node))
+    return lambda node: not any(inside(path, kept) for path in traced_modules(node))

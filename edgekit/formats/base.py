@@ -57,6 +57,16 @@ class Accepts(NamedTuple):
     # a PyTorch program's converter that can keep one traced op of a ``forward`` in float by its
     # torch.export name (``cat``), besides whole modules: a plan's op outside any module reaches it
     names_ops: bool = False
+    # the layer names its converter takes on this form (``conversion.layer_names``: SCOPE, ONNX_NODE,
+    # MODULE); a plan in the source's vocabulary reaches it through ``LayerNames.resolve``
+    names: str = ""
+
+    @property
+    def name_kind(self) -> str:
+        """``names``, or the kind its form is named in where the format declares none."""
+        from ..conversion.forms import NAME_KIND
+
+        return self.names or NAME_KIND[self.form]
 
 
 class DeviceRules:

@@ -24,6 +24,7 @@ from .fallback import discard, fallback_result
 from .gates import GateFailure, Remedies, saturation_note
 from .partial import passed_fallbacks
 from .search import Candidate, search
+from .search.mode import SearchMode
 from .search.shared_plan import Simulated, for_format, simulated_plan
 from .search.trial import Trial
 from .validate import Measured
@@ -463,8 +464,8 @@ def judge(builder: Builder, context: BuildContext, built: BuildResult, compariso
         if simulated is not None:
             run.progress.say(f"{builder.name}: the simulated plan misses on its artifact ({candidate.failures[0].what}); "
                              f"continuing from it with at most {run.search.real_tries_after_simulation} real tries")
-        candidate, attempts = search(builder, candidate, run, remedies, plain_s, shared_s,
-                                     max_tries=run.search.real_tries_after_simulation if simulated is not None else None)
+        mode = (SearchMode.after_simulation if simulated is not None else SearchMode.own)(remedies, plain_s, shared_s)
+        candidate, attempts = search(builder, candidate, run, mode)
     prediction = simulated or predicted
     if prediction is not None:  # the simulation's margins beside the artifact's: the gap between them
         artifact = candidate.built.artifact.with_details(

@@ -37,6 +37,9 @@ class Route(NamedTuple):
     cannot: tuple[str, ...] = ()  # op types its converter cannot convert (Accepts.cannot)
     max_inputs: int | None = None  # the most model inputs its converter takes (Accepts.max_inputs)
     names_ops: bool = False  # its converter keeps a traced op of a forward in float by name (Accepts.names_ops)
+    # the layer names a plan takes on this route (``LayerNames.resolve``'s kind): its converter's, or the
+    # names of the last step that renames layers (the ONNX -> PyTorch rebuild's submodules are ONNX nodes)
+    names: str = ""
 
     def describe(self) -> str:
         return " -> ".join([self.source_kind, *(f"{s.name} -> {s.produces}" for s in self.steps)]
@@ -86,8 +89,9 @@ def _route(kind: str, fmt: Format, accepted: Any, steps: tuple[Conversion, ...])
     rewritten = {op for step in steps for op in step.rewrites}
     cannot = tuple(dict.fromkeys([*(op for step in steps for op in step.cannot),
                                   *(op for op in accepted.cannot if op not in rewritten)]))
+    names = next((step.names for step in reversed(steps) if step.names), accepted.name_kind)
     return Route(kind, fmt.name, accepted.form, steps, tuple(accepted.honours), cannot, accepted.max_inputs,
-                 accepted.names_ops)
+                 accepted.names_ops, names)
 
 
 def fallback_route(tried: Route, alternatives: Iterable[Route], op_types: Iterable[str] = (),

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from ..conversion import worker
+from ..conversion.layer_names import LayerNames
 from ..formats.building import COMMON_GRID, BuildContext, Builder, BuildResult, QuantGrid
 from ..manifest import Artifact, QuantParams
 from .convert import (LayerReportRequest, RangesRequest, SimulationRequest, calibrate, report_layers,
@@ -32,10 +33,10 @@ class SimulatedBuilder(Builder):
         self.on_grid = on_grid  # the format grid it simulates (``QuantGrid``)
         # range estimator -> its ranges (JSON), shared by the builders of this graph in every grid
         self.ranges: dict[str, str] = {}
-        self.module_paths: dict[str, str] = {}  # ONNX node -> its PyTorch module (``graph.module_paths``)
+        self.module_paths: dict[str, str] = {}  # ONNX node -> its PyTorch module (``LayerNames.module_paths``)
+        self.layer_names: tuple[str, ...] = ()  # the source's layers, the plan's vocabulary
         self.costs: dict[str, float] = {}  # plan layer -> its relative compute (``costs.layer_costs``)
         self.links: tuple[tuple[str, str, float], ...] = ()  # tensors between layers (``costs.layer_links``)
-        self.builds = 0
         self.regridded = 0  # of the last build: activations its grid placed otherwise than the common one
 
     @property
@@ -56,8 +57,14 @@ class SimulatedBuilder(Builder):
         self.ranges[estimator] = path
         if not self.costs:
             self.module_paths, self.costs = dict(found.module_paths), dict(found.costs)
+            self.layer_names = tuple(context.layer_names)
             self.links = tuple((str(a), str(b), float(e)) for a, b, e in found.links)
         return found.tensors
+
+    @property
+    def names(self) -> LayerNames:
+        """The simulated graph's layer names: the plan's vocabulary and each node's PyTorch module."""
+        return LayerNames(self.layer_names, dict(self.module_paths))
 
     def on(self, grid: QuantGrid) -> SimulatedBuilder:
         """A builder of the same graph and ranges in another format's grid (its own try count);
@@ -65,6 +72,7 @@ class SimulatedBuilder(Builder):
         other = SimulatedBuilder(self.float_onnx, self.inputs, self.outputs, grid)
         other.ranges, other.module_paths, other.costs, other.links = (self.ranges, self.module_paths,
                                                                       self.costs, self.links)
+        other.layer_names = self.layer_names
         return other
 
     def build(self, context: BuildContext, on_progress: Callable[[int, int], None] | None = None) -> BuildResult:
@@ -77,7 +85,6 @@ class SimulatedBuilder(Builder):
             self.float_onnx, self.ranges_json, str(output), tuple(context.plan.floats), tuple(context.layer_names),
             self.on_grid.rules()),
             what="INT8 simulation", timeout=context.timeout_s)
-        self.builds += 1
         # a grid estimating ranges its own way places (nearly) every activation otherwise
         self.regridded = report.regridded + (self.on_grid.ranges != COMMON_GRID.ranges)
         details: dict[str, Any] = {

@@ -9,7 +9,7 @@ channel, by ONNX node and initializer. Here each pair is placed on the source's 
   BatchNorm was folded into the convolution, the node's module is the BatchNorm, and its affine
   weight and bias take the division. The edits are written to a file, and the source's loader is
   wrapped (``load_equalized``) so every converter child loads the module with them applied.
-* **Keras**: the layer of each node (``layer_of_node``); a convolution read by a
+* **Keras**: the layer of each node (``LayerNames.plan_layer``); a convolution read by a
   BatchNormalization alone has its division on the BatchNormalization's gamma and beta. The
   equalized model is saved (``.keras``) and exported as a SavedModel, the forms TFLite and Core ML read.
 
@@ -43,7 +43,7 @@ class SourceEqualizeRequest(Message):
     samples_npy: str
     output_dir: str
     module_paths: dict[str, str]  # ONNX node -> its PyTorch module (``graph.module_paths``)
-    layer_names: tuple[str, ...]  # the Keras layers (``layer_of_node``)
+    layer_names: tuple[str, ...]  # the Keras layers (``LayerNames.plan_layer``)
 
 
 @dataclass(frozen=True)
@@ -207,11 +207,11 @@ def _keras(form: Any, scales: list[dict[str, Any]], request: SourceEqualizeReque
 
     from ..conversion.forms import KERAS_MODEL, TF_GRAPH
     from ..formats.building import read_samples
-    from .graph import layer_of_node
+    from ..conversion.layer_names import LayerNames
 
     model = keras.models.load_model(form.path, compile=False, safe_mode=True)
     layers = {layer.name: layer for layer in _keras_layers(model)}
-    names = list(request.layer_names)
+    names = LayerNames(tuple(request.layer_names))
     updates: dict[str, list[np.ndarray]] = {}
 
     def weights(layer: Any) -> list[np.ndarray]:
@@ -219,8 +219,8 @@ def _keras(form: Any, scales: list[dict[str, Any]], request: SourceEqualizeReque
 
     for pair in scales:
         scale = np.asarray(pair["scale"], dtype=np.float64)
-        first = layers.get(layer_of_node(pair["first"], names))
-        second = layers.get(layer_of_node(pair["second"], names))
+        first = layers.get(names.plan_layer(pair["first"]))
+        second = layers.get(names.plan_layer(pair["second"]))
         if first is None or second is None:
             raise NotPlaceable(f"{pair['first']} and {pair['second']} are not layers of the Keras model")
         if type(second).__name__ == "BatchNormalization":  # the reader folded its BatchNormalization, named after it

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from ..conversion.layer_names import LayerNames
 from .estimators import MINMAX
 
 # ops that compute: their outputs are requantized (or their fused activation's are)
@@ -37,18 +38,6 @@ FUSED_ACTIVATIONS = {"Relu", "Clip"}  # folded into the op before them: the pair
 WEIGHT_INPUT = {"Conv": (1, 0), "ConvTranspose": (1, 1), "MatMul": (1, -1), "Gemm": (1, None)}
 WEIGHT_BITS = 127  # symmetric [-127, 127]
 _FLOAT_TYPES = {1}  # TensorProto.FLOAT: the activations the formats quantize
-
-
-def layer_of_node(name: str, layer_names: list[str]) -> str:
-    """The plan's name for a node, in the source's vocabulary every format maps (``layer_names``):
-    the node itself where the source names its nodes (an ONNX source), else the layer it came from
-    (a Keras layer, a PyTorch module); "" when it belongs to none (a plan could not name it)."""
-    from ..conversion.layer_names import layer_of
-
-    if not layer_names or name in layer_names:
-        return name
-    found = layer_of(name, layer_names)
-    return found if found in layer_names else ""
 
 
 BATCH = 8  # samples per forward pass while every intermediate tensor is an output: memory stays a few batches of them
@@ -127,37 +116,9 @@ def activation_ranges(float_onnx: str, calibration_npy: str, output: str, batch:
     from .costs import layer_costs, layer_links
 
     shapes.update({k: tuple(int(d) for d in np.asarray(v[:1]).shape) for k, v in feeds_by_name.items()})
-    names = list(layer_names) if layer_names else [n.name for n in model.graph.node if n.name]
-    layer = lambda node: layer_of_node(node, names)  # noqa: E731
-    return {"samples": total, "tensors": len(found["ranges"]), "module_paths": module_paths(model),
-            "costs": layer_costs(model, shapes, layer), "links": layer_links(model, shapes, layer)}
-
-
-def module_paths(model: Any) -> dict[str, str]:
-    """ONNX node -> the PyTorch module it was exported from (``conv1``, ``encoder.0.attn``), or for
-    an op written in a ``forward`` itself its traced name prefixed ``op:`` (``op:cat``), read from
-    the metadata ``torch.onnx.export`` writes (``pkg.torch.onnx.name_scopes``: the module path,
-    then the traced op); graphs from other exporters have none. It carries a plan found on the
-    ONNX form to the routes that convert the PyTorch program itself (ExecuTorch, litert-torch),
-    which name layers by module."""
-    import ast
-
-    found: dict[str, str] = {}
-    for node in model.graph.node:
-        scopes = next((p.value for p in node.metadata_props if p.key == "pkg.torch.onnx.name_scopes"), None)
-        if scopes is None:
-            continue
-        try:
-            parts = [str(p) for p in ast.literal_eval(scopes)]
-        except (ValueError, SyntaxError):
-            continue
-        path = ".".join(p for p in parts[1:-1] if p)
-        if path or len(parts) >= 2:
-            found[node.name] = path or f"{OP_PREFIX}{parts[-1]}"
-    return found
-
-
-OP_PREFIX = "op:"  # a traced op outside any module, in ``module_paths``
+    names = LayerNames.of_onnx(model, layer_names or [n.name for n in model.graph.node if n.name])
+    return {"samples": total, "tensors": len(found["ranges"]), "module_paths": dict(names.module_paths),
+            "costs": layer_costs(model, shapes, names.plan_layer), "links": layer_links(model, shapes, names.plan_layer)}
 
 
 def _feeds(samples: dict[str, Any], inputs: list[str]) -> dict[str, Any]:
@@ -204,7 +165,8 @@ class _Simulation:
         for node in graph.node:
             for name in node.input:
                 self.readers.setdefault(name, []).append(node)
-        self.layers = {node.name: layer_of_node(node.name or node.output[0], layer_names) for node in graph.node}
+        names = LayerNames(tuple(layer_names))
+        self.layers = {node.name: names.plan_layer(node.name or node.output[0]) for node in graph.node}
         self.regridded = 0
 
     def int8(self, node: Any) -> bool:
@@ -447,9 +409,10 @@ def layer_report(float_onnx: str, simulated_onnx: str, samples_npy: str, layer_n
     from ..formats.building import read_samples
 
     float_model = onnx.load(float_onnx)
+    names = LayerNames(tuple(layer_names))
     tensors = []
     for position, node in enumerate(float_model.graph.node):
-        layer = layer_of_node(node.name or node.output[0], layer_names)
+        layer = names.plan_layer(node.name or node.output[0])
         # every op that computes, weights or not: a Concat joining two quantities, a Sigmoid, a Softmax
         if node.op_type in COMPUTE_OPS and node.output and node.output[0] and layer:
             tensors.append((node.output[0], layer, node.op_type, position))

@@ -22,6 +22,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from ..conversion.layer_names import stable_node_name
+
 MAX_FOLDS = 32  # nested Ifs: each fold can expose another
 
 
@@ -133,10 +135,10 @@ def name_nodes(model: Any) -> int:
     for index, node in enumerate(model.graph.node):
         if node.name:
             continue
-        name, extra = f"{node.op_type}_{index}", 0
+        name, extra = stable_node_name(node.op_type, index), 0
         while name in taken:
             extra += 1
-            name = f"{node.op_type}_{index}_{extra}"
+            name = f"{stable_node_name(node.op_type, index)}_{extra}"
         node.name = name
         taken.add(name)
         named += 1

@@ -26,6 +26,9 @@ class Conversion(NamedTuple):
     run: Callable[[ModelForm, "StepContext"], ModelForm]
     cannot: tuple[str, ...] = ()  # ONNX op types it has no conversion for (refused before it runs)
     rewrites: tuple[str, ...] = ()  # ONNX op types it turns into plain ops: the next converter never sees them
+    # the layer name kind its product answers to where it renames layers (``conversion.layer_names``): the
+    # ONNX -> PyTorch rebuild names each submodule after its ONNX node, so a plan reaches it by node
+    names: str = ""
 
     @property
     def key(self) -> str:

@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 from ..conversion import forms
 from ..conversion.forms import ModelForm
+from ..conversion.layer_names import ONNX_NODE
 from .base import Conversion, StepContext
 
 
@@ -38,7 +39,7 @@ REWRITTEN = UNROLLED + forms.QDQ_OPS
 
 CONVERSIONS = (
     Conversion("onnx-to-torch", forms.ONNX_GRAPH, forms.TORCH_PROGRAM, onnx_to_torch(forms.TORCH_PROGRAM),
-               UNROLLED_CANNOT, REWRITTEN),
+               UNROLLED_CANNOT, REWRITTEN, names=ONNX_NODE),
     Conversion("onnx-to-torch", forms.ONNX_GRAPH, forms.TORCH_MODULE, onnx_to_torch(forms.TORCH_MODULE),
-               UNROLLED_CANNOT, REWRITTEN),
+               UNROLLED_CANNOT, REWRITTEN, names=ONNX_NODE),
 )

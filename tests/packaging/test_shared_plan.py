@@ -75,6 +75,7 @@ def test_the_simulated_plan_reaches_each_route_in_the_names_of_its_form():
     that keeps such an op in float; what a route cannot name is left out and said."""
     from edgekit.formats.building import BuildContext
     from edgekit.formats.plan import PrecisionPlan
+    from edgekit.conversion.layer_names import LayerNames
     from edgekit.packaging.search.shared_plan import Simulated, for_format
 
     context = BuildContext(calibration_npy="", eval_npy="", package_dir=Path("."), workdir=Path("."))
@@ -83,7 +84,7 @@ def test_the_simulated_plan_reaches_each_route_in_the_names_of_its_form():
         built, unnamed = for_format(keras, context, _route("keras", fmt))
         assert built.plan.floats == ("conv2", "conv3") and not unnamed, fmt
     torch = Simulated(PrecisionPlan.of(floats=["node_conv2d_1", "node_cat"]), True,
-                      module_paths={"node_conv2d_1": "encoder.conv2", "node_cat": "op:cat"})
+                      names=LayerNames(module_paths={"node_conv2d_1": "encoder.conv2", "node_cat": "op:cat"}))
     onnx, _ = for_format(torch, context, _route("torch_export", "onnx"))
     assert onnx.plan.floats == ("node_conv2d_1", "node_cat")  # the simulated graph's own names
     executorch, unnamed = for_format(torch, context, _route("torch_export", "executorch"))
@@ -204,15 +205,15 @@ def test_a_route_converting_the_pytorch_program_weighs_its_modules_by_the_nodes_
     every unknown name would get; an ONNX route keeps the nodes' own."""
     from types import SimpleNamespace
 
-    from edgekit.conversion.forms import ONNX_GRAPH, TORCH_PROGRAM
+    from edgekit.conversion.layer_names import MODULE, ONNX_NODE, LayerNames
     from edgekit.packaging.search.shared_plan import Simulated
 
     simulated = Simulated(None, True, costs={"node_conv": 90.0, "node_bn": 10.0, "node_relu": 1.0, "node_cat": 2.0},
-                          module_paths={"node_conv": "block.conv", "node_bn": "block.conv", "node_relu": "block.act",
-                                        "node_cat": "op:cat"},
+                          names=LayerNames(module_paths={"node_conv": "block.conv", "node_bn": "block.conv",
+                                                         "node_relu": "block.act", "node_cat": "op:cat"}),
                           links=(("node_conv", "node_bn", 8.0), ("node_bn", "node_relu", 8.0),
                                  ("node_relu", "node_cat", 8.0)))
-    costs, links = simulated.costs_for(SimpleNamespace(form=TORCH_PROGRAM, steps=()))
+    costs, links = simulated.costs_for(SimpleNamespace(names=MODULE))
     assert costs == {"block.conv": 100.0, "block.act": 1.0, "cat": 2.0}
     assert sorted(links) == [("block.act", "cat", 8.0), ("block.conv", "block.act", 8.0)]
-    assert simulated.costs_for(SimpleNamespace(form=ONNX_GRAPH, steps=()))[0] == simulated.costs
+    assert simulated.costs_for(SimpleNamespace(names=ONNX_NODE))[0] == simulated.costs

@@ -10,7 +10,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from edgekit.packaging.search.cost import LayerCosts
 from edgekit.simulation.costs import layer_costs, layer_links, node_costs
-from edgekit.simulation.graph import layer_of_node
+from edgekit.conversion.layer_names import LayerNames
 
 
 def _graph() -> onnx.ModelProto:
@@ -41,9 +41,8 @@ def test_convolutions_and_matrix_products_cost_their_multiply_accumulates():
 
 
 def test_a_layer_costs_the_sum_of_its_nodes_and_a_plan_its_share():
-    from edgekit.simulation.graph import layer_of_node
 
-    by_layer = layer_costs(_graph(), SHAPES, lambda node: layer_of_node(node, ["stem", "dw", "head"]))
+    by_layer = layer_costs(_graph(), SHAPES, LayerNames(("stem", "dw", "head")).plan_layer)
     assert by_layer["stem"] == 2048 * 27 + 2048 and "flatten" not in by_layer
     costs = LayerCosts(by_layer)
     total = sum(by_layer.values())
@@ -59,7 +58,7 @@ def test_a_float_island_costs_its_boundaries_and_a_float_tail_grows_at_its_compu
     layer float between int8 ones pays a quantize/dequantize on both sides, so the search ranks
     a layer by what it adds on top of the plan, not by its compute alone."""
     names = ["stem", "dw", "flatten", "head"]
-    links = layer_links(_graph(), SHAPES, lambda node: layer_of_node(node, names))
+    links = layer_links(_graph(), SHAPES, LayerNames(tuple(names)).plan_layer)
     assert sorted(links) == [("dw", "flatten", 2048.0), ("flatten", "head", 2048.0), ("stem", "dw", 2048.0)]
     costs = LayerCosts({"stem": 55296.0, "dw": 18432.0, "flatten": 2048.0, "head": 20480.0}, tuple(links))
     assert costs.total(["flatten"]) == 2048 + 2 * (2048 + 2048)  # an island: converted in and out

@@ -13,7 +13,7 @@ from edgekit.conversion import worker
 from edgekit.conversion.forms import KERAS_MODEL, TF_GRAPH, TORCH_PROGRAM, ModelForm, load_module
 from edgekit.simulation.equalize import equalize
 from edgekit.simulation.equalize_source import SourceEqualizeRequest, equalize_source_model, torch_edits
-from edgekit.simulation.graph import module_paths
+from edgekit.conversion.layer_names import onnx_module_paths
 
 FACTORY = '''
 import torch
@@ -47,7 +47,7 @@ def _torch_source(tmp_path):
     np.save(tmp_path / "samples.npy", x)
     found = equalize(str(tmp_path / "net.onnx"), str(tmp_path / "eq.onnx"))
     (tmp_path / "scales.json").write_text(json.dumps(found["scales"]))
-    return form, x, module_paths(onnx.load(str(tmp_path / "net.onnx")))
+    return form, x, onnx_module_paths(onnx.load(str(tmp_path / "net.onnx")))
 
 
 def test_a_pytorch_program_takes_the_scales_on_its_folded_batchnorm_with_its_function_unchanged(tmp_path):

@@ -342,6 +342,12 @@ def test_keep_float_and_explain_work_on_the_onnx_route_and_are_refused_on_coreml
     onnx = json.loads((models / "out" / "nets.edgekit" / "manifest.json").read_text())["artifacts"][0]
     assert onnx["details"]["keep_float"] == [worst] and onnx["precision"].startswith("int8+float (")
     assert [(kept["layer"], kept["op"]) for kept in onnx["float_ops"]] == [(worst, op)]  # named as --explain names it
+    # the user's plan by PyTorch module reaches the ONNX export's nodes of that module (it was refused:
+    # "no ONNX nodes belong to layer(s) block")
+    package(models, model, "images.npy", "--format", "onnx", "--keep-float", "block", "--profile", "rpi5")
+    onnx = json.loads((models / "out" / "nets.edgekit" / "manifest.json").read_text())["artifacts"][0]
+    assert onnx["details"]["keep_float"] == ["block"], onnx["details"]
+    assert sorted(kept["op"] for kept in onnx["float_ops"]) == ["Conv", "Relu"]  # block's conv (its BN folded), relu
 
 
 @pytest.mark.parametrize("file, formats", [("residual.pt2", ["all"]), ("residual_ts.pt", ["tflite", "onnx"])])

@@ -30,7 +30,7 @@ from . import elementwise, layers, quantize, recurrent, resize, shapes  # noqa: 
 from .batch_norm import fold_batch_norms
 from .fuse import _fuse_linear
 from .loops import unroll_loops
-from .naming import attribute_name
+from ..layer_names import attribute_name
 from .patterns import fuse_patterns
 from .graph import _QUANTIZED, ONNX_DOMAINS, Args, DataDependent, Node, _attributes
 from .registry import _DTYPES, OPS, _run_node

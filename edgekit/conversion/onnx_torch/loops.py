@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import ConversionError, OTHER_ROUTES
+from ..layer_names import stable_node_name
 from .graph import Args, Node, _attributes
 from .registry import OPS, _run_node
 
@@ -250,7 +251,7 @@ def _unrolled(loop: Any, count: int, opset: int) -> tuple[list[Any], list[Any]]:
         for index, node in enumerate(body.node):  # unnamed body nodes named as the graph's own (sources.onnx_rewrite)
             copy = helper.make_node(node.op_type, [names.get(i, i) if i else "" for i in node.input],
                                     [names[o] if o else "" for o in node.output],
-                                    name=f"{key}/{step}/{node.name or f'{node.op_type}_{index}'}",
+                                    name=f"{key}/{step}/{node.name or stable_node_name(node.op_type, index)}",
                                     domain=node.domain or None)
             copy.attribute.extend(node.attribute)
             nodes.append(copy)

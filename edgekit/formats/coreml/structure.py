@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from ...conversion.layer_names import in_layer
 from ...errors import ConversionError
 from .names import source_name
 
@@ -121,7 +122,7 @@ def layer_ops(mlmodel: Any, layers: list[str], layer_names: list[str]) -> dict[s
     known = [re.sub(r"[^0-9A-Za-z]", "_", name) for name in layer_names]
 
     def named_after(op_name: str, layer: str) -> bool:
-        return re.search(rf"(^|_){re.escape(layer)}(_\d+)?(_|$)", op_name) is not None
+        return in_layer(op_name, layer, separator="_")
 
     def folded_into(layer: str) -> str | None:
         """The next layer, when ``layer`` has no op of its own and the next one's op computes it

@@ -1,39 +1,27 @@
 """Where a precision plan's layers are in a PyTorch program (child side): module paths, ONNX node
-names on a module rebuilt from ONNX, traced ops of a forward."""
+names on a module rebuilt from ONNX, traced ops of a forward. The names come from the model's
+``LayerNames``; this module only looks them up on the loaded module."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from ...conversion.layer_names import LayerNames, attribute_name
 from ...errors import ConversionError
 
 
 def plan_names_of_form(model: dict[str, Any], layer_names: list[str] | None) -> dict[str, str]:
-    """Module path -> the plan's layer name on a module rebuilt from ONNX (``naming.plan_names``);
+    """Module path -> the plan's layer name on a module rebuilt from ONNX (``LayerNames.attributes``);
     empty on a PyTorch program, whose module paths are its layer names."""
     from ...conversion.forms import ONNX_REBUILD_LOADER, ModelForm
 
     form = ModelForm.from_dict(model)
-    return plan_names(form.path, layer_names or ()) if form.loader == ONNX_REBUILD_LOADER else {}
-
-
-def plan_names(onnx_path: str, layer_names: list[str] | tuple[str, ...]) -> dict[str, str]:
-    """Attribute name -> the precision plan's name for it: the ONNX node itself where the source
-    names its nodes (an ONNX source), else the source layer the node came from (a Keras layer:
-    ``model/conv2/Conv2D`` -> ``conv2``), so a plan searched in the source's vocabulary (the
-    simulation's) reaches every submodule of that layer on the rebuilt module."""
+    if form.loader != ONNX_REBUILD_LOADER:
+        return {}
     import onnx
 
-    from ...conversion.layer_names import layer_of
-    from ...conversion.onnx_torch.naming import attribute_name
-
-    known = list(layer_names)
-    names = set(known)
-    found: dict[str, str] = {}
-    for node in onnx.load(onnx_path, load_external_data=False).graph.node:
-        layer = node.name if not known or node.name in names else layer_of(node.name, known)
-        found.setdefault(attribute_name(node.name), layer if layer in names else node.name)
-    return found
+    nodes = [node.name for node in onnx.load(form.path, load_external_data=False).graph.node]
+    return LayerNames(tuple(layer_names or ())).attributes(nodes)
 
 
 def module_paths_of(module: Any, layers: list[str], named: dict[str, str]) -> tuple[list[str], list[str]]:
@@ -41,8 +29,6 @@ def module_paths_of(module: Any, layers: list[str], named: dict[str, str]) -> tu
     from ONNX every submodule whose node belongs to it (``named``: path -> the plan's name; a Keras
     layer is several nodes); then the names that are no module, taken as traced ops of a
     ``forward`` (``cat``: torch.export's node name), checked once the program is exported."""
-    from ...conversion.onnx_torch.naming import attribute_name
-
     modules = dict(module.named_modules()) if hasattr(module, "named_modules") else {}
     paths, ops = [], []
     for name in layers:

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from ...conversion.pt2e import module_paths
+from ...conversion.layer_names import traced_modules
 from .ops import NOT_COMPUTE, QDQ, TAIL_OPS, WEIGHTED, op_name
 
 
@@ -17,10 +17,10 @@ def _layer(node: Any, named: dict[str, str], ops_by_name: bool = False) -> str |
     by ONNX node name on a module rebuilt from ONNX; None for an op of the model's own forward,
     or with ``ops_by_name`` (a graph before lowering, whose names ``--keep-float`` takes) its
     traced name (``cat``, ``tanh_1``)."""
-    paths = [p[len("inner."):] for p in module_paths(node) if p.startswith("inner.")]
+    paths = [p[len("inner."):] for p in traced_modules(node) if p.startswith("inner.")]
     if paths:
         return named.get(paths[-1], paths[-1])
-    return node.name if ops_by_name and any(p == "inner" for p in module_paths(node)) else None
+    return node.name if ops_by_name and any(p == "inner" for p in traced_modules(node)) else None
 
 
 def weighted_layers(graph_module: Any, named: dict[str, str]) -> list[str]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...conversion.pt2e import inside, module_paths
+from ...conversion.layer_names import inside, traced_modules
 from .ops import op_name
 
 
@@ -21,7 +21,7 @@ def xnnpack_quantizer_for(xnnpack_quantizer: type, config: Any, exported: Any, k
 
     def quantized(node: Any) -> bool:
         return (not _reads_integers(node) and node.name not in masked and node.name not in ops
-                and not any(inside(path, kept) for path in module_paths(node)))
+                and not any(inside(path, kept) for path in traced_modules(node)))
 
     base = _integer_scalars_kept(xnnpack_quantizer)
     quantizer = _filter_honoured_by_cat(base, quantized)().set_global(config(is_per_channel=True, is_dynamic=False))

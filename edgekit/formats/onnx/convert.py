@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from ...conversion import worker
-from ...conversion.layer_names import in_layer
+from ...conversion.layer_names import ONNX_NODE, LayerNames, in_layer
 from ...conversion.messages import Message, PathRequest
 from ...errors import ConversionError, EdgekitError, OTHER_ROUTES, first_line
 from ..building import MINMAX, read_samples, worst_layers
@@ -93,12 +93,16 @@ class GraphRecord(Message):
 
 
 def _layer_nodes(model: Any, layers: list[str]) -> tuple[list[tuple[str, str, str]], list[str]]:
-    """Nodes that belong to the named layers (tf2onnx keeps TF scope names: model/LAYER_1/op)."""
+    """Nodes that belong to the named layers, each with the plan's name: a node by its name or
+    scope (tf2onnx keeps TF scope names: model/LAYER_1/op), a PyTorch module by the nodes
+    exported from it (``LayerNames.resolve``)."""
     found: list[tuple[str, str, str]] = []
     missing = []
     producer = {out: n for n in model.graph.node for out in n.output}
+    names = LayerNames.of_onnx(model)
     for layer in layers:
-        nodes = [(n.name, n.op_type, layer) for n in model.graph.node if in_layer(n.name, layer)]
+        own, _ = names.resolve({layer: ""}, ONNX_NODE)
+        nodes = [(n.name, n.op_type, layer) for n in model.graph.node if any(in_layer(n.name, o) for o in own)]
         node = producer.get(layer)  # a model output named by itself: the op computing it
         while node is not None and node.op_type == "Identity" and node.input:
             node = producer.get(node.input[0])

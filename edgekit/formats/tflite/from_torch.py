@@ -154,7 +154,7 @@ def torch_layer(tensor: str, layer_names: list[str] | None = None) -> str:
     (below edgekit's wrapper: the user's model, then its submodules). The layer is the attribute
     path below the model, with the innermost module's type (``conv (Conv1d)``), or the model's
     own ``forward`` for an op written there (``Net.forward``). A module edgekit rebuilt from an
-    ONNX graph holds one submodule per ONNX node (``conversion.onnx_torch.naming``): its layer is that
+    ONNX graph holds one submodule per ONNX node (``conversion.layer_names.attribute_name``): its layer is that
     node, by its ONNX name where ``layer_names`` holds it (``/conv/Conv (Conv)``)."""
     parts = tensor.split(";")[0].split("/")
     wrapper = next((i for i, part in enumerate(parts) if part.endswith(f"{convert_torch.__name__}.<locals>.Named")), None)
@@ -166,9 +166,9 @@ def torch_layer(tensor: str, layer_names: list[str] | None = None) -> str:
         return f"{model_type}.forward"
     attributes = ".".join(attribute for _, attribute in below[1:])
     if len(below) == 2 and layer_names:
-        from ...conversion.onnx_torch.naming import original_names
+        from ...conversion.layer_names import LayerNames
 
-        attributes = original_names(layer_names).get(attributes, attributes)
+        attributes = LayerNames(tuple(layer_names)).original(attributes)
     kind = below[-1][0]
     # torch.export.unflatten's modules are all InterpreterModule: the attribute path names the layer
     return attributes if kind in UNTYPED_MODULES else f"{attributes} ({kind})"

@@ -29,7 +29,7 @@ import numpy as np
 from ...conversion import worker
 from ...conversion.messages import Message
 from ...errors import ConversionError, EdgekitError, first_line
-from ...conversion.layer_names import in_layer
+from ...conversion.layer_names import in_layer, within
 from ..building import read_samples
 from ..plan import FLOAT, INT16  # a layer's precision other than the default int8 (formats/plan.py)
 
@@ -534,7 +534,7 @@ def layer_test(namer: str, layer_names: list[str]) -> Callable[[str, str], bool]
         for part in [p for p in tensor.split(";") if "/" in p] or [tensor]:
             named = torch_layer(part, layer_names)
             path = named.split(" (")[0]
-            if layer in (named, path, part) or path.startswith(layer + "."):
+            if layer in (named, part) or within(path, layer):
                 return True
         return False
 

@@ -16,7 +16,6 @@ from typing import Any
 
 import numpy as np
 
-from ...conversion import deadline
 from ...formats import Builder, BuildContext
 from ...formats.plan import FLOAT, INT16, PrecisionPlan
 from ...conversion.worker_reuse import reusing
@@ -26,28 +25,21 @@ from .budget import Budget
 from .candidate import Candidate, improves, still_quantized
 from .fixes import named_fixes
 from .layers import fastest_plan, search_layers
+from .mode import SearchMode
 from .trial import CONFIRMATION, Trial, TrialRunner, margins
 
 
-def search(builder: Builder, first: Candidate, run: PackagingContext, remedies: Remedies = Remedies(),
-           plain_s: float = 0.0, shared_s: float = 0.0, budget: Budget | None = None,
-           max_tries: int | None = None,
-           fixed: PrecisionPlan | None = None) -> tuple[Candidate, tuple[Trial, ...]]:
-    """The search for a build that passes (``first`` failed), and the record of every try.
-    ``plain_s``: what the plain build and its measurement took (what a rebuild is expected to
-    cost); ``shared_s``: this format's share of the steps every format needed first (unused by the
-    default budget, counted in builds); ``budget``: the simulation's; ``max_tries``: at most this many builds;
-    ``fixed``: the layers never put back to int8 (default: every layer ``first`` already raises; a
-    search that goes on from its own earlier plan passes the user's, so all of it can go back)."""
-    budget = budget or Budget.for_search(run.options.search_budget_s, plain_s, run.search)
-    if max_tries is not None:
-        budget = budget.capped(max_tries)
-    budget = budget.within_share(deadline.left(), plain_s)
+def search(builder: Builder, first: Candidate, run: PackagingContext,
+           mode: SearchMode) -> tuple[Candidate, tuple[Trial, ...]]:
+    """The search for a build that passes (``first`` failed), and the record of every try; which
+    search, its remedies and its bounds are ``mode``'s. Every build it makes is counted in its
+    budget (``Budget.builds``): a caller running rounds reads the count there."""
+    budget = mode.budget(run)
     with reusing():  # the tries share converter children (already so inside a packaging run: it shares them all)
-        found = _tries(builder, first, run, remedies, budget, fixed)
+        found = _tries(builder, first, run, mode.remedies, budget, mode.fixed)
     if found.best is None:  # the package still holds the first build: tries built into scratch
         return first, _with_budget(found.trials, budget)
-    return _rebuild(builder, first, run, remedies, budget, found)
+    return _rebuild(builder, first, run, mode.remedies, budget, found)
 
 
 @dataclass
@@ -160,7 +152,7 @@ def _rebuild(builder: Builder, first: Candidate, run: PackagingContext, remedies
             progress.say(f"search {builder.name}: the plan kept fails on all {run.data.evaluation_count} samples "
                          f"({'; '.join(f.what for f in kept.failures)}); rebuilding the next plan in its place "
                          f"({chosen.plan.describe()})")
-        rebuilt = _rebuild_one(builder, first, run, remedies, found, chosen)
+        rebuilt = _rebuild_one(builder, first, run, remedies, found, chosen, budget)
         if rebuilt is None:  # nothing measured it; what the package holds is the last build measured
             break
         kept = rebuilt  # the package holds the build made last: it is the one judged and returned
@@ -177,14 +169,17 @@ def _rebuild(builder: Builder, first: Candidate, run: PackagingContext, remedies
 
 
 def _rebuild_one(builder: Builder, first: Candidate, run: PackagingContext, remedies: Remedies, found: _Found,
-                 chosen: BuildContext) -> Candidate | None:
+                 chosen: BuildContext, budget: Budget) -> Candidate | None:
     """One configuration built in full into the package, judged on every sample and, where the
     search judged on half, tested for fitting only that half; None when nothing here measures it."""
     # the report stays on where the kept build had it (a route may quantize per layer because of it)
     context = replace(chosen, trial=False, package_dir=first.context.package_dir,
                       explain_npy=first.context.explain_npy or chosen.explain_npy)
     with run.progress.step(f"search {builder.name}: building the configuration kept ({context.plan.describe()})"):
-        built = builder.build(context)
+        try:
+            built = builder.build(context)
+        finally:
+            budget.rebuilds += 1
     whole = run.measure(built, builder, context)
     if whole is None:
         return None

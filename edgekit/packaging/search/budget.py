@@ -34,6 +34,12 @@ class Budget:
     limited: bool = False  # the command's --time-limit bounds it in seconds too
     limit_bound: bool = False  # that bound stopped a try the count allowed: the outcome depended on time
     rebuild_tries: float = DEFAULT_SETTINGS.rebuild_tries  # the rebuild of the kept plan, in typical tries
+    rebuilds: int = 0  # the kept plan (and its fallbacks) built again into the package
+
+    def builds(self) -> int:
+        """Every build made under this budget: the tries, the heavier builds and the rebuilds. The
+        search's one try counter (a builder counts nothing)."""
+        return len(self.tries) + len(self.heavier) + self.rebuilds
 
     @classmethod
     def for_search(cls, given_s: float | None, plain_s: float, settings: SearchSettings = DEFAULT_SETTINGS) -> Budget:

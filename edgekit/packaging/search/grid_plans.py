@@ -119,16 +119,17 @@ class GridChecks:
             return GridOutcome(graph.plan, False, margins(first), 1)
         progress.say(f"INT8 simulation: {described} misses in the {grid.name} grid ({first.failures[0].what}); "
                      f"searching on from it there, at most {graph.judged.search.grid_tries} tries")
-        found, _ = search_rounds(builder, first, graph.judged, self.remedies, time.monotonic() - began,
-                                 tries=graph.judged.search.grid_tries, outer_s=graph.judged.search.grid_outer_s)
+        found, _, builds = search_rounds(builder, first, graph.judged, self.remedies, time.monotonic() - began,
+                                         tries=graph.judged.search.grid_tries, outer_s=graph.judged.search.grid_outer_s,
+                                         spent=1 if graph.plan is None else 2)  # plain INT8 in the grid too
         if found.failures:
-            progress.warn(f"INT8 simulation: nothing passed in the {grid.name} grid ({builder.builds} tries); its "
+            progress.warn(f"INT8 simulation: nothing passed in the {grid.name} grid ({builds} tries); its "
                           "formats build the shared outcome and search on their own artifacts")
-            return GridOutcome(graph.plan, False, margins(found), builder.builds)
+            return GridOutcome(graph.plan, False, margins(found), builds)
         plan = found.context.plan
-        progress.say(f"INT8 simulation: {plan.describe()} passes in the {grid.name} grid ({builder.builds} tries): "
+        progress.say(f"INT8 simulation: {plan.describe()} passes in the {grid.name} grid ({builds} tries): "
                      "its formats build that")
-        return GridOutcome(plan, True, margins(found), builder.builds)
+        return GridOutcome(plan, True, margins(found), builds)
 
 
     def _plain(self, builder: Any, graph: Graph) -> GridOutcome | None:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from ...conversion.layer_names import LayerNames
 from ...errors import EdgekitError
 from ...formats.building import BuildContext
 from ...formats.base import EXPLAIN
@@ -43,9 +44,9 @@ class Simulated:
     seconds: float = 0.0
     margins: dict[str, Any] = field(default_factory=dict)
     trials: tuple[Trial, ...] = ()
-    # ONNX node -> its PyTorch module, where the simulated graph was exported from PyTorch: the plan
-    # in the vocabulary of the routes that convert the PyTorch program itself
-    module_paths: dict[str, str] = field(default_factory=dict)
+    # the simulated graph's layer names (the plan's vocabulary, each ONNX node's PyTorch module where it
+    # was exported from PyTorch): what carries the plan into each route's names (``LayerNames.resolve``)
+    names: LayerNames = field(default_factory=LayerNames)
     # plan layer -> its relative compute (``simulation/costs.py``): what the searches weigh layers by
     costs: dict[str, float] = field(default_factory=dict)
     # where cross-layer equalization repaired plain INT8 (``simulation/equalize.py``): the graph it
@@ -96,24 +97,10 @@ class Simulated:
         return (self.equalized.get("margins") or self.margins) if equalized else self.margins
 
     def costs_for(self, route: Any) -> tuple[dict[str, float], tuple[tuple[str, str, float], ...]]:
-        """The layers' costs and links in the names of ``route``'s form: by module where the route
-        converts the PyTorch program itself (a module weighs the ONNX nodes it became), so that
-        format's own search weighs its layers too, instead of taking every name for the median."""
-        from ...simulation import OP_PREFIX
-
-        if not (converts_torch_program(route) and self.module_paths):
-            return dict(self.costs), self.links
-        named = {node: path.removeprefix(OP_PREFIX) for node, path in self.module_paths.items() if path}
-        costs: dict[str, float] = {}
-        for layer, cost in self.costs.items():
-            if layer in named:
-                costs[named[layer]] = costs.get(named[layer], 0.0) + cost
-        links: dict[tuple[str, str], float] = {}
-        for a, b, elements in self.links:
-            pair = (named.get(a, ""), named.get(b, ""))
-            if all(pair) and pair[0] != pair[1]:
-                links[pair] = links.get(pair, 0.0) + elements
-        return costs, tuple((a, b, e) for (a, b), e in links.items())
+        """The layers' costs and links in the names of ``route``'s form (a module weighs the ONNX
+        nodes it became), so that format's own search weighs its layers too, instead of taking
+        every name for the median."""
+        return self.names.resolve_costs(self.costs, self.links, route.names)
 
     def builds_equalized(self, model: Any) -> bool:
         """Whether ``model`` (a format's form) is an equalized one (``model_for``)."""
@@ -132,7 +119,7 @@ class Simulated:
             return context
         found = (self.plan_for(grid, equalized=True) if grid is not None else self.equalized.get("plan")) \
             or PrecisionPlan()
-        plan, _ = placed(found.layers, route, user, self.module_paths)
+        plan, _ = placed(found.layers, route, user, self.names)
         return context if plan == context.plan else context.with_plan(plan)
 
     def record(self, real: dict[str, Any] | None = None, shipped: dict[str, Any] | None = None, grid: Any = None,
@@ -265,16 +252,16 @@ def simulated_plan(planned: list[Any], context: BuildContext, described: Any, st
                      f"({len(record['pairs'])} convolution pairs rescaled, the float function unchanged) it passes "
                      f"every gate ({time.monotonic() - began:.0f} s): the formats that convert this graph build it "
                      "equalized, every layer int8")
-        record = {**record, "forms": SourceForms(record, described, sim_context, builder.module_paths, progress)}
+        record = {**record, "forms": SourceForms(record, described, sim_context, builder.names.module_paths, progress)}
         grids = GridChecks({True: graph_of(repaired[0], repaired[1].context, repaired[3], None,
                                            margins(repaired[1]))}, remedies)
         return Simulated(None, True, 2, time.monotonic() - began, margins(repaired[1]),
-                         module_paths=builder.module_paths, costs=builder.costs, equalized=record, links=builder.links,
+                         names=builder.names, costs=builder.costs, equalized=record, links=builder.links,
                          grids=grids)
     if not failures:
         progress.say(f"INT8 simulation: plain INT8 passes every gate ({time.monotonic() - began:.0f} s): every format "
                      "builds it")
-        return Simulated(None, True, 1, time.monotonic() - began, margins(first), module_paths=builder.module_paths,
+        return Simulated(None, True, 1, time.monotonic() - began, margins(first), names=builder.names,
                          costs=builder.costs, links=builder.links,
                          grids=GridChecks({False: graph_of(builder, sim_context, judged, None, margins(first))}, remedies))
     progress.say(f"INT8 simulation: plain INT8 fails ({failures[0].what}); searching the precision plan on the "
@@ -290,14 +277,13 @@ def _searched(builder: Any, first: Any, sim_context: BuildContext, judged: Packa
     from .trial import margins
 
     progress = judged.progress
-    found, trials = search_rounds(builder, first, judged, remedies, time.monotonic() - began)
+    found, trials, tries = search_rounds(builder, first, judged, remedies, time.monotonic() - began)
     weigh = LayerCosts(builder.costs, builder.links, judged.search.boundary_cost)
     equalized = _equalized_plan(repaired, found, remedies, weigh, began) if repaired else {}
     if equalized:
-        equalized = {**equalized, "forms": SourceForms(equalized, described, sim_context, builder.module_paths,
+        equalized = {**equalized, "forms": SourceForms(equalized, described, sim_context, builder.names.module_paths,
                                                        progress)}
     seconds = time.monotonic() - began
-    tries = builder.builds
     graphs = {True: graph_of(repaired[0], repaired[1].context, repaired[3], equalized["plan"], equalized["margins"])} \
         if equalized and repaired is not None else {}
     if not found.failures:
@@ -306,13 +292,13 @@ def _searched(builder: Any, first: Any, sim_context: BuildContext, judged: Packa
     if found.failures:
         progress.warn(f"INT8 simulation: no plan passed in {tries} tries ({seconds:.0f} s; best "
                       f"{found.context.plan.describe()}: {found.failures[0].what}); each format searches on its own")
-        return Simulated(None, False, tries, seconds, margins(found), trials, builder.module_paths,
+        return Simulated(None, False, tries, seconds, margins(found), trials, builder.names,
                          builder.costs, equalized, links=builder.links, grids=grids)
     plan = found.context.plan
     compute = weigh.describe(plan.layers)
     progress.say(f"INT8 simulation: {plan.describe()}{f' ({compute} out of int8)' if compute else ''} passes every "
                  f"gate ({tries} tries, {seconds:.0f} s): every format whose route honours per-layer precision builds it")
-    return Simulated(plan, True, tries, seconds, margins(found), trials, builder.module_paths, builder.costs,
+    return Simulated(plan, True, tries, seconds, margins(found), trials, builder.names, builder.costs,
                      equalized, links=builder.links, grids=grids)
 
 
@@ -376,7 +362,7 @@ def _equalized_plan(repaired: tuple[Any, Any, dict[str, Any], PackagingContext],
     builder, plain, record, run = repaired
     run.progress.say("INT8 simulation: cross-layer equalization brings plain INT8 closer "
                      f"({len(record['pairs'])} convolution pairs rescaled): searching its plan too")
-    other, _ = search_rounds(builder, plain, run, remedies, time.monotonic() - began)
+    other = search_rounds(builder, plain, run, remedies, time.monotonic() - began).found
     if other.failures:
         return {}
     if not found.failures and weigh.total(other.context.plan.layers) >= weigh.total(found.context.plan.layers):
@@ -391,42 +377,24 @@ def _equalized_plan(repaired: tuple[Any, Any, dict[str, Any], PackagingContext],
 def for_format(simulated: Simulated | None, context: BuildContext, route: Any,
                grid: Any = None) -> tuple[BuildContext, list[str]]:
     """The context a format builds first: the simulated plan on top of the user's, where its route
-    honours per-layer precision, in the names of the route's form; also the plan's layers the
-    route cannot name, left out. A route that converts the PyTorch program itself names layers
-    by module: each ONNX node of the plan becomes its module (``Simulated.module_paths``), and an
-    op written in a ``forward`` its traced name where the route keeps such an op in float
-    (``Route.names_ops``)."""
+    honours per-layer precision, in the names of the route's form (``LayerNames.resolve``: by
+    module where the route converts the PyTorch program itself, an op written in a ``forward`` by
+    its traced name where the route keeps such an op in float); also the plan's layers the route
+    cannot name, left out."""
     if simulated is None or FLOAT not in route.honours:
         return context, []
     found = simulated.plan_for(grid) if grid is not None else simulated.plan
     if found is None:
         return context, []
-    plan, unnamed = placed(found.layers, route, context.plan, simulated.module_paths)
+    plan, unnamed = placed(found.layers, route, context.plan, simulated.names)
     return (context if plan == context.plan else context.with_plan(plan)), unnamed
 
 
-def placed(layers: Any, route: Any, plan: PrecisionPlan, module_paths: dict[str, str]) -> tuple[PrecisionPlan, list[str]]:
+def placed(layers: Any, route: Any, plan: PrecisionPlan, names: LayerNames) -> tuple[PrecisionPlan, list[str]]:
     """``plan`` with the simulated plan's ``layers`` (name -> precision) on top, in the names of
-    ``route``'s form (by module where it converts the PyTorch program), and the layers it cannot name."""
-    from ...simulation import OP_PREFIX
-
-    honours = route.honours
-    by_module = converts_torch_program(route) and bool(module_paths)
-    unnamed: list[str] = []
-    for layer, precision in layers.items():
-        if by_module:
-            named = module_paths.get(layer, "")
-            if not named or (named.startswith(OP_PREFIX) and not route.names_ops):
-                unnamed.append(layer)
-                continue
-            layer = named.removeprefix(OP_PREFIX)
+    ``route``'s form, and the layers it cannot name."""
+    own, unnamed = names.resolve(layers, route.names, route.names_ops)
+    for layer, precision in own.items():
         if layer not in plan:
-            plan = plan.raised([layer], precision if precision != "int16" or "int16" in honours else "float")
+            plan = plan.raised([layer], precision if precision != "int16" or "int16" in route.honours else "float")
     return plan, unnamed
-
-
-def converts_torch_program(route: Any) -> bool:
-    """Whether the route's converter takes the user's own PyTorch program (it names layers by module)."""
-    from ...conversion.forms import TORCH_PROGRAM
-
-    return route.form == TORCH_PROGRAM and not route.steps

@@ -1,0 +1,80 @@
+"""The one translator of layer names: a plan in the source's vocabulary, resolved into each kind of
+name a converter takes, with what it cannot name said rather than dropped."""
+
+from __future__ import annotations
+
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from edgekit.conversion.layer_names import (MODULE, ONNX_NODE, SCOPE, LayerNames, attribute_name, in_layer,
+                                            onnx_module_paths, stable_node_name)
+
+TORCH_EXPORT = LayerNames(module_paths={"node_conv2d": "stem.0", "node_relu": "stem.2", "node_conv2d_1": "block.0",
+                                        "node_add": "op:add", "node_mean": ""})
+
+
+def test_a_pytorch_module_names_the_onnx_nodes_exported_from_it():
+    own, unplaced = TORCH_EXPORT.resolve({"stem": "float", "block.0": "int16"}, ONNX_NODE)
+    assert own == {"node_conv2d": "float", "node_relu": "float", "node_conv2d_1": "int16"} and not unplaced
+    # a node names itself; a name no module holds goes to the converter as given (a scope, a Keras layer)
+    assert TORCH_EXPORT.resolve({"node_add": "float", "dense_1": "float"}, ONNX_NODE)[0] == {
+        "node_add": "float", "dense_1": "float"}
+
+
+def test_an_onnx_node_becomes_its_module_and_an_op_of_a_forward_only_where_the_converter_names_ops():
+    plan = {"node_conv2d": "float", "node_add": "float", "node_mean": "float"}
+    own, unplaced = TORCH_EXPORT.resolve(plan, MODULE)
+    assert own == {"stem.0": "float"} and unplaced == ["node_add", "node_mean"]
+    own, unplaced = TORCH_EXPORT.resolve(plan, MODULE, names_ops=True)
+    assert own == {"stem.0": "float", "add": "float"} and unplaced == ["node_mean"]
+    # the user's own module path on a PyTorch source stays what it is
+    assert TORCH_EXPORT.resolve({"block": "float"}, MODULE) == ({"block": "float"}, [])
+
+
+def test_scopes_pass_as_given_and_match_the_converted_names():
+    assert LayerNames(("conv2",)).resolve({"conv2": "float"}, SCOPE) == ({"conv2": "float"}, [])
+    assert in_layer("model/conv2_1/Conv2D;model/conv2_1/BiasAdd", "conv2")
+    assert not in_layer("model/conv21/Conv2D", "conv2")
+    assert in_layer("model_1_conv2_1_BiasAdd", "conv2", separator="_")  # Core ML writes scopes with '_'
+    with pytest.raises(ValueError, match="unknown layer name kind"):
+        LayerNames().resolve({"x": "float"}, "tflite")
+
+
+def test_costs_follow_the_names_they_become():
+    costs, links = TORCH_EXPORT.resolve_costs({"node_conv2d": 9.0, "node_relu": 1.0, "node_add": 2.0},
+                                              [("node_conv2d", "node_relu", 4.0), ("node_relu", "node_add", 4.0)],
+                                              MODULE)
+    assert costs == {"stem.0": 9.0, "stem.2": 1.0, "add": 2.0}
+    assert links == (("stem.0", "stem.2", 4.0), ("stem.2", "add", 4.0))
+
+
+def test_plan_layers_and_rebuilt_submodules_read_back_in_the_sources_names():
+    keras = LayerNames(("conv2", "dense"))
+    assert keras.plan_layer("model/conv2_1/Conv2D") == "conv2" and keras.plan_layer("model/flatten/Reshape") == ""
+    assert LayerNames().plan_layer("/conv/Conv") == "/conv/Conv"  # no layer list: the node is the layer
+    assert keras.attributes(["model/conv2/Conv2D", "model/dense/MatMul"]) == {
+        "model_conv2_Conv2D": "conv2", "model_dense_MatMul": "dense"}
+    onnx_source = LayerNames(("/conv/Conv", "forward"))
+    assert onnx_source.original(attribute_name("/conv/Conv")) == "/conv/Conv"
+    assert attribute_name("forward") == "forward_" and attribute_name("3x") == "n3x"
+
+
+def test_a_torch_export_records_its_modules_and_unnamed_nodes_get_stable_names():
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])
+    relu = helper.make_node("Relu", ["x"], ["r"], name="node_relu")
+    relu.metadata_props.add(key="pkg.torch.onnx.name_scopes", value="['', 'block', 'relu']")
+    neg = helper.make_node("Neg", ["r"], ["y"], name="node_neg")
+    neg.metadata_props.add(key="pkg.torch.onnx.name_scopes", value="['', 'neg']")
+    graph = helper.make_graph([relu, neg], "g", [x], [y])
+    assert onnx_module_paths(helper.make_model(graph)) == {"node_relu": "block", "node_neg": "op:neg"}
+    plain = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g", [x], [y])
+    assert onnx_module_paths(helper.make_model(plain)) == {}  # another exporter: no modules
+    assert stable_node_name("Relu", 0) == "Relu_0"
+
+    from edgekit.sources.onnx_rewrite import name_nodes
+
+    model = helper.make_model(plain)
+    assert name_nodes(model) == 1 and model.graph.node[0].name == "Relu_0"
+    onnx.checker.check_model(model)
