@@ -136,13 +136,93 @@ class DataRecord(NamedTuple):
         return self._asdict()
 
 
+class MeasuredRecord(NamedTuple):
+    """One artifact's numbers against the float model, as the manifest records them: the summary
+    comparison (the worst output's: ``sqnr_db``, ``cosine``, ``top1_agreement``, ``accuracy``...),
+    each output's where there are several, each output's task metrics, the user's ``--metric``,
+    how and where it was judged, and the same numbers measured otherwise (as quantized without
+    this CPU's fused kernels, on this CPU, the format's float conversion, against a quantized
+    source's float model). A comparison's and a task's own records stay as written."""
+
+    summary: Mapping[str, Any] = EMPTY  # the summary comparison's numbers (and any other top-level number)
+    # (None: the record holds no such entry; a record read and written again keeps what it held)
+    outputs: Mapping[str, Mapping[str, Any]] | None = None  # output -> its comparison, where there are several
+    tasks: Mapping[str, Mapping[str, Any]] | None = None  # output -> its task metrics, verdict and evidence
+    metric: Mapping[str, Any] | None = None  # the --metric function's result
+    measured_by: str | None = None
+    judged_by: str | None = None
+    quantization: Mapping[str, Any] | None = None  # as quantized: the QDQ graph without int8 kernel fusion
+    on_this_cpu: Mapping[str, Any] | None = None  # this CPU's fused int8 kernels, where judged as quantized
+    float_conversion: Mapping[str, Any] | None = None  # the format's float model against the source
+    against_float_reference: "MeasuredRecord | None" = None  # a quantized source's float model (--float-reference)
+
+    # in the order the packager writes them (``packaging/record.measured_record``)
+    _NAMED = ("outputs", "measured_by", "tasks", "metric", "quantization", "judged_by", "on_this_cpu",
+              "against_float_reference", "float_conversion")
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "MeasuredRecord":
+        against = data.get("against_float_reference")
+        return cls(
+            summary={k: v for k, v in data.items() if k not in cls._NAMED},
+            outputs=data.get("outputs"), tasks=data.get("tasks"), metric=data.get("metric"),
+            measured_by=data.get("measured_by"), judged_by=data.get("judged_by"),
+            quantization=data.get("quantization"), on_this_cpu=data.get("on_this_cpu"),
+            float_conversion=data.get("float_conversion"),
+            against_float_reference=cls.from_dict(against) if isinstance(against, Mapping) else against)
+
+    def to_dict(self) -> dict[str, Any]:
+        found: dict[str, Any] = dict(self.summary)
+        for name in self._NAMED:
+            value = getattr(self, name)
+            if value is not None:
+                found[name] = value.to_dict() if isinstance(value, MeasuredRecord) else \
+                    dict(value) if isinstance(value, Mapping) else value
+        return found
+
+    def __bool__(self) -> bool:
+        return bool(self.summary) or any(getattr(self, name) is not None for name in self._NAMED)
+
+    def number(self, key: str) -> Any:
+        """A number of the summary comparison (``sqnr_db``, ``accuracy``, ``accuracy_drop_pp``)."""
+        return self.summary.get(key)
+
+    @property
+    def sqnr_db(self) -> float | None:
+        return self.summary.get("sqnr_db")
+
+    @property
+    def accuracy(self) -> float | None:
+        return self.summary.get("accuracy")
+
+    @property
+    def top1_agreement(self) -> float | None:
+        return self.summary.get("top1_agreement")
+
+    @property
+    def cosine(self) -> float | None:
+        return self.summary.get("cosine")
+
+    @property
+    def accuracy_drop_pp(self) -> float | None:
+        return self.summary.get("accuracy_drop_pp")
+
+    def per_output(self) -> Mapping[str, Mapping[str, Any]]:
+        """Each output's comparison; the summary alone (under "") for a one-output model."""
+        return self.outputs or {"": self.summary}
+
+    def task_records(self) -> Mapping[str, Mapping[str, Any]]:
+        """Each output's task metrics (empty where none was judged by its task)."""
+        return self.tasks or {}
+
+
 class ArtifactRecord(NamedTuple):
     """One artifact against the float model."""
 
     measured: bool = True
     reason: str = ""  # why it was not measured
     verdict: Verdict = Verdict.PASSED
-    metrics: Mapping[str, Any] = EMPTY  # the summary comparison and the details (outputs, tasks, ...)
+    metrics: MeasuredRecord = MeasuredRecord()  # what was measured (the summary comparison, outputs, tasks, ...)
     gates: tuple[GateRecord, ...] = ()  # each failed gate
     notes: tuple[str, ...] = ()
     auto_fix: tuple[Mapping[str, Any], ...] = ()  # --auto-fix attempts
@@ -160,7 +240,7 @@ class ArtifactRecord(NamedTuple):
             Verdict.of(measured, data.get("passed") is False, bool(undecided))
         return cls(
             measured=measured, reason=str(data.get("reason", "")), verdict=verdict,
-            metrics={k: v for k, v in data.items() if k not in known},
+            metrics=MeasuredRecord.from_dict({k: v for k, v in data.items() if k not in known}),
             gates=tuple(GateRecord.from_dict(g) for g in data.get("gates") or ()),
             notes=tuple(str(n) for n in data.get("notes") or ()), auto_fix=tuple(data.get("auto_fix") or ()),
             undecided=undecided, recorded=recorded or not measured,
@@ -169,7 +249,7 @@ class ArtifactRecord(NamedTuple):
     def to_dict(self) -> dict[str, Any]:
         if not self.measured:
             return {"measured": False, "reason": self.reason}
-        found: dict[str, Any] = {"measured": True, **self.metrics, "gates": [g.to_dict() for g in self.gates]}
+        found: dict[str, Any] = {"measured": True, **self.metrics.to_dict(), "gates": [g.to_dict() for g in self.gates]}
         if self.recorded:  # an older record without a verdict stays as it was
             found["passed"] = self.passed
             found["verdict"] = self.verdict.value
@@ -217,11 +297,22 @@ class ArtifactRecord(NamedTuple):
         return [g.what for g in self.gates] or ["validation"]
 
     def get(self, key: str, default: Any = None) -> Any:
-        """A measured number or detail by its manifest key (``sqnr_db``, ``accuracy``, ``outputs``)."""
-        return self.metrics.get(key, default)
+        """A measured number or detail by its manifest key (``sqnr_db``, ``accuracy``, ``outputs``), as
+        the manifest writes it (for scripts reading records; edgekit reads ``metrics``' fields)."""
+        return self.metrics.to_dict().get(key, default)
 
 
 NO_RECORD = ArtifactRecord(recorded=False)  # an artifact a record does not list (an older manifest's)
+
+
+def _package_verdict(data: Mapping[str, Any]) -> Verdict:
+    """A stored package verdict, from its ``passed`` (null: nothing measured) and its ``state`` (a
+    null ``passed`` whose state is "not decidable": a pass the sample cannot support)."""
+    if data.get("state") == Verdict.NOT_DECIDABLE.value and data.get("passed") is None:
+        return Verdict.NOT_DECIDABLE
+    if "passed" in data and data["passed"] is None:
+        return Verdict.UNVERIFIED
+    return Verdict.REFUSED if data.get("passed", True) is False else Verdict.PASSED
 
 
 class ValidationRecord(NamedTuple):
@@ -231,9 +322,10 @@ class ValidationRecord(NamedTuple):
     float_accuracy: float | None = None
     max_accuracy_drop_pp: float | None = None
     min_sqnr_db: float | None = None
-    passed: bool | None = True  # None: nothing measured, or a pass the sample cannot support (``decided``)
+    # the package's verdict (the manifest's ``state``, and ``passed``: true, false, or null where nothing
+    # was measured or a pass the sample cannot support is not decided)
+    verdict: Verdict = Verdict.PASSED
     artifacts: Mapping[str, ArtifactRecord] = EMPTY
-    decided: bool = True  # False: no gate failed, but a pass could not be decided on this sample
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None) -> "ValidationRecord":
@@ -243,9 +335,8 @@ class ValidationRecord(NamedTuple):
             data=DataRecord.from_dict(data.get("data") or {}),
             float_accuracy=(data.get("float") or {}).get("accuracy"),
             max_accuracy_drop_pp=data.get("max_accuracy_drop_pp"), min_sqnr_db=data.get("min_sqnr_db"),
-            passed=None if "passed" in data and data["passed"] is None else data.get("passed", True) is not False,
+            verdict=_package_verdict(data),
             artifacts={key: ArtifactRecord.from_dict(record) for key, record in (data.get("artifacts") or {}).items()},
-            decided=data.get("state") != "not decidable",
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -270,9 +361,12 @@ class ValidationRecord(NamedTuple):
         """The package's verdict: a package none of whose artifacts could be run where it was built
         has none (not measured), and one whose passes rest on too few samples has none yet (not
         decidable); each says so rather than passing."""
-        if self.passed is None and not self.decided:
-            return Verdict.NOT_DECIDABLE
-        return {True: Verdict.PASSED, False: Verdict.REFUSED, None: Verdict.UNVERIFIED}[self.passed]
+        return self.verdict
+
+    @property
+    def passed(self) -> bool | None:
+        """The manifest's ``passed``: true, false, or null (not measured, or not decided)."""
+        return self.verdict.passed
 
     def artifact(self, key: str) -> "ArtifactRecord":
         """The record of an artifact; an empty one (passed, nothing measured) when there is none."""

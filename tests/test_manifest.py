@@ -102,7 +102,7 @@ def test_the_validation_record_reads_old_manifests_and_writes_the_same_json():
     assert record.min_sqnr_db is None and record.kinds == {} and record.passed
     tflite = record.artifact("tflite")
     assert tflite.measured and tflite.passed is None and not tflite.failed and tflite.failed_gates() is None
-    assert tflite.get("sqnr_db") == 31.2 and tflite.metrics["accuracy"] == 0.975
+    assert tflite.get("sqnr_db") == 31.2 and tflite.metrics.accuracy == 0.975
     assert not record.artifact("coreml").measured and "macOS" in record.artifact("coreml").reason
     assert record.artifact("absent") == ArtifactRecord(recorded=False)
     written = record.to_dict()

@@ -745,3 +745,29 @@ def test_every_route_declares_the_layer_names_its_converter_takes():
     by = {(r.source_kind, r.format, r.steps[-1].name if r.steps else ""): r.names for r in table}
     assert by[("torch_export", "executorch", "")] == MODULE  # the program itself, by module
     assert by[("onnx", "executorch", "onnx-to-torch")] == ONNX_NODE  # the rebuild's submodules are ONNX nodes
+
+
+def test_measurement_is_typed_across_the_child_boundary_and_in_the_record():
+    """The packager's own children (loading the model, its float reference, running and timing
+    artifacts) go through ``worker.convert`` with ``Message``s like every converter step; no
+    kwargs-JSON call is left outside the worker. An artifact's numbers are a ``MeasuredRecord`` and
+    the package's verdict one ``Verdict`` field, not a ``passed`` + ``decided`` pair."""
+    from edgekit.validation_record import ArtifactRecord, MeasuredRecord, ValidationRecord, Verdict
+
+    calls = [f"{p.relative_to(ROOT)}:{n.lineno}" for p in PACKAGE.rglob("*.py")
+             if p.name != "worker.py" for n in ast.walk(parsed(p))
+             if isinstance(n, ast.Call) and ast.unparse(n.func) == "worker.call"]
+    assert not calls, calls
+    assert "verdict" in ValidationRecord._fields and not {"passed", "decided"} & set(ValidationRecord._fields)
+    assert ValidationRecord.__annotations__["verdict"] is Verdict
+    assert ArtifactRecord.__annotations__["metrics"] is MeasuredRecord
+
+
+def test_the_onnx_builder_leaves_graph_work_to_its_children():
+    """The ONNX builder (parent side) never loads an ONNX graph: its precision read-back, the float
+    model put in a build's place and the float fallback's whole file are child steps."""
+    tree = parsed(PACKAGE / "formats" / "onnx" / "builder.py")
+    loads = [ast.unparse(n) for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))
+             and any(a.name == "onnx" for a in n.names)]
+    loads += [ast.unparse(n) for n in ast.walk(tree) if isinstance(n, ast.Call) and ast.unparse(n.func) == "onnx.load"]
+    assert not loads, loads

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from ..device.runtime import Model
+from ..validation_record import MeasuredRecord
 
 CHUNK = 32  # samples per call: a batch every artifact takes without growing its arena much
 
@@ -73,7 +74,8 @@ def agreement_with_float(model: Model, float_model: Model, data: str) -> dict[st
     record = model.manifest.validation
     max_drop = record.max_accuracy_drop_pp if record.max_accuracy_drop_pp is not None else 1.0
     min_sqnr = record.min_sqnr_db if record.min_sqnr_db is not None else 20.0
-    packaged = (record.to_dict().get("artifacts") or {}).get(model.artifact.key) or {}
+    artifact = record.artifact(model.artifact.key)
+    packaged = artifact.metrics if artifact.measured else None
     outputs: dict[str, Any] = {}
     for name in model.output_names:
         known = record.kinds.get(name)
@@ -96,12 +98,12 @@ def agreement_with_float(model: Model, float_model: Model, data: str) -> dict[st
             "outputs": outputs, "passed": all(verdicts) if verdicts else None}
 
 
-def _packaged_output(packaged: dict[str, Any], name: str, outputs: int) -> dict[str, Any] | None:
+def _packaged_output(packaged: MeasuredRecord | None, name: str, outputs: int) -> dict[str, Any] | None:
     """What packaging measured for output ``name`` (against the source model): its SQNR and task values."""
     if not packaged:
         return None
-    per_output = (packaged.get("outputs") or {}).get(name) or (packaged if outputs == 1 else {})
-    task = (packaged.get("tasks") or {}).get(name) or {}
+    per_output = (packaged.outputs or {}).get(name) or (packaged.summary if outputs == 1 else {})
+    task = packaged.task_records().get(name) or {}
     return {"sqnr_db": _finite(per_output.get("sqnr_db")), "values": dict(task.get("values") or {}),
             "passed": task.get("passed")}
 

@@ -149,7 +149,7 @@ def _accuracy(manifest: Any, key: str, measured: Mapping[str, Any] | None) -> di
     """Accuracy measured here and at packaging; the change is what this device loses (or gains)."""
     record = manifest.validation.artifact(key)  # the package's record: its verdict as decided when it was built
     here = (measured or {}).get("accuracy")
-    built = record.get("accuracy")
+    built = record.metrics.accuracy
     # a change is this device's loss only on the samples packaging judged: other data (another split,
     # other labels, mislabelled files) differ by what the data hold, not by what the device computes
     packaged_on = manifest.validation.data.sha256

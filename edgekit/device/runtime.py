@@ -133,7 +133,7 @@ def verdict_holds_here(manifest: Manifest, key: str, backend: str, facts: Device
     build judged as quantized (for devices that compute it exactly) that ``backend`` would run here
     on int8 kernels which saturate (the format's ``DeviceRules``: ONNX Runtime on x86 without VNNI,
     8-bit weights)."""
-    judged = str(manifest.validation.artifact(key).get("judged_by") or "")
+    judged = manifest.validation.artifact(key).metrics.judged_by or ""
     fmt = FORMATS.get(manifest.artifact(key).format)
     if not judged.startswith("as quantized") or fmt is None:
         return True

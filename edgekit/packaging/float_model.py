@@ -102,7 +102,7 @@ def source_against_float(options: PackageOptions, reference: dict[str, np.ndarra
                                "--float-reference (the artifacts are then judged against the quantized source alone)")
     given = options.float_reference or ""
     return {"file": Path(given).name, "sha256": sha256_tree(model_file(given)),
-            "source_against_it": measured_record(measured, None)}
+            "source_against_it": measured_record(measured, None).to_dict()}
 
 
 FAR_SQNR_DB = 3.0  # below it the difference from the float model is about as large as the signal itself

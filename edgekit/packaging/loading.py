@@ -14,6 +14,7 @@ from ..conversion import worker
 from ..errors import EdgekitError
 from ..progress import Progress
 from ..sources import Source
+from ..sources.child_steps import LoadRequest, ReferenceRequest, load_in_child, reference_in_child
 from ..sources.description import SourceDescription
 from .data import PreparedData
 from .options import PackageOptions
@@ -38,15 +39,10 @@ def load_source(source: Source, kind: str, options: PackageOptions, work: Path, 
         progress.warn(f"loading {options.model} {runs}; package only models from sources you trust "
                       "(README: Security model)")
     with progress.step(f"Loading {kind} model {options.model}"):
-        described = worker.call(
-            source.prepare,
-            what="loading the model",
-            timeout=options.step_timeout_s,
-            model_path=model,
-            kind=kind,
-            export_dir=str(work / "saved_model"),
-            hints=hints or {},
-        )
+        described = worker.convert(load_in_child, LoadRequest(
+            prepare=worker.reference(source.prepare), model_path=model, kind=kind,
+            export_dir=str(work / "saved_model"), hints=dict(hints or {})),
+            what="loading the model", timeout=options.step_timeout_s).described
     return LoadedSource(source, kind, SourceDescription.from_dict(described))
 
 
@@ -56,9 +52,9 @@ def float_reference(loaded: LoadedSource, data: PreparedData, work: Path, progre
     inputs, outputs = work / "eval_inputs.npz", work / "reference.npz"
     np.savez(inputs, **data.evaluation)
     with progress.step(f"Float reference outputs on {data.evaluation_count} samples"):
-        worker.call(reference_runner(loaded.source), what="running the float model", timeout=timeout_s,
-                    prepared=loaded.described.raw,
-                    inputs_npz=str(inputs), output_npz=str(outputs))
+        worker.convert(reference_in_child, ReferenceRequest(
+            runner=worker.reference(reference_runner(loaded.source)), prepared=loaded.described.raw,
+            inputs_npz=str(inputs), output_npz=str(outputs)), what="running the float model", timeout=timeout_s)
     with np.load(outputs) as stored:
         found = {name: stored[name].astype(np.float32) for name in stored.files}
     expected = loaded.described.output_names

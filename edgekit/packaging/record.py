@@ -12,7 +12,7 @@ from .data import PreparedData
 from .gates import GateFailure
 from .options import PackageOptions
 from .preflight import MIN_VALIDATION_SAMPLES
-from ..validation_record import ArtifactRecord, DataRecord, GateRecord, ValidationRecord, Verdict
+from ..validation_record import ArtifactRecord, DataRecord, GateRecord, MeasuredRecord, ValidationRecord, Verdict
 from .validate import Measured, silent_outputs
 from .verdict import undecided as undecided_gates
 
@@ -70,55 +70,34 @@ def validation_record(
         min_sqnr_db=options.min_sqnr_db,
         # nothing measured is its own state: no artifact passed a gate it was never put to; a pass the
         # sample cannot support is not decided (passed null, state "not decidable")
-        passed=_package_passed(artifacts, failures),
-        decided=not any(a.undecided for a in artifacts.values()) or any(failures.values()),
+        verdict=Verdict.of(any(a.measured for a in artifacts.values()), any(failures.values()),
+                           any(a.undecided for a in artifacts.values())),
         artifacts=artifacts,
     )
 
 
-def _package_passed(artifacts: dict[str, ArtifactRecord], failures: dict[str, list[GateFailure]]) -> bool | None:
-    if not any(a.measured for a in artifacts.values()):
-        return None
-    if any(failures.values()):
-        return False
-    return None if any(a.undecided for a in artifacts.values()) else True
-
-
-def measured_record(comparison: Measured, measured_by: str | None) -> dict[str, Any]:
+def measured_record(comparison: Measured, measured_by: str | None) -> MeasuredRecord:
     """One artifact's numbers as the manifest records them."""
-    found: dict[str, Any] = dict(comparison.summary.to_dict())
-    if len(comparison.outputs) > 1:
-        found["outputs"] = {o: c.to_dict() for o, c in comparison.outputs.items()}
-    if measured_by:
-        found["measured_by"] = measured_by
-    if comparison.tasks:
-        found["tasks"] = {o: t.to_dict() for o, t in comparison.tasks.items()}
-    if comparison.metric is not None:
-        found["metric"] = comparison.metric.to_dict()
-    if comparison.quantization:
+    def compared(evaluated: str, found: dict[str, Any]) -> dict[str, Any]:
+        return {"evaluated": evaluated, "sqnr_db": min(c.sqnr_db for c in found.values()),
+                "outputs": {o: c.to_dict() for o, c in found.items()}}
+
+    return MeasuredRecord(
+        summary=dict(comparison.summary.to_dict()),
+        outputs={o: c.to_dict() for o, c in comparison.outputs.items()} if len(comparison.outputs) > 1 else None,
+        measured_by=measured_by or None,
+        tasks={o: t.to_dict() for o, t in comparison.tasks.items()} if comparison.tasks else None,
+        metric=comparison.metric.to_dict() if comparison.metric is not None else None,
         # the quantization itself (no int8 kernel fusion) next to this CPU's fused kernels above
-        found["quantization"] = {
-            "evaluated": "QDQ graph with graph optimizations off (no int8 kernel fusion)",
-            "sqnr_db": min(c.sqnr_db for c in comparison.quantization.values()),
-            "outputs": {o: c.to_dict() for o, c in comparison.quantization.items()},
-        }
-    if comparison.judged_by:
-        found["judged_by"] = comparison.judged_by
-    if comparison.on_this_cpu:
+        quantization=compared("QDQ graph with graph optimizations off (no int8 kernel fusion)",
+                              comparison.quantization) if comparison.quantization else None,
+        judged_by=comparison.judged_by or None,
         # judged as quantized: what the build machine's own fused kernels gave, for information
-        found["on_this_cpu"] = {
-            "evaluated": f"this CPU's fused int8 kernels ({comparison.kernels}); not the verdict",
-            "sqnr_db": min(c.sqnr_db for c in comparison.on_this_cpu.values()),
-            "outputs": {o: c.to_dict() for o, c in comparison.on_this_cpu.items()},
-        }
-    if comparison.against_float is not None:
+        on_this_cpu=compared(f"this CPU's fused int8 kernels ({comparison.kernels}); not the verdict",
+                             comparison.on_this_cpu) if comparison.on_this_cpu else None,
         # a quantized source's float model (--float-reference): the same outputs judged against it
-        found["against_float_reference"] = measured_record(comparison.against_float, None)
-    if comparison.conversion:
+        against_float_reference=measured_record(comparison.against_float, None)
+        if comparison.against_float is not None else None,
         # the float model this format converted, before quantization, vs the source
-        found["float_conversion"] = {
-            "evaluated": comparison.conversion_by,
-            "sqnr_db": min(c.sqnr_db for c in comparison.conversion.values()),
-            "outputs": {o: c.to_dict() for o, c in comparison.conversion.items()},
-        }
-    return found
+        float_conversion=compared(comparison.conversion_by, comparison.conversion) if comparison.conversion else None,
+    )

@@ -10,10 +10,12 @@ from __future__ import annotations
 import statistics
 import time
 from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from ..conversion.messages import Message
 from ..formats import Backend, Builder, BuildResult, get_backend
 
 ROUNDS, RUNS = 7, 10  # interleaved rounds of RUNS calls each; the median of the per-round medians
@@ -66,9 +68,9 @@ def median_ms_each(pairs: dict[str, tuple[type[Backend], Path]], evaluation: dic
         sample = Path(folder) / "sample.npz"
         np.savez(sample, **{name: values[:1] for name, values in evaluation.items()})
         try:
-            medians = worker.call(time_artifacts, what=what, sample_npz=str(sample),
-                                  artifacts={k: [worker.reference(b), str(v)] for k, (b, v) in pairs.items()},
-                                  rounds=rounds, runs=runs)
+            medians = worker.convert(time_artifacts, Timing(
+                sample_npz=str(sample), artifacts={k: (worker.reference(b), str(v)) for k, (b, v) in pairs.items()},
+                rounds=rounds, runs=runs), what=what).round_medians_s
         except EdgekitError:
             return None
     return {name: statistics.median(values) * 1000 for name, values in medians.items()}
@@ -78,12 +80,30 @@ def median_ms_each(pairs: dict[str, tuple[type[Backend], Path]], evaluation: dic
 ROUND_S = 0.02
 
 
-def time_artifacts(sample_npz: str, artifacts: dict[str, list[str]], rounds: int = ROUNDS,
-                   runs: int = RUNS) -> dict[str, list[float]]:
+@dataclass(frozen=True)
+class Timing(Message):
+    """Time artifacts side by side on one sample: name -> (backend reference, artifact path)."""
+
+    sample_npz: str
+    artifacts: dict[str, tuple[str, str]]
+    rounds: int = ROUNDS
+    runs: int = RUNS
+
+
+@dataclass(frozen=True)
+class Timed(Message):
+    """Each artifact's per-round median seconds, by name."""
+
+    round_medians_s: dict[str, list[float]]
+
+
+def time_artifacts(request: Timing) -> Timed:
     """Child side of ``median_ms_each``: each artifact's per-round median seconds, interleaved,
-    batch 1, one thread; ``artifacts``: name -> [backend reference, path]. A fast artifact makes
-    more calls per round (about ``ROUND_S``), so its median is not one timer tick's noise."""
+    batch 1, one thread. A fast artifact makes more calls per round (about ``ROUND_S``), so its
+    median is not one timer tick's noise."""
     from ..conversion import worker
+
+    sample_npz, artifacts, rounds, runs = request.sample_npz, request.artifacts, request.rounds, request.runs
 
     with np.load(sample_npz) as stored:
         sample = {name: stored[name] for name in stored.files}
@@ -110,4 +130,4 @@ def time_artifacts(sample_npz: str, artifacts: dict[str, list[str]], rounds: int
     finally:
         for runner in opened.values():
             runner.close()
-    return medians
+    return Timed(round_medians_s=medians)

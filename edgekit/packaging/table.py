@@ -26,9 +26,8 @@ def _num(value: Any, fmt: str) -> str:
 
 def _slice_notes(target: str, metrics: ArtifactRecord) -> list[str]:
     """Quantities the graph joins into one output: the worst one's numbers, per output."""
-    per_output = metrics.get("outputs") or {"": metrics.metrics}
     notes = []
-    for name, values in per_output.items():
+    for name, values in metrics.metrics.per_output().items():
         worst = values.get("worst_slice")
         if not worst:
             continue
@@ -47,9 +46,10 @@ def _task_notes(target: str, metrics: ArtifactRecord, quantized_source: bool = F
     """Task metrics (per output, and the --metric function's) with their verdicts and rules; a
     quantized source is named as the reference it is, never "float"."""
     notes = []
-    results = [(name, task) for name, task in (metrics.get("tasks") or {}).items()]
-    if metrics.get("metric"):
-        results.append(("", metrics.get("metric")))
+    measured = metrics.metrics
+    results = list(measured.task_records().items())
+    if measured.metric:
+        results.append(("", measured.metric))
     for name, task in results:
         shown = ", ".join(f"{'source_accuracy' if quantized_source and k == 'float_accuracy' else k} "
                           f"{show_value(k, v)}" for k, v in task["values"].items())
@@ -64,12 +64,13 @@ def _task_notes(target: str, metrics: ArtifactRecord, quantized_source: bool = F
 
 def _quantization_note(target: str, metrics: ArtifactRecord) -> list[str]:
     """Both arithmetics of a fusing runtime (ONNX), and which one the verdict is on."""
-    q = metrics.get("quantization")
+    measured = metrics.metrics
+    q = measured.quantization
     if not q:
         return []
-    here = metrics.get("on_this_cpu")
-    fused = here.get("sqnr_db") if here else metrics.get("sqnr_db")
-    judged = metrics.get("judged_by")
+    here = measured.on_this_cpu
+    fused = here.get("sqnr_db") if here else measured.sqnr_db
+    judged = measured.judged_by
     return [f"{target}: SQNR {_num(q.get('sqnr_db'), '.1f')} dB as quantized (QDQ graph run without int8 kernel "
             f"fusion), {_num(fused, '.1f')} dB on this CPU's fused int8 kernels"
             + (f"; judged {judged}" if judged else "")]
@@ -79,7 +80,7 @@ def _conversion_line(validation: ValidationRecord) -> str | None:
     """The float conversion of each format vs the source: where a loss happened before INT8."""
     parts = []
     for target, metrics in validation.artifacts.items():
-        conversion = metrics.get("float_conversion")
+        conversion = metrics.metrics.float_conversion
         if conversion:
             value = conversion.get("sqnr_db")
             parts.append(f"{target} {'inf' if value is None else format(value, '.1f')} dB")
@@ -112,7 +113,7 @@ def _fix_notes(target: str, metrics: ArtifactRecord) -> list[str]:
 
 def _count(metrics: ArtifactRecord, name: str) -> str:
     """`` (k/n)`` behind a rate shown in the table, where a task counted it."""
-    for task in (metrics.get("tasks") or {}).values():
+    for task in metrics.metrics.task_records().values():
         for rate in task.get("evidence") or ():
             if rate.get("name") == name:
                 return f" ({rate.get('k')}/{rate.get('n')})"
@@ -122,7 +123,7 @@ def _count(metrics: ArtifactRecord, name: str) -> str:
 def _evidence_notes(target: str, metrics: ArtifactRecord) -> list[str]:
     """Each rate gate's count and 95% interval, and what a pass the sample cannot support lacks."""
     notes = []
-    for output, task in (metrics.get("tasks") or {}).items():
+    for output, task in metrics.metrics.task_records().items():
         counts = []
         for rate in task.get("evidence") or ():
             low, high = rate.get("ci95") or (0, 1)
@@ -143,12 +144,12 @@ def _evidence_notes(target: str, metrics: ArtifactRecord) -> list[str]:
 def _float_reference_notes(target: str, metrics: ArtifactRecord) -> list[str]:
     """A quantized source's artifact against the float model given beside it (--float-reference):
     each output's SQNR and task numbers, as the table shows them against the source."""
-    against = metrics.get("against_float_reference")
+    against = metrics.metrics.against_float_reference
     if not against:
         return []
-    tasks = against.get("tasks") or {}
+    tasks = against.task_records()
     only = next(iter(tasks), "") if len(tasks) == 1 else ""  # one output: its numbers are the summary's
-    outputs = against.get("outputs") or {only: against}
+    outputs = against.outputs or {only: against.summary}
     parts = []
     for name, values in outputs.items():
         task = tasks.get(name)
@@ -185,19 +186,20 @@ def render(manifest: Manifest, console: Console) -> None:
                           "not measurable here", "", "", "", "")
             notes.append(f"{artifact.key}: {metrics.reason or 'not measured'}")
             continue
-        drop = metrics.get("accuracy_drop_pp")
+        measured = metrics.metrics
+        drop = measured.accuracy_drop_pp
         table.add_row(
             artifact.key,
             artifact.precision,
             _size(artifact.bytes),
             _pct(float_acc),
-            _pct(metrics.get("accuracy")),
+            _pct(measured.accuracy),
             "n/a" if drop is None else f"{0.0 - drop:+.2f} pp",
-            _pct(metrics.get("top1_agreement")) + _count(metrics, "top1_agreement"),
-            _num(metrics.get("cosine"), ".5f"),
-            _sqnr(metrics.get("sqnr_db"), bool(metrics.metrics)),
+            _pct(measured.top1_agreement) + _count(metrics, "top1_agreement"),
+            _num(measured.cosine, ".5f"),
+            _sqnr(measured.sqnr_db, bool(measured)),
         )
-        for name, values in (metrics.get("outputs") or {}).items():  # every output on its own row
+        for name, values in (measured.outputs or {}).items():  # every output on its own row
             table.add_row(f"  {name}", "", "", "", "", "", _pct(values.get("top1_agreement")),
                           _num(values.get("cosine"), ".5f"), _sqnr(values.get("sqnr_db"), True))
         notes += _slice_notes(artifact.key, metrics)

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from ..conversion.messages import Message
 from ..errors import OTHER_ROUTES, ConversionError, EdgekitError, PackageError, first_line
 from ..formats import Builder, BuildResult, get_backend
 from ..kinds import OutputKind, TaskResult, evaluate, infer
@@ -209,10 +210,10 @@ def _run_artifact(artifact: Path, backend_name: str, inputs: dict[str, np.ndarra
         feed, answer = Path(folder) / "inputs.npz", Path(folder) / "outputs"
         np.savez(feed, **inputs)
         try:
-            worker.call(run_artifact, what=f"running the {built.artifact.key} artifact in {backend_name}",
-                        backend=worker.reference(backend_cls), artifact=str(artifact), inputs_npz=str(feed),
-                        names=names, key=built.artifact.key, fmt=built.artifact.format, batch=batch,
-                        options=backend_options, output_dir=str(answer))
+            ran = worker.convert(run_artifact, ArtifactRun(
+                backend=worker.reference(backend_cls), artifact=str(artifact), inputs_npz=str(feed), names=tuple(names),
+                key=built.artifact.key, fmt=built.artifact.format, batch=batch, options=dict(backend_options),
+                output_dir=str(answer)), what=f"running the {built.artifact.key} artifact in {backend_name}")
         except ConversionError as exc:
             if "crashed:" not in exc.message:
                 raise
@@ -224,7 +225,7 @@ def _run_artifact(artifact: Path, backend_name: str, inputs: dict[str, np.ndarra
         # mapped, not read: every artifact's outputs on every held-out sample stay on disk until a gate
         # reads them (copy on write: a reader that writes gets its own page); the mapping outlives the
         # folder's removal
-        return {name: np.load(answer / f"o{i}.npy", mmap_mode="c") for i, name in enumerate(names)}
+        return {name: np.load(path, mmap_mode="c") for name, path in zip(names, ran.files)}
 
 
 # what one validation batch may add to the runtime's memory: a 256x256 U-Net's intermediates are
@@ -278,14 +279,41 @@ def _allocated_bytes() -> int:
     return int(info.uordblks + info.hblkhd)
 
 
-def run_artifact(backend: str, artifact: str, inputs_npz: str, names: list[str], key: str, fmt: str, batch: int,
-                 options: dict[str, Any], output_dir: str) -> None:
+@dataclass(frozen=True)
+class ArtifactRun(Message):
+    """Run one artifact in its runtime (``backend``: a reference to its Backend class) on the
+    inputs stored in ``inputs_npz``, at most ``batch`` samples at a time, every output of
+    ``names`` saved into ``output_dir``; ``key``/``fmt`` name the artifact in errors."""
+
+    backend: str
+    artifact: str
+    inputs_npz: str
+    names: tuple[str, ...]
+    key: str
+    fmt: str
+    batch: int
+    options: dict[str, Any]
+    output_dir: str
+
+
+@dataclass(frozen=True)
+class ArtifactOutputs(Message):
+    """Where each output was saved, in the order of the request's ``names``, and the batch the
+    run settled on (``fitting``)."""
+
+    files: tuple[str, ...]
+    batch: int
+
+
+def run_artifact(request: ArtifactRun) -> ArtifactOutputs:
     """Child side of ``_run_artifact``: load the artifact in its runtime and run it in batches of
     at most ``batch``, fewer where one sample's run adds much memory (``fitting``); the outputs
     saved into ``output_dir`` by position of ``names`` (``o0.npy``, ``o1.npy``...: names may not
     be file names), which the packager maps instead of reading."""
     from ..conversion import worker
 
+    backend, artifact, inputs_npz, names = request.backend, request.artifact, request.inputs_npz, list(request.names)
+    key, fmt, batch, options = request.key, request.fmt, request.batch, request.options
     backend_cls: Any = worker.resolve(backend)
     with np.load(inputs_npz) as stored:
         inputs = {name: stored[name] for name in stored.files}
@@ -322,8 +350,9 @@ def run_artifact(backend: str, artifact: str, inputs_npz: str, names: list[str],
                 ) from None
     finally:
         opened.close()
-    folder = Path(output_dir)
+    folder = Path(request.output_dir)
     folder.mkdir(parents=True, exist_ok=True)
     for j, i in enumerate(order):  # the runtime's output j is names[i]
         np.save(folder / f"o{i}.npy", np.concatenate([p[j] for p in parts]))
+    return ArtifactOutputs(files=tuple(str(folder / f"o{i}.npy") for i in range(len(names))), batch=step)
 

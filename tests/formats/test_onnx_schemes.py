@@ -128,7 +128,7 @@ def test_tune_never_picks_a_build_whose_verdict_this_cpus_kernels_break(digits_a
     if platform.machine() not in ("x86_64", "AMD64"):
         pytest.skip("the x86 scheme choice is checked on x86 (the CPU architecture is not faked)")
     manifest = Manifest.from_json((digits_all_package / "manifest.json").read_bytes())
-    judged = {a.key: manifest.validation.artifact(a.key).get("judged_by", "") for a in manifest.artifacts}
+    judged = {a.key: manifest.validation.artifact(a.key).metrics.judged_by or "" for a in manifest.artifacts}
     as_quantized = [k for k, j in judged.items() if str(j).startswith("as quantized")]
     assert "onnx" in as_quantized  # S8S8 is always for other devices here: u8s8 or u8s7 is this CPU's
     monkeypatch.setenv(SYSROOT_ENV, str(_cpuinfo(tmp_path, "fpu sse2 avx2 fma")))

@@ -13,7 +13,7 @@ from edgekit.packaging.validate import Judging, Measured
 from edgekit.packaging.verdict import MIN_SAMPLES_FOR_A_PASS, samples_to_decide, undecided
 from edgekit.validation_record import Undecided
 from edgekit.comparison.metrics import compare_outputs
-from edgekit.validation_record import ArtifactRecord, ValidationRecord, Verdict
+from edgekit.validation_record import ArtifactRecord, MeasuredRecord, ValidationRecord, Verdict
 
 
 def scores(n: int, classes: int = 7, seed: int = 0) -> np.ndarray:
@@ -75,9 +75,9 @@ def test_any_pass_needs_a_floor_of_samples_whatever_its_gate():
 
 
 def test_an_undecided_artifact_is_recorded_as_neither_passed_nor_failed():
-    record = ArtifactRecord(verdict=Verdict.NOT_DECIDABLE, metrics={"sqnr_db": 40.0},
+    record = ArtifactRecord(verdict=Verdict.NOT_DECIDABLE, metrics=MeasuredRecord(summary={"sqnr_db": 40.0}),
                             undecided=(Undecided("probs", "top1_agreement", 18, 100, "samples", 100),))
-    validation = ValidationRecord(passed=None, decided=False, artifacts={"tflite": record})
+    validation = ValidationRecord(verdict=Verdict.NOT_DECIDABLE, artifacts={"tflite": record})
     written = validation.to_dict()
     assert written["passed"] is None and written["state"] == "not decidable"
     assert written["artifacts"]["tflite"]["verdict"] == "not decidable"

@@ -37,12 +37,14 @@ def test_a_sample_that_takes_much_memory_runs_in_smaller_batches_with_the_same_o
     measured = validate.fitting
     monkeypatch.setattr(validate, "fitting", lambda grew, most: chosen.append((grew, measured(grew, most))) or
                         chosen[-1][1])
-    validate.run_artifact(worker.reference(get_backend("onnxruntime")), str(tmp_path / "wide.onnx"),
-                          str(tmp_path / "inputs.npz"), ["y"], "onnx", "onnx", 32, {}, str(tmp_path / "out"))
+    ran = validate.run_artifact(validate.ArtifactRun(
+        worker.reference(get_backend("onnxruntime")), str(tmp_path / "wide.onnx"), str(tmp_path / "inputs.npz"), ("y",),
+        "onnx", "onnx", 32, {}, str(tmp_path / "out")))
     (grew, batch), = chosen
     assert grew > 4 * 2**20 and 1 <= batch < 4  # one sample's run added its 8 MB tensors; 32 would add 256+ MB
     expected = ort.InferenceSession(str(tmp_path / "wide.onnx")).run(["y"], {"x": x})[0]
-    stored = np.load(tmp_path / "out" / "o0.npy")
+    assert ran.files == (str(tmp_path / "out" / "o0.npy"),) and ran.batch == batch
+    stored = np.load(ran.files[0])
     assert np.allclose(stored, expected, atol=1e-5) and len(stored) == 40
 
 

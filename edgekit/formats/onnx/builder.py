@@ -34,7 +34,7 @@ from ..building import MINMAX, BuildContext, Builder, BuildResult, Fix, Variant
 from .convert import (ExplainRequest, QuantizeReport, QuantizeRequest, SchemeBuild, explain,
                       mobile_usability, quantize, runtime_graph_or_error)
 from .kept import KEPT_TOOL, KeepRequest, keep, refuse_requantizing
-from .precision import analyse as analyse_precision
+from .graph_work import InspectRequest, WholeModelRequest, inspect_build, write_whole_model
 
 ARTIFACT_PATH = "onnx/model.int8.onnx"
 ORT_PATH = "onnx/model.int8.ort"
@@ -57,9 +57,8 @@ class ONNXBuilder(Builder):
     def place_fallback(self, source: Path, target: Path) -> None:
         """The float model with its weights inside: an exported model may keep them in a
         ``.onnx.data`` file beside it, which a copy of the ``.onnx`` alone would lose."""
-        import onnx
-
-        onnx.save(onnx.load(str(source)), str(target))
+        worker.convert(write_whole_model, WholeModelRequest(str(source), str(target)),
+                       what="ONNX float model for the fallback")
 
     def range_method(self, context: BuildContext) -> str:
         return str(context.option("calibration_method", MINMAX))  # one of CALIBRATION_METHODS
@@ -131,12 +130,10 @@ class ONNXBuilder(Builder):
         output.parent.mkdir(parents=True, exist_ok=True)
         kept = context.source_precision.learned  # QAT / another tool's QDQ: its learned ranges ship as they are
         settings, report = self._quantized(context, float_onnx, output, variant, kept, on_progress)
-        precision = analyse_precision(str(output), context.layer_names)  # from the graph: ORT leaves ops it cannot quantize in float
-        if not kept and not precision.int8_weighted_ops and precision.label != "float":
-            # Q/DQ pairs around layers that all compute in float (a Gemm whose bias is an activation):
-            # quantization noise without an integer kernel. The float model ships instead, labelled so.
-            _write_float_model(float_onnx, output)
-            precision = analyse_precision(str(output), context.layer_names)
+        # from the graph (ORT leaves ops it cannot quantize in float); the float model in its place where
+        # no weighted op computes in integers (Q/DQ noise without an integer kernel)
+        precision = worker.convert(inspect_build, InspectRequest(str(output), float_onnx, tuple(context.layer_names),
+                                                                 kept), what="ONNX build's precision").read()
         # a companion: never costs the .onnx (and not made for a search try)
         ort_failure = None if variant or context.trial else _convert_to_ort(output, context)
         explained = None
@@ -290,16 +287,6 @@ def _write_ort(model: Path, context: BuildContext) -> None:
     config = configs[0].read_text()
     config = "\n".join(line for line in config.splitlines() if not line.startswith("# -"))  # drop temp paths
     (context.package_dir / OPS_CONFIG_PATH).write_text(config + "\n")
-
-
-def _write_float_model(float_onnx: str, output: Path) -> None:
-    """The float graph written where the INT8 build was (one file, its external data folded in),
-    by a temporary file and a rename."""
-    import onnx
-
-    from ...fsutil import write_bytes_atomic
-
-    write_bytes_atomic(output, onnx.load(float_onnx).SerializeToString())
 
 
 def _runtime_graph(path: str) -> dict[str, Any]:
