@@ -15,5 +15,6 @@ fi
 EDGEKIT_TEST_SHARED_BUILDS="$(mktemp -d "${TMPDIR:-/tmp}/edgekit-test-builds-XXXXXX")"
 export EDGEKIT_TEST_SHARED_BUILDS
 trap 'rm -rf "$EDGEKIT_TEST_SHARED_BUILDS"' EXIT
-python -m pytest -n "${EDGEKIT_TEST_WORKERS:-2}" --dist worksteal -m "not serial"
-python -m pytest -m serial
+# --durations: the slowest tests of each part, so a run's log shows where the suite's time goes
+python -m pytest -n "${EDGEKIT_TEST_WORKERS:-2}" --dist worksteal -m "not serial" --durations=25
+python -m pytest -m serial --durations=5

@@ -132,11 +132,12 @@ def test_a_conv1d_tf_export_with_three_outputs_ships_int8_on_tflite_and_onnx(tmp
         assert np.corrcoef(outputs["energy"][:, 0], clips["energy"][:, 0])[0, 1] >= 0.98
 
 
-def test_an_onnx_graph_with_unnamed_nodes_is_searched_and_built_on_every_format(tmp_path_factory, tmp_path):
+def test_an_onnx_graph_with_unnamed_nodes_is_searched_and_built_on_every_plan_route(tmp_path_factory, tmp_path):
     """Node names are optional in ONNX. The simulated search found "no layer that could be rebuilt
     on its own" on such a graph, while the same graph with names found its plan. Nodes are named
-    ``<op>_<index>`` when the graph is read: the plans name them, every format builds, and each
-    artifact runs in its own runtime (CoreML: edgekit's evaluator on Linux)."""
+    ``<op>_<index>`` when the graph is read: the plans name them, and every route a plan reaches
+    builds (ONNX by node, TFLite and ExecuTorch through the rebuild's submodules named after them),
+    each artifact run in its own runtime. (CoreML's traced route takes no plan.)"""
     import onnx
 
     model = verdict_model(tmp_path_factory, "conv1d_asr")
@@ -145,13 +146,14 @@ def test_an_onnx_graph_with_unnamed_nodes_is_searched_and_built_on_every_format(
         node.name = ""
     onnx.save(graph, tmp_path / "unnamed.onnx")
     result = edgekit_cli("package", tmp_path / "unnamed.onnx", "-c", model / "calibration.npz", "--eval",
-                         model / "eval.npz", "--format", "all", "-o", tmp_path, "--no-also-float")
+                         model / "eval.npz", "--format", "tflite", "--format", "onnx", "--format", "executorch",
+                         "-o", tmp_path, "--no-also-float")
     assert result.returncode == 0, result.stderr[-3000:]
     package = tmp_path / "unnamed.edgekit"
     manifest = json.loads((package / "manifest.json").read_text())
     assert manifest["source"]["rewrites"]["named_nodes"] == len(graph.graph.node) and not manifest.get("failed")
     built = {a["format"] for a in manifest["artifacts"]}
-    assert {"tflite", "onnx", "executorch", "coreml"} <= built, built
+    assert {"tflite", "onnx", "executorch"} <= built, built
     planned = [layer for a in manifest["artifacts"] for layer in (a.get("details") or {}).get("keep_float") or []]
     assert planned and all(layer.rsplit("_", 1)[1].isdigit() for layer in planned), planned
     clips = _reference_data("tone_segments", 8, 7)
