@@ -92,7 +92,10 @@ def test_sustained_run_with_a_cpu_hog_started_halfway(tmp_path):
                "--threads", "2", "--no-launch", "--device-name", "hogged", "--report", str(hogged)]
     run = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     time.sleep(6)
-    hogs = [subprocess.Popen([sys.executable, "-c", SPIN, "9"]) for _ in range(2)]  # two cores' worth, 9 s at most
+    # four spinning processes, 9 s at most: under fair sharing they take a clear share of the cores from
+    # the run's two threads whether the machine was idle (0 -> ~1.3 other cores) or already running another
+    # job (~0.7 -> ~1.4), so the rise the run sees never hides under the load that was there before them
+    hogs = [subprocess.Popen([sys.executable, "-c", SPIN, "9"]) for _ in range(4)]
     try:
         out, err = run.communicate(timeout=120)
     finally:
