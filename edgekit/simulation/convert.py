@@ -28,7 +28,7 @@ class RangesRequest(Message):
 class RangesReport(Message):
     samples: int
     tensors: int  # the float tensors ranged
-    module_paths: dict[str, str]  # ONNX node -> its PyTorch module (``graph.module_paths``)
+    module_paths: dict[str, str]  # ONNX node -> its PyTorch module (``LayerNames.module_paths``)
     costs: dict[str, float]  # plan layer -> its relative compute (``costs.layer_costs``)
     links: list[list[Any]] = field(default_factory=list)  # (writer, reader, elements) (``costs.layer_links``)
 

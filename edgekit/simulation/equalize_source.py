@@ -42,7 +42,7 @@ class SourceEqualizeRequest(Message):
     scales_json: str
     samples_npy: str
     output_dir: str
-    module_paths: dict[str, str]  # ONNX node -> its PyTorch module (``graph.module_paths``)
+    module_paths: dict[str, str]  # ONNX node -> its PyTorch module (``LayerNames.module_paths``)
     layer_names: tuple[str, ...]  # the Keras layers (``LayerNames.plan_layer``)
 
 
