@@ -102,7 +102,10 @@ def _layer_nodes(model: Any, layers: list[str]) -> tuple[list[tuple[str, str, st
     names = LayerNames.of_onnx(model)
     for layer in layers:
         own, _ = names.resolve({layer: ""}, ONNX_NODE)
-        nodes = [(n.name, n.op_type, layer) for n in model.graph.node if any(in_layer(n.name, o) for o in own)]
+        if list(own) == [layer]:  # a node, a scope or a Keras layer: matched by scope, as the converters name them
+            nodes = [(n.name, n.op_type, layer) for n in model.graph.node if in_layer(n.name, layer)]
+        else:  # a PyTorch module: exactly the nodes its export recorded (no regex per node and name)
+            nodes = [(n.name, n.op_type, layer) for n in model.graph.node if n.name in own]
         node = producer.get(layer)  # a model output named by itself: the op computing it
         while node is not None and node.op_type == "Identity" and node.input:
             node = producer.get(node.input[0])
