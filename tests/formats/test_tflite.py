@@ -77,8 +77,11 @@ def test_ops_with_no_int8_kernel_stay_float_by_default_and_are_recorded(sin_save
     assert "keeps these ops in float: SIN" in out
 
 
+# the route matrix's h5 and saved_model rows (tests/routing/route_matrix.py)
 @pytest.mark.parametrize("kind", ["h5", "saved_model"])
-def test_h5_and_saved_model_sources_package_like_keras(kind, tmp_path, capsys):
+def test_h5_and_saved_model_sources_package_for_every_format_like_keras(kind, tmp_path, capsys):
+    """A Keras model saved as .h5 or exported as a SavedModel: every format builds from it by its
+    declared route and passes against the source, as the .keras file does."""
     source = tmp_path / ("digits.h5" if kind == "h5" else "digits_sm")
     save = f"model.save({str(source)!r})" if kind == "h5" else f"model.export({str(source)!r}, verbose=False)"
     run_tf(f"""
@@ -86,16 +89,28 @@ def test_h5_and_saved_model_sources_package_like_keras(kind, tmp_path, capsys):
         model = keras.models.load_model({str(DIGITS_MODEL)!r}, compile=False)
         {save}
     """)
-    code, out, err = run_cli(capsys, "package", source, "--calibration", CALIBRATION, "--eval", EVAL,
-                             "-o", tmp_path / "out", "--name", "digits")
+    code, out, err = run_cli(capsys, "package", source, "--calibration", CALIBRATION, "--eval", EVAL, "--format",
+                             "all", "--no-also-float", "-o", tmp_path / "out", "--name", "digits")
     assert code == 0, err
-    manifest = Manifest.from_json((tmp_path / "out" / "digits.edgekit" / "manifest.json").read_bytes())
+    package = tmp_path / "out" / "digits.edgekit"
+    manifest = Manifest.from_json((package / "manifest.json").read_bytes())
     assert manifest.source["format"] == kind
-    metrics = manifest.validation.to_dict()["artifacts"]["tflite"]
-    assert metrics["accuracy"] >= manifest.validation.to_dict()["float"]["accuracy"] - 0.01
-    assert metrics["top1_agreement"] >= 0.98
+    assert {a.format for a in manifest.artifacts} == {"tflite", "onnx", "coreml", "executorch"}
+    validation = manifest.validation.to_dict()
+    for fmt in ("tflite", "onnx", "coreml", "executorch"):
+        metrics = validation["artifacts"][fmt]
+        assert metrics["verdict"] == "passed" and metrics["measured"], (fmt, metrics)
+        assert metrics["accuracy"] >= validation["float"]["accuracy"] - 0.01, (fmt, metrics)
+        assert metrics["top1_agreement"] >= 0.98, (fmt, metrics)
+        assert "route" not in (manifest.artifact(fmt).details or {}), fmt  # its declared route, no fallback
     if kind == "saved_model":  # no Keras layers to inspect: uint8 data still scaled to [0, 1]
         assert manifest.inputs[0].preprocessing.scale == pytest.approx(1 / 255)
+    import edgekit
+
+    x, y = (np.load(EVAL)[key][:64] for key in ("x", "y"))
+    for fmt in ("tflite", "onnx", "executorch"):  # CoreML runs on macOS; its numbers came from the MIL evaluator
+        with edgekit.load(package, artifact=fmt) as model:
+            assert np.mean(model.predict(x).argmax(-1) == y) >= 0.9, fmt
 
 
 def test_layer_names_are_recovered_from_tensor_names():

@@ -122,3 +122,39 @@ def test_two_steps_are_preferred_only_where_no_shorter_route_exists_and_otherwis
         assert found[-1].describe().startswith("keras -> tf2onnx -> onnx-graph -> onnx-to-torch"), name
         assert routes.route(keras, "keras", FORMATS[name]).steps == (), name
     assert [len(r.steps) for r in routes.routes(keras, "keras", FORMATS["onnx"])] == [1]
+
+
+def _parameter_sets(function) -> list[tuple[str, ...]]:
+    """A parametrized test's parameter sets, each value as text."""
+    sets = []
+    for mark in getattr(function, "pytestmark", []):
+        if mark.name == "parametrize":
+            for values in mark.args[1]:
+                values = values if isinstance(values, (tuple, list)) else (values,)
+                sets.append(tuple(str(v) for value in values for v in (value if isinstance(value, (tuple, list))
+                                                                       else (value,))))
+    return sets
+
+
+def test_the_route_matrix_names_one_end_to_end_package_for_every_route():
+    """Every (source kind, format) of the route table has its end-to-end test in
+    ``tests/routing/route_matrix.py``, which exists and packages all four formats in one run."""
+    import importlib
+    import inspect
+    import re
+
+    from tests.routing.route_matrix import FORMATS as MATRIX_FORMATS, ROUTE_MATRIX
+    from tests.tour import tour_commands
+
+    assert set(ROUTE_MATRIX) == {(r.source_kind, r.format) for r in routes.table()}
+    assert set(MATRIX_FORMATS) == set(FORMATS)
+    for (kind, fmt), cell in ROUTE_MATRIX.items():
+        function = getattr(importlib.import_module(cell.module), cell.test, None)
+        assert callable(function), (kind, fmt, cell)
+        if cell.module == "tests.test_readme_tour":  # the tour's first command builds what it runs
+            assert "--format all" in tour_commands()[0]
+            continue
+        (values,) = [v for v in _parameter_sets(function) if v[0].startswith(cell.parameter)]
+        source = inspect.getsource(function)
+        every = "all" in values or set(MATRIX_FORMATS) <= set(values) or re.search(r'"--format",\s*"all"', source)
+        assert every, (kind, cell)

@@ -350,7 +350,9 @@ def test_keep_float_and_explain_work_on_the_onnx_route_and_are_refused_on_coreml
     assert sorted(kept["op"] for kept in onnx["float_ops"]) == ["Conv", "Relu"]  # block's conv (its BN folded), relu
 
 
-@pytest.mark.parametrize("file, formats", [("residual.pt2", ["all"]), ("residual_ts.pt", ["tflite", "onnx"])])
+# the TorchScript file is the route matrix's torchscript row (tests/routing/route_matrix.py); a .pt2
+# reaches every format in the ViT's row, so its dynamic batch is checked here on TFLite and ONNX
+@pytest.mark.parametrize("file, formats", [("residual.pt2", ["tflite", "onnx"]), ("residual_ts.pt", ["all"])])
 def test_export_programs_and_torchscript_files_package_with_a_dynamic_batch(models, file, formats):
     result = package(models, models / file, "images.npy", *[a for f in formats for a in ("--format", f)],
                      "--name", "residual", "--allow-float-ops")
@@ -359,16 +361,19 @@ def test_export_programs_and_torchscript_files_package_with_a_dynamic_batch(mode
     manifest = json.loads((models / "out" / "residual.edgekit" / "manifest.json").read_text())
     assert manifest["inputs"][0]["shape"][0] == -1  # the batch stays dynamic
     built = list(dict.fromkeys(a["format"] for a in manifest["artifacts"]))  # ONNX: one artifact per INT8 scheme
-    assert built == (["tflite", "onnx", "coreml", "executorch"] if formats == ["all"] else formats)  # TorchScript -> TFLite: once
-    # a SpecViolationError (torch.export cannot trace a ScriptModule); now through the model's ONNX export
+    # TorchScript -> TFLite and ExecuTorch: once a SpecViolationError (torch.export cannot trace a
+    # ScriptModule); now through the model's ONNX export and the rebuild
+    assert built == (["tflite", "onnx", "coreml", "executorch"] if formats == ["all"] else formats)
     for fmt in built:
         assert manifest["validation"]["artifacts"][fmt]["passed"], fmt
     import edgekit
 
     x = np.load(models / "images.npy")[:7]
-    with edgekit.load(models / "out" / "residual.edgekit", artifact="onnx") as model:
-        got = model.predict(x)
-    assert got.shape == (7, 5) and np.abs(got - torch_outputs(models, "residual_cnn", x)[0]).max() < 0.05
+    expected = torch_outputs(models, "residual_cnn", x)[0]
+    for fmt in (f for f in built if f != "coreml"):  # CoreML runs on macOS; the MIL evaluator measured it
+        with edgekit.load(models / "out" / "residual.edgekit", artifact=fmt) as model:
+            got = model.predict(x)
+        assert got.shape == (7, 5) and np.abs(got - expected).max() < 0.05, fmt
 
 
 def test_two_outputs_keep_their_names_and_order_in_every_format(models):
@@ -404,13 +409,15 @@ def test_a_torchscript_model_without_a_known_input_shape_asks_for_one(models, tm
     assert_user_error(missing, "absent.py does not exist")
 
 
-def test_an_onnx_export_packages_for_every_format(models):
-    """An ONNX file from torch.onnx.export is a source for all three formats, validated against
-    ONNX Runtime on that file, with the float conversion of each format measured on its own."""
-    result = package(models, models / "residual.onnx", "images.npy", "--format", "all", "--allow-float-ops")
+def test_an_onnx_export_packages_for_tflite_onnx_and_coreml(models):
+    """An ONNX file from torch.onnx.export is a source for TFLite, ONNX and CoreML, validated
+    against ONNX Runtime on that file, with the float conversion of each converted format measured
+    on its own. (ExecuTorch from an ONNX file: the route matrix's ONNX row and the rebuild's tests.)"""
+    result = package(models, models / "residual.onnx", "images.npy", "--format", "tflite", "--format", "onnx",
+                     "--format", "coreml", "--allow-float-ops")
     manifest = json.loads((models / "out" / "residual.edgekit" / "manifest.json").read_text())
     assert manifest["source"]["format"] == "onnx"
-    assert list(dict.fromkeys(a["format"] for a in manifest["artifacts"])) == ["tflite", "onnx", "coreml", "executorch"]
+    assert list(dict.fromkeys(a["format"] for a in manifest["artifacts"])) == ["tflite", "onnx", "coreml"]
     for fmt in ("tflite", "onnx", "coreml"):
         record = manifest["validation"]["artifacts"][fmt]
         assert record["measured"] and record["passed"] and record["sqnr_db"] >= 20, (fmt, record)
