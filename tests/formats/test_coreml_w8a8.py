@@ -16,35 +16,43 @@ import json, os, sys
 import numpy as np, keras, coremltools as ct
 sys.path.insert(0, {root!r})
 from edgekit.formats.coreml.evaluator import Evaluator, load_program_from_model
-model = {build}
-shape = tuple(model.inputs[0].shape[1:])
-x = np.random.default_rng(0).uniform(0, 1, ({n}, *shape)).astype(np.float32)
-mlmodel = ct.convert(model, convert_to="mlprogram", minimum_deployment_target=ct.target.iOS17,
-                     inputs=[ct.TensorType(name=model.inputs[0].name, shape=(1, *shape), dtype=np.float32)],
-                     outputs=[ct.TensorType(dtype=np.float32)])
-ours = Evaluator(load_program_from_model(mlmodel)).predict(x).reshape(len(x), -1)
-ref = model.predict(x, verbose=0).reshape(len(x), -1)
-cos = float(np.min(np.sum(ours * ref, 1) / (np.linalg.norm(ours, axis=1) * np.linalg.norm(ref, axis=1))))
-print(json.dumps({{"max_abs_error": float(np.abs(ours - ref).max()), "min_cosine": cos,
-                  "ref_range": [float(ref.min()), float(ref.max())]}}))
+
+def check(model, n):
+    shape = tuple(model.inputs[0].shape[1:])
+    x = np.random.default_rng(0).uniform(0, 1, (n, *shape)).astype(np.float32)
+    mlmodel = ct.convert(model, convert_to="mlprogram", minimum_deployment_target=ct.target.iOS17,
+                         inputs=[ct.TensorType(name=model.inputs[0].name, shape=(1, *shape), dtype=np.float32)],
+                         outputs=[ct.TensorType(dtype=np.float32)])
+    ours = Evaluator(load_program_from_model(mlmodel)).predict(x).reshape(len(x), -1)
+    ref = model.predict(x, verbose=0).reshape(len(x), -1)
+    cos = float(np.min(np.sum(ours * ref, 1) / (np.linalg.norm(ours, axis=1) * np.linalg.norm(ref, axis=1))))
+    return {{"max_abs_error": float(np.abs(ours - ref).max()), "min_cosine": cos,
+            "ref_range": [float(ref.min()), float(ref.max())]}}
+
+keras.utils.set_random_seed(0)
+mobilenet = keras.applications.MobileNetV2(input_shape=(96, 96, 3), weights=None, classifier_activation=None)
+print(json.dumps({{"digits": check(keras.models.load_model({digits!r}, compile=False), 32),
+                  "mobilenet_v2": check(mobilenet, 2)}}))
 """
 
 
-def float_check(build: str, n: int) -> dict:
-    out = run_python(_FLOAT_CHECK.format(root=str(ROOT), build=build, n=n))
+@pytest.fixture(scope="module")
+def float_checks() -> dict:
+    """The digits model and a MobileNetV2 (random weights; its inverted residuals, depthwise
+    convolutions and ReLU6 at 96x96) converted to float ML programs and run by the MIL evaluator
+    beside Keras, in one child (TensorFlow and coremltools imported once)."""
+    out = run_python(_FLOAT_CHECK.format(root=str(ROOT), digits=str(DIGITS_MODEL)))
     return json.loads(out.strip().splitlines()[-1])
 
 
-def test_digits_float_program_matches_keras():
-    result = float_check(f"keras.models.load_model({str(DIGITS_MODEL)!r}, compile=False)", 32)
+def test_digits_float_program_matches_keras(float_checks):
+    result = float_checks["digits"]
     assert result["min_cosine"] >= 0.9999, result
     assert result["max_abs_error"] < 1e-2, result  # softmax outputs; the program stores float16 weights
 
 
-def test_mobilenet_v2_float_program_matches_keras_logits():
-    build = ("(keras.utils.set_random_seed(0), keras.applications.MobileNetV2(input_shape=(224, 224, 3), "
-             "weights=None, classifier_activation=None))[1]")
-    result = float_check(build, 2)
+def test_mobilenet_v2_float_program_matches_keras_logits(float_checks):
+    result = float_checks["mobilenet_v2"]
     assert result["min_cosine"] >= 0.9999, result
     assert result["max_abs_error"] < 1e-2 * max(abs(v) for v in result["ref_range"]), result
 

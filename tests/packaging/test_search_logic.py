@@ -215,3 +215,24 @@ def test_a_format_whose_grid_needs_no_plan_builds_every_layer_int8_first(toy_reg
     simulation = manifest["artifacts"][0]["details"]["simulation"]
     assert simulation["plan"] == {} and simulation["grid"] == {"name": "weights-only", "passed": True, "tries": 1}
     assert toy_registered.builds[0] == {}  # every layer int8, built first
+
+
+def test_the_speed_decision_is_recorded_with_the_digits_it_was_taken_on(toy_registered, tmp_path, monkeypatch):
+    """Plans run in ~0.01 ms: timings recorded to four decimals (0.0101 vs 0.0096 ms, 1.052x) did
+    not show why the plan found first was kept (0.010054 vs 0.009576 ms, 1.0499x, within the 5% that
+    keeps it). The record keeps six significant digits: the decision replays from it."""
+    from edgekit.packaging import speed
+    from edgekit.packaging.search_settings import SearchSettings
+
+    def timed(builder, paths, data, what, **kwargs):  # this CPU's noise, fixed
+        labels = list(paths)
+        return {label: 0.010054 if label == labels[0] else 0.009576 for label in labels}
+
+    monkeypatch.setattr(speed, "median_ms", timed)
+    _, manifest = packaged(outlier_chain(tmp_path / "model"), tmp_path / "out")
+    (decision,) = [t for t in manifest["validation"]["artifacts"]["toy"]["auto_fix"] if t["stage"] == "speed"]
+    found, other = decision["timed_ms"]
+    assert decision["timed_ms"] == {found: 0.010054, other: 0.009576}
+    kept = decision["change"].split(": ", 1)[1]
+    faster = SearchSettings().faster
+    assert kept == (found if decision["timed_ms"][found] < faster * decision["timed_ms"][other] else other) == found

@@ -256,7 +256,9 @@ class _LayerSearch:
         if timed[labels[0]] < self.runner.run.search.faster * timed[chosen.context.plan.describe()]:
             chosen = found
         kept_label = chosen.context.plan.describe()
-        ms = {label: round(timed[label], 4) for label in labels}
+        # six significant digits: a plan's median is often ~0.01 ms, where four decimals would lose the
+        # digits the ``faster`` ratio was decided on, and the record could not show why this plan was kept
+        ms = {label: float(f"{timed[label]:.6g}") for label in labels}
         self.say(f"search {self.name}: {len(passing)} plans pass; timed here (batch 1, 1 thread): "
                  + ", ".join(f"{label} {value:.3g} ms" for label, value in ms.items()) + f"; keeping {kept_label}")
         self.runner.trials.append(Trial(f"fastest passing plan: {kept_label}", SPEED, chosen.context.plan,
