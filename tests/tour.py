@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -58,7 +59,14 @@ def tour_package(tmp_path_factory: pytest.TempPathFactory) -> Path:
     assert first.startswith("edgekit package models/digits/digits.keras --format all"), first
 
     def build(folder: Path) -> Path:
-        result = run_shell(first, checkout_like(folder))
+        # the console script's main in this process, in the checkout-like folder: the command as
+        # written (no shell syntax in it), on this worker's warm converter children instead of a
+        # fresh process importing TensorFlow, PyTorch, ExecuTorch and coremltools again
+        from tests.conftest import edgekit_cli
+
+        program, *argv = shlex.split(first)
+        assert program == "edgekit", first
+        result = edgekit_cli(*argv, cwd=checkout_like(folder))
         assert result.returncode == 0, result.stderr[-3000:]
         return folder
 
