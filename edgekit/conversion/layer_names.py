@@ -222,3 +222,34 @@ def stable_node_name(op_type: str, index: int) -> str:
     """The name an unnamed ONNX node gets when the graph is read: its op type and position, so
     the same graph names it the same in every run and a plan can name it."""
     return f"{op_type}_{index}"
+
+
+@dataclass(frozen=True)
+class PlanReadBack:
+    """Which entries of the plan an artifact was built with it holds at their precision or higher
+    (read from the artifact itself), and which it does not: a miss is said, never assumed away."""
+
+    landed: tuple[str, ...]
+    missed: tuple[str, ...]
+
+    def record(self) -> dict[str, list[str]]:
+        return {"landed": list(self.landed), "missed": list(self.missed)}
+
+
+_RAISED = {"float": ("float",), "int16": ("int16", "float")}  # a plan's precision, and what satisfies it
+
+
+def read_back(plan: Mapping[str, str], held: Iterable[tuple[str, str, str]]) -> PlanReadBack:
+    """``plan`` (name -> precision, in the names the artifact was built with) against what the
+    artifact holds out of int8: ``(precision, layer, tensor)`` read from it. An entry landed when
+    an op at its precision or higher belongs to it: by its layer (the entry, or a module below it)
+    or by its tensor's scopes (TF and LiteRT name a fused op after its last layer, the others in
+    the tensor's name joined by ``;``)."""
+    held = list(held)
+    landed, missed = [], []
+    for name, precision in plan.items():
+        ok = _RAISED.get(precision, (precision,))
+        hit = any(p in ok and (within(layer, name) or bool(tensor and in_layer(tensor, name)))
+                  for p, layer, tensor in held)
+        (landed if hit else missed).append(name)
+    return PlanReadBack(tuple(landed), tuple(missed))

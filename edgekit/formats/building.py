@@ -259,6 +259,17 @@ class Builder(ABC):
         what the build line names when they and the quantization disagree."""
         return ""
 
+    def held_out_of_int8(self, artifact: Artifact) -> list[tuple[str, str, str]] | None:
+        """What the built artifact holds out of int8, read from the artifact: ``(precision, layer,
+        tensor)`` per op (``layer_names.read_back`` checks a plan against it); None where this
+        format reads no such record back. By default its float ops and 16-bit layers, where its
+        precision record was read from the artifact's ops (``formats/precision.py``)."""
+        precision = artifact.about.precision
+        if "float_layers" not in precision:
+            return None
+        ops = [("float", str(op.get("layer") or ""), str(op.get("tensor") or "")) for op in artifact.float_ops]
+        return ops + [("int16", str(layer), "") for layer in precision.get("int16_layers") or []]
+
     def place_fallback(self, source: Path, target: Path) -> None:
         """Put the float fallback file (or .mlpackage folder) into the package."""
         import shutil

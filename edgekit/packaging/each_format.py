@@ -23,6 +23,7 @@ from .context import PackagingContext
 from .fallback import discard, fallback_result
 from .gates import GateFailure, Remedies, saturation_note
 from .partial import passed_fallbacks
+from .plan_read_back import plan_record
 from .search import Candidate, search
 from .search.mode import SearchMode
 from .search.shared_plan import Simulated, for_format, simulated_plan
@@ -477,7 +478,9 @@ def judge(builder: Builder, context: BuildContext, built: BuildResult, compariso
     if note:
         run.progress.warn(note)
     if candidate.context.plan:  # the plan built, as a file a later run takes again (--precision-plan)
-        artifact = candidate.built.artifact.with_details(precision_plan=candidate.context.plan.to_dict())
+        built_artifact = candidate.built.artifact
+        artifact = built_artifact.with_details(
+            precision_plan=plan_record(builder, built_artifact, candidate.context.plan, run.progress))
         candidate = replace(candidate, built=replace(candidate.built, artifact=artifact))
     return FormatOutcome(builder.name, built=candidate.built, comparison=candidate.measured,
                          context=candidate.context, failures=tuple(candidate.failures), fixes=attempts,

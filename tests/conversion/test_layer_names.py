@@ -8,7 +8,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from edgekit.conversion.layer_names import (MODULE, ONNX_NODE, SCOPE, LayerNames, attribute_name, in_layer,
-                                            onnx_module_paths, stable_node_name)
+                                            onnx_module_paths, read_back, stable_node_name)
 
 TORCH_EXPORT = LayerNames(module_paths={"node_conv2d": "stem.0", "node_relu": "stem.2", "node_conv2d_1": "block.0",
                                         "node_add": "op:add", "node_mean": ""})
@@ -78,3 +78,22 @@ def test_a_torch_export_records_its_modules_and_unnamed_nodes_get_stable_names()
     model = helper.make_model(plain)
     assert name_nodes(model) == 1 and model.graph.node[0].name == "Relu_0"
     onnx.checker.check_model(model)
+
+
+def test_a_plan_is_read_back_from_what_the_artifact_holds_and_a_miss_is_kept():
+    """A layer kept in float lands where an op of it is float in the artifact: by its layer, a
+    module below it, or its scope in a fused tensor name (TF and LiteRT name a fused op after its
+    last layer); 16-bit activations land on int16 or float ops; a layer no op
+    of which is out of int8 is a miss (a converter fused it into an int8 neighbour)."""
+    held = [("float", "block2_dw_relu6", "m_1/block2_dw_relu6_1/Relu6;m_1/block2_dw_1/depthwise"),
+            ("float", "down.0", "aten_convolution_default"),
+            ("float", "head", "m_head_1_MatMul_cast_fp16"),
+            ("int16", "mix", "")]
+    plan = {"block2_dw": "float", "down": "float", "head": "float", "mix": "int16", "block3_pw_relu6": "float",
+            "block2": "float"}
+    found = read_back(plan, held)
+    assert found.landed == ("block2_dw", "down", "head", "mix")
+    assert found.missed == ("block3_pw_relu6", "block2")  # "block2" is no scope of "block2_dw"
+    assert read_back({"mix": "float"}, held).missed == ("mix",)  # 16-bit is not float
+    assert read_back({"head": "int16"}, held).landed == ("head",)  # float holds more than asked
+    assert found.record() == {"landed": list(found.landed), "missed": list(found.missed)}

@@ -172,6 +172,7 @@ def test_a_pytorch_factory_ships_an_int8_program_with_its_plan_and_runs_tunes_an
     assert details["placement"]["layers"] == {"block.0": "int8", "down.0": "int8", "head": "float", "stem.0": "int8"}
     assert artifact["precision"] == "int8+float (2 layers)"  # the head kept, the mean on a portable kernel
     assert details["precision"]["float_layers"] == ["head", "mean"]
+    assert details["precision_plan"]["read_back"] == {"landed": ["head"], "missed": []}  # read from the program
     assert {row["layer"] for row in details["explain"]} >= {"stem.0", "block.0", "down.0"}
     assert any(a["path"].endswith("float32.pte") for a in manifest["artifacts"])  # the float fallback
     x = np.load(DIGITS_TORCH / "data/eval.npz")["x"][:6]

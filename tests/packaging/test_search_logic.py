@@ -82,6 +82,8 @@ def test_the_search_raises_the_tensor_an_outlier_breaks_and_confirms_it_on_unsee
     kept = manifest["artifacts"][0]["details"]["precision_plan"]["layers"]
     # most integer: every layer but the tensor's writer and reader back to int8; a plan without either fails
     assert set(kept) == {"fc2", "relu2"}
+    # the plan read back from the artifact written: both entries landed
+    assert manifest["artifacts"][0]["details"]["precision_plan"]["read_back"] == {"landed": list(kept), "missed": []}
     lowered = [t for t in tries if t["change"].endswith("(most integer)")]
     for layer in ("fc2", "relu2"):
         assert any(layer not in t["plan"] and t["after"]["gates"] for t in lowered), layer

@@ -139,8 +139,12 @@ class ToyBuilder(Builder):
         ToyBuilder.builds.append(plan)
         weighted = [n["name"] for n in nodes if n["op"] == "Gemm"]
         integer = [layer for layer in weighted if plan.get(layer) != FLOAT]
+        ops = {n["name"]: n["op"] for n in nodes}
+        held = _held(target)  # what the written artifact computes out of int8, read back as real formats do
         details: dict[str, Any] = {**context.plan.record(), "weighted_layers": weighted,
-                                   "precision": {"ops": {"integer_weighted": len(integer)}}}
+                                   "precision": {"ops": {"integer_weighted": len(integer)},
+                                                 "float_layers": sorted(n for p, n, _ in held if p == FLOAT),
+                                                 "int16_layers": sorted(n for p, n, _ in held if p == INT16)}}
         if context.explain_npy:
             details["explain"] = _report(nodes, np.load(context.explain_npy), ranges, plan)
         raised = len(plan)
@@ -149,7 +153,15 @@ class ToyBuilder(Builder):
             precision="int8" if not raised else f"int8+{'float' if FLOAT in plan.values() else 'int16'} "
                                                 f"({raised} layers)",
             inputs=[QuantParams(name="x", dtype="float32")], outputs=[QuantParams(name="y", dtype="float32")],
+            float_ops=[{"op": ops[n], "layer": n, "tensor": n, "tail": False} for p, n, _ in held if p == FLOAT],
             converter={"tool": "toy (NumPy)", "seconds": 0.0}, details=details))
+
+
+def _held(artifact_file: Path) -> list[tuple[str, str, str]]:
+    """The plan the toy artifact computes with, read from the artifact file."""
+    with np.load(artifact_file) as stored:
+        plan = json.loads(str(stored["chain"]))["plan"]
+    return [(precision, node, node) for node, precision in plan.items()]
 
 
 def _report(nodes: list[dict[str, Any]], samples: np.ndarray, ranges: dict[str, float],

@@ -30,6 +30,15 @@ class CoreMLBuilder(Builder):
         Neural Engine) when int8 activations fail: the weights stay 8-bit, the activations exact."""
         return (Fix("--coreml-activations float16", "coreml_activations", "float16", when="no_layers"),)
 
+    def held_out_of_int8(self, artifact: Artifact) -> list[tuple[str, str, str]] | None:
+        """The program's ops each kept layer left unquantized (``float_layer_ops``, read from the
+        program); None where the activations are float16 throughout (no layer is int8 to raise)
+        or the program was not read per layer."""
+        details = artifact.details
+        if details.get("activations") == "float16" or "float_layer_ops" not in details:
+            return None
+        return [("float", layer, op) for layer, ops in (details.get("float_layer_ops") or {}).items() for op in ops]
+
     def build(self, context: BuildContext, on_progress: Callable[[int, int], None] | None = None) -> BuildResult:
         output = context.package_dir / ARTIFACT_PATH
         output.parent.mkdir(parents=True, exist_ok=True)
