@@ -414,7 +414,7 @@ def scheme_variants(builder: Builder, context: BuildContext, run: PackagingConte
         variant_context = variant.context(context)
         try:
             with run.progress.step(f"Calibrating and converting {key} ({variant.scheme})"):
-                built = builder.build(variant_context)
+                built = with_plan_record(builder, builder.build(variant_context), variant_context, run)
             with run.progress.step(f"Validating {key} against the float model"):
                 measured = run.measure(built, builder, variant_context)
         except TimeShareError:
@@ -477,11 +477,18 @@ def judge(builder: Builder, context: BuildContext, built: BuildResult, compariso
     note = saturation_note(builder.name, candidate.measured, remedies)
     if note:
         run.progress.warn(note)
-    if candidate.context.plan:  # the plan built, as a file a later run takes again (--precision-plan)
-        built_artifact = candidate.built.artifact
-        artifact = built_artifact.with_details(
-            precision_plan=plan_record(builder, built_artifact, candidate.context.plan, run.progress))
-        candidate = replace(candidate, built=replace(candidate.built, artifact=artifact))
+    candidate = replace(candidate, built=with_plan_record(builder, candidate.built, candidate.context, run))
     return FormatOutcome(builder.name, built=candidate.built, comparison=candidate.measured,
                          context=candidate.context, failures=tuple(candidate.failures), fixes=attempts,
                          remedies=remedies)
+
+
+def with_plan_record(builder: Builder, built: BuildResult, context: BuildContext, run: PackagingContext) -> BuildResult:
+    """``built`` with the plan it was built with recorded (``details.precision_plan``, read back from
+    the artifact: a file a later run takes again with --precision-plan); unchanged without a plan.
+    The main artifact and each scheme variant built on its plan record it alike."""
+    if not context.plan:
+        return built
+    artifact = built.artifact.with_details(precision_plan=plan_record(builder, built.artifact, context.plan,
+                                                                      run.progress))
+    return replace(built, artifact=artifact)

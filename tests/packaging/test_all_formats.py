@@ -81,6 +81,12 @@ def test_explain_reports_worst_layers_and_keep_float_excludes_them(tmp_path, cap
         assert artifact.float_ops and all("block1_dw" in op["tensor"] for op in artifact.float_ops)
         metrics = manifest.validation.to_dict()["artifacts"][target]
         assert metrics["accuracy"] >= manifest.validation.to_dict()["float"]["accuracy"] - 0.01
+    # ONNX's other INT8 schemes are built on the same plan and record it, read back from their own files
+    variants = [a for a in manifest.artifacts if a.key.startswith("onnx-") and a.precision.startswith("int8")]
+    assert variants, [a.key for a in manifest.artifacts]
+    for variant in variants:
+        assert variant.details["precision_plan"]["layers"] == {"block1_dw": "float"}, variant.key
+        assert variant.details["precision_plan"]["read_back"] == {"landed": ["block1_dw"], "missed": []}, variant.key
 
 
 def test_keep_float_with_an_unknown_layer_names_it(tmp_path, capsys):
