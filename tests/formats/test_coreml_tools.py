@@ -1,5 +1,6 @@
 """coremltools is imported without probing scikit-learn and ExecuTorch (each CoreML child paid
-their imports, ExecuTorch's edge-dialect YAML among them), and both stay importable after it."""
+their imports, ExecuTorch's edge-dialect YAML among them), and both stay importable after it; its
+pass pipeline validates the program at its ends, not after each pass, and writes the same program."""
 
 from __future__ import annotations
 
@@ -30,3 +31,40 @@ def test_coremltools_is_imported_without_its_sklearn_executorch_and_torchao_prob
     assert result.returncode == 0, result.stderr[-2000:]
     lines = result.stdout.splitlines()
     assert lines[0] == "[]" and lines[1] == "False False True" and lines[2] == "importable afterwards True"
+
+
+PIPELINE_CHECK = """
+    import re
+    import torch
+    from edgekit.formats.coreml.tools import coremltools
+    ct = coremltools()
+    from coremltools.converters.mil.mil import Program
+    from coremltools.converters.mil.mil.passes.pass_pipeline import PassPipelineManager as manager
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.ReLU(), torch.nn.Flatten(),
+                              torch.nn.Linear(144, 5)).eval()
+    traced = torch.jit.trace(net, torch.zeros(1, 3, 8, 8))
+    calls = []
+    validate = Program.validate
+    def counted(self, *args, **kwargs):
+        calls.append(1)
+        return validate(self, *args, **kwargs)
+    Program.validate = counted
+    def program():
+        calls.clear()
+        converted = ct.convert(traced, inputs=[ct.TensorType(name="x", shape=(1, 3, 8, 8))], convert_to="milinternal")
+        return re.sub(r"\\bblock\\d+\\(", "block(", str(converted)), len(calls)  # blocks: a global counter
+    ours, our_checks = program()
+    manager.apply_pipeline = manager.coremltools_apply_pipeline
+    theirs, their_checks = program()
+    print(ours == theirs, our_checks, their_checks)
+"""
+
+
+def test_the_pass_pipeline_validates_at_its_ends_and_writes_the_same_program():
+    """coremltools 9 validated the program after each of its ~100 passes (and formatted it for a debug
+    log that was off): a third of a conversion's time. The same passes now write the same program."""
+    result = subprocess.run([sys.executable, "-c", textwrap.dedent(PIPELINE_CHECK)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-2000:]
+    same, ours, theirs = result.stdout.split()[-3:]
+    assert same == "True", result.stdout
+    assert int(ours) <= 20 < 100 <= int(theirs), result.stdout
