@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.tour import checkout_like, run_shell, tour_blocks, tour_commands, tour_package
+from tests.tour import checkout_like, run_command, tour_blocks, tour_commands, tour_package
 
 SERVE_READY_S = 120
 
@@ -55,7 +55,7 @@ def test_every_tour_command_runs_as_written(tmp_path_factory, tmp_path):
         if command.startswith("edgekit serve"):
             serve_until_ready(command, work)
             continue
-        result = run_shell(command, work)
+        result = run_command(command, work)
         assert result.returncode == 0, (command, result.stdout[-2000:], result.stderr[-3000:])
         assert "Traceback" not in result.stderr, (command, result.stderr[-3000:])
 

@@ -59,15 +59,24 @@ def tour_package(tmp_path_factory: pytest.TempPathFactory) -> Path:
     assert first.startswith("edgekit package models/digits/digits.keras --format all"), first
 
     def build(folder: Path) -> Path:
-        # the console script's main in this process, in the checkout-like folder: the command as
-        # written (no shell syntax in it), on this worker's warm converter children instead of a
-        # fresh process importing TensorFlow, PyTorch, ExecuTorch and coremltools again
-        from tests.conftest import edgekit_cli
-
-        program, *argv = shlex.split(first)
-        assert program == "edgekit", first
-        result = edgekit_cli(*argv, cwd=checkout_like(folder))
+        result = run_command(first, checkout_like(folder))
         assert result.returncode == 0, result.stderr[-3000:]
         return folder
 
     return built_once(tmp_path_factory, "tour", build)
+
+
+SHELL_SYNTAX = set("$|&;<>()`*?{}\"'")
+
+
+def run_command(command: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """A tour command as written. ``edgekit package ...`` without shell syntax runs through the
+    console script's main in this process (in ``cwd``), on this worker's warm converter children
+    instead of a fresh process importing TensorFlow, PyTorch, ExecuTorch and coremltools again; the
+    rest through bash, as a user pastes it."""
+    from tests.conftest import edgekit_cli
+
+    if command.startswith("edgekit package ") and not SHELL_SYNTAX & set(command):
+        program, *argv = shlex.split(command, comments=True)
+        return edgekit_cli(*argv, cwd=cwd)
+    return run_shell(command, cwd)
