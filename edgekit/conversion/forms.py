@@ -76,6 +76,9 @@ def load_module(form: ModelForm, example: Mapping[str, Any] | None = None,
     loader can (a ``torch.export`` program unflattened), for converters that name ops by them."""
     if form.form not in (TORCH_PROGRAM, TORCH_MODULE) or not form.loader:
         raise ValueError(f"{form.form} at {form.path} is not a loadable PyTorch form")
+    from .torch_provenance import share_provenance
+
+    share_provenance()  # the converters' FX passes that follow share node histories (torch_provenance.py)
     module_name, _, function = form.loader.partition(":")
     load = getattr(importlib.import_module(module_name), function)
     extra = {"submodules": True} if submodules and "submodules" in inspect.signature(load).parameters else {}

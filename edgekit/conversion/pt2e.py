@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from types import ModuleType
 from typing import Any
 
 from .layer_names import inside, traced_modules
@@ -66,3 +67,49 @@ def outside_of(modules: list[str]) -> Callable[[Any], bool]:
     """A quantizer's filter: the nodes traced outside every module in ``modules`` (paths)."""
     kept = frozenset(modules)
     return lambda node: not any(inside(path, kept) for path in traced_modules(node))
+
+
+def pattern_programs_exported_once(quantizer_utils: ModuleType) -> None:
+    """PT2E quantizers (XNNPACK's, litert-torch's) match convolution + batch-norm patterns against
+    programs they export from small pattern functions first (``_get_aten_graph_module_for_pattern``
+    in ``quantizer_utils``), again for every quantization: about 2-3.5 s of each of a batch-normed
+    model's, the same programs each time (a search's tries, the next package in a reused converter
+    child). Each is exported once per process here, and every caller gets its own copy (the
+    matcher rewrites the pattern's outputs). A pattern is known by its function's code, the values
+    it closes over (its convolution, its ReLU), the shapes it is exported on and the device; one
+    that cannot be keyed so is exported as before. Installed once per module."""
+    import copy
+
+    export_pattern = getattr(quantizer_utils, "_get_aten_graph_module_for_pattern", None)
+    if export_pattern is None or getattr(export_pattern, "edgekit_exported", None) is not None:
+        return
+    exported: dict[tuple, Any] = {}
+
+    def exported_once(pattern: Any, example_inputs: tuple[Any, ...], is_cuda: bool = False, **kwargs: Any) -> Any:
+        key = _pattern_key(pattern, example_inputs, is_cuda, kwargs)
+        if key is None:
+            return export_pattern(pattern, example_inputs, is_cuda, **kwargs)
+        if key not in exported:
+            exported[key] = export_pattern(pattern, example_inputs, is_cuda)
+        return copy.deepcopy(exported[key])
+
+    exported_once.edgekit_exported = exported  # type: ignore[attr-defined]
+    quantizer_utils._get_aten_graph_module_for_pattern = exported_once  # type: ignore[attr-defined]
+
+
+def _pattern_key(pattern: Any, example_inputs: tuple[Any, ...], is_cuda: bool, kwargs: dict[str, Any]) -> tuple | None:
+    """What makes a pattern's program: its function's code (a module wrapping it: its ``fn``), the
+    values it closes over, the example inputs' shapes and dtypes, the device; None where one of
+    them cannot be compared."""
+    import torch
+
+    function = getattr(pattern, "fn", pattern)
+    code = getattr(function, "__code__", None)
+    if code is None or kwargs or not all(isinstance(x, torch.Tensor) for x in example_inputs):
+        return None
+    try:
+        closed = tuple(cell.cell_contents for cell in function.__closure__ or ())
+        hash(closed)
+    except (ValueError, TypeError):  # an empty cell, an unhashable value
+        return None
+    return code, closed, tuple((tuple(x.shape), x.dtype) for x in example_inputs), is_cuda

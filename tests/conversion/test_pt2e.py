@@ -48,3 +48,62 @@ def test_the_qat_conv_batchnorm_search_runs_only_where_its_pattern_can_match():
     assert reaches(lambda m, x: m.bn(m.conv(x)))  # a conv feeding it directly
     scale = torch.full((1, 4, 1, 1), 2.0)
     assert reaches(lambda m, x: m.bn(m.conv(x) / scale + 1.0))  # the QAT pattern's division and bias
+
+
+def test_conv_batch_norm_pattern_programs_are_exported_once_and_annotate_the_same():
+    """The XNNPACK quantizer exports its conv + batch-norm pattern programs on every quantization
+    (2-3.5 s each): exported once per process, every quantization gets the same annotation and
+    the same quantized program, and the exports run only for the first."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("executorch")
+    import types
+
+    from executorch.backends.xnnpack.quantizer import xnnpack_quantizer_utils
+    from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
+        XNNPACKQuantizer,
+        get_symmetric_quantization_config,
+    )
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+    from torchao.quantization.pt2e.utils import _get_aten_graph_module_for_pattern as pytorchs
+
+    from edgekit.conversion.pt2e import pattern_programs_exported_once
+
+    exports = []
+
+    def counted(*args, **kwargs):
+        exports.append(1)
+        return pytorchs(*args, **kwargs)
+
+    utils = types.SimpleNamespace(_get_aten_graph_module_for_pattern=counted)
+    example = (torch.rand(1, 3, 8, 8),)
+
+    def quantized_code(export_pattern) -> str:
+        xnnpack_quantizer_utils._get_aten_graph_module_for_pattern = export_pattern
+        program = torch.export.export(_ConvBn().eval(), example)
+        prepared = prepare_pt2e(program.module(), XNNPACKQuantizer().set_global(
+            get_symmetric_quantization_config(is_per_channel=True)))
+        prepared(*example)
+        return convert_pt2e(prepared).code
+
+    installed = xnnpack_quantizer_utils._get_aten_graph_module_for_pattern
+    try:
+        plain = quantized_code(counted)
+        assert exports, "the quantizer exported no pattern: nothing was compared"
+        pattern_programs_exported_once(utils)
+        once = utils._get_aten_graph_module_for_pattern
+        exports.clear()
+        first = quantized_code(once)
+        made = len(exports)
+        second = quantized_code(once)
+    finally:
+        xnnpack_quantizer_utils._get_aten_graph_module_for_pattern = installed
+    assert made > 0 and len(exports) == made  # the second quantization exported nothing
+    assert plain == first == second
+
+
+class _ConvBn:  # built lazily: torch is optional for this module's other tests
+    def __new__(cls):
+        import torch
+
+        torch.manual_seed(0)
+        return torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.ReLU())

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...conversion.layer_names import inside, traced_modules
+from ...conversion.pt2e import pattern_programs_exported_once
 from .ops import op_name
 
 
@@ -23,6 +24,9 @@ def xnnpack_quantizer_for(xnnpack_quantizer: type, config: Any, exported: Any, k
         return (not _reads_integers(node) and node.name not in masked and node.name not in ops
                 and not any(inside(path, kept) for path in traced_modules(node)))
 
+    from executorch.backends.xnnpack.quantizer import xnnpack_quantizer_utils
+
+    pattern_programs_exported_once(xnnpack_quantizer_utils)
     base = _integer_scalars_kept(xnnpack_quantizer)
     quantizer = _filter_honoured_by_cat(base, quantized)().set_global(config(is_per_channel=True, is_dynamic=False))
     quantizer.set_filter_function(quantized)

@@ -20,7 +20,7 @@ import numpy as np
 from ...conversion import worker
 from ...conversion.forms import ModelForm
 from ...conversion.messages import Message
-from ...conversion.pt2e import qat_folding_only_where_it_can_match
+from ...conversion.pt2e import pattern_programs_exported_once, qat_folding_only_where_it_can_match
 from ..building import read_samples
 
 
@@ -50,6 +50,7 @@ def convert_torch(request: TorchRequest) -> TorchReport:
     ``pt2e=False``: the float conversion only (quantized afterwards by LiteRT Quantizer)."""
     import litert_torch
     import torch
+    from litert_torch.quantize import pt2e_quantizer_utils
     from litert_torch.quantize.pt2e_quantizer import PT2EQuantizer, get_symmetric_quantization_config
     from litert_torch.quantize.quant_config import QuantConfig
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
@@ -98,6 +99,7 @@ def convert_torch(request: TorchRequest) -> TorchReport:
     quantizer = (_outside(PT2EQuantizer, loops) if loops else PT2EQuantizer)().set_global(
         get_symmetric_quantization_config(is_per_channel=True, is_dynamic=False))
     graph = torch.export.export(Named().eval(), (), sample(0)).module()
+    pattern_programs_exported_once(pt2e_quantizer_utils)  # conv + batch-norm patterns: once per child
     histogram_search.install()  # the same ranges, milliseconds per observed tensor instead of 75
     graph = prepare_pt2e(graph, quantizer)
     with torch.no_grad():
