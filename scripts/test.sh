@@ -16,7 +16,12 @@ fi
 # the packages and models built once for the tests (tests/conftest.py built_once) serve both runs
 EDGEKIT_TEST_SHARED_BUILDS="$(mktemp -d "${TMPDIR:-/tmp}/edgekit-test-builds-XXXXXX")"
 export EDGEKIT_TEST_SHARED_BUILDS
-trap 'rm -rf "$EDGEKIT_TEST_SHARED_BUILDS"' EXIT
+# litert-torch's own environment (edgekit/conversion/toolenv.py: about 2.5 minutes of pip on a new
+# machine), created beside the first tests rather than by the first test that needs it, which
+# held its worker, and every worker reaching such a test, until pip ended; a no-op once it exists
+python -m edgekit.conversion.toolenv litert-torch >"$EDGEKIT_TEST_SHARED_BUILDS/toolenv.log" 2>&1 &
+toolenv_pid=$!
+trap 'kill "$toolenv_pid" 2>/dev/null; rm -rf "$EDGEKIT_TEST_SHARED_BUILDS"' EXIT
 # --durations: the slowest tests of each part, so a run's log shows where the suite's time goes
 python -m pytest -n "${EDGEKIT_TEST_WORKERS:-3}" --dist worksteal -m "not serial" --durations=25
 python -m pytest -m serial --durations=5

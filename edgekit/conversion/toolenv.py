@@ -86,3 +86,25 @@ def _run(argv: list[str], tool: Tool, what: str) -> None:
         raise ConversionError(f"the {tool.name} environment could not be created ({what}: {tail})",
                               hint="check that pip can reach the package index, or set EDGEKIT_TOOLENV_DIR "
                                    "to a writable disk; --debug shows the converter log")
+
+
+TOOLS = {LITERT_TORCH.name: LITERT_TORCH}
+
+
+def main(argv: list[str]) -> int:
+    """``python -m edgekit.conversion.toolenv NAME...``: create these tools' environments now
+    (scripts/test.sh starts it beside the suite, so no test waits on pip); its interpreter per tool."""
+    for name in argv:
+        if name not in TOOLS:
+            print(f"error: no converter environment named {name!r} (known: {', '.join(TOOLS)})", file=sys.stderr)
+            return 2
+        try:
+            print(f"{name}: {python_for(TOOLS[name])}")
+        except ConversionError as failed:
+            print(f"error: {failed.message}", file=sys.stderr)
+            return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
