@@ -3,6 +3,8 @@ layer, never by edgekit's wrapper module."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -70,3 +72,34 @@ def test_input_names_that_are_no_python_identifier_reach_tflite_and_keep_their_n
     np.save(tmp_path / "clip.npy", audio[:2])
     run = device_cli(package, "-i", tmp_path / "clip.npy", "--output", tmp_path / "out.npz")
     assert run.returncode == 0, run.stderr
+
+
+@pytest.mark.slow
+def test_a_search_try_converts_the_float_program_once_for_pt2e_and_plans_alike(tmp_path):
+    """A plan's build (LiteRT Quantizer on litert-torch's float conversion) and PT2E's plain build
+    of the same source in one package share the float conversion: the PT2E build made after a
+    plan's (a simulated plan tried first, then plain INT8) converted the float program again, 2-6 s
+    of litert-torch each time."""
+    from edgekit.conversion.forms import TORCH_PROGRAM, ModelForm
+    from edgekit.conversion.worker_reuse import reusing
+    from edgekit.formats.building import BuildContext
+    from edgekit.formats.plan import PrecisionPlan
+    from edgekit.formats.tflite.builder import TFLiteBuilder
+
+    digits = Path(__file__).resolve().parents[2] / "models" / "digits_torch"
+    calibration = tmp_path / "calibration.npy"
+    np.save(calibration, np.load(digits / "data" / "calibration.npz")["x"][:32].astype(np.float32) / 255)
+    form = ModelForm(TORCH_PROGRAM, f"{digits / 'model.py'}:factory", loader="edgekit.sources.pytorch:load_module",
+                     arguments={"kind": "torch_factory", "fixed": None})
+    (tmp_path / "package").mkdir()
+    (tmp_path / "work").mkdir()
+    context = BuildContext(calibration_npy=str(calibration), eval_npy=str(calibration), package_dir=tmp_path / "package",
+                           workdir=tmp_path / "work", model=form, output_names=("output",))
+    builder = TFLiteBuilder()
+    with reusing():
+        planned = builder.build(context.with_plan(PrecisionPlan.of(floats=["head"])))
+        float_model = Path(planned.float_model)
+        made = float_model.stat().st_mtime_ns
+        plain = builder.build(context)
+    assert "PT2E" in plain.artifact.converter["tool"] and "PT2E" not in planned.artifact.converter["tool"]
+    assert plain.float_model == planned.float_model and float_model.stat().st_mtime_ns == made  # not converted again

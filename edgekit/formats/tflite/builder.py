@@ -250,11 +250,15 @@ class TFLiteBuilder(Builder):
         # made for the first (litert-torch converts the whole program again otherwise, 2-3 s a try)
         source_key = json.dumps([context.model.to_dict(), list(context.output_names)], sort_keys=True)
         report: TorchReport | None = None
+        float_made = made_from(str(float_model), source_key)
         try:
-            if not (per_layer and made_from(str(float_model), source_key)):
-                unmark(str(float_model))  # while it is rewritten: a failure leaves no mark
-                report = worker.convert(convert_torch, request, what="TFLite conversion (litert-torch)",
-                                        timeout=context.timeout_s, on_progress=on_progress, python=python)
+            if not (per_layer and float_made):
+                if not float_made:
+                    unmark(str(float_model))  # while it is rewritten: a failure leaves no mark
+                # PT2E's build converts the float program too, unless an earlier try made it for this source
+                report = worker.convert(convert_torch, replace(request, float_output=None) if float_made else request,
+                                        what="TFLite conversion (litert-torch)", timeout=context.timeout_s,
+                                        on_progress=on_progress, python=python)
                 mark_made_from(str(float_model), source_key)
         except ConversionError as failed:
             if per_layer or "did not finish within" in failed.message:  # a timeout is not a PT2E failure
