@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Create/reuse .venv, install edgekit with its dev extras, run the whole test suite.
-# Without arguments: every test not marked serial on 3 workers (pytest-xdist), then the serial
+# Without arguments: every test not marked serial on 2 workers (pytest-xdist), then the serial
 # ones (timings and signals) alone. Extra arguments go to one plain pytest run instead
 # (e.g. ./scripts/test.sh -m "not slow" -x).
 set -euo pipefail
@@ -9,10 +9,10 @@ source scripts/_venv.sh dev
 if [ "$#" -gt 0 ]; then
   exec python -m pytest "$@"
 fi
-# 3 workers on 2 cores: a worker waiting for a shared build another worker makes, a server or a timeout
-# leaves its core to the others (measured on the 2-core machine: 1.88 cores busy against 1.72 with 2 workers;
-# 7 GB of memory at the peak). worksteal: a worker that runs out of tests takes queued ones from the
-# others, so the long packaging tests do not leave one worker busy while the others idle at the end
+# One worker per core: a third worker on 2 cores kept them busier but did more work (the same fresh
+# clone in one hour: 21 min 28 s and 41.6 CPU-minutes with 3 workers, 20 min 25 s and 35.9 with 2:
+# its converters' thread pools contend). worksteal: a worker that runs out of tests takes queued ones
+# from the others, so the long packaging tests do not leave one worker busy while the others idle
 # the packages and models built once for the tests (tests/conftest.py built_once) serve both runs
 EDGEKIT_TEST_SHARED_BUILDS="$(mktemp -d "${TMPDIR:-/tmp}/edgekit-test-builds-XXXXXX")"
 export EDGEKIT_TEST_SHARED_BUILDS
@@ -23,5 +23,5 @@ python -m edgekit.conversion.toolenv litert-torch >"$EDGEKIT_TEST_SHARED_BUILDS/
 toolenv_pid=$!
 trap 'kill "$toolenv_pid" 2>/dev/null; rm -rf "$EDGEKIT_TEST_SHARED_BUILDS"' EXIT
 # --durations: the slowest tests of each part, so a run's log shows where the suite's time goes
-python -m pytest -n "${EDGEKIT_TEST_WORKERS:-3}" --dist worksteal -m "not serial" --durations=25
+python -m pytest -n "${EDGEKIT_TEST_WORKERS:-2}" --dist worksteal -m "not serial" --durations=25
 python -m pytest -m serial --durations=5
