@@ -52,12 +52,17 @@ def root() -> Path:
     return Path(user_cache_dir("edgekit", appauthor=False)) / "toolenvs"
 
 
+def home_of(tool: Tool) -> Path:
+    """The tool's environment folder, keyed by its requirements and this Python's version."""
+    key = hashlib.sha256(f"{sys.version_info[:2]} {' '.join(tool.requirements)}".encode()).hexdigest()[:12]
+    return root() / f"{tool.name}-py{sys.version_info[0]}{sys.version_info[1]}-{key}"
+
+
 def python_for(tool: Tool, say: Callable[[str], None] = print) -> str:
     """The tool environment's interpreter, creating the environment on first use."""
     from filelock import FileLock
 
-    key = hashlib.sha256(f"{sys.version_info[:2]} {' '.join(tool.requirements)}".encode()).hexdigest()[:12]
-    home = root() / f"{tool.name}-py{sys.version_info[0]}{sys.version_info[1]}-{key}"
+    home = home_of(tool)
     python = home / "bin" / "python"
     ready = home / ".edgekit-ready"
     if ready.is_file():

@@ -259,7 +259,8 @@ class TFLiteBuilder(Builder):
                 report = worker.convert(convert_torch, replace(request, float_output=None) if float_made else request,
                                         what="TFLite conversion (litert-torch)", timeout=context.timeout_s,
                                         on_progress=on_progress, python=python)
-                mark_made_from(str(float_model), source_key)
+                if not float_made:
+                    mark_made_from(str(float_model), source_key)
         except ConversionError as failed:
             if per_layer or "did not finish within" in failed.message:  # a timeout is not a PT2E failure
                 raise
