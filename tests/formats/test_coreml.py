@@ -42,7 +42,9 @@ def test_coreml_spec_read_back_independently(digits_all_package):
     """Re-read the saved .mlpackage with coremltools: inputs match the manifest, weights are int8."""
     path = digits_all_package / "coreml" / "model.int8.mlpackage"
     out = run_python(f"""
-        import json, coremltools as ct
+        import json
+        from edgekit.formats.coreml.tools import coremltools  # without probing sklearn and ExecuTorch
+        ct = coremltools()
         from coremltools.proto import MIL_pb2
         spec = ct.models.MLModel({str(path)!r}, skip_model_load=True).get_spec()
         fn = spec.mlProgram.functions["main"]
@@ -88,7 +90,9 @@ def test_a_keep_float_layer_is_float_in_the_coreml_program(tmp_path, capsys):
     assert artifact.precision == "int8+float (1 layer)"
     path = tmp_path / "digits.edgekit" / "coreml" / "model.int8.mlpackage"
     out = run_python(f"""
-        import json, coremltools as ct
+        import json
+        from edgekit.formats.coreml.tools import coremltools  # without probing sklearn and ExecuTorch
+        ct = coremltools()
         spec = ct.models.MLModel({str(path)!r}, skip_model_load=True).get_spec()
         fn = spec.mlProgram.functions["main"]
         ops = fn.block_specializations[fn.opset].operations
