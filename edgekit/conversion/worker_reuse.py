@@ -178,13 +178,16 @@ class _Child:
 
 def _settings(env: dict[str, str]) -> dict[str, str]:
     """A child's environment less what no step reads from it: pytest's per-test marker (it names the
-    running test) and the temporary folders each step is given anew (``worker.scratch_env``). A
-    caller that changes those alone, as torch does when it sets its inductor cache folder in the
-    parent, keeps its child and its imports."""
-    return {name: value for name, value in env.items() if name not in _PER_STEP}
+    running test), the temporary folders each step is given anew (``worker.scratch_env``) and what a
+    library's import sets from the installation alone. A caller that changes those alone, as torch
+    does when it sets its inductor cache folder in the parent, keeps its child and its imports."""
+    return {name: value for name, value in env.items() if name not in _PER_STEP and name not in _DERIVED}
 
 
 _PER_STEP = frozenset({"PYTEST_CURRENT_TEST", *worker.SCRATCH_VARIABLES})
+# set in the parent by an import, from the installed packages: the child's own import sets the same
+# (ExecuTorch's runtime points OPENVINO_LIB_PATH at the installed openvino's library when unset)
+_DERIVED = frozenset({"OPENVINO_LIB_PATH"})
 
 
 def serve() -> int:

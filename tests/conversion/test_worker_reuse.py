@@ -123,3 +123,14 @@ def test_a_changed_temporary_folder_keeps_the_child(monkeypatch, tmp_path):
         monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
         second = worker.call(where_am_i, what="a step", tag="b")
     assert first["pid"] == second["pid"]
+
+
+def test_a_variable_an_import_derives_from_the_installation_keeps_the_child(monkeypatch):
+    """Loading ExecuTorch's runtime in the parent (a validation, a device run) sets OPENVINO_LIB_PATH
+    to the installed openvino's library; the child's own import sets the same, so its imports stay."""
+    monkeypatch.delenv("OPENVINO_LIB_PATH", raising=False)
+    with worker_reuse.reusing():
+        first = worker.call(where_am_i, what="a step", tag="a")["pid"]
+        monkeypatch.setenv("OPENVINO_LIB_PATH", "/site-packages/openvino/libs/libopenvino_c.so")
+        second = worker.call(where_am_i, what="a step", tag="b")["pid"]
+    assert first == second
