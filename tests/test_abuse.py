@@ -18,13 +18,10 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def fresh(tmp_path_factory) -> Path:
-    """A package built by the CLI as a user would, TFLite + ONNX, with its .ekpkg archive."""
-    out = tmp_path_factory.mktemp("fresh")
-    result = edgekit_cli("package", DIGITS_MODEL, "-c", CALIBRATION, "--eval", EVAL, "-t", "tflite", "-t", "onnx",
-                         "--archive", "-o", out)
-    assert result.returncode == 0, result.stderr
-    return out / "digits.edgekit"
+def fresh(digits_all_package: Path) -> Path:
+    """A fresh package of every format, as the README's first command makes it: the run's shared
+    one (these tests only read it)."""
+    return digits_all_package
 
 
 @pytest.fixture(scope="module")
