@@ -73,5 +73,5 @@ def test_the_pass_pipeline_validates_at_its_ends_and_writes_the_same_program(che
     """coremltools 9 validated the program after each of its ~100 passes (and formatted it for a debug
     log that was off): a third of a conversion's time. The same passes now write the same program."""
     same, ours, theirs = checked[-1].split()
-    assert same == "True", result.stdout
-    assert int(ours) <= 20 < 100 <= int(theirs), result.stdout
+    assert same == "True", checked
+    assert int(ours) <= 20 < 100 <= int(theirs), checked
