@@ -131,3 +131,23 @@ def train(folder: Path) -> None:
     out.mkdir()
     store.build("toy", ["model.txt"], train, out)
     assert (out / "model.txt").read_text() == "[0, 1, 2]"
+
+
+def test_the_test_scripts_exit_trap_keeps_a_green_runs_status_when_its_background_job_has_ended(tmp_path):
+    """scripts/test.sh's EXIT trap stops the background job it started; under ``set -e`` a
+    ``kill`` of a job that already ended made every green run exit 1 (CI read it as failed)."""
+    import re
+    import subprocess
+
+    text = (ROOT / "scripts" / "test.sh").read_text()
+    traps = re.findall(r"^trap '(.*)' EXIT$", text, flags=re.MULTILINE)
+    assert traps, "scripts/test.sh sets no EXIT trap"
+    ended = subprocess.Popen(["true"])
+    ended.wait()
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    script = (f"set -euo pipefail\ntoolenv_pid={ended.pid}\nEDGEKIT_TEST_SHARED_BUILDS={shared}\n"
+              f"trap '{traps[0]}' EXIT\ntrue\n")
+    result = subprocess.run(["bash", "-c", script], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert not shared.exists()
