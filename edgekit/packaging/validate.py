@@ -10,6 +10,7 @@ apart from a loss in quantization. ``gates.py`` judges the numbers.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -262,6 +263,18 @@ def memory_bytes() -> tuple[int, int, int]:
 
 def _allocated_bytes() -> int:
     """glibc's bytes in use (``mallinfo2``: heap chunks and mmapped ones); 0 elsewhere."""
+    mallinfo2 = _mallinfo2()
+    if mallinfo2 is None:
+        return 0
+    info = mallinfo2()
+    return int(info.uordblks + info.hblkhd)
+
+
+@functools.lru_cache(maxsize=1)
+def _mallinfo2() -> Any:
+    """glibc's ``mallinfo2``, looked up once per process: ``ctypes.util.find_library`` runs
+    ``ldconfig -p`` in a subprocess each time (0.1-0.2 s), and each batch of a validation run
+    asks twice. None where libc is not glibc 2.33 or newer."""
     import ctypes
     import ctypes.util
 
@@ -273,10 +286,9 @@ def _allocated_bytes() -> int:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
         mallinfo2 = libc.mallinfo2
     except (OSError, AttributeError):  # not glibc, or older than 2.33
-        return 0
+        return None
     mallinfo2.restype = MallInfo2
-    info = mallinfo2()
-    return int(info.uordblks + info.hblkhd)
+    return mallinfo2
 
 
 @dataclass(frozen=True)

@@ -72,3 +72,17 @@ def test_the_batch_is_what_fits_the_budget_at_least_one_at_most_the_most():
     assert validate.fitting(validate.VALIDATION_BYTES // 5, 32) == 5
     assert validate.fitting(validate.VALIDATION_BYTES * 3, 32) == 1
     assert validate.fitting(1024, 32) == 32
+
+
+def test_memory_is_read_without_looking_libc_up_again(monkeypatch):
+    """Each batch reads memory twice; ``ctypes.util.find_library`` runs ``ldconfig -p`` in a
+    subprocess, a fork of a child holding a converter's gigabytes: it was called every time."""
+    import ctypes.util
+
+    validate._mallinfo2.cache_clear()
+    looked_up = []
+    real = ctypes.util.find_library
+    monkeypatch.setattr(ctypes.util, "find_library", lambda name: looked_up.append(name) or real(name))
+    readings = [validate.memory_bytes() for _ in range(4)]
+    assert len(looked_up) <= 1
+    assert all(peak > 0 and now > 0 for peak, now, _ in readings)
