@@ -71,3 +71,29 @@ def test_openvino_reports_runtime_precision_per_layer(digits_all_package):
     assert placement["by_target"] == {"CPU": placement["ops"]} and placement["requested"] == []
     assert sum(placement["precisions"].values()) == placement["ops"]
     assert placement["precisions"].get("i8", 0) + placement["precisions"].get("u8", 0) > 0  # int8 kernels ran
+
+
+def test_executorch_placement_reads_the_program_without_importing_the_compiler(digits_all_package):
+    """The program reader lives in ``executorch.exir``, whose package import is the whole compiler
+    (torch.export, dynamo, torchao: 4-8 s on a device, each sweep's and card's first ExecuTorch
+    configuration paid it). Read in a fresh process: the counts, no compiler, and a later import of
+    the real ``executorch.exir`` still whole."""
+    import json
+
+    from tests.conftest import run_python
+
+    program = digits_all_package / "executorch" / "model.int8.pte"
+    out = run_python(f"""
+        import json, sys
+        from edgekit.formats.executorch.backend import ExecuTorchBackend
+        with ExecuTorchBackend({str(program)!r}, threads=1) as backend:
+            placement = backend.placement()
+        loaded = sorted(name for name in ("torch._dynamo", "executorch.exir") if name in sys.modules)
+        import executorch.exir
+        print(json.dumps({{"placement": placement, "loaded": loaded,
+                          "compiler": hasattr(executorch.exir, "to_edge_transform_and_lower")}}))
+    """)
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result["loaded"] == [], result["loaded"]
+    assert result["placement"]["by_target"].get("XNNPACK partitions", 0) >= 1, result["placement"]
+    assert result["compiler"]

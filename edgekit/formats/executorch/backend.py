@@ -21,6 +21,8 @@ import json
 import os
 import weakref
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -122,10 +124,10 @@ class ExecuTorchBackend(Backend):
         try:
             from ..native_output import quiet_native_stderr
 
-            with quiet_native_stderr():  # the compiler's import: torchao's optional kernels, torch's warnings
+            # the reader alone, not the compiler; it imports its generated flatbuffer classes as it reads
+            with quiet_native_stderr(), _exir_as_an_empty_package(), open(self.path, "rb") as stream:
                 from executorch.exir._serialize._program import deserialize_pte_binary
 
-            with open(self.path, "rb") as stream:
                 read = deserialize_pte_binary(stream.read())
         except Exception as exc:  # noqa: BLE001 - an exir that cannot read the file: say so, run on
             return unreadable_placement(f"ExecuTorch's program reader failed ({type(exc).__name__}: {exc})")
@@ -228,37 +230,49 @@ def _runtime_without_exir() -> Any:
 
     ``portable_lib`` imports ``executorch.exir._warnings`` (two decorators), and that import runs
     ``executorch/exir/__init__.py``: the whole compiler stack (torch.export, torchao), ~10 s
-    before the first inference on this machine against ~2 s for torch itself. While the runtime
-    is imported the ``executorch.exir`` package is an empty one over the same folder, so only
-    ``_warnings.py`` runs; then it is removed, and a later ``import executorch.exir`` (the build
-    side, ``placement``) imports the real package."""
+    before the first inference on this machine against ~2 s for torch itself
+    (``_exir_as_an_empty_package``)."""
+    with _exir_as_an_empty_package():
+        from executorch.extension.pybindings import portable_lib
+    _quantized_kernels()
+    return portable_lib
+
+
+@contextmanager
+def _exir_as_an_empty_package() -> Iterator[None]:
+    """While it lasts, ``executorch.exir`` is an empty package over its own folder, so importing
+    one of its modules (the runtime's ``_warnings``, the program reader ``_serialize``) runs that
+    module and what it imports, not ``executorch/exir/__init__.py``: the compiler (torch.export,
+    dynamo, torchao), 4-8 s on a device for a runtime or a report that never compiles. Then the
+    empty package and the modules imported under it are forgotten, so a later ``import
+    executorch.exir`` (the build side) imports the real package whole. Where the real one is
+    already imported, or the folder is not found, nothing changes."""
     import importlib.util
     import sys
     import types
 
-    if "executorch.extension.pybindings.portable_lib" in sys.modules or "executorch.exir" in sys.modules:
-        from executorch.extension.pybindings import portable_lib
-
-        _quantized_kernels()
-        return portable_lib
+    if "executorch.exir" in sys.modules:
+        yield
+        return
     import executorch
 
     spec = importlib.util.find_spec("executorch.exir")
     if spec is None or not spec.submodule_search_locations:
-        from executorch.extension.pybindings import portable_lib
-
-        return portable_lib
+        yield
+        return
+    before = set(sys.modules)
     empty = types.ModuleType("executorch.exir")
     empty.__path__ = list(spec.submodule_search_locations)
     sys.modules["executorch.exir"] = empty
     try:
-        from executorch.extension.pybindings import portable_lib
+        yield
     finally:
-        del sys.modules["executorch.exir"]
+        for name in set(sys.modules) - before:
+            if name == "executorch.exir" or name.startswith("executorch.exir."):
+                del sys.modules[name]
+        sys.modules.pop("executorch.exir", None)
         if getattr(executorch, "exir", None) is empty:
             delattr(executorch, "exir")
-    _quantized_kernels()
-    return portable_lib
 
 
 def _quantized_kernels() -> None:
