@@ -13,7 +13,6 @@ import pytest
 
 from edgekit.errors import FailedArtifactWarning, OptionError, missing_module_error
 from edgekit.formats.plan import PrecisionPlan
-from edgekit.packaging import PackageOptions
 from tests.conftest import CALIBRATION, DIGITS_MODEL, device_cli, edgekit_cli
 
 

@@ -13,7 +13,7 @@ import pytest
 from onnx import numpy_helper
 
 from edgekit.simulation.graph import activation_ranges, layer_report, simulated_graph
-from tests.formats.qdq_models import quadrant_images, trained_linear, write_float
+from tests.formats.qdq_models import quadrant_images, trained_linear
 
 
 def _two_layers(path, x, y):

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from .graph import Args, Node
-from .registry import OPS, _F, op
+from .registry import _F, op
 
 SQRT2 = math.sqrt(2.0)
 
