@@ -66,15 +66,19 @@ class Store:
         return json.loads(self.recipes_file.read_text()) if self.recipes_file.is_file() else {}
 
     def current(self, name: str, files: Sequence[str], train: Recipe) -> bool:
-        """Whether NAME's stored files are all there and were trained by ``train`` as it is now."""
-        return (all((self.folder / name / f).is_file() for f in files)
+        """Whether NAME's stored files (or folders, a SavedModel) are all there and were trained by
+        ``train`` as it is now."""
+        return (all((self.folder / name / f).exists() for f in files)
                 and self.recipes().get(name) == fingerprint(train))
 
     def build(self, name: str, files: Sequence[str], train: Recipe, folder: Path) -> None:
         """NAME's ``files`` in ``folder``: copied from the store while current, else trained now."""
         if self.current(name, files, train):
             for file in files:
-                shutil.copyfile(self.folder / name / file, folder / file)
+                if (self.folder / name / file).is_dir():
+                    shutil.copytree(self.folder / name / file, folder / file, dirs_exist_ok=True)
+                else:
+                    shutil.copyfile(self.folder / name / file, folder / file)
         else:
             train(folder)
 
@@ -86,8 +90,11 @@ class Store:
             train(staged)
             for file in os.listdir(staged):
                 if file not in files:
-                    os.remove(staged / file)
-            missing = [f for f in files if not (staged / f).is_file()]
+                    if (staged / file).is_dir():
+                        shutil.rmtree(staged / file)
+                    else:
+                        os.remove(staged / file)
+            missing = [f for f in files if not (staged / f).exists()]
             if missing:
                 raise RuntimeError(f"{name}'s recipe wrote no {', '.join(missing)}")
             shutil.rmtree(self.folder / name, ignore_errors=True)

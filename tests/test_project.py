@@ -80,7 +80,7 @@ def _build_module(folder: str):  # noqa: ANN202
 def test_every_stored_reference_model_was_trained_by_its_recipe_as_it_is_now():
     """A build copies a stored model only while its recipe is unchanged and trains it otherwise:
     an edited recipe left unstored would cost every test run its training again, silently."""
-    for folder in ("verdict", "attention"):
+    for folder in ("verdict", "attention", "quantized"):
         module = _build_module(folder)
         for name, (files, train) in module.STORED.items():
             assert module.TRAINED.current(name, files, train), (
