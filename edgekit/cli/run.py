@@ -245,7 +245,6 @@ def predict_rows(model: Any, named: list[tuple[str | None, Path]], raw: bool) ->
     differ in size). A model with several inputs takes ``-i NAME=FILE`` for each input (one set),
     or ``-i FILE.npz`` holding one array per input name (each file a set).
     """
-
     from ..errors import InputError
 
     sets: list[tuple[str, Any]] = []

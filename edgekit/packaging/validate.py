@@ -273,8 +273,8 @@ def _allocated_bytes() -> int:
 @functools.lru_cache(maxsize=1)
 def _mallinfo2() -> Any:
     """glibc's ``mallinfo2``, looked up once per process: ``ctypes.util.find_library`` runs
-    ``ldconfig -p`` in a subprocess each time (0.1-0.2 s), and each batch of a validation run
-    asks twice. None where libc is not glibc 2.33 or newer."""
+    ``ldconfig -p`` in a subprocess each time (a fork of a process that may hold a converter's
+    gigabytes), and each batch of a validation run asks twice. None where libc is not glibc 2.33 or newer."""
     import ctypes
     import ctypes.util
 
