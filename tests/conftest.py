@@ -66,6 +66,23 @@ def _warm_converters() -> Iterator[None]:
         yield
 
 
+@pytest.fixture
+def own_converter_children() -> Iterator[None]:
+    """For a test whose step ends the child running it (a timeout, a crash): its steps get reused
+    children of their own, so the session's (``_warm_converters``), with TensorFlow and PyTorch
+    imported, are not ended with it and started again by the next test (15-20 s of imports)."""
+    from edgekit.conversion import worker
+    from edgekit.conversion.worker_reuse import reusing
+
+    held = getattr(worker.reuse, "pool", None)
+    worker.reuse.pool = None
+    try:
+        with reusing():
+            yield
+    finally:
+        worker.reuse.pool = held
+
+
 SHARED_BUILDS_ENV = "EDGEKIT_TEST_SHARED_BUILDS"  # scripts/test.sh: a folder both of its pytest runs build into
 
 

@@ -6,9 +6,11 @@ TensorFlow or ONNX Runtime again: 2-3 s, most of a search try on a small model. 
 thread) that runs it as a fresh child would: its own scratch folder, working directory and
 progress file, the same request and response files. The child is replaced after ``MAX_STEPS``
 steps or once it holds more than ``MAX_CHILD_RSS`` bytes (the converter's per-call leak stays
-bounded), after a crash and after a timeout, and when the environment a fresh child would get has
-changed since it started (a block held open across calls, as the test suite holds one per
-process, still runs each step under its caller's settings).
+bounded), after a crash and after a timeout. A step asked under another environment than the
+child's (a block held open across calls, as the test suite holds one per process, still runs each
+step under its caller's settings) gets a child started under it; the child of the settings before
+is kept beside it (``KEPT_PER_INTERPRETER``), so a caller that changes its environment for a while
+and then restores it finds its converters still imported.
 Outside ``reusing()`` every step still gets its own child.
 """
 
@@ -29,11 +31,14 @@ from pathlib import Path
 from . import worker
 
 log = logging.getLogger("edgekit.worker")
-MAX_STEPS = 1024  # steps one child runs before it is replaced. Memory is bounded by MAX_CHILD_RSS (TensorFlow's
+MAX_STEPS = 4096  # steps one child runs before it is replaced. Memory is bounded by MAX_CHILD_RSS (TensorFlow's
 # converter leaks per call: ~10 MB per packaging run of ~20 steps, measured); the count bounds the rest a long-lived
 # child may gather. At 24 a search replaced its child every 15 s; at 64 every third packaging run re-imported its
 # converters (10-15 s each); at 256 a child that had built 16 PyTorch packages (every format, each artifact run
-# counted as a step) in 2 minutes was replaced holding 1.1 GB, well under MAX_CHILD_RSS
+# counted as a step) in 2 minutes was replaced holding 1.1 GB, well under MAX_CHILD_RSS. One packaging run takes
+# tens to a few hundred steps (most of them artifact runs of a few milliseconds); at 1024 a block held for a whole
+# test session (about 2,600 steps per process) re-imported its converters twice per process
+KEPT_PER_INTERPRETER = 2  # children kept per interpreter under different settings (the least recently used ends)
 MAX_CHILD_RSS = 2 * 2**30  # a child holding more memory than this after a step is replaced (Linux: /proc)
 
 
@@ -52,25 +57,35 @@ def reusing() -> Iterator[None]:
 
 
 class _Pool:
-    """This thread's reused children, one per interpreter."""
+    """This thread's reused children: per interpreter, one per environment a step asked under, the
+    ``KEPT_PER_INTERPRETER`` most recently used of them."""
 
     def __init__(self) -> None:
-        self.children: dict[str, _Child] = {}
+        # (interpreter, settings) -> child, least recently used first
+        self.children: dict[tuple[str, str], _Child] = {}
 
     def child_for(self, python: str | None) -> _Child:
-        """The reused child for ``python``, started now if there is none or it cannot take a step."""
-        key = python or sys.executable
+        """The reused child for ``python`` under the environment a fresh child would get now, started
+        now if there is none or it cannot take another step."""
+        interpreter = python or sys.executable
         env = worker.child_env(python)
-        child = self.children.get(key)
-        if child is None or not child.usable() or child.settings != _settings(env):
-            if child is not None:
-                child.close()
-            child = self.children[key] = _Child(python, env)
+        key = (interpreter, json.dumps(_settings(env), sort_keys=True))
+        child = self.children.pop(key, None)
+        if child is not None and not child.usable():
+            child.close()
+            child = None
+        if child is None:
+            same = [k for k in self.children if k[0] == interpreter]
+            for old in same[:max(0, len(same) - KEPT_PER_INTERPRETER + 1)]:
+                self.children.pop(old).close()
+            child = _Child(python, env)
+        self.children[key] = child  # now the most recently used
         return child
 
     def close(self) -> None:
         for child in self.children.values():
             child.close()
+        self.children.clear()
 
 
 class _Child:
@@ -87,7 +102,6 @@ class _Child:
             stderr=self._stderr, preexec_fn=worker.die_with_parent(os.getpid()),
         )
         self.steps = 0
-        self.settings = _settings(env)
         log.debug("reused child process %d started", self.proc.pid)
 
     def usable(self) -> bool:

@@ -114,6 +114,28 @@ def test_a_step_asked_under_a_changed_environment_gets_a_child_started_under_it(
     assert first != second == third
 
 
+def test_a_caller_that_restores_its_environment_finds_its_child_still_there(monkeypatch):
+    """A test (or a caller) that sets PYTHONPATH for a while and then restores it: the child started
+    before goes on with its converters imported instead of being started a third time; a third
+    environment ends the least recently used child."""
+    with worker_reuse.reusing():
+        before = os.environ.get("OMP_NUM_THREADS")  # scripts/test.sh's workers set it
+        home = worker.call(where_am_i, what="a step", tag="a")["pid"]
+        monkeypatch.setenv("OMP_NUM_THREADS", "3")
+        away = worker.call(where_am_i, what="a step", tag="b")["pid"]
+        if before is None:
+            monkeypatch.delenv("OMP_NUM_THREADS")
+        else:
+            monkeypatch.setenv("OMP_NUM_THREADS", before)
+        back = worker.call(where_am_i, what="a step", tag="c")["pid"]
+        monkeypatch.setenv("OMP_NUM_THREADS", "5")
+        third = worker.call(where_am_i, what="a step", tag="d")["pid"]
+        pool = worker.reuse.pool
+        alive = sorted(child.proc.pid for child in pool.children.values())
+    assert home != away and back == home and third not in (home, away)
+    assert alive == sorted([home, third])  # the child of OMP_NUM_THREADS=3 was the least recently used: ended
+
+
 def test_a_changed_temporary_folder_keeps_the_child(monkeypatch, tmp_path):
     """Every step is given its own temporary folders: a caller's new TMPDIR (or the inductor cache
     folder torch sets in the parent) is no reason to start a child and import its converters again."""

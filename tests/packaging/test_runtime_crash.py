@@ -36,7 +36,8 @@ def crashy_registered(monkeypatch):
     FORMATS.remove("crashy")
 
 
-def test_a_runtime_killed_by_a_signal_fails_its_format_and_the_others_ship(tmp_path, crashy_registered):
+def test_a_runtime_killed_by_a_signal_fails_its_format_and_the_others_ship(tmp_path, crashy_registered,
+                                                                           own_converter_children):
     _dense_onnx(tmp_path / "dense.onnx")
     rng = np.random.default_rng(1)
     np.savez(tmp_path / "calibration.npz", x=rng.normal(0, 1, (200, 8)).astype(np.float32))

@@ -194,7 +194,7 @@ def test_exhausted_threads_or_memory_are_named_not_internal_errors():
     assert_user_error(result, "out of threads or processes")
 
 
-def test_a_factory_that_blocks_ends_at_the_timeout(tmp_path):
+def test_a_factory_that_blocks_ends_at_the_timeout(tmp_path, own_converter_children):
     """`--timeout` once bounded only conversions: a blocking factory hung `edgekit package` forever."""
     pytest.importorskip("torch")
     import numpy as np
