@@ -21,7 +21,12 @@ want="$(cat "$root/pyproject.toml" | sha256sum | cut -d' ' -f1) $extras"
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   echo "installing edgekit[$extras] into $venv (first run downloads TensorFlow: a few minutes)" >&2
   "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade pip
-  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -e "$root[$extras]"
+  # --no-compile, then compileall on every core: pip byte-compiles file by file on one core (a fresh
+  # dev venv: 132 s with pip's compile, 48 + 29 s so). As under pip, a file written for a newer
+  # Python than this one does not compile and is skipped (PyTorch ships one)
+  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-compile -e "$root[$extras]"
+  "$venv/bin/python" -m compileall -q -j 0 "$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')" \
+    >/dev/null 2>&1 || true
   echo "$want" > "$stamp"
 fi
 export PATH="$venv/bin:$PATH"
