@@ -115,9 +115,9 @@ def test_a_step_asked_under_a_changed_environment_gets_a_child_started_under_it(
 
 
 def test_a_caller_that_restores_its_environment_finds_its_child_still_there(monkeypatch):
-    """A test (or a caller) that sets PYTHONPATH for a while and then restores it: the child started
-    before goes on with its converters imported instead of being started a third time; a third
-    environment ends the least recently used child."""
+    """A caller (a test) that changes its environment for a while (a PYTHONPATH, a thread count) and
+    then restores it: the child started before goes on with its converters imported instead of being
+    started a third time; a third environment ends the least recently used child."""
     with worker_reuse.reusing():
         before = os.environ.get("OMP_NUM_THREADS")  # scripts/test.sh's workers set it
         home = worker.call(where_am_i, what="a step", tag="a")["pid"]
