@@ -14,8 +14,14 @@ names (``Accepts.names``):
   its node (``attribute_name``).
 
 ``LayerNames`` is built once per model (from the source's layers and the ONNX form's module
-record) and ``LayerNames.resolve(plan, kind)`` is the only translation of a plan; the rest of the
-module are the matching rules the formats read their artifacts back with. Below the steps, the
+record) and ``LayerNames.resolve(plan, kind)`` is the only translation of a plan; ``in_source``
+groups a converter's names back under the source's for the manifest's record. The rest of the
+module are the matching rules the formats read their artifacts back with.
+
+A PyTorch source lists no layers of its own: its plans name modules (``encoder.0.attn``) and a
+``forward``'s own ops by their traced names (``cat``), and so does the simulation searching its
+ONNX form (``plan_layer``), so the plan every format builds and the manifest records is the one
+the user would write. Below the steps, the
 formats and the simulation, which all name layers this way."""
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ import ast
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 # the name kinds a converter takes (``formats.base.Accepts.names``)
@@ -55,6 +62,18 @@ class LayerNames:
         metadata ``torch.onnx.export`` writes; none for graphs of other exporters."""
         return cls(tuple(layers), onnx_module_paths(model))
 
+    @property
+    def by_module(self) -> bool:
+        """Whether plans name this model's layers by PyTorch module: a source listing no layers
+        of its own whose ONNX form recorded the module of each node (a PyTorch program)."""
+        return not self.layers and any(self.module_paths.values())
+
+    @cached_property
+    def traced_ops(self) -> frozenset[str]:
+        """The ops written in a ``forward`` itself, by their traced names (``cat``, ``add_1``)."""
+        return frozenset(path.removeprefix(OP_PREFIX) for path in self.module_paths.values()
+                         if path.startswith(OP_PREFIX))
+
     # --- the translation -------------------------------------------------------------------
 
     def resolve(self, plan: Mapping[str, str], kind: str, names_ops: bool = False) -> tuple[dict[str, str], list[str]]:
@@ -75,17 +94,37 @@ class LayerNames:
 
     def _in(self, name: str, kind: str, names_ops: bool) -> list[str]:
         if kind == MODULE:
-            if name not in self.module_paths:
-                return [name]  # already a module path or a traced op (the user's, on a PyTorch source)
+            if name not in self.module_paths:  # a module path or a traced op (the plan's names on a PyTorch source)
+                return [] if name in self.traced_ops and not names_ops else [name]
             path = self.module_paths[name]
             if not path or (path.startswith(OP_PREFIX) and not names_ops):
                 return []
             return [path.removeprefix(OP_PREFIX)]
         if kind == ONNX_NODE and name not in self.module_paths:
+            op = OP_PREFIX + name
             nodes = [node for node, path in self.module_paths.items()
-                     if path and not path.startswith(OP_PREFIX) and within(path, name)]
+                     if path == op or (path and not path.startswith(OP_PREFIX) and within(path, name))]
             return nodes or [name]  # a Keras layer, a scope: the converter matches nodes by it
         return [name]
+
+    def in_source(self, plan: Mapping[str, str]) -> dict[str, tuple[str, ...]]:
+        """A plan in a converter's names (``resolve``'s result: ONNX nodes of a PyTorch source)
+        grouped back under the source's: each module or traced op whose every node the plan holds
+        at one precision by its own name, any other entry as it is. Resolving the source's names
+        gives the same nodes again, so the manifest records one vocabulary and a later run that
+        takes the record builds the same artifact. Source name -> the plan entries it stands for."""
+        found: dict[str, tuple[str, ...]] = {}
+        for name, precision in plan.items():
+            path = self.module_paths.get(name, "") if self.by_module else ""
+            source = path.removeprefix(OP_PREFIX)
+            if source in found:
+                continue
+            nodes = self._in(source, ONNX_NODE, True) if source else []
+            if nodes and all(plan.get(node) == precision for node in nodes):
+                found[source] = tuple(nodes)
+            else:
+                found.setdefault(name, (name,))
+        return found
 
     def resolve_costs(self, costs: Mapping[str, float], links: Iterable[tuple[str, str, float]],
                       kind: str) -> tuple[dict[str, float], tuple[tuple[str, str, float], ...]]:
@@ -111,9 +150,12 @@ class LayerNames:
         return layer_of(name, self.layers)
 
     def plan_layer(self, node: str) -> str:
-        """The plan's name for a node of the simulated graph: the node itself where the source
-        names its nodes (an ONNX source) or lists no layers, else the layer it came from; "" when it
-        belongs to none (no plan could name it)."""
+        """The plan's name for a node of the simulated graph: its module or traced op where the
+        source is a PyTorch program (the node itself where its export recorded neither), the node
+        itself where the source names its nodes (an ONNX source) or lists no layers, else the layer
+        it came from; "" when it belongs to none (no plan could name it)."""
+        if self.by_module:
+            return self.module_paths.get(node, "").removeprefix(OP_PREFIX) or node
         if not self.layers or node in self.layers:
             return node
         found = layer_of(node, self.layers)

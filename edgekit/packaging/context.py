@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from ..conversion.layer_names import LayerNames
 from ..formats.building import Builder, BuildContext, BuildResult
 from ..progress import Progress
 from ..manifest import LeftOut
@@ -44,6 +45,9 @@ class PackagingContext:
     # (writer, reader, elements) per tensor between two plan layers (simulation/costs.layer_links):
     # a float layer among int8 ones also costs converting those tensors
     layer_links: tuple[tuple[str, str, float], ...] = ()
+    # the model's layer vocabulary, where the simulation read its ONNX form: what records a plan
+    # built in a converter's names (ONNX nodes) in the source's (``LayerNames.in_source``)
+    layer_names: LayerNames = field(default_factory=LayerNames)
     search: SearchSettings = DEFAULT_SETTINGS  # every knob of the search
 
     def on(self, data: PreparedData, reference: dict[str, np.ndarray]) -> PackagingContext:

@@ -147,6 +147,8 @@ def one_format(format_plan: Planned, context: BuildContext, described: SourceDes
             raise blocked[builder.name]
         # the shared plan, where it applies, in the names of this route's form
         first, unnamed = for_format(simulated, context, format_plan.route, builder.grid)
+        if simulated is not None:  # the plan is recorded in the source's names
+            run = replace(run, layer_names=simulated.names)
         if simulated is not None and simulated.costs:  # its own search weighs layers in its names too
             costs, links = simulated.costs_for(format_plan.route)
             run = replace(run, layer_costs=costs, layer_links=links)
@@ -490,5 +492,5 @@ def with_plan_record(builder: Builder, built: BuildResult, context: BuildContext
     if not context.plan:
         return built
     artifact = built.artifact.with_details(precision_plan=plan_record(builder, built.artifact, context.plan,
-                                                                      run.progress))
+                                                                      run.layer_names, run.progress))
     return replace(built, artifact=artifact)

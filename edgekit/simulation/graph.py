@@ -116,7 +116,9 @@ def activation_ranges(float_onnx: str, calibration_npy: str, output: str, batch:
     from .costs import layer_costs, layer_links
 
     shapes.update({k: tuple(int(d) for d in np.asarray(v[:1]).shape) for k, v in feeds_by_name.items()})
-    names = LayerNames.of_onnx(model, layer_names or [n.name for n in model.graph.node if n.name])
+    names = LayerNames.of_onnx(model, layer_names or ())
+    if not layer_names and not names.by_module:  # a graph naming its own nodes: each node is a layer
+        names = LayerNames(tuple(n.name for n in model.graph.node if n.name), names.module_paths)
     return {"samples": total, "tensors": len(found["ranges"]), "module_paths": dict(names.module_paths),
             "costs": layer_costs(model, shapes, names.plan_layer), "links": layer_links(model, shapes, names.plan_layer)}
 
@@ -140,7 +142,7 @@ def simulated_graph(float_onnx: str, ranges_json: str, output: str, floats: list
 
     model = onnx.load(float_onnx)
     simulation = _Simulation(model.graph, json.loads(Path(ranges_json).read_text())["ranges"], set(floats),
-                             layer_names, rules or {})
+                             LayerNames.of_onnx(model, layer_names), rules or {})
     found = simulation.weights()
     pairs = simulation.activations()
     _sort_topologically(model.graph)
@@ -152,7 +154,7 @@ def simulated_graph(float_onnx: str, ranges_json: str, output: str, floats: list
 class _Simulation:
     """One graph being rewritten: its layers, readers and ranges, and the plan's float layers."""
 
-    def __init__(self, graph: Any, ranges: dict[str, list[float]], kept: set[str], layer_names: list[str],
+    def __init__(self, graph: Any, ranges: dict[str, list[float]], kept: set[str], names: LayerNames,
                  rules: dict[str, Any]) -> None:
         self.graph, self.ranges, self.kept = graph, ranges, kept
         self.tied_ops = set(rules.get("tied_ops") or ())
@@ -165,7 +167,6 @@ class _Simulation:
         for node in graph.node:
             for name in node.input:
                 self.readers.setdefault(name, []).append(node)
-        names = LayerNames(tuple(layer_names))
         self.layers = {node.name: names.plan_layer(node.name or node.output[0]) for node in graph.node}
         self.regridded = 0
 
@@ -409,7 +410,7 @@ def layer_report(float_onnx: str, simulated_onnx: str, samples_npy: str, layer_n
     from ..formats.building import read_samples
 
     float_model = onnx.load(float_onnx)
-    names = LayerNames(tuple(layer_names))
+    names = LayerNames.of_onnx(float_model, layer_names)
     tensors = []
     for position, node in enumerate(float_model.graph.node):
         layer = names.plan_layer(node.name or node.output[0])

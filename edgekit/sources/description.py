@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from ..errors import EdgekitError
-from ..conversion.forms import ModelForm
+from ..conversion.forms import TORCH_MODULE, TORCH_PROGRAM, ModelForm
 from ..conversion.source_precision import SourcePrecision
 
 
@@ -73,6 +73,13 @@ class SourceDescription:
     def precision(self) -> SourcePrecision:
         """Float, or learned with its scheme (what the source recorded under ``quantized``)."""
         return SourcePrecision.of(self.recorded.get("quantized"))
+
+    @property
+    def plan_layers(self) -> tuple[str, ...]:
+        """The layers a precision plan names: the source's own, none for a PyTorch model (its
+        ``layers`` are its ONNX export's nodes): its plans name its modules and a forward's ops,
+        read from that export's record (``LayerNames.by_module``), as its user would write them."""
+        return () if TORCH_PROGRAM in self.forms or TORCH_MODULE in self.forms else self.layers
 
     @property
     def output_names(self) -> list[str]:

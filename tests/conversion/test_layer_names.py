@@ -41,6 +41,38 @@ def test_scopes_pass_as_given_and_match_the_converted_names():
         LayerNames().resolve({"x": "float"}, "tflite")
 
 
+def test_a_pytorch_sources_plan_names_modules_and_ops_on_every_route():
+    """A PyTorch source lists no layers of its own: the simulation names each node by its module
+    (or a forward's op by its traced name), and that plan reaches the ONNX converter as the nodes
+    exported from them and a PyTorch converter as they are; an op reaches only a converter that
+    keeps one by name, and a node the export recorded no module for stays a node."""
+    assert TORCH_EXPORT.by_module and not LayerNames(("conv",), TORCH_EXPORT.module_paths).by_module
+    assert [TORCH_EXPORT.plan_layer(n) for n in TORCH_EXPORT.module_paths] == ["stem.0", "stem.2", "block.0", "add",
+                                                                               "node_mean"]
+    plan = {"stem.0": "float", "add": "float", "node_mean": "float"}
+    assert TORCH_EXPORT.resolve(plan, ONNX_NODE) == ({"node_conv2d": "float", "node_add": "float",
+                                                      "node_mean": "float"}, [])
+    assert TORCH_EXPORT.resolve(plan, MODULE) == ({"stem.0": "float"}, ["add", "node_mean"])
+    assert TORCH_EXPORT.resolve(plan, MODULE, names_ops=True) == ({"stem.0": "float", "add": "float"}, ["node_mean"])
+    assert LayerNames(("conv",)).plan_layer("conv") == "conv"  # a source naming its layers keeps them
+
+
+def test_a_plan_built_in_onnx_nodes_is_recorded_in_the_sources_names():
+    """What an ONNX artifact of a PyTorch source was built with goes back under the modules and
+    ops whose every node it holds at one precision; a module it holds only part of keeps its
+    nodes' names, so resolving the record builds the same nodes."""
+    built, _ = TORCH_EXPORT.resolve({"stem": "float", "add": "int16"}, ONNX_NODE)
+    assert TORCH_EXPORT.in_source(built) == {"stem.0": ("node_conv2d",), "stem.2": ("node_relu",),
+                                             "add": ("node_add",)}
+    partial = {"node_conv2d": "float", "node_relu": "int16", "node_conv2d_1": "float", "node_mean": "float"}
+    grouped = TORCH_EXPORT.in_source(partial)
+    assert list(grouped) == ["stem.0", "stem.2", "block.0", "node_mean"]
+    two = LayerNames(module_paths={"a": "attn", "b": "attn", "c": "head"})
+    assert two.in_source({"a": "float", "c": "float"}) == {"a": ("a",), "head": ("c",)}  # attn only in part
+    assert two.resolve({"a": "float", "head": "float"}, ONNX_NODE)[0] == {"a": "float", "c": "float"}
+    assert LayerNames(("conv2",)).in_source({"conv2": "float"}) == {"conv2": ("conv2",)}  # Keras: as it is
+
+
 def test_costs_follow_the_names_they_become():
     costs, links = TORCH_EXPORT.resolve_costs({"node_conv2d": 9.0, "node_relu": 1.0, "node_add": 2.0},
                                               [("node_conv2d", "node_relu", 4.0), ("node_relu", "node_add", 4.0)],

@@ -39,9 +39,9 @@ def test_one_simulated_search_gives_the_plan_every_format_builds(tmp_path_factor
 @pytest.mark.slow
 def test_a_pytorch_plan_reaches_executorch_by_module_and_op_and_its_real_miss_continues_there(
         tmp_path_factory, tmp_path):
-    """vad_stream: the simulated plan names ONNX nodes; ExecuTorch converts the PyTorch program
-    itself, so it builds them as modules (``node_linear_1`` -> ``mix``) and traced ops
-    (``node_cat`` -> ``cat``). Its artifact misses the gate the simulation passed (the XNNPACK
+    """vad_stream: the simulation searches the PyTorch program's ONNX form, its plan in the
+    source's names: modules (``mix``) and a forward's traced ops (``cat``), which ExecuTorch,
+    converting the program itself, builds as they are. Its artifact misses the gate the simulation passed (the XNNPACK
     program quantizes the state's path otherwise): its own search continues from the plan with a
     few real tries, and both sides of the gap are recorded."""
     model = verdict_model(tmp_path_factory, "vad_stream")
@@ -53,7 +53,7 @@ def test_a_pytorch_plan_reaches_executorch_by_module_and_op_and_its_real_miss_co
     manifest = json.loads((tmp_path / "vad_stream.edgekit" / "manifest.json").read_text())
     artifact = manifest["artifacts"][0]
     simulation = artifact["details"]["simulation"]
-    assert {"node_cat", "node_linear_1"} <= set(simulation["plan"]) and simulation["passed"]
+    assert {"cat", "mix"} <= set(simulation["plan"]) and simulation["passed"]
     assert simulation["real"] != simulation["simulated"]  # the gap, on record
     kept = artifact["details"]["precision_plan"]["layers"]
     assert {"cat", "mix"} <= set(kept) and not any(layer.startswith("node_") for layer in kept)
@@ -83,14 +83,15 @@ def test_the_simulated_plan_reaches_each_route_in_the_names_of_its_form():
     for fmt in ("tflite", "onnx", "coreml", "executorch"):
         built, unnamed = for_format(keras, context, _route("keras", fmt))
         assert built.plan.floats == ("conv2", "conv3") and not unnamed, fmt
-    torch = Simulated(PrecisionPlan.of(floats=["node_conv2d_1", "node_cat"]), True,
+    # a PyTorch source's plan names its modules and a forward's ops, as the simulation found them
+    torch = Simulated(PrecisionPlan.of(floats=["encoder.conv2", "cat"]), True,
                       names=LayerNames(module_paths={"node_conv2d_1": "encoder.conv2", "node_cat": "op:cat"}))
     onnx, _ = for_format(torch, context, _route("torch_export", "onnx"))
-    assert onnx.plan.floats == ("node_conv2d_1", "node_cat")  # the simulated graph's own names
+    assert onnx.plan.floats == ("node_conv2d_1", "node_cat")  # the nodes exported from them
     executorch, unnamed = for_format(torch, context, _route("torch_export", "executorch"))
     assert executorch.plan.floats == ("encoder.conv2", "cat") and not unnamed
     tflite, unnamed = for_format(torch, context, _route("torch_export", "tflite"))
-    assert tflite.plan.floats == ("encoder.conv2",) and unnamed == ["node_cat"]
+    assert tflite.plan.floats == ("encoder.conv2",) and unnamed == ["cat"]
     coreml, _ = for_format(torch, context, _route("torch_export", "coreml"))  # no per-layer precision there
     assert not coreml.plan
     assert for_format(Simulated(None, True), context, _route("keras", "tflite"))[0] is context
@@ -159,7 +160,8 @@ def test_where_equalization_only_comes_closer_its_own_plan_ships_on_onnx_when_it
     built = set(onnx_main["details"].get("precision_plan", {}).get("layers", {}))
     simulation = onnx_main["details"]["simulation"]
     as_given = set(simulation["plan_as_given"])  # the plan found on the graph as given
-    assert {"node_conv1d_1", "node_conv1d_2"} <= as_given and not built & {"node_conv1d_1", "node_conv1d_2"}
+    # in the source's names: the outlier tensor's writer and reader are the Sequential's modules 2 and 4
+    assert {"2", "4"} <= as_given and not built & {"2", "4"}
     assert set(simulation["plan"]) <= built  # the equalized graph's plan, what this build was predicted by
     assert manifest["validation"]["artifacts"]["onnx"]["verdict"] == "passed"
 
@@ -185,7 +187,7 @@ def test_equalization_is_carried_to_the_pytorch_program_tflite_converts(tmp_path
     manifest = json.loads((tmp_path / "tone_cnn.edgekit" / "manifest.json").read_text())
     artifact, executorch = manifest["artifacts"]
     on_grid = executorch["details"]["simulation"]
-    assert on_grid["grid"]["name"] == "xnnpack" and on_grid["plan"] == {"node_linear": "float"}
+    assert on_grid["grid"]["name"] == "xnnpack" and on_grid["plan"] == {"10": "float"}  # the classifier's Linear
     assert on_grid["gap"] is not None and on_grid["gap"] <= 1.0  # points, the issue's goal
     assert artifact["details"]["equalized"]["pairs"] == 3 and "cross-layer equalization" in artifact["converter"]["tool"]
     assert not set(artifact["details"].get("precision_plan", {}).get("layers", {})) & {"2", "4"}
@@ -199,21 +201,20 @@ def test_equalization_is_carried_to_the_pytorch_program_tflite_converts(tmp_path
     assert simulation["gap"] is not None and simulation["gap"] < 5  # points of top-1 agreement
 
 
-def test_a_route_converting_the_pytorch_program_weighs_its_modules_by_the_nodes_they_became():
-    """ExecuTorch and litert-torch name layers by module: the search there weighs a module by the
-    ONNX nodes it became (their compute summed, their links between modules), not by the median
-    every unknown name would get; an ONNX route keeps the nodes' own."""
+def test_a_route_converting_the_pytorch_programs_onnx_form_weighs_the_nodes_its_modules_became():
+    """The simulation weighs a PyTorch source's layers by module (its plan's names): ExecuTorch and
+    litert-torch, naming layers by module too, take those costs as they are; the ONNX route, whose
+    own search names the nodes, weighs each module's cost on the node it became first."""
     from types import SimpleNamespace
 
     from edgekit.conversion.layer_names import MODULE, ONNX_NODE, LayerNames
     from edgekit.packaging.search.shared_plan import Simulated
 
-    simulated = Simulated(None, True, costs={"node_conv": 90.0, "node_bn": 10.0, "node_relu": 1.0, "node_cat": 2.0},
+    simulated = Simulated(None, True, costs={"block.conv": 100.0, "block.act": 1.0, "cat": 2.0},
                           names=LayerNames(module_paths={"node_conv": "block.conv", "node_bn": "block.conv",
                                                          "node_relu": "block.act", "node_cat": "op:cat"}),
-                          links=(("node_conv", "node_bn", 8.0), ("node_bn", "node_relu", 8.0),
-                                 ("node_relu", "node_cat", 8.0)))
-    costs, links = simulated.costs_for(SimpleNamespace(names=MODULE))
-    assert costs == {"block.conv": 100.0, "block.act": 1.0, "cat": 2.0}
-    assert sorted(links) == [("block.act", "cat", 8.0), ("block.conv", "block.act", 8.0)]
-    assert simulated.costs_for(SimpleNamespace(names=ONNX_NODE))[0] == simulated.costs
+                          links=(("block.conv", "block.act", 8.0), ("block.act", "cat", 8.0)))
+    assert simulated.costs_for(SimpleNamespace(names=MODULE)) == (simulated.costs, simulated.links)
+    costs, links = simulated.costs_for(SimpleNamespace(names=ONNX_NODE))
+    assert costs == {"node_conv": 100.0, "node_relu": 1.0, "node_cat": 2.0}
+    assert sorted(links) == [("node_conv", "node_relu", 8.0), ("node_relu", "node_cat", 8.0)]

@@ -151,7 +151,9 @@ class Simulated:
         if built_float is not None and self.grids is not None and grid is not None and real is not None:
             # the converter kept other layers float beside the plan's: what the simulation says of exactly those
             planned = set(plan.layers if plan else ())
-            names = planned | {layer.rsplit(" (", 1)[0] for layer in built_float}  # a float tail is not listed
+            # in the plan's names (an ONNX node of a PyTorch model: its module); a float tail is not listed
+            names = planned | {self.names.plan_layer(layer.rsplit(" (", 1)[0]) or layer.rsplit(" (", 1)[0]
+                               for layer in built_float}
             if names <= set(self.costs) and names != planned:
                 of_built = self.grids.of_built(grid, equalized, frozenset(names))
                 if of_built is not None:
@@ -231,7 +233,9 @@ def simulated_plan(planned: list[Any], context: BuildContext, described: Any, st
             folder = Path(context.workdir) / "simulation"
             sim_form = _folded(form, folder, context)  # as every format's converter folds it
             builder = SimulatedBuilder(sim_form.path, [t.name for t in described.inputs], list(described.output_names))
-            sim_context = replace(context, model=sim_form, package_dir=folder, trial=False, explain_npy=None)
+            # the plan in the source's names: a PyTorch model's by module (``plan_layers``)
+            sim_context = replace(context, model=sim_form, package_dir=folder, trial=False, explain_npy=None,
+                                  layer_names=described.plan_layers)
             builder.calibrate(sim_context)
             built = builder.build(sim_context)
         judged = replace(run, staged=folder, layer_costs=dict(builder.costs), layer_links=builder.links)
