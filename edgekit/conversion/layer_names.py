@@ -16,13 +16,13 @@ names (``Accepts.names``):
 ``LayerNames`` is built once per model (from the source's layers and the ONNX form's module
 record) and ``LayerNames.resolve(plan, kind)`` is the only translation of a plan; ``in_source``
 groups a converter's names back under the source's for the manifest's record. The rest of the
-module are the matching rules the formats read their artifacts back with.
+module are the matching rules the formats read their artifacts back with. Below the steps, the
+formats and the simulation, which all name layers this way.
 
 A PyTorch source lists no layers of its own: its plans name modules (``encoder.0.attn``) and a
 ``forward``'s own ops by their traced names (``cat``), and so does the simulation searching its
 ONNX form (``plan_layer``), so the plan every format builds and the manifest records is the one
-the user would write. Below the steps, the
-formats and the simulation, which all name layers this way."""
+its user would write."""
 
 from __future__ import annotations
 
