@@ -206,6 +206,19 @@ def test_the_search_has_one_entry_point_and_counts_its_tries_in_the_budget():
     assert not counters and not hasattr(SimulatedBuilder("m.onnx", ["x"], ["y"]), "builds")
 
 
+def test_judging_a_format_takes_its_first_build_the_search_mode_and_the_prediction_as_records():
+    """``judge(builder, first, run, mode, prediction)``: the first build and what the simulation
+    said of it are typed records, and which search follows a miss is the ``SearchMode`` its caller
+    chose, not nine loose parameters."""
+    import inspect
+
+    from edgekit.packaging.each_format import FirstBuild, Prediction, judge
+
+    assert list(inspect.signature(judge).parameters) == ["builder", "first", "run", "mode", "prediction"]
+    assert FirstBuild._fields == ("context", "built", "comparison")
+    assert Prediction._fields == ("built_whole", "passes_plain", "grid") and Prediction().simulated is None
+
+
 def test_one_version():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
     assert re.search(rf'__version__ = "{re.escape(project)}"', (PACKAGE / "version.py").read_text())

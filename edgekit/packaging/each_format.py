@@ -10,6 +10,7 @@ import shutil
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 from ..conversion import deadline
 from ..errors import OTHER_ROUTES, ConversionError, EdgekitError, RouteError, TimeShareError
@@ -191,14 +192,16 @@ def one_format(format_plan: Planned, context: BuildContext, described: SourceDes
     # which the route placed on the equalized form it converts (``Simulated.equalized_context``)
     planned = first is not context or (simulated is not None and simulated.builds_equalized(own.model)
                                        and own.plan != context.plan)
-    outcome = judge(builder, own, built, comparison, run, remedies, plain_s=time.monotonic() - started,
-                    shared_s=run.setup_s / formats,
-                    # the plan came whole: a miss continues with a few real tries; part of it: a search of its own
-                    simulated=simulated if planned and not unnamed else None,
-                    # plain INT8 of this form, predicted to pass: the prediction's gap is on record too
-                    predicted=simulated if simulated is not None and not planned
-                    and simulated.predicts(own.model, builder.grid) else None,
-                    grid=builder.grid if first is attempts[0] else None)
+    # the plan came whole: a miss continues with a few real tries; part of it: a search of its own
+    whole = planned and not unnamed and simulated is not None
+    mode = (SearchMode.after_simulation if whole else SearchMode.own)(remedies, time.monotonic() - started,
+                                                                       run.setup_s / formats)
+    prediction = Prediction(simulated if whole else None,
+                            # plain INT8 of this form, predicted to pass: the prediction's gap is on record too
+                            simulated if simulated is not None and not planned
+                            and simulated.predicts(own.model, builder.grid) else None,
+                            builder.grid if first is attempts[0] else None)
+    outcome = judge(builder, FirstBuild(own, built, comparison), run, mode, prediction)
     outcomes = [replace(outcome, seconds=time.monotonic() - started)]
     fallback = float_fallback(builder, outcome.built or built, own, run, remedies)
     # the format's other quantized builds with what the search kept (the same layers in float)
@@ -436,17 +439,36 @@ def scheme_variants(builder: Builder, context: BuildContext, run: PackagingConte
     return outcomes
 
 
-def judge(builder: Builder, context: BuildContext, built: BuildResult, comparison: Measured | None,
-          run: PackagingContext, remedies: Remedies = Remedies(), plain_s: float = 0.0,
-          shared_s: float = 0.0, simulated: Simulated | None = None,
-          predicted: Simulated | None = None, grid: QuantGrid | None = None) -> FormatOutcome:
-    """The gates one artifact fails, after the search (unless --no-auto-fix); ``plain_s``: what
-    building and measuring it took, ``shared_s``: its share of the steps before any format (the
-    search's budget is a multiple of both); ``simulated``: the shared plan it was built with, from
-    which its own search continues with a few real tries, the gap recorded; ``predicted``: the
-    simulation predicted this plain build passes (its gap recorded, its search on its usual budget);
-    ``grid``: the format grid whose outcome was built (None: the shared plan, built where its
-    grid's did not build)."""
+class FirstBuild(NamedTuple):
+    """A format's first artifact, as built and measured (``comparison`` None: not measurable here)."""
+
+    context: BuildContext
+    built: BuildResult
+    comparison: Measured | None
+
+
+class Prediction(NamedTuple):
+    """What the simulation said of a format's first build. ``built_whole``: the shared plan it was
+    built with, whole (a miss continues from it with a few real tries); ``passes_plain``: the
+    simulation predicted this plain build passes; either way the gap is recorded. ``grid``: the
+    format grid whose outcome was built (None: the shared plan, where its grid's did not build)."""
+
+    built_whole: Simulated | None = None
+    passes_plain: Simulated | None = None
+    grid: QuantGrid | None = None
+
+    @property
+    def simulated(self) -> Simulated | None:
+        return self.built_whole or self.passes_plain
+
+
+def judge(builder: Builder, first: FirstBuild, run: PackagingContext, mode: SearchMode,
+          prediction: Prediction = Prediction()) -> FormatOutcome:
+    """The gates one artifact fails, after the search ``mode`` chose (unless --no-auto-fix: its
+    remedies, and what the first build took, which bounds its budget), with the simulation's
+    prediction of it recorded beside the real margins."""
+    context, built, comparison = first
+    remedies = mode.remedies
     if comparison is None:
         return FormatOutcome(builder.name, built=built, context=context, remedies=remedies)
     candidate = Candidate(context, built, comparison, run.check(builder.name, comparison, remedies))
@@ -457,24 +479,22 @@ def judge(builder: Builder, context: BuildContext, built: BuildResult, compariso
     attempts: tuple[Trial, ...] = ()
     if candidate.failures and run.options.auto_fix and run.data.unrepresentative:
         run.progress.warn(f"{builder.name}: no search: the held-out data lie far outside the calibration data (said "
-                      "above), so every range the calibration gave is suspect; keeping layers in float would hide "
-                      "that, not fix it: calibrate on data like what the model will see")
+                          "above), so every range the calibration gave is suspect; keeping layers in float would hide "
+                          "that, not fix it: calibrate on data like what the model will see")
     elif candidate.failures and run.options.auto_fix and context.source_precision.learned:
         run.progress.warn(f"{builder.name}: no search: the source is already quantized and its learned ranges are "
                           "kept; a per-layer move or another scheme would quantize it again (train it with the failing "
                           "layers excluded from quantization, or package the float model)")
     elif candidate.failures and run.options.auto_fix:
-        if simulated is not None:
+        if prediction.built_whole is not None:
             run.progress.say(f"{builder.name}: the simulated plan misses on its artifact ({candidate.failures[0].what}); "
                              f"continuing from it with at most {run.search.real_tries_after_simulation} real tries")
-        mode = (SearchMode.after_simulation if simulated is not None else SearchMode.own)(remedies, plain_s, shared_s)
         candidate, attempts = search(builder, candidate, run, mode)
-    prediction = simulated or predicted
-    if prediction is not None:  # the simulation's margins beside the artifact's: the gap between them
+    simulated = prediction.simulated
+    if simulated is not None:  # the simulation's margins beside the artifact's: the gap between them
         artifact = candidate.built.artifact.with_details(
-            simulation=prediction.record(first_build, shipped=margins(candidate),
-                                         grid=grid,
-                                         equalized=prediction.builds_equalized(context.model), built_float=first_float))
+            simulation=simulated.record(first_build, shipped=margins(candidate), grid=prediction.grid,
+                                        equalized=simulated.builds_equalized(context.model), built_float=first_float))
         candidate = replace(candidate, built=replace(candidate.built, artifact=artifact))
     note = saturation_note(builder.name, candidate.measured, remedies)
     if note:
