@@ -192,14 +192,10 @@ def one_format(format_plan: Planned, context: BuildContext, described: SourceDes
     # which the route placed on the equalized form it converts (``Simulated.equalized_context``)
     planned = first is not context or (simulated is not None and simulated.builds_equalized(own.model)
                                        and own.plan != context.plan)
-    # the plan came whole: a miss continues with a few real tries; part of it: a search of its own
-    whole = planned and not unnamed and simulated is not None
+    whole = planned and not unnamed and simulated is not None  # a miss continues with a few real tries
     mode = (SearchMode.after_simulation if whole else SearchMode.own)(remedies, time.monotonic() - started,
                                                                        run.setup_s / formats)
-    prediction = Prediction(simulated if whole else None,
-                            # plain INT8 of this form, predicted to pass: the prediction's gap is on record too
-                            simulated if simulated is not None and not planned
-                            and simulated.predicts(own.model, builder.grid) else None,
+    prediction = Prediction(simulated if whole else None, predicted_plain(simulated, planned, own.model, builder.grid),
                             builder.grid if first is attempts[0] else None)
     outcome = judge(builder, FirstBuild(own, built, comparison), run, mode, prediction)
     outcomes = [replace(outcome, seconds=time.monotonic() - started)]
@@ -460,6 +456,13 @@ class Prediction(NamedTuple):
     @property
     def simulated(self) -> Simulated | None:
         return self.built_whole or self.passes_plain
+
+
+def predicted_plain(simulated: Simulated | None, planned: bool, model: object,
+                    grid: QuantGrid | None) -> Simulated | None:
+    """``simulated`` where the format built plain INT8 of ``model`` (its form, of ``grid``) and the
+    simulation predicted that passes: the prediction's gap is on record too."""
+    return simulated if simulated is not None and not planned and simulated.predicts(model, grid) else None
 
 
 def judge(builder: Builder, first: FirstBuild, run: PackagingContext, mode: SearchMode,
