@@ -74,6 +74,14 @@ class LayerNames:
         return frozenset(path.removeprefix(OP_PREFIX) for path in self.module_paths.values()
                          if path.startswith(OP_PREFIX))
 
+    @classmethod
+    def for_plan(cls, model: Any, layers: Iterable[str]) -> LayerNames:
+        """A graph's names as a plan speaks them: the source's ``layers``, or where it lists none
+        (a PyTorch program) the modules its ONNX export recorded; the record is read only then,
+        not on every simulated try of a model whose layers are its own."""
+        layers = tuple(layers)
+        return cls(layers) if layers else cls.of_onnx(model)
+
     # --- the translation -------------------------------------------------------------------
 
     def resolve(self, plan: Mapping[str, str], kind: str, names_ops: bool = False) -> tuple[dict[str, str], list[str]]:

@@ -142,7 +142,7 @@ def simulated_graph(float_onnx: str, ranges_json: str, output: str, floats: list
 
     model = onnx.load(float_onnx)
     simulation = _Simulation(model.graph, json.loads(Path(ranges_json).read_text())["ranges"], set(floats),
-                             LayerNames.of_onnx(model, layer_names), rules or {})
+                             LayerNames.for_plan(model, layer_names), rules or {})
     found = simulation.weights()
     pairs = simulation.activations()
     _sort_topologically(model.graph)
@@ -410,7 +410,7 @@ def layer_report(float_onnx: str, simulated_onnx: str, samples_npy: str, layer_n
     from ..formats.building import read_samples
 
     float_model = onnx.load(float_onnx)
-    names = LayerNames.of_onnx(float_model, layer_names)
+    names = LayerNames.for_plan(float_model, layer_names)
     tensors = []
     for position, node in enumerate(float_model.graph.node):
         layer = names.plan_layer(node.name or node.output[0])

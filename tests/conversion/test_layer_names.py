@@ -55,6 +55,12 @@ def test_a_pytorch_sources_plan_names_modules_and_ops_on_every_route():
     assert TORCH_EXPORT.resolve(plan, MODULE) == ({"stem.0": "float"}, ["add", "node_mean"])
     assert TORCH_EXPORT.resolve(plan, MODULE, names_ops=True) == ({"stem.0": "float", "add": "float"}, ["node_mean"])
     assert LayerNames(("conv",)).plan_layer("conv") == "conv"  # a source naming its layers keeps them
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])
+    relu = helper.make_node("Relu", ["x"], ["y"], name="node_relu")
+    relu.metadata_props.add(key="pkg.torch.onnx.name_scopes", value="['', 'block', 'relu']")
+    model = helper.make_model(helper.make_graph([relu], "g", [x], [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])]))
+    assert LayerNames.for_plan(model, ()).plan_layer("node_relu") == "block"
+    assert LayerNames.for_plan(model, ("node_relu",)).plan_layer("node_relu") == "node_relu"  # an ONNX source's node
 
 
 def test_a_plan_built_in_onnx_nodes_is_recorded_in_the_sources_names():
