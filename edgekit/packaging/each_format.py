@@ -24,7 +24,7 @@ from .context import PackagingContext
 from .fallback import discard, fallback_result
 from .gates import GateFailure, Remedies, saturation_note
 from .partial import passed_fallbacks
-from .plan_read_back import plan_record
+from .plan_read_back import plan_record, source_plan
 from .search import Candidate, search
 from .search.mode import SearchMode
 from .search.shared_plan import Simulated, for_format, simulated_plan
@@ -173,8 +173,9 @@ def one_format(format_plan: Planned, context: BuildContext, described: SourceDes
                 if attempt is attempts[-1] or isinstance(exc, TimeShareError):
                     raise
                 instead = "plain INT8 and searching on its own" if attempts[number + 1] is context else \
-                    f"the shared plan ({attempts[number + 1].plan.describe()})"
-                progress.warn(f"{builder.name}: the simulated plan ({attempt.plan.describe()}) did not build "
+                    f"the shared plan ({source_plan(attempts[number + 1].plan, run.layer_names).describe()})"
+                shown = source_plan(attempt.plan, run.layer_names).describe()
+                progress.warn(f"{builder.name}: the simulated plan ({shown}) did not build "
                               f"({first_line_of(exc.message)}); building {instead}")
                 shutil.rmtree(run.staged / builder.name, ignore_errors=True)
     except EdgekitError as exc:  # one format's failure (converting, or its runtime refusing the result)

@@ -14,6 +14,12 @@ from ..manifest import Artifact
 from ..progress import Progress
 
 
+def source_plan(plan: PrecisionPlan, names: LayerNames) -> PrecisionPlan:
+    """``plan`` (in the names a converter took) in the source's names, as the manifest records it
+    and the user is told it (``LayerNames.in_source``)."""
+    return PrecisionPlan({name: plan.precision(own[0]) for name, own in names.in_source(plan.layers).items()})
+
+
 def plan_record(builder: Builder, artifact: Artifact, plan: PrecisionPlan, names: LayerNames,
                 progress: Progress) -> dict[str, Any]:
     """``plan``'s manifest record (a file a later run takes again with --precision-plan), in the
@@ -21,7 +27,7 @@ def plan_record(builder: Builder, artifact: Artifact, plan: PrecisionPlan, names
     ``read_back``: the entries the artifact holds out of int8 and those it does not (said), or
     nothing where the format reads no per-layer record back from its artifact."""
     groups = names.in_source(plan.layers)
-    record = {**plan.to_dict(), "layers": {name: plan.precision(own[0]) for name, own in groups.items()}}
+    record = source_plan(plan, names).to_dict()
     held = builder.held_out_of_int8(artifact)
     if held is None:
         return record

@@ -26,3 +26,16 @@ def test_a_kept_activation_that_executorch_fuses_into_an_int8_convolution_is_sai
     plan = manifest["artifacts"][0]["details"]["precision_plan"]
     assert plan["layers"] == {"block2_dw": "float", "block3_pw_relu6": "float"}  # the plan built, as given
     assert plan["read_back"] == {"landed": ["block2_dw"], "missed": ["block3_pw_relu6"]}
+
+
+def test_a_plan_built_in_onnx_nodes_is_said_in_the_pytorch_sources_module_names():
+    """What a user is told of a plan an ONNX build of a PyTorch model took (a warning that it did
+    not build, the manifest's record) names the modules, not the nodes they became."""
+    from edgekit.conversion.layer_names import LayerNames
+    from edgekit.formats.plan import PrecisionPlan
+    from edgekit.packaging.plan_read_back import source_plan
+
+    names = LayerNames(module_paths={"node_conv2d_1": "mid", "node_mean": "pool", "node_relu": "act"})
+    built = PrecisionPlan.of(floats=["midd", "node_conv2d_1", "node_mean"])
+    assert source_plan(built, names).describe() == "--keep-float midd mid pool"
+    assert source_plan(built, LayerNames()) == built  # no module record: as built
