@@ -189,8 +189,11 @@ def exit_description(code: int) -> str:
 
 def child_env(python: str | None) -> dict[str, str]:
     """The environment of a converter child: quiet native logging, the parent's pid for its
-    watchdog, and this installation of edgekit on the path of another interpreter."""
-    env = {**os.environ, **_QUIET_ENV, _PARENT_ENV: str(os.getpid())}
+    watchdog, native thread pools under ``EDGEKIT_THREADS`` (threads.py), and this installation of
+    edgekit on the path of another interpreter."""
+    from . import threads
+
+    env = {**os.environ, **_QUIET_ENV, **threads.child_env(), _PARENT_ENV: str(os.getpid())}
     # a converter child is the isolation ExecuTorch's first load needs on a device: it loads directly
     env["EDGEKIT_EXECUTORCH_VERIFYING"] = "1"
     if python is not None:

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from ..conversion import worker
+from ..conversion import threads, worker
 from ..data.sources import DataSource, open_data
 from ..errors import DataError, EdgekitError, OutputExistsError
 from ..fsutil import ensure_writable, remove_stale, remove_stale_temp
@@ -93,6 +93,7 @@ def preflight(options: PackageOptions, progress: Progress) -> Plan:
         raise DataError(f"--samples must be at least 1, got {options.samples}", hint="use --samples 100 or more")
     _check_preprocessing_options(options.preprocessing)
     _check_float_reference(options.float_reference)
+    threads.cap()  # a malformed EDGEKIT_THREADS is said now, not as the first converter child's failure
     ensure_writable(out, "output directory", is_dir=True)
     remove_stale(out, ".*.partial")  # staging trees of earlier runs that were killed
     remove_stale_temp(TEMP_PREFIX)

@@ -204,9 +204,13 @@ def _run_artifact(artifact: Path, backend_name: str, inputs: dict[str, np.ndarra
     from ..conversion import worker
     from ..fsutil import temp_dir
 
+    from ..conversion import threads
+
     backend_cls = get_backend(backend_name)
     if backend_cls.available() is None:
         return None
+    if threads.cap() and not backend_options.get("threads"):
+        backend_options = {**backend_options, "threads": threads.cap()}
     with temp_dir("edgekit-run-") as folder:
         feed, answer = Path(folder) / "inputs.npz", Path(folder) / "outputs"
         np.savez(feed, **inputs)
