@@ -6,6 +6,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/_venv.sh dev
+# the tests byte-compiled, and pytest's rewritten test modules cached for the next process that
+# collects them (PYTHONDONTWRITEBYTECODE, where a machine sets it, made every worker rewrite all
+# of them again: 4 s of each collection)
+python -m compileall -q -j 0 tests >/dev/null 2>&1 || true
+unset PYTHONDONTWRITEBYTECODE
 if [ "$#" -gt 0 ]; then
   exec python -m pytest "$@"
 fi
@@ -23,10 +28,6 @@ python -m edgekit.conversion.toolenv litert-torch >"$EDGEKIT_TEST_SHARED_BUILDS/
 toolenv_pid=$!
 # the job has usually ended by then: a failed kill must not turn a green run's exit status into 1
 trap 'kill "$toolenv_pid" 2>/dev/null || true; rm -rf "$EDGEKIT_TEST_SHARED_BUILDS"' EXIT
-# one worker per core, each packaging on one thread (edgekit/conversion/threads.py) and each test's
-# own PyTorch too: two processes' per-core thread pools spin against each other otherwise (the PyTorch
-# and search tests: 188 s -> 169 s on 2 cores, a tenth less CPU)
 # --durations: the slowest tests of each part, so a run's log shows where the suite's time goes
-EDGEKIT_THREADS=1 OMP_NUM_THREADS=1 \
-  python -m pytest -n "${EDGEKIT_TEST_WORKERS:-2}" --dist worksteal -m "not serial" --durations=25
+python -m pytest -n "${EDGEKIT_TEST_WORKERS:-2}" --dist worksteal -m "not serial" --durations=25
 python -m pytest -m serial --durations=5

@@ -36,15 +36,17 @@ def _isolated_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
 
 def _worker_threads() -> dict[str, str]:
     """Under pytest-xdist each worker has its share of the cores: the converters and trainers its
-    children start (PyTorch, TensorFlow, OpenMP) default to every core, and on 2 cores with 2
-    workers their thread pools spin against each other's (tests/sources/test_pytorch.py: 310 s ->
-    230 s with one thread each). Runtimes under test get their threads from edgekit, not from these."""
+    children start (PyTorch, TensorFlow, OpenMP) and the packager's validation runs (ONNX Runtime,
+    ``EDGEKIT_THREADS``) default to every core, and on 2 cores with 2 workers their thread pools
+    spin against each other's (tests/sources/test_pytorch.py: 310 s -> 230 s with one thread each;
+    the PyTorch and search tests 188 s -> 169 s when the validation runs took one too). Runtimes
+    under test get their threads from edgekit's device options, not from these."""
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
     if workers < 2:
         return {}
     share = str(max(1, (os.cpu_count() or 1) // workers))
     return {name: os.environ.get(name, share)
-            for name in ("OMP_NUM_THREADS", "TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS")}
+            for name in ("OMP_NUM_THREADS", "TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS", "EDGEKIT_THREADS")}
 
 
 os.environ.update(_worker_threads())  # at import, before a test module imports PyTorch in this worker

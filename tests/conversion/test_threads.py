@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
 from edgekit.conversion import threads, worker
 from edgekit.errors import OptionError
-from tests.conftest import ROOT
+
+# not tests.conftest's: a child importing this module for its step must not run the suite's
+# conftest, which sets the xdist worker's thread counts at import
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def thread_pools_seen() -> dict[str, object]:
@@ -58,3 +62,11 @@ def test_a_malformed_cap_stops_packaging_before_the_model_loads(monkeypatch, tmp
     assert result.returncode == 2
     assert "EDGEKIT_THREADS='many' is not a thread count" in result.stderr
     assert "Traceback" not in result.stderr and not (tmp_path / "out" / "digits.edgekit").exists()
+
+
+def test_a_librarys_own_thread_variable_outranks_the_cap(monkeypatch):
+    monkeypatch.setenv(threads.ENV, "2")
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    monkeypatch.delenv("MKL_NUM_THREADS", raising=False)
+    env = threads.child_env()
+    assert env["OMP_NUM_THREADS"] == "3" and env["MKL_NUM_THREADS"] == "2"
