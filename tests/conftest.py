@@ -190,6 +190,24 @@ def digits_all_package(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tour_package(tmp_path_factory) / "dist" / "digits.edgekit"
 
 
+def exec_here(code: str, cwd: Path) -> str:
+    """Python as a user runs it in a fresh interpreter in ``cwd``, run in this test process instead:
+    what it prints. Its packaging runs share this worker's warm converter children and imports
+    (a fresh interpreter spent 10-15 s importing TensorFlow, PyTorch and the converters again)."""
+    import contextlib
+    import io
+
+    printed = io.StringIO()
+    previous = os.getcwd()
+    os.chdir(cwd)
+    try:
+        with contextlib.redirect_stdout(printed):
+            exec(compile(textwrap.dedent(code), "<snippet>", "exec"), {"__name__": "__main__"})
+    finally:
+        os.chdir(previous)
+    return printed.getvalue()
+
+
 def run_python(code: str) -> str:
     """Run Python in a child process (for heavy imports such as coremltools); its stdout."""
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from edgekit.cli.reference import option_strings, render
-from tests.conftest import ROOT
+from tests.conftest import ROOT, exec_here
 
 REFERENCE = ROOT / "docs" / "reference" / "cli.md"
 
@@ -47,12 +47,11 @@ def test_the_notebook_runs(tmp_path):
     script = "\n\n".join(f"_value = None\nexec(compile({cell!r}, 'cell-{i}', 'exec'))" for i, cell in enumerate(cells))
     script += ("\nprint(repr(result))\nprint(result._repr_html_()[:5])\nprint('NAME:' + result.manifest.name)"
                "\nprint('TABLE:' + str('SQNR' in result.table()))")
-    result = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=900)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "tflite: passed" in result.stdout and "onnx: passed" in result.stdout and "<pre>" in result.stdout
-    assert "INT8 accuracy on the device runtime:" in result.stdout
-    assert "NAME:notebook_classifier" in result.stdout and "TABLE:True" in result.stdout
-    accuracy = float(result.stdout.split("INT8 accuracy on the device runtime:")[1].split()[0])
+    printed = exec_here(script, tmp_path)
+    assert "tflite: passed" in printed and "onnx: passed" in printed and "<pre>" in printed
+    assert "INT8 accuracy on the device runtime:" in printed
+    assert "NAME:notebook_classifier" in printed and "TABLE:True" in printed
+    accuracy = float(printed.split("INT8 accuracy on the device runtime:")[1].split()[0])
     assert accuracy >= 0.8
 
 

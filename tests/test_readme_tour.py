@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import exec_here
 from tests.tour import checkout_like, run_command, tour_blocks, tour_commands, tour_package
 
 SERVE_READY_S = 120
@@ -63,7 +64,4 @@ def test_every_tour_command_runs_as_written(tmp_path_factory, tmp_path):
 @pytest.mark.slow
 def test_the_tour_python_snippet_runs_as_written(tmp_path):
     (snippet,) = [block for language, block in tour_blocks() if language == "python"]
-    work = checkout_like(tmp_path / "checkout")
-    result = subprocess.run([sys.executable, "-c", snippet], cwd=work, capture_output=True, text=True, timeout=900,
-                            env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
-    assert result.returncode == 0, result.stderr[-3000:]
+    exec_here(snippet, checkout_like(tmp_path / "checkout"))  # raises what the snippet raises

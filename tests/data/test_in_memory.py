@@ -2,14 +2,12 @@
 ModelProto, and calibration as arrays, generators and DataLoaders; no files written by the user.
 (An in-memory Keras model with a generator is the worked notebook, run by tests/test_docs.py.)
 
-The packaging run goes through a child process (the model object lives where the user made it,
-and the test workers stay light)."""
+The cells run in the test process, as in a notebook's kernel: the model object lives where the
+user made it, and its packaging uses the worker's warm converter children."""
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import textwrap
 
 import numpy as np
@@ -18,7 +16,7 @@ import pytest
 from edgekit.data.in_memory import data_file
 from edgekit.sources.objects import model_file
 from edgekit.errors import DataError, ModelSourceError
-from tests.conftest import ROOT
+from tests.conftest import ROOT, exec_here
 
 TRAINING = """
 import json, sys, tempfile
@@ -32,10 +30,9 @@ out = tempfile.mkdtemp()
 
 
 def run_script(body: str) -> dict:
-    result = subprocess.run([sys.executable, "-c", TRAINING + textwrap.dedent(body)], capture_output=True, text=True,
-                            cwd=ROOT, timeout=600)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return json.loads(result.stdout.strip().splitlines()[-1])
+    """A notebook's cells, run in this test process (``exec_here``); what the last one printed."""
+    printed = exec_here(TRAINING + textwrap.dedent(body), ROOT)
+    return json.loads(printed.strip().splitlines()[-1])
 
 
 @pytest.mark.slow

@@ -9,9 +9,16 @@ import pytest
 import edgekit
 from edgekit.errors import BackendUnavailableError
 from edgekit.manifest import Manifest
-from tests.conftest import run_python
 
 pytestmark = pytest.mark.slow
+
+
+def _spec(path):
+    """The saved ML program's spec, read back by coremltools itself in this process (the test
+    workers import coremltools already: tests/formats/test_coreml_eval.py)."""
+    from edgekit.formats.coreml.tools import coremltools  # without probing sklearn and ExecuTorch
+
+    return coremltools().models.MLModel(str(path), skip_model_load=True).get_spec()
 
 
 def test_coreml_package_structure(digits_all_package):
@@ -41,25 +48,19 @@ def test_float16_activations_option_keeps_weights_only_int8(tmp_path, capsys):
 def test_coreml_spec_read_back_independently(digits_all_package):
     """Re-read the saved .mlpackage with coremltools: inputs match the manifest, weights are int8."""
     path = digits_all_package / "coreml" / "model.int8.mlpackage"
-    out = run_python(f"""
-        import json
-        from edgekit.formats.coreml.tools import coremltools  # without probing sklearn and ExecuTorch
-        ct = coremltools()
-        from coremltools.proto import MIL_pb2
-        spec = ct.models.MLModel({str(path)!r}, skip_model_load=True).get_spec()
-        fn = spec.mlProgram.functions["main"]
-        ops = fn.block_specializations[fn.opset].operations
-        dequant = [op for op in ops if op.type == "constexpr_affine_dequantize"]
-        activations = [op for op in ops if op.type == "quantize"]
-        int8 = [op for op in dequant if op.attributes["quantized_data"].type.tensorType.dataType == MIL_pb2.INT8]
-        float_weights = [op for op in ops if op.type == "const" and op.attributes["val"].type.tensorType.dimensions
-                         and len(op.attributes["val"].type.tensorType.dimensions) >= 2]
-        inp = spec.description.input[0]
-        print(json.dumps({{"input": inp.name, "shape": list(inp.type.multiArrayType.shape),
-                          "dequant": len(dequant), "int8": len(int8), "float_weights": len(float_weights),
-                          "activation_quantize": len(activations)}}))
-    """)
-    report = json.loads(out.strip().splitlines()[-1])
+    from coremltools.proto import MIL_pb2
+
+    spec = _spec(path)
+    fn = spec.mlProgram.functions["main"]
+    ops = fn.block_specializations[fn.opset].operations
+    dequant = [op for op in ops if op.type == "constexpr_affine_dequantize"]
+    activations = [op for op in ops if op.type == "quantize"]
+    int8 = [op for op in dequant if op.attributes["quantized_data"].type.tensorType.dataType == MIL_pb2.INT8]
+    float_weights = [op for op in ops if op.type == "const" and op.attributes["val"].type.tensorType.dimensions
+                     and len(op.attributes["val"].type.tensorType.dimensions) >= 2]
+    inp = spec.description.input[0]
+    report = {"input": inp.name, "shape": list(inp.type.multiArrayType.shape), "dequant": len(dequant),
+              "int8": len(int8), "float_weights": len(float_weights), "activation_quantize": len(activations)}
     manifest = json.loads((digits_all_package / "manifest.json").read_text())
     assert report["input"] == manifest["inputs"][0]["name"]
     assert report["shape"][1:] == manifest["inputs"][0]["shape"][1:]
@@ -89,30 +90,23 @@ def test_a_keep_float_layer_is_float_in_the_coreml_program(tmp_path, capsys):
     kept = artifact.details["float_layer_ops"]["block2_pw_conv"]
     assert artifact.precision == "int8+float (1 layer)"
     path = tmp_path / "digits.edgekit" / "coreml" / "model.int8.mlpackage"
-    out = run_python(f"""
-        import json
-        from edgekit.formats.coreml.tools import coremltools  # without probing sklearn and ExecuTorch
-        ct = coremltools()
-        spec = ct.models.MLModel({str(path)!r}, skip_model_load=True).get_spec()
-        fn = spec.mlProgram.functions["main"]
-        ops = fn.block_specializations[fn.opset].operations
-        produced = {{out.name: op for op in ops for out in op.outputs}}
-        readers = {{}}
-        for op in ops:
-            for argument in op.inputs.values():
-                for value in argument.arguments:
-                    readers.setdefault(value.name, []).append(op.type)
-        convs = {{}}
-        for op in ops:
-            if op.type != "conv":
-                continue
-            weight = produced[op.inputs["weight"].arguments[0].name].type
-            x = produced.get(op.inputs["x"].arguments[0].name)
-            convs[op.outputs[0].name] = {{"weight": weight, "x": x.type if x is not None else "input",
-                                          "read_by": readers.get(op.outputs[0].name, [])}}
-        print(json.dumps(convs))
-    """)
-    convs = json.loads(out.strip().splitlines()[-1])
+    spec = _spec(path)
+    fn = spec.mlProgram.functions["main"]
+    ops = fn.block_specializations[fn.opset].operations
+    produced = {out.name: op for op in ops for out in op.outputs}
+    readers: dict[str, list[str]] = {}
+    for op in ops:
+        for argument in op.inputs.values():
+            for value in argument.arguments:
+                readers.setdefault(value.name, []).append(op.type)
+    convs = {}
+    for op in ops:
+        if op.type != "conv":
+            continue
+        weight = produced[op.inputs["weight"].arguments[0].name].type
+        x = produced.get(op.inputs["x"].arguments[0].name)
+        convs[op.outputs[0].name] = {"weight": weight, "x": x.type if x is not None else "input",
+                                     "read_by": readers.get(op.outputs[0].name, [])}
     kept_convs = [name for name in convs if name in kept]
     assert len(kept_convs) == 1, (kept, list(convs))
     assert convs[kept_convs[0]]["weight"] == "const"  # float16 weights

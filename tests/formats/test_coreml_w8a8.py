@@ -7,17 +7,17 @@ import json
 import pytest
 
 from edgekit.manifest import Manifest
-from tests.conftest import DIGITS_MODEL, ROOT, run_python
+from tests.conftest import DIGITS_MODEL
 
 pytestmark = pytest.mark.slow
 
-_FLOAT_CHECK = """
-import json, os, sys
-import numpy as np, keras, coremltools as ct
-sys.path.insert(0, {root!r})
-from edgekit.formats.coreml.evaluator import Evaluator, load_program_from_model
+def _float_check(model, n: int) -> dict:
+    """``model`` converted to a float ML program and run by the MIL evaluator beside Keras."""
+    import coremltools as ct
+    import numpy as np
 
-def check(model, n):
+    from edgekit.formats.coreml.evaluator import Evaluator, load_program_from_model
+
     shape = tuple(model.inputs[0].shape[1:])
     x = np.random.default_rng(0).uniform(0, 1, (n, *shape)).astype(np.float32)
     mlmodel = ct.convert(model, convert_to="mlprogram", minimum_deployment_target=ct.target.iOS17,
@@ -26,23 +26,21 @@ def check(model, n):
     ours = Evaluator(load_program_from_model(mlmodel)).predict(x).reshape(len(x), -1)
     ref = model.predict(x, verbose=0).reshape(len(x), -1)
     cos = float(np.min(np.sum(ours * ref, 1) / (np.linalg.norm(ours, axis=1) * np.linalg.norm(ref, axis=1))))
-    return {{"max_abs_error": float(np.abs(ours - ref).max()), "min_cosine": cos,
-            "ref_range": [float(ref.min()), float(ref.max())]}}
-
-keras.utils.set_random_seed(0)
-mobilenet = keras.applications.MobileNetV2(input_shape=(96, 96, 3), weights=None, classifier_activation=None)
-print(json.dumps({{"digits": check(keras.models.load_model({digits!r}, compile=False), 32),
-                  "mobilenet_v2": check(mobilenet, 2)}}))
-"""
+    return {"max_abs_error": float(np.abs(ours - ref).max()), "min_cosine": cos,
+            "ref_range": [float(ref.min()), float(ref.max())]}
 
 
 @pytest.fixture(scope="module")
 def float_checks() -> dict:
     """The digits model and a MobileNetV2 (random weights; its inverted residuals, depthwise
     convolutions and ReLU6 at 96x96) converted to float ML programs and run by the MIL evaluator
-    beside Keras, in one child (TensorFlow and coremltools imported once)."""
-    out = run_python(_FLOAT_CHECK.format(root=str(ROOT), digits=str(DIGITS_MODEL)))
-    return json.loads(out.strip().splitlines()[-1])
+    beside Keras, in this worker (which imports TensorFlow and coremltools for other tests already)."""
+    import keras
+
+    keras.utils.set_random_seed(0)
+    mobilenet = keras.applications.MobileNetV2(input_shape=(96, 96, 3), weights=None, classifier_activation=None)
+    return {"digits": _float_check(keras.models.load_model(DIGITS_MODEL, compile=False), 32),
+            "mobilenet_v2": _float_check(mobilenet, 2)}
 
 
 def test_digits_float_program_matches_keras(float_checks):
