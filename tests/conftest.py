@@ -151,9 +151,14 @@ def run_cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, s
 
 
 def run_tf(code: str) -> None:
-    """Run TensorFlow/Keras code in a child process (keeps TF out of the test process)."""
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
-    subprocess.run([sys.executable, "-c", textwrap.dedent(code)], check=True, env=env, cwd=ROOT)
+    """Run TensorFlow/Keras code that builds a model, in this test process as a fresh interpreter
+    would (``exec_here``): Keras's global state cleared first, so its automatic layer names start
+    over as they do there. The test workers import TensorFlow anyway (coremltools' probes load it
+    at collection); a fresh interpreter spent 4-6 s importing it again."""
+    import keras
+
+    keras.backend.clear_session()
+    exec_here(code, ROOT)
 
 
 def load_npz(path: Path) -> tuple[np.ndarray, np.ndarray]:
