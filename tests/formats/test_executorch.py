@@ -19,7 +19,7 @@ import pytest
 import edgekit
 from edgekit.conversion import worker
 from edgekit.errors import ConversionError, PackageError
-from tests.conftest import ROOT, built_once, device_cli, device_matches, edgekit_cli
+from tests.conftest import ROOT, built_once, device_cli, device_matches, edgekit_cli, exec_here
 
 pytestmark = pytest.mark.slow
 
@@ -262,9 +262,6 @@ def test_token_ids_shifted_by_a_constant_stay_integers_through_the_quantizer(tmp
     """ExecuTorch's XNNPACK quantizer turned the scalar of ``ids + 1`` into a float tensor constant:
     the ids reached the embedding as floats and calibration failed ("Expected tensor for argument
     #1 'indices' to have one of the following scalar types: Long, Int")."""
-    import subprocess
-    import sys
-    import textwrap
 
     code = f"""
         import numpy as np, torch
@@ -284,7 +281,7 @@ def test_token_ids_shifted_by_a_constant_stay_integers_through_the_quantizer(tmp
         with torch.no_grad():
             np.save({str(tmp_path / "expected.npy")!r}, Tokens().eval()(torch.from_numpy(ids)).numpy())
     """
-    subprocess.run([sys.executable, "-c", textwrap.dedent(code)], check=True, capture_output=True)
+    exec_here(code, ROOT)  # the program built in this process: torch is imported here already
     worker.convert(convert_executorch, ExecuTorchRequest(
         model=_program(tmp_path / "tokens.pt2"), calibration_npy=str(tmp_path / "ids.npy"),
         output=str(tmp_path / "tokens.pte"), output_names=("scores",)), what="ExecuTorch conversion")
@@ -299,9 +296,6 @@ def test_data_movement_and_attention_operands_are_not_float_layers_or_weights(tm
     TensorFlow starts) made the label "int8+float (2 layers)" for a fully int8 program, and an
     attention's ``q @ k`` counted its activation operand as float weight bytes. Data movement is
     neither int8 nor float (as on ONNX), and only the program's constants are weights."""
-    import subprocess
-    import sys
-    import textwrap
 
     code = f"""
         import numpy as np, torch
@@ -321,7 +315,7 @@ def test_data_movement_and_attention_operands_are_not_float_layers_or_weights(tm
         torch.export.save(program, {str(tmp_path / "layout.pt2")!r})
         np.save({str(tmp_path / "x.npy")!r}, x)
     """
-    subprocess.run([sys.executable, "-c", textwrap.dedent(code)], check=True, capture_output=True)
+    exec_here(code, ROOT)  # the program built in this process: torch is imported here already
     info = worker.convert(convert_executorch, ExecuTorchRequest(
         model=_program(tmp_path / "layout.pt2"), calibration_npy=str(tmp_path / "x.npy"),
         output=str(tmp_path / "layout.pte"), output_names=("scores",)), what="ExecuTorch conversion")
