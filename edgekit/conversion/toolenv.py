@@ -84,12 +84,13 @@ def python_for(tool: Tool, say: Callable[[str], None] = print) -> str:
 def _compile_on_every_core(python: Path) -> None:
     """Byte-compile what pip installed, on every core at once (pip compiles file by file on one: a
     minute of the environment's creation). As under pip, a file that does not compile (written for a
-    newer Python) is skipped, and a failure here only leaves imports to compile what they load."""
+    newer Python) is skipped, and a failure here only leaves imports to compile what they load. The
+    libraries' own ``tests/`` folders are left out: no conversion imports them."""
     try:
         site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
                               capture_output=True, text=True, timeout=60).stdout.strip()
         if site:
-            subprocess.run([str(python), "-m", "compileall", "-q", "-j", "0", site], capture_output=True,
+            subprocess.run([str(python), "-m", "compileall", "-q", "-j", "0", "-x", "/tests/", site], capture_output=True,
                            timeout=1800)
     except (OSError, subprocess.TimeoutExpired):
         pass
