@@ -201,16 +201,15 @@ def _run_artifact(artifact: Path, backend_name: str, inputs: dict[str, np.ndarra
     Run in a child process (``run_artifact``): a runtime library that crashes on what a converter
     wrote (LiteRT dying with SIGSEGV on a quantized attention graph) ends that child, and the
     format fails with the signal named, never the packager."""
-    from ..conversion import worker
+    from ..conversion import threads, worker
     from ..fsutil import temp_dir
-
-    from ..conversion import threads
 
     backend_cls = get_backend(backend_name)
     if backend_cls.available() is None:
         return None
-    if threads.cap() and not backend_options.get("threads"):
-        backend_options = {**backend_options, "threads": threads.cap()}
+    cap = threads.cap()
+    if cap and not backend_options.get("threads"):
+        backend_options = {**backend_options, "threads": cap}
     with temp_dir("edgekit-run-") as folder:
         feed, answer = Path(folder) / "inputs.npz", Path(folder) / "outputs"
         np.savez(feed, **inputs)
